@@ -1,0 +1,167 @@
+//! The `mcp-connect` command line. `main.rs` only calls `run`.
+
+use crate::api_keys::{NewApiKey, hash_key};
+use crate::config::Config;
+use crate::domain::{ApiKeyId, KeyScope, TenantId};
+use crate::startup::{Application, sync_tenants};
+use crate::store::{self, audit::AuditEvent};
+use crate::vault::Keyring;
+use clap::{Parser, Subcommand};
+use secrecy::ExposeSecret;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "mcp-connect", version, about = "Downstream OAuth tokens for MCP servers, via URL-mode elicitation")]
+pub struct Cli {
+    /// Configuration file (TOML); MCP_CONNECT_* environment variables override it.
+    #[arg(long, global = true, env = "MCP_CONNECT_CONFIG", default_value = "mcp-connect.toml")]
+    pub config: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage API keys.
+    Apikey {
+        #[command(subcommand)]
+        action: ApikeyAction,
+    },
+    /// Print a new random vault key entry (`<id>:<base64>`) for MCP_CONNECT_VAULT_KEYS.
+    Genkey {
+        /// Key id, e.g. the month it was made.
+        #[arg(long, default_value = "k1")]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApikeyAction {
+    /// Create a key and print it once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_enum)]
+        scope: KeyScope,
+        /// A note for operators (who uses the key).
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// List keys (never the keys themselves).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a key by its id (the 16 hex digits after `mcpc_`).
+    Revoke { id: String },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Genkey { id } => {
+            let entry = Keyring::generate_entry(&id);
+            Keyring::parse(&entry).map_err(|e| anyhow::anyhow!("--id: {e}"))?;
+            println!("{entry}");
+            Ok(())
+        }
+        Command::Serve => {
+            let config = Config::load(&cli.config)?;
+            crate::telemetry::init(config.log_format);
+            let listen = config.listen;
+            let app = Application::build(config).await?;
+            tracing::info!(%listen, "mcp-connect serving");
+            app.run_until_stopped().await?;
+            Ok(())
+        }
+        Command::Migrate => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 1).await?;
+            store::migrate(&pool).await?;
+            sync_tenants(&pool, &config.tenants).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Apikey { action } => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+            store::migrate(&pool).await?;
+            sync_tenants(&pool, &config.tenants).await?;
+            apikey(&pool, action).await
+        }
+    }
+}
+
+async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()> {
+    match action {
+        ApikeyAction::Create { tenant, scope, label } => {
+            let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+            if !store::tenants::tenant_exists(pool, tenant.as_str()).await? {
+                anyhow::bail!("--tenant: no configured tenant {tenant}");
+            }
+            let key = create_api_key(pool, &tenant, scope, label.as_deref()).await?;
+            println!("{}", key.key.expose_secret());
+            eprintln!(
+                "key id {} for tenant {tenant}, scope {}: store it now, it is not shown again",
+                key.id,
+                scope.as_str()
+            );
+            Ok(())
+        }
+        ApikeyAction::List { tenant } => {
+            for k in store::api_keys::list_api_keys(pool, tenant.as_deref()).await? {
+                let state = if k.revoked_at.is_some() { "revoked" } else { "active" };
+                println!(
+                    "{}\t{}\t{}\t{}\tcreated {}\tlast used {}\t{}",
+                    k.id,
+                    k.tenant_id,
+                    k.scope,
+                    state,
+                    k.created_at,
+                    k.last_used_at.map_or_else(|| "never".to_owned(), |t| t.to_string()),
+                    k.label.unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+        ApikeyAction::Revoke { id } => {
+            let id = ApiKeyId::parse(&id).map_err(|e| anyhow::anyhow!("id: {e}"))?;
+            let mut tx = pool.begin().await?;
+            let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
+                anyhow::bail!("no active key with id {id}");
+            };
+            let mut ev = AuditEvent::new("api_key_revoked");
+            ev.tenant_id = Some(tenant);
+            ev.api_key_id = Some(id.to_string());
+            store::audit::insert_event(&mut *tx, &ev).await?;
+            tx.commit().await?;
+            println!("revoked {id}");
+            Ok(())
+        }
+    }
+}
+
+/// Makes a key, stores its hash and an audit event, and returns it (shown once).
+pub async fn create_api_key(
+    pool: &store::PgPool,
+    tenant: &TenantId,
+    scope: KeyScope,
+    label: Option<&str>,
+) -> anyhow::Result<NewApiKey> {
+    let key = NewApiKey::generate();
+    let secret = key.key.clone();
+    let hash =
+        tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
+    let mut tx = pool.begin().await?;
+    store::api_keys::insert_api_key(&mut *tx, key.id.as_str(), tenant.as_str(), scope.as_str(), &hash, label).await?;
+    let mut ev = AuditEvent::new("api_key_created");
+    ev.tenant_id = Some(tenant.to_string());
+    ev.api_key_id = Some(key.id.to_string());
+    ev.detail = serde_json::json!({ "scope": scope.as_str() });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(key)
+}

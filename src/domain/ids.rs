@@ -1,0 +1,212 @@
+//! Identifier newtypes. Each has a private field and one way in: `parse` (outside input)
+//! or a constructor that makes a fresh random value.
+
+use super::ParseError;
+use rand::RngCore;
+use std::fmt;
+
+/// The MCP subject: the `sub` the primary IdP puts in the MCP access token. Opaque to us;
+/// compared byte for byte, never normalised, never matched against names or e-mails.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Subject(String);
+
+impl Subject {
+    /// OIDC Core 2: `sub` is at most 255 ASCII characters; we accept any printable
+    /// Unicode up to 255 bytes, since IdPs differ, but never control characters.
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        if s.is_empty() {
+            return Err(ParseError("subject must not be empty"));
+        }
+        if s.len() > 255 {
+            return Err(ParseError("subject must be at most 255 bytes"));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(ParseError("subject must not contain control characters"));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! slug_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Lower-case ASCII letters, digits, `-` and `_`, 1 to 64 characters, starting
+            /// with a letter or digit.
+            pub fn parse(s: &str) -> Result<Self, ParseError> {
+                let ok = !s.is_empty()
+                    && s.len() <= 64
+                    && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+                    && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+                if ok {
+                    Ok(Self(s.to_owned()))
+                } else {
+                    Err(ParseError(concat!($what, " must be 1-64 characters of a-z, 0-9, '-' or '_'")))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+slug_id!(
+    /// A tenant: one MCP server registration.
+    TenantId,
+    "tenant id"
+);
+slug_id!(
+    /// A configured downstream provider (`github`, `google`, `dev`, ...).
+    ProviderId,
+    "provider"
+);
+
+/// The public lookup part of an API key (`mcpc_<id>_<secret>`): 16 lower-case hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct ApiKeyId(String);
+
+impl ApiKeyId {
+    pub fn generate() -> Self {
+        let mut b = [0u8; 8];
+        rand::rng().fill_bytes(&mut b);
+        Self(b.iter().map(|x| format!("{x:02x}")).collect())
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        if s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(ParseError("api key id must be 16 lower-case hex digits"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ApiKeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(uuid::Uuid);
+
+        impl $name {
+            /// 128 bits from the OS-seeded CSPRNG (not a v4 UUID, which has only 122).
+            pub fn generate() -> Self {
+                let mut b = [0u8; 16];
+                rand::rng().fill_bytes(&mut b);
+                Self(uuid::Uuid::from_bytes(b))
+            }
+
+            pub fn parse(s: &str) -> Result<Self, ParseError> {
+                // Only the canonical hyphenated lower-case form: one spelling per id.
+                match uuid::Uuid::try_parse(s) {
+                    Ok(u) if u.hyphenated().to_string() == s => Ok(Self(u)),
+                    _ => Err(ParseError(concat!($what, " is not a valid id"))),
+                }
+            }
+
+            pub fn from_uuid(u: uuid::Uuid) -> Self {
+                Self(u)
+            }
+
+            pub fn as_uuid(&self) -> uuid::Uuid {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0.hyphenated(), f)
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// Handle of an elicitation: the only thing a connect URL carries.
+    ElicitationId,
+    "elicitation id"
+);
+uuid_id!(
+    /// A stored downstream connection.
+    ConnectionId,
+    "connection id"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subject_refuses_empty_long_and_control_characters() {
+        assert!(Subject::parse("").is_err());
+        assert!(Subject::parse(&"a".repeat(256)).is_err());
+        assert!(Subject::parse("alice\n").is_err());
+        assert!(Subject::parse("ali\u{0}ce").is_err());
+        assert!(Subject::parse(&"a".repeat(255)).is_ok());
+        assert_eq!(Subject::parse("Alice@Example").unwrap().as_str(), "Alice@Example");
+    }
+
+    #[test]
+    fn provider_id_is_a_lower_case_slug() {
+        assert!(ProviderId::parse("github").is_ok());
+        assert!(ProviderId::parse("my-idp_2").is_ok());
+        assert!(ProviderId::parse("GitHub").is_err());
+        assert!(ProviderId::parse("-x").is_err());
+        assert!(ProviderId::parse("").is_err());
+        assert!(ProviderId::parse("git hub").is_err());
+        assert!(ProviderId::parse(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn elicitation_ids_are_random_and_parse_only_canonically() {
+        let a = ElicitationId::generate();
+        let b = ElicitationId::generate();
+        assert_ne!(a, b);
+        assert_eq!(ElicitationId::parse(&a.to_string()).unwrap(), a);
+        assert!(ElicitationId::parse(&a.to_string().to_uppercase()).is_err());
+        assert!(ElicitationId::parse(&a.to_string().replace('-', "")).is_err());
+        assert!(ElicitationId::parse("not-an-id").is_err());
+    }
+
+    #[test]
+    fn api_key_ids_are_sixteen_hex_digits() {
+        let id = ApiKeyId::generate();
+        assert_eq!(ApiKeyId::parse(id.as_str()).unwrap(), id);
+        assert!(ApiKeyId::parse("0123456789ABCDEF").is_err());
+        assert!(ApiKeyId::parse("0123").is_err());
+    }
+}

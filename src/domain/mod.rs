@@ -1,0 +1,101 @@
+//! Values from outside parsed into types once, at the edge: a `Subject` or `Scopes` in hand
+//! is known to be well formed, so the code behind the edge never re-validates strings.
+
+mod ids;
+mod scopes;
+
+pub use ids::{ApiKeyId, ConnectionId, ElicitationId, ProviderId, Subject, TenantId};
+pub use scopes::Scopes;
+
+/// Why an outside value was refused. The message is safe to show to the caller: it names
+/// the rule, never echoes a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub &'static str);
+
+/// Status of an elicitation (DESIGN.md data model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationStatus {
+    Pending,
+    Completed,
+    Declined,
+    Expired,
+    Cancelled,
+}
+
+impl ElicitationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Completed => "completed",
+            Self::Declined => "declined",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        Ok(match s {
+            "pending" => Self::Pending,
+            "completed" => Self::Completed,
+            "declined" => Self::Declined,
+            "expired" => Self::Expired,
+            "cancelled" => Self::Cancelled,
+            _ => return Err(ParseError("unknown elicitation status")),
+        })
+    }
+}
+
+/// Status of a stored connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    Active,
+    NeedsReauth,
+    Revoked,
+}
+
+impl ConnectionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::NeedsReauth => "needs_reauth",
+            Self::Revoked => "revoked",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        Ok(match s {
+            "active" => Self::Active,
+            "needs_reauth" => Self::NeedsReauth,
+            "revoked" => Self::Revoked,
+            _ => return Err(ParseError("unknown connection status")),
+        })
+    }
+}
+
+/// Scope of an API key: MCP servers call `/v1`, operators call `/admin/v1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyScope {
+    Server,
+    Admin,
+}
+
+impl KeyScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Server => "server",
+            Self::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        match s {
+            "server" => Ok(Self::Server),
+            "admin" => Ok(Self::Admin),
+            _ => Err(ParseError("unknown key scope")),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! OAuth scopes as a sorted, de-duplicated set (RFC 6749 §3.3 scope-token syntax).
+
+use super::ParseError;
+
+const MAX_SCOPES: usize = 50;
+const MAX_SCOPE_LEN: usize = 256;
+
+/// A sorted, de-duplicated list of scope tokens. Sorting makes "the same scopes" one value,
+/// so a retried call with the scopes in another order reuses its pending elicitation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(transparent)]
+pub struct Scopes(Vec<String>);
+
+impl Scopes {
+    pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, ParseError> {
+        if items.len() > MAX_SCOPES {
+            return Err(ParseError("at most 50 scopes"));
+        }
+        let mut v = Vec::with_capacity(items.len());
+        for s in items {
+            let s = s.as_ref();
+            if s.is_empty() || s.len() > MAX_SCOPE_LEN {
+                return Err(ParseError("each scope must be 1-256 characters"));
+            }
+            // scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+            if !s.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b)) {
+                return Err(ParseError("a scope may hold printable ASCII except space, '\"' and '\\'"));
+            }
+            v.push(s.to_owned());
+        }
+        v.sort();
+        v.dedup();
+        Ok(Self(v))
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether every scope of `wanted` is in `self`.
+    pub fn covers(&self, wanted: &Scopes) -> bool {
+        wanted.0.iter().all(|w| self.0.binary_search(w).is_ok())
+    }
+
+    /// The union, for a re-connect that must keep what was granted before.
+    pub fn union(&self, other: &Scopes) -> Scopes {
+        let mut v: Vec<String> = self.0.iter().chain(other.0.iter()).cloned().collect();
+        v.sort();
+        v.dedup();
+        Scopes(v)
+    }
+
+    pub fn join(&self, sep: &str) -> String {
+        self.0.join(sep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_sorted_and_deduplicated() {
+        let s = Scopes::parse(&["repo", "read:user", "repo"]).unwrap();
+        assert_eq!(s.as_slice(), &["read:user".to_owned(), "repo".to_owned()]);
+    }
+
+    #[test]
+    fn scopes_refuse_spaces_quotes_backslashes_and_empties() {
+        assert!(Scopes::parse(&["a b"]).is_err());
+        assert!(Scopes::parse(&["a\"b"]).is_err());
+        assert!(Scopes::parse(&["a\\b"]).is_err());
+        assert!(Scopes::parse(&[""]).is_err());
+        assert!(Scopes::parse(&["é"]).is_err());
+        assert!(Scopes::parse(&vec!["x"; 51]).is_err());
+        assert!(Scopes::parse(&["https://www.googleapis.com/auth/userinfo.email"]).is_ok());
+    }
+
+    #[test]
+    fn covers_is_subset() {
+        let have = Scopes::parse(&["a", "b", "c"]).unwrap();
+        assert!(have.covers(&Scopes::parse(&["a", "c"]).unwrap()));
+        assert!(have.covers(&Scopes::default()));
+        assert!(!have.covers(&Scopes::parse(&["d"]).unwrap()));
+    }
+}

@@ -1,0 +1,79 @@
+//! Extractors that exist only for an authenticated caller. A handler that takes one
+//! cannot run without a valid key of the right scope.
+
+use crate::api_keys::{KeyRejection, VerifiedKey};
+use crate::domain::KeyScope;
+use crate::http::error::ApiError;
+use crate::startup::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{FromRequest, HttpRequest, web};
+use futures_util::future::LocalBoxFuture;
+
+const REALM: &str = "Bearer realm=\"mcp-connect\"";
+
+/// An MCP server, authenticated by a server-scope key. The tenant comes from the key.
+#[derive(Debug, Clone)]
+pub struct ServerCaller(pub VerifiedKey);
+
+/// An operator, authenticated by an admin-scope key.
+#[derive(Debug, Clone)]
+pub struct AdminCaller(pub VerifiedKey);
+
+fn unauthorized(description: &str, with_error: bool) -> ApiError {
+    let mut e = ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", description);
+    // RFC 6750 §3: no error code when no credentials were sent.
+    e.www_authenticate = Some(if with_error { format!("{REALM}, error=\"invalid_token\"") } else { REALM.to_owned() });
+    e
+}
+
+async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, ApiError> {
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .cloned()
+        .ok_or_else(|| ApiError::internal(&"application state missing"))?;
+    let header = match req.headers().get(actix_web::http::header::AUTHORIZATION) {
+        None => return Err(unauthorized("send Authorization: Bearer <api key>", false)),
+        Some(h) => h.to_str().map_err(|_| unauthorized("malformed Authorization header", true))?,
+    };
+    let (scheme, key) = header.split_once(' ').ok_or_else(|| unauthorized("malformed Authorization header", true))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(unauthorized("use the Bearer scheme", true));
+    }
+    let key = match state.api_keys.verify(key.trim()).await {
+        Ok(k) => k,
+        Err(KeyRejection::Malformed) => return Err(unauthorized("malformed api key", true)),
+        Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
+        Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(&e)),
+        Err(e @ KeyRejection::Task) => return Err(ApiError::internal(&e)),
+    };
+    if key.scope != scope {
+        let mut e = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            format!("this endpoint needs a {} key", scope.as_str()),
+        );
+        e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));
+        return Err(e);
+    }
+    Ok(key)
+}
+
+impl FromRequest for ServerCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { authenticate(req, KeyScope::Server).await.map(ServerCaller) })
+    }
+}
+
+impl FromRequest for AdminCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { authenticate(req, KeyScope::Admin).await.map(AdminCaller) })
+    }
+}

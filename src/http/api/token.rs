@@ -1,0 +1,131 @@
+//! `POST /v1/token`.
+
+use super::ServerCaller;
+use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
+use crate::http::error::ApiError;
+use crate::startup::AppState;
+use crate::store::elicitations::ElicitationRow;
+use crate::tokens::{self, Account, TokenError, TokenOutcome, TokenRequest};
+use actix_web::{HttpResponse, web};
+use secrecy::ExposeSecret;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBody {
+    subject: String,
+    provider: String,
+    scopes: Option<Vec<String>>,
+    elicitation_id: Option<String>,
+    /// The MCP session the request belongs to, kept with the elicitation for the audit.
+    mcp_session_id: Option<String>,
+}
+
+fn parse(body: TokenBody) -> Result<TokenRequest, ApiError> {
+    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::bad_request("invalid_subject", e.0))?;
+    let provider = ProviderId::parse(&body.provider).map_err(|e| ApiError::bad_request("unknown_provider", e.0))?;
+    let scopes =
+        body.scopes.map(|s| Scopes::parse(&s)).transpose().map_err(|e| ApiError::bad_request("invalid_scope", e.0))?;
+    let elicitation_id = body
+        .elicitation_id
+        .map(|s| ElicitationId::parse(&s))
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
+    let mcp_context = match body.mcp_session_id {
+        None => serde_json::json!({}),
+        Some(s) if !s.is_empty() && s.len() <= 256 && !s.chars().any(char::is_control) => {
+            serde_json::json!({ "mcp_session_id": s })
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request("invalid_request", "mcp_session_id must be 1-256 printable characters"));
+        }
+    };
+    Ok(TokenRequest { subject, provider, scopes, elicitation_id, mcp_context })
+}
+
+pub async fn post_token(
+    caller: ServerCaller,
+    state: web::Data<AppState>,
+    body: web::Json<TokenBody>,
+) -> Result<HttpResponse, ApiError> {
+    let req = parse(body.into_inner())?;
+    let tenant = caller.0.tenant.clone();
+    let provider = req.provider.clone();
+    let now = OffsetDateTime::now_utc();
+    let outcome = tokens::token_for(&state, &tenant, req, now).await.map_err(map_error)?;
+    Ok(match outcome {
+        TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => {
+            HttpResponse::Ok().json(Connected {
+                status: "connected",
+                access_token: access_token.expose_secret(),
+                token_type: &token_type,
+                expires_at: expires_at.map(rfc3339),
+                scopes: &scopes,
+                account: account.as_ref(),
+                connection_id: connection_id.to_string(),
+            })
+        }
+        TokenOutcome::ConnectRequired(e) => HttpResponse::Ok().json(connect_required(&state, &tenant, &provider, &e)),
+        TokenOutcome::Declined(id) => HttpResponse::Ok().json(serde_json::json!({
+            "status": "declined",
+            "elicitation_id": id.to_string(),
+        })),
+    })
+}
+
+fn map_error(e: TokenError) -> ApiError {
+    match e {
+        TokenError::UnknownProvider => {
+            ApiError::bad_request("unknown_provider", "no provider of that name is configured")
+        }
+        TokenError::ProviderNotAllowed => ApiError::new(
+            actix_web::http::StatusCode::FORBIDDEN,
+            "provider_not_allowed",
+            "this MCP server may not use that provider",
+        ),
+        TokenError::ElicitationNotFound => ApiError::not_found("elicitation_not_found", "no such elicitation"),
+        TokenError::ElicitationMismatch => {
+            ApiError::bad_request("elicitation_mismatch", "the elicitation belongs to another subject or provider")
+        }
+        TokenError::Database(e) => ApiError::from_db(&e),
+        TokenError::Vault(e) => ApiError::internal(&e),
+    }
+}
+
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_default()
+}
+
+#[derive(serde::Serialize)]
+struct Connected<'a> {
+    status: &'static str,
+    access_token: &'a str,
+    token_type: &'a str,
+    expires_at: Option<String>,
+    scopes: &'a [String],
+    account: Option<&'a Account>,
+    connection_id: String,
+}
+
+/// The `connect_required` answer, with `mcp` ready for the MCP server's URL elicitation.
+fn connect_required(
+    state: &AppState,
+    tenant: &crate::domain::TenantId,
+    provider: &ProviderId,
+    e: &ElicitationRow,
+) -> serde_json::Value {
+    let id = ElicitationId::from_uuid(e.id);
+    let url = state.connect_url(provider, &id);
+    let tenant_name = state.tenants.get(tenant).map_or(tenant.as_str(), |t| t.display_name.as_str());
+    let provider_name = state.providers.get(provider).map_or(provider.as_str(), |p| p.display_name.as_str());
+    let message = format!(
+        "{tenant_name} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
+         nothing is shared until you do."
+    );
+    serde_json::json!({
+        "status": "connect_required",
+        "elicitation": { "id": id.to_string(), "url": url, "expires_at": rfc3339(e.expires_at) },
+        "mcp": { "mode": "url", "message": message, "url": url, "elicitationId": id.to_string() },
+    })
+}

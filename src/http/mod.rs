@@ -1,0 +1,7 @@
+//! HTTP surfaces, split by who calls: `api` for MCP servers, `admin` for operators,
+//! `browser` for people, `ops` for load balancers. Each exposes `configure`.
+
+pub mod api;
+pub mod error;
+pub mod middleware;
+pub mod ops;

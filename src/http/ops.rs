@@ -1,0 +1,25 @@
+//! Liveness and readiness for load balancers and orchestrators.
+
+use crate::startup::AppState;
+use actix_web::{HttpResponse, web};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz));
+}
+
+/// The process is up.
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// The database answers and every migration this binary knows is applied.
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match crate::store::migrations_applied(&state.pool).await {
+        Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
+        Ok(false) => HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "migrations_pending" })),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "database_unavailable" }))
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! mcp-connect: obtains downstream OAuth tokens for MCP servers' users through URL-mode
+//! elicitation, with the browser user checked against the MCP subject before any grant.
+
+/// API keys of MCP servers and operators: format, hashing, verification cache.
+pub mod api_keys;
+/// Command-line entry points (`serve`, `migrate`, `apikey`, `genkey`).
+pub mod cli;
+/// Typed, validated configuration from TOML and the environment.
+pub mod config;
+/// Newtypes for outside values, parsed once at the edge.
+pub mod domain;
+/// HTTP surfaces: API, admin, browser pages, health.
+pub mod http;
+/// Downstream provider registry and templates.
+pub mod oauth;
+/// Application assembly shared by `serve` and the tests.
+pub mod startup;
+/// SQL, one function per query.
+pub mod store;
+/// Logging setup.
+pub mod telemetry;
+/// `/v1/token` decisions: reconcile, hand out, or elicit.
+pub mod tokens;
+/// Sealing tokens at rest.
+pub mod vault;

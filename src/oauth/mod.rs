@@ -1,0 +1,7 @@
+//! Downstream providers: the registry built from configuration and provider templates.
+//! The browser flow (authorize, callback, refresh, revocation) builds on this registry.
+
+pub mod providers;
+pub mod urls;
+
+pub use providers::{Provider, ProviderKind, ProviderRegistry};

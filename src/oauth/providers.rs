@@ -1,0 +1,182 @@
+//! Provider templates and the registry of configured providers.
+//!
+//! A template fills in the well-known endpoints of a provider; configuration supplies the
+//! client credentials and may override any endpoint. `oidc` providers are configured by
+//! issuer and resolved through discovery when the flow needs them.
+
+use crate::domain::{ProviderId, Scopes};
+use secrecy::SecretString;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use url::Url;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Github,
+    Google,
+    Gitlab,
+    Slack,
+    Microsoft,
+    /// Any OpenID Connect provider, endpoints from discovery.
+    Oidc,
+    /// Any OAuth 2.0 provider, endpoints given explicitly.
+    Oauth2,
+}
+
+/// What a template knows about a provider; every field can be overridden in the config.
+#[derive(Debug, Clone, Default)]
+pub struct Template {
+    pub display_name: &'static str,
+    pub authorize_url: Option<&'static str>,
+    pub token_url: Option<&'static str>,
+    pub userinfo_url: Option<&'static str>,
+    pub revocation_url: Option<&'static str>,
+    pub issuer: Option<&'static str>,
+    pub oidc: bool,
+    pub scope_separator: &'static str,
+    pub default_scopes: &'static [&'static str],
+    pub extra_authorize_params: &'static [(&'static str, &'static str)],
+    pub account_id_field: &'static str,
+    pub account_login_field: &'static str,
+}
+
+impl ProviderKind {
+    pub fn template(self) -> Template {
+        match self {
+            ProviderKind::Github => Template {
+                display_name: "GitHub",
+                authorize_url: Some("https://github.com/login/oauth/authorize"),
+                token_url: Some("https://github.com/login/oauth/access_token"),
+                userinfo_url: Some("https://api.github.com/user"),
+                scope_separator: " ",
+                default_scopes: &["read:user"],
+                account_id_field: "id",
+                account_login_field: "login",
+                ..Template::default()
+            },
+            ProviderKind::Google => Template {
+                display_name: "Google",
+                authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth"),
+                token_url: Some("https://oauth2.googleapis.com/token"),
+                userinfo_url: Some("https://openidconnect.googleapis.com/v1/userinfo"),
+                revocation_url: Some("https://oauth2.googleapis.com/revoke"),
+                issuer: Some("https://accounts.google.com"),
+                oidc: true,
+                scope_separator: " ",
+                default_scopes: &["openid", "email"],
+                // Without these Google issues no refresh token on a repeated consent.
+                extra_authorize_params: &[("access_type", "offline"), ("prompt", "consent")],
+                account_id_field: "sub",
+                account_login_field: "email",
+            },
+            ProviderKind::Gitlab => Template {
+                display_name: "GitLab",
+                authorize_url: Some("https://gitlab.com/oauth/authorize"),
+                token_url: Some("https://gitlab.com/oauth/token"),
+                userinfo_url: Some("https://gitlab.com/api/v4/user"),
+                revocation_url: Some("https://gitlab.com/oauth/revoke"),
+                scope_separator: " ",
+                default_scopes: &["read_user"],
+                account_id_field: "id",
+                account_login_field: "username",
+                ..Template::default()
+            },
+            ProviderKind::Slack => Template {
+                display_name: "Slack",
+                authorize_url: Some("https://slack.com/oauth/v2/authorize"),
+                token_url: Some("https://slack.com/api/oauth.v2.access"),
+                userinfo_url: Some("https://slack.com/api/users.identity"),
+                scope_separator: ",",
+                default_scopes: &["identity.basic"],
+                account_id_field: "user.id",
+                account_login_field: "user.name",
+                ..Template::default()
+            },
+            ProviderKind::Microsoft => Template {
+                display_name: "Microsoft",
+                authorize_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/authorize"),
+                token_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/token"),
+                userinfo_url: Some("https://graph.microsoft.com/v1.0/me"),
+                scope_separator: " ",
+                default_scopes: &["offline_access", "User.Read"],
+                account_id_field: "id",
+                account_login_field: "userPrincipalName",
+                ..Template::default()
+            },
+            ProviderKind::Oidc => Template {
+                display_name: "",
+                oidc: true,
+                scope_separator: " ",
+                default_scopes: &["openid"],
+                account_id_field: "sub",
+                account_login_field: "preferred_username",
+                ..Template::default()
+            },
+            ProviderKind::Oauth2 => Template {
+                display_name: "",
+                scope_separator: " ",
+                account_id_field: "id",
+                account_login_field: "login",
+                ..Template::default()
+            },
+        }
+    }
+}
+
+/// One configured downstream provider, ready to use.
+#[derive(Debug)]
+pub struct Provider {
+    pub id: ProviderId,
+    pub kind: ProviderKind,
+    pub display_name: String,
+    pub client_id: String,
+    pub client_secret: SecretString,
+    /// Explicit endpoints; `None` for an `oidc` provider until discovery fills them.
+    pub authorize_url: Option<Url>,
+    pub token_url: Option<Url>,
+    pub userinfo_url: Option<Url>,
+    pub revocation_url: Option<Url>,
+    pub issuer: Option<Url>,
+    /// RFC 9207: the provider puts `iss` in its authorization responses, so a response
+    /// without it, or with another value, is a mix-up attempt.
+    pub authorization_response_iss: bool,
+    pub oidc: bool,
+    pub scope_separator: String,
+    pub default_scopes: Scopes,
+    pub extra_authorize_params: Vec<(String, String)>,
+    pub account_id_field: String,
+    pub account_login_field: String,
+    /// Whether a re-connect may replace the upstream account pinned to a subject.
+    pub allow_account_change: bool,
+    /// Hosts in punycode accepted for this provider (see `oauth::urls`).
+    pub allow_idn_hosts: Vec<String>,
+}
+
+impl Provider {
+    /// The host shown to the user on the consent page: the authorization endpoint's host,
+    /// since that is where the browser will go.
+    pub fn domain(&self) -> Option<&str> {
+        self.authorize_url.as_ref().or(self.issuer.as_ref()).and_then(Url::host_str)
+    }
+}
+
+/// All configured providers by id.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderRegistry {
+    providers: Arc<BTreeMap<ProviderId, Arc<Provider>>>,
+}
+
+impl ProviderRegistry {
+    pub fn new(providers: Vec<Provider>) -> Self {
+        Self { providers: Arc::new(providers.into_iter().map(|p| (p.id.clone(), Arc::new(p))).collect()) }
+    }
+
+    pub fn get(&self, id: &ProviderId) -> Option<&Arc<Provider>> {
+        self.providers.get(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
+        self.providers.values()
+    }
+}

@@ -1,0 +1,109 @@
+//! `Application::build`: the one way the service starts, in production and in tests.
+
+use crate::api_keys::ApiKeyVerifier;
+use crate::config::{Config, TenantConfig};
+use crate::domain::{ElicitationId, ProviderId, TenantId};
+use crate::oauth::ProviderRegistry;
+use crate::store::{self, PgPool};
+use crate::vault::Vault;
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer, middleware::from_fn, web};
+use secrecy::ExposeSecret;
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+use url::Url;
+
+/// Everything a handler can reach. No globals: this is it.
+pub struct AppState {
+    pub pool: PgPool,
+    pub vault: Vault,
+    pub providers: ProviderRegistry,
+    pub tenants: HashMap<TenantId, TenantConfig>,
+    pub api_keys: Arc<ApiKeyVerifier>,
+    pub public_base_url: Url,
+    pub elicitation_ttl: Duration,
+}
+
+impl AppState {
+    /// `<public base>/connect/<provider>?e=<id>`: the handle and nothing else.
+    pub fn connect_url(&self, provider: &ProviderId, id: &ElicitationId) -> String {
+        let mut u = self.public_base_url.clone();
+        u.set_path(&format!("/connect/{provider}"));
+        u.query_pairs_mut().clear().append_pair("e", &id.to_string());
+        u.to_string()
+    }
+}
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    state: web::Data<AppState>,
+}
+
+impl Application {
+    /// Connects to Postgres, applies migrations, mirrors tenants, and binds `config.listen`.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let listener =
+            TcpListener::bind(config.listen).map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        Self::build_with_listener(config, listener).await
+    }
+
+    pub async fn build_with_listener(config: Config, listener: TcpListener) -> anyhow::Result<Self> {
+        let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
+        store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+        sync_tenants(&pool, &config.tenants).await?;
+
+        let api_keys = ApiKeyVerifier::new(pool.clone(), config.api_key_cache_ttl, config.api_key_cache_capacity)
+            .map_err(|e| anyhow::anyhow!("api key verifier: {e}"))?;
+        let state = web::Data::new(AppState {
+            pool,
+            vault: Vault::new(config.keyring),
+            providers: config.providers,
+            tenants: config.tenants.into_iter().map(|t| (t.id.clone(), t)).collect(),
+            api_keys,
+            public_base_url: config.public_base_url,
+            elicitation_ttl: config.elicitation_ttl,
+        });
+        let port = listener.local_addr()?.port();
+        let data = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(from_fn(crate::http::middleware::request_context))
+                .app_data(data.clone())
+                .configure(crate::http::ops::configure)
+                .configure(crate::http::api::configure)
+        })
+        .listen(listener)?
+        .run();
+        Ok(Self { port, server, state })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn state(&self) -> web::Data<AppState> {
+        self.state.clone()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+/// Mirrors the configured tenants into the database; tenants no longer configured become
+/// inactive, which stops their keys.
+pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    for t in tenants {
+        store::tenants::upsert_tenant(&mut *tx, t).await?;
+    }
+    let keep: Vec<String> = tenants.iter().map(|t| t.id.as_str().to_owned()).collect();
+    store::tenants::deactivate_tenants_not_in(&mut *tx, &keep).await?;
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! `api_keys`: public id, scope, argon2id hash. The key itself is never stored.
+
+use sqlx::PgExecutor;
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone)]
+pub struct ApiKeyRow {
+    pub id: String,
+    pub tenant_id: String,
+    pub scope: String,
+    pub hash: String,
+    pub label: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub last_used_at: Option<OffsetDateTime>,
+    pub revoked_at: Option<OffsetDateTime>,
+    /// The key's tenant is still configured.
+    pub tenant_active: bool,
+}
+
+pub async fn insert_api_key(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    tenant_id: &str,
+    scope: &str,
+    hash: &str,
+    label: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO api_keys (id, tenant_id, scope, hash, label) VALUES ($1, $2, $3, $4, $5)",
+        id,
+        tenant_id,
+        scope,
+        hash,
+        label
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn find_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<ApiKeyRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ApiKeyRow,
+        r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
+                  t.active AS tenant_active
+           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+           WHERE k.id = $1"#,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Whether the key may still be used: not revoked, tenant still configured. The cheap
+/// re-check behind the verification cache.
+pub async fn api_key_usable(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+                          WHERE k.id = $1 AND k.revoked_at IS NULL AND t.active) AS "e!""#,
+        id
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(r)
+}
+
+pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> Result<Vec<ApiKeyRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ApiKeyRow,
+        r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
+                  t.active AS tenant_active
+           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+           WHERE $1::text IS NULL OR k.tenant_id = $1
+           ORDER BY k.created_at"#,
+        tenant_id
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Revokes a key; returns false when there is no such unrevoked key.
+pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING tenant_id",
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn touch_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!("UPDATE api_keys SET last_used_at = now() WHERE id = $1", id).execute(db).await?;
+    Ok(())
+}

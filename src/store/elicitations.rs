@@ -1,0 +1,111 @@
+//! `elicitations`: the records connect URLs point to.
+
+use sqlx::PgExecutor;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct ElicitationRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subject: String,
+    pub provider: String,
+    pub scopes: Vec<String>,
+    pub status: String,
+    pub created_at: OffsetDateTime,
+    pub expires_at: OffsetDateTime,
+    pub completed_at: Option<OffsetDateTime>,
+    pub connection_id: Option<Uuid>,
+}
+
+pub struct NewElicitation<'a> {
+    pub id: Uuid,
+    pub tenant_id: &'a str,
+    pub subject: &'a str,
+    pub provider: &'a str,
+    pub scopes: &'a [String],
+    pub mcp_context: serde_json::Value,
+    pub expires_at: OffsetDateTime,
+}
+
+/// Inserts a pending elicitation unless one is already pending for the same tenant,
+/// subject, provider and scopes (the partial unique index decides, so two concurrent
+/// callers cannot both insert). Returns whether this call inserted.
+pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at)
+           VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)
+           ON CONFLICT (tenant_id, subject, provider, scopes) WHERE status = 'pending' DO NOTHING"#,
+        e.id,
+        e.tenant_id,
+        e.subject,
+        e.provider,
+        e.scopes,
+        e.mcp_context,
+        e.expires_at
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The pending elicitation for this tenant, subject, provider and scopes, if any.
+pub async fn find_pending(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    subject: &str,
+    provider: &str,
+    scopes: &[String],
+) -> Result<Option<ElicitationRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ElicitationRow,
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+           FROM elicitations
+           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
+        tenant_id,
+        subject,
+        provider,
+        scopes
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// One elicitation of one tenant. Another tenant's id finds nothing.
+pub async fn find_for_tenant(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    id: Uuid,
+) -> Result<Option<ElicitationRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ElicitationRow,
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+           FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
+        id,
+        tenant_id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Marks pending elicitations past their deadline `expired` for one (tenant, subject,
+/// provider), so the one-pending index lets a fresh one in.
+pub async fn expire_overdue_for(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    subject: &str,
+    provider: &str,
+    now: OffsetDateTime,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE elicitations SET status = 'expired'
+           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending' AND expires_at <= $4"#,
+        tenant_id,
+        subject,
+        provider,
+        now
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}

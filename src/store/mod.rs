@@ -1,0 +1,36 @@
+//! SQL, one named function per query, each taking an executor so callers choose the
+//! transaction. Queries are compile-checked (`sqlx::query!`) against the offline data in
+//! `.sqlx/`. A database error is always an error, never "not found".
+
+pub mod api_keys;
+pub mod audit;
+pub mod connections;
+pub mod elicitations;
+pub mod tenants;
+
+pub use sqlx::PgPool;
+
+/// Connects a pool and runs pending migrations.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        // A pooled connection that died is found by the query that uses it; a ping before
+        // every acquire would cost a round trip on the hot path.
+        .test_before_acquire(false)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(url)
+        .await
+}
+
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    sqlx::migrate!("./migrations").run(pool).await
+}
+
+/// Whether every migration this binary knows has been applied (for `/readyz`).
+pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let migrator = sqlx::migrate!("./migrations");
+    let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await?;
+    Ok(applied.unwrap_or(0) >= latest)
+}

@@ -1,0 +1,194 @@
+//! `POST /v1/token` logic: reconcile first (the elicitation named by the caller, then the
+//! stored connection), hand out a usable token, or create or reuse an elicitation. A
+//! retried tool call therefore never starts a second grant (DESIGN.md invariant 6).
+
+use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
+use crate::oauth::Provider;
+use crate::startup::AppState;
+use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
+use crate::vault::{Field, RowBinding, VaultError};
+use secrecy::SecretString;
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// A validated token request.
+#[derive(Debug)]
+pub struct TokenRequest {
+    pub subject: Subject,
+    pub provider: ProviderId,
+    /// `None`: the caller takes whatever the connection has; a new grant asks for the
+    /// provider's default scopes.
+    pub scopes: Option<Scopes>,
+    pub elicitation_id: Option<ElicitationId>,
+    pub mcp_context: serde_json::Value,
+}
+
+/// The account at the provider a connection belongs to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Account {
+    pub id: String,
+    pub login: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum TokenOutcome {
+    Connected {
+        access_token: SecretString,
+        token_type: String,
+        expires_at: Option<OffsetDateTime>,
+        scopes: Vec<String>,
+        account: Option<Account>,
+        connection_id: ConnectionId,
+    },
+    ConnectRequired(ElicitationRow),
+    Declined(ElicitationId),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("unknown provider")]
+    UnknownProvider,
+    #[error("provider not allowed for this tenant")]
+    ProviderNotAllowed,
+    #[error("elicitation not found")]
+    ElicitationNotFound,
+    #[error("elicitation belongs to another subject or provider")]
+    ElicitationMismatch,
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("vault: {0}")]
+    Vault(#[from] VaultError),
+}
+
+/// Resolves the provider for a tenant: configured, and allowed for this tenant.
+pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, TokenError> {
+    let p = state.providers.get(provider).ok_or(TokenError::UnknownProvider)?;
+    let t = state.tenants.get(tenant).ok_or(TokenError::ProviderNotAllowed)?;
+    if !t.providers.contains(provider) {
+        return Err(TokenError::ProviderNotAllowed);
+    }
+    Ok(p.clone())
+}
+
+pub async fn token_for(
+    state: &AppState,
+    tenant: &TenantId,
+    req: TokenRequest,
+    now: OffsetDateTime,
+) -> Result<TokenOutcome, TokenError> {
+    let provider = provider_for(state, tenant, &req.provider)?;
+
+    if let Some(eid) = req.elicitation_id {
+        let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
+            .await?
+            .ok_or(TokenError::ElicitationNotFound)?;
+        if e.subject != req.subject.as_str() || e.provider != req.provider.as_str() {
+            return Err(TokenError::ElicitationMismatch);
+        }
+        match ElicitationStatus::parse(&e.status) {
+            Ok(ElicitationStatus::Pending) if e.expires_at > now => return Ok(TokenOutcome::ConnectRequired(e)),
+            Ok(ElicitationStatus::Declined) => return Ok(TokenOutcome::Declined(eid)),
+            // Completed: the connection below holds the grant. Expired, cancelled or
+            // overdue: a fresh elicitation below.
+            _ => {}
+        }
+    }
+
+    let conn =
+        store::connections::find_connection(&state.pool, tenant.as_str(), req.subject.as_str(), req.provider.as_str())
+            .await?;
+    if let Some(c) = &conn
+        && let Some(out) = usable_token(state, tenant, &req, c, now)?
+    {
+        return Ok(out);
+    }
+
+    // A new grant asks for what was asked plus what the old connection had, so a
+    // re-connect for one more scope does not lose the others.
+    let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes.clone());
+    let wanted = match &conn {
+        Some(c) if c.status == "active" => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
+        _ => wanted,
+    };
+    let e = pending_elicitation(state, tenant, &req, &wanted, now).await?;
+    Ok(TokenOutcome::ConnectRequired(e))
+}
+
+/// Opens the connection's access token if the connection can serve this request.
+fn usable_token(
+    state: &AppState,
+    tenant: &TenantId,
+    req: &TokenRequest,
+    c: &ConnectionRow,
+    now: OffsetDateTime,
+) -> Result<Option<TokenOutcome>, TokenError> {
+    if c.status != "active" {
+        return Ok(None);
+    }
+    let have = Scopes::parse(&c.scopes).unwrap_or_default();
+    if let Some(want) = &req.scopes
+        && !have.covers(want)
+    {
+        return Ok(None);
+    }
+    if c.access_expires_at.is_some_and(|t| t <= now) {
+        return Ok(None);
+    }
+    let (Some(key_id), Some(ct)) = (&c.key_id, &c.access_token_ct) else {
+        return Ok(None);
+    };
+    let connection = ConnectionId::from_uuid(c.id);
+    let row = RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection };
+    let access_token = state.vault.open(key_id, &row, Field::AccessToken, ct)?;
+    Ok(Some(TokenOutcome::Connected {
+        access_token,
+        token_type: c.token_type.clone(),
+        expires_at: c.access_expires_at,
+        scopes: c.scopes.clone(),
+        account: c.account_id.clone().map(|id| Account { id, login: c.account_login.clone() }),
+        connection_id: connection,
+    }))
+}
+
+/// The pending elicitation for this request, created if there is none. Concurrent callers
+/// converge on one row through the partial unique index.
+async fn pending_elicitation(
+    state: &AppState,
+    tenant: &TenantId,
+    req: &TokenRequest,
+    scopes: &Scopes,
+    now: OffsetDateTime,
+) -> Result<ElicitationRow, TokenError> {
+    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
+    store::elicitations::expire_overdue_for(&state.pool, t, s, p, now).await?;
+    for _ in 0..3 {
+        if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, p, scopes.as_slice()).await? {
+            return Ok(e);
+        }
+        let id = ElicitationId::generate();
+        let ttl = time::Duration::try_from(state.elicitation_ttl).unwrap_or(time::Duration::minutes(10));
+        let new = store::elicitations::NewElicitation {
+            id: id.as_uuid(),
+            tenant_id: t,
+            subject: s,
+            provider: p,
+            scopes: scopes.as_slice(),
+            mcp_context: req.mcp_context.clone(),
+            expires_at: now + ttl,
+        };
+        let mut tx = state.pool.begin().await?;
+        if store::elicitations::insert_pending(&mut *tx, &new).await? {
+            let mut ev = AuditEvent::new("elicitation_created");
+            ev.tenant_id = Some(t.to_owned());
+            ev.subject = Some(s.to_owned());
+            ev.provider = Some(p.to_owned());
+            ev.elicitation_id = Some(id.as_uuid());
+            ev.detail = serde_json::json!({ "scopes": scopes.as_slice() });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+        }
+        tx.commit().await?;
+    }
+    // Three rounds of "someone else inserted, then it vanished" means something else is
+    // wrong; report it rather than loop.
+    Err(TokenError::Database(sqlx::Error::RowNotFound))
+}

@@ -1,0 +1,222 @@
+//! Sealing and opening of tokens at rest (DESIGN.md invariant 2).
+//!
+//! XChaCha20-Poly1305 with a random 192-bit nonce per field; the nonce is stored in front
+//! of the ciphertext. The associated data binds each ciphertext to its row and field
+//! (tenant, subject, provider, connection id, field name), so a ciphertext copied to
+//! another row or another column fails to open. Every row names the key id it was sealed
+//! under, so keys rotate: the current key seals, older keys only open.
+
+mod keyring;
+
+pub use keyring::{KeyId, Keyring, KeyringError};
+
+use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
+use chacha20poly1305::XNonce;
+use chacha20poly1305::aead::{Aead, Payload};
+use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+
+const NONCE_LEN: usize = 24;
+
+/// Which column a ciphertext belongs to; part of the associated data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    AccessToken,
+    RefreshToken,
+    IdToken,
+}
+
+impl Field {
+    fn as_str(self) -> &'static str {
+        match self {
+            Field::AccessToken => "access_token",
+            Field::RefreshToken => "refresh_token",
+            Field::IdToken => "id_token",
+        }
+    }
+}
+
+/// The row a ciphertext belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct RowBinding<'a> {
+    pub tenant: &'a TenantId,
+    pub subject: &'a Subject,
+    pub provider: &'a ProviderId,
+    pub connection: ConnectionId,
+}
+
+impl RowBinding<'_> {
+    /// Length-prefixed, so that no two different bindings encode to the same bytes.
+    fn associated_data(&self, field: Field) -> Vec<u8> {
+        let connection = self.connection.to_string();
+        let parts: [&[u8]; 5] = [
+            self.tenant.as_str().as_bytes(),
+            self.subject.as_str().as_bytes(),
+            self.provider.as_str().as_bytes(),
+            connection.as_bytes(),
+            field.as_str().as_bytes(),
+        ];
+        let mut ad = b"mcp-connect/vault/v1".to_vec();
+        for p in parts {
+            ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            ad.extend_from_slice(p);
+        }
+        ad
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error("ciphertext was sealed under key id {0:?}, which is not in the keyring")]
+    UnknownKey(String),
+    #[error("ciphertext does not open: tampered, moved to another row, or wrong key")]
+    Open,
+    #[error("sealing failed")]
+    Seal,
+    #[error("opened plaintext is not UTF-8")]
+    Encoding,
+}
+
+/// Seals and opens token fields with the keyring.
+#[derive(Debug, Clone)]
+pub struct Vault {
+    keyring: std::sync::Arc<Keyring>,
+}
+
+impl Vault {
+    pub fn new(keyring: Keyring) -> Self {
+        Self { keyring: std::sync::Arc::new(keyring) }
+    }
+
+    /// Id of the key new ciphertexts are sealed under.
+    pub fn current_key_id(&self) -> &KeyId {
+        self.keyring.current_id()
+    }
+
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// Seals under the current key. Returns `nonce || ciphertext+tag`.
+    pub fn seal(&self, row: &RowBinding<'_>, field: Field, plaintext: &SecretString) -> Result<Vec<u8>, VaultError> {
+        let cipher = self.keyring.current_cipher();
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        let ad = row.associated_data(field);
+        let ct = cipher
+            .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext.expose_secret().as_bytes(), aad: &ad })
+            .map_err(|_| VaultError::Seal)?;
+        let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&ct);
+        Ok(out)
+    }
+
+    /// Opens a ciphertext sealed under `key_id` for exactly this row and field.
+    pub fn open(
+        &self,
+        key_id: &str,
+        row: &RowBinding<'_>,
+        field: Field,
+        sealed: &[u8],
+    ) -> Result<SecretString, VaultError> {
+        let cipher = self.keyring.cipher(key_id).ok_or_else(|| VaultError::UnknownKey(key_id.to_owned()))?;
+        if sealed.len() < NONCE_LEN + 16 {
+            return Err(VaultError::Open);
+        }
+        let (nonce, ct) = sealed.split_at(NONCE_LEN);
+        let ad = row.associated_data(field);
+        let pt =
+            cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: &ad }).map_err(|_| VaultError::Open)?;
+        let s = String::from_utf8(pt).map_err(|e| {
+            let mut bytes = e.into_bytes();
+            zeroize::Zeroize::zeroize(&mut bytes);
+            VaultError::Encoding
+        })?;
+        Ok(SecretString::from(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> (TenantId, Subject, ProviderId) {
+        (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("github").unwrap())
+    }
+
+    fn vault(spec: &str) -> Vault {
+        Vault::new(Keyring::parse(spec).unwrap())
+    }
+
+    const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const K2: &str = "k2:HxwdHhscGRobGBcWFRQTEhEQDw4NDAsKCQgHBgUEAwI=";
+
+    #[test]
+    fn a_sealed_token_opens_for_its_own_row_and_field() {
+        let (t, s, p) = ids();
+        let v = vault(K1);
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("gho_secret")).unwrap();
+        assert!(!ct.windows(10).any(|w| w == b"gho_secret"));
+        let pt = v.open("k1", &row, Field::AccessToken, &ct).unwrap();
+        assert_eq!(pt.expose_secret(), "gho_secret");
+    }
+
+    #[test]
+    fn a_ciphertext_does_not_open_for_another_row_or_field() {
+        let (t, s, p) = ids();
+        let v = vault(K1);
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        let other_conn = RowBinding { connection: ConnectionId::generate(), ..row };
+        assert!(matches!(v.open("k1", &other_conn, Field::AccessToken, &ct), Err(VaultError::Open)));
+        let bob = Subject::parse("bob").unwrap();
+        let other_subject = RowBinding { subject: &bob, ..row };
+        assert!(matches!(v.open("k1", &other_subject, Field::AccessToken, &ct), Err(VaultError::Open)));
+        let other_tenant_id = TenantId::parse("evil").unwrap();
+        let other_tenant = RowBinding { tenant: &other_tenant_id, ..row };
+        assert!(matches!(v.open("k1", &other_tenant, Field::AccessToken, &ct), Err(VaultError::Open)));
+        let gl = ProviderId::parse("gitlab").unwrap();
+        let other_provider = RowBinding { provider: &gl, ..row };
+        assert!(matches!(v.open("k1", &other_provider, Field::AccessToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.open("k1", &row, Field::RefreshToken, &ct), Err(VaultError::Open)));
+    }
+
+    #[test]
+    fn a_tampered_ciphertext_does_not_open() {
+        let (t, s, p) = ids();
+        let v = vault(K1);
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        for i in 0..ct.len() {
+            let mut bad = ct.clone();
+            bad[i] ^= 0x01;
+            assert!(v.open("k1", &row, Field::AccessToken, &bad).is_err(), "bit flip at {i} opened");
+        }
+        assert!(v.open("k1", &row, Field::AccessToken, &ct[..10]).is_err());
+    }
+
+    #[test]
+    fn old_keys_open_and_the_current_key_seals() {
+        let (t, s, p) = ids();
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let old = vault(K1);
+        let ct = old.seal(&row, Field::RefreshToken, &SecretString::from("r1")).unwrap();
+        let rotated = vault(&format!("{K2},{K1}"));
+        assert_eq!(rotated.current_key_id().as_str(), "k2");
+        assert_eq!(rotated.open("k1", &row, Field::RefreshToken, &ct).unwrap().expose_secret(), "r1");
+        let ct2 = rotated.seal(&row, Field::RefreshToken, &SecretString::from("r2")).unwrap();
+        assert!(rotated.open("k1", &row, Field::RefreshToken, &ct2).is_err());
+        assert_eq!(rotated.open("k2", &row, Field::RefreshToken, &ct2).unwrap().expose_secret(), "r2");
+    }
+
+    #[test]
+    fn an_unknown_key_id_is_an_error_not_a_guess() {
+        let (t, s, p) = ids();
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let v = vault(K1);
+        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        assert!(matches!(v.open("k9", &row, Field::AccessToken, &ct), Err(VaultError::UnknownKey(_))));
+    }
+}

@@ -1,0 +1,119 @@
+//! Every way a request can fail to authenticate, and the cache that makes a good key cheap.
+
+use crate::helpers::{TestApp, assert_error, spawn_app};
+use mcp_connect::api_keys::NewApiKey;
+use secrecy::ExposeSecret;
+use serde_json::json;
+
+fn body() -> serde_json::Value {
+    json!({"subject": "alice", "provider": "github"})
+}
+
+async fn post_with_header(app: &TestApp, header: Option<&str>) -> reqwest::Response {
+    let mut r = app.client.post(format!("{}/v1/token", app.base)).json(&body());
+    if let Some(h) = header {
+        r = r.header("authorization", h);
+    }
+    r.send().await.unwrap()
+}
+
+fn www_authenticate(r: &reqwest::Response) -> String {
+    r.headers().get("www-authenticate").expect("WWW-Authenticate is set").to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_is_401_with_a_bare_challenge() {
+    let app = spawn_app().await;
+    let r = post_with_header(&app, None).await;
+    assert_eq!(www_authenticate(&r), "Bearer realm=\"mcp-connect\"");
+    assert_error(r, 401, "invalid_api_key").await;
+}
+
+#[tokio::test]
+async fn a_key_in_another_scheme_is_401() {
+    let app = spawn_app().await;
+    let r = post_with_header(&app, Some(&format!("Basic {}", app.key))).await;
+    assert!(www_authenticate(&r).contains("invalid_token"));
+    assert_error(r, 401, "invalid_api_key").await;
+}
+
+#[tokio::test]
+async fn a_malformed_key_is_401() {
+    let app = spawn_app().await;
+    for bad in ["Bearer", "Bearer ", "Bearer nonsense", "Bearer mcpc_", &format!("Bearer {}x", app.key)] {
+        let r = post_with_header(&app, Some(bad)).await;
+        assert!(www_authenticate(&r).contains("invalid_token"), "{bad}");
+        assert_error(r, 401, "invalid_api_key").await;
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_key_is_401_and_costs_a_hash_like_a_wrong_one() {
+    let app = spawn_app().await;
+    let before = app.state.api_keys.hash_verifications();
+    let unknown = NewApiKey::generate();
+    let r = app.token(unknown.key.expose_secret(), body()).await;
+    assert_error(r, 401, "invalid_api_key").await;
+    // Same work as a wrong secret for a known id: one argon2 verification (against a
+    // dummy hash), so response time does not tell which ids exist.
+    assert_eq!(app.state.api_keys.hash_verifications(), before + 1);
+}
+
+#[tokio::test]
+async fn a_wrong_secret_for_a_known_id_is_401() {
+    let app = spawn_app().await;
+    let before = app.state.api_keys.hash_verifications();
+    let other = NewApiKey::generate();
+    let other = other.key.expose_secret();
+    // Keep the real id, swap in another secret.
+    let forged = format!("{}{}", &app.key[..22], &other[22..]);
+    assert_ne!(forged, app.key);
+    let r = app.token(&forged, body()).await;
+    assert_error(r, 401, "invalid_api_key").await;
+    assert_eq!(app.state.api_keys.hash_verifications(), before + 1);
+}
+
+#[tokio::test]
+async fn a_revoked_key_is_401() {
+    let app = spawn_app().await;
+    let id = &app.key[5..21];
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, id).await.unwrap().unwrap();
+    let r = app.token(&app.key, body()).await;
+    assert_error(r, 401, "invalid_api_key").await;
+}
+
+#[tokio::test]
+async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
+    let app = spawn_app().await;
+    assert_eq!(app.token(&app.key, body()).await.status(), 200);
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
+    // The tests configure cache_seconds = 1.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;
+}
+
+#[tokio::test]
+async fn a_cached_key_is_not_hashed_again() {
+    let app = spawn_app().await;
+    assert_eq!(app.token(&app.key, body()).await.status(), 200);
+    let after_first = app.state.api_keys.hash_verifications();
+    for _ in 0..5 {
+        assert_eq!(app.token(&app.key, body()).await.status(), 200);
+    }
+    assert_eq!(app.state.api_keys.hash_verifications(), after_first);
+}
+
+#[tokio::test]
+async fn an_admin_key_on_the_server_api_is_403_insufficient_scope() {
+    let app = spawn_app().await;
+    let r = app.token(&app.admin_key, body()).await;
+    assert!(www_authenticate(&r).contains("insufficient_scope"));
+    assert_error(r, 403, "insufficient_scope").await;
+}
+
+#[tokio::test]
+async fn a_key_of_a_tenant_removed_from_the_config_is_401() {
+    let app = spawn_app().await;
+    sqlx::query("UPDATE tenants SET active = false WHERE id = 'beta'").execute(&app.pool).await.unwrap();
+    assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
+}

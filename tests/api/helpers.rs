@@ -1,0 +1,199 @@
+//! `spawn_app`: a fresh database, the real `Application::build`, keys for two tenants.
+
+use mcp_connect::config::Config;
+use mcp_connect::domain::{ConnectionId, KeyScope, ProviderId, Subject, TenantId};
+use mcp_connect::startup::{AppState, Application};
+use mcp_connect::store::{self, PgPool};
+use mcp_connect::vault::{Field, RowBinding};
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::Connection;
+use std::collections::HashMap;
+use time::OffsetDateTime;
+
+pub const KEY_A: &str = "k-old:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+pub const KEY_B: &str = "k-new:HxwdHhscGRobGBcWFRQTEhEQDw4NDAsKCQgHBgUEAwI=";
+
+/// The Postgres server the tests use: `DATABASE_URL` (any database on it; each test makes
+/// its own) or the local default.
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    let mut u = url::Url::parse(url).expect("DATABASE_URL is a URL");
+    u.set_path(&format!("/{db}"));
+    u.to_string()
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub pool: PgPool,
+    pub state: actix_web::web::Data<AppState>,
+    pub db_url: String,
+    /// Server-scope key of tenant `acme`.
+    pub key: String,
+    /// Admin-scope key of tenant `acme`.
+    pub admin_key: String,
+    /// Server-scope key of tenant `beta`.
+    pub beta_key: String,
+    pub client: reqwest::Client,
+}
+
+pub struct Options {
+    pub vault_keys: String,
+    pub extra_toml: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new() }
+    }
+}
+
+pub fn config_toml(extra: &str) -> String {
+    format!(
+        r#"
+public_base_url = "https://connect.example.test"
+listen = "127.0.0.1:0"
+log_format = "text"
+[api_keys]
+cache_seconds = 1
+[[tenants]]
+id = "acme"
+display_name = "Acme Assistant"
+providers = ["github", "gitlab"]
+[[tenants]]
+id = "beta"
+display_name = "Beta Bot"
+providers = ["github"]
+[providers.github]
+template = "github"
+client_id = "gh-client"
+[providers.gitlab]
+template = "gitlab"
+client_id = "gl-client"
+{extra}
+"#
+    )
+}
+
+pub async fn create_database() -> String {
+    let server = server_url();
+    let name = format!("mcpc_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&server).await.expect("connect to Postgres (is it running? see README)");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    with_database(&server, &name)
+}
+
+pub fn config_for(db_url: &str, opts: &Options) -> Config {
+    let env: HashMap<&str, String> = HashMap::from([
+        ("MCP_CONNECT_DATABASE_URL", db_url.to_owned()),
+        ("MCP_CONNECT_VAULT_KEYS", opts.vault_keys.clone()),
+        ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "gh-secret".to_owned()),
+        ("MCP_CONNECT_PROVIDER_GITLAB_CLIENT_SECRET", "gl-secret".to_owned()),
+    ]);
+    Config::from_toml(&config_toml(&opts.extra_toml), &|k| env.get(k).cloned()).expect("test config is valid")
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(opts: Options) -> TestApp {
+    let db_url = create_database().await;
+    spawn_on(&db_url, &opts).await
+}
+
+/// Another instance on the same database (for cross-instance tests) or a fresh start.
+pub async fn spawn_on(db_url: &str, opts: &Options) -> TestApp {
+    let config = config_for(db_url, opts);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let app = Application::build_with_listener(config, listener).await.expect("app builds");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let state = app.state();
+    let pool = state.pool.clone();
+    tokio::spawn(app.run_until_stopped());
+    let acme = TenantId::parse("acme").unwrap();
+    let beta = TenantId::parse("beta").unwrap();
+    let key = mcp_connect::cli::create_api_key(&pool, &acme, KeyScope::Server, Some("test")).await.unwrap();
+    let admin_key = mcp_connect::cli::create_api_key(&pool, &acme, KeyScope::Admin, None).await.unwrap();
+    let beta_key = mcp_connect::cli::create_api_key(&pool, &beta, KeyScope::Server, None).await.unwrap();
+    TestApp {
+        base,
+        pool,
+        state,
+        db_url: db_url.to_owned(),
+        key: key.key.expose_secret().to_owned(),
+        admin_key: admin_key.key.expose_secret().to_owned(),
+        beta_key: beta_key.key.expose_secret().to_owned(),
+        client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
+    }
+}
+
+impl TestApp {
+    pub async fn token(&self, key: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client.post(format!("{}/v1/token", self.base)).bearer_auth(key).json(&body).send().await.unwrap()
+    }
+
+    /// `POST /v1/token` with the acme key; asserts 200 and returns the JSON.
+    pub async fn token_ok(&self, body: serde_json::Value) -> serde_json::Value {
+        let r = self.token(&self.key, body).await;
+        assert_eq!(r.status(), 200, "unexpected status");
+        r.json().await.unwrap()
+    }
+
+    /// Stores an active connection through the real vault code, as the callback would.
+    pub async fn insert_connection(
+        &self,
+        tenant: &str,
+        subject: &str,
+        provider: &str,
+        access_token: &str,
+        scopes: &[&str],
+        expires_at: Option<OffsetDateTime>,
+    ) -> ConnectionId {
+        let (t, s, p) =
+            (TenantId::parse(tenant).unwrap(), Subject::parse(subject).unwrap(), ProviderId::parse(provider).unwrap());
+        let id = ConnectionId::generate();
+        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id };
+        let vault = &self.state.vault;
+        let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
+        let rt = vault.seal(&row, Field::RefreshToken, &SecretString::from(format!("refresh-{access_token}"))).unwrap();
+        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        store::connections::insert_connection(
+            &self.pool,
+            &store::connections::NewConnection {
+                id: id.as_uuid(),
+                tenant_id: tenant,
+                subject,
+                provider,
+                account_id: Some("4242"),
+                account_login: Some("octo-alice"),
+                scopes: &scopes,
+                grant: store::connections::SealedGrant {
+                    key_id: vault.current_key_id().as_str(),
+                    access_token_ct: &at,
+                    refresh_token_ct: Some(&rt),
+                    id_token_ct: None,
+                    token_type: "Bearer",
+                    access_expires_at: expires_at,
+                },
+            },
+        )
+        .await
+        .unwrap();
+        id
+    }
+}
+
+/// Asserts an error response: status, stable code, and a JSON body shaped as documented.
+pub async fn assert_error(r: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
+    assert_eq!(r.status().as_u16(), status, "status for {code}");
+    let body: serde_json::Value = r.json().await.expect("error body is JSON");
+    assert_eq!(body["error"], code, "body: {body}");
+    assert!(body["error_description"].as_str().is_some_and(|d| !d.is_empty()));
+    body
+}
