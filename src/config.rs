@@ -6,6 +6,7 @@
 
 use crate::domain::{ProviderId, Scopes, TenantId};
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry};
+use crate::oauth::resolve::IdpConfig;
 use crate::oauth::urls;
 use crate::vault::Keyring;
 use secrecy::SecretString;
@@ -49,6 +50,11 @@ struct RawConfig {
     elicitations: RawElicitations,
     #[serde(default)]
     api_keys: RawApiKeys,
+    idp: Option<RawIdp>,
+    #[serde(default)]
+    sessions: RawSessions,
+    #[serde(default)]
+    outbound: RawOutbound,
     #[serde(default)]
     tenants: Vec<RawTenant>,
     #[serde(default)]
@@ -79,6 +85,29 @@ struct RawElicitations {
 struct RawApiKeys {
     cache_seconds: Option<u64>,
     cache_capacity: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdp {
+    issuer: Option<String>,
+    client_id: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    scopes: Option<Vec<String>>,
+    #[serde(default)]
+    allow_idn_hosts: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSessions {
+    ttl_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutbound {
+    timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +171,9 @@ pub struct Config {
     pub api_key_cache_capacity: usize,
     pub tenants: Vec<TenantConfig>,
     pub providers: ProviderRegistry,
+    pub idp: IdpConfig,
+    pub session_ttl: Duration,
+    pub outbound_timeout: Duration,
 }
 
 impl Config {
@@ -267,7 +299,20 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         tenants.push(TenantConfig { id, display_name, providers: tp });
     }
 
+    let idp = validate_idp(raw.idp, env)?;
+    let session_ttl = raw.sessions.ttl_seconds.unwrap_or(3600);
+    if !(60..=86_400).contains(&session_ttl) {
+        return Err(err("sessions.ttl_seconds", "must be between 60 and 86400"));
+    }
+    let outbound_timeout = raw.outbound.timeout_seconds.unwrap_or(10);
+    if !(1..=60).contains(&outbound_timeout) {
+        return Err(err("outbound.timeout_seconds", "must be between 1 and 60"));
+    }
+
     Ok(Config {
+        idp,
+        session_ttl: Duration::from_secs(session_ttl),
+        outbound_timeout: Duration::from_secs(outbound_timeout),
         public_base_url,
         listen,
         log_format,
@@ -279,6 +324,46 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
         tenants,
         providers: registry,
+    })
+}
+
+fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, ConfigError> {
+    let raw = raw.unwrap_or(RawIdp {
+        issuer: None,
+        client_id: None,
+        client_secret_file: None,
+        scopes: None,
+        allow_idn_hosts: Vec::new(),
+    });
+    let issuer = env(&env_key("IDP_ISSUER")).or(raw.issuer).ok_or_else(|| {
+        err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
+    })?;
+    let issuer =
+        urls::endpoint(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
+    let client_id = env(&env_key("IDP_CLIENT_ID"))
+        .or(raw.client_id)
+        .ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
+    let client_secret = match (env(&env_key("IDP_CLIENT_SECRET")), &raw.client_secret_file) {
+        (Some(s), _) => s,
+        (None, Some(path)) => read_secret_file("idp.client_secret_file", path)?,
+        (None, None) => {
+            return Err(err(
+                "idp.client_secret_file",
+                "no client secret: set MCP_CONNECT_IDP_CLIENT_SECRET or client_secret_file",
+            ));
+        }
+    };
+    let scopes = raw.scopes.unwrap_or_else(|| vec!["openid".to_owned()]);
+    Scopes::parse(&scopes).map_err(|e| err("idp.scopes", e.to_string()))?;
+    if !scopes.iter().any(|s| s == "openid") {
+        return Err(err("idp.scopes", "must include \"openid\""));
+    }
+    Ok(IdpConfig {
+        issuer,
+        client_id,
+        client_secret: SecretString::from(client_secret),
+        scopes,
+        allow_idn_hosts: raw.allow_idn_hosts,
     })
 }
 
@@ -403,6 +488,9 @@ mod tests {
 
     const GOOD: &str = r#"
 public_base_url = "https://connect.example.com"
+[idp]
+issuer = "https://idp.example.com"
+client_id = "mcp-connect"
 [database]
 url = "postgres://localhost/x"
 [[tenants]]
@@ -415,7 +503,11 @@ client_id = "abc"
 "#;
 
     fn base_env() -> Vec<(&'static str, &'static str)> {
-        vec![("MCP_CONNECT_VAULT_KEYS", KEY), ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s3cret")]
+        vec![
+            ("MCP_CONNECT_VAULT_KEYS", KEY),
+            ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s3cret"),
+            ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret"),
+        ]
     }
 
     #[test]
@@ -433,7 +525,13 @@ client_id = "abc"
 
     #[test]
     fn start_up_refuses_a_missing_vault_key() {
-        assert_eq!(error_field(GOOD, &[("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s")]), "vault");
+        assert_eq!(
+            error_field(
+                GOOD,
+                &[("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s"), ("MCP_CONNECT_IDP_CLIENT_SECRET", "s")]
+            ),
+            "vault"
+        );
     }
 
     #[test]
@@ -457,7 +555,14 @@ client_id = "abc"
             error_field(&GOOD.replace("providers = [\"github\"]", "providers = [\"gitlab\"]"), &base_env()),
             "tenants[0].providers"
         );
-        assert_eq!(error_field(GOOD, &[("MCP_CONNECT_VAULT_KEYS", KEY)]), "providers.github.client_secret_file");
+        assert_eq!(
+            error_field(GOOD, &[("MCP_CONNECT_VAULT_KEYS", KEY), ("MCP_CONNECT_IDP_CLIENT_SECRET", "s")]),
+            "providers.github.client_secret_file"
+        );
+        assert_eq!(
+            error_field(&GOOD.replace("https://idp.example.com", "http://idp.example.com"), &base_env()),
+            "idp.issuer"
+        );
         assert_eq!(
             error_field(&format!("{GOOD}authorize_url = \"http://github.com/x\"\n"), &base_env()),
             "providers.github.authorize_url"

@@ -7,11 +7,17 @@ pub mod api_keys;
 pub mod cli;
 /// Typed, validated configuration from TOML and the environment.
 pub mod config;
+/// The connect flow behind the browser pages: entry checks, authorization, callback.
+pub mod connect;
+/// Random tokens, lookup hashes, constant-time comparison.
+pub mod crypto;
 /// Newtypes for outside values, parsed once at the edge.
 pub mod domain;
 /// HTTP surfaces: API, admin, browser pages, health.
 pub mod http;
-/// Downstream provider registry and templates.
+/// Browser login at the primary IdP and its sessions.
+pub mod login;
+/// Providers, discovery, and the OAuth code flow.
 pub mod oauth;
 /// Application assembly shared by `serve` and the tests.
 pub mod startup;

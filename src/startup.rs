@@ -4,6 +4,8 @@ use crate::api_keys::ApiKeyVerifier;
 use crate::config::{Config, TenantConfig};
 use crate::domain::{ElicitationId, ProviderId, TenantId};
 use crate::oauth::ProviderRegistry;
+use crate::oauth::http::Outbound;
+use crate::oauth::resolve::{IdpConfig, Resolver};
 use crate::store::{self, PgPool};
 use crate::vault::Vault;
 use actix_web::dev::Server;
@@ -24,6 +26,12 @@ pub struct AppState {
     pub api_keys: Arc<ApiKeyVerifier>,
     pub public_base_url: Url,
     pub elicitation_ttl: Duration,
+    pub idp: IdpConfig,
+    pub resolver: Resolver,
+    pub outbound: Outbound,
+    pub session_ttl: Duration,
+    /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
+    pub secure_cookies: bool,
 }
 
 impl AppState {
@@ -33,6 +41,14 @@ impl AppState {
         u.set_path(&format!("/connect/{provider}"));
         u.query_pairs_mut().clear().append_pair("e", &id.to_string());
         u.to_string()
+    }
+
+    /// The name users see for a tenant (its id if it is no longer configured).
+    pub fn tenant_name(&self, tenant: &str) -> String {
+        TenantId::parse(tenant)
+            .ok()
+            .and_then(|t| self.tenants.get(&t).map(|c| c.display_name.clone()))
+            .unwrap_or_else(|| tenant.to_owned())
     }
 }
 
@@ -59,7 +75,14 @@ impl Application {
 
         let api_keys = ApiKeyVerifier::new(pool.clone(), config.api_key_cache_ttl, config.api_key_cache_capacity)
             .map_err(|e| anyhow::anyhow!("api key verifier: {e}"))?;
+        let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
+        let secure_cookies = config.public_base_url.scheme() == "https";
         let state = web::Data::new(AppState {
+            idp: config.idp,
+            resolver: Resolver::default(),
+            outbound,
+            session_ttl: config.session_ttl,
+            secure_cookies,
             pool,
             vault: Vault::new(config.keyring),
             providers: config.providers,
@@ -76,6 +99,7 @@ impl Application {
                 .app_data(data.clone())
                 .configure(crate::http::ops::configure)
                 .configure(crate::http::api::configure)
+                .configure(crate::http::browser::configure)
         })
         .listen(listener)?
         .run();

@@ -39,6 +39,11 @@ pub async fn request_context(
                 ("x-content-type-options", "nosniff"),
                 ("referrer-policy", "no-referrer"),
                 ("x-frame-options", "DENY"),
+                ("x-dns-prefetch-control", "off"),
+                (
+                    "content-security-policy",
+                    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+                ),
             ] {
                 if !h.contains_key(k) {
                     h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));

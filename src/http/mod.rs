@@ -2,6 +2,7 @@
 //! `browser` for people, `ops` for load balancers. Each exposes `configure`.
 
 pub mod api;
+pub mod browser;
 pub mod error;
 pub mod middleware;
 pub mod ops;

@@ -1,7 +1,10 @@
 //! Downstream providers: the registry built from configuration and provider templates.
 //! The browser flow (authorize, callback, refresh, revocation) builds on this registry.
 
+pub mod flow;
+pub mod http;
 pub mod providers;
+pub mod resolve;
 pub mod urls;
 
 pub use providers::{Provider, ProviderKind, ProviderRegistry};

@@ -109,3 +109,72 @@ pub async fn expire_overdue_for(
     .await?;
     Ok(r.rows_affected())
 }
+
+/// Locks a pending elicitation for the completion transaction; `None` when it is no longer
+/// pending (completed, declined, cancelled by someone else meanwhile).
+pub async fn lock_pending(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    now: OffsetDateTime,
+) -> Result<Option<ElicitationRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ElicitationRow,
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+           FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
+           FOR UPDATE"#,
+        id,
+        now
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// An elicitation by id alone: for the browser pages, which re-check its binding against
+/// the session themselves.
+pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ElicitationRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ElicitationRow,
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+           FROM elicitations WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn mark_completed(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    connection_id: Uuid,
+    now: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE elicitations SET status = 'completed', connection_id = $2, completed_at = $3
+           WHERE id = $1 AND status = 'pending'"#,
+        id,
+        connection_id,
+        now
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Declines a pending elicitation of exactly this subject.
+pub async fn mark_declined(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    subject: &str,
+    now: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE elicitations SET status = 'declined', completed_at = $3
+           WHERE id = $1 AND subject = $2 AND status = 'pending'"#,
+        id,
+        subject,
+        now
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

@@ -6,6 +6,8 @@ pub mod api_keys;
 pub mod audit;
 pub mod connections;
 pub mod elicitations;
+pub mod sessions;
+pub mod states;
 pub mod tenants;
 
 pub use sqlx::PgPool;

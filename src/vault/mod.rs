@@ -99,17 +99,7 @@ impl Vault {
 
     /// Seals under the current key. Returns `nonce || ciphertext+tag`.
     pub fn seal(&self, row: &RowBinding<'_>, field: Field, plaintext: &SecretString) -> Result<Vec<u8>, VaultError> {
-        let cipher = self.keyring.current_cipher();
-        let mut nonce = [0u8; NONCE_LEN];
-        rand::rng().fill_bytes(&mut nonce);
-        let ad = row.associated_data(field);
-        let ct = cipher
-            .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext.expose_secret().as_bytes(), aad: &ad })
-            .map_err(|_| VaultError::Seal)?;
-        let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&ct);
-        Ok(out)
+        self.seal_bytes(&row.associated_data(field), plaintext.expose_secret().as_bytes())
     }
 
     /// Opens a ciphertext sealed under `key_id` for exactly this row and field.
@@ -120,21 +110,63 @@ impl Vault {
         field: Field,
         sealed: &[u8],
     ) -> Result<SecretString, VaultError> {
-        let cipher = self.keyring.cipher(key_id).ok_or_else(|| VaultError::UnknownKey(key_id.to_owned()))?;
-        if sealed.len() < NONCE_LEN + 16 {
-            return Err(VaultError::Open);
-        }
-        let (nonce, ct) = sealed.split_at(NONCE_LEN);
-        let ad = row.associated_data(field);
-        let pt =
-            cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: &ad }).map_err(|_| VaultError::Open)?;
-        let s = String::from_utf8(pt).map_err(|e| {
+        let mut pt = self.open_bytes(key_id, &row.associated_data(field), sealed)?;
+        let s = String::from_utf8(std::mem::take(&mut *pt)).map_err(|e| {
             let mut bytes = e.into_bytes();
             zeroize::Zeroize::zeroize(&mut bytes);
             VaultError::Encoding
         })?;
         Ok(SecretString::from(s))
     }
+
+    /// Seals a short-lived secret that is not a token (a PKCE verifier, a nonce), bound to
+    /// `purpose` and to the bytes that identify its record (e.g. the state hash).
+    pub fn seal_aux(&self, purpose: &str, binding: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
+        self.seal_bytes(&aux_ad(purpose, binding), plaintext)
+    }
+
+    pub fn open_aux(
+        &self,
+        key_id: &str,
+        purpose: &str,
+        binding: &[u8],
+        sealed: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, VaultError> {
+        self.open_bytes(key_id, &aux_ad(purpose, binding), sealed)
+    }
+
+    fn seal_bytes(&self, ad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
+        let cipher = self.keyring.current_cipher();
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        let ct = cipher
+            .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext, aad: ad })
+            .map_err(|_| VaultError::Seal)?;
+        let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&ct);
+        Ok(out)
+    }
+
+    fn open_bytes(&self, key_id: &str, ad: &[u8], sealed: &[u8]) -> Result<zeroize::Zeroizing<Vec<u8>>, VaultError> {
+        let cipher = self.keyring.cipher(key_id).ok_or_else(|| VaultError::UnknownKey(key_id.to_owned()))?;
+        if sealed.len() < NONCE_LEN + 16 {
+            return Err(VaultError::Open);
+        }
+        let (nonce, ct) = sealed.split_at(NONCE_LEN);
+        let pt =
+            cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: ad }).map_err(|_| VaultError::Open)?;
+        Ok(zeroize::Zeroizing::new(pt))
+    }
+}
+
+fn aux_ad(purpose: &str, binding: &[u8]) -> Vec<u8> {
+    let mut ad = b"mcp-connect/aux/v1".to_vec();
+    for p in [purpose.as_bytes(), binding] {
+        ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        ad.extend_from_slice(p);
+    }
+    ad
 }
 
 #[cfg(test)]
@@ -209,6 +241,15 @@ mod tests {
         let ct2 = rotated.seal(&row, Field::RefreshToken, &SecretString::from("r2")).unwrap();
         assert!(rotated.open("k1", &row, Field::RefreshToken, &ct2).is_err());
         assert_eq!(rotated.open("k2", &row, Field::RefreshToken, &ct2).unwrap().expose_secret(), "r2");
+    }
+
+    #[test]
+    fn aux_secrets_open_only_for_their_purpose_and_binding() {
+        let v = vault(K1);
+        let ct = v.seal_aux("oauth_state", b"hash-1", b"verifier").unwrap();
+        assert_eq!(&*v.open_aux("k1", "oauth_state", b"hash-1", &ct).unwrap(), b"verifier");
+        assert!(v.open_aux("k1", "oauth_state", b"hash-2", &ct).is_err());
+        assert!(v.open_aux("k1", "login_state", b"hash-1", &ct).is_err());
     }
 
     #[test]

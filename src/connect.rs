@@ -1,0 +1,560 @@
+//! The connect flow behind the browser pages (DESIGN.md steps 4-6): who may open an
+//! elicitation, starting the provider authorization, and completing it at the callback.
+//! Every check is a plain function of its inputs; the callers turn refusals into pages.
+
+use crate::crypto;
+use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
+use crate::oauth::Provider;
+use crate::oauth::flow::{self, AuthServer, FlowError};
+use crate::startup::AppState;
+use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow, states::OauthStateRow};
+use crate::vault::{Field, RowBinding};
+use secrecy::SecretString;
+use std::sync::Arc;
+use time::OffsetDateTime;
+use url::Url;
+
+const STATE_TTL: time::Duration = time::Duration::minutes(10);
+const STATE_PURPOSE: &str = "oauth_state";
+
+/// The logged-in browser user: the IdP's `sub`, and the hash of the session id.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub subject: Subject,
+    pub id_hash: [u8; 32],
+}
+
+/// Why an elicitation cannot be worked on from this page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryRefusal {
+    NotFound,
+    Expired,
+    Finished(ElicitationStatus),
+    ProviderMismatch,
+}
+
+/// Checks an elicitation opened at `/connect/{provider}`: it exists, is pending, has not
+/// expired, and is for the provider in the path.
+pub fn check_entry(
+    e: Option<&ElicitationRow>,
+    path_provider: &ProviderId,
+    now: OffsetDateTime,
+) -> Result<(), EntryRefusal> {
+    let e = e.ok_or(EntryRefusal::NotFound)?;
+    if e.provider != path_provider.as_str() {
+        return Err(EntryRefusal::ProviderMismatch);
+    }
+    match ElicitationStatus::parse(&e.status) {
+        Ok(ElicitationStatus::Pending) if e.expires_at > now => Ok(()),
+        Ok(ElicitationStatus::Pending) | Ok(ElicitationStatus::Expired) => Err(EntryRefusal::Expired),
+        Ok(other) => Err(EntryRefusal::Finished(other)),
+        Err(_) => Err(EntryRefusal::NotFound),
+    }
+}
+
+/// The one identity check: the browser user is the subject the link was made for. Byte
+/// equality of the IdP's `sub`; names and e-mails play no part.
+pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
+    crypto::constant_time_eq(e.subject.as_bytes(), session.subject.as_str().as_bytes())
+}
+
+/// Records that someone else opened a link (the refusal page is the caller's).
+pub async fn record_identity_mismatch(
+    state: &AppState,
+    e: &ElicitationRow,
+    session: &SessionInfo,
+) -> Result<(), sqlx::Error> {
+    let mut ev = event("identity_mismatch", e);
+    // The intended subject is in the row already; the other one is kept for the operator.
+    ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
+    store::audit::insert_event(&state.pool, &ev).await
+}
+
+fn event(kind: &'static str, e: &ElicitationRow) -> AuditEvent {
+    let mut ev = AuditEvent::new(kind);
+    ev.tenant_id = Some(e.tenant_id.clone());
+    ev.subject = Some(e.subject.clone());
+    ev.provider = Some(e.provider.clone());
+    ev.elicitation_id = Some(e.id);
+    ev
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("elicitation refused: {0:?}")]
+    Entry(EntryRefusal),
+    #[error("the browser user is not the elicitation's subject")]
+    IdentityMismatch,
+    #[error("the provider is not available to this tenant")]
+    ProviderNotAllowed,
+    #[error("provider configuration could not be resolved: {0}")]
+    Resolve(String),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("vault: {0}")]
+    Vault(#[from] crate::vault::VaultError),
+}
+
+/// Our callback URL for a provider: the exact redirect URI registered with it.
+pub fn redirect_uri(state: &AppState, provider: &ProviderId) -> Url {
+    let mut u = state.public_base_url.clone();
+    u.set_path(&format!("/connect/{provider}/callback"));
+    u
+}
+
+async fn load_for_session(
+    state: &AppState,
+    id: ElicitationId,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    now: OffsetDateTime,
+) -> Result<(ElicitationRow, Arc<Provider>), ConnectError> {
+    let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
+    check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
+    let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
+    if !same_subject(&e, session) {
+        record_identity_mismatch(state, &e, session).await?;
+        return Err(ConnectError::IdentityMismatch);
+    }
+    let tenant = TenantId::parse(&e.tenant_id).map_err(|_| ConnectError::ProviderNotAllowed)?;
+    let provider =
+        crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
+    Ok((e, provider))
+}
+
+/// What the consent page shows.
+pub struct ConsentView {
+    pub elicitation: ElicitationRow,
+    pub tenant_name: String,
+    pub provider: Arc<Provider>,
+}
+
+/// Everything needed to render the consent page, after every check.
+pub async fn consent_view(
+    state: &AppState,
+    id: ElicitationId,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    now: OffsetDateTime,
+) -> Result<ConsentView, ConnectError> {
+    let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
+    let tenant_name = state.tenant_name(&elicitation.tenant_id);
+    Ok(ConsentView { elicitation, tenant_name, provider })
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SealedState {
+    verifier: String,
+    nonce: Option<String>,
+}
+
+/// Connect: creates the one-time state and returns the provider's authorization URL.
+pub async fn start_authorization(
+    state: &AppState,
+    id: ElicitationId,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    now: OffsetDateTime,
+) -> Result<Url, ConnectError> {
+    let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
+    let server = state
+        .resolver
+        .provider(&state.outbound, &provider)
+        .await
+        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
+    let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
+    let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
+    let redirect = redirect_uri(state, path_provider);
+    let req = flow::authorize(
+        &server,
+        &redirect,
+        &scopes.join(&provider.scope_separator),
+        &provider.extra_authorize_params,
+        oidc,
+    );
+
+    let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
+    let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })
+        .map_err(|_| ConnectError::Vault(crate::vault::VaultError::Seal))?;
+    let sealed = state.vault.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
+    let mut tx = state.pool.begin().await?;
+    store::states::insert_state(
+        &mut *tx,
+        &store::states::NewOauthState {
+            state_hash: &state_hash,
+            elicitation_id: e.id,
+            session_hash: &session.id_hash,
+            tenant_id: &e.tenant_id,
+            subject: &e.subject,
+            provider: &e.provider,
+            redirect_uri: redirect.as_str(),
+            key_id: state.vault.current_key_id().as_str(),
+            sealed: &sealed,
+            expires_at: now + STATE_TTL,
+        },
+    )
+    .await?;
+    store::audit::insert_event(&mut *tx, &event("connect_started", &e)).await?;
+    tx.commit().await?;
+    Ok(req.url)
+}
+
+/// Decline on our consent page: a normal outcome, recorded, never re-prompted by itself.
+pub async fn decline(
+    state: &AppState,
+    id: ElicitationId,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    now: OffsetDateTime,
+) -> Result<String, ConnectError> {
+    let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
+    let mut tx = state.pool.begin().await?;
+    if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
+        let mut ev = event("consent_declined", &e);
+        ev.detail = serde_json::json!({ "where": "consent_page" });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+    }
+    tx.commit().await?;
+    Ok(state.tenant_name(&e.tenant_id))
+}
+
+/// The query of a provider's redirect back to us.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct CallbackQuery {
+    pub code: Option<String>,
+    pub state: Option<String>,
+    pub iss: Option<String>,
+    pub error: Option<String>,
+}
+
+impl CallbackQuery {
+    /// Never print the code or state.
+    pub fn describe(&self) -> String {
+        format!(
+            "code: {}, state: {}, iss: {:?}, error: {:?}",
+            self.code.is_some(),
+            self.state.is_some(),
+            self.iss,
+            self.error
+        )
+    }
+}
+
+#[derive(Debug)]
+pub enum CallbackOutcome {
+    Connected { tenant_name: String, account: Option<String> },
+    AlreadyConnected { tenant_name: String },
+    Declined { tenant_name: String },
+}
+
+/// Why a callback ended without attaching a credential. `code()` is the stable reason.
+#[derive(Debug, thiserror::Error)]
+pub enum CallbackRefusal {
+    #[error("no state in the callback")]
+    MissingState,
+    #[error("state unknown or already used")]
+    StateUnknown,
+    #[error("state expired")]
+    StateExpired,
+    #[error("no browser session")]
+    NoSession,
+    #[error("state belongs to another browser session")]
+    SessionMismatch,
+    #[error("provider in the path is not the state's provider")]
+    ProviderMismatch,
+    #[error("redirect URI differs from the registered one")]
+    RedirectMismatch,
+    #[error("RFC 9207 issuer check failed: {0}")]
+    Iss(&'static str),
+    #[error("the elicitation is no longer pending")]
+    ElicitationGone,
+    #[error("the provider reported an error: {0}")]
+    ProviderError(String),
+    #[error("no code in the callback")]
+    MissingCode,
+    #[error("token exchange failed: {0}")]
+    Exchange(FlowError),
+    #[error("the provider's account endpoint failed")]
+    Account,
+    #[error("the grant is for another upstream account than the one already connected")]
+    AccountMismatch,
+    #[error("provider configuration could not be resolved: {0}")]
+    Resolve(String),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("vault: {0}")]
+    Vault(#[from] crate::vault::VaultError),
+}
+
+impl CallbackRefusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallbackRefusal::MissingState => "missing_state",
+            CallbackRefusal::StateUnknown => "state_unknown_or_used",
+            CallbackRefusal::StateExpired => "state_expired",
+            CallbackRefusal::NoSession => "no_session",
+            CallbackRefusal::SessionMismatch => "session_mismatch",
+            CallbackRefusal::ProviderMismatch => "provider_mismatch",
+            CallbackRefusal::RedirectMismatch => "redirect_uri_mismatch",
+            CallbackRefusal::Iss(r) => r,
+            CallbackRefusal::ElicitationGone => "elicitation_not_pending",
+            CallbackRefusal::ProviderError(_) => "provider_error",
+            CallbackRefusal::MissingCode => "missing_code",
+            CallbackRefusal::Exchange(e) => e.reason(),
+            CallbackRefusal::Account => "account_lookup_failed",
+            CallbackRefusal::AccountMismatch => "account_mismatch",
+            CallbackRefusal::Resolve(_) => "provider_unavailable",
+            CallbackRefusal::Database(_) | CallbackRefusal::Vault(_) => "internal_error",
+        }
+    }
+}
+
+/// The binding checks of DESIGN.md step 6, on a state that was just consumed.
+pub fn check_state_binding(
+    s: &OauthStateRow,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    expected_redirect: &Url,
+) -> Result<(), CallbackRefusal> {
+    if s.provider != path_provider.as_str() {
+        return Err(CallbackRefusal::ProviderMismatch);
+    }
+    if !crypto::constant_time_eq(&s.session_hash, &session.id_hash)
+        || !crypto::constant_time_eq(s.subject.as_bytes(), session.subject.as_str().as_bytes())
+    {
+        return Err(CallbackRefusal::SessionMismatch);
+    }
+    if s.redirect_uri != expected_redirect.as_str() {
+        return Err(CallbackRefusal::RedirectMismatch);
+    }
+    Ok(())
+}
+
+/// `GET /connect/{provider}/callback`.
+pub async fn complete(
+    state: &AppState,
+    path_provider: &ProviderId,
+    session: Option<&SessionInfo>,
+    q: &CallbackQuery,
+    now: OffsetDateTime,
+) -> Result<CallbackOutcome, CallbackRefusal> {
+    let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(CallbackRefusal::MissingState)?;
+    let session = session.ok_or(CallbackRefusal::NoSession)?;
+    let state_hash = crypto::lookup_hash(STATE_PURPOSE, raw_state);
+
+    let Some(st) = store::states::consume_state(&state.pool, &state_hash, now).await? else {
+        return classify_unusable_state(state, &state_hash, session, now).await;
+    };
+    let result = complete_consumed(state, path_provider, session, q, &st, &state_hash, now).await;
+    if let Err(refusal) = &result {
+        let mut ev = AuditEvent::new("connect_failed");
+        ev.tenant_id = Some(st.tenant_id.clone());
+        ev.subject = Some(st.subject.clone());
+        ev.provider = Some(st.provider.clone());
+        ev.elicitation_id = Some(st.elicitation_id);
+        ev.detail = serde_json::json!({ "reason": refusal.code() });
+        if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
+            tracing::error!(error = %e, "could not write audit event");
+        }
+    }
+    result
+}
+
+/// A state that could not be consumed: the same browser reloading its finished callback
+/// (not an attack, and not a second grant: show the result again), an expired state, or
+/// one that never was ours or was used already.
+async fn classify_unusable_state(
+    state: &AppState,
+    state_hash: &[u8],
+    session: &SessionInfo,
+    now: OffsetDateTime,
+) -> Result<CallbackOutcome, CallbackRefusal> {
+    let Some(old) = store::states::find_state(&state.pool, state_hash).await? else {
+        return Err(CallbackRefusal::StateUnknown);
+    };
+    if !crypto::constant_time_eq(&old.session_hash, &session.id_hash) {
+        return Err(CallbackRefusal::SessionMismatch);
+    }
+    if old.used_at.is_none() && old.expires_at <= now {
+        return Err(CallbackRefusal::StateExpired);
+    }
+    match store::elicitations::find_by_id(&state.pool, old.elicitation_id).await? {
+        Some(e) if e.status == "completed" => {
+            Ok(CallbackOutcome::AlreadyConnected { tenant_name: state.tenant_name(&e.tenant_id) })
+        }
+        _ => Err(CallbackRefusal::StateUnknown),
+    }
+}
+
+async fn complete_consumed(
+    state: &AppState,
+    path_provider: &ProviderId,
+    session: &SessionInfo,
+    q: &CallbackQuery,
+    st: &OauthStateRow,
+    state_hash: &[u8],
+    now: OffsetDateTime,
+) -> Result<CallbackOutcome, CallbackRefusal> {
+    let expected_redirect = redirect_uri(state, path_provider);
+    check_state_binding(st, path_provider, session, &expected_redirect)?;
+    let tenant = TenantId::parse(&st.tenant_id).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let provider =
+        crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let server = state
+        .resolver
+        .provider(&state.outbound, &provider)
+        .await
+        .map_err(|e| CallbackRefusal::Resolve(e.to_string()))?;
+    // RFC 9207 applies to error responses too.
+    flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
+    let tenant_name = state.tenant_name(&st.tenant_id);
+
+    let mut tx = state.pool.begin().await?;
+    // Lock the elicitation for the whole exchange: a concurrent callback for the same
+    // elicitation (double click, two tabs) waits here and then finds it completed, so no
+    // second code is exchanged and no second grant stored.
+    let Some(e) = store::elicitations::lock_pending(&mut *tx, st.elicitation_id, now).await? else {
+        drop(tx);
+        let e = store::elicitations::find_by_id(&state.pool, st.elicitation_id).await?;
+        return match e {
+            Some(e) if e.status == "completed" => Ok(CallbackOutcome::AlreadyConnected { tenant_name }),
+            _ => Err(CallbackRefusal::ElicitationGone),
+        };
+    };
+    if e.tenant_id != st.tenant_id || e.subject != st.subject || e.provider != st.provider {
+        return Err(CallbackRefusal::ElicitationGone);
+    }
+
+    if let Some(err) = &q.error {
+        if err == "access_denied" {
+            store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await?;
+            let mut ev = event("consent_declined", &e);
+            ev.detail = serde_json::json!({ "where": "provider" });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+            tx.commit().await?;
+            return Ok(CallbackOutcome::Declined { tenant_name });
+        }
+        // Other errors leave the elicitation pending: the user may try again.
+        let code: String = err.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
+        return Err(CallbackRefusal::ProviderError(code));
+    }
+    let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(CallbackRefusal::MissingCode)?;
+
+    let opened = state.vault.open_aux(&st.key_id, STATE_PURPOSE, state_hash, &st.sealed)?;
+    let secret: SealedState =
+        serde_json::from_slice(&opened).map_err(|_| CallbackRefusal::Vault(crate::vault::VaultError::Open))?;
+    let tokens = flow::exchange_code(&server, &state.outbound, &expected_redirect, code, &secret.verifier)
+        .await
+        .map_err(CallbackRefusal::Exchange)?;
+    let mut id_subject = None;
+    if let Some(nonce) = &secret.nonce {
+        let raw =
+            tokens.id_token.as_ref().ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
+        let v = flow::verify_id_token(&server, raw, nonce).map_err(CallbackRefusal::Exchange)?;
+        id_subject = Some(v.subject);
+    }
+    let account = fetch_account(state, &server, &provider, &tokens.access_token).await?;
+    let (account_id, account_login) = match account {
+        Some((id, login)) => (Some(id), login),
+        None => (id_subject, None),
+    };
+
+    let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
+    if let Some(old) = &existing
+        && old.status != "revoked"
+        && let (Some(old_account), Some(new_account)) = (&old.account_id, &account_id)
+        && old_account != new_account
+        && !provider.allow_account_change
+    {
+        drop(tx);
+        let mut ev = event("account_mismatch", &e);
+        ev.connection_id = Some(old.id);
+        store::audit::insert_event(&state.pool, &ev).await?;
+        return Err(CallbackRefusal::AccountMismatch);
+    }
+
+    let connection = existing.as_ref().map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
+    let subject = Subject::parse(&e.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let row = RowBinding { tenant: &tenant, subject: &subject, provider: path_provider, connection };
+    let access_ct = state.vault.seal(&row, Field::AccessToken, &tokens.access_token)?;
+    let refresh_ct =
+        tokens.refresh_token.as_ref().map(|t| state.vault.seal(&row, Field::RefreshToken, t)).transpose()?;
+    let id_ct = tokens.id_token.as_ref().map(|t| state.vault.seal(&row, Field::IdToken, t)).transpose()?;
+    let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
+    let granted = granted_scopes(tokens.scope.as_deref(), &e.scopes);
+    let grant = store::connections::SealedGrant {
+        key_id: state.vault.current_key_id().as_str(),
+        access_token_ct: &access_ct,
+        refresh_token_ct: refresh_ct.as_deref(),
+        id_token_ct: id_ct.as_deref(),
+        token_type: &tokens.token_type,
+        access_expires_at: expires_at,
+    };
+    match &existing {
+        Some(_) => {
+            store::connections::replace_grant(
+                &mut *tx,
+                connection.as_uuid(),
+                account_id.as_deref(),
+                account_login.as_deref(),
+                &granted,
+                &grant,
+            )
+            .await?;
+        }
+        None => {
+            store::connections::insert_connection(
+                &mut *tx,
+                &store::connections::NewConnection {
+                    id: connection.as_uuid(),
+                    tenant_id: &e.tenant_id,
+                    subject: &e.subject,
+                    provider: &e.provider,
+                    account_id: account_id.as_deref(),
+                    account_login: account_login.as_deref(),
+                    scopes: &granted,
+                    grant,
+                },
+            )
+            .await?;
+        }
+    }
+    store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
+    let mut ev = event("connect_completed", &e);
+    ev.connection_id = Some(connection.as_uuid());
+    ev.detail = serde_json::json!({
+        "account_id": account_id,
+        "replaced": existing.is_some(),
+        "scopes": granted,
+    });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(CallbackOutcome::Connected { tenant_name, account: account_login })
+}
+
+/// Scopes as granted: the token response's `scope` when present (RFC 6749 §5.1), else
+/// what was asked for.
+fn granted_scopes(response_scope: Option<&str>, asked: &[String]) -> Vec<String> {
+    let Some(s) = response_scope else { return asked.to_vec() };
+    let parts: Vec<&str> = s.split([' ', ',']).filter(|x| !x.is_empty()).collect();
+    Scopes::parse(&parts).map(|s| s.as_slice().to_vec()).unwrap_or_else(|_| asked.to_vec())
+}
+
+/// The upstream account (id, login) from the provider's user endpoint, for display and
+/// pinning. `None` when the provider has no user endpoint.
+async fn fetch_account(
+    state: &AppState,
+    server: &AuthServer,
+    provider: &Provider,
+    access_token: &SecretString,
+) -> Result<Option<(String, Option<String>)>, CallbackRefusal> {
+    let Some(url) = &server.userinfo_url else { return Ok(None) };
+    let v = state
+        .outbound
+        .get_json(url, Some(secrecy::ExposeSecret::expose_secret(access_token)))
+        .await
+        .map_err(|_| CallbackRefusal::Account)?;
+    let id = flow::json_field(&v, &provider.account_id_field).ok_or(CallbackRefusal::Account)?;
+    let login = flow::json_field(&v, &provider.account_login_field);
+    Ok(Some((id, login)))
+}

@@ -1,0 +1,284 @@
+//! `/connect/{provider}`: the page a URL-mode elicitation points to, the Connect/Decline
+//! form, and the provider's callback.
+
+use super::login::forbidden_csrf;
+use super::pages::{ConsentPage, HINT_RETRY, PageError, RefusedPage, ResultPage, render};
+use super::session::{MaybeSession, request_id};
+use crate::connect::{self, CallbackOutcome, CallbackQuery, CallbackRefusal, ConnectError, EntryRefusal};
+use crate::domain::{ElicitationId, ElicitationStatus, ProviderId};
+use crate::http::middleware::RequestId;
+use crate::startup::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use time::OffsetDateTime;
+
+#[derive(serde::Deserialize)]
+pub struct ShowQuery {
+    e: Option<String>,
+}
+
+fn unknown_link(rid: &RequestId) -> PageError {
+    PageError::new(
+        rid,
+        StatusCode::NOT_FOUND,
+        "This link is not valid",
+        "There is no connect request behind this link.",
+        HINT_RETRY,
+    )
+}
+
+fn entry_error(rid: &RequestId, r: EntryRefusal) -> PageError {
+    match r {
+        EntryRefusal::NotFound | EntryRefusal::ProviderMismatch => unknown_link(rid),
+        EntryRefusal::Expired => PageError::new(
+            rid,
+            StatusCode::GONE,
+            "This link has expired",
+            "Connect links are valid for a few minutes only.",
+            HINT_RETRY,
+        ),
+        EntryRefusal::Finished(ElicitationStatus::Completed) => PageError::new(
+            rid,
+            StatusCode::GONE,
+            "This link was already used",
+            "The connection it asked for has been made.",
+            "Go back to your assistant; it can use the connection now.",
+        ),
+        EntryRefusal::Finished(_) => PageError::new(
+            rid,
+            StatusCode::GONE,
+            "This link is no longer active",
+            "The request was declined or cancelled.",
+            HINT_RETRY,
+        ),
+    }
+}
+
+fn parse_provider(rid: &RequestId, raw: &str) -> Result<ProviderId, PageError> {
+    ProviderId::parse(raw).map_err(|_| unknown_link(rid))
+}
+
+/// `GET /connect/{provider}?e=<id>`.
+pub async fn show(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    q: web::Query<ShowQuery>,
+    session: MaybeSession,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let provider = parse_provider(&rid, &path)?;
+    let id = q.e.as_deref().and_then(|e| ElicitationId::parse(e).ok()).ok_or_else(|| unknown_link(&rid))?;
+    let now = OffsetDateTime::now_utc();
+    let e = crate::store::elicitations::find_by_id(&state.pool, id.as_uuid())
+        .await
+        .map_err(|e| PageError::internal(&rid.0, &e))?;
+    connect::check_entry(e.as_ref(), &provider, now).map_err(|r| entry_error(&rid, r))?;
+
+    let Some(session) = session.0 else {
+        let here = format!("/connect/{provider}?e={id}");
+        let login =
+            format!("/login?return_to={}", url::form_urlencoded::byte_serialize(here.as_bytes()).collect::<String>());
+        return Ok(HttpResponse::SeeOther().insert_header(("location", login)).finish());
+    };
+    match connect::consent_view(&state, id, &provider, &session.info, now).await {
+        Ok(v) => {
+            let domain = v.provider.domain().unwrap_or("(unknown)");
+            let page = ConsentPage {
+                tenant_name: &v.tenant_name,
+                provider_name: &v.provider.display_name,
+                provider_domain: domain,
+                provider_id: provider.as_str(),
+                scopes: &v.elicitation.scopes,
+                signed_in_as: session.info.subject.as_str(),
+                csrf: session.csrf(),
+                elicitation_id: &id.to_string(),
+            };
+            let origin = v.provider.authorize_url.as_ref().map(|u| u.origin().ascii_serialization());
+            render(StatusCode::OK, &page, origin.as_deref())
+        }
+        Err(e) => Err(connect_error(&rid, &session, e)),
+    }
+}
+
+/// Maps a refusal to its page; the identity mismatch gets its own page.
+fn connect_error(rid: &RequestId, session: &super::BrowserSession, e: ConnectError) -> PageError {
+    match e {
+        ConnectError::Entry(r) => entry_error(rid, r),
+        ConnectError::IdentityMismatch => {
+            let page =
+                RefusedPage { signed_in_as: session.info.subject.as_str(), csrf: session.csrf(), request_id: &rid.0 };
+            PageError::with_page(rid, StatusCode::FORBIDDEN, "This link was made for another account", &page)
+        }
+        ConnectError::ProviderNotAllowed => unknown_link(rid),
+        ConnectError::Resolve(msg) => {
+            tracing::error!(error = %msg, "provider resolution failed");
+            PageError::new(
+                rid,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The provider is unavailable",
+                "Its sign-in could not be reached.",
+                "Try again in a minute.",
+            )
+        }
+        ConnectError::Database(e) => PageError::internal(&rid.0, &e),
+        ConnectError::Vault(e) => PageError::internal(&rid.0, &e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct AuthorizeForm {
+    csrf: Option<String>,
+    e: Option<String>,
+    decision: Option<String>,
+}
+
+/// `POST /connect/{provider}/authorize`: Connect (303 to the provider) or Decline.
+pub async fn authorize(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    session: MaybeSession,
+    form: web::Form<AuthorizeForm>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let provider = parse_provider(&rid, &path)?;
+    let Some(session) = session.0 else {
+        return Err(PageError::new(
+            &rid,
+            StatusCode::FORBIDDEN,
+            "Your sign-in has expired",
+            "This form belongs to a session that is no longer active.",
+            "Open the link from your assistant again.",
+        ));
+    };
+    if !session.csrf_matches(form.csrf.as_deref()) {
+        return Err(forbidden_csrf(&rid));
+    }
+    let id = form.e.as_deref().and_then(|e| ElicitationId::parse(e).ok()).ok_or_else(|| unknown_link(&rid))?;
+    let now = OffsetDateTime::now_utc();
+    match form.decision.as_deref() {
+        Some("connect") => match connect::start_authorization(&state, id, &provider, &session.info, now).await {
+            Ok(url) => Ok(HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish()),
+            Err(e) => Err(connect_error(&rid, &session, e)),
+        },
+        Some("decline") => match connect::decline(&state, id, &provider, &session.info, now).await {
+            Ok(tenant_name) => declined_page(&tenant_name),
+            Err(e) => Err(connect_error(&rid, &session, e)),
+        },
+        _ => Err(PageError::new(
+            &rid,
+            StatusCode::BAD_REQUEST,
+            "Choose Connect or Decline",
+            "The form was sent without a choice.",
+            HINT_RETRY,
+        )),
+    }
+}
+
+fn declined_page(tenant_name: &str) -> Result<HttpResponse, PageError> {
+    render(
+        StatusCode::OK,
+        &ResultPage {
+            title: "Not connected",
+            message: "You declined. Nothing was connected and nothing was shared.",
+            tenant_name,
+            class: "",
+        },
+        None,
+    )
+}
+
+/// `GET /connect/{provider}/callback`.
+pub async fn callback(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    q: web::Query<CallbackQuery>,
+    session: MaybeSession,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let provider = parse_provider(&rid, &path)?;
+    let now = OffsetDateTime::now_utc();
+    let info = session.0.as_ref().map(|s| &s.info);
+    match connect::complete(&state, &provider, info, &q, now).await {
+        Ok(CallbackOutcome::Connected { tenant_name, account }) => {
+            let message = match account {
+                Some(a) => format!("Your account {a} is connected."),
+                None => "Your account is connected.".to_owned(),
+            };
+            render(
+                StatusCode::OK,
+                &ResultPage { title: "Connected", message: &message, tenant_name: &tenant_name, class: "ok" },
+                None,
+            )
+        }
+        Ok(CallbackOutcome::AlreadyConnected { tenant_name }) => render(
+            StatusCode::OK,
+            &ResultPage {
+                title: "Already connected",
+                message: "This connection was completed before; nothing more was done.",
+                tenant_name: &tenant_name,
+                class: "ok",
+            },
+            None,
+        ),
+        Ok(CallbackOutcome::Declined { tenant_name }) => declined_page(&tenant_name),
+        Err(r) => Err(callback_error(&rid, &q, r)),
+    }
+}
+
+fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> PageError {
+    tracing::warn!(reason = r.code(), query = %q.describe(), "callback refused");
+    let refused =
+        |msg: &'static str| PageError::new(rid, StatusCode::BAD_REQUEST, "The connection was refused", msg, HINT_RETRY);
+    match r {
+        CallbackRefusal::MissingState | CallbackRefusal::StateUnknown => {
+            refused("This answer from the provider is unknown or was already used.")
+        }
+        CallbackRefusal::StateExpired => refused("This answer from the provider came too late."),
+        CallbackRefusal::NoSession | CallbackRefusal::SessionMismatch => PageError::new(
+            rid,
+            StatusCode::FORBIDDEN,
+            "The connection was refused",
+            "This answer belongs to a sign-in in another browser or session.",
+            HINT_RETRY,
+        ),
+        CallbackRefusal::ProviderMismatch | CallbackRefusal::RedirectMismatch | CallbackRefusal::Iss(_) => {
+            refused("The answer did not come from the provider this request was sent to.")
+        }
+        CallbackRefusal::ElicitationGone => refused("The connect request is no longer active."),
+        CallbackRefusal::ProviderError(_) => PageError::new(
+            rid,
+            StatusCode::BAD_GATEWAY,
+            "The provider reported an error",
+            "Nothing was connected.",
+            "You can open the same link again and retry.",
+        ),
+        CallbackRefusal::MissingCode | CallbackRefusal::Exchange(_) | CallbackRefusal::Account => PageError::new(
+            rid,
+            StatusCode::BAD_GATEWAY,
+            "The provider's answer did not pass the checks",
+            "Nothing was connected.",
+            "You can open the same link again and retry.",
+        ),
+        CallbackRefusal::AccountMismatch => PageError::new(
+            rid,
+            StatusCode::CONFLICT,
+            "A different account is already connected",
+            "You signed in at the provider with another account than the one already connected here. The existing \
+             connection was kept.",
+            "Sign in at the provider with the account you connected before, or ask your administrator to remove the \
+             old connection.",
+        ),
+        CallbackRefusal::Resolve(_) => PageError::new(
+            rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The provider is unavailable",
+            "Nothing was connected.",
+            "Try again in a minute.",
+        ),
+        CallbackRefusal::Database(e) => PageError::internal(&rid.0, &e),
+        CallbackRefusal::Vault(e) => PageError::internal(&rid.0, &e),
+    }
+}

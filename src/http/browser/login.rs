@@ -1,0 +1,136 @@
+//! `/login`, `/login/callback`, `/logout`.
+
+use super::pages::{HINT_RETRY, PageError, SignedOutPage, render};
+use super::session::{MaybeSession, cookie, login_cookie_name, removal, request_id, session_cookie_name};
+use crate::connect::CallbackQuery;
+use crate::login::{self, LoginError};
+use crate::startup::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use time::OffsetDateTime;
+
+#[derive(serde::Deserialize)]
+pub struct LoginQuery {
+    return_to: Option<String>,
+}
+
+pub async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<LoginQuery>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let return_to = match q.return_to.as_deref() {
+        None => "/".to_owned(),
+        Some(raw) => login::safe_return_to(&state.public_base_url, raw).ok_or_else(|| {
+            PageError::new(
+                &rid,
+                StatusCode::BAD_REQUEST,
+                "This sign-in link is not valid",
+                "It points away from this service, which sign-in links never do.",
+                HINT_RETRY,
+            )
+        })?,
+    };
+    let started =
+        login::start(&state, &return_to, OffsetDateTime::now_utc()).await.map_err(|e| login_page_error(&rid, e))?;
+    Ok(HttpResponse::SeeOther()
+        .insert_header(("location", started.authorize_url.as_str()))
+        .cookie(cookie(
+            login_cookie_name(state.secure_cookies),
+            started.binding,
+            state.secure_cookies,
+            time::Duration::minutes(10),
+        ))
+        .finish())
+}
+
+pub async fn callback(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<CallbackQuery>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let binding = req.cookie(login_cookie_name(state.secure_cookies));
+    let done = login::complete(&state, binding.as_ref().map(|c| c.value()), &q, OffsetDateTime::now_utc())
+        .await
+        .map_err(|e| login_page_error(&rid, e))?;
+    let ttl = done.expires_at - OffsetDateTime::now_utc();
+    Ok(HttpResponse::SeeOther()
+        .insert_header(("location", done.return_to.as_str()))
+        .cookie(cookie(session_cookie_name(state.secure_cookies), done.session_id, state.secure_cookies, ttl))
+        .cookie(removal(login_cookie_name(state.secure_cookies), state.secure_cookies))
+        .finish())
+}
+
+fn login_page_error(rid: &crate::http::middleware::RequestId, e: LoginError) -> PageError {
+    tracing::warn!(reason = %e, "login refused");
+    match e {
+        LoginError::Unavailable(_) => PageError::new(
+            rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Sign-in is unavailable",
+            "The identity provider could not be reached.",
+            "Try again in a minute.",
+        ),
+        LoginError::StateUnusable => PageError::new(
+            rid,
+            StatusCode::BAD_REQUEST,
+            "This sign-in has expired",
+            "The sign-in was started in another browser, was already finished, or took too long.",
+            HINT_RETRY,
+        ),
+        LoginError::ProviderError(_) | LoginError::MissingCode => PageError::new(
+            rid,
+            StatusCode::BAD_REQUEST,
+            "Sign-in was not completed",
+            "The identity provider did not sign you in.",
+            HINT_RETRY,
+        ),
+        LoginError::Iss(_) | LoginError::Flow(_) | LoginError::BadSubject => PageError::new(
+            rid,
+            StatusCode::BAD_REQUEST,
+            "Sign-in was refused",
+            "The answer from the identity provider did not pass the security checks.",
+            HINT_RETRY,
+        ),
+        LoginError::Database(e) => PageError::internal(&rid.0, &e),
+        LoginError::Vault(e) => PageError::internal(&rid.0, &e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct LogoutForm {
+    csrf: Option<String>,
+}
+
+pub async fn logout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: MaybeSession,
+    form: web::Form<LogoutForm>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    if let Some(s) = &session.0 {
+        if !s.csrf_matches(form.csrf.as_deref()) {
+            return Err(forbidden_csrf(&rid));
+        }
+        crate::store::sessions::delete_session(&state.pool, &s.info.id_hash)
+            .await
+            .map_err(|e| PageError::internal(&rid.0, &e))?;
+    }
+    let mut r = render(StatusCode::OK, &SignedOutPage, None)?;
+    r.add_cookie(&removal(session_cookie_name(state.secure_cookies), state.secure_cookies))
+        .map_err(|e| PageError::internal(&rid.0, &e))?;
+    Ok(r)
+}
+
+pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId) -> PageError {
+    PageError::new(
+        rid,
+        StatusCode::FORBIDDEN,
+        "This form has expired",
+        "The page was not sent by this session (missing or wrong security token).",
+        "Open the link from your assistant again.",
+    )
+}

@@ -1,0 +1,30 @@
+//! HTML pages for people: login at the primary IdP, the connect/consent pages and the
+//! provider callback. No JavaScript; every page is unframeable, sends no referrer and is
+//! never cached (see `http::middleware`).
+
+mod connect;
+mod login;
+mod pages;
+mod session;
+
+pub use pages::PageError;
+pub use session::{BrowserSession, MaybeSession};
+
+use actix_web::{HttpResponse, web};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/assets/style.css", web::get().to(style))
+        .route("/login", web::get().to(login::login))
+        .route("/login/callback", web::get().to(login::callback))
+        .route("/logout", web::post().to(login::logout))
+        .route("/connect/{provider}", web::get().to(connect::show))
+        .route("/connect/{provider}/authorize", web::post().to(connect::authorize))
+        .route("/connect/{provider}/callback", web::get().to(connect::callback));
+}
+
+async fn style() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header(("cache-control", "public, max-age=3600"))
+        .body(include_str!("../../../assets/style.css"))
+}

@@ -1,0 +1,140 @@
+//! Page templates (askama, all extending `base.html`) and the browser error type.
+
+use crate::http::middleware::RequestId;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use askama::Template;
+use std::fmt;
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    title: &'a str,
+    message: &'a str,
+    hint: &'a str,
+    request_id: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "refused.html")]
+pub struct RefusedPage<'a> {
+    pub signed_in_as: &'a str,
+    pub csrf: &'a str,
+    pub request_id: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "consent.html")]
+pub struct ConsentPage<'a> {
+    pub tenant_name: &'a str,
+    pub provider_name: &'a str,
+    pub provider_domain: &'a str,
+    pub provider_id: &'a str,
+    pub scopes: &'a [String],
+    pub signed_in_as: &'a str,
+    pub csrf: &'a str,
+    pub elicitation_id: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "result.html")]
+pub struct ResultPage<'a> {
+    pub title: &'a str,
+    pub message: &'a str,
+    pub tenant_name: &'a str,
+    pub class: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "signed_out.html")]
+pub struct SignedOutPage;
+
+/// Renders a page. `form_action` extends the CSP `form-action` for a form whose POST
+/// answers with a redirect to another origin (the provider).
+pub fn render(status: StatusCode, page: &impl Template, form_action: Option<&str>) -> Result<HttpResponse, PageError> {
+    let html = page.render().map_err(|e| PageError::internal("-", &e))?;
+    Ok(respond(status, html, form_action))
+}
+
+fn respond(status: StatusCode, html: String, form_action: Option<&str>) -> HttpResponse {
+    let csp = format!(
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'{}; frame-ancestors 'none'; base-uri 'none'",
+        form_action.map(|o| format!(" {o}")).unwrap_or_default()
+    );
+    HttpResponse::build(status)
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("content-security-policy", csp))
+        .body(html)
+}
+
+/// A page that says what happened in plain words and what to do, with a request id.
+#[derive(Debug)]
+pub struct PageError {
+    pub status: StatusCode,
+    pub title: &'static str,
+    pub message: String,
+    pub hint: &'static str,
+    pub request_id: String,
+    /// A page of its own (the identity-mismatch refusal) instead of the error template.
+    pub page: Option<String>,
+}
+
+pub const HINT_RETRY: &str = "Go back to your assistant and try again; it will give you a new link.";
+
+impl PageError {
+    pub fn new(
+        rid: &RequestId,
+        status: StatusCode,
+        title: &'static str,
+        message: impl Into<String>,
+        hint: &'static str,
+    ) -> Self {
+        Self { status, title, message: message.into(), hint, request_id: rid.0.clone(), page: None }
+    }
+
+    /// An error answered with its own template.
+    pub fn with_page(rid: &RequestId, status: StatusCode, title: &'static str, page: &impl Template) -> Self {
+        match page.render() {
+            Ok(html) => {
+                Self { status, title, message: String::new(), hint: "", request_id: rid.0.clone(), page: Some(html) }
+            }
+            Err(e) => Self::internal(&rid.0, &e),
+        }
+    }
+
+    pub fn internal(rid: &str, detail: &dyn fmt::Display) -> Self {
+        tracing::error!(error = %detail, "internal error on a page");
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            title: "Something went wrong",
+            message: "The service could not finish this step.".to_owned(),
+            hint: HINT_RETRY,
+            request_id: rid.to_owned(),
+            page: None,
+        }
+    }
+}
+
+impl fmt::Display for PageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status, self.title)
+    }
+}
+
+impl ResponseError for PageError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let Some(html) = &self.page {
+            return respond(self.status, html.clone(), None);
+        }
+        let page =
+            ErrorPage { title: self.title, message: &self.message, hint: self.hint, request_id: &self.request_id };
+        match render(self.status, &page, None) {
+            Ok(r) => r,
+            Err(_) => HttpResponse::build(self.status).content_type("text/plain; charset=utf-8").body(self.title),
+        }
+    }
+}

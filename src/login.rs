@@ -1,0 +1,178 @@
+//! Browser login at the primary identity provider (OIDC authorization code + PKCE +
+//! nonce), and the server-side sessions it opens. The session's subject is the IdP's
+//! `sub`: the same value the MCP access tokens carry.
+
+use crate::crypto;
+use crate::oauth::flow::{self, FlowError};
+use crate::startup::AppState;
+use crate::store;
+use time::OffsetDateTime;
+use url::Url;
+
+const LOGIN_TTL: time::Duration = time::Duration::minutes(10);
+const LOGIN_PURPOSE: &str = "login_state";
+pub const SESSION_PURPOSE: &str = "session";
+const BINDING_PURPOSE: &str = "login_binding";
+
+/// `return_to` must be a path on this service: no scheme, no host, no `//` or `\` tricks.
+pub fn safe_return_to(base: &Url, raw: &str) -> Option<String> {
+    if !raw.starts_with('/')
+        || raw.starts_with("//")
+        || raw.contains('\\')
+        || raw.len() > 2048
+        || raw.chars().any(char::is_control)
+    {
+        return None;
+    }
+    let joined = base.join(raw).ok()?;
+    if joined.origin() != base.origin() {
+        return None;
+    }
+    let mut out = joined.path().to_owned();
+    if let Some(q) = joined.query() {
+        out.push('?');
+        out.push_str(q);
+    }
+    Some(out)
+}
+
+pub fn login_redirect_uri(state: &AppState) -> Url {
+    let mut u = state.public_base_url.clone();
+    u.set_path("/login/callback");
+    u
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SealedLogin {
+    verifier: String,
+    nonce: String,
+}
+
+/// A started login: where to send the browser, and the binding cookie to set.
+pub struct LoginStart {
+    pub authorize_url: Url,
+    pub binding: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    #[error("the identity provider is not reachable: {0}")]
+    Unavailable(String),
+    #[error("the login link is unknown, used, expired or from another browser")]
+    StateUnusable,
+    #[error("the identity provider reported an error: {0}")]
+    ProviderError(String),
+    #[error("RFC 9207 issuer check failed: {0}")]
+    Iss(&'static str),
+    #[error("no code in the response")]
+    MissingCode,
+    #[error("login failed: {0}")]
+    Flow(FlowError),
+    #[error("the subject from the identity provider is not usable")]
+    BadSubject,
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("vault: {0}")]
+    Vault(#[from] crate::vault::VaultError),
+}
+
+pub async fn start(state: &AppState, return_to: &str, now: OffsetDateTime) -> Result<LoginStart, LoginError> {
+    let server =
+        state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
+    let req = flow::authorize(&server, &login_redirect_uri(state), &state.idp.scopes.join(" "), &[], true);
+    let binding = crypto::random_token(32);
+    let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
+    let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, &binding);
+    let secret = serde_json::to_vec(&SealedLogin { verifier: req.pkce_verifier, nonce: req.nonce.unwrap_or_default() })
+        .map_err(|_| LoginError::Vault(crate::vault::VaultError::Seal))?;
+    let sealed = state.vault.seal_aux(LOGIN_PURPOSE, &state_hash, &secret)?;
+    store::sessions::insert_login_state(
+        &state.pool,
+        &store::sessions::NewLoginState {
+            state_hash: &state_hash,
+            binding_hash: &binding_hash,
+            key_id: state.vault.current_key_id().as_str(),
+            sealed: &sealed,
+            return_to,
+            expires_at: now + LOGIN_TTL,
+        },
+    )
+    .await?;
+    Ok(LoginStart { authorize_url: req.url, binding })
+}
+
+/// A finished login: the new session's id (for the cookie) and where to go.
+pub struct LoginDone {
+    pub session_id: String,
+    pub return_to: String,
+    pub expires_at: OffsetDateTime,
+}
+
+pub async fn complete(
+    state: &AppState,
+    binding: Option<&str>,
+    q: &crate::connect::CallbackQuery,
+    now: OffsetDateTime,
+) -> Result<LoginDone, LoginError> {
+    let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
+    let binding = binding.filter(|b| crypto::looks_like_token(b)).ok_or(LoginError::StateUnusable)?;
+    let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
+    let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, binding);
+    let st = store::sessions::consume_login_state(&state.pool, &state_hash, &binding_hash, now)
+        .await?
+        .ok_or(LoginError::StateUnusable)?;
+    let server =
+        state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
+    flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
+    if let Some(e) = &q.error {
+        let code: String = e.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
+        return Err(LoginError::ProviderError(code));
+    }
+    let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(LoginError::MissingCode)?;
+    let opened = state.vault.open_aux(&st.key_id, LOGIN_PURPOSE, &state_hash, &st.sealed)?;
+    let secret: SealedLogin =
+        serde_json::from_slice(&opened).map_err(|_| LoginError::Vault(crate::vault::VaultError::Open))?;
+    let tokens = flow::exchange_code(&server, &state.outbound, &login_redirect_uri(state), code, &secret.verifier)
+        .await
+        .map_err(LoginError::Flow)?;
+    let raw = tokens.id_token.as_ref().ok_or(LoginError::Flow(FlowError::IdToken("no id_token".to_owned())))?;
+    let claims = flow::verify_id_token(&server, raw, &secret.nonce).map_err(LoginError::Flow)?;
+    crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;
+
+    let session_id = crypto::random_token(32);
+    let ttl = time::Duration::try_from(state.session_ttl).unwrap_or(time::Duration::hours(1));
+    let expires_at = now + ttl;
+    store::sessions::insert_session(
+        &state.pool,
+        &crypto::lookup_hash(SESSION_PURPOSE, &session_id),
+        &claims.subject,
+        &claims.issuer,
+        expires_at,
+    )
+    .await?;
+    Ok(LoginDone { session_id, return_to: st.return_to, expires_at })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_to_accepts_local_paths_only() {
+        let base = Url::parse("https://connect.example.com").unwrap();
+        assert_eq!(safe_return_to(&base, "/connect/github?e=abc").as_deref(), Some("/connect/github?e=abc"));
+        assert_eq!(safe_return_to(&base, "/").as_deref(), Some("/"));
+        for bad in [
+            "https://evil.example/",
+            "//evil.example/x",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "evil.example",
+            "javascript:alert(1)",
+            "/x\r\nLocation: https://evil.example",
+            "",
+        ] {
+            assert_eq!(safe_return_to(&base, bad), None, "{bad:?}");
+        }
+    }
+}

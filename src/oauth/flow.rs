@@ -1,0 +1,326 @@
+//! The authorization-code flow with PKCE (RFC 6749 §4.1, RFC 7636), shared by the login
+//! at the primary IdP and by downstream providers: building the authorization URL,
+//! exchanging the code, refreshing, and verifying OIDC ID tokens (OIDC Core §3.1.3.7).
+
+use super::http::{Outbound, OutboundError};
+use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenType};
+use oauth2::{
+    AuthUrl, AuthorizationCode, Client, CsrfToken, EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier,
+    RedirectUrl, RefreshToken, RequestTokenError, Scope, StandardRevocableToken, StandardTokenResponse, TokenResponse,
+    TokenUrl,
+};
+use openidconnect::core::{CoreIdToken, CoreIdTokenVerifier, CoreJsonWebKeySet};
+use openidconnect::{ClientId, ClientSecret, IssuerUrl, Nonce};
+use secrecy::{ExposeSecret, SecretString};
+use std::time::Duration;
+use url::Url;
+
+/// An authorization server, resolved (configuration plus discovery) and ready to use.
+#[derive(Debug)]
+pub struct AuthServer {
+    pub client_id: String,
+    pub client_secret: SecretString,
+    pub authorize_url: Url,
+    pub token_url: Url,
+    pub userinfo_url: Option<Url>,
+    pub revocation_url: Option<Url>,
+    /// The issuer: compared with RFC 9207 `iss` and with the ID token's `iss`.
+    pub issuer: Option<String>,
+    /// RFC 9207 is in force: every authorization response must carry `iss` = `issuer`.
+    pub iss_parameter_required: bool,
+    /// Signature keys for ID tokens; `Some` exactly when ID tokens are verified.
+    pub jwks: Option<CoreJsonWebKeySet>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error("the grant is no longer valid (invalid_grant)")]
+    InvalidGrant,
+    #[error("provider temporarily unavailable: {0}")]
+    Transient(String),
+    #[error("provider answered outside the protocol: {0}")]
+    Protocol(String),
+    #[error("ID token rejected: {0}")]
+    IdToken(String),
+}
+
+impl FlowError {
+    /// A short, stable reason code for audit events and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FlowError::InvalidGrant => "invalid_grant",
+            FlowError::Transient(_) => "provider_unavailable",
+            FlowError::Protocol(_) => "provider_protocol_error",
+            FlowError::IdToken(_) => "id_token_invalid",
+        }
+    }
+}
+
+/// The `id_token` field of a token response (OIDC Core §3.1.3.3).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub struct IdTokenField {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id_token: Option<String>,
+}
+
+impl std::fmt::Debug for IdTokenField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdTokenField { .. }")
+    }
+}
+
+impl oauth2::ExtraTokenFields for IdTokenField {}
+
+type ProviderTokenResponse = StandardTokenResponse<IdTokenField, BasicTokenType>;
+type CodeClient = Client<
+    BasicErrorResponse,
+    ProviderTokenResponse,
+    oauth2::basic::BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    BasicRevocationErrorResponse,
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointSet,
+>;
+
+/// Tokens from a token endpoint. Every value is a secret.
+pub struct TokenSet {
+    pub access_token: SecretString,
+    pub refresh_token: Option<SecretString>,
+    pub id_token: Option<SecretString>,
+    pub token_type: String,
+    /// `None` when the provider did not say: unknown expiry, not "never expires".
+    pub expires_in: Option<Duration>,
+    pub scope: Option<String>,
+}
+
+impl std::fmt::Debug for TokenSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSet")
+            .field("has_refresh_token", &self.refresh_token.is_some())
+            .field("has_id_token", &self.id_token.is_some())
+            .field("expires_in", &self.expires_in)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the browser is sent to, and what must be remembered (sealed) until the callback.
+pub struct AuthorizeRequest {
+    pub url: Url,
+    pub state: String,
+    pub pkce_verifier: String,
+    pub nonce: Option<String>,
+}
+
+fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
+    Client::new(oauth2::ClientId::new(server.client_id.clone()))
+        .set_client_secret(oauth2::ClientSecret::new(server.client_secret.expose_secret().to_owned()))
+        .set_auth_uri(AuthUrl::from_url(server.authorize_url.clone()))
+        .set_token_uri(TokenUrl::from_url(server.token_url.clone()))
+        .set_redirect_uri(RedirectUrl::from_url(redirect_uri.clone()))
+}
+
+/// Builds the authorization URL with a 256-bit state, PKCE S256 and, for OIDC, a nonce.
+pub fn authorize(
+    server: &AuthServer,
+    redirect_uri: &Url,
+    scope: &str,
+    extra_params: &[(String, String)],
+    oidc: bool,
+) -> AuthorizeRequest {
+    let state = crate::crypto::random_token(32);
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256_len(64);
+    let nonce = oidc.then(|| crate::crypto::random_token(32));
+    let c = client(server, redirect_uri);
+    let state_for_url = state.clone();
+    let mut req = c.authorize_url(move || CsrfToken::new(state_for_url)).set_pkce_challenge(challenge);
+    if !scope.is_empty() {
+        // Joined by the caller with the provider's separator (Slack uses commas).
+        req = req.add_scope(Scope::new(scope.to_owned()));
+    }
+    if let Some(n) = &nonce {
+        req = req.add_extra_param("nonce", n.clone());
+    }
+    for (k, v) in extra_params {
+        req = req.add_extra_param(k.clone(), v.clone());
+    }
+    let (url, _) = req.url();
+    AuthorizeRequest { url, state, pkce_verifier: verifier.secret().to_owned(), nonce }
+}
+
+/// RFC 9207 §2.4: where the server identifies itself in authorization responses, the
+/// `iss` parameter must be present and equal its issuer; a missing or other value is a
+/// mix-up attempt.
+pub fn check_iss(server: &AuthServer, iss: Option<&str>) -> Result<(), &'static str> {
+    if !server.iss_parameter_required {
+        return Ok(());
+    }
+    let expected = server.issuer.as_deref().ok_or("issuer_unknown")?;
+    match iss {
+        None => Err("iss_missing"),
+        Some(got) if got == expected => Ok(()),
+        Some(_) => Err("iss_mismatch"),
+    }
+}
+
+fn map_token_error<E: std::error::Error>(e: RequestTokenError<E, BasicErrorResponse>) -> FlowError {
+    match e {
+        RequestTokenError::ServerResponse(r) => match r.error() {
+            BasicErrorResponseType::InvalidGrant => FlowError::InvalidGrant,
+            BasicErrorResponseType::Extension(code) if code == "temporarily_unavailable" || code == "server_error" => {
+                FlowError::Transient(code.clone())
+            }
+            other => FlowError::Protocol(format!("error response {}", other.as_ref())),
+        },
+        RequestTokenError::Request(e) => FlowError::Transient(e.to_string()),
+        // A body that is not a token response: commonly a 5xx page from a proxy.
+        RequestTokenError::Parse(_, _) => FlowError::Transient("unparseable token response".to_owned()),
+        RequestTokenError::Other(s) => FlowError::Protocol(s),
+    }
+}
+
+fn token_set(r: ProviderTokenResponse) -> TokenSet {
+    TokenSet {
+        access_token: SecretString::from(r.access_token().secret().to_owned()),
+        refresh_token: r.refresh_token().map(|t| SecretString::from(t.secret().to_owned())),
+        id_token: r.extra_fields().id_token.clone().map(SecretString::from),
+        token_type: "Bearer".to_owned(),
+        expires_in: r.expires_in(),
+        scope: r.scopes().map(|s| s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(" ")),
+    }
+}
+
+/// Exchanges an authorization code with the PKCE verifier.
+pub async fn exchange_code(
+    server: &AuthServer,
+    http: &Outbound,
+    redirect_uri: &Url,
+    code: &str,
+    pkce_verifier: &str,
+) -> Result<TokenSet, FlowError> {
+    let c = client(server, redirect_uri);
+    let resp = c
+        .exchange_code(AuthorizationCode::new(code.to_owned()))
+        .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()))
+        .request_async(&http.as_client())
+        .await
+        .map_err(map_token_error::<OutboundError>)?;
+    Ok(token_set(resp))
+}
+
+/// Uses a refresh token (RFC 6749 §6).
+pub async fn refresh(
+    server: &AuthServer,
+    http: &Outbound,
+    redirect_uri: &Url,
+    refresh_token: &SecretString,
+) -> Result<TokenSet, FlowError> {
+    let c = client(server, redirect_uri);
+    let rt = RefreshToken::new(refresh_token.expose_secret().to_owned());
+    let resp = c
+        .exchange_refresh_token(&rt)
+        .request_async(&http.as_client())
+        .await
+        .map_err(map_token_error::<OutboundError>)?;
+    Ok(token_set(resp))
+}
+
+/// The claims of a verified ID token that the flow uses.
+#[derive(Debug, Clone)]
+pub struct VerifiedIdToken {
+    pub subject: String,
+    pub issuer: String,
+}
+
+/// Verifies an ID token: signature against the server's JWKS, `iss`, `aud` = our client
+/// id, `azp` where present, `exp`, and `nonce`.
+pub fn verify_id_token(server: &AuthServer, raw: &SecretString, nonce: &str) -> Result<VerifiedIdToken, FlowError> {
+    let (Some(issuer), Some(jwks)) = (&server.issuer, &server.jwks) else {
+        return Err(FlowError::IdToken("no issuer or keys to verify against".to_owned()));
+    };
+    let issuer_url = IssuerUrl::new(issuer.clone()).map_err(|_| FlowError::IdToken("bad issuer".to_owned()))?;
+    let verifier = CoreIdTokenVerifier::new_confidential_client(
+        ClientId::new(server.client_id.clone()),
+        ClientSecret::new(server.client_secret.expose_secret().to_owned()),
+        issuer_url,
+        jwks.clone(),
+    );
+    let token: CoreIdToken = raw.expose_secret().parse().map_err(|_| FlowError::IdToken("not a JWT".to_owned()))?;
+    let claims =
+        token.claims(&verifier, &Nonce::new(nonce.to_owned())).map_err(|e| FlowError::IdToken(e.to_string()))?;
+    Ok(VerifiedIdToken { subject: claims.subject().as_str().to_owned(), issuer: claims.issuer().as_str().to_owned() })
+}
+
+/// Reads a field of a user endpoint answer by a dotted path (`user.id`); numbers become
+/// strings.
+pub fn json_field(v: &serde_json::Value, path: &str) -> Option<String> {
+    let mut cur = v;
+    for part in path.split('.') {
+        cur = cur.get(part)?;
+    }
+    match cur {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(iss_required: bool) -> AuthServer {
+        AuthServer {
+            client_id: "c".into(),
+            client_secret: SecretString::from("s"),
+            authorize_url: Url::parse("https://p.example/authorize").unwrap(),
+            token_url: Url::parse("https://p.example/token").unwrap(),
+            userinfo_url: None,
+            revocation_url: None,
+            issuer: Some("https://p.example".into()),
+            iss_parameter_required: iss_required,
+            jwks: None,
+        }
+    }
+
+    #[test]
+    fn the_authorize_url_carries_state_s256_challenge_nonce_and_extras() {
+        let s = server(false);
+        let r = authorize(
+            &s,
+            &Url::parse("https://c.example/cb").unwrap(),
+            "a b",
+            &[("access_type".into(), "offline".into())],
+            true,
+        );
+        let q: std::collections::HashMap<_, _> = r.url.query_pairs().into_owned().collect();
+        assert_eq!(q["state"], r.state);
+        assert_eq!(r.state.len(), 43);
+        assert_eq!(q["code_challenge_method"], "S256");
+        assert_ne!(q["code_challenge"], r.pkce_verifier);
+        assert_eq!(q["redirect_uri"], "https://c.example/cb");
+        assert_eq!(q["scope"], "a b");
+        assert_eq!(q["nonce"], r.nonce.clone().unwrap());
+        assert_eq!(q["access_type"], "offline");
+        assert_eq!(q["response_type"], "code");
+    }
+
+    #[test]
+    fn iss_is_checked_only_where_the_server_sends_it() {
+        assert_eq!(check_iss(&server(false), None), Ok(()));
+        assert_eq!(check_iss(&server(true), Some("https://p.example")), Ok(()));
+        assert_eq!(check_iss(&server(true), None), Err("iss_missing"));
+        assert_eq!(check_iss(&server(true), Some("https://evil.example")), Err("iss_mismatch"));
+    }
+
+    #[test]
+    fn json_fields_are_read_by_dotted_path() {
+        let v = serde_json::json!({"id": 42, "user": {"name": "x"}, "empty": ""});
+        assert_eq!(json_field(&v, "id").as_deref(), Some("42"));
+        assert_eq!(json_field(&v, "user.name").as_deref(), Some("x"));
+        assert_eq!(json_field(&v, "empty"), None);
+        assert_eq!(json_field(&v, "nope"), None);
+    }
+}

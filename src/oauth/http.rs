@@ -1,0 +1,142 @@
+//! The one outbound HTTP client (token, discovery, JWKS, userinfo, revocation): redirects
+//! are never followed (a token endpoint that redirects is misconfigured or hostile),
+//! connect and total timeouts are short, and response bodies are bounded.
+
+use oauth2::{HttpRequest, HttpResponse};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+const MAX_BODY: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutboundError {
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("response body larger than {MAX_BODY} bytes")]
+    TooLarge,
+    #[error("unexpected status {0}")]
+    Status(u16),
+    #[error("response is not the expected JSON")]
+    Json,
+}
+
+impl OutboundError {
+    /// Network trouble or an overloaded peer: worth a later retry, and no reason to doubt
+    /// the grant.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            OutboundError::Request(_) | OutboundError::Timeout => true,
+            OutboundError::Status(s) => *s >= 500 || *s == 429,
+            OutboundError::TooLarge | OutboundError::Json => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    client: reqwest::Client,
+}
+
+pub type BoxedResponse<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, OutboundError>> + Send + 'a>>;
+
+impl Outbound {
+    pub fn new(timeout: Duration) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(3).min(timeout))
+            .timeout(timeout)
+            .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self { client })
+    }
+
+    /// Sends a request built by the oauth2 crate, reading at most `MAX_BODY` bytes.
+    pub async fn execute(&self, req: HttpRequest) -> Result<HttpResponse, OutboundError> {
+        let (parts, body) = req.into_parts();
+        let resp = self
+            .client
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(classify)?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = read_bounded(resp).await?;
+        let mut out = oauth2::http::Response::builder().status(status);
+        if let Some(h) = out.headers_mut() {
+            *h = headers;
+        }
+        out.body(body).map_err(|e| OutboundError::Request(e.to_string()))
+    }
+
+    /// An `AsyncHttpClient` for the oauth2 and openidconnect crates.
+    pub fn as_client<'a>(&'a self) -> impl Fn(HttpRequest) -> BoxedResponse<'a> + 'a {
+        move |req| Box::pin(self.execute(req))
+    }
+
+    /// GET a JSON document, optionally with a bearer token.
+    pub async fn get_json(&self, url: &url::Url, bearer: Option<&str>) -> Result<serde_json::Value, OutboundError> {
+        let mut r = self.client.get(url.as_str()).header("accept", "application/json");
+        if let Some(t) = bearer {
+            r = r.bearer_auth(t);
+        }
+        let resp = r.send().await.map_err(classify)?;
+        let status = resp.status();
+        let body = read_bounded(resp).await?;
+        if !status.is_success() {
+            return Err(OutboundError::Status(status.as_u16()));
+        }
+        serde_json::from_slice(&body).map_err(|_| OutboundError::Json)
+    }
+
+    /// POST a form with HTTP Basic client authentication (RFC 6749 §2.3.1); for RFC 7009
+    /// revocation. Returns the status.
+    pub async fn post_form_basic(
+        &self,
+        url: &url::Url,
+        client_id: &str,
+        client_secret: &str,
+        form: &[(&str, &str)],
+    ) -> Result<u16, OutboundError> {
+        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        let resp = self
+            .client
+            .post(url.as_str())
+            .basic_auth(enc(client_id), Some(enc(client_secret)))
+            .form(form)
+            .send()
+            .await
+            .map_err(classify)?;
+        let status = resp.status().as_u16();
+        let _ = read_bounded(resp).await?;
+        Ok(status)
+    }
+}
+
+fn classify(e: reqwest::Error) -> OutboundError {
+    if e.is_timeout() {
+        OutboundError::Timeout
+    } else {
+        // reqwest's error text names the URL but never a body or header value.
+        OutboundError::Request(e.without_url().to_string())
+    }
+}
+
+async fn read_bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, OutboundError> {
+    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(OutboundError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(classify)? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(OutboundError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -1,0 +1,185 @@
+//! Turns configuration into ready `AuthServer`s, fetching OIDC discovery documents and
+//! JWKS where needed and caching them for an hour (a failed fetch is not cached, so the
+//! next request tries again).
+
+use super::flow::AuthServer;
+use super::http::{Outbound, OutboundError};
+use super::providers::Provider;
+use super::urls;
+use openidconnect::core::CoreJsonWebKeySet;
+use secrecy::SecretString;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::RwLock;
+use url::Url;
+
+const CACHE_FOR: Duration = Duration::from_secs(3600);
+
+/// The primary identity provider (the one whose `sub` is the MCP subject).
+#[derive(Debug)]
+pub struct IdpConfig {
+    pub issuer: Url,
+    pub client_id: String,
+    pub client_secret: SecretString,
+    pub scopes: Vec<String>,
+    pub allow_idn_hosts: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("discovery at {url} failed: {source}")]
+    Fetch { url: String, source: OutboundError },
+    #[error("discovery document of {0} is invalid: {1}")]
+    Invalid(String, String),
+}
+
+#[derive(serde::Deserialize)]
+struct DiscoveryDoc {
+    issuer: String,
+    authorization_endpoint: Option<String>,
+    token_endpoint: Option<String>,
+    userinfo_endpoint: Option<String>,
+    revocation_endpoint: Option<String>,
+    jwks_uri: Option<String>,
+    #[serde(default)]
+    authorization_response_iss_parameter_supported: bool,
+}
+
+/// What discovery found, with every URL checked by the same rules as configured ones.
+struct Discovered {
+    issuer: String,
+    authorization_endpoint: Option<Url>,
+    token_endpoint: Option<Url>,
+    userinfo_endpoint: Option<Url>,
+    revocation_endpoint: Option<Url>,
+    jwks: CoreJsonWebKeySet,
+    iss_supported: bool,
+}
+
+fn same_issuer(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+async fn discover(http: &Outbound, issuer: &Url, allow_idn: &[String]) -> Result<Discovered, ResolveError> {
+    let base = issuer.as_str().trim_end_matches('/');
+    let doc_url = Url::parse(&format!("{base}/.well-known/openid-configuration"))
+        .map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
+    let raw = http
+        .get_json(&doc_url, None)
+        .await
+        .map_err(|source| ResolveError::Fetch { url: doc_url.to_string(), source })?;
+    let doc: DiscoveryDoc =
+        serde_json::from_value(raw).map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
+    // OIDC Discovery §4.3: the document's issuer must be the one we asked for.
+    if !same_issuer(&doc.issuer, issuer.as_str()) {
+        return Err(ResolveError::Invalid(base.to_owned(), format!("issuer {:?} does not match", doc.issuer)));
+    }
+    let check = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
+        u.map(|s| {
+            urls::endpoint(&s, allow_idn).map_err(|e| ResolveError::Invalid(base.to_owned(), format!("{what}: {e}")))
+        })
+        .transpose()
+    };
+    let jwks_uri = check("jwks_uri", doc.jwks_uri)?
+        .ok_or_else(|| ResolveError::Invalid(base.to_owned(), "no jwks_uri".to_owned()))?;
+    let jwks_raw = http
+        .get_json(&jwks_uri, None)
+        .await
+        .map_err(|source| ResolveError::Fetch { url: jwks_uri.to_string(), source })?;
+    let jwks: CoreJsonWebKeySet =
+        serde_json::from_value(jwks_raw).map_err(|e| ResolveError::Invalid(base.to_owned(), format!("jwks: {e}")))?;
+    Ok(Discovered {
+        issuer: doc.issuer,
+        authorization_endpoint: check("authorization_endpoint", doc.authorization_endpoint)?,
+        token_endpoint: check("token_endpoint", doc.token_endpoint)?,
+        userinfo_endpoint: check("userinfo_endpoint", doc.userinfo_endpoint)?,
+        revocation_endpoint: check("revocation_endpoint", doc.revocation_endpoint)?,
+        jwks,
+        iss_supported: doc.authorization_response_iss_parameter_supported,
+    })
+}
+
+/// Resolved servers by key (`idp` or `provider:<id>`), each with the time it was made.
+#[derive(Default)]
+pub struct Resolver {
+    cache: RwLock<HashMap<String, (Arc<AuthServer>, Instant)>>,
+}
+
+impl Resolver {
+    async fn cached(&self, key: &str) -> Option<Arc<AuthServer>> {
+        let c = self.cache.read().await;
+        c.get(key).filter(|(_, at)| at.elapsed() < CACHE_FOR).map(|(s, _)| s.clone())
+    }
+
+    async fn store(&self, key: String, s: Arc<AuthServer>) {
+        self.cache.write().await.insert(key, (s, Instant::now()));
+    }
+
+    pub async fn idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
+        if let Some(s) = self.cached("idp").await {
+            return Ok(s);
+        }
+        let d = discover(http, &idp.issuer, &idp.allow_idn_hosts).await?;
+        let invalid = |what: &str| ResolveError::Invalid(idp.issuer.to_string(), format!("no {what}"));
+        let server = Arc::new(AuthServer {
+            client_id: idp.client_id.clone(),
+            client_secret: idp.client_secret.clone(),
+            authorize_url: d.authorization_endpoint.ok_or_else(|| invalid("authorization_endpoint"))?,
+            token_url: d.token_endpoint.ok_or_else(|| invalid("token_endpoint"))?,
+            userinfo_url: d.userinfo_endpoint,
+            revocation_url: d.revocation_endpoint,
+            issuer: Some(d.issuer),
+            iss_parameter_required: d.iss_supported,
+            jwks: Some(d.jwks),
+        });
+        self.store("idp".to_owned(), server.clone()).await;
+        Ok(server)
+    }
+
+    /// A downstream provider: configured endpoints win; OIDC providers add discovery
+    /// (endpoints not configured, JWKS, RFC 9207 support).
+    pub async fn provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
+        let key = format!("provider:{}", p.id);
+        if let Some(s) = self.cached(&key).await {
+            return Ok(s);
+        }
+        let name = p.id.to_string();
+        let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
+        let discovered = match (&p.issuer, p.oidc) {
+            (Some(issuer), true) => Some(discover(http, issuer, &p.allow_idn_hosts).await?),
+            _ => None,
+        };
+        let server = match discovered {
+            Some(d) => AuthServer {
+                client_id: p.client_id.clone(),
+                client_secret: p.client_secret.clone(),
+                authorize_url: p
+                    .authorize_url
+                    .clone()
+                    .or(d.authorization_endpoint)
+                    .ok_or_else(|| invalid("authorize_url"))?,
+                token_url: p.token_url.clone().or(d.token_endpoint).ok_or_else(|| invalid("token_url"))?,
+                userinfo_url: p.userinfo_url.clone().or(d.userinfo_endpoint),
+                revocation_url: p.revocation_url.clone().or(d.revocation_endpoint),
+                issuer: Some(d.issuer),
+                iss_parameter_required: p.authorization_response_iss || d.iss_supported,
+                jwks: Some(d.jwks),
+            },
+            None => AuthServer {
+                client_id: p.client_id.clone(),
+                client_secret: p.client_secret.clone(),
+                authorize_url: p.authorize_url.clone().ok_or_else(|| invalid("authorize_url"))?,
+                token_url: p.token_url.clone().ok_or_else(|| invalid("token_url"))?,
+                userinfo_url: p.userinfo_url.clone(),
+                revocation_url: p.revocation_url.clone(),
+                issuer: p.issuer.as_ref().map(|u| u.as_str().trim_end_matches('/').to_owned()),
+                iss_parameter_required: p.authorization_response_iss,
+                jwks: None,
+            },
+        };
+        let server = Arc::new(server);
+        self.store(key, server.clone()).await;
+        Ok(server)
+    }
+}
