@@ -127,6 +127,10 @@ pub struct ConsentView {
     pub elicitation: ElicitationRow,
     pub tenant_name: String,
     pub provider: Arc<Provider>,
+    /// The host the browser will be sent to, shown in full.
+    pub domain: String,
+    /// Its origin, the one place the Connect form's redirect may lead (CSP form-action).
+    pub authorize_origin: String,
 }
 
 /// Everything needed to render the consent page, after every check.
@@ -139,7 +143,14 @@ pub async fn consent_view(
 ) -> Result<ConsentView, ConnectError> {
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
-    Ok(ConsentView { elicitation, tenant_name, provider })
+    let server = state
+        .resolver
+        .provider(&state.outbound, &provider)
+        .await
+        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
+    let domain = server.authorize_url.host_str().unwrap_or_default().to_owned();
+    let authorize_origin = server.authorize_url.origin().ascii_serialization();
+    Ok(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

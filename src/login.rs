@@ -24,10 +24,9 @@ pub fn safe_return_to(base: &Url, raw: &str) -> Option<String> {
     {
         return None;
     }
+    // A path-absolute reference (one '/', no '\\') cannot leave the base's origin; joining
+    // only normalises it (dot segments, percent-encoding).
     let joined = base.join(raw).ok()?;
-    if joined.origin() != base.origin() {
-        return None;
-    }
     let mut out = joined.path().to_owned();
     if let Some(q) = joined.query() {
         out.push('?');

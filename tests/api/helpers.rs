@@ -5,9 +5,11 @@ use mcp_connect::domain::{ConnectionId, KeyScope, ProviderId, Subject, TenantId}
 use mcp_connect::startup::{AppState, Application};
 use mcp_connect::store::{self, PgPool};
 use mcp_connect::vault::{Field, RowBinding};
+use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection;
 use std::collections::HashMap;
+use std::sync::Arc;
 use time::OffsetDateTime;
 
 pub const KEY_A: &str = "k-old:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -27,6 +29,11 @@ fn with_database(url: &str, db: &str) -> String {
 
 pub struct TestApp {
     pub base: String,
+    /// The primary identity provider (dev IdP role): its `sub` is the MCP subject.
+    pub idp: Arc<DevProvider>,
+    /// A downstream OIDC provider, configured as `testp` (template `oidc`) and as `plainp`
+    /// (template `oauth2`, explicit endpoints, RFC 9207 from the config).
+    pub provider: Arc<DevProvider>,
     pub pool: PgPool,
     pub state: actix_web::web::Data<AppState>,
     pub db_url: String,
@@ -50,18 +57,23 @@ impl Default for Options {
     }
 }
 
-pub fn config_toml(extra: &str) -> String {
+pub fn config_toml(base: &str, idp: &str, provider: &str, extra: &str) -> String {
     format!(
         r#"
-public_base_url = "https://connect.example.test"
+public_base_url = "{base}"
 listen = "127.0.0.1:0"
 log_format = "text"
+[idp]
+issuer = "{idp}"
+client_id = "mcp-connect"
 [api_keys]
 cache_seconds = 1
+[outbound]
+timeout_seconds = 3
 [[tenants]]
 id = "acme"
 display_name = "Acme Assistant"
-providers = ["github", "gitlab"]
+providers = ["github", "gitlab", "testp", "plainp"]
 [[tenants]]
 id = "beta"
 display_name = "Beta Bot"
@@ -72,6 +84,25 @@ client_id = "gh-client"
 [providers.gitlab]
 template = "gitlab"
 client_id = "gl-client"
+[providers.testp]
+template = "oidc"
+display_name = "Test Provider"
+issuer = "{provider}"
+client_id = "testp-client"
+scopes = ["openid", "profile"]
+account_id_field = "id"
+account_login_field = "login"
+[providers.plainp]
+template = "oauth2"
+display_name = "Plain Provider"
+authorize_url = "{provider}/authorize"
+token_url = "{provider}/token"
+userinfo_url = "{provider}/userinfo"
+revocation_url = "{provider}/revoke"
+issuer = "{provider}"
+authorization_response_iss = true
+client_id = "plainp-client"
+scopes = ["read"]
 {extra}
 "#
     )
@@ -88,14 +119,55 @@ pub async fn create_database() -> String {
     with_database(&server, &name)
 }
 
-pub fn config_for(db_url: &str, opts: &Options) -> Config {
+pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Options) -> Config {
     let env: HashMap<&str, String> = HashMap::from([
         ("MCP_CONNECT_DATABASE_URL", db_url.to_owned()),
         ("MCP_CONNECT_VAULT_KEYS", opts.vault_keys.clone()),
+        ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "gh-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_GITLAB_CLIENT_SECRET", "gl-secret".to_owned()),
+        ("MCP_CONNECT_PROVIDER_TESTP_CLIENT_SECRET", "testp-secret".to_owned()),
+        ("MCP_CONNECT_PROVIDER_PLAINP_CLIENT_SECRET", "plainp-secret".to_owned()),
     ]);
-    Config::from_toml(&config_toml(&opts.extra_toml), &|k| env.get(k).cloned()).expect("test config is valid")
+    Config::from_toml(&config_toml(base, idp, provider, &opts.extra_toml), &|k| env.get(k).cloned())
+        .expect("test config is valid")
+}
+
+pub async fn start_providers() -> (Arc<DevProvider>, Arc<DevProvider>) {
+    let idp = DevProvider::start(DevProviderConfig {
+        display_name: "Test Identity Provider".to_owned(),
+        role: Role::IdentityProvider,
+        ..DevProviderConfig::default()
+    })
+    .await
+    .expect("idp starts");
+    let provider = DevProvider::start(DevProviderConfig {
+        display_name: "Test Provider".to_owned(),
+        role: Role::Downstream,
+        ..DevProviderConfig::default()
+    })
+    .await
+    .expect("provider starts");
+    (Arc::new(idp), Arc::new(provider))
+}
+
+/// Registers an app instance's redirect URIs with the IdP and the provider.
+fn register(base: &str, idp: &DevProvider, provider: &DevProvider) {
+    idp.add_client(ClientRegistration {
+        client_id: "mcp-connect".to_owned(),
+        client_secret: "idp-secret".to_owned(),
+        redirect_uris: vec![format!("{base}/login/callback")],
+    });
+    provider.add_client(ClientRegistration {
+        client_id: "testp-client".to_owned(),
+        client_secret: "testp-secret".to_owned(),
+        redirect_uris: vec![format!("{base}/connect/testp/callback")],
+    });
+    provider.add_client(ClientRegistration {
+        client_id: "plainp-client".to_owned(),
+        client_secret: "plainp-secret".to_owned(),
+        redirect_uris: vec![format!("{base}/connect/plainp/callback")],
+    });
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -104,15 +176,26 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(opts: Options) -> TestApp {
     let db_url = create_database().await;
-    spawn_on(&db_url, &opts).await
+    let (idp, provider) = start_providers().await;
+    spawn_instance(&db_url, idp, provider, &opts).await
 }
 
-/// Another instance on the same database (for cross-instance tests) or a fresh start.
-pub async fn spawn_on(db_url: &str, opts: &Options) -> TestApp {
-    let config = config_for(db_url, opts);
+/// Another instance on the same database and providers (cross-instance tests).
+pub async fn spawn_on(other: &TestApp, opts: &Options) -> TestApp {
+    spawn_instance(&other.db_url, other.idp.clone(), other.provider.clone(), opts).await
+}
+
+pub async fn spawn_instance(
+    db_url: &str,
+    idp: Arc<DevProvider>,
+    provider: Arc<DevProvider>,
+    opts: &Options,
+) -> TestApp {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    register(&base, &idp, &provider);
+    let config = config_for(db_url, &base, &idp.issuer(), &provider.issuer(), opts);
     let app = Application::build_with_listener(config, listener).await.expect("app builds");
-    let base = format!("http://127.0.0.1:{}", app.port());
     let state = app.state();
     let pool = state.pool.clone();
     tokio::spawn(app.run_until_stopped());
@@ -123,6 +206,8 @@ pub async fn spawn_on(db_url: &str, opts: &Options) -> TestApp {
     let beta_key = mcp_connect::cli::create_api_key(&pool, &beta, KeyScope::Server, None).await.unwrap();
     TestApp {
         base,
+        idp,
+        provider,
         pool,
         state,
         db_url: db_url.to_owned(),

@@ -3,7 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod api_keys;
+mod browser;
+mod connect_flow;
 mod helpers;
+mod logs;
 mod ops;
 mod tenancy;
 mod token;

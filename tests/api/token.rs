@@ -13,7 +13,7 @@ async fn without_a_connection_the_answer_is_connect_required_with_an_opaque_url(
     let id = b["elicitation"]["id"].as_str().unwrap();
     ElicitationId::parse(id).expect("id is canonical");
     let url = b["elicitation"]["url"].as_str().unwrap();
-    assert_eq!(url, format!("https://connect.example.test/connect/github?e={id}"));
+    assert_eq!(url, format!("{}/connect/github?e={id}", app.base));
     // Nothing but the handle: no subject, no e-mail, no credential.
     assert!(!url.contains("alice"));
     assert!(!url.contains("example.com"));

@@ -65,8 +65,7 @@ async fn a_tampered_ciphertext_is_never_handed_out() {
 async fn rows_sealed_under_an_old_key_open_after_a_new_key_is_added() {
     let app = spawn_app().await; // keyring: KEY_A only
     app.insert_connection("acme", "alice", "github", "gho_old_key", &["read:user"], None).await;
-    let rotated =
-        spawn_on(&app.db_url, &Options { vault_keys: format!("{KEY_B},{KEY_A}"), ..Options::default() }).await;
+    let rotated = spawn_on(&app, &Options { vault_keys: format!("{KEY_B},{KEY_A}"), ..Options::default() }).await;
     let b = rotated.token_ok(json!({"subject": "alice", "provider": "github"})).await;
     assert_eq!(b["access_token"], "gho_old_key");
     // New seals use the current key.
@@ -82,7 +81,7 @@ async fn rows_sealed_under_an_old_key_open_after_a_new_key_is_added() {
 async fn a_row_under_a_key_no_longer_in_the_keyring_is_not_handed_out() {
     let app = spawn_app().await;
     app.insert_connection("acme", "alice", "github", "gho_old_key", &["read:user"], None).await;
-    let only_new = spawn_on(&app.db_url, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
+    let only_new = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
     let r = only_new.token(&only_new.key, json!({"subject": "alice", "provider": "github"})).await;
     assert_eq!(r.status(), 500);
     assert!(!r.text().await.unwrap().contains("gho_old_key"));

@@ -83,19 +83,17 @@ pub async fn show(
     };
     match connect::consent_view(&state, id, &provider, &session.info, now).await {
         Ok(v) => {
-            let domain = v.provider.domain().unwrap_or("(unknown)");
             let page = ConsentPage {
                 tenant_name: &v.tenant_name,
                 provider_name: &v.provider.display_name,
-                provider_domain: domain,
+                provider_domain: &v.domain,
                 provider_id: provider.as_str(),
                 scopes: &v.elicitation.scopes,
                 signed_in_as: session.info.subject.as_str(),
                 csrf: session.csrf(),
                 elicitation_id: &id.to_string(),
             };
-            let origin = v.provider.authorize_url.as_ref().map(|u| u.origin().ascii_serialization());
-            render(StatusCode::OK, &page, origin.as_deref())
+            render(StatusCode::OK, &page, Some(&v.authorize_origin))
         }
         Err(e) => Err(connect_error(&rid, &session, e)),
     }

@@ -1,0 +1,551 @@
+//! The browser connect flow against a real IdP and a real provider (both HTTP servers on
+//! loopback): the happy path, and one test per way it must refuse.
+
+use crate::browser::{Browser, location};
+use crate::helpers::{TestApp, spawn_app};
+use mcp_connect_devproviders::{IssMode, TokenFailure};
+use serde_json::json;
+
+async fn elicit(app: &TestApp, subject: &str, provider: &str) -> (String, String) {
+    let b = app.token_ok(json!({"subject": subject, "provider": provider})).await;
+    assert_eq!(b["status"], "connect_required");
+    (b["elicitation"]["id"].as_str().unwrap().to_owned(), b["elicitation"]["url"].as_str().unwrap().to_owned())
+}
+
+async fn connections(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&app.pool).await.unwrap()
+}
+
+async fn status_of(app: &TestApp, id: &str) -> String {
+    sqlx::query_scalar("SELECT status FROM elicitations WHERE id = $1::uuid")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+async fn audit_kinds(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar("SELECT kind FROM audit_events ORDER BY id").fetch_all(&app.pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_whole_flow_connects_and_the_retry_gets_the_token() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let r = browser.connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("Connected"), "{html}");
+    assert!(html.contains("Acme Assistant"));
+    assert_eq!(status_of(&app, &id).await, "completed");
+
+    // The authorization request carried PKCE S256, a 256-bit state, a nonce, our exact
+    // redirect URI and the configured scopes.
+    let p = app.provider.stats().last_authorize_params.unwrap();
+    assert_eq!(p["code_challenge_method"], "S256");
+    assert_eq!(p["state"].len(), 43);
+    assert_eq!(p["nonce"].len(), 43);
+    assert_eq!(p["redirect_uri"], format!("{}/connect/testp/callback", app.base));
+    assert_eq!(p["scope"], "openid profile");
+
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
+    assert_eq!(b["status"], "connected");
+    assert_eq!(b["account"]["login"], "octo-alice");
+    let token = b["access_token"].as_str().unwrap();
+    // The token works at the provider: it is the real grant.
+    let me: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/userinfo", app.provider.base_url()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["login"], "octo-alice");
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+    let kinds = audit_kinds(&app).await;
+    for k in ["elicitation_created", "connect_started", "connect_completed"] {
+        assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_plain_oauth2_provider_with_rfc9207_from_the_config_connects() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "plainp").await;
+    let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(status_of(&app, &id).await, "completed");
+    let p = app.provider.stats().last_authorize_params.unwrap();
+    assert!(!p.contains_key("nonce"));
+    assert_eq!(p["scope"], "read");
+}
+
+#[tokio::test]
+async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let bob = Browser::new();
+    let r = bob.open(&app, &url, "bob").await;
+    assert_eq!(r.status(), 403);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("This link was made for another account"), "{html}");
+    assert!(!html.contains("alice"), "the page must not reveal whose link it is");
+    // Bob cannot start the authorization either, even with his own valid CSRF token.
+    let csrf = crate::browser::form_value(&html, "csrf");
+    let r = bob
+        .client
+        .post(format!("{}/connect/testp/authorize", app.base))
+        .form(&[("csrf", csrf.as_str()), ("e", id.as_str()), ("decision", "connect")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Nor decline it for Alice.
+    let r = bob
+        .client
+        .post(format!("{}/connect/testp/authorize", app.base))
+        .form(&[("csrf", csrf.as_str()), ("e", id.as_str()), ("decision", "decline")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(status_of(&app, &id).await, "pending");
+    assert_eq!(connections(&app).await, 0);
+    assert_eq!(app.provider.stats().authorize_requests, 0);
+    assert!(audit_kinds(&app).await.iter().any(|k| k == "identity_mismatch"));
+
+    let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(status_of(&app, &id).await, "completed");
+}
+
+#[tokio::test]
+async fn a_replayed_callback_exchanges_no_second_code_and_stores_no_second_grant() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(browser.get(&cb).await.status(), 200);
+    // Reload in the same browser: a sensible page, nothing done.
+    let r = browser.get(&cb).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("Already connected"));
+    // The same callback replayed from another browser: refused.
+    let other = Browser::new();
+    other.login(&app, "alice").await;
+    assert_eq!(other.get(&cb).await.status(), 403);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+    assert_eq!(connections(&app).await, 1);
+}
+
+#[tokio::test]
+async fn a_double_click_on_connect_leads_to_one_grant() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    let first = browser.consent(&app, "testp", &page, "connect").await;
+    let second = browser.consent(&app, "testp", &page, "connect").await;
+    let cb1 = browser.answer_authorize(&location(&first), "octo-alice", "allow").await;
+    let cb2 = browser.answer_authorize(&location(&second), "octo-alice", "allow").await;
+    assert_eq!(browser.get(&cb1).await.status(), 200);
+    let r = browser.get(&cb2).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("Already connected"));
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+    assert_eq!(connections(&app).await, 1);
+}
+
+#[tokio::test]
+async fn an_expired_state_is_refused() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    sqlx::query("UPDATE oauth_states SET expires_at = now() - interval '1 second'").execute(&app.pool).await.unwrap();
+    let r = browser.get(&cb).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("too late"));
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    assert_eq!(connections(&app).await, 0);
+    assert_eq!(status_of(&app, &id).await, "pending");
+}
+
+#[tokio::test]
+async fn a_state_from_another_browser_session_is_refused() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let first = Browser::new();
+    let cb = first.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    // Same subject, other session (e.g. a link pushed to another device).
+    let second = Browser::new();
+    second.login(&app, "alice").await;
+    let r = second.get(&cb).await;
+    assert_eq!(r.status(), 403);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    assert_eq!(status_of(&app, &id).await, "pending");
+    // No session at all: refused too.
+    assert_eq!(Browser::new().get(&cb).await.status(), 403);
+    assert_eq!(connections(&app).await, 0);
+}
+
+#[tokio::test]
+async fn a_provider_swapped_in_the_callback_path_is_refused() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    let swapped = cb.replace("/connect/testp/callback", "/connect/plainp/callback");
+    let r = browser.get(&swapped).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    assert_eq!(connections(&app).await, 0);
+    // The state was consumed by that attempt: the original callback is dead too.
+    assert_eq!(browser.get(&cb).await.status(), 400);
+}
+
+#[tokio::test]
+async fn a_provider_swapped_in_the_connect_path_is_an_invalid_link() {
+    let app = spawn_app().await;
+    let (id, _) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let r = browser.get(&format!("{}/connect/plainp?e={id}", app.base)).await;
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn unknown_or_tampered_elicitation_ids_are_an_invalid_link() {
+    let app = spawn_app().await;
+    let (id, _) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let mut tampered = id.clone().into_bytes();
+    tampered[0] = if tampered[0] == b'a' { b'b' } else { b'a' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    for e in [tampered.as_str(), "nonsense", "", &id.to_uppercase()] {
+        let r = browser.get(&format!("{}/connect/testp?e={e}", app.base)).await;
+        assert_eq!(r.status(), 404, "{e}");
+        let html = r.text().await.unwrap();
+        assert!(html.contains("This link is not valid"));
+        assert!(html.contains("Request id"));
+    }
+    assert_eq!(browser.get(&format!("{}/connect/testp", app.base)).await.status(), 404);
+}
+
+#[tokio::test]
+async fn an_expired_or_finished_elicitation_shows_a_clear_page() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    sqlx::query("UPDATE elicitations SET expires_at = now() - interval '1 second'").execute(&app.pool).await.unwrap();
+    let r = browser.get(&url).await;
+    assert_eq!(r.status(), 410);
+    assert!(r.text().await.unwrap().contains("expired"));
+    sqlx::query("UPDATE elicitations SET status = 'cancelled' WHERE id = $1::uuid")
+        .bind(&id)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let r = browser.get(&url).await;
+    assert_eq!(r.status(), 410);
+    assert!(r.text().await.unwrap().contains("no longer active"));
+}
+
+async fn refused_callback(app: &TestApp, provider: &str) {
+    let (id, url) = elicit(app, "alice", provider).await;
+    let browser = Browser::new();
+    let r = browser.connect(app, &url, "alice", "octo-alice").await;
+    assert!(r.status().is_client_error() || r.status().is_server_error(), "status {}", r.status());
+    assert_eq!(connections(app).await, 0, "no credential attached");
+    assert_eq!(status_of(app, &id).await, "pending");
+}
+
+#[tokio::test]
+async fn a_wrong_iss_in_the_authorization_response_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_iss_mode(IssMode::Wrong);
+    refused_callback(&app, "testp").await;
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+}
+
+#[tokio::test]
+async fn a_missing_iss_is_refused_where_the_provider_advertises_rfc9207() {
+    let app = spawn_app().await;
+    app.provider.switches().set_iss_mode(IssMode::Missing);
+    refused_callback(&app, "testp").await;
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+}
+
+#[tokio::test]
+async fn a_missing_iss_is_refused_where_the_config_says_the_provider_sends_it() {
+    let app = spawn_app().await;
+    app.provider.switches().set_advertise_iss(false);
+    app.provider.switches().set_iss_mode(IssMode::Missing);
+    refused_callback(&app, "plainp").await;
+}
+
+#[tokio::test]
+async fn a_missing_iss_is_accepted_where_the_provider_does_not_use_rfc9207() {
+    let app = spawn_app().await;
+    app.provider.switches().set_advertise_iss(false);
+    app.provider.switches().set_iss_mode(IssMode::Missing);
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo").await.status(), 200);
+    assert_eq!(status_of(&app, &id).await, "completed");
+}
+
+#[tokio::test]
+async fn an_id_token_for_another_audience_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_audience(Some("someone-else".into()));
+    refused_callback(&app, "testp").await;
+}
+
+#[tokio::test]
+async fn an_id_token_with_a_wrong_nonce_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_nonce(Some("replayed-nonce".into()));
+    refused_callback(&app, "testp").await;
+}
+
+#[tokio::test]
+async fn an_expired_id_token_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_expired(true);
+    refused_callback(&app, "testp").await;
+}
+
+#[tokio::test]
+async fn an_id_token_signed_with_an_unknown_key_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_wrong_key(true);
+    refused_callback(&app, "testp").await;
+}
+
+#[tokio::test]
+async fn an_id_token_from_another_issuer_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_issuer(Some("http://evil.example".into()));
+    refused_callback(&app, "testp").await;
+}
+
+#[tokio::test]
+async fn a_state_whose_redirect_uri_is_not_the_registered_one_is_refused() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo").await;
+    sqlx::query("UPDATE oauth_states SET redirect_uri = 'https://evil.example/connect/testp/callback'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(browser.get(&cb).await.status(), 400);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    assert_eq!(connections(&app).await, 0);
+}
+
+#[tokio::test]
+async fn a_failing_token_endpoint_leaves_the_elicitation_pending() {
+    let app = spawn_app().await;
+    app.provider.switches().set_token_failure(Some(TokenFailure::ServerError));
+    refused_callback(&app, "testp").await;
+    app.provider.switches().set_token_failure(None);
+    assert!(audit_kinds(&app).await.iter().any(|k| k == "connect_failed"));
+}
+
+#[tokio::test]
+async fn decline_on_our_page_is_a_normal_outcome() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    let r = browser.consent(&app, "testp", &page, "decline").await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("Nothing was connected"));
+    assert_eq!(status_of(&app, &id).await, "declined");
+    assert_eq!(app.provider.stats().authorize_requests, 0);
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
+    assert_eq!(b["status"], "declined");
+}
+
+#[tokio::test]
+async fn access_denied_at_the_provider_is_a_decline() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    let r = browser.consent(&app, "testp", &page, "connect").await;
+    let cb = browser.answer_authorize(&location(&r), "octo", "deny").await;
+    assert!(cb.contains("error=access_denied"));
+    let r = browser.get(&cb).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("Nothing was connected"));
+    assert_eq!(status_of(&app, &id).await, "declined");
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
+    assert_eq!(b["status"], "declined");
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_csrf_token_is_403() {
+    let app = spawn_app().await;
+    let (id, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    let good = crate::browser::form_value(&page, "csrf");
+    let bad = format!("{}x", &good[..good.len() - 1]);
+    for form in [
+        vec![("e", id.as_str()), ("decision", "connect")],
+        vec![("csrf", bad.as_str()), ("e", id.as_str()), ("decision", "connect")],
+    ] {
+        let r = browser.client.post(format!("{}/connect/testp/authorize", app.base)).form(&form).send().await.unwrap();
+        assert_eq!(r.status(), 403);
+    }
+    // Another session's token does not work here either.
+    let other = Browser::new();
+    let other_page = other.open(&app, &url, "alice").await.text().await.unwrap();
+    let other_csrf = crate::browser::form_value(&other_page, "csrf");
+    assert_ne!(other_csrf, good);
+    let r = browser
+        .client
+        .post(format!("{}/connect/testp/authorize", app.base))
+        .form(&[("csrf", other_csrf.as_str()), ("e", id.as_str()), ("decision", "connect")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(app.provider.stats().authorize_requests, 0);
+}
+
+#[tokio::test]
+async fn return_to_pointing_off_site_is_refused() {
+    let app = spawn_app().await;
+    let browser = Browser::new();
+    for bad in ["https://evil.example/", "//evil.example/x", "/\\evil.example"] {
+        let url = format!(
+            "{}/login?return_to={}",
+            app.base,
+            url::form_urlencoded::byte_serialize(bad.as_bytes()).collect::<String>()
+        );
+        let r = browser.get(&url).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        assert!(r.headers().get("location").is_none());
+    }
+    assert_eq!(app.idp.stats().authorize_requests, 0);
+}
+
+#[tokio::test]
+async fn a_login_response_replayed_into_another_browser_is_refused() {
+    let app = spawn_app().await;
+    let victim = Browser::new();
+    let r = victim.get(&format!("{}/login?return_to=/", app.base)).await;
+    // The attacker signs in at the IdP and hands the victim the redirect back.
+    let attacker = Browser::new();
+    let back = attacker.answer_authorize(&location(&r), "mallory", "allow").await;
+    let fresh = Browser::new();
+    assert_eq!(fresh.get(&back).await.status(), 400);
+}
+
+#[tokio::test]
+async fn a_different_upstream_account_on_reconnect_is_refused_and_the_old_one_kept() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    // A second grant is needed (more scopes), and Alice signs in at the provider as someone else.
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap();
+    let r = Browser::new().connect(&app, url, "alice", "octo-mallory").await;
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("different account"));
+    let login: String = sqlx::query_scalar("SELECT account_login FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(login, "octo-alice");
+    assert!(audit_kinds(&app).await.iter().any(|k| k == "account_mismatch"));
+}
+
+#[tokio::test]
+async fn reconnecting_the_same_upstream_account_replaces_the_grant_in_place() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    let first = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap();
+    assert_eq!(Browser::new().connect(&app, url, "alice", "octo-alice").await.status(), 200);
+    let second = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["email"]})).await;
+    assert_eq!(second["status"], "connected");
+    assert_eq!(second["connection_id"], first["connection_id"]);
+    assert_ne!(second["access_token"], first["access_token"]);
+    assert_eq!(connections(&app).await, 1);
+}
+
+#[tokio::test]
+async fn pages_cannot_be_framed_send_no_referrer_and_are_not_cached() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let r = browser.open(&app, &url, "alice").await;
+    assert_eq!(r.status(), 200);
+    let h = r.headers();
+    let csp = h["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(csp.contains("default-src 'none'"));
+    // The Connect button's redirect may go to the provider's origin and nowhere else.
+    assert!(csp.contains(&format!("form-action 'self' {}", app.provider.base_url())), "{csp}");
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert_eq!(h["cache-control"], "no-store");
+    assert_eq!(h["x-dns-prefetch-control"], "off");
+    let html = r.text().await.unwrap();
+    // The provider's full domain is on the page, and nothing is loaded from it.
+    assert!(html.contains("127.0.0.1"), "{html}");
+    assert!(!html.contains(&format!("src=\"{}", app.provider.base_url())));
+    assert!(!html.contains("<script"));
+    assert!(html.contains("lang=\"en\""));
+    // Error pages too.
+    let r = browser.get(&format!("{}/connect/testp?e=x", app.base)).await;
+    assert!(r.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_http_only_and_same_site() {
+    let app = spawn_app().await;
+    let client =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).cookie_store(true).build().unwrap();
+    let r = client.get(format!("{}/login?return_to=/", app.base)).send().await.unwrap();
+    let login_cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(login_cookie.contains("HttpOnly") && login_cookie.contains("SameSite=Lax"), "{login_cookie}");
+    let b = Browser { client: client.clone() };
+    let back = b.answer_authorize(&location(&r), "alice", "allow").await;
+    let r = client.get(&back).send().await.unwrap();
+    let cookies: Vec<String> =
+        r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    let session = cookies.iter().find(|c| c.starts_with("mcpc_session=")).unwrap();
+    assert!(
+        session.contains("HttpOnly") && session.contains("SameSite=Lax") && session.contains("Max-Age="),
+        "{session}"
+    );
+    // Only a hash of the session id is stored.
+    let value = session.split(';').next().unwrap().split('=').nth(1).unwrap();
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT s::text FROM browser_sessions s").fetch_all(&app.pool).await.unwrap();
+    assert!(!rows.iter().any(|r| r.contains(value)));
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let app = spawn_app().await;
+    let (_, url) = elicit(&app, "alice", "testp").await;
+    let browser = Browser::new();
+    let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    let csrf = crate::browser::form_value(&page, "csrf");
+    let r = browser.client.post(format!("{}/logout", app.base)).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM browser_sessions").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(n, 0);
+    // Back to the login redirect.
+    assert_eq!(browser.get(&url).await.status(), 303);
+}

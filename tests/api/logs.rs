@@ -1,0 +1,113 @@
+//! Invariant 1: a whole connect flow, with every log line captured at debug level, leaves
+//! no token, code, state, verifier, nonce, API key or session id in the logs.
+
+use crate::browser::{Browser, location};
+use crate::helpers::spawn_app;
+use mcp_connect::crypto::lookup_hash;
+use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
+use mcp_connect::vault::{Field, RowBinding};
+use secrecy::ExposeSecret;
+use serde_json::json;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn query_param(url: &str, name: &str) -> String {
+    url::Url::parse(url).unwrap().query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
+}
+
+#[tokio::test]
+async fn a_whole_flow_logs_no_secret() {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let writer = Capture(buf.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("this test owns the process's subscriber");
+
+    let app = spawn_app().await;
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap().to_owned();
+    let id = b["elicitation"]["id"].as_str().unwrap().to_owned();
+
+    let browser = Browser::new();
+    // Login by hand, to see the IdP's code and state.
+    let r = browser.get(&url).await;
+    let r = browser.get(&format!("{}{}", app.base, location(&r))).await;
+    let login_back = browser.answer_authorize(&location(&r), "alice", "allow").await;
+    let r = browser.get(&login_back).await;
+    let session_cookie = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("mcpc_session="))
+        .unwrap();
+    let session_id = session_cookie.split(';').next().unwrap().split('=').nth(1).unwrap().to_owned();
+    let page = browser.get(&url).await.text().await.unwrap();
+    let r = browser.consent(&app, "testp", &page, "connect").await;
+    let cb = browser.answer_authorize(&location(&r), "octo-alice", "allow").await;
+    // The PKCE verifier and nonce, from the sealed state (the test holds the vault).
+    let state = query_param(&cb, "state");
+    let hash = lookup_hash("oauth_state", &state);
+    let (key_id, sealed): (String, Vec<u8>) =
+        sqlx::query_as("SELECT key_id, sealed FROM oauth_states WHERE state_hash = $1")
+            .bind(&hash[..])
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let opened = app.state.vault.open_aux(&key_id, "oauth_state", &hash, &sealed).unwrap();
+    let sealed_json: serde_json::Value = serde_json::from_slice(&opened).unwrap();
+    assert_eq!(browser.get(&cb).await.status(), 200);
+    let t = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
+    assert_eq!(t["status"], "connected");
+    // The refresh and ID tokens, opened from the vault.
+    let (cid, rt_ct, id_ct): (uuid::Uuid, Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT id, refresh_token_ct, id_token_ct FROM connections").fetch_one(&app.pool).await.unwrap();
+    let (tenant, subject, provider) =
+        (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("testp").unwrap());
+    let row = RowBinding {
+        tenant: &tenant,
+        subject: &subject,
+        provider: &provider,
+        connection: ConnectionId::from_uuid(cid),
+    };
+    let refresh = app.state.vault.open("k-old", &row, Field::RefreshToken, &rt_ct).unwrap();
+    let id_token = app.state.vault.open("k-old", &row, Field::IdToken, &id_ct).unwrap();
+
+    let secrets = [
+        ("access token", t["access_token"].as_str().unwrap().to_owned()),
+        ("refresh token", refresh.expose_secret().to_owned()),
+        ("id token", id_token.expose_secret().to_owned()),
+        ("provider code", query_param(&cb, "code")),
+        ("provider state", state),
+        ("pkce verifier", sealed_json["verifier"].as_str().unwrap().to_owned()),
+        ("nonce", sealed_json["nonce"].as_str().unwrap().to_owned()),
+        ("idp code", query_param(&login_back, "code")),
+        ("idp state", query_param(&login_back, "state")),
+        ("session id", session_id),
+        ("api key", app.key.clone()),
+        ("api key secret", app.key[22..].to_owned()),
+    ];
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let logs = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("/connect/testp/callback"), "the capture works: {} bytes", logs.len());
+    for (what, value) in &secrets {
+        assert!(value.len() >= 16, "{what} is a real value");
+        assert!(!logs.contains(value.as_str()), "{what} found in the logs");
+    }
+}
