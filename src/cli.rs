@@ -31,12 +31,49 @@ pub enum Command {
         #[command(subcommand)]
         action: ApikeyAction,
     },
+    /// Re-seal every stored token under the current vault key (the first in the keyring).
+    /// Safe to interrupt and rerun; old keys can be removed once it reports 0 remaining.
+    RotateKey {
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 200)]
+        batch: i64,
+    },
+    /// Provider kill switches for every tenant (tenant admins use the admin API).
+    Killswitch {
+        #[command(subcommand)]
+        action: KillAction,
+    },
+    /// Run the periodic clean-up once and print what it removed.
+    Cleanup,
     /// Print a new random vault key entry (`<id>:<base64>`) for MCP_CONNECT_VAULT_KEYS.
     Genkey {
         /// Key id, e.g. the month it was made.
         #[arg(long, default_value = "k1")]
         id: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KillAction {
+    /// Stop a provider: `no_new_elicitations` or `no_token_handouts`.
+    Set {
+        provider: String,
+        #[arg(value_parser = ["no_new_elicitations", "no_token_handouts"])]
+        mode: String,
+        /// Only for this tenant (default: every tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lift a kill switch.
+    Clear {
+        provider: String,
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// List the switches in force.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +120,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             store::migrate(&pool).await?;
             sync_tenants(&pool, &config.tenants).await?;
             println!("migrations applied");
+            Ok(())
+        }
+        Command::RotateKey { batch } => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+            store::migrate(&pool).await?;
+            let vault = crate::vault::Vault::new(config.keyring);
+            println!("re-sealing under key {}", vault.current_key_id());
+            let report = crate::lifecycle::rotate::rotate_keys(&pool, &vault, batch.clamp(1, 10_000), |done, total| {
+                println!("  {done} of {total} rows re-sealed");
+            })
+            .await?;
+            println!("done: {} re-sealed, {} remaining", report.resealed, report.remaining);
+            if report.remaining > 0 {
+                println!("rows were busy (being refreshed); run rotate-key again");
+            }
+            Ok(())
+        }
+        Command::Killswitch { action } => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+            store::migrate(&pool).await?;
+            sync_tenants(&pool, &config.tenants).await?;
+            killswitch(&pool, action).await
+        }
+        Command::Cleanup => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+            store::migrate(&pool).await?;
+            let r = crate::lifecycle::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention)
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())
         }
         Command::Apikey { action } => {
@@ -142,6 +211,48 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
             Ok(())
         }
     }
+}
+
+async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<()> {
+    let parse_tenant = |t: Option<String>| -> anyhow::Result<Option<TenantId>> {
+        t.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()
+    };
+    let (provider, tenant, mode, reason) = match action {
+        KillAction::List => {
+            for k in store::kill_switches::list_kill_switches(pool, None).await? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    k.provider,
+                    k.tenant_id.as_deref().unwrap_or("(all tenants)"),
+                    k.mode,
+                    k.updated_at,
+                    k.reason.unwrap_or_default()
+                );
+            }
+            return Ok(());
+        }
+        KillAction::Set { provider, mode, tenant, reason } => (provider, parse_tenant(tenant)?, Some(mode), reason),
+        KillAction::Clear { provider, tenant } => (provider, parse_tenant(tenant)?, None, None),
+    };
+    let provider = crate::domain::ProviderId::parse(&provider).map_err(|e| anyhow::anyhow!("provider: {e}"))?;
+    let tenant_str = tenant.as_ref().map(TenantId::as_str);
+    let mut tx = pool.begin().await?;
+    match &mode {
+        Some(m) => {
+            store::kill_switches::set_kill_switch(&mut *tx, tenant_str, provider.as_str(), m, reason.as_deref()).await?
+        }
+        None => {
+            store::kill_switches::clear_kill_switch(&mut *tx, tenant_str, provider.as_str()).await?;
+        }
+    }
+    let mut ev = AuditEvent::new("kill_switch_changed");
+    ev.tenant_id = tenant_str.map(str::to_owned);
+    ev.provider = Some(provider.to_string());
+    ev.detail = serde_json::json!({ "mode": mode.as_deref().unwrap_or("off"), "reason": reason, "by": "cli" });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    println!("{provider}: {}", mode.as_deref().unwrap_or("off"));
+    Ok(())
 }
 
 /// Makes a key, stores its hash and an audit event, and returns it (shown once).

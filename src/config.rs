@@ -56,6 +56,12 @@ struct RawConfig {
     #[serde(default)]
     outbound: RawOutbound,
     #[serde(default)]
+    refresh: RawRefresh,
+    #[serde(default)]
+    cleanup: RawCleanup,
+    #[serde(default)]
+    audit: RawAudit,
+    #[serde(default)]
     tenants: Vec<RawTenant>,
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
@@ -108,6 +114,25 @@ struct RawSessions {
 #[serde(deny_unknown_fields)]
 struct RawOutbound {
     timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRefresh {
+    margin_seconds: Option<u64>,
+    unknown_expiry_refresh_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCleanup {
+    interval_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    retention_days: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -174,6 +199,12 @@ pub struct Config {
     pub idp: IdpConfig,
     pub session_ttl: Duration,
     pub outbound_timeout: Duration,
+    /// Refresh a token this long before it expires.
+    pub refresh_margin: Duration,
+    /// Refresh a token of unknown expiry this long after it was obtained.
+    pub unknown_expiry_refresh: Duration,
+    pub cleanup_interval: Duration,
+    pub audit_retention: Duration,
 }
 
 impl Config {
@@ -309,7 +340,28 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         return Err(err("outbound.timeout_seconds", "must be between 1 and 60"));
     }
 
+    let refresh_margin = raw.refresh.margin_seconds.unwrap_or(60);
+    if refresh_margin > 3600 {
+        return Err(err("refresh.margin_seconds", "must be at most 3600"));
+    }
+    let unknown_expiry = raw.refresh.unknown_expiry_refresh_seconds.unwrap_or(3600);
+    if !(60..=86_400).contains(&unknown_expiry) {
+        return Err(err("refresh.unknown_expiry_refresh_seconds", "must be between 60 and 86400"));
+    }
+    let cleanup_interval = raw.cleanup.interval_seconds.unwrap_or(300);
+    if !(1..=86_400).contains(&cleanup_interval) {
+        return Err(err("cleanup.interval_seconds", "must be between 1 and 86400"));
+    }
+    let retention_days = raw.audit.retention_days.unwrap_or(365);
+    if !(1..=3650).contains(&retention_days) {
+        return Err(err("audit.retention_days", "must be between 1 and 3650"));
+    }
+
     Ok(Config {
+        refresh_margin: Duration::from_secs(refresh_margin),
+        unknown_expiry_refresh: Duration::from_secs(unknown_expiry),
+        cleanup_interval: Duration::from_secs(cleanup_interval),
+        audit_retention: Duration::from_secs(retention_days * 86_400),
         idp,
         session_ttl: Duration::from_secs(session_ttl),
         outbound_timeout: Duration::from_secs(outbound_timeout),

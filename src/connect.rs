@@ -87,6 +87,8 @@ pub enum ConnectError {
     IdentityMismatch,
     #[error("the provider is not available to this tenant")]
     ProviderNotAllowed,
+    #[error("the provider is disabled by the operator")]
+    ProviderDisabled,
     #[error("provider configuration could not be resolved: {0}")]
     Resolve(String),
     #[error("database: {0}")]
@@ -119,6 +121,9 @@ async fn load_for_session(
     let tenant = TenantId::parse(&e.tenant_id).map_err(|_| ConnectError::ProviderNotAllowed)?;
     let provider =
         crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
+    if crate::tokens::kill_state(state, &e.tenant_id, &e.provider).await? != crate::tokens::KillState::Open {
+        return Err(ConnectError::ProviderDisabled);
+    }
     Ok((e, provider))
 }
 
@@ -291,6 +296,8 @@ pub enum CallbackRefusal {
     AccountMismatch,
     #[error("provider configuration could not be resolved: {0}")]
     Resolve(String),
+    #[error("the provider is disabled by the operator")]
+    ProviderDisabled,
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
@@ -315,6 +322,7 @@ impl CallbackRefusal {
             CallbackRefusal::Account => "account_lookup_failed",
             CallbackRefusal::AccountMismatch => "account_mismatch",
             CallbackRefusal::Resolve(_) => "provider_unavailable",
+            CallbackRefusal::ProviderDisabled => "provider_disabled",
             CallbackRefusal::Database(_) | CallbackRefusal::Vault(_) => "internal_error",
         }
     }
@@ -411,6 +419,9 @@ async fn complete_consumed(
     let tenant = TenantId::parse(&st.tenant_id).map_err(|_| CallbackRefusal::ElicitationGone)?;
     let provider =
         crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    if crate::tokens::kill_state(state, &st.tenant_id, &st.provider).await? != crate::tokens::KillState::Open {
+        return Err(CallbackRefusal::ProviderDisabled);
+    }
     let server = state
         .resolver
         .provider(&state.outbound, &provider)

@@ -15,6 +15,8 @@ pub mod crypto;
 pub mod domain;
 /// HTTP surfaces: API, admin, browser pages, health.
 pub mod http;
+/// Refresh, revocation, key rotation, clean-up, batched hand-out audit.
+pub mod lifecycle;
 /// Browser login at the primary IdP and its sessions.
 pub mod login;
 /// Providers, discovery, and the OAuth code flow.

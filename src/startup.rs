@@ -32,6 +32,11 @@ pub struct AppState {
     pub session_ttl: Duration,
     /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
     pub secure_cookies: bool,
+    pub outbound_timeout: Duration,
+    pub refresh_margin: time::Duration,
+    pub unknown_expiry_refresh: time::Duration,
+    pub refresh_gate: crate::lifecycle::refresh::RefreshGate,
+    pub handouts: crate::lifecycle::audit_batch::HandoutAudit,
 }
 
 impl AppState {
@@ -77,7 +82,14 @@ impl Application {
             .map_err(|e| anyhow::anyhow!("api key verifier: {e}"))?;
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";
+        crate::lifecycle::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
         let state = web::Data::new(AppState {
+            outbound_timeout: config.outbound_timeout,
+            refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
+            unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh)
+                .unwrap_or(time::Duration::HOUR),
+            refresh_gate: crate::lifecycle::refresh::RefreshGate::default(),
+            handouts: crate::lifecycle::audit_batch::HandoutAudit::spawn(pool.clone()),
             idp: config.idp,
             resolver: Resolver::default(),
             outbound,
@@ -99,6 +111,7 @@ impl Application {
                 .app_data(data.clone())
                 .configure(crate::http::ops::configure)
                 .configure(crate::http::api::configure)
+                .configure(crate::http::admin::configure)
                 .configure(crate::http::browser::configure)
         })
         .listen(listener)?

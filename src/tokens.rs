@@ -2,7 +2,8 @@
 //! stored connection), hand out a usable token, or create or reuse an elicitation. A
 //! retried tool call therefore never starts a second grant (DESIGN.md invariant 6).
 
-use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
+use crate::domain::{ApiKeyId, ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
+use crate::lifecycle::refresh::{self, RefreshError};
 use crate::oauth::Provider;
 use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
@@ -54,10 +55,33 @@ pub enum TokenError {
     ElicitationNotFound,
     #[error("elicitation belongs to another subject or provider")]
     ElicitationMismatch,
+    #[error("the provider is disabled by the operator")]
+    ProviderDisabled,
+    #[error("the provider is temporarily unavailable: {0}")]
+    ProviderUnavailable(String),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
     Vault(#[from] VaultError),
+}
+
+/// What the operator's kill switches allow for a tenant's provider right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillState {
+    Open,
+    NoNewElicitations,
+    NoTokenHandouts,
+}
+
+pub async fn kill_state(state: &AppState, tenant: &str, provider: &str) -> Result<KillState, sqlx::Error> {
+    let modes = store::kill_switches::modes_in_force(&state.pool, tenant, provider).await?;
+    Ok(if modes.iter().any(|m| m == "no_token_handouts") {
+        KillState::NoTokenHandouts
+    } else if modes.is_empty() {
+        KillState::Open
+    } else {
+        KillState::NoNewElicitations
+    })
 }
 
 /// Resolves the provider for a tenant: configured, and allowed for this tenant.
@@ -73,10 +97,15 @@ pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) 
 pub async fn token_for(
     state: &AppState,
     tenant: &TenantId,
+    api_key: &ApiKeyId,
     req: TokenRequest,
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
     let provider = provider_for(state, tenant, &req.provider)?;
+    let killed = kill_state(state, tenant.as_str(), req.provider.as_str()).await?;
+    if killed == KillState::NoTokenHandouts {
+        return Err(TokenError::ProviderDisabled);
+    }
 
     if let Some(eid) = req.elicitation_id {
         let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
@@ -98,9 +127,21 @@ pub async fn token_for(
         store::connections::find_connection(&state.pool, tenant.as_str(), req.subject.as_str(), req.provider.as_str())
             .await?;
     if let Some(c) = &conn
-        && let Some(out) = usable_token(state, tenant, &req, c, now)?
+        && let Some(out) = usable_token(state, tenant, &req, c, now).await?
     {
+        if let TokenOutcome::Connected { connection_id, .. } = &out {
+            let mut ev = AuditEvent::new("token_handed_out");
+            ev.tenant_id = Some(tenant.to_string());
+            ev.subject = Some(req.subject.to_string());
+            ev.provider = Some(req.provider.to_string());
+            ev.connection_id = Some(connection_id.as_uuid());
+            ev.api_key_id = Some(api_key.to_string());
+            state.handouts.record(ev).await;
+        }
         return Ok(out);
+    }
+    if killed != KillState::Open {
+        return Err(TokenError::ProviderDisabled);
     }
 
     // A new grant asks for what was asked plus what the old connection had, so a
@@ -114,8 +155,9 @@ pub async fn token_for(
     Ok(TokenOutcome::ConnectRequired(e))
 }
 
-/// Opens the connection's access token if the connection can serve this request.
-fn usable_token(
+/// Opens the connection's access token if the connection can serve this request,
+/// refreshing it first when it is about to expire.
+async fn usable_token(
     state: &AppState,
     tenant: &TenantId,
     req: &TokenRequest,
@@ -131,9 +173,30 @@ fn usable_token(
     {
         return Ok(None);
     }
-    if c.access_expires_at.is_some_and(|t| t <= now) {
-        return Ok(None);
-    }
+    let refreshed;
+    let c = if refresh::needs_refresh(c, now, state.refresh_margin, state.unknown_expiry_refresh) {
+        if c.refresh_token_ct.is_none() {
+            if c.access_expires_at.is_some_and(|t| t <= now) {
+                refresh::expire_without_refresh(state, c).await?;
+                return Ok(None);
+            }
+            // Still valid for a little while and nothing to refresh with: hand it out.
+            c
+        } else {
+            match refresh::refresh(state, c, now).await {
+                Ok(row) => {
+                    refreshed = row;
+                    &refreshed
+                }
+                Err(RefreshError::NeedsReauth | RefreshError::Gone) => return Ok(None),
+                Err(RefreshError::Transient(why)) => return Err(TokenError::ProviderUnavailable(why)),
+                Err(RefreshError::Database(e)) => return Err(TokenError::Database(e)),
+                Err(RefreshError::Vault(e)) => return Err(TokenError::Vault(e)),
+            }
+        }
+    } else {
+        c
+    };
     let (Some(key_id), Some(ct)) = (&c.key_id, &c.access_token_ct) else {
         return Ok(None);
     };

@@ -1,6 +1,7 @@
 //! HTTP surfaces, split by who calls: `api` for MCP servers, `admin` for operators,
 //! `browser` for people, `ops` for load balancers. Each exposes `configure`.
 
+pub mod admin;
 pub mod api;
 pub mod browser;
 pub mod error;

@@ -143,3 +143,230 @@ pub async fn replace_grant(
     .await?;
     Ok(())
 }
+
+/// Locks a connection row for a refresh or a revocation (cross-instance fence).
+pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ConnectionRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ConnectionRow,
+        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
+                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
+                  created_at, refreshed_at, version
+           FROM connections WHERE id = $1 FOR UPDATE"#,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Writes a refreshed grant if the row is still at `expected_version` (compare-and-swap on
+/// the generation counter). Returns whether it was written.
+pub async fn store_refreshed(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    expected_version: i64,
+    grant: &SealedGrant<'_>,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE connections
+           SET key_id = $3, access_token_ct = $4, refresh_token_ct = $5, id_token_ct = $6, token_type = $7,
+               access_expires_at = $8, refreshed_at = now(), updated_at = now(), version = version + 1
+           WHERE id = $1 AND version = $2 AND status = 'active'"#,
+        id,
+        expected_version,
+        grant.key_id,
+        grant.access_token_ct,
+        grant.refresh_token_ct,
+        grant.id_token_ct,
+        grant.token_type,
+        grant.access_expires_at
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The grant is dead at the provider: keep the row (and its account pin), drop the tokens.
+pub async fn mark_needs_reauth(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"UPDATE connections
+           SET status = 'needs_reauth', access_token_ct = NULL, refresh_token_ct = NULL, id_token_ct = NULL,
+               updated_at = now(), version = version + 1
+           WHERE id = $1"#,
+        id
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Revoked: a tombstone without ciphertexts, kept for the audit trail.
+pub async fn mark_revoked(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"UPDATE connections
+           SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL, id_token_ct = NULL,
+               updated_at = now(), version = version + 1
+           WHERE id = $1"#,
+        id
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Connection metadata for operators: never a ciphertext.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConnectionMeta {
+    pub id: Uuid,
+    pub subject: String,
+    pub provider: String,
+    pub account_id: Option<String>,
+    pub account_login: Option<String>,
+    pub scopes: Vec<String>,
+    pub status: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub refreshed_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub access_expires_at: Option<OffsetDateTime>,
+}
+
+/// One page of a tenant's connections, ordered by (subject, provider), after the cursor.
+pub async fn list_connections(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    subject: Option<&str>,
+    provider: Option<&str>,
+    status: Option<&str>,
+    after: Option<(&str, &str)>,
+    limit: i64,
+) -> Result<Vec<ConnectionMeta>, sqlx::Error> {
+    let (after_subject, after_provider) = after.map_or((None, None), |(s, p)| (Some(s), Some(p)));
+    sqlx::query_as!(
+        ConnectionMeta,
+        r#"SELECT id, subject, provider, account_id, account_login, scopes, status, created_at, refreshed_at,
+                  last_used_at, access_expires_at
+           FROM connections
+           WHERE tenant_id = $1
+             AND ($2::text IS NULL OR subject = $2)
+             AND ($3::text IS NULL OR provider = $3)
+             AND ($4::text IS NULL OR status = $4)
+             AND ($5::text IS NULL OR (subject, provider) > ($5, $6::text))
+           ORDER BY subject, provider
+           LIMIT $7"#,
+        tenant_id,
+        subject,
+        provider,
+        status,
+        after_subject,
+        after_provider,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn connection_meta(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    id: Uuid,
+) -> Result<Option<ConnectionMeta>, sqlx::Error> {
+    sqlx::query_as!(
+        ConnectionMeta,
+        r#"SELECT id, subject, provider, account_id, account_login, scopes, status, created_at, refreshed_at,
+                  last_used_at, access_expires_at
+           FROM connections WHERE tenant_id = $1 AND id = $2"#,
+        tenant_id,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Ids of a subject's connections that still hold a grant (off-boarding).
+pub async fn live_connection_ids(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    subject: &str,
+    provider: Option<&str>,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT id FROM connections
+           WHERE tenant_id = $1 AND subject = $2 AND ($3::text IS NULL OR provider = $3) AND status <> 'revoked'
+           ORDER BY provider"#,
+        tenant_id,
+        subject,
+        provider
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// A batch of rows sealed under another key than `current`, locked for re-sealing; rows
+/// another instance is working on are skipped, not waited for.
+pub async fn lock_rows_not_under_key(
+    db: impl PgExecutor<'_>,
+    current: &str,
+    limit: i64,
+) -> Result<Vec<ConnectionRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ConnectionRow,
+        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
+                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
+                  created_at, refreshed_at, version
+           FROM connections
+           WHERE key_id IS NOT NULL AND key_id <> $1
+             AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
+           ORDER BY id
+           LIMIT $2
+           FOR UPDATE SKIP LOCKED"#,
+        current,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
+    let n = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM connections
+           WHERE key_id IS NOT NULL AND key_id <> $1
+             AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#,
+        current
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(n)
+}
+
+/// Re-sealed ciphertexts of the same tokens under the current key.
+pub async fn store_resealed(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    key_id: &str,
+    access_token_ct: Option<&[u8]>,
+    refresh_token_ct: Option<&[u8]>,
+    id_token_ct: Option<&[u8]>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"UPDATE connections SET key_id = $2, access_token_ct = $3, refresh_token_ct = $4, id_token_ct = $5,
+                                  updated_at = now()
+           WHERE id = $1"#,
+        id,
+        key_id,
+        access_token_ct,
+        refresh_token_ct,
+        id_token_ct
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Records use from the batched hand-out audit.
+pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    sqlx::query!("UPDATE connections SET last_used_at = now() WHERE id = ANY($1)", ids).execute(db).await?;
+    Ok(())
+}

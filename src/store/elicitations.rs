@@ -178,3 +178,39 @@ pub async fn mark_declined(
     .await?;
     Ok(r.rows_affected() == 1)
 }
+
+/// Cancels pending elicitations of a tenant (optionally one subject and/or provider) and
+/// spends their open states, so a callback in flight finds nothing to complete.
+pub async fn cancel_pending(
+    db: &mut sqlx::PgConnection,
+    tenant_id: &str,
+    subject: Option<&str>,
+    provider: Option<&str>,
+    now: OffsetDateTime,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let ids = sqlx::query_scalar!(
+        r#"UPDATE elicitations SET status = 'cancelled', completed_at = $4
+           WHERE tenant_id = $1 AND status = 'pending'
+             AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
+           RETURNING id"#,
+        tenant_id,
+        subject,
+        provider,
+        now
+    )
+    .fetch_all(&mut *db)
+    .await?;
+    sqlx::query!("UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = ANY($1) AND used_at IS NULL", &ids, now)
+        .execute(&mut *db)
+        .await?;
+    Ok(ids)
+}
+
+/// Clean-up: every pending elicitation past its deadline becomes `expired`.
+pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let r =
+        sqlx::query!("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1", now)
+            .execute(db)
+            .await?;
+    Ok(r.rows_affected())
+}

@@ -102,3 +102,15 @@ pub async fn consume_login_state(
     .fetch_optional(db)
     .await
 }
+
+/// Clean-up: login states used or expired, and expired sessions.
+pub async fn delete_spent_login_states(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let r =
+        sqlx::query!("DELETE FROM login_states WHERE used_at IS NOT NULL OR expires_at <= $1", now).execute(db).await?;
+    Ok(r.rows_affected())
+}
+
+pub async fn delete_expired_sessions(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!("DELETE FROM browser_sessions WHERE expires_at <= $1", now).execute(db).await?;
+    Ok(r.rows_affected())
+}

@@ -84,3 +84,10 @@ pub async fn find_state(db: impl PgExecutor<'_>, state_hash: &[u8]) -> Result<Op
     .fetch_optional(db)
     .await
 }
+
+/// Clean-up: states that were used or have expired.
+pub async fn delete_spent_states(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let r =
+        sqlx::query!("DELETE FROM oauth_states WHERE used_at IS NOT NULL OR expires_at <= $1", now).execute(db).await?;
+    Ok(r.rows_affected())
+}

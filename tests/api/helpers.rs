@@ -73,7 +73,7 @@ timeout_seconds = 3
 [[tenants]]
 id = "acme"
 display_name = "Acme Assistant"
-providers = ["github", "gitlab", "testp", "plainp"]
+providers = ["github", "gitlab", "testp", "plainp", "deadrev"]
 [[tenants]]
 id = "beta"
 display_name = "Beta Bot"
@@ -103,6 +103,13 @@ issuer = "{provider}"
 authorization_response_iss = true
 client_id = "plainp-client"
 scopes = ["read"]
+[providers.deadrev]
+template = "oauth2"
+display_name = "Provider whose revocation endpoint is down"
+authorize_url = "{provider}/authorize"
+token_url = "{provider}/token"
+revocation_url = "http://127.0.0.1:9/revoke"
+client_id = "deadrev-client"
 {extra}
 "#
     )
@@ -128,6 +135,7 @@ pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Op
         ("MCP_CONNECT_PROVIDER_GITLAB_CLIENT_SECRET", "gl-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_TESTP_CLIENT_SECRET", "testp-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_PLAINP_CLIENT_SECRET", "plainp-secret".to_owned()),
+        ("MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET", "deadrev-secret".to_owned()),
     ]);
     Config::from_toml(&config_toml(base, idp, provider, &opts.extra_toml), &|k| env.get(k).cloned())
         .expect("test config is valid")
@@ -230,6 +238,34 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// Stores a connection holding a real grant of the test provider for `upstream`.
+    pub async fn insert_provider_grant(
+        &self,
+        subject: &str,
+        upstream: &str,
+        expires_at: Option<OffsetDateTime>,
+    ) -> (ConnectionId, String, String) {
+        let (access, refresh) = self.provider.issue_grant("testp-client", upstream, "openid profile");
+        let id = self
+            .insert_sealed("acme", subject, "testp", &access, Some(&refresh), &["openid", "profile"], expires_at)
+            .await;
+        (id, access, refresh)
+    }
+
+    /// `POST/GET/PUT/DELETE /admin/v1/...` with the acme admin key.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> reqwest::Response {
+        let mut r = self.client.request(method, format!("{}/admin/v1{path}", self.base)).bearer_auth(&self.admin_key);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        r.send().await.unwrap()
+    }
+
     /// Stores an active connection through the real vault code, as the callback would.
     pub async fn insert_connection(
         &self,
@@ -240,13 +276,29 @@ impl TestApp {
         scopes: &[&str],
         expires_at: Option<OffsetDateTime>,
     ) -> ConnectionId {
+        let refresh = format!("refresh-{access_token}");
+        self.insert_sealed(tenant, subject, provider, access_token, Some(&refresh), scopes, expires_at).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_sealed(
+        &self,
+        tenant: &str,
+        subject: &str,
+        provider: &str,
+        access_token: &str,
+        refresh_token: Option<&str>,
+        scopes: &[&str],
+        expires_at: Option<OffsetDateTime>,
+    ) -> ConnectionId {
         let (t, s, p) =
             (TenantId::parse(tenant).unwrap(), Subject::parse(subject).unwrap(), ProviderId::parse(provider).unwrap());
         let id = ConnectionId::generate();
         let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id };
         let vault = &self.state.vault;
         let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
-        let rt = vault.seal(&row, Field::RefreshToken, &SecretString::from(format!("refresh-{access_token}"))).unwrap();
+        let rt =
+            refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
         let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
         store::connections::insert_connection(
             &self.pool,
@@ -261,7 +313,7 @@ impl TestApp {
                 grant: store::connections::SealedGrant {
                     key_id: vault.current_key_id().as_str(),
                     access_token_ct: &at,
-                    refresh_token_ct: Some(&rt),
+                    refresh_token_ct: rt.as_deref(),
                     id_token_ct: None,
                     token_type: "Bearer",
                     access_expires_at: expires_at,

@@ -2,10 +2,12 @@
 //! Postgres database per test. One binary, one module per surface.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod admin;
 mod api_keys;
 mod browser;
 mod connect_flow;
 mod helpers;
+mod lifecycle;
 mod logs;
 mod ops;
 mod tenancy;

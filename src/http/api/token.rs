@@ -53,7 +53,7 @@ pub async fn post_token(
     let tenant = caller.0.tenant.clone();
     let provider = req.provider.clone();
     let now = OffsetDateTime::now_utc();
-    let outcome = tokens::token_for(&state, &tenant, req, now).await.map_err(map_error)?;
+    let outcome = tokens::token_for(&state, &tenant, &caller.0.id, req, now).await.map_err(map_error)?;
     Ok(match outcome {
         TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => {
             HttpResponse::Ok().json(Connected {
@@ -87,6 +87,21 @@ fn map_error(e: TokenError) -> ApiError {
         TokenError::ElicitationNotFound => ApiError::not_found("elicitation_not_found", "no such elicitation"),
         TokenError::ElicitationMismatch => {
             ApiError::bad_request("elicitation_mismatch", "the elicitation belongs to another subject or provider")
+        }
+        TokenError::ProviderDisabled => ApiError::new(
+            actix_web::http::StatusCode::FORBIDDEN,
+            "provider_disabled",
+            "the operator has disabled this provider for now",
+        ),
+        TokenError::ProviderUnavailable(why) => {
+            tracing::warn!(reason = %why, "refresh failed transiently");
+            let mut e = ApiError::new(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                "provider_unavailable",
+                "the provider could not refresh the token right now; the connection is kept, retry later",
+            );
+            e.retry_after = Some(5);
+            e
         }
         TokenError::Database(e) => ApiError::from_db(&e),
         TokenError::Vault(e) => ApiError::internal(&e),

@@ -109,6 +109,13 @@ fn connect_error(rid: &RequestId, session: &super::BrowserSession, e: ConnectErr
             PageError::with_page(rid, StatusCode::FORBIDDEN, "This link was made for another account", &page)
         }
         ConnectError::ProviderNotAllowed => unknown_link(rid),
+        ConnectError::ProviderDisabled => PageError::new(
+            rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Connecting this provider is paused",
+            "The operator of this service has paused new connections to this provider.",
+            "Try again later, or ask your administrator.",
+        ),
         ConnectError::Resolve(msg) => {
             tracing::error!(error = %msg, "provider resolution failed");
             PageError::new(
@@ -268,6 +275,13 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
              connection was kept.",
             "Sign in at the provider with the account you connected before, or ask your administrator to remove the \
              old connection.",
+        ),
+        CallbackRefusal::ProviderDisabled => PageError::new(
+            rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Connecting this provider is paused",
+            "The operator of this service has paused connections to this provider. Nothing was connected.",
+            "Try again later, or ask your administrator.",
         ),
         CallbackRefusal::Resolve(_) => PageError::new(
             rid,

@@ -1,0 +1,64 @@
+//! "Token handed out" events, written in batches off the request path: the lookup only
+//! queues the event; a background task writes up to 500 at a time, at least every 250 ms,
+//! and marks the connections used. A full queue makes the caller wait, never drops.
+
+use crate::store::{self, PgPool, audit::AuditEvent};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+#[derive(Clone)]
+pub struct HandoutAudit {
+    tx: mpsc::Sender<AuditEvent>,
+}
+
+impl HandoutAudit {
+    pub fn spawn(pool: PgPool) -> Self {
+        let (tx, rx) = mpsc::channel(10_000);
+        tokio::spawn(writer(pool, rx));
+        Self { tx }
+    }
+
+    pub async fn record(&self, ev: AuditEvent) {
+        if let Err(mpsc::error::TrySendError::Full(ev)) = self.tx.try_send(ev) {
+            let _ = self.tx.send(ev).await;
+        }
+    }
+}
+
+async fn writer(pool: PgPool, mut rx: mpsc::Receiver<AuditEvent>) {
+    let mut batch = Vec::with_capacity(500);
+    loop {
+        let Some(first) = rx.recv().await else { return };
+        batch.push(first);
+        let deadline = tokio::time::sleep(Duration::from_millis(250));
+        tokio::pin!(deadline);
+        while batch.len() < 500 {
+            tokio::select! {
+                ev = rx.recv() => match ev { Some(ev) => batch.push(ev), None => break },
+                _ = &mut deadline => break,
+            }
+        }
+        let ids: Vec<uuid::Uuid> = batch.iter().filter_map(|e| e.connection_id).collect();
+        let mut attempt = 0;
+        loop {
+            let r = async {
+                store::audit::insert_events(&pool, &batch).await?;
+                store::connections::touch_connections(&pool, &ids).await
+            }
+            .await;
+            match r {
+                Ok(()) => break,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "audit batch write failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, events = batch.len(), "audit batch could not be written");
+                    break;
+                }
+            }
+        }
+        batch.clear();
+    }
+}

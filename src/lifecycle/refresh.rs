@@ -1,0 +1,257 @@
+//! Refresh on lookup (DESIGN.md invariant 7). At most one refresh per connection is in
+//! flight: in this process a per-connection async mutex makes the other callers wait for
+//! the first; across instances the row lock (`SELECT ... FOR UPDATE`) does, and the
+//! generation counter (`version`) tells a caller that waited that the row was refreshed
+//! meanwhile, so it uses the new token instead of refreshing again. The provider call runs
+//! with a timeout shorter than the lock and idle-transaction timeouts it runs under.
+//!
+//! Rotation-safe: a new refresh token is sealed and committed before any caller sees the
+//! new access token; an omitted refresh token keeps the old one; an omitted `expires_in`
+//! stores an unknown expiry (NULL), which is refreshed after `unknown_expiry_refresh`.
+
+use super::RowIds;
+use crate::oauth::flow::{self, FlowError};
+use crate::startup::AppState;
+use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
+use crate::vault::Field;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// When a row needs a refresh before its token is handed out.
+pub fn needs_refresh(
+    row: &ConnectionRow,
+    now: OffsetDateTime,
+    margin: time::Duration,
+    unknown_after: time::Duration,
+) -> bool {
+    match row.access_expires_at {
+        Some(exp) => exp <= now + margin,
+        // Unknown expiry: refresh on a schedule when we can, rather than trusting it forever.
+        None => row.refresh_token_ct.is_some() && row.refreshed_at.is_none_or(|t| t + unknown_after <= now),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    #[error("the grant is dead; the connection now needs a new consent")]
+    NeedsReauth,
+    #[error("the provider is temporarily unavailable: {0}")]
+    Transient(String),
+    #[error("the connection is no longer active")]
+    Gone,
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("vault: {0}")]
+    Vault(#[from] crate::vault::VaultError),
+}
+
+/// Per-process single flight, one async mutex per connection being refreshed.
+#[derive(Default)]
+pub struct RefreshGate {
+    locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RefreshGate {
+    fn lock_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.entry(id).or_default().clone()
+    }
+
+    fn release(&self, id: Uuid, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Ours and the map's: nobody else is waiting, the entry can go.
+        if Arc::strong_count(&lock) <= 2 {
+            m.remove(&id);
+        }
+    }
+}
+
+fn event(kind: &'static str, row: &ConnectionRow) -> AuditEvent {
+    let mut ev = AuditEvent::new(kind);
+    ev.tenant_id = Some(row.tenant_id.clone());
+    ev.subject = Some(row.subject.clone());
+    ev.provider = Some(row.provider.clone());
+    ev.connection_id = Some(row.id);
+    ev
+}
+
+/// Refreshes `observed` unless someone else already did; returns the row to hand out from.
+pub async fn refresh(
+    state: &AppState,
+    observed: &ConnectionRow,
+    now: OffsetDateTime,
+) -> Result<ConnectionRow, RefreshError> {
+    let lock = state.refresh_gate.lock_for(observed.id);
+    let result = {
+        let _held = lock.lock().await;
+        refresh_locked(state, observed, now).await
+    };
+    state.refresh_gate.release(observed.id, lock);
+    result
+}
+
+async fn refresh_locked(
+    state: &AppState,
+    observed: &ConnectionRow,
+    now: OffsetDateTime,
+) -> Result<ConnectionRow, RefreshError> {
+    let mut tx = state.pool.begin().await?;
+    // The provider call below is bounded by the outbound timeout; these bound the lock and
+    // the idle transaction a little above it, so a stuck instance cannot hold the row.
+    let fence = format!("{}ms", state.outbound_timeout.as_millis() + 5_000);
+    sqlx::query!(
+        r#"SELECT set_config('lock_timeout', $1, true) AS "lock!",
+                  set_config('idle_in_transaction_session_timeout', $1, true) AS "idle!""#,
+        fence
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
+    if row.status != "active" {
+        return Err(if row.status == "needs_reauth" { RefreshError::NeedsReauth } else { RefreshError::Gone });
+    }
+    if row.version != observed.version || !needs_refresh(&row, now, state.refresh_margin, state.unknown_expiry_refresh)
+    {
+        // Refreshed by another caller while we waited for the lock: use theirs.
+        tx.commit().await?;
+        return Ok(row);
+    }
+    let ids = RowIds::of(&row).ok_or(RefreshError::Gone)?;
+    let binding = ids.binding();
+    let (Some(key_id), Some(rt_ct)) = (&row.key_id, &row.refresh_token_ct) else {
+        return Err(RefreshError::NeedsReauth);
+    };
+    let refresh_token = state.vault.open(key_id, &binding, Field::RefreshToken, rt_ct)?;
+    let provider = state.providers.get(&ids.provider).ok_or(RefreshError::Gone)?.clone();
+    let server = state
+        .resolver
+        .provider(&state.outbound, &provider)
+        .await
+        .map_err(|e| RefreshError::Transient(e.to_string()))?;
+    let redirect = crate::connect::redirect_uri(state, &ids.provider);
+    match flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await {
+        Ok(tokens) => {
+            let access_ct = state.vault.seal(&binding, Field::AccessToken, &tokens.access_token)?;
+            // Rotation: the new refresh token if there is one, else the old one, re-sealed
+            // under the current key with the rest of the row.
+            let keep = tokens.refresh_token.as_ref().unwrap_or(&refresh_token);
+            let refresh_ct = state.vault.seal(&binding, Field::RefreshToken, keep)?;
+            let id_ct = match (&tokens.id_token, &row.id_token_ct) {
+                (Some(new), _) => Some(state.vault.seal(&binding, Field::IdToken, new)?),
+                (None, Some(old)) => {
+                    let t = state.vault.open(key_id, &binding, Field::IdToken, old)?;
+                    Some(state.vault.seal(&binding, Field::IdToken, &t)?)
+                }
+                (None, None) => None,
+            };
+            let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
+            let grant = store::connections::SealedGrant {
+                key_id: state.vault.current_key_id().as_str(),
+                access_token_ct: &access_ct,
+                refresh_token_ct: Some(&refresh_ct),
+                id_token_ct: id_ct.as_deref(),
+                token_type: &tokens.token_type,
+                access_expires_at: expires_at,
+            };
+            if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &grant).await? {
+                // Cannot happen under the row lock; if it does, hand out nothing stale.
+                return Err(RefreshError::Transient("concurrent write".to_owned()));
+            }
+            let mut ev = event("refresh_succeeded", &row);
+            ev.detail = serde_json::json!({
+                "rotated": tokens.refresh_token.is_some(),
+                "expiry_known": tokens.expires_in.is_some(),
+            });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+            tx.commit().await?;
+            Ok(ConnectionRow {
+                key_id: Some(state.vault.current_key_id().as_str().to_owned()),
+                access_token_ct: Some(access_ct),
+                refresh_token_ct: Some(refresh_ct),
+                id_token_ct: id_ct,
+                token_type: tokens.token_type.clone(),
+                access_expires_at: expires_at,
+                refreshed_at: Some(now),
+                version: row.version + 1,
+                ..row
+            })
+        }
+        Err(FlowError::InvalidGrant) => {
+            store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
+            let mut ev = event("refresh_failed", &row);
+            ev.detail = serde_json::json!({ "reason": "invalid_grant" });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+            store::audit::insert_event(&mut *tx, &event("reauth_needed", &row)).await?;
+            tx.commit().await?;
+            Err(RefreshError::NeedsReauth)
+        }
+        Err(e) => {
+            // The grant is kept as it was: roll back, report, let the caller retry.
+            drop(tx);
+            let mut ev = event("refresh_failed", &row);
+            ev.detail = serde_json::json!({ "reason": e.reason() });
+            store::audit::insert_event(&state.pool, &ev).await?;
+            Err(RefreshError::Transient(e.reason().to_owned()))
+        }
+    }
+}
+
+/// No refresh token and an expired access token: the connection needs a new consent.
+pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<(), sqlx::Error> {
+    let mut tx = state.pool.begin().await?;
+    store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
+    let mut ev = event("reauth_needed", row);
+    ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(exp: Option<OffsetDateTime>, refresh: bool, refreshed_at: Option<OffsetDateTime>) -> ConnectionRow {
+        ConnectionRow {
+            id: Uuid::nil(),
+            tenant_id: "t".into(),
+            subject: "s".into(),
+            provider: "p".into(),
+            account_id: None,
+            account_login: None,
+            scopes: vec![],
+            status: "active".into(),
+            key_id: Some("k".into()),
+            access_token_ct: Some(vec![1]),
+            refresh_token_ct: refresh.then(|| vec![2]),
+            id_token_ct: None,
+            token_type: "Bearer".into(),
+            access_expires_at: exp,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            refreshed_at,
+            version: 0,
+        }
+    }
+
+    #[test]
+    fn a_token_is_refreshed_within_the_margin_of_its_expiry() {
+        let now = OffsetDateTime::now_utc();
+        let m = time::Duration::seconds(60);
+        let h = time::Duration::hours(1);
+        assert!(needs_refresh(&row(Some(now + time::Duration::seconds(30)), true, None), now, m, h));
+        assert!(needs_refresh(&row(Some(now - time::Duration::seconds(1)), true, None), now, m, h));
+        assert!(!needs_refresh(&row(Some(now + time::Duration::seconds(120)), true, None), now, m, h));
+    }
+
+    #[test]
+    fn an_unknown_expiry_is_refreshed_on_a_schedule_not_never() {
+        let now = OffsetDateTime::now_utc();
+        let m = time::Duration::seconds(60);
+        let h = time::Duration::hours(1);
+        assert!(!needs_refresh(&row(None, true, Some(now - time::Duration::minutes(5))), now, m, h));
+        assert!(needs_refresh(&row(None, true, Some(now - time::Duration::minutes(61))), now, m, h));
+        // Nothing to refresh with: handed out until the provider says otherwise.
+        assert!(!needs_refresh(&row(None, false, Some(now - time::Duration::days(2))), now, m, h));
+    }
+}

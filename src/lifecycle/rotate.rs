@@ -1,0 +1,69 @@
+//! Key rotation: re-seal every ciphertext under the current key, in batches that commit
+//! one by one, so the command reports progress, can be interrupted and rerun, and runs
+//! beside live instances (rows they are refreshing are skipped and picked up later).
+//! Old keys keep opening until this has finished; then they can be removed.
+
+use super::RowIds;
+use crate::store::{self, PgPool};
+use crate::vault::{Field, Vault};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("connection {0} does not open with the keyring ({1}); add the key it was sealed under")]
+    Unopenable(uuid::Uuid, crate::vault::VaultError),
+    #[error("connection {0} has an invalid identity")]
+    BadRow(uuid::Uuid),
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RotateReport {
+    pub resealed: u64,
+    pub remaining: i64,
+}
+
+pub async fn rotate_keys(
+    pool: &PgPool,
+    vault: &Vault,
+    batch: i64,
+    mut progress: impl FnMut(u64, i64),
+) -> Result<RotateReport, RotateError> {
+    let current = vault.current_key_id().as_str().to_owned();
+    let total = store::connections::count_rows_not_under_key(pool, &current).await?;
+    let mut done = 0u64;
+    loop {
+        let mut tx = pool.begin().await?;
+        let rows = store::connections::lock_rows_not_under_key(&mut *tx, &current, batch).await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let ids = RowIds::of(row).ok_or(RotateError::BadRow(row.id))?;
+            let binding = ids.binding();
+            let old = row.key_id.as_deref().unwrap_or_default();
+            let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
+                let Some(ct) = ct else { return Ok(None) };
+                let pt = vault.open(old, &binding, field, ct).map_err(|e| RotateError::Unopenable(row.id, e))?;
+                vault.seal(&binding, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id, e))
+            };
+            let access = reseal(Field::AccessToken, &row.access_token_ct)?;
+            let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
+            let id_token = reseal(Field::IdToken, &row.id_token_ct)?;
+            store::connections::store_resealed(
+                &mut *tx,
+                row.id,
+                &current,
+                access.as_deref(),
+                refresh.as_deref(),
+                id_token.as_deref(),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        done += rows.len() as u64;
+        progress(done, total);
+    }
+    let remaining = store::connections::count_rows_not_under_key(pool, &current).await?;
+    Ok(RotateReport { resealed: done, remaining })
+}

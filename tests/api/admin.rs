@@ -1,0 +1,269 @@
+//! The admin API: connections, revocation (invariant 9), off-boarding, cancellation,
+//! kill switches, the audit trail.
+
+use crate::browser::{Browser, location};
+use crate::helpers::{Options, assert_error, spawn_app, spawn_on};
+use mcp_connect_devproviders::TokenKind;
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn admin_calls_need_an_admin_key() {
+    let app = spawn_app().await;
+    let r = app.client.get(format!("{}/admin/v1/connections", app.base)).bearer_auth(&app.key).send().await.unwrap();
+    assert_error(r, 403, "insufficient_scope").await;
+    let r = app.client.get(format!("{}/admin/v1/connections", app.base)).send().await.unwrap();
+    assert_error(r, 401, "invalid_api_key").await;
+}
+
+#[tokio::test]
+async fn connections_are_listed_with_metadata_only_and_per_tenant() {
+    let app = spawn_app().await;
+    for s in ["alice", "bob", "carol"] {
+        app.insert_connection("acme", s, "github", &format!("gho_secret_{s}"), &["read:user"], None).await;
+    }
+    app.insert_connection("beta", "dave", "github", "gho_beta", &["read:user"], None).await;
+    let r = app.admin(Method::GET, "/connections?limit=2", None).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("gho_secret"), "{text}");
+    let page: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(page["connections"].as_array().unwrap().len(), 2);
+    let next = page["next"].as_str().unwrap();
+    let page2: serde_json::Value =
+        app.admin(Method::GET, &format!("/connections?limit=2&after={next}"), None).await.json().await.unwrap();
+    let subjects: Vec<&str> =
+        page2["connections"].as_array().unwrap().iter().map(|c| c["subject"].as_str().unwrap()).collect();
+    assert_eq!(subjects, vec!["carol"]);
+    let id = page["connections"][0]["id"].as_str().unwrap();
+    let one: serde_json::Value =
+        app.admin(Method::GET, &format!("/connections/{id}"), None).await.json().await.unwrap();
+    assert_eq!(one["subject"], "alice");
+    assert_eq!(one["account_login"], "octo-alice");
+    // Tenant beta's row is invisible to acme's admin.
+    let beta_id: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM connections WHERE tenant_id = 'beta'").fetch_one(&app.pool).await.unwrap();
+    assert_error(app.admin(Method::GET, &format!("/connections/{beta_id}"), None).await, 404, "connection_not_found")
+        .await;
+    assert_error(
+        app.admin(Method::POST, &format!("/connections/{beta_id}/revoke"), None).await,
+        404,
+        "connection_not_found",
+    )
+    .await;
+    assert_error(app.admin(Method::GET, "/connections?after=garbage", None).await, 400, "invalid_cursor").await;
+}
+
+#[tokio::test]
+async fn revocation_reaches_the_provider_deletes_the_ciphertexts_and_stops_every_instance() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    let (id, access, _) = a.insert_provider_grant("alice", "octo-alice", None).await;
+    for app in [&a, &b] {
+        assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connected");
+    }
+    let r = a.admin(Method::POST, &format!("/connections/{id}/revoke"), None).await;
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["provider_result"], "revoked");
+    // The provider saw the refresh token first, then the access token.
+    let kinds: Vec<TokenKind> = a.provider.stats().revocations.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, vec![TokenKind::Refresh, TokenKind::Access]);
+    let me = reqwest::Client::new()
+        .get(format!("{}/userinfo", a.provider.base_url()))
+        .bearer_auth(&access)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(me.status(), 401, "the grant is dead at the provider");
+    let (status, at, rt): (String, Option<Vec<u8>>, Option<Vec<u8>>) =
+        sqlx::query_as("SELECT status, access_token_ct, refresh_token_ct FROM connections")
+            .fetch_one(&a.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "revoked");
+    assert!(at.is_none() && rt.is_none());
+    for app in [&a, &b] {
+        assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connect_required");
+    }
+    let audit: serde_json::Value =
+        a.admin(Method::GET, "/audit?kind=connection_revoked", None).await.json().await.unwrap();
+    assert_eq!(audit["events"][0]["detail"]["provider_result"], "revoked");
+}
+
+#[tokio::test]
+async fn a_provider_that_fails_to_revoke_does_not_keep_the_local_grant_alive() {
+    let app = spawn_app().await;
+    let id = app.insert_connection("acme", "alice", "deadrev", "tok", &["x"], None).await;
+    let r = app.admin(Method::POST, &format!("/connections/{id}/revoke"), None).await;
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["provider_result"].as_str().unwrap().starts_with("failed"), "{body}");
+    let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(status, "revoked");
+    let b = app.token_ok(json!({"subject": "alice", "provider": "deadrev"})).await;
+    assert_eq!(b["status"], "connect_required");
+    let audit: serde_json::Value =
+        app.admin(Method::GET, "/audit?kind=connection_revoked", None).await.json().await.unwrap();
+    assert!(audit["events"][0]["detail"]["provider_result"].as_str().unwrap().starts_with("failed"));
+}
+
+#[tokio::test]
+async fn off_boarding_revokes_everything_of_one_subject_and_nothing_else() {
+    let app = spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "a1", &["read:user"], None).await;
+    app.insert_connection("acme", "alice", "gitlab", "a2", &["read_user"], None).await;
+    app.insert_connection("acme", "bob", "github", "b1", &["read:user"], None).await;
+    let r = app.admin(Method::POST, "/revocations", Some(json!({"subject": "alice"}))).await;
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["revoked"].as_array().unwrap().len(), 2);
+    // GitHub has no RFC 7009 endpoint: said so, and revoked locally all the same.
+    assert_eq!(body["revoked"][0]["provider_result"], "no_revocation_endpoint");
+    let live: Vec<String> = sqlx::query_scalar("SELECT subject FROM connections WHERE status = 'active'")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(live, vec!["bob".to_owned()]);
+    // Optionally one provider only.
+    app.insert_connection("acme", "carol", "github", "c1", &["read:user"], None).await;
+    app.insert_connection("acme", "carol", "gitlab", "c2", &["read_user"], None).await;
+    let body: serde_json::Value = app
+        .admin(Method::POST, "/revocations", Some(json!({"subject": "carol", "provider": "gitlab"})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["revoked"].as_array().unwrap().len(), 1);
+    assert_eq!(app.token_ok(json!({"subject": "carol", "provider": "github"})).await["status"], "connected");
+}
+
+#[tokio::test]
+async fn cancelled_elicitations_stop_their_states_from_working() {
+    let app = spawn_app().await;
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap();
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, url, "alice", "octo-alice").await;
+    let r = app.admin(Method::POST, "/elicitations/cancel", Some(json!({"subject": "alice"}))).await;
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["cancelled"].as_array().unwrap().len(), 1);
+    assert_eq!(browser.get(&cb).await.status(), 400);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(n, 0);
+    // The MCP server's retry gets a fresh link, not the cancelled one.
+    let again =
+        app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": b["elicitation"]["id"]})).await;
+    assert_ne!(again["elicitation"]["id"], b["elicitation"]["id"]);
+    assert_error(app.admin(Method::POST, "/elicitations/cancel", Some(json!({}))).await, 400, "invalid_request").await;
+}
+
+#[tokio::test]
+async fn the_kill_switch_stops_new_elicitations_then_handouts_and_is_reversible() {
+    let app = spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_alice", &["read:user"], None).await;
+    let r = app
+        .admin(
+            Method::PUT,
+            "/kill-switches/github",
+            Some(json!({"mode": "no_new_elicitations", "reason": "incident 42"})),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // New elicitations refused, stored tokens still handed out.
+    assert_error(app.token(&app.key, json!({"subject": "bob", "provider": "github"})).await, 403, "provider_disabled")
+        .await;
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["status"], "connected");
+    // Another tenant is not affected by acme's switch.
+    assert_eq!(app.token(&app.beta_key, json!({"subject": "bob", "provider": "github"})).await.status(), 200);
+    // Strict mode: no token handouts either.
+    app.admin(Method::PUT, "/kill-switches/github", Some(json!({"mode": "no_token_handouts"}))).await;
+    assert_error(
+        app.token(&app.key, json!({"subject": "alice", "provider": "github"})).await,
+        403,
+        "provider_disabled",
+    )
+    .await;
+    let list: serde_json::Value = app.admin(Method::GET, "/kill-switches", None).await.json().await.unwrap();
+    assert_eq!(list["kill_switches"][0]["mode"], "no_token_handouts");
+    // Off again.
+    assert_eq!(app.admin(Method::DELETE, "/kill-switches/github", None).await.status(), 200);
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["status"], "connected");
+    assert_eq!(app.token_ok(json!({"subject": "bob", "provider": "github"})).await["status"], "connect_required");
+    let audit: serde_json::Value =
+        app.admin(Method::GET, "/audit?kind=kill_switch_changed", None).await.json().await.unwrap();
+    assert_eq!(audit["events"].as_array().unwrap().len(), 3);
+    assert_error(
+        app.admin(Method::PUT, "/kill-switches/github", Some(json!({"mode": "sometimes"}))).await,
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert_error(
+        app.admin(Method::PUT, "/kill-switches/nope", Some(json!({"mode": "no_token_handouts"}))).await,
+        400,
+        "unknown_provider",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_provider_stops_the_connect_pages_and_callbacks_in_flight() {
+    let app = spawn_app().await;
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap();
+    let browser = Browser::new();
+    let page = browser.open(&app, url, "alice").await.text().await.unwrap();
+    let r = browser.consent(&app, "testp", &page, "connect").await;
+    let cb = browser.answer_authorize(&location(&r), "octo-alice", "allow").await;
+    app.admin(Method::PUT, "/kill-switches/testp", Some(json!({"mode": "no_new_elicitations"}))).await;
+    assert_eq!(browser.get(&cb).await.status(), 503);
+    let r = browser.get(url).await;
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
+    let app = spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_SECRET_handout", &["read:user"], None).await;
+    for _ in 0..3 {
+        app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
+    }
+    app.token_ok(json!({"subject": "bob", "provider": "github"})).await;
+    // Hand-outs are written in batches off the request path.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let r = app.admin(Method::GET, "/audit?kind=token_handed_out&subject=alice&limit=2", None).await;
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("gho_SECRET"));
+    let page: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["api_key_id"], &app.key[5..21]);
+    assert!(events[0]["connection_id"].is_string());
+    let before = page["next_before"].as_i64().unwrap();
+    let rest: serde_json::Value = app
+        .admin(Method::GET, &format!("/audit?kind=token_handed_out&subject=alice&before={before}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["events"].as_array().unwrap().len(), 1);
+    let bob: serde_json::Value = app.admin(Method::GET, "/audit?subject=bob", None).await.json().await.unwrap();
+    assert_eq!(bob["events"][0]["kind"], "elicitation_created");
+    let since = (time::OffsetDateTime::now_utc() + time::Duration::minutes(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let none: serde_json::Value =
+        app.admin(Method::GET, &format!("/audit?since={since}"), None).await.json().await.unwrap();
+    assert_eq!(none["events"].as_array().unwrap().len(), 0);
+    assert_error(app.admin(Method::GET, "/audit?since=yesterday", None).await, 400, "invalid_request").await;
+    // The connection's last use is recorded from the same batch.
+    let used: Option<time::OffsetDateTime> =
+        sqlx::query_scalar("SELECT last_used_at FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert!(used.is_some());
+    // Every event of the trail is secret-free.
+    let all: Vec<String> = sqlx::query_scalar("SELECT a::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
+    assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));
+}
