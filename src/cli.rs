@@ -31,6 +31,9 @@ pub enum Command {
         #[command(subcommand)]
         action: ApikeyAction,
     },
+    /// Everything on loopback for a first try: private PostgreSQL, dev IdP, dev provider,
+    /// a dev tenant with fresh keys, and a walkthrough.
+    Dev(crate::dev::DevArgs),
     /// Re-seal every stored token under the current vault key (the first in the keyring).
     /// Safe to interrupt and rerun; old keys can be removed once it reports 0 remaining.
     RotateKey {
@@ -122,6 +125,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
+        Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
             let config = Config::load(&cli.config)?;
             let pool = store::connect(config.database_url.expose_secret(), 2).await?;

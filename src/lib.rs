@@ -11,6 +11,8 @@ pub mod config;
 pub mod connect;
 /// Random tokens, lookup hashes, constant-time comparison.
 pub mod crypto;
+/// `mcp-connect dev`: the loopback demo with built-in IdP and provider.
+pub mod dev;
 /// Newtypes for outside values, parsed once at the edge.
 pub mod domain;
 /// HTTP surfaces: API, admin, browser pages, health.

@@ -2,7 +2,7 @@
 //! hop is asserted), and the clicks a person makes on the IdP's, our and the provider's
 //! pages.
 
-use crate::helpers::TestApp;
+use crate::helpers::HasBase;
 
 pub struct Browser {
     pub client: reqwest::Client,
@@ -24,8 +24,8 @@ pub fn form_value(html: &str, name: &str) -> String {
 }
 
 /// Absolute URL for a Location that may be a path on the app.
-fn absolute(app: &TestApp, loc: &str) -> String {
-    if loc.starts_with('/') { format!("{}{loc}", app.base) } else { loc.to_owned() }
+fn absolute(app: &impl HasBase, loc: &str) -> String {
+    if loc.starts_with('/') { format!("{}{loc}", app.base()) } else { loc.to_owned() }
 }
 
 impl Default for Browser {
@@ -63,8 +63,8 @@ impl Browser {
     }
 
     /// Logs in at the IdP as `subject` through `/login`, and follows back to `return_to`.
-    pub async fn login(&self, app: &TestApp, subject: &str) {
-        let r = self.get(&format!("{}/login?return_to=/", app.base)).await;
+    pub async fn login(&self, app: &impl HasBase, subject: &str) {
+        let r = self.get(&format!("{}/login?return_to=/", app.base())).await;
         assert_eq!(r.status(), 303);
         let back = self.answer_authorize(&location(&r), subject, "allow").await;
         let r = self.get(&back).await;
@@ -73,7 +73,7 @@ impl Browser {
 
     /// Opens a connect URL and answers with the page (following a login redirect if the
     /// browser has no session, logging in as `subject`).
-    pub async fn open(&self, app: &TestApp, connect_url: &str, subject: &str) -> reqwest::Response {
+    pub async fn open(&self, app: &impl HasBase, connect_url: &str, subject: &str) -> reqwest::Response {
         let r = self.get(connect_url).await;
         if r.status() != 303 {
             return r;
@@ -93,7 +93,7 @@ impl Browser {
     /// Clicks a button on our consent page.
     pub async fn consent(
         &self,
-        app: &TestApp,
+        app: &impl HasBase,
         provider: &str,
         consent_html: &str,
         decision: &str,
@@ -101,7 +101,7 @@ impl Browser {
         let csrf = form_value(consent_html, "csrf");
         let e = form_value(consent_html, "e");
         self.client
-            .post(format!("{}/connect/{provider}/authorize", app.base))
+            .post(format!("{}/connect/{provider}/authorize", app.base()))
             .form(&[("csrf", csrf.as_str()), ("e", e.as_str()), ("decision", decision)])
             .send()
             .await
@@ -112,7 +112,7 @@ impl Browser {
     /// Returns the callback URL (not yet visited) so tests can replay or tamper with it.
     pub async fn connect_until_callback(
         &self,
-        app: &TestApp,
+        app: &impl HasBase,
         connect_url: &str,
         subject: &str,
         upstream: &str,
@@ -127,7 +127,13 @@ impl Browser {
     }
 
     /// The whole flow, visiting the callback. Returns the callback response.
-    pub async fn connect(&self, app: &TestApp, connect_url: &str, subject: &str, upstream: &str) -> reqwest::Response {
+    pub async fn connect(
+        &self,
+        app: &impl HasBase,
+        connect_url: &str,
+        subject: &str,
+        upstream: &str,
+    ) -> reqwest::Response {
         let cb = self.connect_until_callback(app, connect_url, subject, upstream).await;
         self.get(&cb).await
     }

@@ -226,6 +226,26 @@ pub async fn spawn_instance(
     }
 }
 
+/// Anything with a service base URL: the browser helpers need no more.
+pub trait HasBase {
+    fn base(&self) -> &str;
+}
+
+impl HasBase for TestApp {
+    fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+/// A service started elsewhere (the `dev` binary).
+pub struct BaseOnly(pub String);
+
+impl HasBase for BaseOnly {
+    fn base(&self) -> &str {
+        &self.0
+    }
+}
+
 impl TestApp {
     pub async fn token(&self, key: &str, body: serde_json::Value) -> reqwest::Response {
         self.client.post(format!("{}/v1/token", self.base)).bearer_auth(key).json(&body).send().await.unwrap()

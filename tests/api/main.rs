@@ -6,6 +6,7 @@ mod admin;
 mod api_keys;
 mod browser;
 mod connect_flow;
+mod dev_command;
 mod helpers;
 mod lifecycle;
 mod logs;
