@@ -208,6 +208,13 @@ impl ApiKeyVerifier {
         self.verifications.load(Ordering::Relaxed)
     }
 
+    /// Drops every cached verification (a key was revoked or a tenant removed somewhere).
+    pub fn forget_all(&self) {
+        if let Ok(mut cache) = self.cache.write() {
+            cache.clear();
+        }
+    }
+
     /// Drops every cached verification of this key id (after a local revoke).
     pub fn forget(&self, id: &ApiKeyId) {
         if let Ok(mut cache) = self.cache.write() {

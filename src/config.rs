@@ -62,6 +62,8 @@ struct RawConfig {
     #[serde(default)]
     audit: RawAudit,
     #[serde(default)]
+    cache: RawCache,
+    #[serde(default)]
     tenants: Vec<RawTenant>,
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
@@ -127,6 +129,14 @@ struct RawRefresh {
 #[serde(deny_unknown_fields)]
 struct RawCleanup {
     interval_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    enabled: Option<bool>,
+    max_age_seconds: Option<u64>,
+    capacity: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -205,6 +215,10 @@ pub struct Config {
     pub unknown_expiry_refresh: Duration,
     pub cleanup_interval: Duration,
     pub audit_retention: Duration,
+    /// The lookup cache (see `cache`): on by default.
+    pub cache_enabled: bool,
+    pub cache_max_age: Duration,
+    pub cache_capacity: usize,
 }
 
 impl Config {
@@ -357,7 +371,23 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         return Err(err("audit.retention_days", "must be between 1 and 3650"));
     }
 
+    let cache_enabled = match env(&env_key("CACHE_ENABLED")).as_deref() {
+        None => raw.cache.enabled.unwrap_or(true),
+        Some("true" | "1") => true,
+        Some("false" | "0") => false,
+        Some(other) => {
+            return Err(err("cache.enabled", format!("MCP_CONNECT_CACHE_ENABLED={other:?}: expected true or false")));
+        }
+    };
+    let cache_max_age = raw.cache.max_age_seconds.unwrap_or(5);
+    if !(1..=60).contains(&cache_max_age) {
+        return Err(err("cache.max_age_seconds", "must be between 1 and 60 (a lost notification must not live long)"));
+    }
+
     Ok(Config {
+        cache_enabled,
+        cache_max_age: Duration::from_secs(cache_max_age),
+        cache_capacity: raw.cache.capacity.unwrap_or(200_000).max(1),
         refresh_margin: Duration::from_secs(refresh_margin),
         unknown_expiry_refresh: Duration::from_secs(unknown_expiry),
         cleanup_interval: Duration::from_secs(cleanup_interval),

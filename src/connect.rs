@@ -551,6 +551,7 @@ async fn complete_consumed(
     });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
+    state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
     Ok(CallbackOutcome::Connected { tenant_name, account: account_login })
 }
 

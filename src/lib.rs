@@ -3,6 +3,8 @@
 
 /// API keys of MCP servers and operators: format, hashing, verification cache.
 pub mod api_keys;
+/// Lookup caches invalidated through Postgres LISTEN/NOTIFY.
+pub mod cache;
 /// Command-line entry points (`serve`, `migrate`, `apikey`, `genkey`).
 pub mod cli;
 /// Typed, validated configuration from TOML and the environment.

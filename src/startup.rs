@@ -37,6 +37,7 @@ pub struct AppState {
     pub unknown_expiry_refresh: time::Duration,
     pub refresh_gate: crate::lifecycle::refresh::RefreshGate,
     pub handouts: crate::lifecycle::audit_batch::HandoutAudit,
+    pub caches: Arc<crate::cache::Caches>,
 }
 
 impl AppState {
@@ -83,7 +84,11 @@ impl Application {
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";
         crate::lifecycle::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+        let caches =
+            Arc::new(crate::cache::Caches::new(config.cache_enabled, config.cache_max_age, config.cache_capacity));
+        crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone());
         let state = web::Data::new(AppState {
+            caches,
             outbound_timeout: config.outbound_timeout,
             refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
             unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh)

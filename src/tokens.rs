@@ -2,6 +2,7 @@
 //! stored connection), hand out a usable token, or create or reuse an elicitation. A
 //! retried tool call therefore never starts a second grant (DESIGN.md invariant 6).
 
+use crate::cache::CachedConnection;
 use crate::domain::{ApiKeyId, ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
 use crate::lifecycle::refresh::{self, RefreshError};
 use crate::oauth::Provider;
@@ -74,14 +75,20 @@ pub enum KillState {
 }
 
 pub async fn kill_state(state: &AppState, tenant: &str, provider: &str) -> Result<KillState, sqlx::Error> {
+    if let Some(k) = state.caches.kill_state(tenant, provider) {
+        return Ok(k);
+    }
+    let epoch = state.caches.epoch();
     let modes = store::kill_switches::modes_in_force(&state.pool, tenant, provider).await?;
-    Ok(if modes.iter().any(|m| m == "no_token_handouts") {
+    let k = if modes.iter().any(|m| m == "no_token_handouts") {
         KillState::NoTokenHandouts
     } else if modes.is_empty() {
         KillState::Open
     } else {
         KillState::NoNewElicitations
-    })
+    };
+    state.caches.store_kill_state(epoch, tenant, provider, k);
+    Ok(k)
 }
 
 /// Resolves the provider for a tenant: configured, and allowed for this tenant.
@@ -123,21 +130,36 @@ pub async fn token_for(
         }
     }
 
-    let conn =
-        store::connections::find_connection(&state.pool, tenant.as_str(), req.subject.as_str(), req.provider.as_str())
-            .await?;
+    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
+    // Fast path: the row as cached (ciphertext), unless it is near expiry.
+    if let Some(c) = state.caches.connection(t, s, p)
+        && covers(&c.scopes, &req)
+        && !refresh::needs_refresh_at(
+            c.access_expires_at,
+            c.has_refresh_token,
+            c.refreshed_at,
+            now,
+            state.refresh_margin,
+            state.unknown_expiry_refresh,
+        )
+    {
+        let out = hand_out(state, tenant, &req, &c)?;
+        record_handout(state, tenant, api_key, &req, &out).await;
+        return Ok(out);
+    }
+
+    let epoch = state.caches.epoch();
+    let conn = store::connections::find_connection(&state.pool, t, s, p).await?;
+    if let Some(row) = &conn
+        && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
+        && let Some(entry) = CachedConnection::of(row)
+    {
+        state.caches.store_connection(epoch, t, s, p, entry);
+    }
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &req, c, now).await?
     {
-        if let TokenOutcome::Connected { connection_id, .. } = &out {
-            let mut ev = AuditEvent::new("token_handed_out");
-            ev.tenant_id = Some(tenant.to_string());
-            ev.subject = Some(req.subject.to_string());
-            ev.provider = Some(req.provider.to_string());
-            ev.connection_id = Some(connection_id.as_uuid());
-            ev.api_key_id = Some(api_key.to_string());
-            state.handouts.record(ev).await;
-        }
+        record_handout(state, tenant, api_key, &req, &out).await;
         return Ok(out);
     }
     if killed != KillState::Open {
@@ -164,13 +186,7 @@ async fn usable_token(
     c: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    if c.status != "active" {
-        return Ok(None);
-    }
-    let have = Scopes::parse(&c.scopes).unwrap_or_default();
-    if let Some(want) = &req.scopes
-        && !have.covers(want)
-    {
+    if c.status != "active" || !covers(&c.scopes, req) {
         return Ok(None);
     }
     let refreshed;
@@ -197,20 +213,59 @@ async fn usable_token(
     } else {
         c
     };
-    let (Some(key_id), Some(ct)) = (&c.key_id, &c.access_token_ct) else {
-        return Ok(None);
-    };
+    match CachedConnection::of(c) {
+        Some(entry) => Ok(Some(hand_out(state, tenant, req, &entry)?)),
+        None => Ok(None),
+    }
+}
+
+fn covers(have: &[String], req: &TokenRequest) -> bool {
+    match &req.scopes {
+        None => true,
+        Some(want) => Scopes::parse(have).unwrap_or_default().covers(want),
+    }
+}
+
+/// Opens the access token of a usable connection for the caller.
+fn hand_out(
+    state: &AppState,
+    tenant: &TenantId,
+    req: &TokenRequest,
+    c: &CachedConnection,
+) -> Result<TokenOutcome, TokenError> {
     let connection = ConnectionId::from_uuid(c.id);
     let row = RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection };
-    let access_token = state.vault.open(key_id, &row, Field::AccessToken, ct)?;
-    Ok(Some(TokenOutcome::Connected {
+    let access_token = state.vault.open(&c.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
+    Ok(TokenOutcome::Connected {
         access_token,
-        token_type: c.token_type.clone(),
+        token_type: c.token_type.to_string(),
         expires_at: c.access_expires_at,
-        scopes: c.scopes.clone(),
-        account: c.account_id.clone().map(|id| Account { id, login: c.account_login.clone() }),
+        scopes: c.scopes.to_vec(),
+        account: c
+            .account_id
+            .as_ref()
+            .map(|id| Account { id: id.to_string(), login: c.account_login.as_ref().map(|l| l.to_string()) }),
         connection_id: connection,
-    }))
+    })
+}
+
+/// The "token handed out" audit event, queued for the batch writer.
+async fn record_handout(
+    state: &AppState,
+    tenant: &TenantId,
+    api_key: &ApiKeyId,
+    req: &TokenRequest,
+    out: &TokenOutcome,
+) {
+    if let TokenOutcome::Connected { connection_id, .. } = out {
+        let mut ev = AuditEvent::new("token_handed_out");
+        ev.tenant_id = Some(tenant.to_string());
+        ev.subject = Some(req.subject.to_string());
+        ev.provider = Some(req.provider.to_string());
+        ev.connection_id = Some(connection_id.as_uuid());
+        ev.api_key_id = Some(api_key.to_string());
+        state.handouts.record(ev).await;
+    }
 }
 
 /// The pending elicitation for this request, created if there is none. Concurrent callers

@@ -26,10 +26,29 @@ pub fn needs_refresh(
     margin: time::Duration,
     unknown_after: time::Duration,
 ) -> bool {
-    match row.access_expires_at {
+    needs_refresh_at(
+        row.access_expires_at,
+        row.refresh_token_ct.is_some(),
+        row.refreshed_at,
+        now,
+        margin,
+        unknown_after,
+    )
+}
+
+/// The same rule on the fields alone (the cache keeps no refresh ciphertext).
+pub fn needs_refresh_at(
+    access_expires_at: Option<OffsetDateTime>,
+    has_refresh_token: bool,
+    refreshed_at: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+    margin: time::Duration,
+    unknown_after: time::Duration,
+) -> bool {
+    match access_expires_at {
         Some(exp) => exp <= now + margin,
         // Unknown expiry: refresh on a schedule when we can, rather than trusting it forever.
-        None => row.refresh_token_ct.is_some() && row.refreshed_at.is_none_or(|t| t + unknown_after <= now),
+        None => has_refresh_token && refreshed_at.is_none_or(|t| t + unknown_after <= now),
     }
 }
 
@@ -166,6 +185,7 @@ async fn refresh_locked(
             });
             store::audit::insert_event(&mut *tx, &ev).await?;
             tx.commit().await?;
+            state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
             Ok(ConnectionRow {
                 key_id: Some(state.vault.current_key_id().as_str().to_owned()),
                 access_token_ct: Some(access_ct),
@@ -185,6 +205,7 @@ async fn refresh_locked(
             store::audit::insert_event(&mut *tx, &ev).await?;
             store::audit::insert_event(&mut *tx, &event("reauth_needed", &row)).await?;
             tx.commit().await?;
+            state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
             Err(RefreshError::NeedsReauth)
         }
         Err(e) => {
@@ -205,7 +226,9 @@ pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Re
     let mut ev = event("reauth_needed", row);
     ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
     store::audit::insert_event(&mut *tx, &ev).await?;
-    tx.commit().await
+    tx.commit().await?;
+    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    Ok(())
 }
 
 #[cfg(test)]

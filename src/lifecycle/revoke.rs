@@ -51,6 +51,7 @@ pub async fn revoke_connection(
     ev.detail = serde_json::json!({ "provider_result": out.provider_result, "by": actor });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
+    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
     Ok(Some(out))
 }
 

@@ -83,9 +83,11 @@ async fn revocation_reaches_the_provider_deletes_the_ciphertexts_and_stops_every
             .unwrap();
     assert_eq!(status, "revoked");
     assert!(at.is_none() && rt.is_none());
-    for app in [&a, &b] {
-        assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connect_required");
-    }
+    // At once on the instance that revoked; on the other as soon as the change
+    // notification arrives (the barrier waits for it).
+    assert_eq!(a.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connect_required");
+    assert!(b.state.caches.barrier(&b.pool).await);
+    assert_eq!(b.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connect_required");
     let audit: serde_json::Value =
         a.admin(Method::GET, "/audit?kind=connection_revoked", None).await.json().await.unwrap();
     assert_eq!(audit["events"][0]["detail"]["provider_result"], "revoked");

@@ -49,11 +49,12 @@ pub struct TestApp {
 pub struct Options {
     pub vault_keys: String,
     pub extra_toml: String,
+    pub cache_enabled: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new() }
+        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new(), cache_enabled: true }
     }
 }
 
@@ -136,6 +137,7 @@ pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Op
         ("MCP_CONNECT_PROVIDER_TESTP_CLIENT_SECRET", "testp-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_PLAINP_CLIENT_SECRET", "plainp-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET", "deadrev-secret".to_owned()),
+        ("MCP_CONNECT_CACHE_ENABLED", opts.cache_enabled.to_string()),
     ]);
     Config::from_toml(&config_toml(base, idp, provider, &opts.extra_toml), &|k| env.get(k).cloned())
         .expect("test config is valid")

@@ -5,6 +5,7 @@
 mod admin;
 mod api_keys;
 mod browser;
+mod cache;
 mod connect_flow;
 mod dev_command;
 mod helpers;

@@ -269,7 +269,9 @@ async fn change_kill_switch(
     ev.api_key_id = Some(caller.0.id.to_string());
     ev.detail = serde_json::json!({ "mode": mode.unwrap_or("off"), "reason": reason });
     store::audit::insert_event(&mut *tx, &ev).await.map_err(db)?;
-    tx.commit().await.map_err(db)
+    tx.commit().await.map_err(db)?;
+    state.caches.forget_kill_switches();
+    Ok(())
 }
 
 #[derive(serde::Deserialize)]

@@ -1,0 +1,99 @@
+//! The lookup cache may never serve what was revoked: notifications from the changing
+//! transaction reach every instance; a cut listener empties and bypasses the cache.
+
+use crate::helpers::{Options, TestApp, spawn_app, spawn_on};
+use reqwest::Method;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn lookup() -> serde_json::Value {
+    json!({"subject": "alice", "provider": "github"})
+}
+
+async fn serving(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !app.state.caches.is_serving() {
+        assert!(Instant::now() < deadline, "the cache never started serving");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_revocation_on_instance_a_stops_instance_b_within_a_second() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    serving(&b).await;
+    let id = a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    assert_eq!(b.state.caches.len(), 1, "B serves alice's row from its cache");
+    let r = a.admin(Method::POST, &format!("/connections/{id}/revoke"), None).await;
+    assert_eq!(r.status(), 200);
+    let revoked_at = Instant::now();
+    loop {
+        let status = b.token_ok(lookup()).await["status"].as_str().unwrap().to_owned();
+        if status == "connect_required" {
+            break;
+        }
+        assert!(revoked_at.elapsed() < Duration::from_secs(1), "B still hands out a revoked token after 1 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // And on A, which made the change, at once.
+    assert_eq!(a.token_ok(lookup()).await["status"], "connect_required");
+}
+
+#[tokio::test]
+async fn a_cut_listener_empties_the_cache_and_nothing_stale_is_handed_out() {
+    let app = spawn_app().await;
+    serving(&app).await;
+    app.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+    assert_eq!(app.state.caches.len(), 1);
+    // Cut every LISTEN connection to this database, as a network blip or a proxy would.
+    let cut: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(!cut.is_empty(), "found the listener connection");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!app.state.caches.is_serving(), "the cache stops serving when its listener is gone");
+    assert!(app.state.caches.is_empty());
+    // A change made while nobody listens (its notification is lost)...
+    sqlx::query("UPDATE connections SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // ...is seen at once, because lookups go to the database meanwhile.
+    assert_eq!(app.token_ok(lookup()).await["status"], "connect_required");
+    // The listener comes back by itself and the cache serves again.
+    serving(&app).await;
+}
+
+#[tokio::test]
+async fn a_kill_switch_set_elsewhere_reaches_a_cached_instance() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    serving(&b).await;
+    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    a.admin(Method::PUT, "/kill-switches/github", Some(json!({"mode": "no_token_handouts"}))).await;
+    assert!(b.state.caches.barrier(&b.pool).await);
+    assert_eq!(b.token(&b.key, lookup()).await.status(), 403);
+}
+
+#[tokio::test]
+async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
+    let app = crate::helpers::spawn_app_with(Options {
+        extra_toml: String::new(),
+        cache_enabled: false,
+        ..Options::default()
+    })
+    .await;
+    app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
+    for _ in 0..3 {
+        assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+    }
+    assert!(app.state.caches.is_empty());
+}
