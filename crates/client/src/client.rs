@@ -1,0 +1,268 @@
+//! The HTTP side: one reqwest client (redirects off, timeouts, bounded bodies), the API
+//! key on every call, JSON errors mapped to [`Error::Api`] with mcp-connect's stable code,
+//! and `503`/`429` with `Retry-After` retried within [`RetryPolicy`]. Retrying is safe:
+//! `/v1/token` is idempotent (DESIGN.md invariant 6) and the elicitation lookup is a GET.
+
+use crate::api::{ElicitationId, ElicitationInfo, TokenOutcome, TokenRequest, TokenWire};
+use crate::secret::ApiKey;
+use reqwest::StatusCode;
+use std::time::Duration;
+use url::Url;
+
+/// The largest answer body read; mcp-connect's answers are a few hundred bytes.
+const MAX_BODY: usize = 64 * 1024;
+
+/// How long the client waits for mcp-connect to become available again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// A `Retry-After` longer than this is not waited for: the caller gets
+    /// [`Error::Unavailable`] at once (a tool call should not hang for minutes).
+    pub max_delay: Duration,
+    /// The sum of all waits stays below this.
+    pub max_total: Duration,
+    /// The wait when a `503` carries no usable `Retry-After`.
+    pub default_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 2,
+            max_delay: Duration::from_secs(10),
+            max_total: Duration::from_secs(15),
+            default_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry.
+    pub fn none() -> Self {
+        Self { max_retries: 0, ..Self::default() }
+    }
+}
+
+/// Why a call did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// mcp-connect refused the request with a stable error code (README "API"), e.g.
+    /// `provider_not_allowed`, `elicitation_mismatch`, `invalid_api_key`.
+    #[error("mcp-connect answered {status}: {code}: {description}")]
+    Api { status: u16, code: String, description: String },
+    /// mcp-connect or the provider is temporarily unavailable and the retry budget is
+    /// spent (or the server asked for a longer wait than the policy allows).
+    #[error("mcp-connect is temporarily unavailable ({code})")]
+    Unavailable { code: String, retry_after: Option<Duration> },
+    /// The request did not reach mcp-connect or its answer did not arrive.
+    #[error("request to mcp-connect failed")]
+    Transport(#[source] reqwest::Error),
+    /// An answer that is not what the API documents.
+    #[error("unexpected answer from mcp-connect: {0}")]
+    InvalidResponse(String),
+    /// The base URL cannot have paths appended.
+    #[error("the mcp-connect base URL must be an http(s) URL")]
+    InvalidBaseUrl,
+}
+
+impl Error {
+    /// mcp-connect's stable error code, where it sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api { code, .. } | Error::Unavailable { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// Builds a [`Client`] with non-default settings.
+#[derive(Debug)]
+pub struct ClientBuilder {
+    base: Url,
+    key: ApiKey,
+    retry: RetryPolicy,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl ClientBuilder {
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The total time one HTTP exchange may take (default 15 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        if !matches!(self.base.scheme(), "http" | "https") || self.base.cannot_be_a_base() {
+            return Err(Error::InvalidBaseUrl);
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(Error::Transport)?;
+        Ok(Client { http, base: self.base, key: self.key, retry: self.retry })
+    }
+}
+
+/// A client of mcp-connect's `/v1` API for one tenant (the API key decides which).
+/// Cheap to clone; clones share the connection pool.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    key: ApiKey,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// `base` is mcp-connect's public base URL, e.g. `https://connect.example.com`.
+    pub fn new(base: Url, key: ApiKey) -> Result<Self, Error> {
+        Self::builder(base, key).build()
+    }
+
+    pub fn builder(base: Url, key: ApiKey) -> ClientBuilder {
+        ClientBuilder {
+            base,
+            key,
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// `POST /v1/token`: the token, or an elicitation to send, or "declined".
+    #[tracing::instrument(skip_all, fields(provider = req.provider()))]
+    pub async fn token(&self, req: &TokenRequest) -> Result<TokenOutcome, Error> {
+        let url = self.endpoint(&["v1", "token"])?;
+        let body = self.send(|| self.http.post(url.clone()).json(req)).await?;
+        let wire: TokenWire =
+            serde_json::from_slice(&body).map_err(|e| Error::InvalidResponse(format!("token answer: {e}")))?;
+        Ok(wire.into())
+    }
+
+    /// `GET /v1/elicitations/{id}`: the status of one of this tenant's elicitations.
+    #[tracing::instrument(skip_all)]
+    pub async fn elicitation(&self, id: &ElicitationId) -> Result<ElicitationInfo, Error> {
+        let url = self.endpoint(&["v1", "elicitations", id.as_str()])?;
+        let body = self.send(|| self.http.get(url.clone())).await?;
+        serde_json::from_slice(&body).map_err(|e| Error::InvalidResponse(format!("elicitation answer: {e}")))
+    }
+
+    fn endpoint(&self, segments: &[&str]) -> Result<Url, Error> {
+        let mut url = self.base.clone();
+        url.path_segments_mut().map_err(|()| Error::InvalidBaseUrl)?.pop_if_empty().extend(segments);
+        url.set_query(None);
+        Ok(url)
+    }
+
+    /// Sends, retrying `503`/`429` within the policy; returns the body of a `200`.
+    async fn send(&self, make: impl Fn() -> reqwest::RequestBuilder) -> Result<Vec<u8>, Error> {
+        let mut waited = Duration::ZERO;
+        let mut attempt = 0u32;
+        loop {
+            let resp = make().bearer_auth(self.key.expose_secret()).send().await.map_err(Error::Transport)?;
+            let status = resp.status();
+            let retry_after = retry_after(resp.headers());
+            let body = read_bounded(resp).await?;
+            if status == StatusCode::OK {
+                return Ok(body);
+            }
+            let (code, description) = error_body(&body, status);
+            if status != StatusCode::SERVICE_UNAVAILABLE && status != StatusCode::TOO_MANY_REQUESTS {
+                return Err(Error::Api { status: status.as_u16(), code, description });
+            }
+            let delay = retry_after.unwrap_or(self.retry.default_delay);
+            let within = attempt < self.retry.max_retries
+                && delay <= self.retry.max_delay
+                && waited + delay <= self.retry.max_total;
+            if !within {
+                return Err(Error::Unavailable { code, retry_after });
+            }
+            tracing::info!(
+                status = status.as_u16(),
+                code,
+                delay_ms = delay.as_millis() as u64,
+                "mcp-connect asked to retry"
+            );
+            tokio::time::sleep(delay).await;
+            waited += delay;
+            attempt += 1;
+        }
+    }
+}
+
+/// `Retry-After` as delay-seconds (RFC 9110 §10.2.3). An HTTP-date is treated as absent:
+/// mcp-connect sends seconds, and a clock-skewed date is worse than the default delay.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    v.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+async fn read_bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(Error::Transport)? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(Error::InvalidResponse("answer body too large".to_owned()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The API's `{"error", "error_description"}`, or a stand-in naming the status.
+fn error_body(body: &[u8], status: StatusCode) -> (String, String) {
+    #[derive(serde::Deserialize)]
+    struct ApiErrorBody {
+        error: String,
+        #[serde(default)]
+        error_description: String,
+    }
+    match serde_json::from_slice::<ApiErrorBody>(body) {
+        Ok(b) => (b.error, b.error_description),
+        Err(_) => (format!("http_{}", status.as_u16()), "the answer carried no JSON error body".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_keep_a_base_path_and_escape_the_id() {
+        let c = Client::new("https://c.example/prefix/".parse().unwrap(), ApiKey::new("k")).unwrap();
+        assert_eq!(c.endpoint(&["v1", "token"]).unwrap().as_str(), "https://c.example/prefix/v1/token");
+        assert_eq!(
+            c.endpoint(&["v1", "elicitations", "a/b?c"]).unwrap().as_str(),
+            "https://c.example/prefix/v1/elicitations/a%2Fb%3Fc"
+        );
+        let c = Client::new("https://c.example".parse().unwrap(), ApiKey::new("k")).unwrap();
+        assert_eq!(c.endpoint(&["v1", "token"]).unwrap().as_str(), "https://c.example/v1/token");
+    }
+
+    #[test]
+    fn a_base_url_that_is_not_http_is_refused() {
+        assert!(matches!(Client::new("mailto:a@b".parse().unwrap(), ApiKey::new("k")), Err(Error::InvalidBaseUrl)));
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_only() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "3".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert(reqwest::header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+}

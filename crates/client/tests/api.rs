@@ -1,0 +1,160 @@
+//! The client against the real mcp-connect (IdP, provider and service on loopback), and its
+//! retry bound against a stand-in that answers 503.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use mcp_connect_client::{ApiKey, Client, ElicitationStatus, Error, RetryPolicy, TokenOutcome, TokenRequest};
+use mcp_connect_testkit::{Browser, PROVIDER, Stack};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+fn client(stack: &Stack) -> Client {
+    Client::new(stack.connect_base.parse().unwrap(), ApiKey::new(stack.api_key.clone())).unwrap()
+}
+
+#[tokio::test]
+async fn a_subject_without_a_connection_gets_connect_required_and_after_the_flow_the_token() {
+    let stack = Stack::start("https://mcp.test/").await.unwrap();
+    let c = client(&stack);
+    let TokenOutcome::ConnectRequired { elicitation, mcp } =
+        c.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap()
+    else {
+        panic!("expected connect_required")
+    };
+    assert_eq!(mcp.mode, "url");
+    assert_eq!(mcp.url, elicitation.url);
+    assert_eq!(mcp.elicitation_id, elicitation.id);
+    assert_eq!(c.elicitation(&elicitation.id).await.unwrap().status, ElicitationStatus::Pending);
+
+    // Asking again before the user acts returns the same pending elicitation.
+    let again = c.token(&TokenRequest::new("alice", PROVIDER).elicitation_id(elicitation.id.clone())).await.unwrap();
+    assert!(matches!(&again, TokenOutcome::ConnectRequired { elicitation: e, .. } if e.id == elicitation.id));
+
+    Browser::new().unwrap().connect(&elicitation.url, "alice", "octo-alice").await.unwrap();
+
+    let outcome = c.token(&TokenRequest::new("alice", PROVIDER).elicitation_id(elicitation.id.clone())).await.unwrap();
+    let TokenOutcome::Connected { token, account, .. } = &outcome else { panic!("expected connected: {outcome:?}") };
+    assert_eq!(account.as_ref().unwrap().login.as_deref(), Some("octo-alice"));
+    assert!(!format!("{outcome:?}").contains(token.expose_secret()), "Debug redacts the token");
+    let me: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/userinfo", stack.provider.base_url()))
+        .bearer_auth(token.expose_secret())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["login"], "octo-alice");
+    let info = c.elicitation(&elicitation.id).await.unwrap();
+    assert_eq!(info.status, ElicitationStatus::Completed);
+    assert_eq!(info.subject, "alice");
+    assert!(info.completed_at.is_some());
+}
+
+#[tokio::test]
+async fn a_decline_on_the_consent_page_comes_back_as_declined() {
+    let stack = Stack::start("https://mcp.test/").await.unwrap();
+    let c = client(&stack);
+    let TokenOutcome::ConnectRequired { elicitation, .. } = c.token(&TokenRequest::new("bob", PROVIDER)).await.unwrap()
+    else {
+        panic!("expected connect_required")
+    };
+    Browser::new().unwrap().decline(&elicitation.url, "bob").await.unwrap();
+    let outcome = c.token(&TokenRequest::new("bob", PROVIDER).elicitation_id(elicitation.id.clone())).await.unwrap();
+    assert!(matches!(outcome, TokenOutcome::Declined { elicitation_id } if elicitation_id == elicitation.id));
+    assert_eq!(c.elicitation(&elicitation.id).await.unwrap().status, ElicitationStatus::Declined);
+}
+
+#[tokio::test]
+async fn api_errors_carry_the_stable_code() {
+    let stack = Stack::start("https://mcp.test/").await.unwrap();
+    let wrong = Client::builder(stack.connect_base.parse().unwrap(), ApiKey::new("mcpc_0000000000000000_nope"))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let e = wrong.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap_err();
+    assert!(matches!(&e, Error::Api { status: 401, .. }), "{e:?}");
+    assert_eq!(e.code(), Some("invalid_api_key"));
+
+    let c = client(&stack);
+    let e = c.token(&TokenRequest::new("alice", "no-such-provider")).await.unwrap_err();
+    assert_eq!(e.code(), Some("unknown_provider"));
+    let e = c.token(&TokenRequest::new("", PROVIDER)).await.unwrap_err();
+    assert_eq!(e.code(), Some("invalid_subject"));
+    let missing = mcp_connect_client::ElicitationId::parse("00000000-0000-4000-8000-000000000000").unwrap();
+    assert_eq!(c.elicitation(&missing).await.unwrap_err().code(), Some("elicitation_not_found"));
+}
+
+/// A stand-in for mcp-connect that answers 503 (with `Retry-After: retry_after`) to the
+/// first `failures` requests and a `connect_required` afterwards. Returns its base URL
+/// and the request counter.
+async fn flaky(failures: usize, retry_after: &'static str) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let server = HttpServer::new(move || {
+        let counter = counter.clone();
+        App::new().route(
+            "/v1/token",
+            web::post().to(move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < failures {
+                        HttpResponse::ServiceUnavailable()
+                            .insert_header(("Retry-After", retry_after))
+                            .json(serde_json::json!({"error": "provider_unavailable", "error_description": "later"}))
+                    } else {
+                        HttpResponse::Ok().json(serde_json::json!({
+                            "status": "connect_required",
+                            "elicitation": {"id": "e-1", "url": "http://x/connect/testp?e=e-1", "expires_at": "2030-01-01T00:00:00Z"},
+                            "mcp": {"mode": "url", "message": "m", "url": "http://x/connect/testp?e=e-1", "elicitationId": "e-1"}
+                        }))
+                    }
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    tokio::spawn(server);
+    (base, hits)
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_is_retried_within_the_bound() {
+    let (base, hits) = flaky(2, "1").await;
+    let c = Client::new(base.parse().unwrap(), ApiKey::new("k")).unwrap();
+    let started = Instant::now();
+    let outcome = c.token(&TokenRequest::new("alice", "testp")).await.unwrap();
+    assert!(matches!(outcome, TokenOutcome::ConnectRequired { .. }));
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    assert!(started.elapsed() >= Duration::from_secs(2), "waited Retry-After each time");
+}
+
+#[tokio::test]
+async fn retries_stop_when_the_budget_is_spent() {
+    let (base, hits) = flaky(usize::MAX, "0").await;
+    let policy = RetryPolicy { max_retries: 3, ..RetryPolicy::default() };
+    let c = Client::builder(base.parse().unwrap(), ApiKey::new("k")).retry(policy).build().unwrap();
+    let e = c.token(&TokenRequest::new("alice", "testp")).await.unwrap_err();
+    assert!(matches!(&e, Error::Unavailable { retry_after: Some(d), .. } if d.is_zero()), "{e:?}");
+    assert_eq!(e.code(), Some("provider_unavailable"));
+    assert_eq!(hits.load(Ordering::SeqCst), 4, "one attempt plus three retries");
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_the_bound_is_not_waited_for() {
+    let (base, hits) = flaky(usize::MAX, "3600").await;
+    let c = Client::new(base.parse().unwrap(), ApiKey::new("k")).unwrap();
+    let started = Instant::now();
+    let e = c.token(&TokenRequest::new("alice", "testp")).await.unwrap_err();
+    assert!(matches!(&e, Error::Unavailable { retry_after: Some(d), .. } if d.as_secs() == 3600), "{e:?}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
