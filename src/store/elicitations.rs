@@ -214,3 +214,31 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
             .await?;
     Ok(r.rows_affected())
 }
+
+/// Cancels one pending elicitation of a tenant (the MCP client said cancel or decline) and
+/// spends its open states. Returns whether this call cancelled it and the row as it now is,
+/// or `None` for another tenant's id.
+pub async fn cancel_one(
+    db: &mut sqlx::PgConnection,
+    tenant_id: &str,
+    id: Uuid,
+    now: OffsetDateTime,
+) -> Result<Option<(bool, ElicitationRow)>, sqlx::Error> {
+    let changed = sqlx::query!(
+        r#"UPDATE elicitations SET status = 'cancelled', completed_at = $3
+           WHERE id = $1 AND tenant_id = $2 AND status = 'pending'"#,
+        id,
+        tenant_id,
+        now
+    )
+    .execute(&mut *db)
+    .await?
+    .rows_affected()
+        == 1;
+    if changed {
+        sqlx::query!("UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = $1 AND used_at IS NULL", id, now)
+            .execute(&mut *db)
+            .await?;
+    }
+    Ok(find_for_tenant(&mut *db, tenant_id, id).await?.map(|row| (changed, row)))
+}

@@ -316,3 +316,29 @@ async fn error_bodies_do_not_echo_the_values_sent() {
     let text = r.text().await.unwrap();
     assert!(!text.contains("gho_SECRETVALUE"), "{text}");
 }
+
+#[tokio::test]
+async fn an_mcp_client_cancel_closes_the_link_and_a_repeat_is_harmless() {
+    let app = spawn_app().await;
+    let a = app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
+    let id = a["elicitation"]["id"].as_str().unwrap();
+    let url = format!("{}/v1/elicitations/{id}/cancel", app.base);
+    for _ in 0..2 {
+        let r = app.client.post(&url).bearer_auth(&app.key).json(&json!({"reason": "cancel"})).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "cancelled");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'elicitation_cancelled'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // The next tool call gets a fresh link, not the cancelled one.
+    let b = app.token_ok(json!({"subject": "alice", "provider": "github", "elicitation_id": id})).await;
+    assert_ne!(b["elicitation"]["id"], id);
+    // Another tenant's id is not found; a bad reason is refused.
+    let r = app.client.post(&url).bearer_auth(&app.beta_key).send().await.unwrap();
+    assert_error(r, 404, "elicitation_not_found").await;
+    let r = app.client.post(&url).bearer_auth(&app.key).json(&json!({"reason": "maybe"})).send().await.unwrap();
+    assert_error(r, 400, "invalid_request").await;
+}

@@ -35,3 +35,47 @@ pub async fn get_elicitation(
         "completed_at": e.completed_at.map(rfc3339),
     })))
 }
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    /// What the MCP client answered: `cancel` or `decline`. Recorded, never acted on as a
+    /// business decision (a cancel is not a "no").
+    reason: Option<String>,
+}
+
+/// `POST /v1/elicitations/{id}/cancel`: the MCP client answered `cancel` or `decline` to the
+/// URL elicitation. The link stops working (its states are spent); the answer is the
+/// elicitation's status afterwards, so a repeat is harmless.
+pub async fn cancel_elicitation(
+    caller: ServerCaller,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: Option<web::Json<CancelBody>>,
+) -> Result<HttpResponse, ApiError> {
+    let id =
+        ElicitationId::parse(&path.into_inner()).map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
+    let reason = body.and_then(|b| b.into_inner().reason);
+    if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
+        return Err(ApiError::bad_request("invalid_request", "reason must be \"cancel\" or \"decline\""));
+    }
+    let tenant = caller.0.tenant.as_str();
+    let now = OffsetDateTime::now_utc();
+    let mut tx = state.pool.begin().await.map_err(|e| ApiError::from_db(&e))?;
+    let (changed, e) = crate::store::elicitations::cancel_one(&mut tx, tenant, id.as_uuid(), now)
+        .await
+        .map_err(|e| ApiError::from_db(&e))?
+        .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
+    if changed {
+        let mut ev = crate::store::audit::AuditEvent::new("elicitation_cancelled");
+        ev.tenant_id = Some(tenant.to_owned());
+        ev.subject = Some(e.subject.clone());
+        ev.provider = Some(e.provider.clone());
+        ev.elicitation_id = Some(e.id);
+        ev.api_key_id = Some(caller.0.id.to_string());
+        ev.detail = serde_json::json!({ "client_answer": reason });
+        crate::store::audit::insert_event(&mut *tx, &ev).await.map_err(|e| ApiError::from_db(&e))?;
+    }
+    tx.commit().await.map_err(|e| ApiError::from_db(&e))?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id.to_string(), "status": e.status })))
+}

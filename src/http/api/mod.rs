@@ -17,6 +17,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .route("/token", web::post().to(token::post_token))
             .route("/elicitations/{id}", web::get().to(elicitations::get_elicitation))
+            .route("/elicitations/{id}/cancel", web::post().to(elicitations::cancel_elicitation))
             .default_service(web::to(not_found)),
     );
 }
