@@ -153,7 +153,12 @@ pub async fn consent_view(
         .provider(&state.outbound, &provider)
         .await
         .map_err(|err| ConnectError::Resolve(err.to_string()))?;
-    let domain = server.authorize_url.host_str().unwrap_or_default().to_owned();
+    // The full authority: host, and the port where it is not the scheme's default.
+    let host = server.authorize_url.host_str().unwrap_or_default();
+    let domain = match server.authorize_url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
     Ok(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })
 }

@@ -139,6 +139,11 @@ async fn a_replayed_callback_exchanges_no_second_code_and_stores_no_second_grant
     assert_eq!(other.get(&cb).await.status(), 403);
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
     assert_eq!(connections(&app).await, 1);
+    // The connect link itself, opened again: used, and it does not claim nothing happened.
+    let r = browser.get(&url).await;
+    assert_eq!(r.status(), 410);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("already used") && !html.contains("Nothing was connected"), "{html}");
 }
 
 #[tokio::test]

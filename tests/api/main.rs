@@ -8,6 +8,7 @@ mod browser;
 mod cache;
 mod connect_flow;
 mod dev_command;
+mod e2e;
 mod helpers;
 mod lifecycle;
 mod logs;

@@ -37,13 +37,16 @@ fn entry_error(rid: &RequestId, r: EntryRefusal) -> PageError {
             "Connect links are valid for a few minutes only.",
             HINT_RETRY,
         ),
-        EntryRefusal::Finished(ElicitationStatus::Completed) => PageError::new(
-            rid,
-            StatusCode::GONE,
-            "This link was already used",
-            "The connection it asked for has been made.",
-            "Go back to your assistant; it can use the connection now.",
-        ),
+        EntryRefusal::Finished(ElicitationStatus::Completed) => PageError {
+            nothing_connected: false,
+            ..PageError::new(
+                rid,
+                StatusCode::GONE,
+                "This link was already used",
+                "The connection it asked for has been made.",
+                "Go back to your assistant; it can use the connection now.",
+            )
+        },
         EntryRefusal::Finished(_) => PageError::new(
             rid,
             StatusCode::GONE,

@@ -13,6 +13,7 @@ struct ErrorPage<'a> {
     message: &'a str,
     hint: &'a str,
     request_id: &'a str,
+    nothing_connected: bool,
 }
 
 #[derive(Template)]
@@ -77,6 +78,8 @@ pub struct PageError {
     pub request_id: String,
     /// A page of its own (the identity-mismatch refusal) instead of the error template.
     pub page: Option<String>,
+    /// Whether to say "Nothing was connected" (false where a connection does exist).
+    pub nothing_connected: bool,
 }
 
 pub const HINT_RETRY: &str = "Go back to your assistant and try again; it will give you a new link.";
@@ -89,15 +92,29 @@ impl PageError {
         message: impl Into<String>,
         hint: &'static str,
     ) -> Self {
-        Self { status, title, message: message.into(), hint, request_id: rid.0.clone(), page: None }
+        Self {
+            status,
+            title,
+            message: message.into(),
+            hint,
+            request_id: rid.0.clone(),
+            page: None,
+            nothing_connected: true,
+        }
     }
 
     /// An error answered with its own template.
     pub fn with_page(rid: &RequestId, status: StatusCode, title: &'static str, page: &impl Template) -> Self {
         match page.render() {
-            Ok(html) => {
-                Self { status, title, message: String::new(), hint: "", request_id: rid.0.clone(), page: Some(html) }
-            }
+            Ok(html) => Self {
+                status,
+                title,
+                message: String::new(),
+                hint: "",
+                request_id: rid.0.clone(),
+                page: Some(html),
+                nothing_connected: true,
+            },
             Err(e) => Self::internal(&rid.0, &e),
         }
     }
@@ -111,6 +128,7 @@ impl PageError {
             hint: HINT_RETRY,
             request_id: rid.to_owned(),
             page: None,
+            nothing_connected: true,
         }
     }
 }
@@ -130,8 +148,13 @@ impl ResponseError for PageError {
         if let Some(html) = &self.page {
             return respond(self.status, html.clone(), None);
         }
-        let page =
-            ErrorPage { title: self.title, message: &self.message, hint: self.hint, request_id: &self.request_id };
+        let page = ErrorPage {
+            title: self.title,
+            message: &self.message,
+            hint: self.hint,
+            request_id: &self.request_id,
+            nothing_connected: self.nothing_connected,
+        };
         match render(self.status, &page, None) {
             Ok(r) => r,
             Err(_) => HttpResponse::build(self.status).content_type("text/plain; charset=utf-8").body(self.title),
