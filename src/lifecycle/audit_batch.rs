@@ -1,14 +1,17 @@
 //! "Token handed out" events, written in batches off the request path: the lookup only
-//! queues the event; a background task writes up to 500 at a time, at least every 250 ms,
-//! and marks the connections used. A full queue makes the caller wait, never drops.
+//! queues the event; a background task writes up to 2,000 at a time in one statement, at
+//! least every 250 ms, and marks the connections used (to the minute). A full queue makes
+//! the caller wait: events are never dropped.
 
 use crate::store::{self, PgPool, audit::AuditEvent};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+const BATCH: usize = 2000;
+
 #[derive(Clone)]
 pub struct HandoutAudit {
-    tx: mpsc::Sender<AuditEvent>,
+    tx: mpsc::Sender<(time::OffsetDateTime, AuditEvent)>,
 }
 
 impl HandoutAudit {
@@ -19,26 +22,29 @@ impl HandoutAudit {
     }
 
     pub async fn record(&self, ev: AuditEvent) {
-        if let Err(mpsc::error::TrySendError::Full(ev)) = self.tx.try_send(ev) {
-            let _ = self.tx.send(ev).await;
+        let item = (time::OffsetDateTime::now_utc(), ev);
+        if let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(item) {
+            let _ = self.tx.send(item).await;
         }
     }
 }
 
-async fn writer(pool: PgPool, mut rx: mpsc::Receiver<AuditEvent>) {
-    let mut batch = Vec::with_capacity(500);
+async fn writer(pool: PgPool, mut rx: mpsc::Receiver<(time::OffsetDateTime, AuditEvent)>) {
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
         let Some(first) = rx.recv().await else { return };
         batch.push(first);
         let deadline = tokio::time::sleep(Duration::from_millis(250));
         tokio::pin!(deadline);
-        while batch.len() < 500 {
+        while batch.len() < BATCH {
             tokio::select! {
                 ev = rx.recv() => match ev { Some(ev) => batch.push(ev), None => break },
                 _ = &mut deadline => break,
             }
         }
-        let ids: Vec<uuid::Uuid> = batch.iter().filter_map(|e| e.connection_id).collect();
+        let mut ids: Vec<uuid::Uuid> = batch.iter().filter_map(|(_, e)| e.connection_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
         let mut attempt = 0;
         loop {
             let r = async {

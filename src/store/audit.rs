@@ -40,13 +40,38 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
     Ok(())
 }
 
-/// Writes a batch in one transaction (the batched hand-out events).
-pub async fn insert_events(db: &sqlx::PgPool, events: &[AuditEvent]) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    for e in events {
-        insert_event(&mut *tx, e).await?;
-    }
-    tx.commit().await
+/// Writes a batch in one statement (the batched hand-out events); `at` is when each event
+/// happened, not when the batch was written.
+pub async fn insert_events(
+    db: impl PgExecutor<'_>,
+    events: &[(time::OffsetDateTime, AuditEvent)],
+) -> Result<(), sqlx::Error> {
+    let at: Vec<time::OffsetDateTime> = events.iter().map(|(t, _)| *t).collect();
+    let tenant: Vec<Option<String>> = events.iter().map(|(_, e)| e.tenant_id.clone()).collect();
+    let subject: Vec<Option<String>> = events.iter().map(|(_, e)| e.subject.clone()).collect();
+    let provider: Vec<Option<String>> = events.iter().map(|(_, e)| e.provider.clone()).collect();
+    let kind: Vec<String> = events.iter().map(|(_, e)| e.kind.to_owned()).collect();
+    let elicitation: Vec<Option<Uuid>> = events.iter().map(|(_, e)| e.elicitation_id).collect();
+    let connection: Vec<Option<Uuid>> = events.iter().map(|(_, e)| e.connection_id).collect();
+    let api_key: Vec<Option<String>> = events.iter().map(|(_, e)| e.api_key_id.clone()).collect();
+    let detail: Vec<serde_json::Value> = events.iter().map(|(_, e)| e.detail.clone()).collect();
+    sqlx::query!(
+        r#"INSERT INTO audit_events (at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail)
+           SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::uuid[],
+                                $7::uuid[], $8::text[], $9::jsonb[])"#,
+        &at,
+        &tenant as &[Option<String>],
+        &subject as &[Option<String>],
+        &provider as &[Option<String>],
+        &kind,
+        &elicitation as &[Option<Uuid>],
+        &connection as &[Option<Uuid>],
+        &api_key as &[Option<String>],
+        &detail
+    )
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

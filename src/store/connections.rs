@@ -365,8 +365,15 @@ pub async fn store_resealed(
     Ok(())
 }
 
-/// Records use from the batched hand-out audit.
+/// Records use from the batched hand-out audit, to the minute: a row already marked within
+/// the last minute is not written again (a hot connection costs one write a minute).
 pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<(), sqlx::Error> {
-    sqlx::query!("UPDATE connections SET last_used_at = now() WHERE id = ANY($1)", ids).execute(db).await?;
+    sqlx::query!(
+        r#"UPDATE connections SET last_used_at = now()
+           WHERE id = ANY($1) AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')"#,
+        ids
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
