@@ -117,3 +117,15 @@ async fn a_key_of_a_tenant_removed_from_the_config_is_401() {
     sqlx::query("UPDATE tenants SET active = false WHERE id = 'beta'").execute(&app.pool).await.unwrap();
     assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
 }
+
+#[tokio::test]
+async fn a_burst_of_first_requests_with_a_new_key_costs_few_hashes() {
+    let app = spawn_app().await;
+    let before = app.state.api_keys.hash_verifications();
+    let calls = (0..16).map(|_| app.token(&app.key, body()));
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(r.status(), 200);
+    }
+    // At most one per argon2 slot (2), not one per request.
+    assert!(app.state.api_keys.hash_verifications() - before <= 2);
+}
