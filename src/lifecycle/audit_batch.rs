@@ -4,10 +4,12 @@
 //! the caller wait: events are never dropped.
 
 use crate::store::{self, PgPool, audit::AuditEvent};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 const BATCH: usize = 2000;
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct HandoutAudit {
@@ -29,8 +31,32 @@ impl HandoutAudit {
     }
 }
 
+/// Connections this instance marked as used in the last minute: marking them again would
+/// change nothing (`last_used_at` is kept to the minute) and cost a write each.
+struct RecentlyTouched {
+    at: HashMap<uuid::Uuid, Instant>,
+}
+
+impl RecentlyTouched {
+    fn fresh(&mut self, ids: impl Iterator<Item = uuid::Uuid>) -> Vec<uuid::Uuid> {
+        let now = Instant::now();
+        if self.at.len() > 500_000 {
+            self.at.retain(|_, t| now.duration_since(*t) < TOUCH_EVERY);
+        }
+        let mut out: Vec<uuid::Uuid> =
+            ids.filter(|id| self.at.get(id).is_none_or(|t| now.duration_since(*t) >= TOUCH_EVERY)).collect();
+        out.sort_unstable();
+        out.dedup();
+        for id in &out {
+            self.at.insert(*id, now);
+        }
+        out
+    }
+}
+
 async fn writer(pool: PgPool, mut rx: mpsc::Receiver<(time::OffsetDateTime, AuditEvent)>) {
     let mut batch = Vec::with_capacity(BATCH);
+    let mut touched = RecentlyTouched { at: HashMap::new() };
     loop {
         let Some(first) = rx.recv().await else { return };
         batch.push(first);
@@ -42,14 +68,12 @@ async fn writer(pool: PgPool, mut rx: mpsc::Receiver<(time::OffsetDateTime, Audi
                 _ = &mut deadline => break,
             }
         }
-        let mut ids: Vec<uuid::Uuid> = batch.iter().filter_map(|(_, e)| e.connection_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = touched.fresh(batch.iter().filter_map(|(_, e)| e.connection_id));
         let mut attempt = 0;
         loop {
             let r = async {
                 store::audit::insert_events(&pool, &batch).await?;
-                store::connections::touch_connections(&pool, &ids).await
+                if ids.is_empty() { Ok(()) } else { store::connections::touch_connections(&pool, &ids).await }
             }
             .await;
             match r {
