@@ -148,8 +148,10 @@ impl Caches {
         }
     }
 
+    /// Kill switches are cached even with the connection cache switched off: they change
+    /// rarely, and the same notifications and maximum age protect them.
     pub fn kill_state(&self, tenant: &str, provider: &str) -> Option<KillState> {
-        if !self.serving() {
+        if !self.healthy.load(Ordering::Acquire) {
             return None;
         }
         let map = self.kill_switches.read().ok()?;
@@ -158,7 +160,7 @@ impl Caches {
     }
 
     pub fn store_kill_state(&self, epoch: Epoch, tenant: &str, provider: &str, state: KillState) {
-        if !self.serving() {
+        if !self.healthy.load(Ordering::Acquire) {
             return;
         }
         if let Ok(mut map) = self.kill_switches.write() {

@@ -1,0 +1,203 @@
+//! The bench database: created fresh on the local server (`mcpc_bench_<random>`), migrated
+//! with the service's own migrations, seeded with sealed connections, dropped at the end.
+
+use anyhow::Context;
+use mcp_connect::config::TenantConfig;
+use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
+use mcp_connect::store::{self, PgPool};
+use mcp_connect::vault::{Field, RowBinding, Vault};
+use secrecy::SecretString;
+use sqlx::Connection;
+use std::time::{Duration, Instant};
+use time::OffsetDateTime;
+
+pub const TENANT: &str = "bench";
+
+pub struct BenchDb {
+    server_url: String,
+    pub name: String,
+    pub url: String,
+}
+
+fn with_database(url: &str, db: &str) -> anyhow::Result<String> {
+    let mut u = url::Url::parse(url).context("DATABASE_URL is not a URL")?;
+    u.set_path(&format!("/{db}"));
+    Ok(u.to_string())
+}
+
+impl BenchDb {
+    pub async fn create(server_url: &str) -> anyhow::Result<Self> {
+        let name = format!("mcpc_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(server_url)
+            .await
+            .with_context(|| "cannot connect to PostgreSQL (is it running? bench/run.sh starts it)")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await?;
+        conn.close().await?;
+        Ok(Self { server_url: server_url.to_owned(), url: with_database(server_url, &name)?, name })
+    }
+
+    /// Drops the database, ending whatever is still connected to it.
+    pub async fn drop_database(&self) -> anyhow::Result<()> {
+        let mut conn = sqlx::PgConnection::connect(&self.server_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(())
+    }
+}
+
+pub fn provider_names(n: usize) -> Vec<String> {
+    (1..=n).map(crate::load::KeySpace::provider).collect()
+}
+
+/// Migrates and mirrors the bench tenant, as `mcp-connect serve` does at start-up.
+pub async fn prepare(pool: &PgPool, providers: &[String]) -> anyhow::Result<()> {
+    store::migrate(pool).await?;
+    let tenant = TenantConfig {
+        id: TenantId::parse(TENANT)?,
+        display_name: "Bench".to_owned(),
+        providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,
+    };
+    mcp_connect::startup::sync_tenants(pool, &[tenant]).await?;
+    Ok(())
+}
+
+/// One row to insert: ids and both ciphertexts, sealed as the callback would seal them.
+struct Sealed {
+    id: uuid::Uuid,
+    subject: String,
+    provider: String,
+    access: Vec<u8>,
+    refresh: Vec<u8>,
+}
+
+fn seal_row(vault: &Vault, subject: &str, provider: &str, access: &str, refresh: &str) -> anyhow::Result<Sealed> {
+    let (t, s, p) = (TenantId::parse(TENANT)?, Subject::parse(subject)?, ProviderId::parse(provider)?);
+    let id = ConnectionId::generate();
+    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id };
+    let access = vault.seal(&row, Field::AccessToken, &SecretString::from(access.to_owned()))?;
+    let refresh = vault.seal(&row, Field::RefreshToken, &SecretString::from(refresh.to_owned()))?;
+    Ok(Sealed { id: id.as_uuid(), subject: subject.to_owned(), provider: provider.to_owned(), access, refresh })
+}
+
+/// Multi-row insert through UNNEST: one statement per batch, the same columns
+/// `store::connections::insert_connection` writes.
+async fn insert_batch(
+    pool: &PgPool,
+    vault: &Vault,
+    rows: Vec<Sealed>,
+    expires_at: OffsetDateTime,
+) -> anyhow::Result<()> {
+    let n = rows.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut subjects = Vec::with_capacity(n);
+    let mut providers = Vec::with_capacity(n);
+    let mut access = Vec::with_capacity(n);
+    let mut refresh = Vec::with_capacity(n);
+    for r in rows {
+        ids.push(r.id);
+        subjects.push(r.subject);
+        providers.push(r.provider);
+        access.push(r.access);
+        refresh.push(r.refresh);
+    }
+    sqlx::query(
+        r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
+                                    key_id, access_token_ct, refresh_token_ct, token_type, access_expires_at,
+                                    refreshed_at)
+           SELECT u.id, $1, u.subject, u.provider, 'acct-' || u.subject, u.subject, ARRAY['read'], 'active',
+                  $2, u.access, u.refresh, 'Bearer', $3, now()
+           FROM UNNEST($4::uuid[], $5::text[], $6::text[], $7::bytea[], $8::bytea[])
+                AS u(id, subject, provider, access, refresh)"#,
+    )
+    .bind(TENANT)
+    .bind(vault.current_key_id().as_str())
+    .bind(expires_at)
+    .bind(&ids)
+    .bind(&subjects)
+    .bind(&providers)
+    .bind(&access)
+    .bind(&refresh)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Seeds `subjects × providers` active connections with fresh tokens (expiry a year
+/// away), then VACUUM ANALYZE so the floor and the service read the same settled table.
+pub async fn seed(pool: &PgPool, vault: &Vault, subjects: usize, providers: &[String]) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let expires_at = OffsetDateTime::now_utc() + time::Duration::days(365);
+    const BATCH: usize = 5_000;
+    let mut batch = Vec::with_capacity(BATCH);
+    for s in 0..subjects {
+        let subject = crate::load::KeySpace::subject(s);
+        for p in providers {
+            // Distinct opaque tokens of about 60 characters (GitHub's are 40; JWT access
+            // tokens run to several hundred bytes and would cost more to open).
+            let access = format!("bench-at-{subject}-{p}-{:040x}", s);
+            let refresh = format!("bench-rt-{subject}-{p}-{:040x}", s);
+            batch.push(seal_row(vault, &subject, p, &access, &refresh)?);
+            if batch.len() == BATCH {
+                insert_batch(pool, vault, std::mem::replace(&mut batch, Vec::with_capacity(BATCH)), expires_at).await?;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        insert_batch(pool, vault, batch, expires_at).await?;
+    }
+    sqlx::query("VACUUM ANALYZE connections").execute(pool).await?;
+    Ok(started.elapsed())
+}
+
+/// A connection holding a real grant of the dev provider, whose access token expired an
+/// hour ago, so the next lookup must refresh it.
+pub async fn insert_expired(
+    pool: &PgPool,
+    vault: &Vault,
+    subject: &str,
+    provider: &str,
+    access: &str,
+    refresh: &str,
+) -> anyhow::Result<uuid::Uuid> {
+    let row = seal_row(vault, subject, provider, access, refresh)?;
+    let id = row.id;
+    insert_batch(pool, vault, vec![row], OffsetDateTime::now_utc() - time::Duration::hours(1)).await?;
+    Ok(id)
+}
+
+pub async fn connection_version(pool: &PgPool, id: uuid::Uuid) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT version FROM connections WHERE id = $1").bind(id).fetch_one(pool).await?)
+}
+
+/// Index scans of the (tenant_id, subject, provider) index: the service's lookups that
+/// reached the database. A busy backend publishes its counters about once a second, and
+/// the last second's only 10 s after it went idle (PostgreSQL's PGSTAT_IDLE_INTERVAL),
+/// so call [`settle_stats`] after a phase before reading.
+pub async fn lookup_index_scans(pool: &PgPool) -> anyhow::Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT idx_scan FROM pg_stat_user_indexes
+         WHERE relname = 'connections' AND indexrelname = 'connections_tenant_id_subject_provider_key'",
+    )
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// "token handed out" audit events written so far (the service queues them and writes
+/// them in batches off the request path).
+pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
+}
+
+pub async fn settle_stats() {
+    tokio::time::sleep(Duration::from_millis(11_000)).await;
+}
+
+pub async fn server_version(pool: &PgPool) -> anyhow::Result<String> {
+    Ok(sqlx::query_scalar("SHOW server_version").fetch_one(pool).await?)
+}
+
+pub async fn table_size(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT pg_total_relation_size('connections')").fetch_one(pool).await?)
+}
