@@ -155,7 +155,6 @@ impl ApiKeyVerifier {
         let matches = tokio::task::spawn_blocking(move || verify_hash(presented_owned.expose_secret(), &phc))
             .await
             .map_err(|_| KeyRejection::Task)?;
-        drop(permit);
         self.verifications.fetch_add(1, Ordering::Relaxed);
         let row = match row {
             Some(r) if matches && r.revoked_at.is_none() && r.tenant_active => r,
@@ -167,6 +166,8 @@ impl ApiKeyVerifier {
             scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
         };
         self.insert(fingerprint, key.clone(), Instant::now());
+        // Released only now, so the next waiter finds the key in the cache.
+        drop(permit);
         let pool = self.pool.clone();
         let key_id = key.id.clone();
         tokio::spawn(async move {
