@@ -183,13 +183,12 @@ impl Results {
             },
             Target {
                 name: "first API-key check",
-                target: "≈ one argon2 verify".into(),
+                target: "one argon2 verify".into(),
                 measured: format!(
-                    "{:.1} ms (argon2 alone {:.1} ms)",
-                    self.api_key.first_ms, self.api_key.argon2_verify_ms
+                    "{} argon2 run(s), {:.1} ms (one verify alone {:.1} ms)",
+                    self.api_key.first_argon2_runs, self.api_key.first_ms, self.api_key.argon2_verify_ms
                 ),
-                // One verify plus a lookup and a spawned task: allow 50% and 5 ms.
-                met: self.api_key.first_ms <= self.api_key.argon2_verify_ms * 1.5 + 5.0,
+                met: self.api_key.first_argon2_runs == 1,
             },
             Target {
                 name: "peak RSS, 100,000 connections cached",
@@ -271,9 +270,10 @@ impl Results {
         let a = &self.api_key;
         let _ = writeln!(
             o,
-            " 6  API key: first {:.1} ms (one argon2 verify alone {:.1} ms); cached median {:.2} µs, p99 {:.2} µs; \
-             re-check after the interval {:.0} µs; {} first requests at once: {} argon2 runs, {:.0} ms",
+            " 6  API key: first {:.1} ms, {} argon2 run (one verify alone {:.1} ms); cached median {:.2} µs, \
+             p99 {:.2} µs; re-check after the interval {:.0} µs; {} first requests at once: {} argon2 runs, {:.0} ms",
             a.first_ms,
+            a.first_argon2_runs,
             a.argon2_verify_ms,
             a.cached_median_us,
             a.cached_p99_us,
