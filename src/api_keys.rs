@@ -130,17 +130,18 @@ impl ApiKeyVerifier {
         let id = parse_key(presented).ok_or(KeyRejection::Malformed)?;
         let fingerprint: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
 
-        if let Some(hit) = self.cached(&fingerprint)? {
-            return Ok(hit);
-        }
-        if let Some((key, fresh)) = self.stale(&fingerprint) {
-            // Verified before; only ask whether it is still allowed.
-            if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
-                self.insert(fingerprint, key.clone(), fresh);
-                return Ok(key);
+        match self.lookup(&fingerprint)? {
+            Some((key, true)) => return Ok(key),
+            Some((key, false)) => {
+                // Verified before; only ask whether it is still allowed.
+                if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+                    self.insert(fingerprint, key.clone(), Instant::now());
+                    return Ok(key);
+                }
+                self.remove(&fingerprint);
+                return Err(KeyRejection::Invalid);
             }
-            self.remove(&fingerprint);
-            return Err(KeyRejection::Invalid);
+            None => {}
         }
 
         let row = store::api_keys::find_api_key(&self.pool, id.as_str()).await?;
@@ -149,7 +150,7 @@ impl ApiKeyVerifier {
         let permit = self.hashing.acquire().await.map_err(|_| KeyRejection::Task)?;
         // A burst of first requests with one new key: whoever waited for the permit finds
         // the key verified by the one before it, and skips its own argon2 run.
-        if let Some(hit) = self.cached(&fingerprint)? {
+        if let Some((hit, true)) = self.lookup(&fingerprint)? {
             return Ok(hit);
         }
         let matches = tokio::task::spawn_blocking(move || verify_hash(presented_owned.expose_secret(), &phc))
@@ -178,15 +179,10 @@ impl ApiKeyVerifier {
         Ok(key)
     }
 
-    /// A cache hit still within its re-check interval.
-    fn cached(&self, fp: &[u8; 32]) -> Result<Option<VerifiedKey>, KeyRejection> {
+    /// A cached verification, and whether it is still within its re-check interval.
+    fn lookup(&self, fp: &[u8; 32]) -> Result<Option<(VerifiedKey, bool)>, KeyRejection> {
         let cache = self.cache.read().map_err(|_| KeyRejection::Task)?;
-        Ok(cache.get(fp).filter(|c| c.checked_at.elapsed() < self.ttl).map(|c| c.key.clone()))
-    }
-
-    fn stale(&self, fp: &[u8; 32]) -> Option<(VerifiedKey, Instant)> {
-        let cache = self.cache.read().ok()?;
-        cache.get(fp).map(|c| (c.key.clone(), Instant::now()))
+        Ok(cache.get(fp).map(|c| (c.key.clone(), c.checked_at.elapsed() < self.ttl)))
     }
 
     fn insert(&self, fp: [u8; 32], key: VerifiedKey, checked_at: Instant) {
@@ -218,13 +214,6 @@ impl ApiKeyVerifier {
     pub fn forget_all(&self) {
         if let Ok(mut cache) = self.cache.write() {
             cache.clear();
-        }
-    }
-
-    /// Drops every cached verification of this key id (after a local revoke).
-    pub fn forget(&self, id: &ApiKeyId) {
-        if let Ok(mut cache) = self.cache.write() {
-            cache.retain(|_, c| c.key.id != *id);
         }
     }
 }

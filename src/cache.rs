@@ -107,20 +107,17 @@ impl Caches {
         }
     }
 
-    fn serving(&self) -> bool {
-        self.enabled && self.healthy.load(Ordering::Acquire)
-    }
-
     pub fn epoch(&self) -> Epoch {
         Epoch(self.epoch.load(Ordering::Acquire))
     }
 
+    /// Connection entries are served: the cache is on and its listener proved it hears.
     pub fn is_serving(&self) -> bool {
-        self.serving()
+        self.enabled && self.healthy.load(Ordering::Acquire)
     }
 
     pub fn connection(&self, tenant: &str, subject: &str, provider: &str) -> Option<Arc<CachedConnection>> {
-        if !self.serving() {
+        if !self.is_serving() {
             return None;
         }
         let map = self.connections.read().ok()?;
@@ -129,7 +126,7 @@ impl Caches {
     }
 
     pub fn store_connection(&self, epoch: Epoch, tenant: &str, subject: &str, provider: &str, entry: CachedConnection) {
-        if !self.serving() {
+        if !self.is_serving() {
             return;
         }
         if let Ok(mut map) = self.connections.write() {

@@ -596,7 +596,7 @@ client_id = "abc"
     fn a_good_config_loads_with_template_endpoints() {
         let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
         let gh = c.providers.get(&ProviderId::parse("github").unwrap()).unwrap();
-        assert_eq!(gh.domain(), Some("github.com"));
+        assert_eq!(gh.authorize_url.as_ref().and_then(|u| u.host_str()), Some("github.com"));
         assert_eq!(gh.default_scopes.as_slice(), &["read:user".to_owned()]);
         assert_eq!(c.tenants[0].display_name, "Acme Assistant");
     }

@@ -153,14 +153,6 @@ pub struct Provider {
     pub allow_idn_hosts: Vec<String>,
 }
 
-impl Provider {
-    /// The host shown to the user on the consent page: the authorization endpoint's host,
-    /// since that is where the browser will go.
-    pub fn domain(&self) -> Option<&str> {
-        self.authorize_url.as_ref().or(self.issuer.as_ref()).and_then(Url::host_str)
-    }
-}
-
 /// All configured providers by id.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderRegistry {
