@@ -64,19 +64,10 @@ pub async fn record_identity_mismatch(
     e: &ElicitationRow,
     session: &SessionInfo,
 ) -> Result<(), sqlx::Error> {
-    let mut ev = event("identity_mismatch", e);
+    let mut ev = AuditEvent::for_elicitation("identity_mismatch", e);
     // The intended subject is in the row already; the other one is kept for the operator.
     ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
     store::audit::insert_event(&state.pool, &ev).await
-}
-
-fn event(kind: &'static str, e: &ElicitationRow) -> AuditEvent {
-    let mut ev = AuditEvent::new(kind);
-    ev.tenant_id = Some(e.tenant_id.clone());
-    ev.subject = Some(e.subject.clone());
-    ev.provider = Some(e.provider.clone());
-    ev.elicitation_id = Some(e.id);
-    ev
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +206,7 @@ pub async fn start_authorization(
         },
     )
     .await?;
-    store::audit::insert_event(&mut *tx, &event("connect_started", &e)).await?;
+    store::audit::insert_event(&mut *tx, &AuditEvent::for_elicitation("connect_started", &e)).await?;
     tx.commit().await?;
     Ok(req.url)
 }
@@ -231,7 +222,7 @@ pub async fn decline(
     let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
     let mut tx = state.pool.begin().await?;
     if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
-        let mut ev = event("consent_declined", &e);
+        let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
         store::audit::insert_event(&mut *tx, &ev).await?;
     }
@@ -455,7 +446,7 @@ async fn complete_consumed(
     if let Some(err) = &q.error {
         if err == "access_denied" {
             store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await?;
-            let mut ev = event("consent_declined", &e);
+            let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
             ev.detail = serde_json::json!({ "where": "provider" });
             store::audit::insert_event(&mut *tx, &ev).await?;
             tx.commit().await?;
@@ -494,7 +485,7 @@ async fn complete_consumed(
         && !provider.allow_account_change
     {
         drop(tx);
-        let mut ev = event("account_mismatch", &e);
+        let mut ev = AuditEvent::for_elicitation("account_mismatch", &e);
         ev.connection_id = Some(old.id);
         store::audit::insert_event(&state.pool, &ev).await?;
         return Err(CallbackRefusal::AccountMismatch);
@@ -547,7 +538,7 @@ async fn complete_consumed(
         }
     }
     store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
-    let mut ev = event("connect_completed", &e);
+    let mut ev = AuditEvent::for_elicitation("connect_completed", &e);
     ev.connection_id = Some(connection.as_uuid());
     ev.detail = serde_json::json!({
         "account_id": account_id,

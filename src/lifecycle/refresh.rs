@@ -87,15 +87,6 @@ impl RefreshGate {
     }
 }
 
-fn event(kind: &'static str, row: &ConnectionRow) -> AuditEvent {
-    let mut ev = AuditEvent::new(kind);
-    ev.tenant_id = Some(row.tenant_id.clone());
-    ev.subject = Some(row.subject.clone());
-    ev.provider = Some(row.provider.clone());
-    ev.connection_id = Some(row.id);
-    ev
-}
-
 /// Refreshes `observed` unless someone else already did; returns the row to hand out from.
 pub async fn refresh(
     state: &AppState,
@@ -178,7 +169,7 @@ async fn refresh_locked(
                 // Cannot happen under the row lock; if it does, hand out nothing stale.
                 return Err(RefreshError::Transient("concurrent write".to_owned()));
             }
-            let mut ev = event("refresh_succeeded", &row);
+            let mut ev = AuditEvent::for_connection("refresh_succeeded", &row);
             ev.detail = serde_json::json!({
                 "rotated": tokens.refresh_token.is_some(),
                 "expiry_known": tokens.expires_in.is_some(),
@@ -200,10 +191,10 @@ async fn refresh_locked(
         }
         Err(FlowError::InvalidGrant) => {
             store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
-            let mut ev = event("refresh_failed", &row);
+            let mut ev = AuditEvent::for_connection("refresh_failed", &row);
             ev.detail = serde_json::json!({ "reason": "invalid_grant" });
             store::audit::insert_event(&mut *tx, &ev).await?;
-            store::audit::insert_event(&mut *tx, &event("reauth_needed", &row)).await?;
+            store::audit::insert_event(&mut *tx, &AuditEvent::for_connection("reauth_needed", &row)).await?;
             tx.commit().await?;
             state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
             Err(RefreshError::NeedsReauth)
@@ -211,7 +202,7 @@ async fn refresh_locked(
         Err(e) => {
             // The grant is kept as it was: roll back, report, let the caller retry.
             drop(tx);
-            let mut ev = event("refresh_failed", &row);
+            let mut ev = AuditEvent::for_connection("refresh_failed", &row);
             ev.detail = serde_json::json!({ "reason": e.reason() });
             store::audit::insert_event(&state.pool, &ev).await?;
             Err(RefreshError::Transient(e.reason().to_owned()))
@@ -223,7 +214,7 @@ async fn refresh_locked(
 pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<(), sqlx::Error> {
     let mut tx = state.pool.begin().await?;
     store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
-    let mut ev = event("reauth_needed", row);
+    let mut ev = AuditEvent::for_connection("reauth_needed", row);
     ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;

@@ -43,11 +43,7 @@ pub async fn revoke_connection(
     }
     out.provider_result = revoke_at_provider(state, &row).await;
     store::connections::mark_revoked(&mut *tx, row.id).await?;
-    let mut ev = AuditEvent::new("connection_revoked");
-    ev.tenant_id = Some(row.tenant_id.clone());
-    ev.subject = Some(row.subject.clone());
-    ev.provider = Some(row.provider.clone());
-    ev.connection_id = Some(row.id);
+    let mut ev = AuditEvent::for_connection("connection_revoked", &row);
     ev.detail = serde_json::json!({ "provider_result": out.provider_result, "by": actor });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;

@@ -20,6 +20,28 @@ impl AuditEvent {
     pub fn new(kind: &'static str) -> Self {
         Self { kind, detail: serde_json::json!({}), ..Self::default() }
     }
+
+    /// An event about a connection: its tenant, subject, provider and id.
+    pub fn for_connection(kind: &'static str, row: &super::connections::ConnectionRow) -> Self {
+        Self {
+            tenant_id: Some(row.tenant_id.clone()),
+            subject: Some(row.subject.clone()),
+            provider: Some(row.provider.clone()),
+            connection_id: Some(row.id),
+            ..Self::new(kind)
+        }
+    }
+
+    /// An event about an elicitation: its tenant, subject, provider and id.
+    pub fn for_elicitation(kind: &'static str, e: &super::elicitations::ElicitationRow) -> Self {
+        Self {
+            tenant_id: Some(e.tenant_id.clone()),
+            subject: Some(e.subject.clone()),
+            provider: Some(e.provider.clone()),
+            elicitation_id: Some(e.id),
+            ..Self::new(kind)
+        }
+    }
 }
 
 pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(), sqlx::Error> {
