@@ -6,39 +6,61 @@
 //! - while the listener connection is down the caches are emptied and bypassed, and they
 //!   come back only after a ping sent through the database has come back through the
 //!   listener, which proves it hears again;
-//! - every entry also has a short maximum age, so a lost notification cannot keep a
-//!   revoked grant alive for long;
+//! - every entry is served only up to a short maximum age after the database last
+//!   confirmed its content, so a lost notification cannot keep a revoked grant alive for
+//!   long. Entries asked for within the last minute are confirmed in batches before they
+//!   reach that age (see [`spawn_confirmer`]): the row's version (`xmin`, which every write
+//!   to the row changes; use is recorded in another table) is re-read; a different version
+//!   drops the entry, the same restarts its age from the moment the read began;
 //! - a read that started before an invalidation is never stored after it (an epoch
 //!   counter is compared at insert).
 //!
 //! Connection entries hold the row as stored (ciphertext, opened per request), never a
-//! plaintext token.
+//! plaintext token. They are packed: one allocation per entry for its key, ciphertext and
+//! account, and the parts many rows share (vault key id, token type, scopes) kept once.
 
 use crate::store::PgPool;
-use crate::store::connections::ConnectionRow;
+use crate::store::connections::{ConnectionRow, RowVersion};
 use crate::tokens::KillState;
+use hashbrown::HashTable;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 const CONNECTIONS: &str = "mcpc_connections";
 const KILL_SWITCHES: &str = "mcpc_kill_switches";
 const API_KEYS: &str = "mcpc_api_keys";
 const PING: &str = "mcpc_cache_ping";
-const SEP: char = '\u{1f}';
+const SEP: u8 = 0x1f;
+/// Shapes kept for sharing; rows with rarer shapes get their own copy.
+const MAX_SHAPES: usize = 4096;
+/// Ids re-read per query by the confirmer (1,000 per query could not keep 100,000 entries
+/// confirmed within 5 s on the benchmark machine).
+const CONFIRM_BATCH: usize = 5000;
+/// Entries not asked for this long are no longer re-read; they age out.
+const KEEP_IDLE: Duration = Duration::from_secs(60);
 
-/// What a hand-out needs from a connection row, kept small: 100,000 of these must fit in
-/// a few tens of MiB.
-#[derive(Debug, Clone)]
-pub struct CachedConnection {
-    pub id: uuid::Uuid,
+/// What many connection rows have in common: one copy is shared by all of them.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
     pub key_id: Box<str>,
-    pub access_token_ct: Box<[u8]>,
-    pub has_refresh_token: bool,
     pub token_type: Box<str>,
     pub scopes: Box<[String]>,
+}
+
+/// What a hand-out needs from a connection row: ciphertext, never a plaintext token.
+#[derive(Debug, Clone)]
+pub struct CachedConnection {
+    pub id: Uuid,
+    /// The row version read with it (see [`ConnectionRow::xmin`]).
+    pub xmin: i64,
+    pub shape: Arc<Shape>,
+    pub access_token_ct: Box<[u8]>,
+    pub has_refresh_token: bool,
     pub account_id: Option<Box<str>>,
     pub account_login: Option<Box<str>>,
     pub access_expires_at: Option<OffsetDateTime>,
@@ -53,11 +75,14 @@ impl CachedConnection {
         }
         Some(Self {
             id: row.id,
-            key_id: row.key_id.as_deref()?.into(),
+            xmin: row.xmin,
+            shape: Arc::new(Shape {
+                key_id: row.key_id.as_deref()?.into(),
+                token_type: row.token_type.as_str().into(),
+                scopes: row.scopes.clone().into_boxed_slice(),
+            }),
             access_token_ct: row.access_token_ct.as_deref()?.into(),
             has_refresh_token: row.refresh_token_ct.is_some(),
-            token_type: row.token_type.as_str().into(),
-            scopes: row.scopes.clone().into_boxed_slice(),
             account_id: row.account_id.as_deref().map(Into::into),
             account_login: row.account_login.as_deref().map(Into::into),
             access_expires_at: row.access_expires_at,
@@ -66,49 +91,181 @@ impl CachedConnection {
     }
 }
 
-fn conn_key(tenant: &str, subject: &str, provider: &str) -> String {
-    let mut k = String::with_capacity(tenant.len() + subject.len() + provider.len() + 2);
-    k.push_str(tenant);
-    k.push(SEP);
-    k.push_str(subject);
-    k.push(SEP);
-    k.push_str(provider);
-    k
+const NONE: i64 = i64::MIN;
+
+fn to_us(t: Option<OffsetDateTime>) -> i64 {
+    t.and_then(|t| i64::try_from(t.unix_timestamp_nanos() / 1000).ok()).unwrap_or(NONE)
+}
+
+fn from_us(us: i64) -> Option<OffsetDateTime> {
+    (us != NONE).then(|| OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).ok()).flatten()
+}
+
+const HAS_REFRESH: u8 = 1;
+const HAS_ACCOUNT_ID: u8 = 2;
+const HAS_LOGIN: u8 = 4;
+
+/// One cached connection, packed.
+struct Entry {
+    /// `tenant␟subject␟provider`, then the access-token ciphertext, the account id and
+    /// the account login, back to back.
+    data: Box<[u8]>,
+    key_len: u16,
+    ct_len: u16,
+    account_id_len: u16,
+    flags: u8,
+    /// The row version (`xmin`, a 32-bit transaction id) the content was read at.
+    xmin: u32,
+    /// When it was last asked for, in seconds since the cache began.
+    used_s: AtomicU32,
+    id: Uuid,
+    shape: Arc<Shape>,
+    /// Unix time in microseconds (PostgreSQL's precision), [`NONE`] for none.
+    access_expires_us: i64,
+    refreshed_us: i64,
+    /// When the read that last confirmed this content began, in ms since the cache began.
+    confirmed_ms: u64,
+}
+
+impl Entry {
+    fn pack(key: (&str, &str, &str), c: &CachedConnection, shape: Arc<Shape>, confirmed_ms: u64) -> Option<Self> {
+        let used_s = (confirmed_ms / 1000) as u32;
+        let (t, s, p) = key;
+        let key_len = t.len() + s.len() + p.len() + 2;
+        let account_id = c.account_id.as_deref().unwrap_or("");
+        let login = c.account_login.as_deref().unwrap_or("");
+        let mut data = Vec::with_capacity(key_len + c.access_token_ct.len() + account_id.len() + login.len());
+        for (i, part) in [t, s, p].into_iter().enumerate() {
+            if i > 0 {
+                data.push(SEP);
+            }
+            data.extend_from_slice(part.as_bytes());
+        }
+        data.extend_from_slice(&c.access_token_ct);
+        data.extend_from_slice(account_id.as_bytes());
+        data.extend_from_slice(login.as_bytes());
+        let mut flags = 0;
+        for (set, bit) in [
+            (c.has_refresh_token, HAS_REFRESH),
+            (c.account_id.is_some(), HAS_ACCOUNT_ID),
+            (c.account_login.is_some(), HAS_LOGIN),
+        ] {
+            if set {
+                flags |= bit;
+            }
+        }
+        Some(Self {
+            data: data.into_boxed_slice(),
+            // Rows too large to pack are simply not cached.
+            key_len: key_len.try_into().ok()?,
+            ct_len: c.access_token_ct.len().try_into().ok()?,
+            account_id_len: account_id.len().try_into().ok()?,
+            flags,
+            // Rows changed in memory (0) or out of range are never cached.
+            xmin: u32::try_from(c.xmin).ok().filter(|x| *x != 0)?,
+            used_s: AtomicU32::new(used_s),
+            id: c.id,
+            shape,
+            access_expires_us: to_us(c.access_expires_at),
+            refreshed_us: to_us(c.refreshed_at),
+            confirmed_ms,
+        })
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.data[..self.key_len as usize]
+    }
+
+    fn is_key(&self, t: &str, s: &str, p: &str) -> bool {
+        let k = self.key();
+        k.len() == t.len() + s.len() + p.len() + 2
+            && k.starts_with(t.as_bytes())
+            && k[t.len()] == SEP
+            && k[t.len() + 1..].starts_with(s.as_bytes())
+            && k[t.len() + 1 + s.len()] == SEP
+            && k.ends_with(p.as_bytes())
+    }
+
+    fn ct(&self) -> &[u8] {
+        let start = self.key_len as usize;
+        &self.data[start..start + self.ct_len as usize]
+    }
+
+    fn str_at(&self, from: usize, to: usize) -> &str {
+        // Packed from `&str`s at these boundaries.
+        std::str::from_utf8(&self.data[from..to]).unwrap_or_default()
+    }
+
+    fn account_id(&self) -> Option<&str> {
+        let from = self.key_len as usize + self.ct_len as usize;
+        (self.flags & HAS_ACCOUNT_ID != 0).then(|| self.str_at(from, from + self.account_id_len as usize))
+    }
+
+    fn account_login(&self) -> Option<&str> {
+        let from = self.key_len as usize + self.ct_len as usize + self.account_id_len as usize;
+        (self.flags & HAS_LOGIN != 0).then(|| self.str_at(from, self.data.len()))
+    }
+
+    fn unpack(&self) -> CachedConnection {
+        CachedConnection {
+            id: self.id,
+            xmin: i64::from(self.xmin),
+            shape: self.shape.clone(),
+            access_token_ct: self.ct().into(),
+            has_refresh_token: self.flags & HAS_REFRESH != 0,
+            account_id: self.account_id().map(Into::into),
+            account_login: self.account_login().map(Into::into),
+            access_expires_at: from_us(self.access_expires_us),
+            refreshed_at: from_us(self.refreshed_us),
+        }
+    }
 }
 
 pub struct Caches {
     /// Barriers waiting for their ping to come back through the listener.
-    barriers: std::sync::Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    barriers: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
     enabled: bool,
     max_age: Duration,
     capacity: usize,
     healthy: AtomicBool,
     epoch: AtomicU64,
-    connections: RwLock<HashMap<String, (Arc<CachedConnection>, Instant)>>,
+    began: Instant,
+    hasher: RandomState,
+    /// Boxed: the table's free slots then cost a pointer each, not a whole entry.
+    connections: RwLock<HashTable<Box<Entry>>>,
+    shapes: Mutex<HashMap<Arc<Shape>, ()>>,
+    keep_idle: Duration,
     kill_switches: RwLock<HashMap<(String, String), (KillState, Instant)>>,
 }
 
-/// A snapshot of the invalidation counter, taken before a database read.
+/// A snapshot of the invalidation counter and the time, taken before a database read.
 #[derive(Debug, Clone, Copy)]
-pub struct Epoch(u64);
+pub struct Epoch {
+    n: u64,
+    at_ms: u64,
+}
 
 impl Caches {
     pub fn new(enabled: bool, max_age: Duration, capacity: usize) -> Self {
         Self {
-            barriers: std::sync::Mutex::new(HashMap::new()),
+            barriers: Mutex::new(HashMap::new()),
             enabled,
             max_age,
             capacity: capacity.max(1),
             // Not serving until the listener has proven it hears notifications.
             healthy: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
-            connections: RwLock::new(HashMap::new()),
+            began: Instant::now(),
+            hasher: RandomState::new(),
+            connections: RwLock::new(HashTable::new()),
+            shapes: Mutex::new(HashMap::new()),
+            keep_idle: KEEP_IDLE,
             kill_switches: RwLock::new(HashMap::new()),
         }
     }
 
     pub fn epoch(&self) -> Epoch {
-        Epoch(self.epoch.load(Ordering::Acquire))
+        Epoch { n: self.epoch.load(Ordering::Acquire), at_ms: self.now_ms() }
     }
 
     /// Connection entries are served: the cache is on and its listener proved it hears.
@@ -116,32 +273,86 @@ impl Caches {
         self.enabled && self.healthy.load(Ordering::Acquire)
     }
 
-    pub fn connection(&self, tenant: &str, subject: &str, provider: &str) -> Option<Arc<CachedConnection>> {
+    fn now_ms(&self) -> u64 {
+        self.began.elapsed().as_millis() as u64
+    }
+
+    fn max_age_ms(&self) -> u64 {
+        self.max_age.as_millis() as u64
+    }
+
+    /// The key's bytes are hashed as one stream, so the parts hash like the joined key.
+    fn hash_parts(&self, t: &str, s: &str, p: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(t.as_bytes());
+        h.write(&[SEP]);
+        h.write(s.as_bytes());
+        h.write(&[SEP]);
+        h.write(p.as_bytes());
+        h.finish()
+    }
+
+    fn hash_key(&self, key: &[u8]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(key);
+        h.finish()
+    }
+
+    pub fn connection(&self, tenant: &str, subject: &str, provider: &str) -> Option<CachedConnection> {
         if !self.is_serving() {
             return None;
         }
-        let map = self.connections.read().ok()?;
-        let (entry, at) = map.get(&conn_key(tenant, subject, provider))?;
-        (at.elapsed() < self.max_age).then(|| entry.clone())
+        let hash = self.hash_parts(tenant, subject, provider);
+        let table = self.connections.read().ok()?;
+        let e = table.find(hash, |e| e.is_key(tenant, subject, provider))?;
+        let now = self.now_ms();
+        if now.saturating_sub(e.confirmed_ms) >= self.max_age_ms() {
+            return None;
+        }
+        let now_s = (now / 1000) as u32;
+        if e.used_s.load(Ordering::Relaxed) != now_s {
+            e.used_s.store(now_s, Ordering::Relaxed);
+        }
+        Some(e.unpack())
     }
 
-    pub fn store_connection(&self, epoch: Epoch, tenant: &str, subject: &str, provider: &str, entry: CachedConnection) {
+    /// One shared copy per shape, up to a bound.
+    fn shared_shape(&self, shape: &Arc<Shape>) -> Arc<Shape> {
+        let Ok(mut shapes) = self.shapes.lock() else { return shape.clone() };
+        if let Some((s, ())) = shapes.get_key_value(shape) {
+            return s.clone();
+        }
+        if shapes.len() < MAX_SHAPES {
+            shapes.insert(shape.clone(), ());
+        }
+        shape.clone()
+    }
+
+    pub fn store_connection(&self, epoch: Epoch, tenant: &str, subject: &str, provider: &str, c: &CachedConnection) {
         if !self.is_serving() {
             return;
         }
-        if let Ok(mut map) = self.connections.write() {
+        // The age counts from before the read began.
+        let Some(entry) = Entry::pack((tenant, subject, provider), c, self.shared_shape(&c.shape), epoch.at_ms) else {
+            return;
+        };
+        let hash = self.hash_parts(tenant, subject, provider);
+        if let Ok(mut table) = self.connections.write() {
             // Checked under the write lock: an invalidation after our read bumped the epoch.
-            if self.epoch.load(Ordering::Acquire) != epoch.0 {
+            if self.epoch.load(Ordering::Acquire) != epoch.n {
                 return;
             }
-            if map.len() >= self.capacity {
-                let max_age = self.max_age;
-                map.retain(|_, (_, at)| at.elapsed() < max_age);
-                if map.len() >= self.capacity {
+            if let Ok(old) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
+                old.remove();
+            }
+            if table.len() >= self.capacity {
+                let (now, max_age) = (self.now_ms(), self.max_age_ms());
+                table.retain(|e| now.saturating_sub(e.confirmed_ms) < max_age);
+                if table.len() >= self.capacity {
                     return;
                 }
             }
-            map.insert(conn_key(tenant, subject, provider), (Arc::new(entry), Instant::now()));
+            table.insert_unique(hash, Box::new(entry), |e| self.hash_key(e.key()));
         }
     }
 
@@ -161,7 +372,7 @@ impl Caches {
             return;
         }
         if let Ok(mut map) = self.kill_switches.write() {
-            if self.epoch.load(Ordering::Acquire) != epoch.0 {
+            if self.epoch.load(Ordering::Acquire) != epoch.n {
                 return;
             }
             if map.len() < self.capacity {
@@ -175,9 +386,12 @@ impl Caches {
     }
 
     fn invalidate_connection(&self, payload: &str) {
-        if let Ok(mut map) = self.connections.write() {
+        let hash = self.hash_key(payload.as_bytes());
+        if let Ok(mut table) = self.connections.write() {
             self.bump();
-            map.remove(payload);
+            if let Ok(e) = table.find_entry(hash, |e| e.key() == payload.as_bytes()) {
+                e.remove();
+            }
         }
     }
 
@@ -190,11 +404,15 @@ impl Caches {
 
     fn clear_all(&self) {
         self.bump();
-        if let Ok(mut m) = self.connections.write() {
-            m.clear();
+        if let Ok(mut t) = self.connections.write() {
+            t.clear();
+            t.shrink_to_fit(|e| self.hash_key(e.key()));
         }
         if let Ok(mut m) = self.kill_switches.write() {
             m.clear();
+        }
+        if let Ok(mut s) = self.shapes.lock() {
+            s.clear();
         }
     }
 
@@ -212,11 +430,55 @@ impl Caches {
     /// Drops this instance's copy at once (read-your-writes on the instance that made the
     /// change; the others hear the notification).
     pub fn forget_connection(&self, tenant: &str, subject: &str, provider: &str) {
-        self.invalidate_connection(&conn_key(tenant, subject, provider));
+        let hash = self.hash_parts(tenant, subject, provider);
+        if let Ok(mut table) = self.connections.write() {
+            self.bump();
+            if let Ok(e) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
+                e.remove();
+            }
+        }
     }
 
     pub fn forget_kill_switches(&self) {
         self.invalidate_kill_switches();
+    }
+
+    /// Ids of the entries asked for recently that are past half their maximum age: the
+    /// ones to re-read before they age out.
+    fn due_for_confirmation(&self) -> Vec<Uuid> {
+        let (now, half) = (self.now_ms(), self.max_age_ms() / 2);
+        let idle_s = self.keep_idle.as_secs() as u32;
+        let now_s = (now / 1000) as u32;
+        let Ok(table) = self.connections.read() else { return Vec::new() };
+        table
+            .iter()
+            .filter(|e| {
+                now.saturating_sub(e.confirmed_ms) >= half
+                    && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s.max(1)
+            })
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Applies a re-read of row versions that began at `read_ms`: an entry whose row still
+    /// has the version it was read at counts its age from then; one whose row changed is
+    /// dropped. Rows the read did not find are left to age out; nothing is added.
+    fn confirm(&self, read_ms: u64, rows: &[RowVersion]) -> (usize, usize) {
+        let (mut confirmed, mut dropped) = (0, 0);
+        let Ok(mut table) = self.connections.write() else { return (0, 0) };
+        for row in rows {
+            let (t, s, p) = (row.tenant_id.as_str(), row.subject.as_str(), row.provider.as_str());
+            let Ok(mut found) = table.find_entry(self.hash_parts(t, s, p), |e| e.is_key(t, s, p)) else { continue };
+            if found.get().id == row.id && i64::from(found.get().xmin) == row.xmin {
+                let e = found.get_mut();
+                e.confirmed_ms = e.confirmed_ms.max(read_ms);
+                confirmed += 1;
+            } else {
+                found.remove();
+                dropped += 1;
+            }
+        }
+        (confirmed, dropped)
     }
 
     /// Waits until every notification committed before this call has been applied here:
@@ -241,7 +503,7 @@ impl Caches {
     }
 
     pub fn len(&self) -> usize {
-        self.connections.read().map(|m| m.len()).unwrap_or(0)
+        self.connections.read().map(|t| t.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -287,23 +549,59 @@ async fn listen(pool: &PgPool, caches: &Caches, api_keys: &crate::api_keys::ApiK
     }
 }
 
+/// Re-reads, in batches, the entries in use before they reach their maximum age, so that a
+/// connection in steady use stays cached while the database confirms it every few
+/// seconds. An entry nobody asks for is not re-read and ages out.
+pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
+    if !caches.enabled {
+        return;
+    }
+    let every = (caches.max_age / 5).max(Duration::from_millis(50));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !caches.is_serving() {
+                continue;
+            }
+            let due = caches.due_for_confirmation();
+            for ids in due.chunks(CONFIRM_BATCH) {
+                let read_ms = caches.now_ms();
+                match crate::store::connections::row_versions(&pool, ids).await {
+                    Ok(rows) => {
+                        let (confirmed, dropped) = caches.confirm(read_ms, &rows);
+                        tracing::debug!(asked = ids.len(), confirmed, dropped, "cache entries re-read");
+                    }
+                    // The entries simply age out; the next tick tries again.
+                    Err(e) => tracing::warn!(error = %e, "re-reading cache entries failed"),
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn entry() -> CachedConnection {
         CachedConnection {
-            id: uuid::Uuid::nil(),
-            key_id: "k".into(),
+            id: Uuid::nil(),
+            xmin: 100,
+            shape: Arc::new(Shape { key_id: "k".into(), token_type: "Bearer".into(), scopes: vec![].into() }),
             access_token_ct: vec![1, 2, 3].into(),
             has_refresh_token: true,
-            token_type: "Bearer".into(),
-            scopes: vec![].into(),
             account_id: None,
             account_login: None,
             access_expires_at: None,
             refreshed_at: None,
         }
+    }
+
+    /// The version the confirmer would read back for [`entry`].
+    fn row_of(c: &CachedConnection) -> RowVersion {
+        RowVersion { id: c.id, tenant_id: "t".into(), subject: "s".into(), provider: "p".into(), xmin: c.xmin }
     }
 
     fn healthy(max_age: Duration) -> Caches {
@@ -313,18 +611,39 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_comes_back_as_stored_and_only_under_its_own_key() {
+        let c = healthy(Duration::from_secs(5));
+        let mut e = entry();
+        e.account_id = Some("42".into());
+        e.account_login = Some("alice".into());
+        e.access_expires_at = Some(OffsetDateTime::UNIX_EPOCH + time::Duration::microseconds(1_795_000_000_123_456));
+        e.refreshed_at = Some(OffsetDateTime::UNIX_EPOCH - time::Duration::microseconds(1));
+        c.store_connection(c.epoch(), "t", "s", "p", &e);
+        let got = c.connection("t", "s", "p").expect("cached");
+        assert_eq!(format!("{got:?}"), format!("{e:?}"));
+        for (t, s, p) in [("t", "s", "q"), ("t", "sp", ""), ("ts", "", "p"), ("t", "s", "pp"), ("", "t", "s")] {
+            assert!(c.connection(t, s, p).is_none(), "{t:?} {s:?} {p:?}");
+        }
+        // Rows of one shape share it.
+        let other = entry();
+        c.store_connection(c.epoch(), "t", "s2", "p", &other);
+        let (a, b) = (c.connection("t", "s", "p").unwrap(), c.connection("t", "s2", "p").unwrap());
+        assert!(Arc::ptr_eq(&a.shape, &b.shape));
+    }
+
+    #[test]
     fn nothing_is_served_before_the_listener_proved_itself() {
         let c = Caches::new(true, Duration::from_secs(5), 10);
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
     }
 
     #[test]
     fn a_notification_drops_the_entry() {
         let c = healthy(Duration::from_secs(5));
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_some());
-        c.invalidate_connection(&conn_key("t", "s", "p"));
+        c.invalidate_connection("t\u{1f}s\u{1f}p");
         assert!(c.connection("t", "s", "p").is_none());
     }
 
@@ -332,26 +651,35 @@ mod tests {
     fn a_read_older_than_an_invalidation_is_not_stored() {
         let c = healthy(Duration::from_secs(5));
         let before = c.epoch();
-        c.invalidate_connection(&conn_key("t", "s", "p"));
-        c.store_connection(before, "t", "s", "p", entry());
+        c.invalidate_connection("t\u{1f}s\u{1f}p");
+        c.store_connection(before, "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
     }
 
     #[test]
     fn losing_the_listener_empties_and_bypasses_the_cache() {
         let c = healthy(Duration::from_secs(5));
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
         c.set_healthy(false);
         assert!(c.connection("t", "s", "p").is_none());
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.is_empty());
     }
 
     #[test]
     fn entries_expire_after_the_maximum_age() {
         let c = healthy(Duration::from_millis(20));
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
         std::thread::sleep(Duration::from_millis(30));
+        assert!(c.connection("t", "s", "p").is_none());
+    }
+
+    #[test]
+    fn the_age_counts_from_before_the_read() {
+        let c = healthy(Duration::from_millis(40));
+        let before_read = c.epoch();
+        std::thread::sleep(Duration::from_millis(50));
+        c.store_connection(before_read, "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
     }
 
@@ -359,7 +687,76 @@ mod tests {
     fn a_disabled_cache_never_serves() {
         let c = Caches::new(false, Duration::from_secs(5), 10);
         c.set_healthy(true);
-        c.store_connection(c.epoch(), "t", "s", "p", entry());
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
+        assert!(c.connection("t", "s", "p").is_none());
+    }
+
+    #[test]
+    fn entries_are_due_past_half_their_age_until_left_idle() {
+        let mut c = healthy(Duration::from_millis(400));
+        c.keep_idle = Duration::from_secs(1);
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
+        assert!(c.due_for_confirmation().is_empty(), "younger than half the maximum age");
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(c.due_for_confirmation(), vec![Uuid::nil()]);
+        // Confirmed again and again while nobody asks: after the idle time, no longer.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !c.due_for_confirmation().is_empty() {
+            assert!(Instant::now() < deadline, "still re-read after 3 s without a request");
+            c.confirm(c.now_ms(), &[row_of(&entry())]);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // Asked for again: due again once half its age has passed.
+        assert!(c.connection("t", "s", "p").is_some());
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(c.due_for_confirmation(), vec![Uuid::nil()]);
+    }
+
+    #[test]
+    fn a_confirmed_entry_is_served_past_its_first_maximum_age() {
+        let c = healthy(Duration::from_millis(100));
+        let e = entry();
+        c.store_connection(c.epoch(), "t", "s", "p", &e);
+        std::thread::sleep(Duration::from_millis(60));
+        let read_ms = c.now_ms();
+        assert_eq!(c.confirm(read_ms, &[row_of(&e)]), (1, 0));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(c.connection("t", "s", "p").is_some(), "120 ms after the store, 60 ms after the re-read");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(c.connection("t", "s", "p").is_none(), "the re-read is as old as the maximum age");
+    }
+
+    #[test]
+    fn a_re_read_that_finds_another_version_drops_the_entry() {
+        let e = entry();
+        let changes: [fn(&mut RowVersion); 3] = [|r| r.xmin += 1, |r| r.xmin = 0, |r| r.id = Uuid::from_u128(1)];
+        for (i, change) in changes.iter().enumerate() {
+            let c = healthy(Duration::from_secs(5));
+            c.store_connection(c.epoch(), "t", "s", "p", &e);
+            let mut row = row_of(&e);
+            change(&mut row);
+            assert_eq!(c.confirm(c.now_ms(), &[row]), (0, 1), "change {i}");
+            assert!(c.connection("t", "s", "p").is_none(), "change {i}");
+        }
+    }
+
+    #[test]
+    fn a_row_changed_in_memory_is_never_cached() {
+        let c = healthy(Duration::from_secs(5));
+        let mut e = entry();
+        e.xmin = 0;
+        c.store_connection(c.epoch(), "t", "s", "p", &e);
+        assert!(c.connection("t", "s", "p").is_none());
+    }
+
+    #[test]
+    fn a_re_read_never_brings_back_a_dropped_entry() {
+        let c = healthy(Duration::from_secs(5));
+        let e = entry();
+        c.store_connection(c.epoch(), "t", "s", "p", &e);
+        let read_ms = c.now_ms();
+        c.invalidate_connection("t\u{1f}s\u{1f}p");
+        assert_eq!(c.confirm(read_ms, &[row_of(&e)]), (0, 0));
         assert!(c.connection("t", "s", "p").is_none());
     }
 }

@@ -110,7 +110,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve => {
             let config = Config::load(&cli.config)?;
-            crate::telemetry::init(config.log_format);
+            let _logs = crate::telemetry::init(config.log_format);
             let listen = config.listen;
             let app = Application::build(config).await?;
             tracing::info!(%listen, "mcp-connect serving");

@@ -194,7 +194,7 @@ account_login_field = "login"
 }
 
 pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
-    crate::telemetry::init(crate::config::LogFormat::Text);
+    let _logs = crate::telemetry::init(crate::config::LogFormat::Text);
     let private_pg;
     let database_url = match crate::config::process_env("DATABASE_URL") {
         Some(url) => url,

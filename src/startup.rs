@@ -17,9 +17,24 @@ use std::sync::Arc;
 use std::time::Duration;
 use url::Url;
 
-/// Everything a handler can reach. No globals: this is it.
+/// Everything a handler can reach. No globals: this is it. Each HTTP worker has its own
+/// copy with its own database pool; the rest is shared.
+#[derive(Clone)]
 pub struct AppState {
+    /// This worker's pool (background tasks and tests use the one made at start).
     pub pool: PgPool,
+    shared: Arc<SharedState>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.shared
+    }
+}
+
+pub struct SharedState {
     pub vault: Vault,
     pub providers: ProviderRegistry,
     pub tenants: HashMap<TenantId, TenantConfig>,
@@ -40,7 +55,7 @@ pub struct AppState {
     pub caches: Arc<crate::cache::Caches>,
 }
 
-impl AppState {
+impl SharedState {
     /// `<public base>/connect/<provider>?e=<id>`: the handle and nothing else.
     pub fn connect_url(&self, provider: &ProviderId, id: &ElicitationId) -> String {
         let mut u = self.public_base_url.clone();
@@ -87,7 +102,8 @@ impl Application {
         let caches =
             Arc::new(crate::cache::Caches::new(config.cache_enabled, config.cache_max_age, config.cache_capacity));
         crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone());
-        let state = web::Data::new(AppState {
+        crate::cache::spawn_confirmer(pool.clone(), caches.clone());
+        let shared = Arc::new(SharedState {
             caches,
             outbound_timeout: config.outbound_timeout,
             refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
@@ -100,7 +116,6 @@ impl Application {
             outbound,
             session_ttl: config.session_ttl,
             secure_cookies,
-            pool,
             vault: Vault::new(config.keyring),
             providers: config.providers,
             tenants: config.tenants.into_iter().map(|t| (t.id.clone(), t)).collect(),
@@ -108,17 +123,27 @@ impl Application {
             public_base_url: config.public_base_url,
             elicitation_ttl: config.elicitation_ttl,
         });
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_worker = config.database_max_connections.div_ceil(workers as u32).max(1);
+        let connect_options: sqlx::postgres::PgConnectOptions =
+            config.database_url.expose_secret().parse().map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
+        let state = web::Data::new(AppState { pool: pool.clone(), shared: shared.clone() });
         let port = listener.local_addr()?.port();
-        let data = state.clone();
         let server = HttpServer::new(move || {
+            // Called once per worker, on the worker's thread.
+            let data = web::Data::new(AppState {
+                pool: store::connect_lazy(connect_options.clone(), per_worker),
+                shared: shared.clone(),
+            });
             App::new()
                 .wrap(from_fn(crate::http::middleware::request_context))
-                .app_data(data.clone())
+                .app_data(data)
                 .configure(crate::http::ops::configure)
                 .configure(crate::http::api::configure)
                 .configure(crate::http::admin::configure)
                 .configure(crate::http::browser::configure)
         })
+        .workers(workers)
         .listen(listener)?
         .run();
         Ok(Self { port, server, state })

@@ -133,7 +133,7 @@ pub async fn token_for(
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     // Fast path: the row as cached (ciphertext), unless it is near expiry.
     if let Some(c) = state.caches.connection(t, s, p)
-        && covers(&c.scopes, &req)
+        && covers(&c.shape.scopes, &req)
         && !refresh::needs_refresh_at(
             c.access_expires_at,
             c.has_refresh_token,
@@ -154,7 +154,7 @@ pub async fn token_for(
         && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
         && let Some(entry) = CachedConnection::of(row)
     {
-        state.caches.store_connection(epoch, t, s, p, entry);
+        state.caches.store_connection(epoch, t, s, p, &entry);
     }
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &req, c, now).await?
@@ -235,12 +235,12 @@ fn hand_out(
 ) -> Result<TokenOutcome, TokenError> {
     let connection = ConnectionId::from_uuid(c.id);
     let row = RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection };
-    let access_token = state.vault.open(&c.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
+    let access_token = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
     Ok(TokenOutcome::Connected {
         access_token,
-        token_type: c.token_type.to_string(),
+        token_type: c.shape.token_type.to_string(),
         expires_at: c.access_expires_at,
-        scopes: c.scopes.to_vec(),
+        scopes: c.shape.scopes.to_vec(),
         account: c
             .account_id
             .as_ref()

@@ -18,9 +18,7 @@ pub async fn request_context(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let mut b = [0u8; 8];
-    rand::rng().fill_bytes(&mut b);
-    let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let id = format!("{:016x}", rand::rng().next_u64());
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().to_string();
     let path = req.path().to_owned();

@@ -1,94 +1,159 @@
 //! "Token handed out" events, written in batches off the request path: the lookup only
-//! queues the event; a background task writes up to 2,000 at a time in one statement, at
-//! least every 250 ms, and marks the connections used (to the minute). A full queue makes
-//! the caller wait: events are never dropped.
+//! appends the event to a queue; a background task writes up to 2,000 at a time in one
+//! statement, every 100 ms or as soon as 2,000 are waiting. Appending wakes nobody below
+//! that (a wake-up per request would cost a thread switch per request). A full queue
+//! (10,000) makes the caller wait: events are never dropped.
+//! Marking connections used (`last_used_at`, to the minute) is a second task's job, so that
+//! those row updates never hold up the events (or, through a full queue, the lookups).
 
 use crate::store::{self, PgPool, audit::AuditEvent};
-use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
+/// Each batch is one transaction, so one WAL flush: smaller batches (500) made the
+/// writer wait on flushes and fall behind the lookups in the benchmark.
 const BATCH: usize = 2000;
+const CAPACITY: usize = 10_000;
+const EVERY: Duration = Duration::from_millis(100);
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+type Queued = (time::OffsetDateTime, AuditEvent);
+
+struct Queue {
+    events: Mutex<Vec<Queued>>,
+    /// A full batch is waiting.
+    batch_ready: Notify,
+    /// The writer took events out.
+    room: Notify,
+}
 
 #[derive(Clone)]
 pub struct HandoutAudit {
-    tx: mpsc::Sender<(time::OffsetDateTime, AuditEvent)>,
+    queue: Arc<Queue>,
 }
 
 impl HandoutAudit {
     pub fn spawn(pool: PgPool) -> Self {
-        let (tx, rx) = mpsc::channel(10_000);
-        tokio::spawn(writer(pool, rx));
-        Self { tx }
+        let queue = Arc::new(Queue {
+            events: Mutex::new(Vec::with_capacity(BATCH)),
+            batch_ready: Notify::new(),
+            room: Notify::new(),
+        });
+        // Unbounded, but each connection is sent at most once a minute (RecentlyTouched).
+        let (touch_tx, touch_rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer(pool.clone(), queue.clone(), touch_tx));
+        tokio::spawn(toucher(pool, touch_rx));
+        Self { queue }
     }
 
     pub async fn record(&self, ev: AuditEvent) {
-        let item = (time::OffsetDateTime::now_utc(), ev);
-        if let Err(mpsc::error::TrySendError::Full(item)) = self.tx.try_send(item) {
-            let _ = self.tx.send(item).await;
+        let mut item = Some((time::OffsetDateTime::now_utc(), ev));
+        loop {
+            // Registered before looking, so that room made in between is not missed.
+            let room = self.queue.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Ok(mut q) = self.queue.events.lock() {
+                if q.len() < CAPACITY {
+                    q.extend(item.take());
+                    if q.len() == BATCH {
+                        self.queue.batch_ready.notify_one();
+                    }
+                    return;
+                }
+            } else {
+                return;
+            }
+            room.await;
         }
     }
 }
 
-/// Connections this instance marked as used in the last minute: marking them again would
-/// change nothing (`last_used_at` is kept to the minute) and cost a write each.
+/// Connections this instance marked as used lately: marking them again would change
+/// nothing (`last_used_at` is kept to the minute) and cost a write each. Two generations of
+/// ids, a minute each: an id is marked again one to two minutes after it was last marked.
 struct RecentlyTouched {
-    at: HashMap<uuid::Uuid, Instant>,
+    current: HashSet<uuid::Uuid>,
+    previous: HashSet<uuid::Uuid>,
+    since: Instant,
 }
 
 impl RecentlyTouched {
+    fn new() -> Self {
+        Self { current: HashSet::new(), previous: HashSet::new(), since: Instant::now() }
+    }
+
     fn fresh(&mut self, ids: impl Iterator<Item = uuid::Uuid>) -> Vec<uuid::Uuid> {
-        let now = Instant::now();
-        if self.at.len() > 500_000 {
-            self.at.retain(|_, t| now.duration_since(*t) < TOUCH_EVERY);
+        if self.since.elapsed() >= TOUCH_EVERY {
+            self.previous = std::mem::take(&mut self.current);
+            self.since = Instant::now();
         }
         let mut out: Vec<uuid::Uuid> =
-            ids.filter(|id| self.at.get(id).is_none_or(|t| now.duration_since(*t) >= TOUCH_EVERY)).collect();
+            ids.filter(|id| !self.current.contains(id) && !self.previous.contains(id)).collect();
         out.sort_unstable();
         out.dedup();
-        for id in &out {
-            self.at.insert(*id, now);
-        }
+        self.current.extend(out.iter().copied());
         out
     }
 }
 
-async fn writer(pool: PgPool, mut rx: mpsc::Receiver<(time::OffsetDateTime, AuditEvent)>) {
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut touched = RecentlyTouched { at: HashMap::new() };
-    loop {
-        let Some(first) = rx.recv().await else { return };
-        batch.push(first);
-        let deadline = tokio::time::sleep(Duration::from_millis(250));
-        tokio::pin!(deadline);
-        while batch.len() < BATCH {
-            tokio::select! {
-                ev = rx.recv() => match ev { Some(ev) => batch.push(ev), None => break },
-                _ = &mut deadline => break,
+/// Retries a batch write a few times, then reports it lost.
+async fn with_retries<F, Fut>(what: &str, n: usize, mut write: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), sqlx::Error>>,
+{
+    for attempt in 0.. {
+        match write().await {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => {
+                tracing::warn!(error = %e, attempt = attempt + 1, what, "batch write failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, what, rows = n, "batch could not be written");
+                return;
             }
         }
+    }
+}
+
+async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Vec<uuid::Uuid>>) {
+    let mut batch: Vec<Queued> = Vec::with_capacity(BATCH);
+    let mut touched = RecentlyTouched::new();
+    loop {
+        let waiting = queue.events.lock().map(|q| q.len()).unwrap_or(0);
+        if waiting < BATCH {
+            let _ = tokio::time::timeout(EVERY, queue.batch_ready.notified()).await;
+        }
+        if let Ok(mut q) = queue.events.lock() {
+            let n = q.len().min(BATCH);
+            batch.extend(q.drain(..n));
+        }
+        queue.room.notify_waiters();
+        if batch.is_empty() {
+            continue;
+        }
+        with_retries("audit events", batch.len(), || store::audit::insert_events(&pool, &batch)).await;
         let ids = touched.fresh(batch.iter().filter_map(|(_, e)| e.connection_id));
-        let mut attempt = 0;
-        loop {
-            let r = async {
-                store::audit::insert_events(&pool, &batch).await?;
-                if ids.is_empty() { Ok(()) } else { store::connections::touch_connections(&pool, &ids).await }
-            }
-            .await;
-            match r {
-                Ok(()) => break,
-                Err(e) if attempt < 5 => {
-                    attempt += 1;
-                    tracing::warn!(error = %e, attempt, "audit batch write failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, events = batch.len(), "audit batch could not be written");
-                    break;
-                }
-            }
+        if !ids.is_empty() {
+            let _ = touch.send(ids);
         }
         batch.clear();
+    }
+}
+
+/// Marks connections used, in batches, as fast as the database takes it.
+async fn toucher(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Vec<uuid::Uuid>>) {
+    while let Some(mut ids) = rx.recv().await {
+        while ids.len() < BATCH {
+            match rx.try_recv() {
+                Ok(more) => ids.extend(more),
+                Err(_) => break,
+            }
+        }
+        with_retries("last use of connections", ids.len(), || store::connections::touch_connections(&pool, &ids)).await;
     }
 }

@@ -186,6 +186,7 @@ async fn refresh_locked(
                 access_expires_at: expires_at,
                 refreshed_at: Some(now),
                 version: row.version + 1,
+                xmin: 0,
                 ..row
             })
         }
@@ -245,6 +246,7 @@ mod tests {
             created_at: OffsetDateTime::UNIX_EPOCH,
             refreshed_at,
             version: 0,
+            xmin: 1,
         }
     }
 

@@ -24,6 +24,9 @@ pub struct ConnectionRow {
     pub created_at: OffsetDateTime,
     pub refreshed_at: Option<OffsetDateTime>,
     pub version: i64,
+    /// The row version PostgreSQL gave it (`xmin`), as read: any write to the row changes
+    /// it. A row changed in memory after the read carries 0, which no stored row has.
+    pub xmin: i64,
 }
 
 pub async fn find_connection(
@@ -36,13 +39,35 @@ pub async fn find_connection(
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
                   access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version
+                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections WHERE tenant_id = $1 AND subject = $2 AND provider = $3"#,
         tenant_id,
         subject,
         provider
     )
     .fetch_optional(db)
+    .await
+}
+
+/// A row's key and current version, as re-read to confirm cached entries.
+#[derive(Debug, Clone)]
+pub struct RowVersion {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subject: String,
+    pub provider: String,
+    pub xmin: i64,
+}
+
+/// The versions of many rows at once, by id (one index scan for the whole batch).
+pub async fn row_versions(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<RowVersion>, sqlx::Error> {
+    sqlx::query_as!(
+        RowVersion,
+        r#"SELECT id, tenant_id, subject, provider, xmin::text::bigint AS "xmin!"
+           FROM connections WHERE id = ANY($1)"#,
+        ids
+    )
+    .fetch_all(db)
     .await
 }
 
@@ -55,7 +80,7 @@ pub async fn find_connection_by_id(
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
                   access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version
+                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections WHERE tenant_id = $1 AND id = $2"#,
         tenant_id,
         id
@@ -150,7 +175,7 @@ pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
                   access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version
+                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections WHERE id = $1 FOR UPDATE"#,
         id
     )
@@ -246,15 +271,15 @@ pub async fn list_connections(
     let (after_subject, after_provider) = after.map_or((None, None), |(s, p)| (Some(s), Some(p)));
     sqlx::query_as!(
         ConnectionMeta,
-        r#"SELECT id, subject, provider, account_id, account_login, scopes, status, created_at, refreshed_at,
-                  last_used_at, access_expires_at
-           FROM connections
-           WHERE tenant_id = $1
-             AND ($2::text IS NULL OR subject = $2)
-             AND ($3::text IS NULL OR provider = $3)
-             AND ($4::text IS NULL OR status = $4)
-             AND ($5::text IS NULL OR (subject, provider) > ($5, $6::text))
-           ORDER BY subject, provider
+        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes, c.status, c.created_at,
+                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
+           FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
+           WHERE c.tenant_id = $1
+             AND ($2::text IS NULL OR c.subject = $2)
+             AND ($3::text IS NULL OR c.provider = $3)
+             AND ($4::text IS NULL OR c.status = $4)
+             AND ($5::text IS NULL OR (c.subject, c.provider) > ($5, $6::text))
+           ORDER BY c.subject, c.provider
            LIMIT $7"#,
         tenant_id,
         subject,
@@ -275,9 +300,10 @@ pub async fn connection_meta(
 ) -> Result<Option<ConnectionMeta>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionMeta,
-        r#"SELECT id, subject, provider, account_id, account_login, scopes, status, created_at, refreshed_at,
-                  last_used_at, access_expires_at
-           FROM connections WHERE tenant_id = $1 AND id = $2"#,
+        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes, c.status, c.created_at,
+                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
+           FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
+           WHERE c.tenant_id = $1 AND c.id = $2"#,
         tenant_id,
         id
     )
@@ -315,7 +341,7 @@ pub async fn lock_rows_not_under_key(
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
                   access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version
+                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections
            WHERE key_id IS NOT NULL AND key_id <> $1
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
@@ -365,12 +391,15 @@ pub async fn store_resealed(
     Ok(())
 }
 
-/// Records use from the batched hand-out audit, to the minute: a row already marked within
-/// the last minute is not written again (a hot connection costs one write a minute).
+/// Records use from the batched hand-out audit, to the minute: a connection already marked
+/// within the last minute is not written again (a hot connection costs one write a minute).
+/// Ids of connections deleted meanwhile are skipped.
 pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        r#"UPDATE connections SET last_used_at = now()
-           WHERE id = ANY($1) AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')"#,
+        r#"INSERT INTO connection_usage (connection_id, last_used_at)
+           SELECT id, now() FROM connections WHERE id = ANY($1)
+           ON CONFLICT (connection_id) DO UPDATE SET last_used_at = EXCLUDED.last_used_at
+           WHERE connection_usage.last_used_at < EXCLUDED.last_used_at - interval '60 seconds'"#,
         ids
     )
     .execute(db)

@@ -13,16 +13,25 @@ pub mod tenants;
 
 pub use sqlx::PgPool;
 
-/// Connects a pool and runs pending migrations.
-pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections)
         // A pooled connection that died is found by the query that uses it; a ping before
         // every acquire would cost a round trip on the hot path.
         .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(5))
-        .connect(url)
-        .await
+}
+
+/// Connects a pool (one connection made now, to fail early).
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    pool_options(max_connections).connect(url).await
+}
+
+/// A pool that connects on first use, from the runtime that uses it: an HTTP worker's
+/// own pool keeps its sockets on that worker's event loop, so a query's answer wakes the
+/// worker directly instead of going through another thread.
+pub fn connect_lazy(options: sqlx::postgres::PgConnectOptions, max_connections: u32) -> PgPool {
+    pool_options(max_connections).connect_lazy_with(options)
 }
 
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {

@@ -261,10 +261,17 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
         app.admin(Method::GET, &format!("/audit?since={since}"), None).await.json().await.unwrap();
     assert_eq!(none["events"].as_array().unwrap().len(), 0);
     assert_error(app.admin(Method::GET, "/audit?since=yesterday", None).await, 400, "invalid_request").await;
-    // The connection's last use is recorded from the same batch.
-    let used: Option<time::OffsetDateTime> =
-        sqlx::query_scalar("SELECT last_used_at FROM connections").fetch_one(&app.pool).await.unwrap();
-    assert!(used.is_some());
+    // The connection's last use is recorded after the batch, and the admin API shows it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let list: serde_json::Value =
+            app.admin(Method::GET, "/connections?subject=alice", None).await.json().await.unwrap();
+        if list["connections"][0]["last_used_at"].is_string() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "last use not recorded: {list}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // Every event of the trail is secret-free.
     let all: Vec<String> = sqlx::query_scalar("SELECT a::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));

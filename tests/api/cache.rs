@@ -97,3 +97,47 @@ async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
     }
     assert!(app.state.caches.is_empty());
 }
+
+/// The maximum age is the backstop for a notification that never arrives. An entry in use
+/// is confirmed by re-reading its row's version, so a change whose notification was lost
+/// still ends the hand-outs within the maximum age, and a confirmer that ignored the
+/// version would keep this one alive for ever.
+#[tokio::test]
+async fn a_revocation_whose_notification_is_lost_ends_hand_outs_within_the_maximum_age() {
+    let app = crate::helpers::spawn_app_with(Options {
+        extra_toml: "[cache]\nmax_age_seconds = 2\n".to_owned(),
+        ..Options::default()
+    })
+    .await;
+    serving(&app).await;
+    app.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    // In use for longer than the maximum age: still cached, confirmed on the way.
+    let used_since = Instant::now();
+    while used_since.elapsed() < Duration::from_secs(3) {
+        assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(app.state.caches.len(), 1);
+    // Revoke behind the listener's back: the trigger that would announce it is off.
+    sqlx::query("ALTER TABLE connections DISABLE TRIGGER connections_notify").execute(&app.pool).await.unwrap();
+    sqlx::query(
+        "UPDATE connections SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL,
+                id_token_ct = NULL",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let revoked_at = Instant::now();
+    loop {
+        let status = app.token_ok(lookup()).await["status"].as_str().unwrap().to_owned();
+        if status == "connect_required" {
+            break;
+        }
+        assert!(
+            revoked_at.elapsed() < Duration::from_millis(2500),
+            "a revoked token is still handed out {:?} after a lost notification",
+            revoked_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -224,7 +224,13 @@ pub async fn spawn_instance(
         key: key.key.expose_secret().to_owned(),
         admin_key: admin_key.key.expose_secret().to_owned(),
         beta_key: beta_key.key.expose_secret().to_owned(),
-        client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
+        // Idle connections are dropped before the service's 5 s keep-alive ends them: a test
+        // that waits on a browser must not send on a connection the server is closing.
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(std::time::Duration::from_secs(2))
+            .build()
+            .unwrap(),
     }
 }
 

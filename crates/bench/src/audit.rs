@@ -32,9 +32,9 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
         // Random connections, as hand-outs of random keys would name them; their last use
         // is cleared so that the touch really writes each row (the worst case).
         let rows: Vec<(uuid::Uuid, String, String)> = sqlx::query_as(
-            "UPDATE connections SET last_used_at = NULL
-             WHERE id IN (SELECT id FROM connections TABLESAMPLE SYSTEM (5) LIMIT $1)
-             RETURNING id, subject, provider",
+            "WITH picked AS (SELECT id, subject, provider FROM connections TABLESAMPLE SYSTEM (5) LIMIT $1),
+                  cleared AS (DELETE FROM connection_usage WHERE connection_id IN (SELECT id FROM picked))
+             SELECT id, subject, provider FROM picked",
         )
         .bind(BATCH as i64)
         .fetch_all(pool)

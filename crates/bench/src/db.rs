@@ -184,6 +184,17 @@ pub async fn lookup_index_scans(pool: &PgPool) -> anyhow::Result<Option<i64>> {
     .await?)
 }
 
+/// Rows read by id through the primary key: the cache's confirmer re-reads its entries
+/// that way (`WHERE id = ANY($1)`), and nothing else on the lookup path does.
+pub async fn rows_read_by_id(pool: &PgPool) -> anyhow::Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT idx_tup_read FROM pg_stat_user_indexes
+         WHERE relname = 'connections' AND indexrelname = 'connections_pkey'",
+    )
+    .fetch_optional(pool)
+    .await?)
+}
+
 /// "token handed out" audit events written so far (the service queues them and writes
 /// them in batches off the request path).
 pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {

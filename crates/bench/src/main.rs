@@ -213,6 +213,7 @@ impl Phase<'_> {
         let memory_after_start = svc.memory()?;
         // Lookups that reached Postgres, counted from here (nothing has asked yet).
         let scans_at_start = db::lookup_index_scans(self.pool).await?;
+        let (by_id_at_start, stats_from) = (db::rows_read_by_id(self.pool).await?, Instant::now());
         let handouts_at_start = db::handout_events(self.pool).await?;
         // One request alone first, so that the key is verified (argon2) once before the
         // load and the memory after that verification is known.
@@ -244,7 +245,8 @@ impl Phase<'_> {
             first.requests + warmup.requests + saturating.requests - first.errors - warmup.errors - saturating.errors;
         let audit_backlog = answered as i64 - (db::handout_events(self.pool).await? - handouts_at_start);
 
-        let (mut db_lookups, mut cache_hit_rate) = (None, None);
+        let (mut db_lookups, mut cache_hit_rate, mut confirmed_rows) = (None, None, None);
+        let mut confirmed_seconds = 0.0;
         if cache_enabled {
             // Every request of the sweep and the first one missed the cache (each key once);
             // the rest of the scans are the saturating phase's misses.
@@ -256,6 +258,8 @@ impl Phase<'_> {
             cache_hit_rate = db_lookups
                 .filter(|_| saturating.requests > 0)
                 .map(|d| 1.0 - (d as f64 / saturating.requests as f64).min(1.0));
+            confirmed_rows = by_id_at_start.zip(db::rows_read_by_id(self.pool).await?).map(|(a, b)| b - a);
+            confirmed_seconds = stats_from.elapsed().as_secs_f64();
         }
 
         let rate = (saturating.rps / 2.0).max(1.0);
@@ -277,6 +281,8 @@ impl Phase<'_> {
             half_rate,
             db_lookups,
             cache_hit_rate,
+            confirmed_rows,
+            confirmed_seconds,
             cpu_saturating,
             cpu_half_rate,
             memory_after_start,

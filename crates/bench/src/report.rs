@@ -44,6 +44,10 @@ pub struct LookupRun {
     /// lookup index), and the share answered from the cache.
     pub db_lookups: Option<i64>,
     pub cache_hit_rate: Option<f64>,
+    /// Rows the cache's confirmer re-read (by id) from the start of the run to the end of
+    /// the saturating phase's statistics, and over how many seconds.
+    pub confirmed_rows: Option<i64>,
+    pub confirmed_seconds: f64,
     pub cpu_saturating: CpuShare,
     pub cpu_half_rate: CpuShare,
     pub memory_after_start: Memory,
@@ -313,6 +317,15 @@ impl Results {
                     thousands(db as f64),
                     thousands(sat.requests as f64),
                     hit * 100.0
+                );
+            }
+            if let Some(rows) = run.confirmed_rows {
+                let _ = writeln!(
+                    o,
+                    "   {name}: the confirmer re-read {} rows in batches over {:.0} s ({}/s) to keep entries in use cached",
+                    thousands(rows as f64),
+                    run.confirmed_seconds,
+                    thousands(rows as f64 / run.confirmed_seconds.max(1.0))
                 );
             }
             let _ = writeln!(
