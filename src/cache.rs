@@ -41,6 +41,10 @@ const MAX_SHAPES: usize = 4096;
 /// Ids re-read per query by the confirmer (1,000 per query could not keep 100,000 entries
 /// confirmed within 5 s on the benchmark machine).
 const CONFIRM_BATCH: usize = 5000;
+/// The connection entries are split over this many locks: a writer (a miss, a
+/// notification, the confirmer) holds up only the lookups of its own shard, and never for
+/// more than one entry's work, even when the writing thread is descheduled.
+const SHARDS: usize = 32;
 /// Entries not asked for this long are no longer re-read; they age out.
 const KEEP_IDLE: Duration = Duration::from_secs(60);
 
@@ -231,8 +235,8 @@ pub struct Caches {
     epoch: AtomicU64,
     began: Instant,
     hasher: RandomState,
-    /// Boxed: the table's free slots then cost a pointer each, not a whole entry.
-    connections: RwLock<HashTable<Box<Entry>>>,
+    /// Boxed: the tables' free slots then cost a pointer each, not a whole entry.
+    connections: Box<[RwLock<HashTable<Box<Entry>>>]>,
     shapes: Mutex<HashMap<Arc<Shape>, ()>>,
     keep_idle: Duration,
     kill_switches: RwLock<HashMap<(String, String), (KillState, Instant)>>,
@@ -257,7 +261,7 @@ impl Caches {
             epoch: AtomicU64::new(0),
             began: Instant::now(),
             hasher: RandomState::new(),
-            connections: RwLock::new(HashTable::new()),
+            connections: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
             shapes: Mutex::new(HashMap::new()),
             keep_idle: KEEP_IDLE,
             kill_switches: RwLock::new(HashMap::new()),
@@ -292,6 +296,12 @@ impl Caches {
         h.finish()
     }
 
+    /// Bits the tables themselves do not use (they take the low bits for the slot and the
+    /// top seven for the tag).
+    fn shard(&self, hash: u64) -> &RwLock<HashTable<Box<Entry>>> {
+        &self.connections[(hash >> 32) as usize % SHARDS]
+    }
+
     fn hash_key(&self, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(key);
@@ -303,7 +313,7 @@ impl Caches {
             return None;
         }
         let hash = self.hash_parts(tenant, subject, provider);
-        let table = self.connections.read().ok()?;
+        let table = self.shard(hash).read().ok()?;
         let e = table.find(hash, |e| e.is_key(tenant, subject, provider))?;
         let now = self.now_ms();
         if now.saturating_sub(e.confirmed_ms) >= self.max_age_ms() {
@@ -337,7 +347,7 @@ impl Caches {
             return;
         };
         let hash = self.hash_parts(tenant, subject, provider);
-        if let Ok(mut table) = self.connections.write() {
+        if let Ok(mut table) = self.shard(hash).write() {
             // Checked under the write lock: an invalidation after our read bumped the epoch.
             if self.epoch.load(Ordering::Acquire) != epoch.n {
                 return;
@@ -345,10 +355,11 @@ impl Caches {
             if let Ok(old) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
                 old.remove();
             }
-            if table.len() >= self.capacity {
+            let capacity = self.capacity.div_ceil(SHARDS);
+            if table.len() >= capacity {
                 let (now, max_age) = (self.now_ms(), self.max_age_ms());
                 table.retain(|e| now.saturating_sub(e.confirmed_ms) < max_age);
-                if table.len() >= self.capacity {
+                if table.len() >= capacity {
                     return;
                 }
             }
@@ -387,7 +398,7 @@ impl Caches {
 
     fn invalidate_connection(&self, payload: &str) {
         let hash = self.hash_key(payload.as_bytes());
-        if let Ok(mut table) = self.connections.write() {
+        if let Ok(mut table) = self.shard(hash).write() {
             self.bump();
             if let Ok(e) = table.find_entry(hash, |e| e.key() == payload.as_bytes()) {
                 e.remove();
@@ -404,9 +415,11 @@ impl Caches {
 
     fn clear_all(&self) {
         self.bump();
-        if let Ok(mut t) = self.connections.write() {
-            t.clear();
-            t.shrink_to_fit(|e| self.hash_key(e.key()));
+        for shard in &self.connections {
+            if let Ok(mut t) = shard.write() {
+                t.clear();
+                t.shrink_to_fit(|e| self.hash_key(e.key()));
+            }
         }
         if let Ok(mut m) = self.kill_switches.write() {
             m.clear();
@@ -431,7 +444,7 @@ impl Caches {
     /// change; the others hear the notification).
     pub fn forget_connection(&self, tenant: &str, subject: &str, provider: &str) {
         let hash = self.hash_parts(tenant, subject, provider);
-        if let Ok(mut table) = self.connections.write() {
+        if let Ok(mut table) = self.shard(hash).write() {
             self.bump();
             if let Ok(e) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
                 e.remove();
@@ -449,15 +462,20 @@ impl Caches {
         let (now, half) = (self.now_ms(), self.max_age_ms() / 2);
         let idle_s = self.keep_idle.as_secs() as u32;
         let now_s = (now / 1000) as u32;
-        let Ok(table) = self.connections.read() else { return Vec::new() };
-        table
-            .iter()
-            .filter(|e| {
-                now.saturating_sub(e.confirmed_ms) >= half
-                    && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s.max(1)
-            })
-            .map(|e| e.id)
-            .collect()
+        let mut due = Vec::new();
+        for shard in &self.connections {
+            let Ok(table) = shard.read() else { continue };
+            due.extend(
+                table
+                    .iter()
+                    .filter(|e| {
+                        now.saturating_sub(e.confirmed_ms) >= half
+                            && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s.max(1)
+                    })
+                    .map(|e| e.id),
+            );
+        }
+        due
     }
 
     /// Applies a re-read of row versions that began at `read_ms`: an entry whose row still
@@ -465,10 +483,11 @@ impl Caches {
     /// dropped. Rows the read did not find are left to age out; nothing is added.
     fn confirm(&self, read_ms: u64, rows: &[RowVersion]) -> (usize, usize) {
         let (mut confirmed, mut dropped) = (0, 0);
-        let Ok(mut table) = self.connections.write() else { return (0, 0) };
         for row in rows {
             let (t, s, p) = (row.tenant_id.as_str(), row.subject.as_str(), row.provider.as_str());
-            let Ok(mut found) = table.find_entry(self.hash_parts(t, s, p), |e| e.is_key(t, s, p)) else { continue };
+            let hash = self.hash_parts(t, s, p);
+            let Ok(mut table) = self.shard(hash).write() else { continue };
+            let Ok(mut found) = table.find_entry(hash, |e| e.is_key(t, s, p)) else { continue };
             if found.get().id == row.id && i64::from(found.get().xmin) == row.xmin {
                 let e = found.get_mut();
                 e.confirmed_ms = e.confirmed_ms.max(read_ms);
@@ -503,7 +522,7 @@ impl Caches {
     }
 
     pub fn len(&self) -> usize {
-        self.connections.read().map(|t| t.len()).unwrap_or(0)
+        self.connections.iter().map(|s| s.read().map(|t| t.len()).unwrap_or(0)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -605,7 +624,7 @@ mod tests {
     }
 
     fn healthy(max_age: Duration) -> Caches {
-        let c = Caches::new(true, max_age, 10);
+        let c = Caches::new(true, max_age, 1000);
         c.set_healthy(true);
         c
     }
@@ -633,7 +652,7 @@ mod tests {
 
     #[test]
     fn nothing_is_served_before_the_listener_proved_itself() {
-        let c = Caches::new(true, Duration::from_secs(5), 10);
+        let c = Caches::new(true, Duration::from_secs(5), 1000);
         c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
     }
@@ -685,7 +704,7 @@ mod tests {
 
     #[test]
     fn a_disabled_cache_never_serves() {
-        let c = Caches::new(false, Duration::from_secs(5), 10);
+        let c = Caches::new(false, Duration::from_secs(5), 1000);
         c.set_healthy(true);
         c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
