@@ -456,24 +456,29 @@ impl Caches {
         self.invalidate_kill_switches();
     }
 
-    /// Ids of the entries asked for recently that are past half their maximum age: the
-    /// ones to re-read before they age out.
-    fn due_for_confirmation(&self) -> Vec<Uuid> {
+    /// Ids of one shard's entries asked for recently that are past half their maximum
+    /// age: the ones to re-read before they age out.
+    fn due_in_shard(&self, shard: usize, due: &mut Vec<Uuid>) {
         let (now, half) = (self.now_ms(), self.max_age_ms() / 2);
-        let idle_s = self.keep_idle.as_secs() as u32;
+        let idle_s = (self.keep_idle.as_secs() as u32).max(1);
         let now_s = (now / 1000) as u32;
+        let Some(Ok(table)) = self.connections.get(shard).map(|s| s.read()) else { return };
+        due.extend(
+            table
+                .iter()
+                .filter(|e| {
+                    now.saturating_sub(e.confirmed_ms) >= half
+                        && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s
+                })
+                .map(|e| e.id),
+        );
+    }
+
+    #[cfg(test)]
+    fn due_for_confirmation(&self) -> Vec<Uuid> {
         let mut due = Vec::new();
-        for shard in &self.connections {
-            let Ok(table) = shard.read() else { continue };
-            due.extend(
-                table
-                    .iter()
-                    .filter(|e| {
-                        now.saturating_sub(e.confirmed_ms) >= half
-                            && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s.max(1)
-                    })
-                    .map(|e| e.id),
-            );
+        for shard in 0..SHARDS {
+            self.due_in_shard(shard, &mut due);
         }
         due
     }
@@ -584,17 +589,25 @@ pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
             if !caches.is_serving() {
                 continue;
             }
-            let due = caches.due_for_confirmation();
-            for ids in due.chunks(CONFIRM_BATCH) {
-                let read_ms = caches.now_ms();
-                match crate::store::connections::row_versions(&pool, ids).await {
-                    Ok(rows) => {
-                        let (confirmed, dropped) = caches.confirm(read_ms, &rows);
-                        tracing::debug!(asked = ids.len(), confirmed, dropped, "cache entries re-read");
-                    }
-                    // The entries simply age out; the next tick tries again.
-                    Err(e) => tracing::warn!(error = %e, "re-reading cache entries failed"),
+            // Shard by shard, a batch at a time: the ids in hand stay few.
+            let mut ids = Vec::with_capacity(CONFIRM_BATCH);
+            for shard in 0..SHARDS {
+                caches.due_in_shard(shard, &mut ids);
+                if ids.len() < CONFIRM_BATCH && shard + 1 < SHARDS {
+                    continue;
                 }
+                for batch in ids.chunks(CONFIRM_BATCH) {
+                    let read_ms = caches.now_ms();
+                    match crate::store::connections::row_versions(&pool, batch).await {
+                        Ok(rows) => {
+                            let (confirmed, dropped) = caches.confirm(read_ms, &rows);
+                            tracing::debug!(asked = batch.len(), confirmed, dropped, "cache entries re-read");
+                        }
+                        // The entries simply age out; the next tick tries again.
+                        Err(e) => tracing::warn!(error = %e, "re-reading cache entries failed"),
+                    }
+                }
+                ids.clear();
             }
         }
     });
