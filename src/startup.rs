@@ -23,6 +23,8 @@ use url::Url;
 pub struct AppState {
     /// This worker's pool (background tasks and tests use the one made at start).
     pub pool: PgPool,
+    /// This worker's connections for the uncached lookup (see `store::lookup`).
+    pub lookups: Arc<store::lookup::LookupConnections>,
     shared: Arc<SharedState>,
 }
 
@@ -127,12 +129,17 @@ impl Application {
         let per_worker = config.database_max_connections.div_ceil(workers as u32).max(1);
         let connect_options: sqlx::postgres::PgConnectOptions =
             config.database_url.expose_secret().parse().map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-        let state = web::Data::new(AppState { pool: pool.clone(), shared: shared.clone() });
+        let state = web::Data::new(AppState {
+            pool: pool.clone(),
+            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), per_worker)),
+            shared: shared.clone(),
+        });
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
             // Called once per worker, on the worker's thread.
             let data = web::Data::new(AppState {
                 pool: store::connect_lazy(connect_options.clone(), per_worker),
+                lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), per_worker)),
                 shared: shared.clone(),
             });
             App::new()

@@ -149,7 +149,7 @@ pub async fn token_for(
     }
 
     let epoch = state.caches.epoch();
-    let conn = store::connections::find_connection(&state.pool, t, s, p).await?;
+    let conn = state.lookups.find_connection(t, s, p).await?;
     if let Some(row) = &conn
         && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
         && let Some(entry) = CachedConnection::of(row)

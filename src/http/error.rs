@@ -47,7 +47,8 @@ impl ApiError {
 
     pub fn from_db(e: &sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => Self::unavailable(e),
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Self::unavailable(e),
+            e if crate::store::lookup::connection_lost(e) => Self::unavailable(e),
             _ => Self::internal(e),
         }
     }

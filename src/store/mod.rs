@@ -7,6 +7,7 @@ pub mod audit;
 pub mod connections;
 pub mod elicitations;
 pub mod kill_switches;
+pub mod lookup;
 pub mod sessions;
 pub mod states;
 pub mod tenants;

@@ -141,3 +141,25 @@ async fn a_revocation_whose_notification_is_lost_ends_hand_outs_within_the_maxim
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The uncached lookup keeps its own connections (no ping on release): one the database
+/// ended while it sat idle is replaced on the spot, and the caller never notices.
+#[tokio::test]
+async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_noticing() {
+    let app = crate::helpers::spawn_app_with(Options { cache_enabled: false, ..Options::default() }).await;
+    app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
+    assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "found the lookup's connection");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+    }
+}

@@ -202,7 +202,8 @@ impl Phase<'_> {
         }
         svc.stop().await;
         result.map(|mut r| {
-            r.service_warnings = warnings;
+            r.service_warnings = warnings.len();
+            r.first_service_warning = warnings.into_iter().next();
             r
         })
     }
@@ -291,6 +292,7 @@ impl Phase<'_> {
             memory_after_run,
             audit_backlog,
             service_warnings: 0,
+            first_service_warning: None,
         })
     }
 }

@@ -59,6 +59,7 @@ pub struct LookupRun {
     /// phase ended (the writer's queue holds 10,000).
     pub audit_backlog: i64,
     pub service_warnings: usize,
+    pub first_service_warning: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -345,6 +346,9 @@ impl Results {
                 w.errors,
                 run.service_warnings
             );
+            if let Some(w) = &run.first_service_warning {
+                let _ = writeln!(o, "   {name}: first service warning: {}", w.chars().take(400).collect::<String>());
+            }
             if let Some(e) = sat.first_error.as_ref().or(run.half_rate.first_error.as_ref()) {
                 let _ = writeln!(o, "   {name}: first error: {e}");
             }

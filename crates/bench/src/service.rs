@@ -182,9 +182,13 @@ impl Service {
     }
 
     /// Lines in the service log at WARN or above (JSON log format).
-    pub async fn warnings(&self) -> usize {
+    /// The service's WARN and ERROR log lines.
+    pub async fn warnings(&self) -> Vec<String> {
         let text = tokio::fs::read_to_string(&self.log).await.unwrap_or_default();
-        text.lines().filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#)).count()
+        text.lines()
+            .filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#))
+            .map(str::to_owned)
+            .collect()
     }
 
     pub fn log_path(&self) -> &Path {
