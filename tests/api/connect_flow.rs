@@ -6,24 +6,6 @@ use crate::helpers::{TestApp, spawn_app};
 use mcp_connect_devproviders::{IssMode, TokenFailure};
 use serde_json::json;
 
-async fn elicit(app: &TestApp, subject: &str, provider: &str) -> (String, String) {
-    let b = app.token_ok(json!({"subject": subject, "provider": provider})).await;
-    assert_eq!(b["status"], "connect_required");
-    (b["elicitation"]["id"].as_str().unwrap().to_owned(), b["elicitation"]["url"].as_str().unwrap().to_owned())
-}
-
-async fn connections(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&app.pool).await.unwrap()
-}
-
-async fn status_of(app: &TestApp, id: &str) -> String {
-    sqlx::query_scalar("SELECT status FROM elicitations WHERE id = $1::uuid")
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap()
-}
-
 async fn audit_kinds(app: &TestApp) -> Vec<String> {
     sqlx::query_scalar("SELECT kind FROM audit_events ORDER BY id").fetch_all(&app.pool).await.unwrap()
 }
@@ -31,14 +13,14 @@ async fn audit_kinds(app: &TestApp) -> Vec<String> {
 #[tokio::test]
 async fn the_whole_flow_connects_and_the_retry_gets_the_token() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let r = browser.connect(&app, &url, "alice", "octo-alice").await;
     assert_eq!(r.status(), 200);
     let html = r.text().await.unwrap();
     assert!(html.contains("Connected"), "{html}");
     assert!(html.contains("Acme Assistant"));
-    assert_eq!(status_of(&app, &id).await, "completed");
+    assert_eq!(app.elicitation_status(&id).await, "completed");
 
     // The authorization request carried PKCE S256, a 256-bit state, a nonce, our exact
     // redirect URI and the configured scopes.
@@ -74,10 +56,10 @@ async fn the_whole_flow_connects_and_the_retry_gets_the_token() {
 #[tokio::test]
 async fn a_plain_oauth2_provider_with_rfc9207_from_the_config_connects() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "plainp").await;
+    let (id, url) = app.elicit("alice", "plainp").await;
     let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
     assert_eq!(r.status(), 200);
-    assert_eq!(status_of(&app, &id).await, "completed");
+    assert_eq!(app.elicitation_status(&id).await, "completed");
     let p = app.provider.stats().last_authorize_params.unwrap();
     assert!(!p.contains_key("nonce"));
     assert_eq!(p["scope"], "read");
@@ -86,7 +68,7 @@ async fn a_plain_oauth2_provider_with_rfc9207_from_the_config_connects() {
 #[tokio::test]
 async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let bob = Browser::new();
     let r = bob.open(&app, &url, "bob").await;
     assert_eq!(r.status(), 403);
@@ -112,20 +94,20 @@ async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
-    assert_eq!(status_of(&app, &id).await, "pending");
-    assert_eq!(connections(&app).await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+    assert_eq!(app.connection_count().await, 0);
     assert_eq!(app.provider.stats().authorize_requests, 0);
     assert!(audit_kinds(&app).await.iter().any(|k| k == "identity_mismatch"));
 
     let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
     assert_eq!(r.status(), 200);
-    assert_eq!(status_of(&app, &id).await, "completed");
+    assert_eq!(app.elicitation_status(&id).await, "completed");
 }
 
 #[tokio::test]
 async fn a_replayed_callback_exchanges_no_second_code_and_stores_no_second_grant() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
     assert_eq!(browser.get(&cb).await.status(), 200);
@@ -138,7 +120,7 @@ async fn a_replayed_callback_exchanges_no_second_code_and_stores_no_second_grant
     other.login(&app, "alice").await;
     assert_eq!(other.get(&cb).await.status(), 403);
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
-    assert_eq!(connections(&app).await, 1);
+    assert_eq!(app.connection_count().await, 1);
     // The connect link itself, opened again: used, and it does not claim nothing happened.
     let r = browser.get(&url).await;
     assert_eq!(r.status(), 410);
@@ -149,7 +131,7 @@ async fn a_replayed_callback_exchanges_no_second_code_and_stores_no_second_grant
 #[tokio::test]
 async fn a_double_click_on_connect_leads_to_one_grant() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
     let first = browser.consent(&app, "testp", &page, "connect").await;
@@ -161,13 +143,13 @@ async fn a_double_click_on_connect_leads_to_one_grant() {
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("Already connected"));
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
-    assert_eq!(connections(&app).await, 1);
+    assert_eq!(app.connection_count().await, 1);
 }
 
 #[tokio::test]
 async fn an_expired_state_is_refused() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
     sqlx::query("UPDATE oauth_states SET expires_at = now() - interval '1 second'").execute(&app.pool).await.unwrap();
@@ -175,14 +157,14 @@ async fn an_expired_state_is_refused() {
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("too late"));
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
-    assert_eq!(connections(&app).await, 0);
-    assert_eq!(status_of(&app, &id).await, "pending");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
 }
 
 #[tokio::test]
 async fn a_state_from_another_browser_session_is_refused() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let first = Browser::new();
     let cb = first.connect_until_callback(&app, &url, "alice", "octo-alice").await;
     // Same subject, other session (e.g. a link pushed to another device).
@@ -191,23 +173,23 @@ async fn a_state_from_another_browser_session_is_refused() {
     let r = second.get(&cb).await;
     assert_eq!(r.status(), 403);
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
-    assert_eq!(status_of(&app, &id).await, "pending");
+    assert_eq!(app.elicitation_status(&id).await, "pending");
     // No session at all: refused too.
     assert_eq!(Browser::new().get(&cb).await.status(), 403);
-    assert_eq!(connections(&app).await, 0);
+    assert_eq!(app.connection_count().await, 0);
 }
 
 #[tokio::test]
 async fn a_provider_swapped_in_the_callback_path_is_refused() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
     let swapped = cb.replace("/connect/testp/callback", "/connect/plainp/callback");
     let r = browser.get(&swapped).await;
     assert_eq!(r.status(), 400);
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
-    assert_eq!(connections(&app).await, 0);
+    assert_eq!(app.connection_count().await, 0);
     // The state was consumed by that attempt: the original callback is dead too.
     assert_eq!(browser.get(&cb).await.status(), 400);
 }
@@ -215,7 +197,7 @@ async fn a_provider_swapped_in_the_callback_path_is_refused() {
 #[tokio::test]
 async fn a_provider_swapped_in_the_connect_path_is_an_invalid_link() {
     let app = spawn_app().await;
-    let (id, _) = elicit(&app, "alice", "testp").await;
+    let (id, _) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     browser.login(&app, "alice").await;
     let r = browser.get(&format!("{}/connect/plainp?e={id}", app.base)).await;
@@ -225,7 +207,7 @@ async fn a_provider_swapped_in_the_connect_path_is_an_invalid_link() {
 #[tokio::test]
 async fn unknown_or_tampered_elicitation_ids_are_an_invalid_link() {
     let app = spawn_app().await;
-    let (id, _) = elicit(&app, "alice", "testp").await;
+    let (id, _) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     browser.login(&app, "alice").await;
     let mut tampered = id.clone().into_bytes();
@@ -244,7 +226,7 @@ async fn unknown_or_tampered_elicitation_ids_are_an_invalid_link() {
 #[tokio::test]
 async fn an_expired_or_finished_elicitation_shows_a_clear_page() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     browser.login(&app, "alice").await;
     sqlx::query("UPDATE elicitations SET expires_at = now() - interval '1 second'").execute(&app.pool).await.unwrap();
@@ -262,12 +244,12 @@ async fn an_expired_or_finished_elicitation_shows_a_clear_page() {
 }
 
 async fn refused_callback(app: &TestApp, provider: &str) {
-    let (id, url) = elicit(app, "alice", provider).await;
+    let (id, url) = app.elicit("alice", provider).await;
     let browser = Browser::new();
     let r = browser.connect(app, &url, "alice", "octo-alice").await;
     assert!(r.status().is_client_error() || r.status().is_server_error(), "status {}", r.status());
-    assert_eq!(connections(app).await, 0, "no credential attached");
-    assert_eq!(status_of(app, &id).await, "pending");
+    assert_eq!(app.connection_count().await, 0, "no credential attached");
+    assert_eq!(app.elicitation_status(&id).await, "pending");
 }
 
 #[tokio::test]
@@ -299,9 +281,9 @@ async fn a_missing_iss_is_accepted_where_the_provider_does_not_use_rfc9207() {
     let app = spawn_app().await;
     app.provider.switches().set_advertise_iss(false);
     app.provider.switches().set_iss_mode(IssMode::Missing);
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     assert_eq!(Browser::new().connect(&app, &url, "alice", "octo").await.status(), 200);
-    assert_eq!(status_of(&app, &id).await, "completed");
+    assert_eq!(app.elicitation_status(&id).await, "completed");
 }
 
 #[tokio::test]
@@ -342,7 +324,7 @@ async fn an_id_token_from_another_issuer_is_refused() {
 #[tokio::test]
 async fn a_state_whose_redirect_uri_is_not_the_registered_one_is_refused() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let cb = browser.connect_until_callback(&app, &url, "alice", "octo").await;
     sqlx::query("UPDATE oauth_states SET redirect_uri = 'https://evil.example/connect/testp/callback'")
@@ -351,7 +333,7 @@ async fn a_state_whose_redirect_uri_is_not_the_registered_one_is_refused() {
         .unwrap();
     assert_eq!(browser.get(&cb).await.status(), 400);
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
-    assert_eq!(connections(&app).await, 0);
+    assert_eq!(app.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -366,13 +348,13 @@ async fn a_failing_token_endpoint_leaves_the_elicitation_pending() {
 #[tokio::test]
 async fn decline_on_our_page_is_a_normal_outcome() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
     let r = browser.consent(&app, "testp", &page, "decline").await;
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("Nothing was connected"));
-    assert_eq!(status_of(&app, &id).await, "declined");
+    assert_eq!(app.elicitation_status(&id).await, "declined");
     assert_eq!(app.provider.stats().authorize_requests, 0);
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
     assert_eq!(b["status"], "declined");
@@ -381,7 +363,7 @@ async fn decline_on_our_page_is_a_normal_outcome() {
 #[tokio::test]
 async fn access_denied_at_the_provider_is_a_decline() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
     let r = browser.consent(&app, "testp", &page, "connect").await;
@@ -390,7 +372,7 @@ async fn access_denied_at_the_provider_is_a_decline() {
     let r = browser.get(&cb).await;
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("Nothing was connected"));
-    assert_eq!(status_of(&app, &id).await, "declined");
+    assert_eq!(app.elicitation_status(&id).await, "declined");
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
     assert_eq!(b["status"], "declined");
 }
@@ -398,7 +380,7 @@ async fn access_denied_at_the_provider_is_a_decline() {
 #[tokio::test]
 async fn a_missing_or_wrong_csrf_token_is_403() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice", "testp").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
     let good = crate::browser::form_value(&page, "csrf");
@@ -458,7 +440,7 @@ async fn a_login_response_replayed_into_another_browser_is_refused() {
 #[tokio::test]
 async fn a_different_upstream_account_on_reconnect_is_refused_and_the_old_one_kept() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
     // A second grant is needed (more scopes), and Alice signs in at the provider as someone else.
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
@@ -474,7 +456,7 @@ async fn a_different_upstream_account_on_reconnect_is_refused_and_the_old_one_ke
 #[tokio::test]
 async fn reconnecting_the_same_upstream_account_replaces_the_grant_in_place() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
     let first = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
@@ -484,13 +466,13 @@ async fn reconnecting_the_same_upstream_account_replaces_the_grant_in_place() {
     assert_eq!(second["status"], "connected");
     assert_eq!(second["connection_id"], first["connection_id"]);
     assert_ne!(second["access_token"], first["access_token"]);
-    assert_eq!(connections(&app).await, 1);
+    assert_eq!(app.connection_count().await, 1);
 }
 
 #[tokio::test]
 async fn pages_cannot_be_framed_send_no_referrer_and_are_not_cached() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let r = browser.open(&app, &url, "alice").await;
     assert_eq!(r.status(), 200);
@@ -543,7 +525,7 @@ async fn the_session_cookie_is_http_only_and_same_site() {
 #[tokio::test]
 async fn logout_ends_the_session() {
     let app = spawn_app().await;
-    let (_, url) = elicit(&app, "alice", "testp").await;
+    let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
     let csrf = crate::browser::form_value(&page, "csrf");

@@ -14,27 +14,9 @@ use chrome::{Chrome, Screen, Setup};
 use fantoccini::key::Key;
 use serde_json::json;
 
-async fn elicit(app: &TestApp, subject: &str) -> (String, String) {
-    let b = app.token_ok(json!({"subject": subject, "provider": "testp"})).await;
-    assert_eq!(b["status"], "connect_required", "{b}");
-    (b["elicitation"]["id"].as_str().unwrap().to_owned(), b["elicitation"]["url"].as_str().unwrap().to_owned())
-}
-
 /// The MCP server's retry: `POST /v1/token` with the elicitation id.
 async fn retry(app: &TestApp, subject: &str, id: &str) -> serde_json::Value {
     app.token_ok(json!({"subject": subject, "provider": "testp", "elicitation_id": id})).await
-}
-
-async fn connections(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&app.pool).await.unwrap()
-}
-
-async fn status_of(app: &TestApp, id: &str) -> String {
-    sqlx::query_scalar("SELECT status FROM elicitations WHERE id = $1::uuid")
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap()
 }
 
 /// Opens the connect link in a browser without a session: it lands on the IdP's login
@@ -73,7 +55,7 @@ async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
 #[tokio::test]
 async fn a_person_connects_alice_in_a_real_browser() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let chrome = Chrome::start("connect", Setup::default()).await;
 
     open_and_sign_in(&chrome, &app, &url, "alice").await;
@@ -115,13 +97,13 @@ async fn a_person_connects_alice_in_a_real_browser() {
     assert_eq!(b["account"]["login"], "octo-alice");
     assert!(b["access_token"].as_str().is_some_and(|t| !t.is_empty()));
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
-    assert_eq!(connections(&app).await, 1);
+    assert_eq!(app.connection_count().await, 1);
 }
 
 #[tokio::test]
 async fn alices_link_opened_in_a_browser_signed_in_as_bob_is_refused() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let chrome = Chrome::start("bob-opens-alices-link", Setup::default()).await;
 
     open_and_sign_in(&chrome, &app, &url, "bob").await;
@@ -134,8 +116,8 @@ async fn alices_link_opened_in_a_browser_signed_in_as_bob_is_refused() {
     assert!(chrome.all("button[name=decision]").await.is_empty(), "no Connect or Decline for bob");
     chrome.close().await;
 
-    assert_eq!(connections(&app).await, 0);
-    assert_eq!(status_of(&app, &id).await, "pending");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
     assert_eq!(app.provider.stats().authorize_requests, 0);
     let b = retry(&app, "alice", &id).await;
     assert_eq!(b["status"], "connect_required", "{b}");
@@ -145,7 +127,7 @@ async fn alices_link_opened_in_a_browser_signed_in_as_bob_is_refused() {
 #[tokio::test]
 async fn declining_on_our_consent_page_connects_nothing_and_the_token_call_says_declined() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let chrome = Chrome::start("decline-on-consent", Setup::default()).await;
 
     open_and_sign_in(&chrome, &app, &url, "alice").await;
@@ -161,15 +143,15 @@ async fn declining_on_our_consent_page_connects_nothing_and_the_token_call_says_
     chrome.close().await;
 
     assert_eq!(app.provider.stats().authorize_requests, 0, "the provider was never asked");
-    assert_eq!(connections(&app).await, 0);
-    assert_eq!(status_of(&app, &id).await, "declined");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "declined");
     assert_eq!(retry(&app, "alice", &id).await["status"], "declined");
 }
 
 #[tokio::test]
 async fn denying_at_the_provider_connects_nothing_and_the_token_call_says_declined() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     // JavaScript off: the IdP login, our consent page and the provider's error redirect
     // need none.
     let chrome = Chrome::start("deny-at-provider", Setup { javascript: false, ..Setup::default() }).await;
@@ -186,15 +168,15 @@ async fn denying_at_the_provider_connects_nothing_and_the_token_call_says_declin
     chrome.close().await;
 
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
-    assert_eq!(connections(&app).await, 0);
-    assert_eq!(status_of(&app, &id).await, "declined");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "declined");
     assert_eq!(retry(&app, "alice", &id).await["status"], "declined");
 }
 
 #[tokio::test]
 async fn back_and_reload_after_connecting_show_a_sensible_page_and_exchange_one_code() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     // JavaScript off: the whole happy path works without it.
     let chrome = Chrome::start("back-and-reload", Setup { javascript: false, ..Setup::default() }).await;
     let consent = format!("{}/connect/testp?e={id}", app.base);
@@ -244,15 +226,15 @@ async fn back_and_reload_after_connecting_show_a_sensible_page_and_exchange_one_
     chrome.close().await;
 
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
-    assert_eq!(connections(&app).await, 1);
-    assert_eq!(status_of(&app, &id).await, "completed");
+    assert_eq!(app.connection_count().await, 1);
+    assert_eq!(app.elicitation_status(&id).await, "completed");
     assert_eq!(retry(&app, "alice", &id).await["status"], "connected");
 }
 
 #[tokio::test]
 async fn the_consent_page_does_not_render_inside_another_sites_frame() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     let chrome = Chrome::start("framing", Setup::default()).await;
     // Signed in first, so the framed request carries a valid session cookie and would get
     // the consent page itself.
@@ -276,15 +258,15 @@ async fn the_consent_page_does_not_render_inside_another_sites_frame() {
     chrome.client.enter_parent_frame().await.unwrap();
     chrome.close().await;
 
-    assert_eq!(connections(&app).await, 0);
-    assert_eq!(status_of(&app, &id).await, "pending");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
     assert_eq!(app.provider.stats().authorize_requests, 0);
 }
 
 #[tokio::test]
 async fn the_consent_page_works_on_a_phone_by_touch_and_by_keyboard() {
     let app = spawn_app().await;
-    let (id, url) = elicit(&app, "alice").await;
+    let (id, url) = app.elicit("alice", "testp").await;
     // Taps, not clicks. (JavaScript stays on here: chromedriver's tap hangs in a page
     // whose scripts are off; two other tests run the flow without JavaScript.)
     let chrome = Chrome::start("phone", Setup { screen: Screen::Phone, javascript: true }).await;

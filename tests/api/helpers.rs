@@ -255,6 +255,26 @@ impl HasBase for BaseOnly {
 }
 
 impl TestApp {
+    /// A first `POST /v1/token` for a subject without a connection: the elicitation's id
+    /// and connect URL.
+    pub async fn elicit(&self, subject: &str, provider: &str) -> (String, String) {
+        let b = self.token_ok(serde_json::json!({"subject": subject, "provider": provider})).await;
+        assert_eq!(b["status"], "connect_required", "{b}");
+        (b["elicitation"]["id"].as_str().unwrap().to_owned(), b["elicitation"]["url"].as_str().unwrap().to_owned())
+    }
+
+    pub async fn connection_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&self.pool).await.unwrap()
+    }
+
+    pub async fn elicitation_status(&self, id: &str) -> String {
+        sqlx::query_scalar("SELECT status FROM elicitations WHERE id = $1::uuid")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
     pub async fn token(&self, key: &str, body: serde_json::Value) -> reqwest::Response {
         self.client.post(format!("{}/v1/token", self.base)).bearer_auth(key).json(&body).send().await.unwrap()
     }

@@ -201,6 +201,28 @@ async fn recover(target: &Target, conn: &mut Conn, result: &mut WorkerResult) ->
     }
 }
 
+/// Sends request `i` and records its latency from `origin`; `false` when the connection
+/// failed and could not be made again (the worker stops).
+async fn timed(
+    target: &Target,
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    keys: KeySpace,
+    i: usize,
+    origin: Instant,
+    result: &mut WorkerResult,
+) -> bool {
+    let outcome = request(target, conn, buf, keys, i).await;
+    result.latencies_ns.push(origin.elapsed().as_nanos() as u64);
+    match outcome {
+        Ok(()) => true,
+        Err(e) => {
+            result.error(e);
+            recover(target, conn, result).await
+        }
+    }
+}
+
 async fn closed_worker(target: &Target, mut conn: Conn, keys: KeySpace, deadline: Instant, seed: u64) -> WorkerResult {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut result = WorkerResult { latencies_ns: Vec::with_capacity(64 * 1024), ..WorkerResult::default() };
@@ -208,14 +230,8 @@ async fn closed_worker(target: &Target, mut conn: Conn, keys: KeySpace, deadline
     // At least one request, however short the phase.
     loop {
         let i = rng.random_range(0..keys.len());
-        let t0 = Instant::now();
-        let outcome = request(target, &mut conn, &mut buf, keys, i).await;
-        result.latencies_ns.push(t0.elapsed().as_nanos() as u64);
-        if let Err(e) = outcome {
-            result.error(e);
-            if !recover(target, &mut conn, &mut result).await {
-                break;
-            }
+        if !timed(target, &mut conn, &mut buf, keys, i, Instant::now(), &mut result).await {
+            break;
         }
         if Instant::now() >= deadline {
             break;
@@ -249,13 +265,8 @@ async fn open_worker(
             due
         };
         let i = rng.random_range(0..keys.len());
-        let outcome = request(target, &mut conn, &mut buf, keys, i).await;
-        result.latencies_ns.push(origin.elapsed().as_nanos() as u64);
-        if let Err(e) = outcome {
-            result.error(e);
-            if !recover(target, &mut conn, &mut result).await {
-                break;
-            }
+        if !timed(target, &mut conn, &mut buf, keys, i, origin, &mut result).await {
+            break;
         }
         due += interval;
     }
@@ -270,14 +281,8 @@ async fn sweep_worker(target: &Target, mut conn: Conn, keys: KeySpace, next: &At
         if i >= keys.len() {
             break;
         }
-        let t0 = Instant::now();
-        let outcome = request(target, &mut conn, &mut buf, keys, i).await;
-        result.latencies_ns.push(t0.elapsed().as_nanos() as u64);
-        if let Err(e) = outcome {
-            result.error(e);
-            if !recover(target, &mut conn, &mut result).await {
-                break;
-            }
+        if !timed(target, &mut conn, &mut buf, keys, i, Instant::now(), &mut result).await {
+            break;
         }
     }
     result
