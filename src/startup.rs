@@ -126,20 +126,24 @@ impl Application {
             elicitation_ttl: config.elicitation_ttl,
         });
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per_worker = config.database_max_connections.div_ceil(workers as u32).max(1);
+        // `database.max_connections` is split over the workers, and each worker's share
+        // between its lookup connections and its pool for everything else.
+        let per_worker = config.database_max_connections.div_ceil(workers as u32).max(2);
+        let lookups_per_worker = per_worker / 2;
+        let pool_per_worker = per_worker - lookups_per_worker;
         let connect_options: sqlx::postgres::PgConnectOptions =
             config.database_url.expose_secret().parse().map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), per_worker)),
+            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
             shared: shared.clone(),
         });
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
             // Called once per worker, on the worker's thread.
             let data = web::Data::new(AppState {
-                pool: store::connect_lazy(connect_options.clone(), per_worker),
-                lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), per_worker)),
+                pool: store::connect_lazy(connect_options.clone(), pool_per_worker),
+                lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
                 shared: shared.clone(),
             });
             App::new()

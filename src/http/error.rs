@@ -48,7 +48,9 @@ impl ApiError {
     pub fn from_db(e: &sqlx::Error) -> Self {
         match e {
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Self::unavailable(e),
-            e if crate::store::lookup::connection_lost(e) => Self::unavailable(e),
+            e if crate::store::lookup::connection_lost(e) || crate::store::lookup::server_busy(e) => {
+                Self::unavailable(e)
+            }
             _ => Self::internal(e),
         }
     }

@@ -74,3 +74,8 @@ pub fn connection_lost(e: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+/// The server is out of a resource, e.g. `too many clients` (SQLSTATE class 53): try later.
+pub fn server_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("53")))
+}
