@@ -58,5 +58,5 @@ psql "$DATABASE_URL" -qAtc "select datname from pg_database where datname like '
 # --- The run --------------------------------------------------------------------------
 log "benchmark"
 run_start=$(date +%s)
-target/release/mcp-connect-bench "$@"
+"${CARGO_TARGET_DIR:-target}/release/mcp-connect-bench" "$@"
 echo "benchmark run took $(( $(date +%s) - run_start )) s" >&2

@@ -100,6 +100,25 @@ pub enum ApikeyAction {
     Revoke { id: String },
 }
 
+/// The binary's whole `main`: parse the command line, run it on a multi-threaded runtime.
+/// Kept in the library so that the binary crate instantiates nothing (its release build
+/// took half a minute compiling the runtime and the server a second time).
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run(cli)));
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-connect: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Genkey { id } => {
