@@ -48,6 +48,13 @@ const SHARDS: usize = 32;
 /// Entries not asked for this long are no longer re-read; they age out.
 const KEEP_IDLE: Duration = Duration::from_secs(60);
 
+/// An entry to re-read: its row's id and the hash of its key (which finds it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Due {
+    id: Uuid,
+    hash: u64,
+}
+
 /// What many connection rows have in common: one copy is shared by all of them.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
@@ -456,10 +463,20 @@ impl Caches {
         self.invalidate_kill_switches();
     }
 
-    /// Ids of one shard's entries asked for recently that are past half their maximum
-    /// age: the ones to re-read before they age out.
-    fn due_in_shard(&self, shard: usize, due: &mut Vec<Uuid>) {
-        let (now, half) = (self.now_ms(), self.max_age_ms() / 2);
+    /// How much later than half its maximum age an entry falls due: a fixed share of a
+    /// quarter of the maximum age, taken from its id. Entries read or confirmed together
+    /// fall due apart, so the re-reads spread out instead of coming as one wave per period
+    /// (a wave of 100,000 rows kept Postgres busy for a tenth of a second and showed in the
+    /// lookups' p99).
+    fn due_after_ms(&self, id: &Uuid) -> u64 {
+        let quarter = self.max_age_ms() / 4;
+        self.max_age_ms() / 2 + if quarter == 0 { 0 } else { id.as_u64_pair().1 % quarter }
+    }
+
+    /// One shard's entries asked for recently that are past their due age (between half
+    /// and three quarters of the maximum age): the ones to re-read before they age out.
+    fn due_in_shard(&self, shard: usize, due: &mut Vec<Due>) {
+        let now = self.now_ms();
         let idle_s = (self.keep_idle.as_secs() as u32).max(1);
         let now_s = (now / 1000) as u32;
         let Some(Ok(table)) = self.connections.get(shard).map(|s| s.read()) else { return };
@@ -467,15 +484,15 @@ impl Caches {
             table
                 .iter()
                 .filter(|e| {
-                    now.saturating_sub(e.confirmed_ms) >= half
+                    now.saturating_sub(e.confirmed_ms) >= self.due_after_ms(&e.id)
                         && now_s.saturating_sub(e.used_s.load(Ordering::Relaxed)) < idle_s
                 })
-                .map(|e| e.id),
+                .map(|e| Due { id: e.id, hash: self.hash_key(e.key()) }),
         );
     }
 
     #[cfg(test)]
-    fn due_for_confirmation(&self) -> Vec<Uuid> {
+    fn due_for_confirmation(&self) -> Vec<Due> {
         let mut due = Vec::new();
         for shard in 0..SHARDS {
             self.due_in_shard(shard, &mut due);
@@ -483,17 +500,16 @@ impl Caches {
         due
     }
 
-    /// Applies a re-read of row versions that began at `read_ms`: an entry whose row still
-    /// has the version it was read at counts its age from then; one whose row changed is
-    /// dropped. Rows the read did not find are left to age out; nothing is added.
-    fn confirm(&self, read_ms: u64, rows: &[RowVersion]) -> (usize, usize) {
+    /// Applies a re-read, begun at `read_ms`, of the rows of the entries `asked` about: an
+    /// entry whose row still has the version the entry was read at counts its age from
+    /// then; one whose row changed or is gone is dropped. Nothing is added.
+    fn confirm(&self, read_ms: u64, asked: &[Due], rows: &[RowVersion]) -> (usize, usize) {
+        let current: HashMap<Uuid, i64> = rows.iter().map(|r| (r.id, r.xmin)).collect();
         let (mut confirmed, mut dropped) = (0, 0);
-        for row in rows {
-            let (t, s, p) = (row.tenant_id.as_str(), row.subject.as_str(), row.provider.as_str());
-            let hash = self.hash_parts(t, s, p);
-            let Ok(mut table) = self.shard(hash).write() else { continue };
-            let Ok(mut found) = table.find_entry(hash, |e| e.is_key(t, s, p)) else { continue };
-            if found.get().id == row.id && i64::from(found.get().xmin) == row.xmin {
+        for due in asked {
+            let Ok(mut table) = self.shard(due.hash).write() else { continue };
+            let Ok(mut found) = table.find_entry(due.hash, |e| e.id == due.id) else { continue };
+            if current.get(&due.id) == Some(&i64::from(found.get().xmin)) {
                 let e = found.get_mut();
                 e.confirmed_ms = e.confirmed_ms.max(read_ms);
                 confirmed += 1;
@@ -580,7 +596,9 @@ pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
     if !caches.enabled {
         return;
     }
-    let every = (caches.max_age / 5).max(Duration::from_millis(50));
+    // Often enough that entries falling due at different moments are re-read at different
+    // moments too; each look is a pass over the entries under their shards' read locks.
+    let every = (caches.max_age / 20).max(Duration::from_millis(50));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -598,9 +616,10 @@ pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
                 }
                 for batch in ids.chunks(CONFIRM_BATCH) {
                     let read_ms = caches.now_ms();
-                    match crate::store::connections::row_versions(&pool, batch).await {
+                    let batch_ids: Vec<Uuid> = batch.iter().map(|d| d.id).collect();
+                    match crate::store::connections::row_versions(&pool, &batch_ids).await {
                         Ok(rows) => {
-                            let (confirmed, dropped) = caches.confirm(read_ms, &rows);
+                            let (confirmed, dropped) = caches.confirm(read_ms, batch, &rows);
                             tracing::debug!(asked = batch.len(), confirmed, dropped, "cache entries re-read");
                         }
                         // The entries simply age out; the next tick tries again.
@@ -633,7 +652,16 @@ mod tests {
 
     /// The version the confirmer would read back for [`entry`].
     fn row_of(c: &CachedConnection) -> RowVersion {
-        RowVersion { id: c.id, tenant_id: "t".into(), subject: "s".into(), provider: "p".into(), xmin: c.xmin }
+        RowVersion { id: c.id, xmin: c.xmin }
+    }
+
+    /// What the confirmer asks about the entry stored under `t␟s␟p`, due or not.
+    fn asked(c: &Caches, id: Uuid) -> Vec<Due> {
+        vec![Due { id, hash: c.hash_parts("t", "s", "p") }]
+    }
+
+    fn due_ids(c: &Caches) -> Vec<Uuid> {
+        c.due_for_confirmation().iter().map(|d| d.id).collect()
     }
 
     fn healthy(max_age: Duration) -> Caches {
@@ -730,18 +758,28 @@ mod tests {
         c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.due_for_confirmation().is_empty(), "younger than half the maximum age");
         std::thread::sleep(Duration::from_millis(250));
-        assert_eq!(c.due_for_confirmation(), vec![Uuid::nil()]);
+        assert_eq!(due_ids(&c), vec![Uuid::nil()]);
         // Confirmed again and again while nobody asks: after the idle time, no longer.
         let deadline = Instant::now() + Duration::from_secs(3);
         while !c.due_for_confirmation().is_empty() {
             assert!(Instant::now() < deadline, "still re-read after 3 s without a request");
-            c.confirm(c.now_ms(), &[row_of(&entry())]);
+            c.confirm(c.now_ms(), &asked(&c, Uuid::nil()), &[row_of(&entry())]);
             std::thread::sleep(Duration::from_millis(250));
         }
         // Asked for again: due again once half its age has passed.
         assert!(c.connection("t", "s", "p").is_some());
         std::thread::sleep(Duration::from_millis(250));
-        assert_eq!(c.due_for_confirmation(), vec![Uuid::nil()]);
+        assert_eq!(due_ids(&c), vec![Uuid::nil()]);
+    }
+
+    #[test]
+    fn entries_fall_due_apart_and_all_before_three_quarters_of_the_maximum_age() {
+        let c = healthy(Duration::from_secs(4));
+        let due: Vec<u64> = (0..400).map(|_| c.due_after_ms(&Uuid::new_v4())).collect();
+        assert!(due.iter().all(|d| (2000..3000).contains(d)), "{due:?}");
+        // Spread over the whole quarter: every tenth of it is hit.
+        let tenths: std::collections::HashSet<u64> = due.iter().map(|d| (d - 2000) / 100).collect();
+        assert_eq!(tenths.len(), 10, "{tenths:?}");
     }
 
     #[test]
@@ -751,7 +789,7 @@ mod tests {
         c.store_connection(c.epoch(), "t", "s", "p", &e);
         std::thread::sleep(Duration::from_millis(60));
         let read_ms = c.now_ms();
-        assert_eq!(c.confirm(read_ms, &[row_of(&e)]), (1, 0));
+        assert_eq!(c.confirm(read_ms, &asked(&c, e.id), &[row_of(&e)]), (1, 0));
         std::thread::sleep(Duration::from_millis(60));
         assert!(c.connection("t", "s", "p").is_some(), "120 ms after the store, 60 ms after the re-read");
         std::thread::sleep(Duration::from_millis(60));
@@ -761,13 +799,15 @@ mod tests {
     #[test]
     fn a_re_read_that_finds_another_version_drops_the_entry() {
         let e = entry();
-        let changes: [fn(&mut RowVersion); 3] = [|r| r.xmin += 1, |r| r.xmin = 0, |r| r.id = Uuid::from_u128(1)];
+        // Another version; a row under another id (the entry's own row is gone); no row.
+        let changes: [fn(&mut Vec<RowVersion>); 3] =
+            [|r| r[0].xmin += 1, |r| r[0].id = Uuid::from_u128(1), |r| r.clear()];
         for (i, change) in changes.iter().enumerate() {
             let c = healthy(Duration::from_secs(5));
             c.store_connection(c.epoch(), "t", "s", "p", &e);
-            let mut row = row_of(&e);
-            change(&mut row);
-            assert_eq!(c.confirm(c.now_ms(), &[row]), (0, 1), "change {i}");
+            let mut rows = vec![row_of(&e)];
+            change(&mut rows);
+            assert_eq!(c.confirm(c.now_ms(), &asked(&c, e.id), &rows), (0, 1), "change {i}");
             assert!(c.connection("t", "s", "p").is_none(), "change {i}");
         }
     }
@@ -788,7 +828,7 @@ mod tests {
         c.store_connection(c.epoch(), "t", "s", "p", &e);
         let read_ms = c.now_ms();
         c.invalidate_connection("t\u{1f}s\u{1f}p");
-        assert_eq!(c.confirm(read_ms, &[row_of(&e)]), (0, 0));
+        assert_eq!(c.confirm(read_ms, &asked(&c, e.id), &[row_of(&e)]), (0, 0));
         assert!(c.connection("t", "s", "p").is_none());
     }
 }

@@ -49,26 +49,18 @@ pub async fn find_connection(
     .await
 }
 
-/// A row's key and current version, as re-read to confirm cached entries.
+/// A row's id and current version, as re-read to confirm cached entries.
 #[derive(Debug, Clone)]
 pub struct RowVersion {
     pub id: Uuid,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
     pub xmin: i64,
 }
 
 /// The versions of many rows at once, by id (one index scan for the whole batch).
 pub async fn row_versions(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<RowVersion>, sqlx::Error> {
-    sqlx::query_as!(
-        RowVersion,
-        r#"SELECT id, tenant_id, subject, provider, xmin::text::bigint AS "xmin!"
-           FROM connections WHERE id = ANY($1)"#,
-        ids
-    )
-    .fetch_all(db)
-    .await
+    sqlx::query_as!(RowVersion, r#"SELECT id, xmin::text::bigint AS "xmin!" FROM connections WHERE id = ANY($1)"#, ids)
+        .fetch_all(db)
+        .await
 }
 
 pub async fn find_connection_by_id(
