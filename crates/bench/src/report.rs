@@ -356,11 +356,11 @@ impl Results {
         let aw = &self.audit_writer;
         let _ = writeln!(
             o,
-            "   audit writer alone, batches of {}: insert {:.1} ms + touch {:.1} ms = {} events/s at most",
+            "   audit writer alone, batches of {}: insert {:.1} ms ({} events/s per writer at most), touch {:.1} ms",
             thousands(aw.batch as f64),
             aw.insert_median_ms,
-            aw.touch_median_ms,
-            thousands(aw.events_per_second)
+            thousands(aw.events_per_second),
+            aw.touch_median_ms
         );
         if let Some(e) = &st.first_error {
             let _ = writeln!(o, "   storm: first error: {e}");
