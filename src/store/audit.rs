@@ -63,36 +63,65 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
 }
 
 /// Writes a batch in one statement (the batched hand-out events); `at` is when each event
-/// happened, not when the batch was written.
+/// happened, not when the batch was written. The statement is a binary `COPY`: in the
+/// benchmark it cost Postgres a quarter less than `INSERT … SELECT FROM UNNEST(…)` of the
+/// same rows, and the hand-out events are the largest database cost of a cached lookup.
 pub async fn insert_events(
-    db: impl PgExecutor<'_>,
+    pool: &sqlx::PgPool,
     events: &[(time::OffsetDateTime, AuditEvent)],
 ) -> Result<(), sqlx::Error> {
-    let at: Vec<time::OffsetDateTime> = events.iter().map(|(t, _)| *t).collect();
-    let tenant: Vec<Option<String>> = events.iter().map(|(_, e)| e.tenant_id.clone()).collect();
-    let subject: Vec<Option<String>> = events.iter().map(|(_, e)| e.subject.clone()).collect();
-    let provider: Vec<Option<String>> = events.iter().map(|(_, e)| e.provider.clone()).collect();
-    let kind: Vec<String> = events.iter().map(|(_, e)| e.kind.to_owned()).collect();
-    let elicitation: Vec<Option<Uuid>> = events.iter().map(|(_, e)| e.elicitation_id).collect();
-    let connection: Vec<Option<Uuid>> = events.iter().map(|(_, e)| e.connection_id).collect();
-    let api_key: Vec<Option<String>> = events.iter().map(|(_, e)| e.api_key_id.clone()).collect();
-    let detail: Vec<serde_json::Value> = events.iter().map(|(_, e)| e.detail.clone()).collect();
-    sqlx::query!(
-        r#"INSERT INTO audit_events (at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail)
-           SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::uuid[],
-                                $7::uuid[], $8::text[], $9::jsonb[])"#,
-        &at,
-        &tenant as &[Option<String>],
-        &subject as &[Option<String>],
-        &provider as &[Option<String>],
-        &kind,
-        &elicitation as &[Option<Uuid>],
-        &connection as &[Option<Uuid>],
-        &api_key as &[Option<String>],
-        &detail
-    )
-    .execute(db)
-    .await?;
+    let data = copy_rows(events)?;
+    let mut conn = pool.acquire().await?;
+    let mut copy = conn
+        .copy_in_raw(
+            "COPY audit_events (at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail)
+             FROM STDIN (FORMAT binary)",
+        )
+        .await?;
+    copy.send(data).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+/// The rows in PostgreSQL's binary `COPY` format: a header, per row the field count and each
+/// field as its length and its bytes (-1 for NULL), a trailer. Each value's bytes are
+/// sqlx's own encoding of it for a bound parameter, which is what that format carries.
+fn copy_rows(events: &[(time::OffsetDateTime, AuditEvent)]) -> Result<Vec<u8>, sqlx::Error> {
+    const FIELDS: i16 = 9;
+    let mut out = Vec::with_capacity(19 + events.len() * 192);
+    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    out.extend_from_slice(&0i32.to_be_bytes()); // flags: no OIDs
+    out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
+    let mut value = sqlx::postgres::PgArgumentBuffer::default();
+    for (at, e) in events {
+        out.extend_from_slice(&FIELDS.to_be_bytes());
+        copy_field(&mut out, &mut value, at)?;
+        copy_field(&mut out, &mut value, &e.tenant_id)?;
+        copy_field(&mut out, &mut value, &e.subject)?;
+        copy_field(&mut out, &mut value, &e.provider)?;
+        copy_field(&mut out, &mut value, &e.kind)?;
+        copy_field(&mut out, &mut value, &e.elicitation_id)?;
+        copy_field(&mut out, &mut value, &e.connection_id)?;
+        copy_field(&mut out, &mut value, &e.api_key_id)?;
+        copy_field(&mut out, &mut value, &e.detail)?;
+    }
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    Ok(out)
+}
+
+fn copy_field<'q, T: sqlx::Encode<'q, sqlx::Postgres>>(
+    out: &mut Vec<u8>,
+    value: &mut sqlx::postgres::PgArgumentBuffer,
+    v: &T,
+) -> Result<(), sqlx::Error> {
+    value.clear();
+    if let sqlx::encode::IsNull::Yes = v.encode_by_ref(value).map_err(sqlx::Error::Encode)? {
+        out.extend_from_slice(&(-1i32).to_be_bytes());
+        return Ok(());
+    }
+    let len = i32::try_from(value.len()).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(value);
     Ok(())
 }
 

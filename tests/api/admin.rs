@@ -276,3 +276,58 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     let all: Vec<String> = sqlx::query_scalar("SELECT a::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));
 }
+
+/// The hand-out writer's batch statement (a binary COPY) stores every field as given:
+/// NULLs, text that a text format would have to escape, microseconds, ids, the detail.
+#[tokio::test]
+async fn a_batch_of_audit_events_is_stored_field_for_field() {
+    use mcp_connect::store::audit::{AuditEvent, insert_events};
+    let app = spawn_app().await;
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(1_796_000_000_123_456_000).unwrap();
+    let mut full = AuditEvent::new("token_handed_out");
+    full.tenant_id = Some("acme".to_owned());
+    full.subject = Some("a\tb\\c\nd\"e',f\u{e9}\u{1f600}".to_owned());
+    full.provider = Some("testp".to_owned());
+    full.elicitation_id = Some(uuid::Uuid::new_v4());
+    full.connection_id = Some(uuid::Uuid::new_v4());
+    full.api_key_id = Some("0123456789abcdef".to_owned());
+    full.detail = json!({"n": 1, "s": "x\\y\"z"});
+    let bare = AuditEvent::new("cleanup");
+    insert_events(&app.pool, &[(at, full.clone()), (at + time::Duration::microseconds(1), bare)]).await.unwrap();
+
+    type Row = (
+        time::OffsetDateTime,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        String,
+        Option<uuid::Uuid>,
+        Option<uuid::Uuid>,
+        Option<String>,
+        serde_json::Value,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail
+         FROM audit_events WHERE kind IN ('token_handed_out', 'cleanup') ORDER BY at",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                at,
+                full.tenant_id,
+                full.subject,
+                full.provider,
+                "token_handed_out".to_owned(),
+                full.elicitation_id,
+                full.connection_id,
+                full.api_key_id,
+                full.detail
+            ),
+            (at + time::Duration::microseconds(1), None, None, None, "cleanup".to_owned(), None, None, None, json!({})),
+        ]
+    );
+}
