@@ -387,9 +387,15 @@ pub async fn store_resealed(
 /// within the last minute is not written again (a hot connection costs one write a minute).
 /// Ids of connections deleted meanwhile are skipped.
 pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    // Rows marked within the last minute (by any instance) are left out before the insert:
+    // an upsert that then changes nothing still locks the row it conflicts with, and a new
+    // instance, or every instance of several, would otherwise lock each row in use once a
+    // minute for nothing.
     sqlx::query!(
         r#"INSERT INTO connection_usage (connection_id, last_used_at)
-           SELECT id, now() FROM connections WHERE id = ANY($1)
+           SELECT c.id, now() FROM connections c
+           LEFT JOIN connection_usage u ON u.connection_id = c.id
+           WHERE c.id = ANY($1) AND (u.last_used_at IS NULL OR u.last_used_at < now() - interval '60 seconds')
            ON CONFLICT (connection_id) DO UPDATE SET last_used_at = EXCLUDED.last_used_at
            WHERE connection_usage.last_used_at < EXCLUDED.last_used_at - interval '60 seconds'"#,
         ids

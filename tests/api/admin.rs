@@ -331,3 +331,36 @@ async fn a_batch_of_audit_events_is_stored_field_for_field() {
         ]
     );
 }
+
+/// Marking connections used writes a row only when the last mark is over a minute old (by
+/// any instance), and never for an id that is not a connection.
+#[tokio::test]
+async fn last_use_is_marked_at_most_once_a_minute() {
+    use mcp_connect::store::connections::touch_connections;
+    let app = spawn_app().await;
+    let (fresh, _, _) = app.insert_provider_grant("alice", "octo-alice", None).await;
+    let (recent, _, _) = app.insert_provider_grant("bob", "octo-bob", None).await;
+    let (stale, _, _) = app.insert_provider_grant("carol", "octo-carol", None).await;
+    let [fresh, recent, stale] = [fresh, recent, stale].map(|c| c.as_uuid());
+    for (id, ago) in [(recent, 10), (stale, 120)] {
+        sqlx::query("INSERT INTO connection_usage VALUES ($1, now() - make_interval(secs => $2))")
+            .bind(id)
+            .bind(f64::from(ago))
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    let marked = |id: uuid::Uuid| {
+        sqlx::query_scalar::<_, f64>(
+            "SELECT extract(epoch FROM now() - last_used_at)::float8 FROM connection_usage WHERE connection_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&app.pool)
+    };
+    touch_connections(&app.pool, &[fresh, recent, stale, uuid::Uuid::new_v4()]).await.unwrap();
+    assert!(marked(fresh).await.unwrap().unwrap() < 5.0, "a first use is marked");
+    assert!(marked(recent).await.unwrap().unwrap() >= 10.0, "a mark from 10 s ago is kept");
+    assert!(marked(stale).await.unwrap().unwrap() < 5.0, "a mark from 2 minutes ago is renewed");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM connection_usage").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(rows, 3, "an unknown id is not marked");
+}
