@@ -131,8 +131,8 @@ impl Application {
         let per_worker = config.database_max_connections.div_ceil(workers as u32).max(2);
         let lookups_per_worker = per_worker / 2;
         let pool_per_worker = per_worker - lookups_per_worker;
-        let connect_options: sqlx::postgres::PgConnectOptions =
-            config.database_url.expose_secret().parse().map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
+        let connect_options = store::connect_options(config.database_url.expose_secret())
+            .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),

@@ -23,9 +23,16 @@ fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
         .acquire_timeout(std::time::Duration::from_secs(5))
 }
 
+/// The options in `url`, with `application_name` "mcp-connect" unless the URL names one:
+/// operators see the service's sessions as such in `pg_stat_activity`.
+pub fn connect_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sqlx::Error> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    Ok(if options.get_application_name().is_some() { options } else { options.application_name("mcp-connect") })
+}
+
 /// Connects a pool (one connection made now, to fail early).
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    pool_options(max_connections).connect(url).await
+    pool_options(max_connections).connect_with(connect_options(url)?).await
 }
 
 /// A pool that connects on first use, from the runtime that uses it: an HTTP worker's
@@ -46,4 +53,15 @@ pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
     let applied: Option<i64> =
         sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await?;
     Ok(applied.unwrap_or(0) >= latest)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sessions_are_named_mcp_connect_unless_the_url_names_them() {
+        let named = |url: &str| super::connect_options(url).map(|o| o.get_application_name().map(str::to_owned));
+        assert_eq!(named("postgres://u@127.0.0.1/db").ok().flatten().as_deref(), Some("mcp-connect"));
+        assert_eq!(named("postgres://u@127.0.0.1/db?application_name=ops").ok().flatten().as_deref(), Some("ops"));
+        assert!(named("not a url").is_err());
+    }
 }

@@ -173,8 +173,8 @@ pub async fn connection_version(pool: &PgPool, id: uuid::Uuid) -> anyhow::Result
 
 /// Index scans of the (tenant_id, subject, provider) index: the service's lookups that
 /// reached the database. A busy backend publishes its counters about once a second, and
-/// the last second's only 10 s after it went idle (PostgreSQL's PGSTAT_IDLE_INTERVAL),
-/// so call [`settle_stats`] after a phase before reading.
+/// the last second's only 10 s after it went idle (PostgreSQL's PGSTAT_IDLE_INTERVAL) or
+/// when it exits: read after [`wait_for_service_sessions_to_end`].
 pub async fn lookup_index_scans(pool: &PgPool) -> anyhow::Result<Option<i64>> {
     index_counter(pool, "idx_scan", "connections_tenant_id_subject_provider_key").await
 }
@@ -198,8 +198,31 @@ pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
 }
 
-pub async fn settle_stats() {
-    tokio::time::sleep(Duration::from_millis(11_000)).await;
+/// Waits until no session of the service (`application_name` mcp-connect, the service's
+/// default) is left on the bench database: an ending backend publishes its counters.
+pub async fn wait_for_service_sessions_to_end(pool: &PgPool) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'mcp-connect'",
+        )
+        .fetch_one(pool)
+        .await?;
+        if left == 0 {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{left} service sessions still open 15 s after the service was stopped");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `url` with `application_name` set, so that the bench's own sessions are told apart.
+pub fn with_application_name(url: &str, name: &str) -> anyhow::Result<String> {
+    let mut u = url::Url::parse(url).context("not a URL")?;
+    u.query_pairs_mut().append_pair("application_name", name);
+    Ok(u.to_string())
 }
 
 pub async fn server_version(pool: &PgPool) -> anyhow::Result<String> {

@@ -201,14 +201,27 @@ impl Phase<'_> {
             eprintln!("--- {} (tail) ---\n{}", svc.log_path().display(), svc.log_tail(20).await);
         }
         svc.stop().await;
-        result.map(|mut r| {
-            r.service_warnings = warnings.len();
-            r.first_service_warning = warnings.into_iter().next();
-            r
-        })
+        let (mut run, counters) = result?;
+        run.service_warnings = warnings.len();
+        run.first_service_warning = warnings.into_iter().next();
+        if cache_enabled {
+            // A backend publishes its last counters when it exits (an idle one only 10 s
+            // later): with the service's sessions gone, its lookups and re-reads are all in.
+            progress(self.started, &format!("{name}: waiting for the service's database sessions to end"));
+            db::wait_for_service_sessions_to_end(self.pool).await?;
+            let scans = db::lookup_index_scans(self.pool).await?;
+            let earlier = (run.warmup.requests + counters.first_requests) as i64;
+            let measured = run.saturating.requests + run.half_rate.requests;
+            run.db_lookups = counters.scans_at_start.zip(scans).map(|(a, b)| (b - a - earlier).max(0));
+            run.cache_hit_rate =
+                run.db_lookups.filter(|_| measured > 0).map(|d| 1.0 - (d as f64 / measured as f64).min(1.0));
+            run.confirmed_rows = counters.by_id_at_start.zip(db::rows_read_by_id(self.pool).await?).map(|(a, b)| b - a);
+            run.confirmed_seconds = counters.measured_seconds;
+        }
+        Ok(run)
     }
 
-    async fn measure(&self, svc: &Service, cache_enabled: bool) -> anyhow::Result<LookupRun> {
+    async fn measure(&self, svc: &Service, cache_enabled: bool) -> anyhow::Result<(LookupRun, Counters)> {
         let target = Target { addr: svc.addr, api_key: self.api_key.to_owned() };
         let (keys, conns, threads, duration) = (self.keys, self.conns(), self.threads(), self.duration());
         let memory_after_start = svc.memory()?;
@@ -246,44 +259,30 @@ impl Phase<'_> {
             first.requests + warmup.requests + saturating.requests - first.errors - warmup.errors - saturating.errors;
         let audit_backlog = answered as i64 - (db::handout_events(self.pool).await? - handouts_at_start);
 
-        let (mut db_lookups, mut cache_hit_rate, mut confirmed_rows) = (None, None, None);
-        let mut confirmed_seconds = 0.0;
-        if cache_enabled {
-            // Every request of the sweep and the first one missed the cache (each key once);
-            // the rest of the scans are the saturating phase's misses.
-            progress(self.started, &format!("{}: waiting for Postgres to publish its counters", svc.name));
-            db::settle_stats().await;
-            let scans = db::lookup_index_scans(self.pool).await?;
-            let earlier = (warmup.requests + first.requests) as i64;
-            db_lookups = scans_at_start.zip(scans).map(|(a, b)| (b - a - earlier).max(0));
-            cache_hit_rate = db_lookups
-                .filter(|_| saturating.requests > 0)
-                .map(|d| 1.0 - (d as f64 / saturating.requests as f64).min(1.0));
-            confirmed_rows = by_id_at_start.zip(db::rows_read_by_id(self.pool).await?).map(|(a, b)| b - a);
-            confirmed_seconds = stats_from.elapsed().as_secs_f64();
-        }
-
         let rate = (saturating.rps / 2.0).max(1.0);
         progress(self.started, &format!("{}: open loop at {:.0} req/s, {} s", svc.name, rate, duration.as_secs()));
-        if cache_enabled {
-            // The wait above let the cache age out: refill it at the same rate, unmeasured.
-            let t = target.clone();
-            self.load(move || load::open_loop(&t, keys, conns, threads, Duration::from_secs(5), rate)).await?;
-        }
         let cpu1 = CpuSnapshot::take(&[svc.pid]);
         let t = target.clone();
         let half_rate = self.load(move || load::open_loop(&t, keys, conns, threads, duration, rate)).await?;
         let cpu_half_rate = cpu1.share_until(&CpuSnapshot::take(&[svc.pid]));
         let memory_after_run = svc.memory()?;
-        Ok(LookupRun {
+        // Every request of the sweep and the first one missed the cache (each key once);
+        // the rest of the lookup scans are misses of the two measured phases.
+        let counters = Counters {
+            scans_at_start,
+            by_id_at_start,
+            first_requests: first.requests,
+            measured_seconds: stats_from.elapsed().as_secs_f64(),
+        };
+        let run = LookupRun {
             cache_enabled,
             warmup,
             saturating,
             half_rate,
-            db_lookups,
-            cache_hit_rate,
-            confirmed_rows,
-            confirmed_seconds,
+            db_lookups: None,
+            cache_hit_rate: None,
+            confirmed_rows: None,
+            confirmed_seconds: 0.0,
             cpu_saturating,
             cpu_half_rate,
             memory_after_start,
@@ -293,8 +292,18 @@ impl Phase<'_> {
             audit_backlog,
             service_warnings: 0,
             first_service_warning: None,
-        })
+        };
+        Ok((run, counters))
     }
+}
+
+/// Postgres's counters when a lookup run began, read again once the service is gone.
+struct Counters {
+    scans_at_start: Option<i64>,
+    by_id_at_start: Option<i64>,
+    first_requests: u64,
+    /// From the first counter reading to the end of the half-rate phase.
+    measured_seconds: f64,
 }
 
 async fn run(
@@ -309,7 +318,8 @@ async fn run(
     let providers = db::provider_names(keys.providers);
     let vault_keys = Keyring::generate_entry("bench");
     let vault = Vault::new(Keyring::parse(&vault_keys)?);
-    let pool = mcp_connect::store::connect(&db.url, 4).await?;
+    // Named apart from the service's sessions, which the bench waits to see end.
+    let pool = mcp_connect::store::connect(&db::with_application_name(&db.url, "mcp-connect-bench")?, 4).await?;
     db::prepare(&pool, &providers).await?;
     let (idp, provider) = start_providers(&providers).await?;
 

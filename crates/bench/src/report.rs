@@ -316,7 +316,7 @@ impl Results {
                     o,
                     "   {name}: {} of {} lookups reached Postgres (cache hit rate {:.1} %)",
                     thousands(db as f64),
-                    thousands(sat.requests as f64),
+                    thousands((sat.requests + run.half_rate.requests) as f64),
                     hit * 100.0
                 );
             }
