@@ -23,11 +23,14 @@ fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
         .acquire_timeout(std::time::Duration::from_secs(5))
 }
 
-/// The options in `url`, with `application_name` "mcp-connect" unless the URL names one:
-/// operators see the service's sessions as such in `pg_stat_activity`.
+/// The `application_name` of the service's database sessions unless the URL names one.
+pub const APPLICATION_NAME: &str = "mcp-connect";
+
+/// The options in `url`, with `application_name` [`APPLICATION_NAME`] unless the URL names
+/// one: operators see the service's sessions as such in `pg_stat_activity`.
 pub fn connect_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sqlx::Error> {
     let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-    Ok(if options.get_application_name().is_some() { options } else { options.application_name("mcp-connect") })
+    Ok(if options.get_application_name().is_some() { options } else { options.application_name(APPLICATION_NAME) })
 }
 
 /// Connects a pool (one connection made now, to fail early).

@@ -198,14 +198,16 @@ pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
 }
 
-/// Waits until no session of the service (`application_name` mcp-connect, the service's
-/// default) is left on the bench database: an ending backend publishes its counters.
+/// Waits until no session of the service (named by the service's default
+/// `application_name`) is left on the bench database: an ending backend publishes its
+/// counters.
 pub async fn wait_for_service_sessions_to_end(pool: &PgPool) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'mcp-connect'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
         )
+        .bind(mcp_connect::store::APPLICATION_NAME)
         .fetch_one(pool)
         .await?;
         if left == 0 {
