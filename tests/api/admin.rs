@@ -364,3 +364,40 @@ async fn last_use_is_marked_at_most_once_a_minute() {
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM connection_usage").fetch_one(&app.pool).await.unwrap();
     assert_eq!(rows, 3, "an unknown id is not marked");
 }
+
+/// A batch larger than one chunk goes out as several messages with a pause between each
+/// two (the writer's pacing), and still arrives whole: every row once, each field its own.
+#[tokio::test]
+async fn a_paced_batch_is_stored_whole_across_its_chunks() {
+    use mcp_connect::store::audit::{AuditEvent, COPY_CHUNK, insert_events_paced};
+    let app = spawn_app().await;
+    let n = 2 * COPY_CHUNK + 3;
+    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_000).unwrap();
+    let events: Vec<_> = (0..n)
+        .map(|i| {
+            let mut e = AuditEvent::new("token_handed_out");
+            e.tenant_id = Some("acme".to_owned());
+            e.subject = Some(format!("paced{i:04}"));
+            e.detail = json!({ "i": i });
+            (at + time::Duration::microseconds(i as i64), e)
+        })
+        .collect();
+    let mut pauses = 0;
+    insert_events_paced(&app.pool, &events, || {
+        pauses += 1;
+        std::future::ready(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(pauses, 2, "three chunks, two pauses");
+
+    let rows: Vec<(time::OffsetDateTime, String, serde_json::Value)> =
+        sqlx::query_as("SELECT at, subject, detail FROM audit_events WHERE subject LIKE 'paced%' ORDER BY subject")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    let expected: Vec<_> = (0..n)
+        .map(|i| (at + time::Duration::microseconds(i as i64), format!("paced{i:04}"), json!({ "i": i })))
+        .collect();
+    assert_eq!(rows, expected);
+}
