@@ -6,8 +6,10 @@ use crate::config::LogFormat;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Lines wait at most this long before they are written.
 const EVERY: Duration = Duration::from_millis(100);
@@ -73,16 +75,30 @@ impl Drop for LogGuard {
     }
 }
 
+/// The level filter: `MCP_CONNECT_LOG` as a list of `target=level` and a default `level`
+/// (`info,sqlx=warn` when unset), e.g. `warn,mcp_connect=debug`. A list that does not parse
+/// is reported on stderr and the default is used.
+pub fn filter(var: Option<&str>) -> Targets {
+    let default = || Targets::new().with_default(LevelFilter::INFO).with_target("sqlx", LevelFilter::WARN);
+    match var {
+        None => default(),
+        Some(s) => s.parse().unwrap_or_else(|e| {
+            eprintln!("mcp-connect: MCP_CONNECT_LOG {s:?} is not a list of target=level ({e}); using info,sqlx=warn");
+            default()
+        }),
+    }
+}
+
 pub fn init(format: LogFormat) -> LogGuard {
-    let filter = EnvFilter::try_from_env("MCP_CONNECT_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter = filter(std::env::var("MCP_CONNECT_LOG").ok().as_deref());
     let batched = Batched::default();
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(batched.clone());
+    let builder = tracing_subscriber::fmt().with_max_level(LevelFilter::TRACE).with_writer(batched.clone());
     // A second init (tests, `dev`) keeps the first subscriber.
     let first = match format {
         // The current span (the request: id, method, path) is on every line; the list of
         // enclosing spans would repeat it at about a tenth of the cost of a request.
-        LogFormat::Json => builder.json().with_span_list(false).try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().with_span_list(false).finish().with(filter).try_init(),
+        LogFormat::Text => builder.finish().with(filter).try_init(),
     };
     if first.is_err() {
         return LogGuard(None);
@@ -95,4 +111,29 @@ pub fn init(format: LogFormat) -> LogGuard {
         }
     });
     LogGuard(Some(batched))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn the_level_filter_defaults_to_info_with_quiet_sqlx_and_takes_a_target_list() {
+        let default = filter(None);
+        assert!(default.would_enable("mcp_connect::http", &Level::INFO));
+        assert!(!default.would_enable("mcp_connect::http", &Level::DEBUG));
+        assert!(!default.would_enable("sqlx::query", &Level::INFO));
+        assert!(default.would_enable("sqlx::query", &Level::WARN));
+
+        let listed = filter(Some("warn,mcp_connect::cache=debug"));
+        assert!(listed.would_enable("mcp_connect::cache", &Level::DEBUG));
+        assert!(!listed.would_enable("mcp_connect::http", &Level::INFO));
+        assert!(listed.would_enable("mcp_connect::http", &Level::WARN));
+
+        // Not a filter: the default, not "everything" or "nothing".
+        let bad = filter(Some("mcp_connect=loud"));
+        assert!(bad.would_enable("mcp_connect::http", &Level::INFO));
+        assert!(!bad.would_enable("sqlx::query", &Level::INFO));
+    }
 }

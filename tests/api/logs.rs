@@ -33,7 +33,7 @@ async fn a_whole_flow_logs_no_secret() {
     let buf = Arc::new(Mutex::new(Vec::new()));
     let writer = Capture(buf.clone());
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+        .with_max_level(tracing::Level::DEBUG)
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();

@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     database_url: String,
     /// Seconds of each measured phase (pgbench, saturating and half-rate loads).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=120))]
     seconds: u64,
     /// Concurrent clients (pgbench clients, load generator connections).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=512))]
