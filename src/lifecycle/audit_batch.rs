@@ -4,7 +4,9 @@
 //! full batches only (so one batch is written while the next is committed, and at lower
 //! rates the two never keep both cores busy at once). Appending wakes nobody below
 //! that (a wake-up per request would cost a thread switch per request). A full queue
-//! (10,000) makes the caller wait: events are never dropped.
+//! (10,000) makes the caller wait: events are never dropped. While the writers keep up, a
+//! batch goes to Postgres 64 rows at a time with a pause between, so that its backend never
+//! holds a core for long (`store::audit::insert_events_paced`).
 //! Marking connections used (`last_used_at`, to the minute) is a second task's job, so that
 //! those row updates never hold up the events (or, through a full queue, the lookups).
 
