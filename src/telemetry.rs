@@ -76,11 +76,11 @@ impl Drop for LogGuard {
 }
 
 /// The level filter: `MCP_CONNECT_LOG` as a list of `target=level` and a default `level`
-/// (`info,sqlx=warn` when unset), e.g. `warn,mcp_connect=debug`. A list that does not parse
-/// is reported on stderr and the default is used.
+/// (`info,sqlx=warn` when unset or empty), e.g. `warn,mcp_connect=debug`. A list that does
+/// not parse is reported on stderr and the default is used.
 pub fn filter(var: Option<&str>) -> Targets {
     let default = || Targets::new().with_default(LevelFilter::INFO).with_target("sqlx", LevelFilter::WARN);
-    match var {
+    match var.filter(|s| !s.trim().is_empty()) {
         None => default(),
         Some(s) => s.parse().unwrap_or_else(|e| {
             eprintln!("mcp-connect: MCP_CONNECT_LOG {s:?} is not a list of target=level ({e}); using info,sqlx=warn");
@@ -130,6 +130,11 @@ mod tests {
         assert!(listed.would_enable("mcp_connect::cache", &Level::DEBUG));
         assert!(!listed.would_enable("mcp_connect::http", &Level::INFO));
         assert!(listed.would_enable("mcp_connect::http", &Level::WARN));
+
+        // Empty: the default, not "nothing".
+        let empty = filter(Some(" "));
+        assert!(empty.would_enable("mcp_connect::http", &Level::INFO));
+        assert!(!empty.would_enable("sqlx::query", &Level::INFO));
 
         // Not a filter: the default, not "everything" or "nothing".
         let bad = filter(Some("mcp_connect=loud"));
