@@ -83,8 +83,9 @@ pub fn filter(var: Option<&str>) -> Targets {
     match var.filter(|s| !s.trim().is_empty()) {
         None => default(),
         Some(s) => s.parse().unwrap_or_else(|e| {
-            eprintln!("mcp-connect: MCP_CONNECT_LOG {s:?} is not a list of target=level ({e}); using info,sqlx=warn");
-            default()
+            let d = default();
+            eprintln!("mcp-connect: MCP_CONNECT_LOG {s:?} is not a list of target=level ({e}); using {d}");
+            d
         }),
     }
 }
@@ -92,6 +93,7 @@ pub fn filter(var: Option<&str>) -> Targets {
 pub fn init(format: LogFormat) -> LogGuard {
     let filter = filter(std::env::var("MCP_CONNECT_LOG").ok().as_deref());
     let batched = Batched::default();
+    // The builder's own level (INFO unless set) would cut below the filter: `filter` decides.
     let builder = tracing_subscriber::fmt().with_max_level(LevelFilter::TRACE).with_writer(batched.clone());
     // A second init (tests, `dev`) keeps the first subscriber.
     let first = match format {
