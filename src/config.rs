@@ -421,7 +421,7 @@ fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, Co
         err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
     })?;
     let issuer =
-        urls::endpoint(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
+        urls::Issuer::parse(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
     let client_id = env(&env_key("IDP_CLIENT_ID"))
         .or(raw.client_id)
         .ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
@@ -480,7 +480,10 @@ fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) -> Result<P
     let token_url = url_field("token_url", p.token_url, t.token_url)?;
     let userinfo_url = url_field("userinfo_url", p.userinfo_url, t.userinfo_url)?;
     let revocation_url = url_field("revocation_url", p.revocation_url, t.revocation_url)?;
-    let issuer = url_field("issuer", p.issuer, t.issuer)?;
+    let issuer = match p.issuer.as_deref().or(t.issuer) {
+        None => None,
+        Some(s) => Some(urls::Issuer::parse(s, allow).map_err(|e| err(f("issuer"), format!("{s:?} {e}")))?),
+    };
 
     if p.template == ProviderKind::Oidc {
         if issuer.is_none() {

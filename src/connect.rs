@@ -288,6 +288,12 @@ pub enum CallbackRefusal {
     Exchange(FlowError),
     #[error("the provider's account endpoint failed")]
     Account,
+    #[error("another link of this subject connected this provider at the same moment")]
+    ConnectedConcurrently,
+    #[error("the user endpoint's subject is not the ID token's: {0}")]
+    UserinfoSubject(&'static str),
+    #[error("{refusal} (the new grant was revoked at the provider: {provider_revocation})")]
+    GrantRefused { refusal: Box<CallbackRefusal>, provider_revocation: String },
     #[error("the grant is for another upstream account than the one already connected")]
     AccountMismatch,
     #[error("provider configuration could not be resolved: {0}")]
@@ -301,6 +307,22 @@ pub enum CallbackRefusal {
 }
 
 impl CallbackRefusal {
+    /// The refusal itself, without the note that its grant was revoked.
+    pub fn into_inner(self) -> CallbackRefusal {
+        match self {
+            CallbackRefusal::GrantRefused { refusal, .. } => refusal.into_inner(),
+            other => other,
+        }
+    }
+
+    /// What the provider said when the grant of a refused exchange was revoked there.
+    pub fn provider_revocation(&self) -> Option<&str> {
+        match self {
+            CallbackRefusal::GrantRefused { provider_revocation, .. } => Some(provider_revocation),
+            _ => None,
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             CallbackRefusal::MissingState => "missing_state",
@@ -316,6 +338,9 @@ impl CallbackRefusal {
             CallbackRefusal::MissingCode => "missing_code",
             CallbackRefusal::Exchange(e) => e.reason(),
             CallbackRefusal::Account => "account_lookup_failed",
+            CallbackRefusal::UserinfoSubject(_) => "userinfo_subject_mismatch",
+            CallbackRefusal::ConnectedConcurrently => "connected_concurrently",
+            CallbackRefusal::GrantRefused { refusal, .. } => refusal.code(),
             CallbackRefusal::AccountMismatch => "account_mismatch",
             CallbackRefusal::Resolve(_) => "provider_unavailable",
             CallbackRefusal::ProviderDisabled => "provider_disabled",
@@ -367,7 +392,10 @@ pub async fn complete(
         ev.subject = Some(st.subject.clone());
         ev.provider = Some(st.provider.clone());
         ev.elicitation_id = Some(st.elicitation_id);
-        ev.detail = serde_json::json!({ "reason": refusal.code() });
+        ev.detail = match refusal.provider_revocation() {
+            Some(r) => serde_json::json!({ "reason": refusal.code(), "provider_revocation": r }),
+            None => serde_json::json!({ "reason": refusal.code() }),
+        };
         if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
             tracing::error!(error = %e, "could not write audit event");
         }
@@ -464,28 +492,48 @@ async fn complete_consumed(
     let tokens = flow::exchange_code(&server, &state.outbound, &expected_redirect, code, &secret.verifier)
         .await
         .map_err(CallbackRefusal::Exchange)?;
-    let mut id_subject = None;
-    if let Some(nonce) = &secret.nonce {
-        let raw =
-            tokens.id_token.as_ref().ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
-        let v = flow::verify_id_token(&server, raw, nonce).map_err(CallbackRefusal::Exchange)?;
-        id_subject = Some(v.subject);
+    let exchanged = Exchanged { tenant, provider, server, tokens, nonce: secret.nonce };
+    match attach(state, tx, &e, &exchanged, now).await {
+        Ok(account) => Ok(CallbackOutcome::Connected { tenant_name, account }),
+        Err(refusal) => {
+            // Invariant 11: the provider has just issued a grant that we will not keep
+            // (account mismatch, failed lookup or ID token, or a failed commit): end it there.
+            let result =
+                flow::revoke_tokens(&exchanged.server, &state.outbound, &flow::revocation_order(&exchanged.tokens))
+                    .await;
+            Err(CallbackRefusal::GrantRefused { refusal: Box::new(refusal), provider_revocation: result })
+        }
     }
-    let account = fetch_account(state, &server, &provider, &tokens.access_token).await?;
-    let (account_id, account_login) = match account {
-        Some((id, login)) => (Some(id), login),
-        None => (id_subject, None),
-    };
+}
 
+/// What a successful code exchange produced, before any of it is kept.
+struct Exchanged {
+    tenant: TenantId,
+    provider: Arc<Provider>,
+    server: Arc<AuthServer>,
+    tokens: flow::TokenSet,
+    nonce: Option<String>,
+}
+
+/// Checks the exchanged grant (ID token, account, pinning) and stores it under the
+/// elicitation lock held by `tx`. Returns the upstream login for the result page.
+async fn attach(
+    state: &AppState,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    e: &ElicitationRow,
+    x: &Exchanged,
+    now: OffsetDateTime,
+) -> Result<Option<String>, CallbackRefusal> {
+    let (account_id, account_login) = verified_account(state, x).await?;
     let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
     if let Some(old) = &existing
         && old.status != "revoked"
         && let (Some(old_account), Some(new_account)) = (&old.account_id, &account_id)
         && old_account != new_account
-        && !provider.allow_account_change
+        && !x.provider.allow_account_change
     {
         drop(tx);
-        let mut ev = AuditEvent::for_elicitation("account_mismatch", &e);
+        let mut ev = AuditEvent::for_elicitation("account_mismatch", e);
         ev.connection_id = Some(old.id);
         store::audit::insert_event(&state.pool, &ev).await?;
         return Err(CallbackRefusal::AccountMismatch);
@@ -493,7 +541,9 @@ async fn complete_consumed(
 
     let connection = existing.as_ref().map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
     let subject = Subject::parse(&e.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    let row = RowBinding { tenant: &tenant, subject: &subject, provider: path_provider, connection };
+    let path_provider = &x.provider.id;
+    let row = RowBinding { tenant: &x.tenant, subject: &subject, provider: path_provider, connection };
+    let tokens = &x.tokens;
     let access_ct = state.vault.seal(&row, Field::AccessToken, &tokens.access_token)?;
     let refresh_ct =
         tokens.refresh_token.as_ref().map(|t| state.vault.seal(&row, Field::RefreshToken, t)).transpose()?;
@@ -521,7 +571,7 @@ async fn complete_consumed(
             .await?;
         }
         None => {
-            store::connections::insert_connection(
+            let inserted = store::connections::insert_connection(
                 &mut *tx,
                 &store::connections::NewConnection {
                     id: connection.as_uuid(),
@@ -535,10 +585,15 @@ async fn complete_consumed(
                 },
             )
             .await?;
+            if !inserted {
+                // Another link of this subject and provider completed while this exchange
+                // ran: that grant is kept, this one is revoked by the caller.
+                return Err(CallbackRefusal::ConnectedConcurrently);
+            }
         }
     }
     store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
-    let mut ev = AuditEvent::for_elicitation("connect_completed", &e);
+    let mut ev = AuditEvent::for_elicitation("connect_completed", e);
     ev.connection_id = Some(connection.as_uuid());
     ev.detail = serde_json::json!({
         "account_id": account_id,
@@ -548,7 +603,35 @@ async fn complete_consumed(
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
-    Ok(CallbackOutcome::Connected { tenant_name, account: account_login })
+    Ok(account_login)
+}
+
+/// The upstream account of an exchanged grant: the ID token verified where the flow is
+/// OIDC, and the user endpoint's answer, whose `sub` must then be the ID token's
+/// (OIDC Core §5.3.2).
+async fn verified_account(
+    state: &AppState,
+    x: &Exchanged,
+) -> Result<(Option<String>, Option<String>), CallbackRefusal> {
+    let mut id_subject = None;
+    if let Some(nonce) = &x.nonce {
+        let raw = x
+            .tokens
+            .id_token
+            .as_ref()
+            .ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
+        let v = flow::verify_id_token(&x.server, raw, nonce).map_err(CallbackRefusal::Exchange)?;
+        id_subject = Some(v.subject);
+    }
+    let Some(info) = fetch_userinfo(state, &x.server, &x.tokens.access_token).await? else {
+        return Ok((id_subject, None));
+    };
+    if let Some(id_sub) = &id_subject {
+        flow::check_userinfo_subject(id_sub, &info).map_err(CallbackRefusal::UserinfoSubject)?;
+    }
+    let id = flow::json_field(&info, &x.provider.account_id_field).ok_or(CallbackRefusal::Account)?;
+    let login = flow::json_field(&info, &x.provider.account_login_field);
+    Ok((Some(id), login))
 }
 
 /// Scopes as granted: the token response's `scope` when present (RFC 6749 §5.1), else
@@ -559,21 +642,17 @@ fn granted_scopes(response_scope: Option<&str>, asked: &[String]) -> Vec<String>
     Scopes::parse(&parts).map(|s| s.as_slice().to_vec()).unwrap_or_else(|_| asked.to_vec())
 }
 
-/// The upstream account (id, login) from the provider's user endpoint, for display and
-/// pinning. `None` when the provider has no user endpoint.
-async fn fetch_account(
+/// The provider's user endpoint answer, or `None` when it has none.
+async fn fetch_userinfo(
     state: &AppState,
     server: &AuthServer,
-    provider: &Provider,
     access_token: &SecretString,
-) -> Result<Option<(String, Option<String>)>, CallbackRefusal> {
+) -> Result<Option<serde_json::Value>, CallbackRefusal> {
     let Some(url) = &server.userinfo_url else { return Ok(None) };
     let v = state
         .outbound
         .get_json(url, Some(secrecy::ExposeSecret::expose_secret(access_token)))
         .await
         .map_err(|_| CallbackRefusal::Account)?;
-    let id = flow::json_field(&v, &provider.account_id_field).ok_or(CallbackRefusal::Account)?;
-    let login = flow::json_field(&v, &provider.account_login_field);
-    Ok(Some((id, login)))
+    Ok(Some(v))
 }

@@ -14,25 +14,45 @@ const LOGIN_PURPOSE: &str = "login_state";
 pub const SESSION_PURPOSE: &str = "session";
 const BINDING_PURPOSE: &str = "login_binding";
 
-/// `return_to` must be a path on this service: no scheme, no host, no `//` or `\` tricks.
-pub fn safe_return_to(base: &Url, raw: &str) -> Option<String> {
-    if !raw.starts_with('/')
-        || raw.starts_with("//")
-        || raw.contains('\\')
-        || raw.len() > 2048
-        || raw.chars().any(char::is_control)
-    {
-        return None;
+/// Why a `return_to` is refused (the sign-in page says it points away from us).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnToRefusal {
+    /// Not a path-absolute reference (`/…`): a scheme, a host, or nothing.
+    NotAPath,
+    /// A backslash, a control character, or over 2 KiB: never in a link we make.
+    Malformed,
+    /// After normalisation (dot segments, percent-encoding) the path starts with `//` or
+    /// `/\`, which a browser reads as another host (`/.//evil.example`, `/x/..//evil.example`).
+    LeavesOrigin,
+}
+
+/// The only place a post-sign-in redirect target is made: `raw` must be a path on this
+/// service. It is resolved against `base` and checked *after* resolution, and returned as
+/// an absolute URL on `base`'s origin (DESIGN.md invariant 14), so no later step can turn it
+/// into a network-path reference.
+pub fn safe_return_to(base: &Url, raw: &str) -> Result<Url, ReturnToRefusal> {
+    if !raw.starts_with('/') || raw.starts_with("//") {
+        return Err(ReturnToRefusal::NotAPath);
     }
-    // A path-absolute reference (one '/', no '\\') cannot leave the base's origin; joining
-    // only normalises it (dot segments, percent-encoding).
-    let joined = base.join(raw).ok()?;
-    let mut out = joined.path().to_owned();
-    if let Some(q) = joined.query() {
-        out.push('?');
-        out.push_str(q);
+    // The URL parser silently drops tabs and newlines, so `/\t/evil` would become `//evil`.
+    if raw.contains('\\') || raw.len() > 2048 || raw.chars().any(char::is_control) {
+        return Err(ReturnToRefusal::Malformed);
     }
-    Some(out)
+    let mut joined = base.join(raw).map_err(|_| ReturnToRefusal::Malformed)?;
+    joined.set_fragment(None);
+    let path = joined.path();
+    if joined.origin() != base.origin() || path.starts_with("//") || path.starts_with("/\\") {
+        return Err(ReturnToRefusal::LeavesOrigin);
+    }
+    Ok(joined)
+}
+
+/// The path and query of a checked target: what the login state stores.
+pub fn path_and_query(u: &Url) -> String {
+    match u.query() {
+        Some(q) => format!("{}?{q}", u.path()),
+        None => u.path().to_owned(),
+    }
 }
 
 pub fn login_redirect_uri(state: &AppState) -> Url {
@@ -157,21 +177,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn return_to_accepts_local_paths_only() {
+    fn return_to_is_checked_after_normalisation_and_made_absolute_on_our_origin() {
         let base = Url::parse("https://connect.example.com").unwrap();
-        assert_eq!(safe_return_to(&base, "/connect/github?e=abc").as_deref(), Some("/connect/github?e=abc"));
-        assert_eq!(safe_return_to(&base, "/").as_deref(), Some("/"));
-        for bad in [
-            "https://evil.example/",
-            "//evil.example/x",
-            "/\\evil.example",
-            "\\\\evil.example",
-            "evil.example",
-            "javascript:alert(1)",
-            "/x\r\nLocation: https://evil.example",
-            "",
+        let ok = |raw: &str| safe_return_to(&base, raw).map(|u| u.to_string());
+        assert_eq!(ok("/connect/github?e=abc").as_deref(), Ok("https://connect.example.com/connect/github?e=abc"));
+        assert_eq!(ok("/").as_deref(), Ok("https://connect.example.com/"));
+        assert_eq!(ok("/a/./b/../c#frag").as_deref(), Ok("https://connect.example.com/a/c"));
+        assert_eq!(ok("/%2e%2e/x").as_deref(), Ok("https://connect.example.com/x"));
+        use ReturnToRefusal::*;
+        for (raw, why) in [
+            ("https://evil.example/", NotAPath),
+            ("//evil.example/x", NotAPath),
+            ("evil.example", NotAPath),
+            ("javascript:alert(1)", NotAPath),
+            ("", NotAPath),
+            ("/\\evil.example", Malformed),
+            ("\\\\evil.example", NotAPath),
+            ("/x\r\nLocation: https://evil.example", Malformed),
+            ("/\t/evil.example", Malformed),
+            // Dot segments and their percent-encoded forms that resolve to `//host`.
+            ("/.//evil.example/p", LeavesOrigin),
+            ("/x/..//evil.example", LeavesOrigin),
+            ("/%2e//evil.example", LeavesOrigin),
+            ("/%2E//evil.example", LeavesOrigin),
+            ("/x/%2e%2e//evil.example", LeavesOrigin),
+            ("/a/b/../..//evil.example", LeavesOrigin),
+            ("/././/evil.example", LeavesOrigin),
         ] {
-            assert_eq!(safe_return_to(&base, bad), None, "{bad:?}");
+            assert_eq!(safe_return_to(&base, raw), Err(why), "{raw:?}");
         }
+        assert_eq!(safe_return_to(&base, &format!("/{}", "a".repeat(2048))), Err(Malformed));
+    }
+
+    #[test]
+    fn path_and_query_is_what_a_checked_target_stores() {
+        let base = Url::parse("https://connect.example.com").unwrap();
+        let u = safe_return_to(&base, "/connect/x?e=1").unwrap();
+        assert_eq!(path_and_query(&u), "/connect/x?e=1");
+        assert_eq!(path_and_query(&safe_return_to(&base, "/").unwrap()), "/");
     }
 }

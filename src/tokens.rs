@@ -193,8 +193,26 @@ async fn usable_token(
     let c = if refresh::needs_refresh(c, now, state.refresh_margin, state.unknown_expiry_refresh) {
         if c.refresh_token_ct.is_none() {
             if c.access_expires_at.is_some_and(|t| t <= now) {
-                refresh::expire_without_refresh(state, c).await?;
-                return Ok(None);
+                if refresh::expire_without_refresh(state, c).await? {
+                    return Ok(None);
+                }
+                // Changed since it was read (a reconnect): serve the row as it is now.
+                let Some(now_row) = store::connections::find_connection(
+                    &state.pool,
+                    tenant.as_str(),
+                    req.subject.as_str(),
+                    req.provider.as_str(),
+                )
+                .await?
+                else {
+                    return Ok(None);
+                };
+                if now_row.status != "active"
+                    || refresh::needs_refresh(&now_row, now, state.refresh_margin, state.unknown_expiry_refresh)
+                {
+                    return Ok(None);
+                }
+                return Ok(CachedConnection::of(&now_row).map(|e| hand_out(state, tenant, req, &e)).transpose()?);
             }
             // Still valid for a little while and nothing to refresh with: hand it out.
             c

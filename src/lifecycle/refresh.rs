@@ -191,7 +191,8 @@ async fn refresh_locked(
             })
         }
         Err(FlowError::InvalidGrant) => {
-            store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
+            // Under the row lock: the version is the one just read.
+            store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
             let mut ev = AuditEvent::for_connection("refresh_failed", &row);
             ev.detail = serde_json::json!({ "reason": "invalid_grant" });
             store::audit::insert_event(&mut *tx, &ev).await?;
@@ -212,15 +213,19 @@ async fn refresh_locked(
 }
 
 /// No refresh token and an expired access token: the connection needs a new consent.
-pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<(), sqlx::Error> {
+/// Decided on `row` as read without a lock, so the mark applies only while the row is still
+/// that version: a grant a reconnect stored meanwhile is kept. Returns whether it marked.
+pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<bool, sqlx::Error> {
     let mut tx = state.pool.begin().await?;
-    store::connections::mark_needs_reauth(&mut *tx, row.id).await?;
+    if !store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await? {
+        return Ok(false);
+    }
     let mut ev = AuditEvent::for_connection("reauth_needed", row);
     ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]

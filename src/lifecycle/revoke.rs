@@ -4,10 +4,11 @@
 //! provider said. The row stays as a `revoked` tombstone for the audit trail.
 
 use super::RowIds;
+use crate::oauth::flow;
 use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
-use secrecy::ExposeSecret;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -17,6 +18,40 @@ pub struct Revoked {
     pub provider: String,
     /// `revoked`, `no_revocation_endpoint`, `already_revoked`, or `failed: <reason>`.
     pub provider_result: String,
+    /// Pending links of the same subject and provider closed with it (invariant 12).
+    pub cancelled_elicitations: usize,
+}
+
+/// Invariant 12: ending access also ends the links in flight. Cancels the subject's pending
+/// elicitations (of one provider where given) and spends their states, in its own
+/// transaction *before* any connection row is locked: a callback that holds an elicitation
+/// lock finishes first (and its grant is then revoked with the rest), and one that comes
+/// later finds its link cancelled. Returns how many links were closed.
+pub async fn cancel_links(
+    state: &AppState,
+    tenant: &str,
+    subject: &str,
+    provider: Option<&str>,
+    actor: &str,
+) -> Result<usize, sqlx::Error> {
+    let mut tx = state.pool.begin().await?;
+    let ids = store::elicitations::cancel_pending(&mut tx, tenant, Some(subject), provider, OffsetDateTime::now_utc())
+        .await?;
+    if !ids.is_empty() {
+        let mut ev = AuditEvent::new("elicitations_cancelled");
+        ev.tenant_id = Some(tenant.to_owned());
+        ev.subject = Some(subject.to_owned());
+        ev.provider = provider.map(str::to_owned);
+        ev.detail = serde_json::json!({
+            "count": ids.len(),
+            "elicitation_ids": ids,
+            "by": actor,
+            "because": "revocation",
+        });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+    }
+    tx.commit().await?;
+    Ok(ids.len())
 }
 
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.
@@ -26,6 +61,10 @@ pub async fn revoke_connection(
     id: Uuid,
     actor: &str,
 ) -> Result<Option<Revoked>, sqlx::Error> {
+    let Some(seen) = store::connections::find_connection_by_id(&state.pool, tenant, id).await? else {
+        return Ok(None);
+    };
+    let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor).await?;
     let mut tx = state.pool.begin().await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
     if row.tenant_id != tenant {
@@ -36,6 +75,7 @@ pub async fn revoke_connection(
         subject: row.subject.clone(),
         provider: row.provider.clone(),
         provider_result: String::new(),
+        cancelled_elicitations,
     };
     if row.status == "revoked" {
         out.provider_result = "already_revoked".to_owned();
@@ -64,55 +104,58 @@ async fn revoke_at_provider(state: &AppState, row: &store::connections::Connecti
             return "failed: provider unavailable".to_owned();
         }
     };
-    let Some(url) = &server.revocation_url else { return "no_revocation_endpoint".to_owned() };
+    if server.revocation_url.is_none() {
+        return "no_revocation_endpoint".to_owned();
+    }
     let Some(key_id) = &row.key_id else { return "failed: nothing to revoke".to_owned() };
     let binding = ids.binding();
-    let mut results = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut opened = Vec::new();
     for (field, ct, hint) in [
         (Field::RefreshToken, &row.refresh_token_ct, "refresh_token"),
         (Field::AccessToken, &row.access_token_ct, "access_token"),
     ] {
         let Some(ct) = ct else { continue };
-        let token = match state.vault.open(key_id, &binding, field, ct) {
-            Ok(t) => t,
-            Err(e) => {
-                results.push(format!("{hint}: unreadable ({e})"));
-                continue;
-            }
-        };
-        let sent = state
-            .outbound
-            .post_form_basic(
-                url,
-                &server.client_id,
-                server.client_secret.expose_secret(),
-                &[("token", token.expose_secret()), ("token_type_hint", hint)],
-            )
-            .await;
-        // RFC 7009 §2.2: 200 whether or not the token was still valid.
-        match sent {
-            Ok(200) => {}
-            Ok(status) => results.push(format!("{hint}: HTTP {status}")),
-            Err(e) => results.push(format!("{hint}: {e}")),
+        match state.vault.open(key_id, &binding, field, ct) {
+            Ok(t) => opened.push((hint, t)),
+            Err(e) => unreadable.push(format!("{hint}: unreadable ({e})")),
         }
     }
-    if results.is_empty() { "revoked".to_owned() } else { format!("failed: {}", results.join("; ")) }
+    let tokens: Vec<(&'static str, &secrecy::SecretString)> = opened.iter().map(|(h, t)| (*h, t)).collect();
+    let result = flow::revoke_tokens(&server, &state.outbound, &tokens).await;
+    match (unreadable.is_empty(), result.strip_prefix("failed: ")) {
+        (true, _) => result,
+        (false, Some(rest)) => format!("failed: {}; {rest}", unreadable.join("; ")),
+        (false, None) => format!("failed: {}", unreadable.join("; ")),
+    }
 }
 
-/// Off-boarding: every live connection of a subject, optionally for one provider.
+/// What off-boarding ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OffBoarded {
+    pub revoked: Vec<Revoked>,
+    /// Pending links closed, for every provider named (or all of them).
+    pub cancelled_elicitations: usize,
+}
+
+/// Off-boarding: every pending link and every live connection of a subject, optionally for
+/// one provider. The links are closed first, so no callback can attach a grant after the
+/// connections were listed.
 pub async fn revoke_subject(
     state: &AppState,
     tenant: &str,
     subject: &str,
     provider: Option<&str>,
     actor: &str,
-) -> Result<Vec<Revoked>, sqlx::Error> {
+) -> Result<OffBoarded, sqlx::Error> {
+    let mut cancelled = cancel_links(state, tenant, subject, provider, actor).await?;
     let ids = store::connections::live_connection_ids(&state.pool, tenant, subject, provider).await?;
-    let mut out = Vec::with_capacity(ids.len());
+    let mut revoked = Vec::with_capacity(ids.len());
     for id in ids {
         if let Some(r) = revoke_connection(state, tenant, id, actor).await? {
-            out.push(r);
+            cancelled += r.cancelled_elicitations;
+            revoked.push(r);
         }
     }
-    Ok(out)
+    Ok(OffBoarded { revoked, cancelled_elicitations: cancelled })
 }

@@ -150,18 +150,22 @@ pub fn authorize(
     AuthorizeRequest { url, state, pkce_verifier: verifier.secret().to_owned(), nonce }
 }
 
-/// RFC 9207 §2.4: where the server identifies itself in authorization responses, the
-/// `iss` parameter must be present and equal its issuer; a missing or other value is a
-/// mix-up attempt.
+/// RFC 9207 §2.4: an `iss` that is present is compared with the issuer (exactly, as a
+/// string) whether or not the server advertises support; where the server does advertise
+/// it (or the configuration says so), a missing `iss` is a mix-up attempt too.
 pub fn check_iss(server: &AuthServer, iss: Option<&str>) -> Result<(), &'static str> {
-    if !server.iss_parameter_required {
-        return Ok(());
-    }
-    let expected = server.issuer.as_deref().ok_or("issuer_unknown")?;
-    match iss {
-        None => Err("iss_missing"),
-        Some(got) if got == expected => Ok(()),
-        Some(_) => Err("iss_mismatch"),
+    check_iss_parameter(server.issuer.as_deref(), server.iss_parameter_required, iss)
+}
+
+/// [`check_iss`] on its inputs alone.
+pub fn check_iss_parameter(expected: Option<&str>, required: bool, iss: Option<&str>) -> Result<(), &'static str> {
+    match (iss, expected) {
+        (Some(got), Some(expected)) if got == expected => Ok(()),
+        (Some(_), Some(_)) => Err("iss_mismatch"),
+        // Nothing to compare with: refused where the parameter is required.
+        (Some(_), None) | (None, None) if required => Err("issuer_unknown"),
+        (None, Some(_)) if required => Err("iss_missing"),
+        _ => Ok(()),
     }
 }
 
@@ -227,6 +231,42 @@ pub async fn refresh(
     Ok(token_set(resp))
 }
 
+/// RFC 7009: revokes each token at the server's revocation endpoint, in the order given
+/// (the refresh token first: revoking it ends the whole grant at most providers). Returns
+/// what the provider did, for the audit trail: `revoked`, `no_revocation_endpoint`, or
+/// `failed: <what>` (never a token).
+pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'static str, &SecretString)]) -> String {
+    let Some(url) = &server.revocation_url else { return "no_revocation_endpoint".to_owned() };
+    let mut failures = Vec::new();
+    for (hint, token) in tokens {
+        let sent = http
+            .post_form_basic(
+                url,
+                &server.client_id,
+                server.client_secret.expose_secret(),
+                &[("token", token.expose_secret()), ("token_type_hint", hint)],
+            )
+            .await;
+        // RFC 7009 §2.2: 200 whether or not the token was still valid.
+        match sent {
+            Ok(200) => {}
+            Ok(status) => failures.push(format!("{hint}: HTTP {status}")),
+            Err(e) => failures.push(format!("{hint}: {e}")),
+        }
+    }
+    if failures.is_empty() { "revoked".to_owned() } else { format!("failed: {}", failures.join("; ")) }
+}
+
+/// The tokens of a fresh token response in revocation order (refresh token first).
+pub fn revocation_order(tokens: &TokenSet) -> Vec<(&'static str, &SecretString)> {
+    let mut out = Vec::with_capacity(2);
+    if let Some(rt) = &tokens.refresh_token {
+        out.push(("refresh_token", rt));
+    }
+    out.push(("access_token", &tokens.access_token));
+    out
+}
+
 /// The claims of a verified ID token that the flow uses.
 #[derive(Debug, Clone)]
 pub struct VerifiedIdToken {
@@ -251,6 +291,16 @@ pub fn verify_id_token(server: &AuthServer, raw: &SecretString, nonce: &str) -> 
     let claims =
         token.claims(&verifier, &Nonce::new(nonce.to_owned())).map_err(|e| FlowError::IdToken(e.to_string()))?;
     Ok(VerifiedIdToken { subject: claims.subject().as_str().to_owned(), issuer: claims.issuer().as_str().to_owned() })
+}
+
+/// OIDC Core §5.3.2: the `sub` of a UserInfo answer must be exactly the ID token's `sub`
+/// (otherwise the answer may be about someone else, and must not be used).
+pub fn check_userinfo_subject(id_token_subject: &str, userinfo: &serde_json::Value) -> Result<(), &'static str> {
+    match userinfo.get("sub") {
+        None => Err("userinfo_without_sub"),
+        Some(serde_json::Value::String(s)) if s == id_token_subject => Ok(()),
+        Some(_) => Err("userinfo_sub_mismatch"),
+    }
 }
 
 /// Reads a field of a user endpoint answer by a dotted path (`user.id`); numbers become
@@ -308,11 +358,49 @@ mod tests {
     }
 
     #[test]
-    fn iss_is_checked_only_where_the_server_sends_it() {
+    fn iss_is_checked_whenever_present_and_required_where_advertised() {
         assert_eq!(check_iss(&server(false), None), Ok(()));
         assert_eq!(check_iss(&server(true), Some("https://p.example")), Ok(()));
         assert_eq!(check_iss(&server(true), None), Err("iss_missing"));
         assert_eq!(check_iss(&server(true), Some("https://evil.example")), Err("iss_mismatch"));
+        // RFC 9207 §2.4: present means compared, advertised or not.
+        assert_eq!(check_iss(&server(false), Some("https://evil.example")), Err("iss_mismatch"));
+        assert_eq!(check_iss(&server(false), Some("https://p.example")), Ok(()));
+    }
+
+    #[test]
+    fn iss_is_compared_exactly_as_a_string() {
+        let cases: &[(Option<&str>, bool, Option<&str>, Result<(), &str>)] = &[
+            (Some("https://p.example/"), true, Some("https://p.example/"), Ok(())),
+            (Some("https://p.example/"), true, Some("https://p.example"), Err("iss_mismatch")),
+            (Some("https://p.example"), false, Some("https://p.example/"), Err("iss_mismatch")),
+            (Some("https://p.example"), false, Some("HTTPS://p.example"), Err("iss_mismatch")),
+            (Some("https://p.example"), false, Some(""), Err("iss_mismatch")),
+            (None, true, Some("https://p.example"), Err("issuer_unknown")),
+            (None, true, None, Err("issuer_unknown")),
+            (None, false, Some("https://p.example"), Ok(())),
+            (None, false, None, Ok(())),
+        ];
+        for (expected, required, got, want) in cases {
+            assert_eq!(check_iss_parameter(*expected, *required, *got), *want, "{expected:?} {required} {got:?}");
+        }
+    }
+
+    #[test]
+    fn the_userinfo_subject_must_be_the_id_tokens() {
+        use serde_json::json;
+        let cases = [
+            (json!({"sub": "u1", "login": "x"}), Ok(())),
+            (json!({"sub": "u2"}), Err("userinfo_sub_mismatch")),
+            (json!({"sub": "U1"}), Err("userinfo_sub_mismatch")),
+            (json!({"sub": "u1 "}), Err("userinfo_sub_mismatch")),
+            (json!({"sub": 1}), Err("userinfo_sub_mismatch")),
+            (json!({"sub": null}), Err("userinfo_sub_mismatch")),
+            (json!({"id": "u1"}), Err("userinfo_without_sub")),
+        ];
+        for (info, want) in cases {
+            assert_eq!(check_userinfo_subject("u1", &info), want, "{info}");
+        }
     }
 
     #[test]

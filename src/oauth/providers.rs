@@ -137,7 +137,7 @@ pub struct Provider {
     pub token_url: Option<Url>,
     pub userinfo_url: Option<Url>,
     pub revocation_url: Option<Url>,
-    pub issuer: Option<Url>,
+    pub issuer: Option<super::urls::Issuer>,
     /// RFC 9207: the provider puts `iss` in its authorization responses, so a response
     /// without it, or with another value, is a mix-up attempt.
     pub authorization_response_iss: bool,

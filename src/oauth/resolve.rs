@@ -5,7 +5,7 @@
 use super::flow::AuthServer;
 use super::http::{Outbound, OutboundError};
 use super::providers::Provider;
-use super::urls;
+use super::urls::{self, Issuer};
 use openidconnect::core::CoreJsonWebKeySet;
 use secrecy::SecretString;
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ const CACHE_FOR: Duration = Duration::from_secs(3600);
 /// The primary identity provider (the one whose `sub` is the MCP subject).
 #[derive(Debug)]
 pub struct IdpConfig {
-    pub issuer: Url,
+    pub issuer: Issuer,
     pub client_id: String,
     pub client_secret: SecretString,
     pub scopes: Vec<String>,
@@ -57,22 +57,18 @@ struct Discovered {
     iss_supported: bool,
 }
 
-fn same_issuer(a: &str, b: &str) -> bool {
-    a.trim_end_matches('/') == b.trim_end_matches('/')
-}
-
-async fn discover(http: &Outbound, issuer: &Url, allow_idn: &[String]) -> Result<Discovered, ResolveError> {
-    let base = issuer.as_str().trim_end_matches('/');
-    let doc_url = Url::parse(&format!("{base}/.well-known/openid-configuration"))
-        .map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
+async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Result<Discovered, ResolveError> {
+    let base = issuer.as_str();
+    let doc_url = issuer.discovery_url().map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
     let raw = http
         .get_json(&doc_url, None)
         .await
         .map_err(|source| ResolveError::Fetch { url: doc_url.to_string(), source })?;
     let doc: DiscoveryDoc =
         serde_json::from_value(raw).map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
-    // OIDC Discovery §4.3: the document's issuer must be the one we asked for.
-    if !same_issuer(&doc.issuer, issuer.as_str()) {
+    // OIDC Discovery §4.3: the document's issuer must be exactly the one we asked for (a
+    // trailing `/` is a difference).
+    if doc.issuer != issuer.as_str() {
         return Err(ResolveError::Invalid(base.to_owned(), format!("issuer {:?} does not match", doc.issuer)));
     }
     let check = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
@@ -121,7 +117,7 @@ impl Resolver {
             return Ok(s);
         }
         let d = discover(http, &idp.issuer, &idp.allow_idn_hosts).await?;
-        let invalid = |what: &str| ResolveError::Invalid(idp.issuer.to_string(), format!("no {what}"));
+        let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
             client_secret: idp.client_secret.clone(),
@@ -173,7 +169,7 @@ impl Resolver {
                 token_url: p.token_url.clone().ok_or_else(|| invalid("token_url"))?,
                 userinfo_url: p.userinfo_url.clone(),
                 revocation_url: p.revocation_url.clone(),
-                issuer: p.issuer.as_ref().map(|u| u.as_str().trim_end_matches('/').to_owned()),
+                issuer: p.issuer.as_ref().map(|i| i.as_str().to_owned()),
                 iss_parameter_required: p.authorization_response_iss,
                 jwks: None,
             },

@@ -35,6 +35,38 @@ pub fn endpoint(raw: &str, allow_idn_hosts: &[String]) -> Result<Url, UrlRuleErr
     Ok(url)
 }
 
+/// An issuer identifier exactly as configured. Issuers are compared as strings
+/// (OpenID Connect Discovery §4.3, RFC 9207 §2.4): `https://idp.example` and
+/// `https://idp.example/` are two issuers, so the configured text is kept as it was written
+/// instead of the parsed URL's serialisation (which always adds a `/` to an empty path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issuer {
+    exact: String,
+    url: Url,
+}
+
+impl Issuer {
+    /// Checked by the endpoint rules; an issuer has no query (RFC 8414 §2).
+    pub fn parse(raw: &str, allow_idn_hosts: &[String]) -> Result<Self, UrlRuleError> {
+        let url = endpoint(raw, allow_idn_hosts)?;
+        if url.query().is_some() {
+            return Err(UrlRuleError::Invalid);
+        }
+        Ok(Self { exact: raw.to_owned(), url })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.exact
+    }
+
+    /// OpenID Connect Discovery §4: the issuer with any trailing `/` removed, then
+    /// `/.well-known/openid-configuration`.
+    pub fn discovery_url(&self) -> Result<Url, UrlRuleError> {
+        let base = self.url.as_str().trim_end_matches('/');
+        Url::parse(&format!("{base}/.well-known/openid-configuration")).map_err(|_| UrlRuleError::Invalid)
+    }
+}
+
 pub fn check_endpoint(url: &Url, allow_idn_hosts: &[String]) -> Result<(), UrlRuleError> {
     let host = url.host_str().ok_or(UrlRuleError::NoHost)?;
     match url.scheme() {
@@ -75,6 +107,25 @@ mod tests {
         assert!(matches!(endpoint("https://xn--gthub-n4a.com/x", &[]), Err(UrlRuleError::IdnHost(_))));
         assert!(matches!(endpoint("https://login.XN--gthub-n4a.com/x", &[]), Err(UrlRuleError::IdnHost(_))));
         assert!(endpoint("https://xn--gthub-n4a.com/x", &["xn--gthub-n4a.com".to_owned()]).is_ok());
+    }
+
+    #[test]
+    fn an_issuer_keeps_its_exact_text_and_finds_its_discovery_document() {
+        let plain = Issuer::parse("https://idp.example", &[]).unwrap();
+        let slash = Issuer::parse("https://idp.example/", &[]).unwrap();
+        assert_eq!(plain.as_str(), "https://idp.example");
+        assert_eq!(slash.as_str(), "https://idp.example/");
+        assert_ne!(plain, slash);
+        for i in [&plain, &slash] {
+            assert_eq!(i.discovery_url().unwrap().as_str(), "https://idp.example/.well-known/openid-configuration");
+        }
+        let realm = Issuer::parse("https://idp.example/realms/x/", &[]).unwrap();
+        assert_eq!(
+            realm.discovery_url().unwrap().as_str(),
+            "https://idp.example/realms/x/.well-known/openid-configuration"
+        );
+        assert_eq!(Issuer::parse("https://idp.example/?a=1", &[]).unwrap_err(), UrlRuleError::Invalid);
+        assert_eq!(Issuer::parse("http://idp.example", &[]).unwrap_err(), UrlRuleError::NotHttps);
     }
 
     #[test]

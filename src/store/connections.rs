@@ -103,14 +103,16 @@ pub struct NewConnection<'a> {
 }
 
 /// Inserts a new active connection. The caller seals with `id` in the associated data, so
-/// the id is chosen by the caller, and a connection for the same (tenant, subject,
-/// provider) must not exist yet (the unique constraint refuses a second one).
-pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+/// the id is chosen by the caller. Returns false, inserting nothing, when a connection for
+/// the same (tenant, subject, provider) exists already (one committed meanwhile by a
+/// concurrent callback: the caller decides what becomes of its grant).
+pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
         r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
                                     key_id, access_token_ct, refresh_token_ct, id_token_ct, token_type,
                                     access_expires_at, refreshed_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now())"#,
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now())
+           ON CONFLICT (tenant_id, subject, provider) DO NOTHING"#,
         c.id,
         c.tenant_id,
         c.subject,
@@ -127,7 +129,7 @@ pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -
     )
     .execute(db)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
 }
 
 /// Replaces the grant of an existing connection (re-connect), making it active again.
@@ -203,17 +205,20 @@ pub async fn store_refreshed(
 }
 
 /// The grant is dead at the provider: keep the row (and its account pin), drop the tokens.
-pub async fn mark_needs_reauth(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+/// Only if the row is still at `expected_version`, the one the decision was made on: a
+/// grant stored since (a reconnect) is not wiped. Returns whether the row was marked.
+pub async fn mark_needs_reauth(db: impl PgExecutor<'_>, id: Uuid, expected_version: i64) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
         r#"UPDATE connections
            SET status = 'needs_reauth', access_token_ct = NULL, refresh_token_ct = NULL, id_token_ct = NULL,
                updated_at = now(), version = version + 1
-           WHERE id = $1"#,
-        id
+           WHERE id = $1 AND version = $2"#,
+        id,
+        expected_version
     )
     .execute(db)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
 }
 
 /// Revoked: a tombstone without ciphertexts, kept for the audit trail.

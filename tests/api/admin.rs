@@ -140,6 +140,47 @@ async fn off_boarding_revokes_everything_of_one_subject_and_nothing_else() {
 }
 
 #[tokio::test]
+async fn off_boarding_cancels_links_in_flight_so_a_later_callback_stores_nothing() {
+    let app = spawn_app().await;
+    let (id, url) = app.elicit("alice", "testp").await;
+    let (other_id, _) = app.elicit("bob", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    let r = app.admin(Method::POST, "/revocations", Some(json!({"subject": "alice"}))).await;
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["cancelled_elicitations"], 1, "{body}");
+    assert_eq!(browser.get(&cb).await.status(), 400);
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "cancelled");
+    assert_eq!(app.elicitation_status(&other_id).await, "pending", "another subject's link is untouched");
+}
+
+#[tokio::test]
+async fn revoking_one_connection_cancels_that_subjects_links_for_its_provider_only() {
+    let app = spawn_app().await;
+    let conn = app.insert_connection("acme", "alice", "testp", "a1", &["openid"], None).await;
+    // A pending link for more scopes of the same provider, and one for another provider.
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
+    let same = b["elicitation"]["id"].as_str().unwrap().to_owned();
+    let url = b["elicitation"]["url"].as_str().unwrap().to_owned();
+    let (other, _) = app.elicit("alice", "plainp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    let r = app.admin(Method::POST, &format!("/connections/{conn}/revoke"), None).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(browser.get(&cb).await.status(), 400);
+    assert_eq!(app.elicitation_status(&same).await, "cancelled");
+    assert_eq!(app.elicitation_status(&other).await, "pending");
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM connections WHERE status = 'active'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(live, 0);
+}
+
+#[tokio::test]
 async fn cancelled_elicitations_stop_their_states_from_working() {
     let app = spawn_app().await;
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;

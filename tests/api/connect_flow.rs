@@ -3,7 +3,7 @@
 
 use crate::browser::{Browser, location};
 use crate::helpers::{TestApp, spawn_app};
-use mcp_connect_devproviders::{IssMode, TokenFailure};
+use mcp_connect_devproviders::{IssMode, TokenFailure, TokenKind};
 use serde_json::json;
 
 async fn audit_kinds(app: &TestApp) -> Vec<String> {
@@ -243,20 +243,35 @@ async fn an_expired_or_finished_elicitation_shows_a_clear_page() {
     assert!(r.text().await.unwrap().contains("no longer active"));
 }
 
-async fn refused_callback(app: &TestApp, provider: &str) {
+/// The reason code of the newest `connect_failed` audit event.
+pub async fn last_connect_failure(app: &TestApp) -> serde_json::Value {
+    sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'connect_failed' ORDER BY id DESC LIMIT 1")
+        .fetch_optional(&app.pool)
+        .await
+        .unwrap()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// A connect whose callback must be refused with this reason code (a page, no
+/// credential, the elicitation still pending, and the reason in the audit trail).
+async fn refused_callback(app: &TestApp, provider: &str, reason: &str) -> serde_json::Value {
     let (id, url) = app.elicit("alice", provider).await;
     let browser = Browser::new();
     let r = browser.connect(app, &url, "alice", "octo-alice").await;
-    assert!(r.status().is_client_error() || r.status().is_server_error(), "status {}", r.status());
+    // A refusal page (4xx), or the provider's fault (502, 503): never our 500.
+    assert!(r.status().is_client_error() || [502, 503].contains(&r.status().as_u16()), "status {}", r.status());
     assert_eq!(app.connection_count().await, 0, "no credential attached");
     assert_eq!(app.elicitation_status(&id).await, "pending");
+    let detail = last_connect_failure(app).await;
+    assert_eq!(detail["reason"], reason, "{detail}");
+    detail
 }
 
 #[tokio::test]
 async fn a_wrong_iss_in_the_authorization_response_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_iss_mode(IssMode::Wrong);
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "iss_mismatch").await;
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
 }
 
@@ -264,7 +279,7 @@ async fn a_wrong_iss_in_the_authorization_response_is_refused() {
 async fn a_missing_iss_is_refused_where_the_provider_advertises_rfc9207() {
     let app = spawn_app().await;
     app.provider.switches().set_iss_mode(IssMode::Missing);
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "iss_missing").await;
     assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
 }
 
@@ -273,7 +288,16 @@ async fn a_missing_iss_is_refused_where_the_config_says_the_provider_sends_it() 
     let app = spawn_app().await;
     app.provider.switches().set_advertise_iss(false);
     app.provider.switches().set_iss_mode(IssMode::Missing);
-    refused_callback(&app, "plainp").await;
+    refused_callback(&app, "plainp", "iss_missing").await;
+}
+
+#[tokio::test]
+async fn an_iss_that_is_present_is_compared_even_where_rfc9207_is_not_advertised() {
+    let app = spawn_app().await;
+    app.provider.switches().set_advertise_iss(false);
+    app.provider.switches().set_iss_mode(IssMode::Wrong);
+    refused_callback(&app, "testp", "iss_mismatch").await;
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 0);
 }
 
 #[tokio::test]
@@ -290,35 +314,35 @@ async fn a_missing_iss_is_accepted_where_the_provider_does_not_use_rfc9207() {
 async fn an_id_token_for_another_audience_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_audience(Some("someone-else".into()));
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "id_token_invalid").await;
 }
 
 #[tokio::test]
 async fn an_id_token_with_a_wrong_nonce_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_nonce(Some("replayed-nonce".into()));
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "id_token_invalid").await;
 }
 
 #[tokio::test]
 async fn an_expired_id_token_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_expired(true);
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "id_token_invalid").await;
 }
 
 #[tokio::test]
 async fn an_id_token_signed_with_an_unknown_key_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_wrong_key(true);
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "id_token_invalid").await;
 }
 
 #[tokio::test]
 async fn an_id_token_from_another_issuer_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_issuer(Some("http://evil.example".into()));
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "id_token_invalid").await;
 }
 
 #[tokio::test]
@@ -340,7 +364,7 @@ async fn a_state_whose_redirect_uri_is_not_the_registered_one_is_refused() {
 async fn a_failing_token_endpoint_leaves_the_elicitation_pending() {
     let app = spawn_app().await;
     app.provider.switches().set_token_failure(Some(TokenFailure::ServerError));
-    refused_callback(&app, "testp").await;
+    refused_callback(&app, "testp", "provider_unavailable").await;
     app.provider.switches().set_token_failure(None);
     assert!(audit_kinds(&app).await.iter().any(|k| k == "connect_failed"));
 }
@@ -423,6 +447,34 @@ async fn return_to_pointing_off_site_is_refused() {
         assert!(r.headers().get("location").is_none());
     }
     assert_eq!(app.idp.stats().authorize_requests, 0);
+}
+
+#[tokio::test]
+async fn return_to_that_resolves_to_another_host_is_refused_and_a_good_one_comes_back_absolute() {
+    let app = spawn_app().await;
+    let browser = Browser::new();
+    let login_url = |raw: &str| {
+        format!(
+            "{}/login?return_to={}",
+            app.base,
+            url::form_urlencoded::byte_serialize(raw.as_bytes()).collect::<String>()
+        )
+    };
+    // Each of these becomes the path `//evil.example...` once dot segments are resolved.
+    for bad in ["/.//evil.example/p", "/x/..//evil.example", "/%2e//evil.example", "/\t/evil.example"] {
+        let r = browser.get(&login_url(bad)).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        assert!(r.headers().get("location").is_none(), "{bad}");
+        assert!(r.text().await.unwrap().contains("points away from this service"), "{bad}");
+    }
+    assert_eq!(app.idp.stats().authorize_requests, 0);
+    // Through the real IdP sign-in: the way back is normalised and absolute on our origin.
+    let r = browser.get(&login_url("/x/../connect/testp?e=1#frag")).await;
+    assert_eq!(r.status(), 303);
+    let back = browser.answer_authorize(&location(&r), "alice", "allow").await;
+    let r = browser.get(&back).await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(location(&r), format!("{}/connect/testp?e=1", app.base));
 }
 
 #[tokio::test]
@@ -535,4 +587,92 @@ async fn logout_ends_the_session() {
     assert_eq!(n, 0);
     // Back to the login redirect.
     assert_eq!(browser.get(&url).await.status(), 303);
+}
+
+/// The provider saw the refresh token, then the access token, revoked.
+fn revoked_refresh_then_access(app: &TestApp) {
+    let kinds: Vec<TokenKind> = app.provider.stats().revocations.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, vec![TokenKind::Refresh, TokenKind::Access], "revocations at the provider");
+}
+
+#[tokio::test]
+async fn a_callback_refused_for_its_id_token_revokes_the_grant_the_exchange_made() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_audience(Some("someone-else".into()));
+    let detail = refused_callback(&app, "testp", "id_token_invalid").await;
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+    revoked_refresh_then_access(&app);
+    assert_eq!(detail["provider_revocation"], "revoked", "{detail}");
+}
+
+#[tokio::test]
+async fn a_callback_whose_account_lookup_fails_revokes_the_grant_the_exchange_made() {
+    let app = spawn_app().await;
+    app.provider.switches().set_userinfo_override(Some(json!({"sub": "octo-alice", "nothing": "useful"})));
+    let detail = refused_callback(&app, "testp", "account_lookup_failed").await;
+    revoked_refresh_then_access(&app);
+    assert_eq!(detail["provider_revocation"], "revoked", "{detail}");
+}
+
+#[tokio::test]
+async fn a_userinfo_subject_other_than_the_id_tokens_is_refused_and_the_grant_revoked() {
+    let app = spawn_app().await;
+    app.provider
+        .switches()
+        .set_userinfo_override(Some(json!({"sub": "octo-mallory", "id": 7, "login": "octo-mallory"})));
+    let detail = refused_callback(&app, "testp", "userinfo_subject_mismatch").await;
+    revoked_refresh_then_access(&app);
+    assert_eq!(detail["provider_revocation"], "revoked", "{detail}");
+}
+
+#[tokio::test]
+async fn a_reconnect_refused_for_another_account_revokes_the_new_grant_and_keeps_the_old() {
+    let app = spawn_app().await;
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
+    let url = b["elicitation"]["url"].as_str().unwrap();
+    let r = Browser::new().connect(&app, url, "alice", "octo-mallory").await;
+    assert_eq!(r.status(), 409);
+    revoked_refresh_then_access(&app);
+    let detail = last_connect_failure(&app).await;
+    assert_eq!(detail["reason"], "account_mismatch");
+    assert_eq!(detail["provider_revocation"], "revoked", "{detail}");
+    // Alice's own grant still works.
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(b["status"], "connected");
+    assert_eq!(b["account"]["login"], "octo-alice");
+}
+
+#[tokio::test]
+async fn a_link_completing_while_another_commits_the_same_connection_keeps_one_grant_and_revokes_its_own() {
+    let app = spawn_app().await;
+    let (id, url) = app.elicit("alice", "testp").await;
+    let browser = Browser::new();
+    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
+    // Another link of alice's (another tab, other scopes) is committing its connection at
+    // this very moment: its row is written but not yet committed when our callback looks.
+    let mut other = app.pool.begin().await.unwrap();
+    let kept = app.insert_sealed_on(&mut other, "acme", "alice", "testp", "gho_kept", None, &["openid"], None).await;
+    let callback = tokio::spawn({
+        let client = browser.client.clone();
+        async move { client.get(&cb).send().await.unwrap() }
+    });
+    // The callback exchanges its code, then waits on the unique key for the other commit.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    other.commit().await.unwrap();
+    let r = callback.await.unwrap();
+    assert_eq!(r.status(), 409, "told, never a 500");
+    assert!(r.text().await.unwrap().contains("Connected in another window"));
+    assert_eq!(app.connection_count().await, 1);
+    let kept_id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(kept_id, kept.as_uuid());
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+    revoked_refresh_then_access(&app);
+    let detail = last_connect_failure(&app).await;
+    assert_eq!(detail["reason"], "connected_concurrently");
+    assert_eq!(detail["provider_revocation"], "revoked");
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(b["access_token"], "gho_kept");
 }

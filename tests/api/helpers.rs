@@ -339,6 +339,24 @@ impl TestApp {
         scopes: &[&str],
         expires_at: Option<OffsetDateTime>,
     ) -> ConnectionId {
+        let mut conn = self.pool.acquire().await.unwrap();
+        self.insert_sealed_on(&mut conn, tenant, subject, provider, access_token, refresh_token, scopes, expires_at)
+            .await
+    }
+
+    /// [`Self::insert_sealed`] on a given connection (e.g. inside a test's open transaction).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_sealed_on(
+        &self,
+        db: &mut sqlx::PgConnection,
+        tenant: &str,
+        subject: &str,
+        provider: &str,
+        access_token: &str,
+        refresh_token: Option<&str>,
+        scopes: &[&str],
+        expires_at: Option<OffsetDateTime>,
+    ) -> ConnectionId {
         let (t, s, p) =
             (TenantId::parse(tenant).unwrap(), Subject::parse(subject).unwrap(), ProviderId::parse(provider).unwrap());
         let id = ConnectionId::generate();
@@ -348,8 +366,8 @@ impl TestApp {
         let rt =
             refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
         let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
-        store::connections::insert_connection(
-            &self.pool,
+        let inserted = store::connections::insert_connection(
+            &mut *db,
             &store::connections::NewConnection {
                 id: id.as_uuid(),
                 tenant_id: tenant,
@@ -370,6 +388,7 @@ impl TestApp {
         )
         .await
         .unwrap();
+        assert!(inserted, "a connection for {tenant}/{subject}/{provider} exists already");
         id
     }
 }

@@ -254,3 +254,33 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
     .unwrap();
     assert_eq!(again, mcp_connect::lifecycle::cleanup::CleanupReport::default());
 }
+
+#[tokio::test]
+async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
+    let app = spawn_app().await;
+    let id = app.insert_sealed("acme", "alice", "testp", "old-access", None, &["openid"], past()).await;
+    let observed =
+        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
+    // A reconnect commits a fresh grant between the lookup and the expiry decision.
+    sqlx::query(
+        "UPDATE connections SET access_expires_at = now() + interval '1 hour', version = version + 1 WHERE id = $1",
+    )
+    .bind(id.as_uuid())
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    mcp_connect::lifecycle::refresh::expire_without_refresh(&app.state, &observed).await.unwrap();
+    let (status, has_token): (String, bool) =
+        sqlx::query_as("SELECT status, access_token_ct IS NOT NULL FROM connections WHERE id = $1")
+            .bind(id.as_uuid())
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), has_token), ("active", true), "the stale observation must not mark the row");
+    // An observation that is still current marks it as before.
+    let fresh =
+        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
+    mcp_connect::lifecycle::refresh::expire_without_refresh(&app.state, &fresh).await.unwrap();
+    let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(status, "needs_reauth");
+}

@@ -154,7 +154,7 @@ async fn revoke_subject(
     let s = subject(&body.subject)?;
     let p = body.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
     let actor = format!("api_key:{}", caller.0.id);
-    let revoked = revoke::revoke_subject(
+    let done = revoke::revoke_subject(
         &state,
         caller.0.tenant.as_str(),
         s.as_str(),
@@ -163,7 +163,7 @@ async fn revoke_subject(
     )
     .await
     .map_err(db)?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "revoked": revoked })))
+    Ok(HttpResponse::Ok().json(done))
 }
 
 #[derive(serde::Deserialize)]

@@ -79,10 +79,11 @@ pub async fn show(
     connect::check_entry(e.as_ref(), &provider, now).map_err(|r| entry_error(&rid, r))?;
 
     let Some(session) = session.0 else {
-        let here = format!("/connect/{provider}?e={id}");
-        let login =
-            format!("/login?return_to={}", url::form_urlencoded::byte_serialize(here.as_bytes()).collect::<String>());
-        return Ok(HttpResponse::SeeOther().insert_header(("location", login)).finish());
+        // An absolute URL on our origin (invariant 14), built from parsed values only.
+        let mut login = state.public_base_url.clone();
+        login.set_path("/login");
+        login.query_pairs_mut().clear().append_pair("return_to", &format!("/connect/{provider}?e={id}"));
+        return Ok(HttpResponse::SeeOther().insert_header(("location", login.as_str())).finish());
     };
     match connect::consent_view(&state, id, &provider, &session.info, now).await {
         Ok(v) => {
@@ -237,7 +238,13 @@ pub async fn callback(
 }
 
 fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> PageError {
-    tracing::warn!(reason = r.code(), query = %q.describe(), "callback refused");
+    tracing::warn!(
+        reason = r.code(),
+        provider_revocation = r.provider_revocation(),
+        query = %q.describe(),
+        "callback refused"
+    );
+    let r = r.into_inner();
     let refused =
         |msg: &'static str| PageError::new(rid, StatusCode::BAD_REQUEST, "The connection was refused", msg, HINT_RETRY);
     match r {
@@ -263,12 +270,23 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
             "Nothing was connected.",
             "You can open the same link again and retry.",
         ),
-        CallbackRefusal::MissingCode | CallbackRefusal::Exchange(_) | CallbackRefusal::Account => PageError::new(
+        CallbackRefusal::MissingCode
+        | CallbackRefusal::Exchange(_)
+        | CallbackRefusal::Account
+        | CallbackRefusal::UserinfoSubject(_) => PageError::new(
             rid,
             StatusCode::BAD_GATEWAY,
             "The provider's answer did not pass the checks",
             "Nothing was connected.",
             "You can open the same link again and retry.",
+        ),
+        CallbackRefusal::ConnectedConcurrently => PageError::new(
+            rid,
+            StatusCode::CONFLICT,
+            "Connected in another window",
+            "This account was connected from another window a moment ago; that connection is kept and this \
+             duplicate was withdrawn at the provider.",
+            "Nothing more to do. If your assistant still asks, open the link again.",
         ),
         CallbackRefusal::AccountMismatch => PageError::new(
             rid,
@@ -295,5 +313,7 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
         ),
         CallbackRefusal::Database(e) => PageError::internal(&rid.0, &e),
         CallbackRefusal::Vault(e) => PageError::internal(&rid.0, &e),
+        // Unwrapped above.
+        CallbackRefusal::GrantRefused { refusal, .. } => callback_error(rid, q, *refusal),
     }
 }

@@ -20,9 +20,10 @@ pub async fn login(
     q: web::Query<LoginQuery>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let return_to = match q.return_to.as_deref() {
-        None => "/".to_owned(),
-        Some(raw) => login::safe_return_to(&state.public_base_url, raw).ok_or_else(|| {
+    let return_to = login::safe_return_to(&state.public_base_url, q.return_to.as_deref().unwrap_or("/"))
+        .map(|u| login::path_and_query(&u))
+        .map_err(|why| {
+            tracing::warn!(reason = ?why, "sign-in link refused");
             PageError::new(
                 &rid,
                 StatusCode::BAD_REQUEST,
@@ -30,8 +31,7 @@ pub async fn login(
                 "It points away from this service, which sign-in links never do.",
                 HINT_RETRY,
             )
-        })?,
-    };
+        })?;
     let started =
         login::start(&state, &return_to, OffsetDateTime::now_utc()).await.map_err(|e| login_page_error(&rid, e))?;
     Ok(HttpResponse::SeeOther()
@@ -56,8 +56,12 @@ pub async fn callback(
         .await
         .map_err(|e| login_page_error(&rid, e))?;
     let ttl = done.expires_at - OffsetDateTime::now_utc();
+    // Checked again as it leaves (the stored value is ours, but a Location is only ever an
+    // absolute URL on our origin), falling back to the start page.
+    let target = login::safe_return_to(&state.public_base_url, &done.return_to)
+        .unwrap_or_else(|_| state.public_base_url.join("/").unwrap_or_else(|_| state.public_base_url.clone()));
     Ok(HttpResponse::SeeOther()
-        .insert_header(("location", done.return_to.as_str()))
+        .insert_header(("location", target.as_str()))
         .cookie(cookie(session_cookie_name(state.secure_cookies), done.session_id, state.secure_cookies, ttl))
         .cookie(removal(login_cookie_name(state.secure_cookies), state.secure_cookies))
         .finish())

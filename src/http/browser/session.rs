@@ -96,7 +96,7 @@ impl FromRequest for MaybeSession {
                 .map_err(|e| PageError::internal(&rid.0, &e))?;
             let Some(row) = row else { return Ok(MaybeSession(None)) };
             // A session from another IdP (the configuration changed) says nothing now.
-            if row.issuer.trim_end_matches('/') != state.idp.issuer.as_str().trim_end_matches('/') {
+            if row.issuer != state.idp.issuer.as_str() {
                 return Ok(MaybeSession(None));
             }
             let Ok(subject) = Subject::parse(&row.subject) else { return Ok(MaybeSession(None)) };
