@@ -4,8 +4,15 @@
 //! milliseconds on purpose, so a key is verified once and then served from a bounded
 //! in-memory cache keyed by its SHA-256; a cached entry is re-checked against the
 //! database (revoked? tenant removed?) at most every `cache_ttl`, so a revoked key stops
-//! working within that time on every instance. Unknown ids are checked against a dummy
-//! hash so that unknown and wrong keys take the same time.
+//! working within that time on every instance, and at once where the change notification
+//! (which names the key or the tenant) arrives.
+//!
+//! Strangers cannot make argon2 run: the key id is 64 random bits and not a secret, so an
+//! id that does not exist is refused after one indexed read (and remembered for a few
+//! seconds, while the change listener is up, so a flood of one id costs no read either).
+//! Timing therefore tells whether an id exists, which is harmless: the id alone grants
+//! nothing. Waiting for one of the two argon2 slots is bounded in queue length and time;
+//! past either, the caller gets 503 + `Retry-After` instead of queueing without end.
 
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::store;
@@ -16,7 +23,7 @@ use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -90,40 +97,59 @@ pub enum KeyRejection {
     Database(#[from] sqlx::Error),
     #[error("verification task failed")]
     Task,
+    #[error("too many key verifications waiting; retry shortly")]
+    Busy,
 }
 
 struct Cached {
     key: VerifiedKey,
     checked_at: Instant,
+    /// Set when the change listener lost its connection: notifications may have been
+    /// missed, so the next use re-checks the database (one read, no argon2).
+    due: bool,
 }
+
+/// How long an id found missing is remembered (only while the change listener is up: a
+/// key created meanwhile announces itself and clears the entry at once).
+const NEGATIVE_TTL: Duration = Duration::from_secs(5);
+/// Longest wait for an argon2 slot before answering 503.
+const HASH_WAIT: Duration = Duration::from_secs(2);
 
 /// Verifies presented keys, with the cache described in the module doc.
 pub struct ApiKeyVerifier {
     pool: store::PgPool,
     cache: RwLock<HashMap<[u8; 32], Cached>>,
+    /// Ids found missing, and when.
+    missing: RwLock<HashMap<ApiKeyId, Instant>>,
+    /// Whether the change listener is connected (negative entries are used only then).
+    listening: AtomicBool,
     ttl: Duration,
     capacity: usize,
-    dummy_hash: String,
-    /// Bounds concurrent argon2 runs, so a flood of wrong keys queues instead of starving
-    /// every other request of CPU.
+    /// Bounds concurrent argon2 runs, so a flood of wrong secrets queues instead of
+    /// starving every other request of CPU.
     hashing: Semaphore,
+    /// Callers waiting for a slot now, and how many may.
+    waiting: AtomicUsize,
+    max_waiting: usize,
     /// How many argon2 verifications ran (observability, and the tests' proof that the
-    /// cache works and that unknown ids cost a hash too).
+    /// cache works and that unknown ids cost none).
     verifications: AtomicU64,
 }
 
 impl ApiKeyVerifier {
-    pub fn new(pool: store::PgPool, ttl: Duration, capacity: usize) -> Result<Arc<Self>, argon2::password_hash::Error> {
-        let dummy_hash = hash_key(&NewApiKey::generate().key)?;
-        Ok(Arc::new(Self {
+    pub fn new(pool: store::PgPool, ttl: Duration, capacity: usize, max_waiting: usize) -> Arc<Self> {
+        Arc::new(Self {
             pool,
             cache: RwLock::new(HashMap::new()),
+            missing: RwLock::new(HashMap::new()),
+            listening: AtomicBool::new(false),
             ttl,
             capacity,
-            dummy_hash,
             hashing: Semaphore::new(2),
+            waiting: AtomicUsize::new(0),
+            max_waiting,
             verifications: AtomicU64::new(0),
-        }))
+        })
     }
 
     pub async fn verify(&self, presented: &str) -> Result<VerifiedKey, KeyRejection> {
@@ -143,11 +169,21 @@ impl ApiKeyVerifier {
             }
             None => {}
         }
-
-        let row = store::api_keys::find_api_key(&self.pool, id.as_str()).await?;
-        let phc = row.as_ref().map_or_else(|| self.dummy_hash.clone(), |r| r.hash.clone());
+        if self.known_missing(&id) {
+            return Err(KeyRejection::Invalid);
+        }
+        let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
+            self.remember_missing(id);
+            return Err(KeyRejection::Invalid);
+        };
+        // A revoked key, or one of an inactive tenant, is refused whatever its secret: no
+        // argon2 run for it either.
+        if row.revoked_at.is_some() || !row.tenant_active {
+            return Err(KeyRejection::Invalid);
+        }
+        let phc = row.hash.clone();
         let presented_owned = SecretString::from(presented.to_owned());
-        let permit = self.hashing.acquire().await.map_err(|_| KeyRejection::Task)?;
+        let permit = self.hash_slot().await?;
         // A burst of first requests with one new key: whoever waited for the permit finds
         // the key verified by the one before it, and skips its own argon2 run.
         if let Some((hit, true)) = self.lookup(&fingerprint)? {
@@ -157,10 +193,9 @@ impl ApiKeyVerifier {
             .await
             .map_err(|_| KeyRejection::Task)?;
         self.verifications.fetch_add(1, Ordering::Relaxed);
-        let row = match row {
-            Some(r) if matches && r.revoked_at.is_none() && r.tenant_active => r,
-            _ => return Err(KeyRejection::Invalid),
-        };
+        if !matches {
+            return Err(KeyRejection::Invalid);
+        }
         let key = VerifiedKey {
             id,
             tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
@@ -179,10 +214,49 @@ impl ApiKeyVerifier {
         Ok(key)
     }
 
+    /// One of the argon2 slots, waited for at most [`HASH_WAIT`] and only while fewer than
+    /// `max_waiting` others wait.
+    async fn hash_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, KeyRejection> {
+        if let Ok(permit) = self.hashing.try_acquire() {
+            return Ok(permit);
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(KeyRejection::Busy);
+        }
+        let got = tokio::time::timeout(HASH_WAIT, self.hashing.acquire()).await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        match got {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(KeyRejection::Task),
+            Err(_) => Err(KeyRejection::Busy),
+        }
+    }
+
     /// A cached verification, and whether it is still within its re-check interval.
     fn lookup(&self, fp: &[u8; 32]) -> Result<Option<(VerifiedKey, bool)>, KeyRejection> {
         let cache = self.cache.read().map_err(|_| KeyRejection::Task)?;
-        Ok(cache.get(fp).map(|c| (c.key.clone(), c.checked_at.elapsed() < self.ttl)))
+        Ok(cache.get(fp).map(|c| (c.key.clone(), !c.due && c.checked_at.elapsed() < self.ttl)))
+    }
+
+    fn known_missing(&self, id: &ApiKeyId) -> bool {
+        self.listening.load(Ordering::Acquire)
+            && self.missing.read().is_ok_and(|m| m.get(id).is_some_and(|at| at.elapsed() < NEGATIVE_TTL))
+    }
+
+    fn remember_missing(&self, id: ApiKeyId) {
+        if !self.listening.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut m) = self.missing.write() {
+            if m.len() >= self.capacity {
+                m.retain(|_, at| at.elapsed() < NEGATIVE_TTL);
+                if m.len() >= self.capacity {
+                    m.clear();
+                }
+            }
+            m.insert(id, Instant::now());
+        }
     }
 
     fn insert(&self, fp: [u8; 32], key: VerifiedKey, checked_at: Instant) {
@@ -196,7 +270,7 @@ impl ApiKeyVerifier {
                     cache.clear();
                 }
             }
-            cache.insert(fp, Cached { key, checked_at });
+            cache.insert(fp, Cached { key, checked_at, due: false });
         }
     }
 
@@ -210,10 +284,63 @@ impl ApiKeyVerifier {
         self.verifications.load(Ordering::Relaxed)
     }
 
-    /// Drops every cached verification (a key was revoked or a tenant removed somewhere).
-    pub fn forget_all(&self) {
+    /// A change notification named this key (revoked, changed or deleted somewhere): its
+    /// verifications and any memory of it being missing go.
+    pub fn key_changed(&self, id: &str) {
         if let Ok(mut cache) = self.cache.write() {
-            cache.clear();
+            cache.retain(|_, c| c.key.id.as_str() != id);
+        }
+        if let Ok(mut m) = self.missing.write() {
+            m.retain(|k, _| k.as_str() != id);
+        }
+    }
+
+    /// A tenant was deactivated, reactivated or deleted: its keys' verifications go.
+    pub fn tenant_changed(&self, tenant: &str) {
+        if let Ok(mut cache) = self.cache.write() {
+            cache.retain(|_, c| c.key.tenant.as_str() != tenant);
+        }
+    }
+
+    /// The change listener is up (`true`) or lost its connection (`false`). While it is
+    /// down nothing missing is remembered; when it goes down every cached verification is
+    /// marked due for a database re-check (notifications may have been missed), which
+    /// costs one read on the next use and no argon2.
+    pub fn set_listening(&self, up: bool) {
+        self.listening.store(up, Ordering::Release);
+        if up {
+            return;
+        }
+        if let Ok(mut m) = self.missing.write() {
+            m.clear();
+        }
+        self.mark_all_due();
+    }
+
+    /// A key was created somewhere: forget that its id was unknown.
+    pub fn key_created(&self, id: &str) {
+        if let Ok(mut m) = self.missing.write() {
+            m.retain(|k, _| k.as_str() != id);
+        }
+    }
+
+    /// Applies a payload of the `mcpc_api_keys` channel: `new:<id>`, `key:<id>` or
+    /// `tenant:<id>`.
+    pub fn on_notification(&self, payload: &str) {
+        match payload.split_once(':') {
+            Some(("new", id)) => self.key_created(id),
+            Some(("key", id)) => self.key_changed(id),
+            Some(("tenant", t)) => self.tenant_changed(t),
+            // Unknown (a newer schema): be safe, re-check everything.
+            _ => self.mark_all_due(),
+        }
+    }
+
+    fn mark_all_due(&self) {
+        if let Ok(mut cache) = self.cache.write() {
+            for c in cache.values_mut() {
+                c.due = true;
+            }
         }
     }
 }

@@ -562,7 +562,7 @@ pub fn spawn_listener(pool: PgPool, caches: Arc<Caches>, api_keys: Arc<crate::ap
                 tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
             }
             caches.set_healthy(false);
-            api_keys.forget_all();
+            api_keys.set_listening(false);
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
@@ -580,9 +580,10 @@ async fn listen(pool: &PgPool, caches: &Caches, api_keys: &crate::api_keys::ApiK
             Some(n) => match n.channel() {
                 CONNECTIONS => caches.invalidate_connection(n.payload()),
                 KILL_SWITCHES => caches.invalidate_kill_switches(),
-                API_KEYS => api_keys.forget_all(),
+                API_KEYS => api_keys.on_notification(n.payload()),
                 PING if n.payload() == token => {
                     caches.set_healthy(true);
+                    api_keys.set_listening(true);
                     tracing::info!("change listener ready; caches serving");
                 }
                 PING => caches.release_barrier(n.payload()),

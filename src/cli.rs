@@ -286,6 +286,18 @@ pub async fn create_api_key(
     label: Option<&str>,
 ) -> anyhow::Result<NewApiKey> {
     let key = NewApiKey::generate();
+    store_api_key(pool, &key, tenant, scope, label).await?;
+    Ok(key)
+}
+
+/// Stores the hash of a key made by [`NewApiKey::generate`], with its audit event.
+pub async fn store_api_key(
+    pool: &store::PgPool,
+    key: &NewApiKey,
+    tenant: &TenantId,
+    scope: KeyScope,
+    label: Option<&str>,
+) -> anyhow::Result<()> {
     let secret = key.key.clone();
     let hash =
         tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
@@ -297,5 +309,5 @@ pub async fn create_api_key(
     ev.detail = serde_json::json!({ "scope": scope.as_str() });
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
-    Ok(key)
+    Ok(())
 }

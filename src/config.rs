@@ -93,6 +93,7 @@ struct RawElicitations {
 struct RawApiKeys {
     cache_seconds: Option<u64>,
     cache_capacity: Option<usize>,
+    hash_queue: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,6 +205,8 @@ pub struct Config {
     pub elicitation_ttl: Duration,
     pub api_key_cache_ttl: Duration,
     pub api_key_cache_capacity: usize,
+    /// Callers that may wait for an argon2 slot at once; more get 503.
+    pub api_key_hash_queue: usize,
     pub tenants: Vec<TenantConfig>,
     pub providers: ProviderRegistry,
     pub idp: IdpConfig,
@@ -404,6 +407,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         elicitation_ttl: Duration::from_secs(ttl),
         api_key_cache_ttl: Duration::from_secs(key_cache),
         api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
+        api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),
         tenants,
         providers: registry,
     })

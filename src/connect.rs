@@ -230,13 +230,19 @@ pub async fn decline(
     Ok(state.tenant_name(&e.tenant_id))
 }
 
-/// The query of a provider's redirect back to us.
-#[derive(Debug, Default, serde::Deserialize)]
+/// The query of a provider's redirect back to us. `Debug` never prints the code or state.
+#[derive(Default, Clone, serde::Deserialize)]
 pub struct CallbackQuery {
     pub code: Option<String>,
     pub state: Option<String>,
     pub iss: Option<String>,
     pub error: Option<String>,
+}
+
+impl std::fmt::Debug for CallbackQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CallbackQuery {{ {} }}", self.describe())
+    }
 }
 
 impl CallbackQuery {

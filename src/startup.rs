@@ -96,8 +96,12 @@ impl Application {
         store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
         sync_tenants(&pool, &config.tenants).await?;
 
-        let api_keys = ApiKeyVerifier::new(pool.clone(), config.api_key_cache_ttl, config.api_key_cache_capacity)
-            .map_err(|e| anyhow::anyhow!("api key verifier: {e}"))?;
+        let api_keys = ApiKeyVerifier::new(
+            pool.clone(),
+            config.api_key_cache_ttl,
+            config.api_key_cache_capacity,
+            config.api_key_hash_queue,
+        );
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";
         crate::lifecycle::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);

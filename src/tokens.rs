@@ -64,6 +64,8 @@ pub enum TokenError {
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
     Vault(#[from] VaultError),
+    #[error("refresh task: {0}")]
+    Task(tokio::task::JoinError),
 }
 
 /// What the operator's kill switches allow for a tenant's provider right now.
@@ -226,6 +228,7 @@ async fn usable_token(
                 Err(RefreshError::Transient(why)) => return Err(TokenError::ProviderUnavailable(why)),
                 Err(RefreshError::Database(e)) => return Err(TokenError::Database(e)),
                 Err(RefreshError::Vault(e)) => return Err(TokenError::Vault(e)),
+                Err(RefreshError::Task(e)) => return Err(TokenError::Task(e)),
             }
         }
     } else {

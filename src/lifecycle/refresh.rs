@@ -64,6 +64,8 @@ pub enum RefreshError {
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
     Vault(#[from] crate::vault::VaultError),
+    #[error("the refresh task ended abnormally: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// Per-process single flight, one async mutex per connection being refreshed.
@@ -88,15 +90,32 @@ impl RefreshGate {
 }
 
 /// Refreshes `observed` unless someone else already did; returns the row to hand out from.
+///
+/// Invariant 13: the provider call and its commit run in a task of their own, which the
+/// caller awaits but cannot cancel. A request dropped mid-refresh (client reset, proxy
+/// timeout) would otherwise lose a rotated refresh token the provider has just issued, and
+/// the next refresh would replay the old one (`invalid_grant`, or the whole grant killed by
+/// reuse detection).
 pub async fn refresh(
     state: &AppState,
     observed: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<ConnectionRow, RefreshError> {
+    // On the HTTP worker's own task set (the only caller is the `/v1/token` handler): the
+    // task keeps this worker's pool, needs no `Send` (sqlx's executor futures trip rustc's
+    // higher-ranked `Send` check, rust-lang/rust#102211), and outlives the request.
+    actix_web::rt::spawn(refresh_single_flight(state.clone(), observed.clone(), now)).await?
+}
+
+async fn refresh_single_flight(
+    state: AppState,
+    observed: ConnectionRow,
+    now: OffsetDateTime,
+) -> Result<ConnectionRow, RefreshError> {
     let lock = state.refresh_gate.lock_for(observed.id);
     let result = {
-        let _held = lock.lock().await;
-        refresh_locked(state, observed, now).await
+        let _held = lock.clone().lock_owned().await;
+        refresh_locked(&state, &observed, now).await
     };
     state.refresh_gate.release(observed.id, lock);
     result

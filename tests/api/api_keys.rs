@@ -48,15 +48,104 @@ async fn a_malformed_key_is_401() {
 }
 
 #[tokio::test]
-async fn an_unknown_key_is_401_and_costs_a_hash_like_a_wrong_one() {
+async fn an_unknown_key_is_401_and_costs_no_hash() {
     let app = spawn_app().await;
     let before = app.state.api_keys.hash_verifications();
     let unknown = NewApiKey::generate();
     let r = app.token(unknown.key.expose_secret(), body()).await;
     assert_error(r, 401, "invalid_api_key").await;
-    // Same work as a wrong secret for a known id: one argon2 verification (against a
-    // dummy hash), so response time does not tell which ids exist.
-    assert_eq!(app.state.api_keys.hash_verifications(), before + 1);
+    // The id is not a secret (64 random bits, no use without the 256-bit secret): an id
+    // that does not exist is refused after one read, without argon2.
+    assert_eq!(app.state.api_keys.hash_verifications(), before);
+}
+
+#[tokio::test]
+async fn a_flood_of_well_formed_unknown_keys_causes_zero_argon2_runs() {
+    let app = spawn_app().await;
+    assert!(app.state.caches.barrier(&app.pool).await, "listener up");
+    let before = app.state.api_keys.hash_verifications();
+    let one = NewApiKey::generate();
+    let app = &app;
+    let calls = (0..200).map(|i| {
+        let key = if i % 2 == 0 { NewApiKey::generate().key } else { one.key.clone() };
+        async move { app.token(key.expose_secret(), body()).await }
+    });
+    for r in futures_util::future::join_all(calls).await {
+        assert_error(r, 401, "invalid_api_key").await;
+    }
+    assert_eq!(app.state.api_keys.hash_verifications(), before);
+    // A valid key is still served at once.
+    assert_eq!(app.token(&app.key, body()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_revocation_of_key_a_leaves_key_b_cached() {
+    let app = spawn_app().await;
+    assert!(app.state.caches.barrier(&app.pool).await, "listener up");
+    let b_key = mcp_connect::cli::create_api_key(
+        &app.pool,
+        &mcp_connect::domain::TenantId::parse("acme").unwrap(),
+        mcp_connect::domain::KeyScope::Server,
+        None,
+    )
+    .await
+    .unwrap();
+    let b_key = b_key.key.expose_secret();
+    assert_eq!(app.token(&app.key, body()).await.status(), 200);
+    assert_eq!(app.token(b_key, body()).await.status(), 200);
+    let verified = app.state.api_keys.hash_verifications();
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
+    assert!(app.state.caches.barrier(&app.pool).await, "the revocation's notification arrived");
+    // A at once (the notification named it), B untouched: no new argon2 run.
+    assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;
+    assert_eq!(app.token(b_key, body()).await.status(), 200);
+    assert_eq!(app.state.api_keys.hash_verifications(), verified);
+}
+
+#[tokio::test]
+async fn a_key_created_on_instance_a_works_at_once_on_instance_b() {
+    let a = spawn_app().await;
+    let b = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "listener up");
+    let key = NewApiKey::generate();
+    // B sees the id before it exists and remembers it as unknown.
+    assert_error(b.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
+    mcp_connect::cli::store_api_key(
+        &a.pool,
+        &key,
+        &mcp_connect::domain::TenantId::parse("acme").unwrap(),
+        mcp_connect::domain::KeyScope::Server,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(b.state.caches.barrier(&b.pool).await, "the creation's notification arrived");
+    assert_eq!(b.token(key.key.expose_secret(), body()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn waiting_for_an_argon2_slot_is_bounded_and_answers_503_with_retry_after() {
+    let app = spawn_app().await;
+    // Wrong secrets for the real id: each needs its own argon2 run (2 slots, 32 may wait).
+    let app = &app;
+    let calls = (0..120).map(|_| {
+        let other = NewApiKey::generate();
+        let forged = format!("{}{}", &app.key[..22], &other.key.expose_secret()[22..]);
+        async move { app.token(&forged, body()).await }
+    });
+    let mut busy = 0;
+    for r in futures_util::future::join_all(calls).await {
+        match r.status().as_u16() {
+            401 => {}
+            503 => {
+                assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+                assert_error(r, 503, "temporarily_unavailable").await;
+                busy += 1;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!(busy > 0, "a queue of 120 behind 2 slots and 32 places must be cut short");
 }
 
 #[tokio::test]

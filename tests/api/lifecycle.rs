@@ -284,3 +284,23 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "needs_reauth");
 }
+
+#[tokio::test]
+async fn a_client_that_resets_mid_refresh_loses_no_rotated_refresh_token() {
+    let app = spawn_app().await;
+    let (_, old_access, _) = app.insert_provider_grant("alice", "octo-alice", past()).await;
+    // The provider rotates the refresh token, then takes 800 ms to answer.
+    app.provider.switches().set_answer_delay(Duration::from_millis(800));
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
+    let r = impatient.post(format!("{}/v1/token", app.base)).bearer_auth(&app.key).json(&lookup()).send().await;
+    assert!(r.is_err_and(|e| e.is_timeout()), "the client gave up mid-refresh");
+    // The refresh goes on without its requester and commits the rotated token.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    app.provider.switches().set_answer_delay(Duration::ZERO);
+    let b = app.token_ok(lookup()).await;
+    assert_eq!(b["status"], "connected", "{b}");
+    let token = b["access_token"].as_str().unwrap();
+    assert_ne!(token, old_access);
+    assert_eq!(userinfo_login(&app, token).await, 200, "the grant was not killed by a replay");
+    assert_eq!(app.provider.stats().refresh_calls, 1, "the old refresh token was never presented again");
+}

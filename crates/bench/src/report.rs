@@ -287,6 +287,17 @@ impl Results {
             a.herd_argon2_runs,
             a.herd_wall_ms
         );
+        let _ = writeln!(
+            o,
+            "    API key under {} unknown-key checks/s ({} sent): {} argon2 runs from them; valid cached key p99 \
+             {:.2} µs; {} first verifications of new valid keys p99 {:.1} ms",
+            a.flood_rate,
+            a.flood_requests,
+            a.flood_argon2_runs,
+            a.flood_cached_p99_us,
+            a.flood_first_keys,
+            a.flood_first_p99_ms
+        );
         let on = &self.cache_on;
         let _ = writeln!(
             o,

@@ -41,6 +41,7 @@ pub(crate) struct SwitchValues {
     pub id_token_issuer: Option<String>,
     pub id_token_wrong_key: bool,
     pub token_delay: Duration,
+    pub answer_delay: Duration,
     pub token_failure: Option<TokenFailure>,
     pub omit_refresh_token: bool,
     pub omit_expires_in: bool,
@@ -59,6 +60,7 @@ impl Default for SwitchValues {
             id_token_issuer: None,
             id_token_wrong_key: false,
             token_delay: Duration::ZERO,
+            answer_delay: Duration::ZERO,
             token_failure: None,
             omit_refresh_token: false,
             omit_expires_in: false,
@@ -127,6 +129,13 @@ impl Switches {
     /// Sleeps this long before answering authorization_code and refresh_token requests.
     pub fn set_token_delay(&self, delay: Duration) {
         self.values().token_delay = delay;
+    }
+
+    /// Sleeps this long *after* an authorization_code or refresh_token request was carried
+    /// out (tokens issued, a rotated refresh token retired) and before answering: a slow way
+    /// back, during which a client that gives up loses the new tokens.
+    pub fn set_answer_delay(&self, delay: Duration) {
+        self.values().answer_delay = delay;
     }
 
     /// Fails authorization_code and refresh_token requests this way, without touching any

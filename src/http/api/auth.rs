@@ -45,6 +45,15 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
         Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(&e)),
         Err(e @ KeyRejection::Task) => return Err(ApiError::internal(&e)),
+        Err(KeyRejection::Busy) => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "too many api keys are being verified at once; retry shortly",
+            );
+            e.retry_after = Some(1);
+            return Err(e);
+        }
     };
     if key.scope != scope {
         let mut e = ApiError::new(

@@ -105,6 +105,7 @@ fn map_error(e: TokenError) -> ApiError {
         }
         TokenError::Database(e) => ApiError::from_db(&e),
         TokenError::Vault(e) => ApiError::internal(&e),
+        TokenError::Task(e) => ApiError::internal(&e),
     }
 }
 

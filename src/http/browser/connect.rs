@@ -209,8 +209,17 @@ pub async fn callback(
     let rid = request_id(&req);
     let provider = parse_provider(&rid, &path)?;
     let now = OffsetDateTime::now_utc();
-    let info = session.0.as_ref().map(|s| &s.info);
-    match connect::complete(&state, &provider, info, &q, now).await {
+    let info = session.0.map(|s| s.info);
+    let q = q.into_inner();
+    // Invariant 13: the code exchange and its commit run to the end on the worker's task
+    // set even if the browser goes away meanwhile (a grant the provider issued is either
+    // stored or revoked, never dropped half-way).
+    let task = {
+        let (state, q) = (state.get_ref().clone(), q.clone());
+        actix_web::rt::spawn(async move { connect::complete(&state, &provider, info.as_ref(), &q, now).await })
+    };
+    let outcome = task.await.map_err(|e| PageError::internal(&rid.0, &e))?;
+    match outcome {
         Ok(CallbackOutcome::Connected { tenant_name, account }) => {
             let message = match account {
                 Some(a) => format!("Your account {a} is connected."),

@@ -57,18 +57,30 @@ pub(crate) async fn token(state: web::Data<ProviderState>, form: ClientForm) -> 
             state.record(|stats| stats.authorization_code_exchanges += 1);
             let switches = state.switches.snapshot();
             misbehave(&switches).await?;
-            exchange_code(&state, &form, &switches).await?
+            let r = exchange_code(&state, &form, &switches).await?;
+            answer_late(&switches).await;
+            r
         }
         "refresh_token" => {
             state.record(|stats| stats.refresh_calls += 1);
             let switches = state.switches.snapshot();
             misbehave(&switches).await?;
-            refresh(&state, &form, &switches)?
+            let r = refresh(&state, &form, &switches)?;
+            answer_late(&switches).await;
+            r
         }
         DEV_SUBJECT_GRANT_TYPE if state.role == Role::IdentityProvider => dev_subject(&state, &form)?,
         _ => return Err(OAuthError::unsupported_grant_type()),
     };
     Ok(HttpResponse::Ok().json(response))
+}
+
+/// The answer-delay switch: the tokens are issued (and a rotated refresh token retired)
+/// already, so a client that gives up now has lost them.
+async fn answer_late(switches: &SwitchValues) {
+    if !switches.answer_delay.is_zero() {
+        tokio::time::sleep(switches.answer_delay).await;
+    }
 }
 
 /// The delay and failure switches, applied before any code or token is touched.
