@@ -286,16 +286,27 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
 }
 
 #[tokio::test]
-async fn a_client_that_resets_mid_refresh_loses_no_rotated_refresh_token() {
+async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_token() {
     let app = spawn_app().await;
     let (_, old_access, _) = app.insert_provider_grant("alice", "octo-alice", past()).await;
+    let row = mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp")
+        .await
+        .unwrap()
+        .unwrap();
     // The provider rotates the refresh token, then takes 800 ms to answer.
     app.provider.switches().set_answer_delay(Duration::from_millis(800));
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
-    let r = impatient.post(format!("{}/v1/token", app.base)).bearer_auth(&app.key).json(&lookup()).send().await;
-    assert!(r.is_err_and(|e| e.is_timeout()), "the client gave up mid-refresh");
-    // The refresh goes on without its requester and commits the rotated token.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let state = app.state.get_ref().clone();
+    // As on an HTTP worker: the request's future is dropped after 300 ms (client reset,
+    // proxy timeout), while the worker's task set goes on running.
+    let worker = tokio::task::LocalSet::new();
+    worker
+        .run_until(async {
+            let request = mcp_connect::lifecycle::refresh::refresh(&state, &row, OffsetDateTime::now_utc());
+            let dropped = tokio::time::timeout(Duration::from_millis(300), request).await;
+            assert!(dropped.is_err(), "the request went away mid-refresh");
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+        })
+        .await;
     app.provider.switches().set_answer_delay(Duration::ZERO);
     let b = app.token_ok(lookup()).await;
     assert_eq!(b["status"], "connected", "{b}");
