@@ -105,6 +105,7 @@ struct RawIdp {
     scopes: Option<Vec<String>>,
     #[serde(default)]
     allow_idn_hosts: Vec<String>,
+    clock_skew_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -177,6 +178,7 @@ struct RawProvider {
     allow_account_change: bool,
     #[serde(default)]
     allow_idn_hosts: Vec<String>,
+    clock_skew_seconds: Option<u64>,
 }
 
 /// A tenant: one MCP server registration.
@@ -249,6 +251,18 @@ fn env_key(suffix: &str) -> String {
 
 fn provider_env(id: &ProviderId, what: &str) -> String {
     env_key(&format!("PROVIDER_{}_{}", id.as_str().to_ascii_uppercase().replace('-', "_"), what))
+}
+
+/// A clock skew for ID tokens: the environment, else the file, else 60 s; at most 5 min.
+fn clock_skew(field: &str, env_value: Option<String>, raw: Option<u64>) -> Result<time::Duration, ConfigError> {
+    let secs = match env_value {
+        Some(v) => v.trim().parse::<u64>().map_err(|_| err(field, format!("{v:?} is not a number of seconds")))?,
+        None => raw.unwrap_or(60),
+    };
+    if secs > 300 {
+        return Err(err(field, "must be at most 300 (a larger skew keeps expired ID tokens alive)"));
+    }
+    Ok(time::Duration::seconds(secs as i64))
 }
 
 fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
@@ -420,7 +434,10 @@ fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, Co
         client_secret_file: None,
         scopes: None,
         allow_idn_hosts: Vec::new(),
+        clock_skew_seconds: None,
     });
+    let clock_skew =
+        clock_skew("idp.clock_skew_seconds", env(&env_key("IDP_CLOCK_SKEW_SECONDS")), raw.clock_skew_seconds)?;
     let issuer = env(&env_key("IDP_ISSUER")).or(raw.issuer).ok_or_else(|| {
         err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
     })?;
@@ -450,6 +467,7 @@ fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, Co
         client_secret: SecretString::from(client_secret),
         scopes,
         allow_idn_hosts: raw.allow_idn_hosts,
+        clock_skew,
     })
 }
 
@@ -536,6 +554,8 @@ fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) -> Result<P
         extra.push((k, v));
     }
 
+    let clock_skew =
+        clock_skew(&f("clock_skew_seconds"), env(&provider_env(&id, "CLOCK_SKEW_SECONDS")), p.clock_skew_seconds)?;
     let display_name = p
         .display_name
         .unwrap_or_else(|| if t.display_name.is_empty() { name.to_owned() } else { t.display_name.to_owned() });
@@ -560,6 +580,7 @@ fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) -> Result<P
         account_login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
         allow_account_change: p.allow_account_change,
         allow_idn_hosts: p.allow_idn_hosts,
+        clock_skew,
     })
 }
 
@@ -676,5 +697,40 @@ client_id = "abc"
         let c = Config::from_toml(GOOD, &env_of(&e)).unwrap();
         assert_eq!(c.public_base_url.as_str(), "https://other.example.com/");
         assert_eq!(secrecy::ExposeSecret::expose_secret(&c.database_url), "postgres://db/other");
+    }
+
+    #[test]
+    fn the_id_token_clock_skew_defaults_to_a_minute_and_comes_from_the_file_or_the_environment() {
+        let gh = |c: &Config| c.providers.get(&ProviderId::parse("github").unwrap()).unwrap().clock_skew;
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(60), time::Duration::seconds(60)));
+        let file = GOOD.replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclock_skew_seconds = 5");
+        let file = format!("{file}clock_skew_seconds = 7\n");
+        let c = Config::from_toml(&file, &env_of(&base_env())).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(5), time::Duration::seconds(7)));
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "0"));
+        e.push(("MCP_CONNECT_PROVIDER_GITHUB_CLOCK_SKEW_SECONDS", "30"));
+        let c = Config::from_toml(&file, &env_of(&e)).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::ZERO, time::Duration::seconds(30)));
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "soon"));
+        assert_eq!(error_field(GOOD, &e), "idp.clock_skew_seconds");
+        assert_eq!(
+            error_field(&format!("{GOOD}clock_skew_seconds = 301\n"), &base_env()),
+            "providers.github.clock_skew_seconds"
+        );
+    }
+
+    #[test]
+    fn a_configured_issuer_is_kept_exactly_as_written() {
+        let c = Config::from_toml(
+            &GOOD.replace("https://idp.example.com", "https://idp.example.com/"),
+            &env_of(&base_env()),
+        )
+        .unwrap();
+        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com/");
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com");
     }
 }

@@ -6,6 +6,7 @@ use crate::crypto;
 use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
 use crate::oauth::Provider;
 use crate::oauth::flow::{self, AuthServer, FlowError};
+use crate::oauth::resolve::Source;
 use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow, states::OauthStateRow};
 use crate::vault::{Field, RowBinding};
@@ -530,7 +531,7 @@ async fn attach(
     x: &Exchanged,
     now: OffsetDateTime,
 ) -> Result<Option<String>, CallbackRefusal> {
-    let (account_id, account_login) = verified_account(state, x).await?;
+    let (account_id, account_login) = verified_account(state, x, now).await?;
     let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
     if let Some(old) = &existing
         && old.status != "revoked"
@@ -618,6 +619,7 @@ async fn attach(
 async fn verified_account(
     state: &AppState,
     x: &Exchanged,
+    now: OffsetDateTime,
 ) -> Result<(Option<String>, Option<String>), CallbackRefusal> {
     let mut id_subject = None;
     if let Some(nonce) = &x.nonce {
@@ -626,7 +628,11 @@ async fn verified_account(
             .id_token
             .as_ref()
             .ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
-        let v = flow::verify_id_token(&x.server, raw, nonce).map_err(CallbackRefusal::Exchange)?;
+        let v = state
+            .resolver
+            .verify_id_token(&state.outbound, Source::Provider(&x.provider), x.server.clone(), raw, nonce, now)
+            .await
+            .map_err(CallbackRefusal::Exchange)?;
         id_subject = Some(v.subject);
     }
     let Some(info) = fetch_userinfo(state, &x.server, &x.tokens.access_token).await? else {

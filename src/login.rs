@@ -4,6 +4,7 @@
 
 use crate::crypto;
 use crate::oauth::flow::{self, FlowError};
+use crate::oauth::resolve::Source;
 use crate::startup::AppState;
 use crate::store;
 use time::OffsetDateTime;
@@ -155,7 +156,11 @@ pub async fn complete(
         .await
         .map_err(LoginError::Flow)?;
     let raw = tokens.id_token.as_ref().ok_or(LoginError::Flow(FlowError::IdToken("no id_token".to_owned())))?;
-    let claims = flow::verify_id_token(&server, raw, &secret.nonce).map_err(LoginError::Flow)?;
+    let claims = state
+        .resolver
+        .verify_id_token(&state.outbound, Source::Idp(&state.idp), server.clone(), raw, &secret.nonce, now)
+        .await
+        .map_err(LoginError::Flow)?;
     crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;
 
     let session_id = crypto::random_token(32);

@@ -9,8 +9,8 @@ use oauth2::{
     RedirectUrl, RefreshToken, RequestTokenError, Scope, StandardRevocableToken, StandardTokenResponse, TokenResponse,
     TokenUrl,
 };
-use openidconnect::core::{CoreIdToken, CoreIdTokenVerifier, CoreJsonWebKeySet};
-use openidconnect::{ClientId, ClientSecret, IssuerUrl, Nonce};
+use openidconnect::core::{CoreIdToken, CoreIdTokenVerifier, CoreJsonWebKeySet, CoreJwsSigningAlgorithm};
+use openidconnect::{ClientId, IssuerUrl, Nonce};
 use secrecy::{ExposeSecret, SecretString};
 use std::time::Duration;
 use url::Url;
@@ -30,6 +30,48 @@ pub struct AuthServer {
     pub iss_parameter_required: bool,
     /// Signature keys for ID tokens; `Some` exactly when ID tokens are verified.
     pub jwks: Option<CoreJsonWebKeySet>,
+    /// The signature algorithms accepted for ID tokens (see [`id_token_algs`]).
+    pub id_token_algs: Vec<CoreJwsSigningAlgorithm>,
+    /// Tolerance for `exp` and `iat` against our clock.
+    pub clock_skew: time::Duration,
+}
+
+/// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
+/// key would be our client secret, known to the IdP and to whoever stole it from us).
+const ACCEPTED_ID_TOKEN_ALGS: [CoreJwsSigningAlgorithm; 3] = [
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha256,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha256,
+    CoreJwsSigningAlgorithm::EcdsaP256Sha256,
+];
+
+/// The algorithms to accept from a server: RS256, PS256 and ES256, narrowed to those its
+/// discovery document lists in `id_token_signing_alg_values_supported` where it has one.
+pub fn id_token_algs(advertised: Option<&[String]>) -> Vec<CoreJwsSigningAlgorithm> {
+    ACCEPTED_ID_TOKEN_ALGS
+        .into_iter()
+        .filter(|alg| {
+            advertised.is_none_or(|list| {
+                let name = serde_json::to_value(alg).ok();
+                list.iter().any(|a| name.as_ref().and_then(|n| n.as_str()) == Some(a.as_str()))
+            })
+        })
+        .collect()
+}
+
+/// The `kid` in a compact JWS header, if any (no signature checked: only to decide whether
+/// the JWKS must be fetched again).
+pub fn jws_key_id(raw: &str) -> Option<String> {
+    use base64::Engine;
+    let header = raw.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("kid")?.as_str().map(str::to_owned)
+}
+
+/// Whether `jwks` holds a key with this id.
+pub fn jwks_has_key(jwks: &CoreJsonWebKeySet, kid: &str) -> bool {
+    use openidconnect::JsonWebKey;
+    jwks.keys().iter().any(|k| k.key_id().is_some_and(|id| id.as_str() == kid))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -274,23 +316,52 @@ pub struct VerifiedIdToken {
     pub issuer: String,
 }
 
-/// Verifies an ID token: signature against the server's JWKS, `iss`, `aud` = our client
-/// id, `azp` where present, `exp`, and `nonce`.
-pub fn verify_id_token(server: &AuthServer, raw: &SecretString, nonce: &str) -> Result<VerifiedIdToken, FlowError> {
+/// Verifies an ID token (OIDC Core §3.1.3.7) as of `now`: signature against the server's
+/// JWKS with an accepted algorithm, `iss` exactly, `aud` containing our client id and no
+/// untrusted other audience, `azp` (when present, or required by several audiences) equal
+/// to our client id, `exp` and `iat` within the clock skew, and `nonce`.
+pub fn verify_id_token(
+    server: &AuthServer,
+    raw: &SecretString,
+    nonce: &str,
+    now: time::OffsetDateTime,
+) -> Result<VerifiedIdToken, FlowError> {
     let (Some(issuer), Some(jwks)) = (&server.issuer, &server.jwks) else {
         return Err(FlowError::IdToken("no issuer or keys to verify against".to_owned()));
     };
+    if server.id_token_algs.is_empty() {
+        return Err(FlowError::IdToken("the server signs with no algorithm we accept".to_owned()));
+    }
     let issuer_url = IssuerUrl::new(issuer.clone()).map_err(|_| FlowError::IdToken("bad issuer".to_owned()))?;
-    let verifier = CoreIdTokenVerifier::new_confidential_client(
-        ClientId::new(server.client_id.clone()),
-        ClientSecret::new(server.client_secret.expose_secret().to_owned()),
-        issuer_url,
-        jwks.clone(),
-    );
+    let to_chrono = |t: time::OffsetDateTime| {
+        chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond()).unwrap_or_default()
+    };
+    // exp: valid while `now - skew < exp`. iat: not later than `now + skew`.
+    let (lenient_now, latest_iat) = (to_chrono(now - server.clock_skew), to_chrono(now + server.clock_skew));
+    let verifier =
+        CoreIdTokenVerifier::new_public_client(ClientId::new(server.client_id.clone()), issuer_url, jwks.clone())
+            .set_allowed_algs(server.id_token_algs.clone())
+            .set_time_fn(move || lenient_now)
+            .set_issue_time_verifier_fn(move |iat| {
+                if iat > latest_iat { Err(format!("issued in the future ({iat})")) } else { Ok(()) }
+            });
     let token: CoreIdToken = raw.expose_secret().parse().map_err(|_| FlowError::IdToken("not a JWT".to_owned()))?;
     let claims =
         token.claims(&verifier, &Nonce::new(nonce.to_owned())).map_err(|e| FlowError::IdToken(e.to_string()))?;
+    check_authorized_party(&server.client_id, claims.audiences().len(), claims.authorized_party().map(|a| a.as_str()))
+        .map_err(|why| FlowError::IdToken(why.to_owned()))?;
     Ok(VerifiedIdToken { subject: claims.subject().as_str().to_owned(), issuer: claims.issuer().as_str().to_owned() })
+}
+
+/// OIDC Core §3.1.3.7 steps 4-5, which openidconnect leaves to its users: an `azp` that is
+/// present must be our client id, and a token for several audiences must name one.
+pub fn check_authorized_party(client_id: &str, audiences: usize, azp: Option<&str>) -> Result<(), &'static str> {
+    match azp {
+        Some(a) if a == client_id => Ok(()),
+        Some(_) => Err("azp is another client"),
+        None if audiences > 1 => Err("several audiences and no azp"),
+        None => Ok(()),
+    }
 }
 
 /// OIDC Core §5.3.2: the `sub` of a UserInfo answer must be exactly the ID token's `sub`
@@ -332,6 +403,8 @@ mod tests {
             issuer: Some("https://p.example".into()),
             iss_parameter_required: iss_required,
             jwks: None,
+            id_token_algs: id_token_algs(None),
+            clock_skew: time::Duration::seconds(60),
         }
     }
 
@@ -384,6 +457,52 @@ mod tests {
         for (expected, required, got, want) in cases {
             assert_eq!(check_iss_parameter(*expected, *required, *got), *want, "{expected:?} {required} {got:?}");
         }
+    }
+
+    #[test]
+    fn only_rs256_ps256_and_es256_are_accepted_as_advertised() {
+        use CoreJwsSigningAlgorithm::*;
+        let list = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let cases: Vec<(Option<Vec<String>>, Vec<CoreJwsSigningAlgorithm>)> = vec![
+            (Option::None, vec![RsaSsaPkcs1V15Sha256, RsaSsaPssSha256, EcdsaP256Sha256]),
+            (Some(list(&["RS256"])), vec![RsaSsaPkcs1V15Sha256]),
+            (Some(list(&["ES256", "PS256"])), vec![RsaSsaPssSha256, EcdsaP256Sha256]),
+            (Some(list(&["none", "HS256", "RS256"])), vec![RsaSsaPkcs1V15Sha256]),
+            (Some(list(&["none", "HS256", "HS512"])), vec![]),
+            (Some(list(&["RS512", "ES384", "EdDSA"])), vec![]),
+            (Some(list(&[])), vec![]),
+        ];
+        for (advertised, want) in cases {
+            assert_eq!(id_token_algs(advertised.as_deref()), want, "{advertised:?}");
+        }
+    }
+
+    #[test]
+    fn azp_must_be_our_client_when_present_or_when_there_are_several_audiences() {
+        let cases = [
+            (1, None, Ok(())),
+            (1, Some("c"), Ok(())),
+            (3, Some("c"), Ok(())),
+            (1, Some("other"), Err("azp is another client")),
+            (2, Some("other"), Err("azp is another client")),
+            (2, None, Err("several audiences and no azp")),
+        ];
+        for (auds, azp, want) in cases {
+            assert_eq!(check_authorized_party("c", auds, azp), want, "{auds} {azp:?}");
+        }
+    }
+
+    #[test]
+    fn the_kid_is_read_from_a_jws_header_only() {
+        use base64::Engine;
+        let enc = |v: serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        let jwt =
+            format!("{}.{}.sig", enc(serde_json::json!({"alg": "ES256", "kid": "k2"})), enc(serde_json::json!({})));
+        assert_eq!(jws_key_id(&jwt).as_deref(), Some("k2"));
+        let no_kid = format!("{}.e30.sig", enc(serde_json::json!({"alg": "RS256"})));
+        assert_eq!(jws_key_id(&no_kid), None);
+        assert_eq!(jws_key_id("not a jwt"), None);
+        assert_eq!(jws_key_id(""), None);
     }
 
     #[test]

@@ -151,6 +151,8 @@ pub struct Provider {
     pub allow_account_change: bool,
     /// Hosts in punycode accepted for this provider (see `oauth::urls`).
     pub allow_idn_hosts: Vec<String>,
+    /// Tolerance for ID-token `exp` and `iat` (`clock_skew_seconds`).
+    pub clock_skew: time::Duration,
 }
 
 /// All configured providers by id.

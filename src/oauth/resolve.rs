@@ -24,6 +24,8 @@ pub struct IdpConfig {
     pub client_secret: SecretString,
     pub scopes: Vec<String>,
     pub allow_idn_hosts: Vec<String>,
+    /// Tolerance for ID-token `exp` and `iat` (`idp.clock_skew_seconds`).
+    pub clock_skew: time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,7 @@ struct DiscoveryDoc {
     jwks_uri: Option<String>,
     #[serde(default)]
     authorization_response_iss_parameter_supported: bool,
+    id_token_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 /// What discovery found, with every URL checked by the same rules as configured ones.
@@ -55,6 +58,7 @@ struct Discovered {
     revocation_endpoint: Option<Url>,
     jwks: CoreJsonWebKeySet,
     iss_supported: bool,
+    id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
 }
 
 async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Result<Discovered, ResolveError> {
@@ -93,6 +97,7 @@ async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Res
         revocation_endpoint: check("revocation_endpoint", doc.revocation_endpoint)?,
         jwks,
         iss_supported: doc.authorization_response_iss_parameter_supported,
+        id_token_algs: super::flow::id_token_algs(doc.id_token_signing_alg_values_supported.as_deref()),
     })
 }
 
@@ -100,6 +105,18 @@ async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Res
 #[derive(Default)]
 pub struct Resolver {
     cache: RwLock<HashMap<String, (Arc<AuthServer>, Instant)>>,
+    /// When each server's keys were last fetched again for an unknown `kid`.
+    refetched: std::sync::Mutex<HashMap<String, Instant>>,
+}
+
+/// At most one JWKS fetch a minute per server for unknown key ids: a token naming a key
+/// that does not exist cannot make us hammer the IdP.
+const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+
+/// Which server an ID token came from, to fetch its keys again.
+pub enum Source<'a> {
+    Idp(&'a IdpConfig),
+    Provider(&'a Provider),
 }
 
 impl Resolver {
@@ -110,6 +127,52 @@ impl Resolver {
 
     async fn store(&self, key: String, s: Arc<AuthServer>) {
         self.cache.write().await.insert(key, (s, Instant::now()));
+    }
+
+    /// Verifies an ID token against the server's keys. When the token names a key id that
+    /// the cached JWKS lacks (the IdP rotated its keys), discovery and the JWKS are fetched
+    /// again, at most once a minute per server, and the token is checked against those.
+    pub async fn verify_id_token(
+        &self,
+        http: &Outbound,
+        source: Source<'_>,
+        server: Arc<AuthServer>,
+        raw: &SecretString,
+        nonce: &str,
+        now: time::OffsetDateTime,
+    ) -> Result<super::flow::VerifiedIdToken, super::flow::FlowError> {
+        use secrecy::ExposeSecret;
+        let unknown_kid = super::flow::jws_key_id(raw.expose_secret())
+            .is_some_and(|kid| server.jwks.as_ref().is_some_and(|jwks| !super::flow::jwks_has_key(jwks, &kid)));
+        let key = match &source {
+            Source::Idp(_) => "idp".to_owned(),
+            Source::Provider(p) => format!("provider:{}", p.id),
+        };
+        let server = if unknown_kid && self.may_refetch(&key) {
+            self.cache.write().await.remove(&key);
+            let fresh = match source {
+                Source::Idp(idp) => self.idp(http, idp).await,
+                Source::Provider(p) => self.provider(http, p).await,
+            };
+            match fresh {
+                Ok(s) => s,
+                Err(e) => return Err(super::flow::FlowError::Transient(format!("fetching new keys: {e}"))),
+            }
+        } else {
+            server
+        };
+        super::flow::verify_id_token(&server, raw, nonce, now)
+    }
+
+    fn may_refetch(&self, key: &str) -> bool {
+        let Ok(mut m) = self.refetched.lock() else { return false };
+        match m.get(key) {
+            Some(at) if at.elapsed() < REFETCH_AT_MOST_EVERY => false,
+            _ => {
+                m.insert(key.to_owned(), Instant::now());
+                true
+            }
+        }
     }
 
     pub async fn idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
@@ -128,6 +191,8 @@ impl Resolver {
             issuer: Some(d.issuer),
             iss_parameter_required: d.iss_supported,
             jwks: Some(d.jwks),
+            id_token_algs: d.id_token_algs,
+            clock_skew: idp.clock_skew,
         });
         self.store("idp".to_owned(), server.clone()).await;
         Ok(server)
@@ -161,6 +226,8 @@ impl Resolver {
                 issuer: Some(d.issuer),
                 iss_parameter_required: p.authorization_response_iss || d.iss_supported,
                 jwks: Some(d.jwks),
+                id_token_algs: d.id_token_algs,
+                clock_skew: p.clock_skew,
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -172,6 +239,8 @@ impl Resolver {
                 issuer: p.issuer.as_ref().map(|i| i.as_str().to_owned()),
                 iss_parameter_required: p.authorization_response_iss,
                 jwks: None,
+                id_token_algs: Vec::new(),
+                clock_skew: p.clock_skew,
             },
         };
         let server = Arc::new(server);

@@ -332,6 +332,46 @@ async fn an_expired_id_token_is_refused() {
 }
 
 #[tokio::test]
+async fn an_id_token_expired_within_the_clock_skew_is_accepted() {
+    let app = spawn_app().await;
+    // The provider's clock is 20 s behind: its fresh token looks expired to us.
+    app.provider.switches().set_id_token_times(-80, -20);
+    let (id, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    assert_eq!(app.elicitation_status(&id).await, "completed");
+}
+
+#[tokio::test]
+async fn an_id_token_expired_beyond_the_clock_skew_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_times(-180, -90);
+    refused_callback(&app, "testp", "id_token_invalid").await;
+}
+
+#[tokio::test]
+async fn an_id_token_issued_in_the_future_beyond_the_clock_skew_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_times(300, 3_900);
+    refused_callback(&app, "testp", "id_token_invalid").await;
+}
+
+#[tokio::test]
+async fn an_id_token_issued_a_little_in_the_future_is_accepted() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_times(30, 3_630);
+    let (id, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    assert_eq!(app.elicitation_status(&id).await, "completed");
+}
+
+#[tokio::test]
+async fn an_id_token_whose_azp_is_another_client_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_azp(Some("another-client".into()));
+    refused_callback(&app, "testp", "id_token_invalid").await;
+}
+
+#[tokio::test]
 async fn an_id_token_signed_with_an_unknown_key_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_wrong_key(true);

@@ -289,10 +289,8 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
 async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_token() {
     let app = spawn_app().await;
     let (_, old_access, _) = app.insert_provider_grant("alice", "octo-alice", past()).await;
-    let row = mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp")
-        .await
-        .unwrap()
-        .unwrap();
+    let row =
+        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
     // The provider rotates the refresh token, then takes 800 ms to answer.
     app.provider.switches().set_answer_delay(Duration::from_millis(800));
     let state = app.state.get_ref().clone();

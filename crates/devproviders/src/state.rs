@@ -144,16 +144,17 @@ impl ProviderState {
         switches: &SwitchValues,
         now: OffsetDateTime,
     ) -> Result<String, SignError> {
-        let (iat, exp) = if switches.id_token_expired {
-            (now - ID_TOKEN_TTL - time::Duration::minutes(1), now - time::Duration::minutes(1))
-        } else {
-            (now, now + ID_TOKEN_TTL)
+        let (iat, exp) = match (switches.id_token_times, switches.id_token_expired) {
+            (Some((iat, exp)), _) => (now + time::Duration::seconds(iat), now + time::Duration::seconds(exp)),
+            // Well past any clock skew a client allows.
+            (None, true) => (now - ID_TOKEN_TTL - time::Duration::minutes(10), now - time::Duration::minutes(10)),
+            (None, false) => (now, now + ID_TOKEN_TTL),
         };
         let mut claims = json!({
             "iss": switches.id_token_issuer.as_deref().unwrap_or(&self.issuer),
             "sub": subject.username,
             "aud": switches.id_token_audience.as_deref().unwrap_or(subject.client_id),
-            "azp": subject.client_id,
+            "azp": switches.id_token_azp.as_deref().unwrap_or(subject.client_id),
             "exp": exp.unix_timestamp(),
             "iat": iat.unix_timestamp(),
             "auth_time": subject.auth_time.unix_timestamp(),

@@ -38,6 +38,8 @@ pub(crate) struct SwitchValues {
     pub id_token_audience: Option<String>,
     pub id_token_nonce: Option<String>,
     pub id_token_expired: bool,
+    pub id_token_times: Option<(i64, i64)>,
+    pub id_token_azp: Option<String>,
     pub id_token_issuer: Option<String>,
     pub id_token_wrong_key: bool,
     pub token_delay: Duration,
@@ -57,6 +59,8 @@ impl Default for SwitchValues {
             id_token_audience: None,
             id_token_nonce: None,
             id_token_expired: false,
+            id_token_times: None,
+            id_token_azp: None,
             id_token_issuer: None,
             id_token_wrong_key: false,
             token_delay: Duration::ZERO,
@@ -114,6 +118,17 @@ impl Switches {
     /// Puts the ID token's `exp` in the past.
     pub fn set_id_token_expired(&self, expired: bool) {
         self.values().id_token_expired = expired;
+    }
+
+    /// Sets the ID token's `iat` and `exp` to now plus these offsets in seconds (a provider
+    /// whose clock is off). Overrides [`Self::set_id_token_expired`].
+    pub fn set_id_token_times(&self, iat_offset: i64, exp_offset: i64) {
+        self.values().id_token_times = Some((iat_offset, exp_offset));
+    }
+
+    /// Replaces the ID token's `azp` (normally the client id) with this value.
+    pub fn set_id_token_azp(&self, azp: Option<String>) {
+        self.values().id_token_azp = azp;
     }
 
     /// Replaces the ID token's `iss` with this value.
