@@ -15,8 +15,9 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The audience of the dev IdP's JWT access tokens, for an MCP server that validates them.
-pub const DEV_MCP_AUDIENCE: &str = "urn:mcp-connect:dev-mcp-server";
+/// Where the example MCP server listens by default; the dev IdP's access tokens name it
+/// as their audience, the protected resource's identifier (RFC 9728 §1.2: a URL).
+pub const DEFAULT_MCP_URL: &str = "http://127.0.0.1:8090/mcp";
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -26,31 +27,48 @@ pub struct DevArgs {
     /// Where to write the values a script needs (service URL, keys, provider URLs).
     #[arg(long, default_value = ".mcp-connect-dev.env")]
     pub env_file: PathBuf,
-    /// Folder for the private PostgreSQL cluster (made anew on every start).
-    #[arg(long, default_value = ".mcp-connect-dev")]
-    pub data_dir: PathBuf,
+    /// Folder for the private PostgreSQL cluster (made anew on every start). Default: a
+    /// folder of its own under the system's temp directory, removed on exit, so it works
+    /// from any checkout (also as root from a folder the `postgres` user cannot enter).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The MCP server's URL (its RFC 9728 resource identifier): the dev IdP mints MCP
+    /// access tokens for this audience.
+    #[arg(long, default_value = DEFAULT_MCP_URL)]
+    pub mcp_url: url::Url,
 }
 
-/// A private PostgreSQL cluster, stopped when this is dropped.
+/// A private PostgreSQL cluster, stopped when this is dropped (and its folder removed when
+/// we made it).
 struct PrivatePostgres {
     bin: PathBuf,
     data: PathBuf,
+    /// The folder to remove on exit (one we made under the temp directory).
+    owned_root: Option<PathBuf>,
     as_postgres_user: bool,
+    started: bool,
     url: String,
 }
 
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
-        let mut cmd = self.command("pg_ctl");
-        cmd.arg("-D").arg(&self.data).args(["stop", "-m", "fast", "-w"]);
-        match cmd.output() {
-            Ok(o) if o.status.success() => eprintln!("stopped the private PostgreSQL"),
-            Ok(o) => eprintln!(
-                "could not stop the private PostgreSQL in {}: {}",
-                self.data.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Err(e) => eprintln!("could not stop the private PostgreSQL in {}: {e}", self.data.display()),
+        if self.started {
+            let mut cmd = self.command("pg_ctl");
+            cmd.arg("-D").arg(&self.data).args(["stop", "-m", "fast", "-w"]);
+            match cmd.output() {
+                Ok(o) if o.status.success() => eprintln!("stopped the private PostgreSQL"),
+                Ok(o) => eprintln!(
+                    "could not stop the private PostgreSQL in {}: {}",
+                    self.data.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => eprintln!("could not stop the private PostgreSQL in {}: {e}", self.data.display()),
+            }
+        }
+        if let Some(root) = &self.owned_root
+            && let Err(e) = std::fs::remove_dir_all(root)
+        {
+            eprintln!("could not remove {}: {e}", root.display());
         }
     }
 }
@@ -70,6 +88,11 @@ impl PrivatePostgres {
         // cluster in order instead of it dying under a half-started service.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut c, 0);
+        // Run from the cluster's folder, not ours: as the postgres user, initdb and pg_ctl
+        // fail when they cannot enter the working directory (a checkout under /root).
+        if let Some(dir) = self.data.parent() {
+            c.current_dir(dir);
+        }
         c
     }
 }
@@ -117,7 +140,7 @@ fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_private_postgres(data_dir: &Path) -> anyhow::Result<PrivatePostgres> {
+fn start_private_postgres(data_dir: Option<&Path>) -> anyhow::Result<PrivatePostgres> {
     let Some(bin) = find_postgres_bin() else {
         anyhow::bail!(
             "no PostgreSQL server binaries (initdb, pg_ctl) found on PATH or under /usr/lib/postgresql/*/bin.\n\
@@ -125,13 +148,21 @@ fn start_private_postgres(data_dir: &Path) -> anyhow::Result<PrivatePostgres> {
              or set DATABASE_URL to a database you have, or start one with `docker compose up -d db`."
         );
     };
-    let root = std::fs::canonicalize(".")?.join(data_dir);
+    let (root, owned_root) = match data_dir {
+        Some(d) => (std::path::absolute(d)?, None),
+        None => {
+            let d = std::env::temp_dir().join(format!("mcp-connect-dev-{}", crate::crypto::random_token(8)));
+            (d.clone(), Some(d))
+        }
+    };
     let data = root.join("pg");
     if data.exists() {
         std::fs::remove_dir_all(&data)?;
     }
     std::fs::create_dir_all(&data)?;
     let as_postgres_user = is_root();
+    let mut pg =
+        PrivatePostgres { bin, data: data.clone(), owned_root, as_postgres_user, started: false, url: String::new() };
     if as_postgres_user {
         run(
             {
@@ -143,7 +174,6 @@ fn start_private_postgres(data_dir: &Path) -> anyhow::Result<PrivatePostgres> {
         )?;
     }
     let port = free_port()?;
-    let mut pg = PrivatePostgres { bin, data: data.clone(), as_postgres_user, url: String::new() };
     let mut initdb = pg.command("initdb");
     initdb.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"]);
     run(initdb, "initdb")?;
@@ -156,6 +186,7 @@ fn start_private_postgres(data_dir: &Path) -> anyhow::Result<PrivatePostgres> {
         .arg("-l")
         .arg(data.join("server.log"))
         .args(["-w", "start"]);
+    pg.started = true;
     run(start, "pg_ctl start")?;
     pg.url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
     Ok(pg)
@@ -199,8 +230,8 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     let database_url = match crate::config::process_env("DATABASE_URL") {
         Some(url) => url,
         None => {
-            eprintln!("starting a private PostgreSQL in {} ...", args.data_dir.join("pg").display());
-            private_pg = start_private_postgres(&args.data_dir)?;
+            private_pg = start_private_postgres(args.data_dir.as_deref())?;
+            eprintln!("started a private PostgreSQL in {}", private_pg.data.display());
             private_pg.url.clone()
         }
     };
@@ -218,7 +249,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         display_name: "Dev Identity Provider".to_owned(),
         role: Role::IdentityProvider,
         clients: vec![client(format!("{base}/login/callback"))],
-        jwt_access_token_audience: Some(DEV_MCP_AUDIENCE.to_owned()),
+        jwt_access_token_audience: Some(args.mcp_url.to_string()),
         ..DevProviderConfig::default()
     })
     .await?;
@@ -256,12 +287,12 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
             ("MCP_CONNECT_DEV_IDP_URL", &idp.base_url()),
             ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
             ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
-            ("MCP_CONNECT_DEV_MCP_AUDIENCE", DEV_MCP_AUDIENCE),
+            ("MCP_CONNECT_DEV_MCP_URL", args.mcp_url.as_str()),
             ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
             ("DATABASE_URL", &database_url),
         ],
     )?;
-    print_walkthrough(&base, &args.env_file);
+    print_walkthrough(&base, &args.env_file, &args.mcp_url);
     tokio::select! {
         r = app.run_until_stopped() => r?,
         _ = shutdown_signal() => eprintln!("\nshutting down"),
@@ -310,8 +341,11 @@ fn write_env_file(path: &Path, vars: &[(&str, &str)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_walkthrough(base: &str, env_file: &Path) {
+fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url) {
     let env = env_file.display();
+    let mcp_public = mcp_url.origin().ascii_serialization();
+    let mcp_listen =
+        format!("{}:{}", mcp_url.host_str().unwrap_or("127.0.0.1"), mcp_url.port_or_known_default().unwrap_or(8090));
     println!(
         r#"
 mcp-connect dev is running on {base}  (development keys: nothing here is for real use)
@@ -337,6 +371,18 @@ Try it (in another terminal):
   # and sign in as bob. The page refuses: the link was made for another account.
 
   # Operators: curl -s -H "Authorization: Bearer $MCP_CONNECT_ADMIN_KEY" $MCP_CONNECT_URL/admin/v1/audit
+
+The MCP side: run the example MCP server against this demo (its resource is {mcp_url}):
+
+  MCP_LISTEN={mcp_listen} MCP_PUBLIC_URL={mcp_public} MCP_ISSUER=$MCP_CONNECT_DEV_IDP_URL \
+  MCP_CONNECT_URL=$MCP_CONNECT_URL MCP_CONNECT_API_KEY=$MCP_CONNECT_SERVER_KEY \
+  MCP_STATE_KEY=$(openssl rand -base64 32) MCP_PROVIDERS=dev=$MCP_CONNECT_DEV_PROVIDER_URL/userinfo \
+    cargo run -p mcp-connect-example-server
+
+  # An MCP access token for alice (the dev IdP's dev-only grant; its audience is {mcp_url}):
+  curl -s -u mcp-connect-dev:$MCP_CONNECT_DEV_IDP_CLIENT_SECRET \
+       -d grant_type=urn:mcp-connect:dev:subject -d subject=alice $MCP_CONNECT_DEV_IDP_URL/token
+  #    Give its access_token to your MCP client as the bearer token for {mcp_url}.
 
 Press Ctrl-C to stop (the private PostgreSQL stops with it).
 "#

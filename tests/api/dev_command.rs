@@ -37,14 +37,21 @@ fn read_env(path: &std::path::Path) -> Option<HashMap<String, String>> {
 }
 
 fn start_dev(with_database_url: Option<&str>) -> (Dev, HashMap<String, String>) {
+    start_dev_in(with_database_url, None)
+}
+
+/// `dev` from a fresh folder (mode `mode` where given), with its defaults for the cluster.
+fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>) -> (Dev, HashMap<String, String>) {
     let dir = std::env::temp_dir().join(format!("mcpc-dev-test-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     let env_file = dir.join("dev.env");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-connect"));
     cmd.args(["dev", "--port", "0", "--env-file"])
         .arg(&env_file)
-        .arg("--data-dir")
-        .arg(dir.join("data"))
         .current_dir(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -119,13 +126,71 @@ async fn dev_with_its_own_postgres_runs_the_printed_walkthrough_and_stops_cleanl
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The MCP side of the demo: an access token from the dev IdP's dev grant, for the MCP
+/// server's URL (RFC 9728: the protected resource's identifier is a URL).
+async fn mcp_token_audience(env: &HashMap<String, String>) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{}/token", env["MCP_CONNECT_DEV_IDP_URL"]))
+        .basic_auth("mcp-connect-dev", Some(&env["MCP_CONNECT_DEV_IDP_CLIENT_SECRET"]))
+        .form(&[("grant_type", "urn:mcp-connect:dev:subject"), ("subject", "alice")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    let jwt = body["access_token"].as_str().unwrap();
+    use base64::Engine;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(jwt.split('.').nth(1).unwrap()).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(&claims).unwrap();
+    assert_eq!(claims["sub"], "alice");
+    claims["aud"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn dev_mints_mcp_tokens_for_the_mcp_servers_url() {
+    let db = crate::helpers::create_database().await;
+    let (_dev, env) = start_dev(Some(&db));
+    assert_eq!(env["MCP_CONNECT_DEV_MCP_URL"], "http://127.0.0.1:8090/mcp");
+    let aud = mcp_token_audience(&env).await;
+    assert_eq!(aud, env["MCP_CONNECT_DEV_MCP_URL"]);
+    // A URL, as the example MCP server (`auth::check_resource`) and RFC 9728 clients demand.
+    let u = url::Url::parse(&aud).unwrap();
+    assert_eq!((u.scheme(), u.host_str(), u.path()), ("http", Some("127.0.0.1"), "/mcp"));
+}
+
+#[tokio::test]
+async fn dev_runs_from_a_folder_only_its_owner_can_enter_and_cleans_up() {
+    // As root (the tests run as root in CI), the cluster runs as `postgres`, which cannot
+    // enter this folder: dev must put the cluster elsewhere and run it from there.
+    let (dev, env) = start_dev_in(None, Some(0o700));
+    walkthrough(&env).await;
+    // Ours is the cluster whose postmaster.pid names the port of the DATABASE_URL.
+    let port = url::Url::parse(&env["DATABASE_URL"]).unwrap().port().unwrap().to_string();
+    let cluster: Vec<std::path::PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("mcp-connect-dev-")))
+        .filter(|p| {
+            std::fs::read_to_string(p.join("pg").join("postmaster.pid"))
+                .is_ok_and(|pid| pid.lines().nth(3) == Some(port.as_str()))
+        })
+        .collect();
+    assert_eq!(cluster.len(), 1, "the private cluster lives in a folder of its own under the temp directory");
+    assert!(!dev.dir.join(".mcp-connect-dev").exists(), "nothing is written into the checkout");
+    let dir = dev.dir.clone();
+    drop(dev);
+    assert!(!cluster[0].exists(), "{} is removed on exit", cluster[0].display());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn dev_uses_database_url_when_it_is_set() {
     let db = crate::helpers::create_database().await;
     let (dev, env) = start_dev(Some(&db));
     assert_eq!(env["DATABASE_URL"], db);
     walkthrough(&env).await;
-    assert!(!dev.dir.join("data").join("pg").exists());
+    assert!(!dev.dir.join(".mcp-connect-dev").exists());
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! MCP authorization, resource-server side: every request to `/mcp` carries an access
-//! token of the IdP, validated here (RS256 signature against the IdP's JWKS, `typ`
-//! `at+jwt`, `iss`, `aud` = this server's resource identifier, `exp`; RFC 9068 §4). The
+//! token of the IdP, validated here (an RS256, PS256 or ES256 signature against the IdP's
+//! JWKS, `typ` `at+jwt`, `iss`, `aud` = this server's resource identifier, `exp`; RFC 9068
+//! §4). The resource identifier is this server's URL (RFC 9728 §1.2). The
 //! subject of the MCP call is the token's `sub`, and only that: tool arguments never name
 //! the user. A missing or bad token gets `401` with the RFC 9728 metadata pointer.
 
@@ -22,7 +23,7 @@ pub struct Subject(pub String);
 /// Why a token was refused. The detail goes to the log, never to the client.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenRejection {
-    #[error("not a JWT or not RS256: {0}")]
+    #[error("not a JWT or not signed with RS256, PS256 or ES256: {0}")]
     Malformed(String),
     #[error("typ is not at+jwt")]
     WrongType,
@@ -45,6 +46,27 @@ struct Claims {
     sub: String,
 }
 
+/// The asymmetric algorithms IdPs sign access tokens with; never `none` or HMAC.
+pub fn accepted_alg(alg: Algorithm) -> bool {
+    matches!(alg, Algorithm::RS256 | Algorithm::PS256 | Algorithm::ES256)
+}
+
+/// RFC 9728 §1.2: a protected resource's identifier is an absolute https URL (http on
+/// loopback for development) without a fragment.
+pub fn check_resource(resource: &str) -> Result<url::Url, String> {
+    let u = url::Url::parse(resource).map_err(|e| format!("{resource:?} is not a URL ({e})"))?;
+    let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    match u.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        _ => return Err(format!("{resource:?} must be an https URL (http on loopback only)")),
+    }
+    if u.fragment().is_some() || u.host_str().is_none() {
+        return Err(format!("{resource:?} must have a host and no fragment"));
+    }
+    Ok(u)
+}
+
 /// Validates access tokens of one issuer for one audience.
 pub struct AccessTokenValidator {
     issuer: String,
@@ -62,6 +84,7 @@ impl AccessTokenValidator {
     /// Reads the issuer's metadata (OIDC discovery) and its JWKS. The metadata must name
     /// the same issuer (RFC 8414 §3.3).
     pub async fn discover(issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        check_resource(audience).map_err(|e| anyhow::anyhow!("resource: {e}"))?;
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(10))
@@ -90,7 +113,7 @@ impl AccessTokenValidator {
     /// The token's subject, if the token is genuine, current, and meant for us.
     pub async fn validate(&self, token: &str) -> Result<Subject, TokenRejection> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| TokenRejection::Malformed(e.to_string()))?;
-        if header.alg != Algorithm::RS256 {
+        if !accepted_alg(header.alg) {
             return Err(TokenRejection::Malformed(format!("{:?}", header.alg)));
         }
         let typ = header.typ.as_deref().unwrap_or_default().to_ascii_lowercase();
@@ -99,7 +122,7 @@ impl AccessTokenValidator {
         }
         let kid = header.kid.ok_or_else(|| TokenRejection::Malformed("no kid".to_owned()))?;
         let key = self.key(&kid).await?;
-        let mut v = Validation::new(Algorithm::RS256);
+        let mut v = Validation::new(header.alg);
         v.set_issuer(&[&self.issuer]);
         v.set_audience(&[&self.audience]);
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
@@ -186,4 +209,41 @@ pub async fn protected_resource_metadata(State(auth): State<Arc<AuthState>>) -> 
         "authorization_servers": [auth.validator.issuer()],
         "bearer_methods_supported": ["header"],
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rs256_ps256_and_es256_are_accepted_and_nothing_else() {
+        for (alg, ok) in [
+            (Algorithm::RS256, true),
+            (Algorithm::PS256, true),
+            (Algorithm::ES256, true),
+            (Algorithm::HS256, false),
+            (Algorithm::HS512, false),
+            (Algorithm::RS512, false),
+            (Algorithm::ES384, false),
+            (Algorithm::EdDSA, false),
+        ] {
+            assert_eq!(accepted_alg(alg), ok, "{alg:?}");
+        }
+    }
+
+    #[test]
+    fn the_resource_must_be_a_url() {
+        assert!(check_resource("http://127.0.0.1:8090/mcp").is_ok());
+        assert!(check_resource("https://mcp.example.com/mcp").is_ok());
+        for bad in [
+            "urn:mcp-connect:dev-mcp-server",
+            "mcp-server",
+            "",
+            "http://mcp.example.com/mcp",
+            "https://mcp.example.com/mcp#x",
+            "ftp://mcp.example.com/",
+        ] {
+            assert!(check_resource(bad).is_err(), "{bad:?}");
+        }
+    }
 }
