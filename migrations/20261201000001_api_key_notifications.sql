@@ -2,7 +2,7 @@
 -- verifications concerned instead of every cached key, and a key created anywhere clears
 -- any instance's memory of its id being unknown (the negative cache). Payloads on the
 -- channel mcpc_api_keys: 'new:<id>' (created), 'key:<id>' (revoked, changed, deleted) or 'tenant:<id>'
--- (activated, deactivated, deleted). Forward-only: replaces the statement-level triggers
+-- (created, renamed, activated, deactivated, deleted). Forward-only: replaces the statement-level triggers
 -- of 20261129000004, whose empty payload meant "forget every key". A new key announces
 -- itself as 'new:<id>', which only clears the negative cache (a verification cached a moment
 -- after the insert stays).
@@ -33,6 +33,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- Also on insert and on a new name or provider list: every instance serves every active
+-- tenant in the table, not only those in its own file.
 CREATE TRIGGER tenants_notify
-    AFTER UPDATE OF active OR DELETE ON tenants
+    AFTER INSERT OR UPDATE OF active, display_name, allowed_providers OR DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION mcpc_notify_tenant();

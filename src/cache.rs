@@ -555,10 +555,15 @@ impl Caches {
 }
 
 /// Listens for change notifications until the process ends; reconnects on its own.
-pub fn spawn_listener(pool: PgPool, caches: Arc<Caches>, api_keys: Arc<crate::api_keys::ApiKeyVerifier>) {
+pub fn spawn_listener(
+    pool: PgPool,
+    caches: Arc<Caches>,
+    api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
+    tenants: Arc<crate::tenants::Tenants>,
+) {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = listen(&pool, &caches, &api_keys).await {
+            if let Err(e) = listen(&pool, &caches, &api_keys, &tenants).await {
                 tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
             }
             caches.set_healthy(false);
@@ -568,7 +573,12 @@ pub fn spawn_listener(pool: PgPool, caches: Arc<Caches>, api_keys: Arc<crate::ap
     });
 }
 
-async fn listen(pool: &PgPool, caches: &Caches, api_keys: &crate::api_keys::ApiKeyVerifier) -> Result<(), sqlx::Error> {
+async fn listen(
+    pool: &PgPool,
+    caches: &Caches,
+    api_keys: &crate::api_keys::ApiKeyVerifier,
+    tenants: &crate::tenants::Tenants,
+) -> Result<(), sqlx::Error> {
     let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
     listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, PING]).await?;
     // Prove the round trip before serving from the caches.
@@ -580,8 +590,15 @@ async fn listen(pool: &PgPool, caches: &Caches, api_keys: &crate::api_keys::ApiK
             Some(n) => match n.channel() {
                 CONNECTIONS => caches.invalidate_connection(n.payload()),
                 KILL_SWITCHES => caches.invalidate_kill_switches(),
-                API_KEYS => api_keys.on_notification(n.payload()),
+                API_KEYS => {
+                    api_keys.on_notification(n.payload());
+                    if n.payload().starts_with("tenant:") {
+                        tenants.reload(pool).await?;
+                    }
+                }
                 PING if n.payload() == token => {
+                    // Changes made while we were not listening are in the table.
+                    tenants.reload(pool).await?;
                     caches.set_healthy(true);
                     api_keys.set_listening(true);
                     tracing::info!("change listener ready; caches serving");

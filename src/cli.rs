@@ -46,6 +46,11 @@ pub enum Command {
         #[command(subcommand)]
         action: KillAction,
     },
+    /// Switch tenants off and on (start-up never deactivates one).
+    Tenant {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
     /// Run the periodic clean-up once and print what it removed.
     Cleanup,
     /// Print a new random vault key entry (`<id>:<base64>`) for MCP_CONNECT_VAULT_KEYS.
@@ -76,6 +81,16 @@ pub enum KillAction {
         tenant: Option<String>,
     },
     /// List the switches in force.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantAction {
+    /// Stop a tenant: its API keys and connect links stop working on every instance.
+    Deactivate { id: String },
+    /// Let a deactivated tenant work again.
+    Activate { id: String },
+    /// List every tenant with its state.
     List,
 }
 
@@ -168,6 +183,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             sync_tenants(&pool, &config.tenants).await?;
             killswitch(&pool, action).await
         }
+        Command::Tenant { action } => {
+            let config = Config::load(&cli.config)?;
+            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+            store::migrate(&pool).await?;
+            sync_tenants(&pool, &config.tenants).await?;
+            tenant(&pool, action).await
+        }
         Command::Cleanup => {
             let config = Config::load(&cli.config)?;
             let pool = store::connect(config.database_url.expose_secret(), 2).await?;
@@ -185,6 +207,51 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             apikey(&pool, action).await
         }
     }
+}
+
+async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()> {
+    let (id, active) = match action {
+        TenantAction::List => {
+            for t in store::tenants::all_tenants(pool).await? {
+                let state = if t.active { "active" } else { "inactive" };
+                println!("{}\t{state}\t{}\t{}", t.id, t.display_name, t.allowed_providers.join(","));
+            }
+            return Ok(());
+        }
+        TenantAction::Deactivate { id } => (id, false),
+        TenantAction::Activate { id } => (id, true),
+    };
+    let tenant = TenantId::parse(&id).map_err(|e| anyhow::anyhow!("tenant id: {e}"))?;
+    let changed = set_tenant_active(pool, &tenant, active, "cli").await?;
+    let word = if active { "active" } else { "inactive" };
+    match changed {
+        None => anyhow::bail!("no tenant {tenant}"),
+        Some(true) => println!("tenant {tenant} is now {word}"),
+        Some(false) => println!("tenant {tenant} was {word} already"),
+    }
+    Ok(())
+}
+
+/// Switches a tenant on or off, with an audit event when it changed. `None`: no such
+/// tenant; `Some(changed)`.
+pub async fn set_tenant_active(
+    pool: &store::PgPool,
+    tenant: &TenantId,
+    active: bool,
+    actor: &str,
+) -> anyhow::Result<Option<bool>> {
+    let mut tx = pool.begin().await?;
+    let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant.as_str(), active).await? else {
+        return Ok(None);
+    };
+    if was != active {
+        let mut ev = AuditEvent::new(if active { "tenant_activated" } else { "tenant_deactivated" });
+        ev.tenant_id = Some(tenant.to_string());
+        ev.detail = serde_json::json!({ "by": actor });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(was != active))
 }
 
 async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()> {

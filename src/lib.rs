@@ -31,6 +31,8 @@ pub mod startup;
 pub mod store;
 /// Logging setup.
 pub mod telemetry;
+/// The active tenants every instance serves, read from the database.
+pub mod tenants;
 /// `/v1/token` decisions: reconcile, hand out, or elicit.
 pub mod tokens;
 /// Sealing tokens at rest.

@@ -11,7 +11,6 @@ use crate::vault::Vault;
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, middleware::from_fn, web};
 use secrecy::ExposeSecret;
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +38,7 @@ impl std::ops::Deref for AppState {
 pub struct SharedState {
     pub vault: Vault,
     pub providers: ProviderRegistry,
-    pub tenants: HashMap<TenantId, TenantConfig>,
+    pub tenants: Arc<crate::tenants::Tenants>,
     pub api_keys: Arc<ApiKeyVerifier>,
     pub public_base_url: Url,
     pub elicitation_ttl: Duration,
@@ -70,7 +69,7 @@ impl SharedState {
     pub fn tenant_name(&self, tenant: &str) -> String {
         TenantId::parse(tenant)
             .ok()
-            .and_then(|t| self.tenants.get(&t).map(|c| c.display_name.clone()))
+            .and_then(|t| self.tenants.get(&t).map(|c| c.display_name))
             .unwrap_or_else(|| tenant.to_owned())
     }
 }
@@ -107,7 +106,8 @@ impl Application {
         crate::lifecycle::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
         let caches =
             Arc::new(crate::cache::Caches::new(config.cache_enabled, config.cache_max_age, config.cache_capacity));
-        crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone());
+        let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
+        crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
         crate::cache::spawn_confirmer(pool.clone(), caches.clone());
         let shared = Arc::new(SharedState {
             caches,
@@ -124,7 +124,7 @@ impl Application {
             secure_cookies,
             vault: Vault::new(config.keyring),
             providers: config.providers,
-            tenants: config.tenants.into_iter().map(|t| (t.id.clone(), t)).collect(),
+            tenants,
             api_keys,
             public_base_url: config.public_base_url,
             elicitation_ttl: config.elicitation_ttl,
@@ -179,13 +179,13 @@ impl Application {
 
 /// Mirrors the configured tenants into the database; tenants no longer configured become
 /// inactive, which stops their keys.
+/// Inserts or updates the configured tenants. Never deactivates one (a tenant missing from
+/// this file may be served by another instance's): `mcp-connect tenant deactivate` does.
 pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     for t in tenants {
         store::tenants::upsert_tenant(&mut *tx, t).await?;
     }
-    let keep: Vec<String> = tenants.iter().map(|t| t.id.as_str().to_owned()).collect();
-    store::tenants::deactivate_tenants_not_in(&mut *tx, &keep).await?;
     tx.commit().await?;
     Ok(())
 }

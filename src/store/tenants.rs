@@ -1,4 +1,5 @@
-//! `tenants`: mirrored from the configuration at start-up.
+//! `tenants`: inserted or updated from each instance's configuration at start-up, never
+//! deactivated by it; `mcp-connect tenant deactivate|activate` switches one off and on.
 
 use crate::config::TenantConfig;
 use sqlx::PgExecutor;
@@ -10,7 +11,9 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
            VALUES ($1, $2, $3, true, now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
-               active = true, updated_at = now()"#,
+               updated_at = now()
+           WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
+              OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers"#,
         t.id.as_str(),
         t.display_name,
         &providers
@@ -20,13 +23,45 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
     Ok(())
 }
 
-/// Marks every tenant not in `keep` inactive: its keys stop working.
-pub async fn deactivate_tenants_not_in(db: impl PgExecutor<'_>, keep: &[String]) -> Result<u64, sqlx::Error> {
-    let r =
-        sqlx::query!("UPDATE tenants SET active = false, updated_at = now() WHERE active AND NOT (id = ANY($1))", keep)
-            .execute(db)
-            .await?;
-    Ok(r.rows_affected())
+/// Switches a tenant on or off (its keys and links stop or start working). Returns false
+/// for an unknown tenant; a tenant already in that state is left as it is.
+pub async fn set_tenant_active(db: impl PgExecutor<'_>, id: &str, active: bool) -> Result<Option<bool>, sqlx::Error> {
+    // The old value, so the caller can tell "changed" from "already so".
+    sqlx::query_scalar!(
+        r#"UPDATE tenants t SET active = $2, updated_at = now()
+           FROM (SELECT id, active FROM tenants WHERE id = $1 FOR UPDATE) old
+           WHERE t.id = old.id
+           RETURNING old.active AS "was!""#,
+        id,
+        active
+    )
+    .fetch_optional(db)
+    .await
+}
+
+#[derive(Debug, Clone)]
+pub struct TenantRow {
+    pub id: String,
+    pub display_name: String,
+    pub allowed_providers: Vec<String>,
+    pub active: bool,
+}
+
+/// Every active tenant.
+pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
+    sqlx::query_as!(
+        TenantRow,
+        "SELECT id, display_name, allowed_providers, active FROM tenants WHERE active ORDER BY id"
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Every tenant, active or not (for operators).
+pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
+    sqlx::query_as!(TenantRow, "SELECT id, display_name, allowed_providers, active FROM tenants ORDER BY id")
+        .fetch_all(db)
+        .await
 }
 
 pub async fn tenant_exists(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {

@@ -201,7 +201,7 @@ async fn an_admin_key_on_the_server_api_is_403_insufficient_scope() {
 }
 
 #[tokio::test]
-async fn a_key_of_a_tenant_removed_from_the_config_is_401() {
+async fn a_key_of_a_deactivated_tenant_is_401() {
     let app = spawn_app().await;
     sqlx::query("UPDATE tenants SET active = false WHERE id = 'beta'").execute(&app.pool).await.unwrap();
     assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;

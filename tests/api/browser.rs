@@ -24,7 +24,7 @@ pub fn form_value(html: &str, name: &str) -> String {
 }
 
 /// Absolute URL for a Location that may be a path on the app.
-fn absolute(app: &impl HasBase, loc: &str) -> String {
+pub fn absolute(app: &impl HasBase, loc: &str) -> String {
     if loc.starts_with('/') { format!("{}{loc}", app.base()) } else { loc.to_owned() }
 }
 

@@ -50,11 +50,13 @@ pub struct Options {
     pub vault_keys: String,
     pub extra_toml: String,
     pub cache_enabled: bool,
+    /// Replacements made in the configuration text (e.g. to drop a tenant).
+    pub patch: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new(), cache_enabled: true }
+        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new(), cache_enabled: true, patch: Vec::new() }
     }
 }
 
@@ -139,8 +141,12 @@ pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Op
         ("MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET", "deadrev-secret".to_owned()),
         ("MCP_CONNECT_CACHE_ENABLED", opts.cache_enabled.to_string()),
     ]);
-    Config::from_toml(&config_toml(base, idp, provider, &opts.extra_toml), &|k| env.get(k).cloned())
-        .expect("test config is valid")
+    let mut toml = config_toml(base, idp, provider, &opts.extra_toml);
+    for (from, to) in &opts.patch {
+        assert!(toml.contains(from), "patch target {from:?} is in the test config");
+        toml = toml.replace(from, to);
+    }
+    Config::from_toml(&toml, &|k| env.get(k).cloned()).expect("test config is valid")
 }
 
 pub async fn start_providers() -> (Arc<DevProvider>, Arc<DevProvider>) {

@@ -47,7 +47,7 @@ async fn a_whole_flow_logs_no_secret() {
     let browser = Browser::new();
     // Login by hand, to see the IdP's code and state.
     let r = browser.get(&url).await;
-    let r = browser.get(&format!("{}{}", app.base, location(&r))).await;
+    let r = browser.get(&crate::browser::absolute(&app, &location(&r))).await;
     let login_back = browser.answer_authorize(&location(&r), "alice", "allow").await;
     let r = browser.get(&login_back).await;
     let session_cookie = r

@@ -35,3 +35,56 @@ async fn the_same_subject_under_two_tenants_gets_two_elicitations() {
     assert_ne!(a["elicitation"]["id"], b["elicitation"]["id"]);
     assert!(b["mcp"]["message"].as_str().unwrap().contains("Beta Bot"));
 }
+
+/// The configuration of an instance whose file lacks tenant `beta`.
+fn without_beta() -> crate::helpers::Options {
+    crate::helpers::Options {
+        patch: vec![("[[tenants]]\nid = \"beta\"\ndisplay_name = \"Beta Bot\"\nproviders = [\"github\"]\n", "")],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn an_instance_whose_file_lacks_a_tenant_neither_deactivates_it_nor_refuses_to_serve_it() {
+    let a = spawn_app().await;
+    // Another instance starts on the same database from a file without `beta` (a rolling
+    // deploy, or `mcp-connect dev` with DATABASE_URL).
+    let b = crate::helpers::spawn_on(&a, &without_beta()).await;
+    let active: bool =
+        sqlx::query_scalar("SELECT active FROM tenants WHERE id = 'beta'").fetch_one(&a.pool).await.unwrap();
+    assert!(active, "starting never deactivates a tenant");
+    for app in [&a, &b] {
+        let r = app.token(&a.beta_key, json!({"subject": "alice", "provider": "github"})).await;
+        assert_eq!(r.status(), 200, "beta is served by an instance whatever its file says");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(body["mcp"]["message"].as_str().unwrap().contains("Beta Bot"), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
+    let a = spawn_app().await;
+    let b = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    let beta = mcp_connect::domain::TenantId::parse("beta").unwrap();
+    let body = json!({"subject": "alice", "provider": "github"});
+    assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
+    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(true));
+    assert!(b.state.caches.barrier(&b.pool).await);
+    assert_error(b.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
+    // Restarting an instance whose file names beta does not bring it back.
+    let c = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    assert_error(c.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
+    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(false));
+    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, true, "cli").await.unwrap(), Some(true));
+    assert!(b.state.caches.barrier(&b.pool).await);
+    assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "SELECT kind FROM audit_events WHERE tenant_id = 'beta' AND kind LIKE 'tenant_%' ORDER BY id",
+    )
+    .fetch_all(&a.pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["tenant_deactivated", "tenant_activated"]);
+    let unknown = mcp_connect::domain::TenantId::parse("nobody").unwrap();
+    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &unknown, false, "cli").await.unwrap(), None);
+}

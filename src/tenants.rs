@@ -1,0 +1,54 @@
+//! The tenants an instance serves: every *active* tenant in the database, not only those in
+//! its own configuration file, so instances with different files (a rolling deploy, `dev`
+//! against a shared database) agree. Start-up inserts or updates the tenants of its file
+//! and never deactivates one; only `mcp-connect tenant deactivate|activate` does. The copy
+//! in memory is read anew when a tenant change is announced (`tenant:<id>` on the
+//! `mcpc_api_keys` channel) and whenever the change listener (re)connects.
+
+use crate::config::TenantConfig;
+use crate::domain::{ProviderId, TenantId};
+use crate::store::{self, PgPool};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// A snapshot of the active tenants.
+#[derive(Default)]
+pub struct Tenants {
+    active: RwLock<Arc<HashMap<TenantId, TenantConfig>>>,
+}
+
+impl Tenants {
+    /// Reads the active tenants from the database.
+    pub async fn load(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        let t = Self::default();
+        t.reload(pool).await?;
+        Ok(t)
+    }
+
+    pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let rows = store::tenants::active_tenants(pool).await?;
+        let map = rows
+            .into_iter()
+            .filter_map(|r| {
+                // Rows come from our own writes; a malformed one is skipped, not served.
+                let id = TenantId::parse(&r.id).ok()?;
+                let providers = r.allowed_providers.iter().filter_map(|p| ProviderId::parse(p).ok()).collect();
+                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers }))
+            })
+            .collect();
+        if let Ok(mut a) = self.active.write() {
+            *a = Arc::new(map);
+        }
+        Ok(())
+    }
+
+    /// An active tenant, as the database had it at the last reload.
+    pub fn get(&self, id: &TenantId) -> Option<TenantConfig> {
+        self.active.read().ok().and_then(|a| a.get(id).cloned())
+    }
+
+    /// From a fixed list (tests of code that only reads tenants).
+    pub fn of(list: Vec<TenantConfig>) -> Self {
+        Self { active: RwLock::new(Arc::new(list.into_iter().map(|t| (t.id.clone(), t)).collect())) }
+    }
+}
