@@ -214,7 +214,7 @@ async fn usable_token(
                 {
                     return Ok(None);
                 }
-                return Ok(CachedConnection::of(&now_row).map(|e| hand_out(state, tenant, req, &e)).transpose()?);
+                return CachedConnection::of(&now_row).map(|e| hand_out(state, tenant, req, &e)).transpose();
             }
             // Still valid for a little while and nothing to refresh with: hand it out.
             c

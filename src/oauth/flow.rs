@@ -443,7 +443,8 @@ mod tests {
 
     #[test]
     fn iss_is_compared_exactly_as_a_string() {
-        let cases: &[(Option<&str>, bool, Option<&str>, Result<(), &str>)] = &[
+        type Case<'a> = (Option<&'a str>, bool, Option<&'a str>, Result<(), &'a str>);
+        let cases: &[Case] = &[
             (Some("https://p.example/"), true, Some("https://p.example/"), Ok(())),
             (Some("https://p.example/"), true, Some("https://p.example"), Err("iss_mismatch")),
             (Some("https://p.example"), false, Some("https://p.example/"), Err("iss_mismatch")),
