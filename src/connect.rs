@@ -31,6 +31,8 @@ pub enum EntryRefusal {
     NotFound,
     Expired,
     Finished(ElicitationStatus),
+    /// Cancelled by the MCP client: the person answered `cancel` or `decline` there.
+    ClosedInAssistant,
     ProviderMismatch,
 }
 
@@ -48,6 +50,7 @@ pub fn check_entry(
     match ElicitationStatus::parse(&e.status) {
         Ok(ElicitationStatus::Pending) if e.expires_at > now => Ok(()),
         Ok(ElicitationStatus::Pending) | Ok(ElicitationStatus::Expired) => Err(EntryRefusal::Expired),
+        Ok(ElicitationStatus::Cancelled) if e.cancel_reason.is_some() => Err(EntryRefusal::ClosedInAssistant),
         Ok(other) => Err(EntryRefusal::Finished(other)),
         Err(_) => Err(EntryRefusal::NotFound),
     }
@@ -667,4 +670,60 @@ async fn fetch_userinfo(
         .await
         .map_err(|_| CallbackRefusal::Account)?;
     Ok(Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: &str, provider: &str, expires_in: i64, cancel_reason: Option<&str>) -> ElicitationRow {
+        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
+        ElicitationRow {
+            id: uuid::Uuid::nil(),
+            tenant_id: "acme".into(),
+            subject: "alice".into(),
+            provider: provider.into(),
+            scopes: vec![],
+            status: status.into(),
+            created_at: now,
+            expires_at: now + time::Duration::seconds(expires_in),
+            completed_at: None,
+            connection_id: None,
+            cancel_reason: cancel_reason.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_connect_page_opens_only_a_pending_unexpired_link_of_its_provider() {
+        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
+        let github = ProviderId::parse("github").unwrap();
+        use EntryRefusal::*;
+        let cases = [
+            (Some(row("pending", "github", 60, None)), Ok(())),
+            (None, Err(NotFound)),
+            (Some(row("pending", "gitlab", 60, None)), Err(ProviderMismatch)),
+            (Some(row("pending", "github", 0, None)), Err(Expired)),
+            (Some(row("pending", "github", -1, None)), Err(Expired)),
+            (Some(row("expired", "github", 60, None)), Err(Expired)),
+            (Some(row("completed", "github", 60, None)), Err(Finished(ElicitationStatus::Completed))),
+            (Some(row("declined", "github", 60, None)), Err(Finished(ElicitationStatus::Declined))),
+            (Some(row("cancelled", "github", 60, None)), Err(Finished(ElicitationStatus::Cancelled))),
+            (Some(row("cancelled", "github", 60, Some("decline"))), Err(ClosedInAssistant)),
+            (Some(row("cancelled", "github", 60, Some("cancel"))), Err(ClosedInAssistant)),
+            (Some(row("bogus", "github", 60, None)), Err(NotFound)),
+        ];
+        for (e, want) in cases {
+            assert_eq!(check_entry(e.as_ref(), &github, now), want, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_subject_the_link_was_made_for_passes() {
+        let e = row("pending", "github", 60, None);
+        let session = |s: &str| SessionInfo { subject: Subject::parse(s).unwrap(), id_hash: [0; 32] };
+        assert!(same_subject(&e, &session("alice")));
+        for other in ["bob", "Alice", "alice ", "alic", "alice@example.com"] {
+            assert!(Subject::parse(other).is_err() || !same_subject(&e, &session(other)), "{other:?}");
+        }
+    }
 }

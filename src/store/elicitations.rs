@@ -16,6 +16,8 @@ pub struct ElicitationRow {
     pub expires_at: OffsetDateTime,
     pub completed_at: Option<OffsetDateTime>,
     pub connection_id: Option<Uuid>,
+    /// For a `cancelled` one closed by the MCP client: `cancel` or `decline`.
+    pub cancel_reason: Option<String>,
 }
 
 pub struct NewElicitation<'a> {
@@ -59,7 +61,8 @@ pub async fn find_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
+                  cancel_reason
            FROM elicitations
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
         tenant_id,
@@ -79,7 +82,8 @@ pub async fn find_for_tenant(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
+                  cancel_reason
            FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
         id,
         tenant_id
@@ -119,7 +123,8 @@ pub async fn lock_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
+                  cancel_reason
            FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
            FOR UPDATE"#,
         id,
@@ -134,7 +139,8 @@ pub async fn lock_pending(
 pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id
+        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
+                  cancel_reason
            FROM elicitations WHERE id = $1"#,
         id
     )
@@ -222,14 +228,16 @@ pub async fn cancel_one(
     db: &mut sqlx::PgConnection,
     tenant_id: &str,
     id: Uuid,
+    reason: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Option<(bool, ElicitationRow)>, sqlx::Error> {
     let changed = sqlx::query!(
-        r#"UPDATE elicitations SET status = 'cancelled', completed_at = $3
+        r#"UPDATE elicitations SET status = 'cancelled', completed_at = $3, cancel_reason = $4
            WHERE id = $1 AND tenant_id = $2 AND status = 'pending'"#,
         id,
         tenant_id,
-        now
+        now,
+        reason
     )
     .execute(&mut *db)
     .await?

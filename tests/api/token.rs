@@ -324,10 +324,23 @@ async fn an_mcp_client_cancel_closes_the_link_and_a_repeat_is_harmless() {
     let id = a["elicitation"]["id"].as_str().unwrap();
     let url = format!("{}/v1/elicitations/{id}/cancel", app.base);
     for _ in 0..2 {
-        let r = app.client.post(&url).bearer_auth(&app.key).json(&json!({"reason": "cancel"})).send().await.unwrap();
+        let r = app.client.post(&url).bearer_auth(&app.key).json(&json!({"reason": "decline"})).send().await.unwrap();
         assert_eq!(r.status(), 200);
-        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "cancelled");
+        let body = r.json::<serde_json::Value>().await.unwrap();
+        assert_eq!((&body["status"], &body["cancel_reason"]), (&json!("cancelled"), &json!("decline")));
     }
+    // The client's answer is kept: `cancelled` with `cancel_reason`, never `declined`.
+    let info: serde_json::Value = app
+        .client
+        .get(format!("{}/v1/elicitations/{id}", app.base))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((&info["status"], &info["cancel_reason"]), (&json!("cancelled"), &json!("decline")));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'elicitation_cancelled'")
         .fetch_one(&app.pool)
         .await

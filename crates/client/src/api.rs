@@ -207,6 +207,33 @@ impl From<TokenWire> for TokenOutcome {
     }
 }
 
+/// What the MCP client answered to a URL elicitation when it did not accept it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The user dismissed the request without choosing.
+    Cancel,
+    /// The user said no.
+    Decline,
+}
+
+impl CancelReason {
+    /// From an MCP `ElicitResult.action` (`accept` is not a cancel).
+    pub fn from_action(action: &str) -> Option<Self> {
+        match action {
+            "cancel" => Some(Self::Cancel),
+            "decline" => Some(Self::Decline),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Decline => "decline",
+        }
+    }
+}
+
 /// The state of an elicitation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -236,6 +263,9 @@ pub struct ElicitationInfo {
     pub expires_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub completed_at: Option<OffsetDateTime>,
+    /// For a `cancelled` elicitation the MCP client closed: `cancel` or `decline`.
+    #[serde(default)]
+    pub cancel_reason: Option<String>,
 }
 
 #[cfg(test)]

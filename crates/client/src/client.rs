@@ -3,7 +3,7 @@
 //! and `503`/`429` with `Retry-After` retried within [`RetryPolicy`]. Retrying is safe:
 //! `/v1/token` is idempotent (DESIGN.md invariant 6) and the elicitation lookup is a GET.
 
-use crate::api::{ElicitationId, ElicitationInfo, TokenOutcome, TokenRequest, TokenWire};
+use crate::api::{CancelReason, ElicitationId, ElicitationInfo, TokenOutcome, TokenRequest, TokenWire};
 use crate::secret::ApiKey;
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -159,6 +159,16 @@ impl Client {
         let url = self.endpoint(&["v1", "elicitations", id.as_str()])?;
         let body = self.send(|| self.http.get(url.clone())).await?;
         serde_json::from_slice(&body).map_err(|e| Error::InvalidResponse(format!("elicitation answer: {e}")))
+    }
+
+    /// `POST /v1/elicitations/{id}/cancel`: the MCP client answered the URL elicitation
+    /// with `cancel` or `decline`, so the link must stop working. Harmless to repeat.
+    #[tracing::instrument(skip_all)]
+    pub async fn cancel_elicitation(&self, id: &ElicitationId, reason: CancelReason) -> Result<(), Error> {
+        let url = self.endpoint(&["v1", "elicitations", id.as_str(), "cancel"])?;
+        let body = serde_json::json!({ "reason": reason.as_str() });
+        self.send(|| self.http.post(url.clone()).json(&body)).await?;
+        Ok(())
     }
 
     fn endpoint(&self, segments: &[&str]) -> Result<Url, Error> {

@@ -25,8 +25,8 @@ mod request_state;
 mod secret;
 
 pub use api::{
-    Account, Elicitation, ElicitationId, ElicitationInfo, ElicitationStatus, InvalidElicitationId, McpUrlElicitation,
-    TokenOutcome, TokenRequest,
+    Account, CancelReason, Elicitation, ElicitationId, ElicitationInfo, ElicitationStatus, InvalidElicitationId,
+    McpUrlElicitation, TokenOutcome, TokenRequest,
 };
 pub use client::{Client, ClientBuilder, Error, RetryPolicy};
 pub use request_state::{

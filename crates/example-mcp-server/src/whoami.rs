@@ -14,8 +14,8 @@
 use crate::auth::Subject;
 use crate::legacy::PendingElicitations;
 use mcp_connect_client::{
-    AccessToken, Client, RequestState, RequestStateError, RequestStateKey, TokenOutcome, TokenRequest, ToolCall,
-    arguments_digest,
+    AccessToken, CancelReason, Client, RequestState, RequestStateError, RequestStateKey, TokenOutcome, TokenRequest,
+    ToolCall, arguments_digest,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, ErrorCode,
@@ -128,7 +128,16 @@ impl WhoamiServer {
             },
             None => s.legacy.take(&call.legacy_key(), now),
         };
-        // `decline` or `cancel` in the client is an answer, not an error: no new prompt.
+        // `decline` or `cancel` in the client is an answer, not an error: no new prompt,
+        // and the link it answered is closed at mcp-connect (opened later, it connects nothing).
+        if let Some(reason) = call.answer.and_then(CancelReason::from_action) {
+            if let Some(id) = &resumed
+                && let Err(e) = s.connect.cancel_elicitation(id, reason).await
+            {
+                tracing::warn!(code = e.code(), "could not close the link at mcp-connect");
+            }
+            return Ok(Access::NotConnected);
+        }
         if call.answer.is_some_and(|a| a != "accept") {
             return Ok(Access::NotConnected);
         }

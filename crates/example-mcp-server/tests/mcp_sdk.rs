@@ -205,16 +205,27 @@ async fn modern_decline_on_the_consent_page_gives_a_normal_not_connected_result(
 }
 
 #[tokio::test]
-async fn modern_cancel_in_the_client_gives_a_normal_not_connected_result() {
+async fn modern_cancel_or_decline_in_the_client_closes_the_link_it_answered() {
     let env = start().await;
     let mut carol = Py::connect(&env, "carol", "auto", true).await;
-    prompted_url(&env, &carol.call(PROVIDER).await);
+    let first = prompted_url(&env, &carol.call(PROVIDER).await);
     assert_not_connected(&carol.answer("cancel").await);
-    // decline in the client: the same, and no loop of prompts.
-    prompted_url(&env, &carol.call(PROVIDER).await);
+    // decline in the client: the same, a normal result and no loop of prompts; the next
+    // call offers a new link, since the first was closed.
+    let second = prompted_url(&env, &carol.call(PROVIDER).await);
+    assert_ne!(first, second, "a closed link is never offered again");
     assert_not_connected(&carol.answer("decline").await);
     carol.close().await;
-    assert_eq!(env.stack.counts("carol").await.unwrap(), (1, 0), "the pending elicitation was reused");
+    let closed = env.stack.elicitation_outcomes("carol").await.unwrap();
+    assert_eq!(
+        closed,
+        [("cancelled".to_owned(), Some("cancel".to_owned())), ("cancelled".to_owned(), Some("decline".to_owned()))]
+    );
+    // Opened later, the closed link connects nothing and says why.
+    let (status, html) = Browser::new().unwrap().open_page(&first, "carol").await.unwrap();
+    assert_eq!(status, 410);
+    assert!(html.contains("You closed this request in your assistant"), "{html}");
+    assert_eq!(env.stack.counts("carol").await.unwrap(), (2, 0), "two links, no connection");
 }
 
 #[tokio::test]

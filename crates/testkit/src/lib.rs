@@ -142,6 +142,14 @@ impl Stack {
             .await?)
     }
 
+    /// Status and cancel reason of each elicitation of `subject`, oldest first.
+    pub async fn elicitation_outcomes(&self, subject: &str) -> Result<Vec<(String, Option<String>)>> {
+        Ok(sqlx::query_as("SELECT status, cancel_reason FROM elicitations WHERE subject = $1 ORDER BY created_at, id")
+            .bind(subject)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
     /// How many elicitations and connections exist for `subject`.
     pub async fn counts(&self, subject: &str) -> Result<(i64, i64)> {
         let e = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM elicitations WHERE subject = $1")
@@ -231,6 +239,14 @@ impl Browser {
     /// Opens a connect URL, signing in at the IdP as `subject` if there is no session, and
     /// returns our consent page's HTML.
     pub async fn open_consent(&self, connect_url: &str, subject: &str) -> Result<String> {
+        let (status, html) = self.open_page(connect_url, subject).await?;
+        ensure!(status == 200, "connect page answered {status}");
+        Ok(html)
+    }
+
+    /// Opens a connect URL as [`Self::open_consent`] does; returns whatever page we show
+    /// (status and HTML), a refusal or an error page too.
+    pub async fn open_page(&self, connect_url: &str, subject: &str) -> Result<(u16, String)> {
         let base = url::Url::parse(connect_url)?;
         let mut r = self.client.get(connect_url).send().await?;
         if r.status() == 303 {
@@ -242,10 +258,8 @@ impl Browser {
             ensure!(r3.status() == 303, "login callback answered {}", r3.status());
             r = self.client.get(absolute(&base, &location(&r3)?)?).send().await?;
         }
-        let status = r.status();
-        let html = r.text().await?;
-        ensure!(status == 200, "connect page answered {status}");
-        Ok(html)
+        let status = r.status().as_u16();
+        Ok((status, r.text().await?))
     }
 
     async fn click(&self, connect_url: &str, html: &str, decision: &str) -> Result<reqwest::Response> {

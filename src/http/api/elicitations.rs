@@ -33,6 +33,7 @@ pub async fn get_elicitation(
         "created_at": rfc3339(e.created_at),
         "expires_at": rfc3339(e.expires_at),
         "completed_at": e.completed_at.map(rfc3339),
+        "cancel_reason": e.cancel_reason,
     })))
 }
 
@@ -62,7 +63,7 @@ pub async fn cancel_elicitation(
     let tenant = caller.0.tenant.as_str();
     let now = OffsetDateTime::now_utc();
     let mut tx = state.pool.begin().await.map_err(|e| ApiError::from_db(&e))?;
-    let (changed, e) = crate::store::elicitations::cancel_one(&mut tx, tenant, id.as_uuid(), now)
+    let (changed, e) = crate::store::elicitations::cancel_one(&mut tx, tenant, id.as_uuid(), reason.as_deref(), now)
         .await
         .map_err(|e| ApiError::from_db(&e))?
         .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
@@ -77,5 +78,9 @@ pub async fn cancel_elicitation(
         crate::store::audit::insert_event(&mut *tx, &ev).await.map_err(|e| ApiError::from_db(&e))?;
     }
     tx.commit().await.map_err(|e| ApiError::from_db(&e))?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id.to_string(), "status": e.status })))
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "id": id.to_string(),
+        "status": e.status,
+        "cancel_reason": e.cancel_reason,
+    })))
 }

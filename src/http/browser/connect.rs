@@ -47,6 +47,13 @@ fn entry_error(rid: &RequestId, r: EntryRefusal) -> PageError {
                 "Go back to your assistant; it can use the connection now.",
             )
         },
+        EntryRefusal::ClosedInAssistant => PageError::new(
+            rid,
+            StatusCode::GONE,
+            "You closed this request in your assistant",
+            "You answered the request in your assistant without connecting, so this link no longer works.",
+            "If you want to connect after all, ask your assistant again; it will give you a new link.",
+        ),
         EntryRefusal::Finished(_) => PageError::new(
             rid,
             StatusCode::GONE,
