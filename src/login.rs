@@ -96,10 +96,20 @@ pub enum LoginError {
     Vault(#[from] crate::vault::VaultError),
 }
 
-pub async fn start(state: &AppState, return_to: &str, now: OffsetDateTime) -> Result<LoginStart, LoginError> {
+/// Starts a login. `choose_account` (the person signed out of us, e.g. to switch accounts)
+/// asks the IdP to show its sign-in again (`prompt=login`, OIDC Core §3.1.2.1) instead of
+/// silently reusing the session it holds: without it the IdP signs the same person in again.
+pub async fn start(
+    state: &AppState,
+    return_to: &str,
+    choose_account: bool,
+    now: OffsetDateTime,
+) -> Result<LoginStart, LoginError> {
     let server =
         state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
-    let req = flow::authorize(&server, &login_redirect_uri(state), &state.idp.scopes.join(" "), &[], true);
+    let prompt = [("prompt".to_owned(), "login".to_owned())];
+    let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
+    let req = flow::authorize(&server, &login_redirect_uri(state), &state.idp.scopes.join(" "), extra, true);
     let binding = crypto::random_token(32);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, &binding);
@@ -119,6 +129,26 @@ pub async fn start(state: &AppState, return_to: &str, now: OffsetDateTime) -> Re
     )
     .await?;
     Ok(LoginStart { authorize_url: req.url, binding })
+}
+
+/// OpenID Connect RP-Initiated Logout 1.0 §2: where to send the browser to end its session
+/// at the IdP too, when the IdP has an `end_session_endpoint`. The IdP sends it back to
+/// `<base>/logout/done` (register that as a post-logout redirect URI).
+pub async fn idp_logout_url(state: &AppState) -> Option<Url> {
+    let server = match state.resolver.idp(&state.outbound, &state.idp).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "identity provider unavailable: signing out here only");
+            return None;
+        }
+    };
+    let mut url = server.end_session_url.clone()?;
+    let mut back = state.public_base_url.clone();
+    back.set_path("/logout/done");
+    url.query_pairs_mut()
+        .append_pair("client_id", &state.idp.client_id)
+        .append_pair("post_logout_redirect_uri", back.as_str());
+    Some(url)
 }
 
 /// A finished login: the new session's id (for the cookie) and where to go.

@@ -24,6 +24,8 @@ pub struct AuthServer {
     pub token_url: Url,
     pub userinfo_url: Option<Url>,
     pub revocation_url: Option<Url>,
+    /// OpenID Connect RP-Initiated Logout 1.0: where to end the person's session at the IdP.
+    pub end_session_url: Option<Url>,
     /// The issuer: compared with RFC 9207 `iss` and with the ID token's `iss`.
     pub issuer: Option<String>,
     /// RFC 9207 is in force: every authorization response must carry `iss` = `issuer`.
@@ -400,6 +402,7 @@ mod tests {
             token_url: Url::parse("https://p.example/token").unwrap(),
             userinfo_url: None,
             revocation_url: None,
+            end_session_url: None,
             issuer: Some("https://p.example".into()),
             iss_parameter_required: iss_required,
             jwks: None,

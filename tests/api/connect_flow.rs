@@ -716,3 +716,44 @@ async fn a_link_completing_while_another_commits_the_same_connection_keeps_one_g
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
     assert_eq!(b["access_token"], "gho_kept");
 }
+
+#[tokio::test]
+async fn after_signing_out_of_a_refused_link_the_next_sign_in_asks_for_the_account_and_returns_to_it() {
+    let app = spawn_app().await;
+    let (id, url) = app.elicit("alice", "testp").await;
+    let browser = Browser::new();
+    let r = browser.open(&app, &url, "bob").await;
+    assert_eq!(r.status(), 403);
+    // A first sign-in asks for nothing special.
+    assert!(!app.idp.stats().last_authorize_params.unwrap().contains_key("prompt"));
+    let html = r.text().await.unwrap();
+    let (csrf, back) = (crate::browser::form_value(&html, "csrf"), crate::browser::form_value(&html, "return_to"));
+    assert_eq!(back, format!("/connect/testp?e={id}"));
+    let r = browser
+        .client
+        .post(format!("{}/logout", app.base))
+        .form(&[("csrf", csrf.as_str()), ("return_to", back.as_str())])
+        .send()
+        .await
+        .unwrap();
+    // The dev IdP has no end_session_endpoint: our own signed-out page.
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    let again = regex_lite::Regex::new(r#"id="sign-in-again" href="([^"]+)""#).unwrap().captures(&html).unwrap()[1]
+        .replace("&amp;", "&");
+    assert!(again.starts_with(&format!("{}/login?return_to=", app.base)), "{again}");
+    let r = browser.get(&again).await;
+    assert_eq!(r.status(), 303);
+    let authorize = location(&r);
+    let params: std::collections::HashMap<_, _> =
+        url::Url::parse(&authorize).unwrap().query_pairs().into_owned().collect();
+    assert_eq!(params.get("prompt").map(String::as_str), Some("login"), "the IdP is asked to let the person choose");
+    let back = browser.answer_authorize(&authorize, "alice", "allow").await;
+    let r = browser.get(&back).await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(location(&r), url, "back to the link");
+    assert_eq!(browser.get(&url).await.status(), 200, "alice's consent page");
+    // Signed in again: the next login is an ordinary one.
+    let r = browser.get(&format!("{}/login?return_to=/", app.base)).await;
+    assert!(!location(&r).contains("prompt="));
+}

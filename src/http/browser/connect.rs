@@ -106,17 +106,28 @@ pub async fn show(
             };
             render(StatusCode::OK, &page, Some(&v.authorize_origin))
         }
-        Err(e) => Err(connect_error(&rid, &session, e)),
+        Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
     }
 }
 
-/// Maps a refusal to its page; the identity mismatch gets its own page.
-fn connect_error(rid: &RequestId, session: &super::BrowserSession, e: ConnectError) -> PageError {
+/// Maps a refusal to its page; the identity mismatch gets its own page, whose Sign out
+/// leads back to this link (`link`: provider and elicitation) with a fresh account choice.
+fn connect_error(
+    rid: &RequestId,
+    session: &super::BrowserSession,
+    link: (&ProviderId, &ElicitationId),
+    e: ConnectError,
+) -> PageError {
     match e {
         ConnectError::Entry(r) => entry_error(rid, r),
         ConnectError::IdentityMismatch => {
-            let page =
-                RefusedPage { signed_in_as: session.info.subject.as_str(), csrf: session.csrf(), request_id: &rid.0 };
+            let return_to = format!("/connect/{}?e={}", link.0, link.1);
+            let page = RefusedPage {
+                signed_in_as: session.info.subject.as_str(),
+                csrf: session.csrf(),
+                request_id: &rid.0,
+                return_to: &return_to,
+            };
             PageError::with_page(rid, StatusCode::FORBIDDEN, "This link was made for another account", &page)
         }
         ConnectError::ProviderNotAllowed => unknown_link(rid),
@@ -176,11 +187,11 @@ pub async fn authorize(
     match form.decision.as_deref() {
         Some("connect") => match connect::start_authorization(&state, id, &provider, &session.info, now).await {
             Ok(url) => Ok(HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish()),
-            Err(e) => Err(connect_error(&rid, &session, e)),
+            Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
         },
         Some("decline") => match connect::decline(&state, id, &provider, &session.info, now).await {
             Ok(tenant_name) => declined_page(&tenant_name),
-            Err(e) => Err(connect_error(&rid, &session, e)),
+            Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
         },
         _ => Err(PageError::new(
             &rid,

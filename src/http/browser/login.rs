@@ -1,7 +1,9 @@
 //! `/login`, `/login/callback`, `/logout`.
 
 use super::pages::{HINT_RETRY, PageError, SignedOutPage, render};
-use super::session::{MaybeSession, cookie, login_cookie_name, removal, request_id, session_cookie_name};
+use super::session::{
+    MaybeSession, cookie, login_cookie_name, relogin_cookie_name, removal, request_id, session_cookie_name,
+};
 use crate::connect::CallbackQuery;
 use crate::login::{self, LoginError};
 use crate::startup::AppState;
@@ -32,8 +34,11 @@ pub async fn login(
                 HINT_RETRY,
             )
         })?;
-    let started =
-        login::start(&state, &return_to, OffsetDateTime::now_utc()).await.map_err(|e| login_page_error(&rid, e))?;
+    // After a sign-out from us, let the person pick the account at the IdP.
+    let choose_account = req.cookie(relogin_cookie_name(state.secure_cookies)).is_some();
+    let started = login::start(&state, &return_to, choose_account, OffsetDateTime::now_utc())
+        .await
+        .map_err(|e| login_page_error(&rid, e))?;
     Ok(HttpResponse::SeeOther()
         .insert_header(("location", started.authorize_url.as_str()))
         .cookie(cookie(
@@ -64,6 +69,7 @@ pub async fn callback(
         .insert_header(("location", target.as_str()))
         .cookie(cookie(session_cookie_name(state.secure_cookies), done.session_id, state.secure_cookies, ttl))
         .cookie(removal(login_cookie_name(state.secure_cookies), state.secure_cookies))
+        .cookie(removal(relogin_cookie_name(state.secure_cookies), state.secure_cookies))
         .finish())
 }
 
@@ -106,8 +112,13 @@ fn login_page_error(rid: &crate::http::middleware::RequestId, e: LoginError) -> 
 #[derive(serde::Deserialize)]
 pub struct LogoutForm {
     csrf: Option<String>,
+    /// The link to come back to (the refusal page sends the connect link).
+    return_to: Option<String>,
 }
 
+/// `POST /logout`: ends our session, remembers that the next login must let the person
+/// choose the account (`prompt=login`), and ends the IdP's session too where the IdP
+/// supports RP-initiated logout; otherwise shows the signed-out page.
 pub async fn logout(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -123,10 +134,40 @@ pub async fn logout(
             .await
             .map_err(|e| PageError::internal(&rid.0, &e))?;
     }
-    let mut r = render(StatusCode::OK, &SignedOutPage, None)?;
-    r.add_cookie(&removal(session_cookie_name(state.secure_cookies), state.secure_cookies))
-        .map_err(|e| PageError::internal(&rid.0, &e))?;
+    // A return path that does not pass the check is dropped, not an error: sign-out works.
+    let back = form
+        .return_to
+        .as_deref()
+        .and_then(|raw| login::safe_return_to(&state.public_base_url, raw).ok())
+        .map_or_else(|| "/".to_owned(), |u| login::path_and_query(&u));
+    let secure = state.secure_cookies;
+    let relogin = cookie(relogin_cookie_name(secure), back.clone(), secure, time::Duration::minutes(30));
+    let mut r = match login::idp_logout_url(&state).await {
+        Some(url) => HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish(),
+        None => render(StatusCode::OK, &SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back)) }, None)?,
+    };
+    for c in [removal(session_cookie_name(secure), secure), relogin] {
+        r.add_cookie(&c).map_err(|e| PageError::internal(&rid.0, &e))?;
+    }
     Ok(r)
+}
+
+/// `GET /logout/done`: where the IdP sends the browser after its own sign-out.
+pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, PageError> {
+    let back = req
+        .cookie(relogin_cookie_name(state.secure_cookies))
+        .and_then(|c| login::safe_return_to(&state.public_base_url, c.value()).ok())
+        .map(|u| login::path_and_query(&u));
+    let again = back.map(|b| sign_in_url(&state, &b));
+    render(StatusCode::OK, &SignedOutPage { sign_in_again: again.as_deref() }, None)
+}
+
+/// `<base>/login?return_to=<path>`, absolute on our origin.
+fn sign_in_url(state: &AppState, back: &str) -> String {
+    let mut u = state.public_base_url.clone();
+    u.set_path("/login");
+    u.query_pairs_mut().clear().append_pair("return_to", back);
+    u.to_string()
 }
 
 pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId) -> PageError {

@@ -17,6 +17,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/login", web::get().to(login::login))
         .route("/login/callback", web::get().to(login::callback))
         .route("/logout", web::post().to(login::logout))
+        .route("/logout/done", web::get().to(login::logout_done))
         .route("/connect/{provider}", web::get().to(connect::show))
         .route("/connect/{provider}/authorize", web::post().to(connect::authorize))
         .route("/connect/{provider}/callback", web::get().to(connect::callback));

@@ -22,6 +22,8 @@ pub struct RefusedPage<'a> {
     pub signed_in_as: &'a str,
     pub csrf: &'a str,
     pub request_id: &'a str,
+    /// The link to come back to after signing out (a path on this service).
+    pub return_to: &'a str,
 }
 
 #[derive(Template)]
@@ -48,7 +50,10 @@ pub struct ResultPage<'a> {
 
 #[derive(Template)]
 #[template(path = "signed_out.html")]
-pub struct SignedOutPage;
+pub struct SignedOutPage<'a> {
+    /// Sign in again (with the account choice forced) and return to the link, if known.
+    pub sign_in_again: Option<&'a str>,
+}
 
 /// Renders a page. `form_action` extends the CSP `form-action` for a form whose POST
 /// answers with a redirect to another origin (the provider).

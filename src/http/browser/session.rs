@@ -23,6 +23,12 @@ pub fn login_cookie_name(secure: bool) -> &'static str {
     if secure { "__Host-mcpc_login" } else { "mcpc_login" }
 }
 
+/// Set by sign-out: the next login asks the IdP to let the person choose the account. Its
+/// value is where to return (a path on this service, checked again when used).
+pub fn relogin_cookie_name(secure: bool) -> &'static str {
+    if secure { "__Host-mcpc_relogin" } else { "mcpc_relogin" }
+}
+
 /// A cookie as our pages set them: HttpOnly, SameSite=Lax, Path=/, Secure on https
 /// (which the `__Host-` prefix requires).
 pub fn cookie(name: &'static str, value: String, secure: bool, max_age: time::Duration) -> Cookie<'static> {
