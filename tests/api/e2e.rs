@@ -7,7 +7,7 @@
 //! `chromium-driver`, which `.ci/run` installs); without them these tests fail and say so.
 
 mod attacker;
-mod chrome;
+pub mod chrome;
 
 use crate::helpers::{TestApp, spawn_app};
 use chrome::{Chrome, Screen, Setup};

@@ -52,11 +52,22 @@ pub struct Options {
     pub cache_enabled: bool,
     /// Replacements made in the configuration text (e.g. to drop a tenant).
     pub patch: Vec<(&'static str, &'static str)>,
+    /// Another primary IdP than the dev one (an independent peer, see `interop`).
+    pub idp_issuer: Option<String>,
+    /// More environment for the configuration (secrets of extra providers).
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { vault_keys: KEY_A.to_owned(), extra_toml: String::new(), cache_enabled: true, patch: Vec::new() }
+        Self {
+            vault_keys: KEY_A.to_owned(),
+            extra_toml: String::new(),
+            cache_enabled: true,
+            patch: Vec::new(),
+            idp_issuer: None,
+            env: Vec::new(),
+        }
     }
 }
 
@@ -130,7 +141,7 @@ pub async fn create_database() -> String {
 }
 
 pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Options) -> Config {
-    let env: HashMap<&str, String> = HashMap::from([
+    let mut env: HashMap<&str, String> = HashMap::from([
         ("MCP_CONNECT_DATABASE_URL", db_url.to_owned()),
         ("MCP_CONNECT_VAULT_KEYS", opts.vault_keys.clone()),
         ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret".to_owned()),
@@ -141,6 +152,7 @@ pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Op
         ("MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET", "deadrev-secret".to_owned()),
         ("MCP_CONNECT_CACHE_ENABLED", opts.cache_enabled.to_string()),
     ]);
+    env.extend(opts.env.iter().map(|(k, v)| (*k, v.clone())));
     let mut toml = config_toml(base, idp, provider, &opts.extra_toml);
     for (from, to) in &opts.patch {
         assert!(toml.contains(from), "patch target {from:?} is in the test config");
@@ -210,7 +222,8 @@ pub async fn spawn_instance(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     register(&base, &idp, &provider);
-    let config = config_for(db_url, &base, &idp.issuer(), &provider.issuer(), opts);
+    let idp_issuer = opts.idp_issuer.clone().unwrap_or_else(|| idp.issuer());
+    let config = config_for(db_url, &base, &idp_issuer, &provider.issuer(), opts);
     let app = Application::build_with_listener(config, listener).await.expect("app builds");
     let state = app.state();
     let pool = state.pool.clone();

@@ -10,6 +10,7 @@ mod connect_flow;
 mod dev_command;
 mod e2e;
 mod helpers;
+mod interop;
 mod lifecycle;
 mod logs;
 mod ops;

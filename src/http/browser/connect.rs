@@ -106,8 +106,26 @@ pub async fn show(
             };
             render(StatusCode::OK, &page, Some(&v.authorize_origin))
         }
-        Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
+        Err(e) => Err(refusal(&state, &rid, &session, (&provider, &id), e).await),
     }
+}
+
+/// [`connect_error`], and for the identity refusal the IdP's end-session origin in the
+/// page's CSP `form-action`: its Sign out goes on there (a browser enforces `form-action`
+/// on the redirects that follow a form post too).
+async fn refusal(
+    state: &AppState,
+    rid: &RequestId,
+    session: &super::BrowserSession,
+    link: (&ProviderId, &ElicitationId),
+    e: ConnectError,
+) -> PageError {
+    let mismatch = matches!(e, ConnectError::IdentityMismatch);
+    let mut page = connect_error(rid, session, link, e);
+    if mismatch {
+        page.form_action = crate::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
+    }
+    page
 }
 
 /// Maps a refusal to its page; the identity mismatch gets its own page, whose Sign out
@@ -187,11 +205,11 @@ pub async fn authorize(
     match form.decision.as_deref() {
         Some("connect") => match connect::start_authorization(&state, id, &provider, &session.info, now).await {
             Ok(url) => Ok(HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish()),
-            Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
+            Err(e) => Err(refusal(&state, &rid, &session, (&provider, &id), e).await),
         },
         Some("decline") => match connect::decline(&state, id, &provider, &session.info, now).await {
             Ok(tenant_name) => declined_page(&tenant_name),
-            Err(e) => Err(connect_error(&rid, &session, (&provider, &id), e)),
+            Err(e) => Err(refusal(&state, &rid, &session, (&provider, &id), e).await),
         },
         _ => Err(PageError::new(
             &rid,

@@ -85,6 +85,9 @@ pub struct PageError {
     pub page: Option<String>,
     /// Whether to say "Nothing was connected" (false where a connection does exist).
     pub nothing_connected: bool,
+    /// Another origin a form on the page may lead to (the refusal page's Sign out goes on
+    /// to the IdP's end-session endpoint): added to the CSP `form-action`.
+    pub form_action: Option<String>,
 }
 
 pub const HINT_RETRY: &str = "Go back to your assistant and try again; it will give you a new link.";
@@ -105,6 +108,7 @@ impl PageError {
             request_id: rid.0.clone(),
             page: None,
             nothing_connected: true,
+            form_action: None,
         }
     }
 
@@ -119,6 +123,7 @@ impl PageError {
                 request_id: rid.0.clone(),
                 page: Some(html),
                 nothing_connected: true,
+                form_action: None,
             },
             Err(e) => Self::internal(&rid.0, &e),
         }
@@ -134,6 +139,7 @@ impl PageError {
             request_id: rid.to_owned(),
             page: None,
             nothing_connected: true,
+            form_action: None,
         }
     }
 }
@@ -151,7 +157,7 @@ impl ResponseError for PageError {
 
     fn error_response(&self) -> HttpResponse {
         if let Some(html) = &self.page {
-            return respond(self.status, html.clone(), None);
+            return respond(self.status, html.clone(), self.form_action.as_deref());
         }
         let page = ErrorPage {
             title: self.title,

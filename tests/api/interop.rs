@@ -1,0 +1,371 @@
+//! Interop against a peer we did not write: panva's OpenID-certified `oidc-provider`
+//! (pinned in `tests/interop/package-lock.json`, started here on loopback by
+//! `tests/interop/oidc-server.mjs`), as the primary IdP and as a downstream provider. Our
+//! dev providers share our reading of the specs; this one does not. They stay for the
+//! misbehaviour only they can produce.
+//!
+//! Needs Node.js and `npm ci --prefix tests/interop` (`.ci/run` does both).
+
+use crate::browser::{Browser, absolute, location};
+use crate::e2e::chrome::{Chrome, Setup};
+use crate::helpers::{Options, TestApp, spawn_app_with};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// One `oidc-provider` process. It exits when its stdin closes, so a crashed test leaves
+/// nothing behind.
+pub struct Peer {
+    _child: tokio::process::Child,
+    _stdin: tokio::process::ChildStdin,
+    pub issuer: String,
+    pub port: u16,
+    http: reqwest::Client,
+}
+
+impl Peer {
+    pub async fn start(config: Value) -> Peer {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+        assert!(
+            dir.join("node_modules/oidc-provider").is_dir(),
+            "the interop peer is not installed: run `npm ci --prefix tests/interop` (.ci/run does)"
+        );
+        let mut child = tokio::process::Command::new("node")
+            .arg(dir.join("oidc-server.mjs"))
+            .arg(config.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start node (Node.js is needed for the interop tests): {e}"));
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("oidc-server.mjs became ready within 30 s")
+            .unwrap()
+            .expect("oidc-server.mjs ended before it was ready (its stderr is above)");
+        let ready: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(ready["ready"], true, "{line}");
+        Peer {
+            _child: child,
+            _stdin: stdin,
+            issuer: ready["issuer"].as_str().unwrap().to_owned(),
+            port: u16::try_from(ready["port"].as_u64().unwrap()).unwrap(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut r = self.http.request(method, format!("{}/__admin/{path}", self.origin()));
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.unwrap();
+        assert!(r.status().is_success(), "admin {path}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.admin(reqwest::Method::GET, "stats", None).await
+    }
+
+    pub async fn rotate_keys(&self) -> Value {
+        self.admin(reqwest::Method::POST, "rotate-keys", Some(json!({"keep_old": false}))).await
+    }
+
+    pub async fn add_client(&self, id: &str, secret: &str, redirect: String, post_logout: Option<String>) {
+        let mut c = json!({"client_id": id, "client_secret": secret, "redirect_uris": [redirect]});
+        if let Some(p) = post_logout {
+            c["post_logout_redirect_uris"] = json!([p]);
+        }
+        self.admin(reqwest::Method::POST, "clients", Some(c)).await;
+    }
+
+    pub async fn discovery(&self) -> Value {
+        let url = format!("{}/.well-known/openid-configuration", self.issuer.trim_end_matches('/'));
+        self.http.get(url).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// RFC 7662 introspection as the downstream client: is this token still alive here?
+    pub async fn token_active(&self, token: &str) -> bool {
+        let url = self.discovery().await["introspection_endpoint"].as_str().unwrap().to_owned();
+        let r = self
+            .http
+            .post(url)
+            // RFC 6749 §2.3.1: id and secret form-urlencoded, then Basic.
+            .basic_auth(enc(PEER_CLIENT), Some(enc(PEER_SECRET)))
+            .form(&[("token", token)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["active"] == true
+    }
+
+    /// The userinfo endpoint with a downstream access token: its `sub`, or the status.
+    pub async fn userinfo(&self, token: &str) -> Result<String, u16> {
+        let url = self.discovery().await["userinfo_endpoint"].as_str().unwrap().to_owned();
+        let r = self.http.get(url).bearer_auth(token).send().await.unwrap();
+        if r.status() != 200 {
+            return Err(r.status().as_u16());
+        }
+        Ok(r.json::<Value>().await.unwrap()["sub"].as_str().unwrap().to_owned())
+    }
+}
+
+fn enc(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+const PEER_CLIENT: &str = "peer-client";
+const PEER_SECRET: &str = "peer-secret:with/odd+chars";
+
+/// The service with `idp` as its primary IdP and `provider` as downstream provider `peer`.
+pub struct Interop {
+    pub app: TestApp,
+    pub idp: Peer,
+    pub provider: Peer,
+}
+
+async fn interop(idp: Value, provider: Value) -> Interop {
+    let (idp, provider) = tokio::join!(Peer::start(idp), Peer::start(provider));
+    let opts = Options {
+        idp_issuer: Some(idp.issuer.clone()),
+        extra_toml: format!(
+            "[providers.peer]\ntemplate = \"oidc\"\ndisplay_name = \"Peer Provider\"\nissuer = \"{}\"\n\
+             client_id = \"{PEER_CLIENT}\"\nscopes = [\"openid\"]\naccount_id_field = \"sub\"\n\
+             account_login_field = \"preferred_username\"\n",
+            provider.issuer
+        ),
+        patch: vec![(
+            "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]",
+            "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\", \"peer\"]",
+        )],
+        env: vec![("MCP_CONNECT_PROVIDER_PEER_CLIENT_SECRET", PEER_SECRET.to_owned())],
+        ..Options::default()
+    };
+    let app = spawn_app_with(opts).await;
+    idp.add_client(
+        "mcp-connect",
+        "idp-secret",
+        format!("{}/login/callback", app.base),
+        Some(format!("{}/logout/done", app.base)),
+    )
+    .await;
+    provider.add_client(PEER_CLIENT, PEER_SECRET, format!("{}/connect/peer/callback", app.base), None).await;
+    Interop { app, idp, provider }
+}
+
+/// Signs in at a peer's login page as `name`, starting at `url` and following the peer's
+/// redirects until the browser is sent away from the peer; returns that address.
+async fn sign_in_at(b: &Browser, peer: &Peer, url: &str, name: &str) -> String {
+    let on_peer = |loc: &str| url::Url::parse(&peer.origin()).unwrap().join(loc).unwrap().to_string();
+    let mut next = on_peer(url);
+    for _ in 0..10 {
+        let r = b.get(&next).await;
+        let status = r.status().as_u16();
+        let to = if matches!(status, 302 | 303) {
+            on_peer(&location(&r))
+        } else {
+            assert_eq!(status, 200, "the peer's page at {next}");
+            let html = r.text().await.unwrap();
+            let re = regex_lite::Regex::new(r#"<form id="login-form" method="post" action="([^"]+)""#).unwrap();
+            let action = re.captures(&html).unwrap_or_else(|| panic!("no login form at {next}:\n{html}"))[1]
+                .replace("&amp;", "&");
+            let r = b
+                .client
+                .post(on_peer(&action))
+                .form(&[("username", name), ("decision", "allow")])
+                .send()
+                .await
+                .unwrap();
+            assert!(matches!(r.status().as_u16(), 302 | 303), "sign-in answer {}", r.status());
+            on_peer(&location(&r))
+        };
+        if !to.starts_with(&peer.origin()) {
+            return to;
+        }
+        next = to;
+    }
+    panic!("the peer kept redirecting");
+}
+
+/// The whole connect flow over HTTP (cookie jar, every hop followed by hand): sign in at
+/// the IdP as `subject`, Connect, sign in at the provider as `upstream`. Returns the
+/// callback's answer.
+async fn connect(x: &Interop, b: &Browser, url: &str, subject: &str, upstream: &str) -> reqwest::Response {
+    let r = b.get(url).await;
+    assert_eq!(r.status(), 303, "to our sign-in");
+    let r = b.get(&absolute(&x.app, &location(&r))).await;
+    assert_eq!(r.status(), 303, "to the IdP");
+    let back = sign_in_at(b, &x.idp, &location(&r), subject).await;
+    assert!(back.starts_with(&format!("{}/login/callback?", x.app.base)), "{back}");
+    assert!(back.contains("iss="), "RFC 9207: the IdP names itself in its answer");
+    let r = b.get(&back).await;
+    assert_eq!(r.status(), 303, "login callback");
+    assert_eq!(location(&r), url);
+    let page = b.get(url).await;
+    assert_eq!(page.status(), 200, "consent page");
+    let html = page.text().await.unwrap();
+    let r = b.consent(&x.app, "peer", &html, "connect").await;
+    assert_eq!(r.status(), 303, "to the provider");
+    let cb = sign_in_at(b, &x.provider, &location(&r), upstream).await;
+    assert!(cb.starts_with(&format!("{}/connect/peer/callback?", x.app.base)), "{cb}");
+    b.get(&cb).await
+}
+
+fn peer_config(alg: &str) -> Value {
+    json!({"port": 0, "alg": alg})
+}
+
+async fn token(x: &Interop, subject: &str, elicitation: Option<&str>) -> Value {
+    let mut body = json!({"subject": subject, "provider": "peer"});
+    if let Some(id) = elicitation {
+        body["elicitation_id"] = json!(id);
+    }
+    x.app.token_ok(body).await
+}
+
+#[tokio::test]
+async fn an_independent_openid_provider_as_idp_and_as_provider_connects_alice_in_chromium() {
+    let x = interop(peer_config("ES256"), peer_config("PS256")).await;
+    assert_eq!(x.idp.discovery().await["id_token_signing_alg_values_supported"], json!(["ES256"]));
+    let (id, url) = x.app.elicit("alice", "peer").await;
+    let chrome = Chrome::start("interop-connect", Setup::default()).await;
+    chrome.goto(&url).await;
+    chrome.wait_for_url(&format!("{}/interaction/", x.idp.origin())).await;
+    chrome.screenshot("idp-login").await;
+    chrome.type_into("input[name=username]", "alice").await;
+    chrome.click("button[name=decision][value=allow]").await;
+    chrome.wait_for_url(&format!("{}/connect/peer?e={id}", x.app.base)).await;
+    let consent = chrome.assert_our_page().await;
+    assert!(consent.contains("Peer Provider"), "{consent}");
+    chrome.screenshot("consent").await;
+    chrome.click("button[name=decision][value=connect]").await;
+    chrome.wait_for_url(&format!("{}/interaction/", x.provider.origin())).await;
+    chrome.type_into("input[name=username]", "alice-upstream").await;
+    chrome.click("button[name=decision][value=allow]").await;
+    chrome.wait_for_url(&format!("{}/connect/peer/callback?", x.app.base)).await;
+    chrome.assert_our_page().await;
+    assert_eq!(chrome.text("h1").await, "Connected");
+    chrome.screenshot("connected").await;
+    chrome.close().await;
+    let t = token(&x, "alice", Some(&id)).await;
+    assert_eq!(t["status"], "connected", "{t}");
+    assert_eq!(t["account"]["login"], "alice-upstream");
+    assert_eq!(x.provider.userinfo(t["access_token"].as_str().unwrap()).await, Ok("alice-upstream".to_owned()));
+}
+
+#[tokio::test]
+async fn rotating_refresh_tokens_of_an_independent_provider_are_used_once_each() {
+    let mut provider = peer_config("RS256");
+    provider["access_ttl"] = json!(2);
+    let x = interop(peer_config("RS256"), provider).await;
+    let (id, url) = x.app.elicit("alice", "peer").await;
+    assert_eq!(connect(&x, &Browser::new(), &url, "alice", "alice-up").await.status(), 200);
+    // A 2 s access token is always within the refresh margin: each call refreshes, with
+    // the refresh token the previous refresh returned.
+    let mut seen: Vec<String> = Vec::new();
+    for i in 0..4 {
+        let t = token(&x, "alice", (i == 0).then_some(id.as_str())).await;
+        assert_eq!(t["status"], "connected", "{t}");
+        let access = t["access_token"].as_str().unwrap().to_owned();
+        assert!(!seen.contains(&access), "a new access token each time");
+        assert_eq!(x.provider.userinfo(&access).await, Ok("alice-up".to_owned()));
+        seen.push(access);
+    }
+    let stats = x.provider.stats().await;
+    assert_eq!(stats["refresh_token_rotations"], 4, "{stats}");
+    assert_eq!(stats["refresh_token_reuse_detected"], 0, "{stats}");
+    assert_eq!(stats["token_requests"]["by_grant_type"]["refresh_token"], 4, "{stats}");
+}
+
+#[tokio::test]
+async fn revoking_a_connection_ends_the_grant_at_an_independent_provider() {
+    let x = interop(peer_config("RS256"), peer_config("RS256")).await;
+    let (id, url) = x.app.elicit("alice", "peer").await;
+    assert_eq!(connect(&x, &Browser::new(), &url, "alice", "alice-up").await.status(), 200);
+    let t = token(&x, "alice", Some(&id)).await;
+    let access = t["access_token"].as_str().unwrap().to_owned();
+    assert!(x.provider.token_active(&access).await);
+    let r = x
+        .app
+        .admin(reqwest::Method::POST, &format!("/connections/{}/revoke", t["connection_id"].as_str().unwrap()), None)
+        .await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["provider_result"], "revoked", "{body}");
+    assert!(!x.provider.token_active(&access).await, "the provider says the token is dead");
+    assert_eq!(x.provider.userinfo(&access).await, Err(401));
+    assert_eq!(token(&x, "alice", None).await["status"], "connect_required");
+}
+
+#[tokio::test]
+async fn an_issuer_ending_in_a_slash_is_compared_exactly_in_discovery_rfc9207_and_the_id_token() {
+    let mut provider = peer_config("RS256");
+    provider["issuer_path"] = json!("/realm/");
+    let x = interop(peer_config("RS256"), provider).await;
+    assert!(x.provider.issuer.ends_with("/realm/"), "{}", x.provider.issuer);
+    let (id, url) = x.app.elicit("alice", "peer").await;
+    let r = connect(&x, &Browser::new(), &url, "alice", "alice-up").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(token(&x, "alice", Some(&id)).await["status"], "connected");
+}
+
+#[tokio::test]
+async fn a_signing_key_rotation_at_the_idp_is_followed_at_the_next_sign_in() {
+    let x = interop(peer_config("RS256"), peer_config("RS256")).await;
+    let (_, url) = x.app.elicit("alice", "peer").await;
+    assert_eq!(connect(&x, &Browser::new(), &url, "alice", "alice-up").await.status(), 200);
+    // The IdP signs with a new key from now on and publishes only that one; our copy of
+    // its JWKS (cached for an hour) does not have it.
+    let rotated = x.idp.rotate_keys().await;
+    assert_ne!(rotated["kid"], rotated["previous_kid"]);
+    let (_, url) = x.app.elicit("bob", "peer").await;
+    let r = connect(&x, &Browser::new(), &url, "bob", "bob-up").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+#[tokio::test]
+async fn bob_on_alices_link_signs_out_and_back_in_as_alice_in_chromium() {
+    let x = interop(peer_config("RS256"), peer_config("RS256")).await;
+    let (id, url) = x.app.elicit("alice", "peer").await;
+    let chrome = Chrome::start("interop-switch", Setup::default()).await;
+    chrome.goto(&url).await;
+    chrome.wait_for_url(&format!("{}/interaction/", x.idp.origin())).await;
+    chrome.type_into("input[name=username]", "bob").await;
+    chrome.click("button[name=decision][value=allow]").await;
+    chrome.wait_for_url(&format!("{}/connect/peer?e={id}", x.app.base)).await;
+    assert_eq!(chrome.text("h1").await, "This link was made for another account");
+    chrome.screenshot("refused").await;
+    chrome.click("#sign-out").await;
+    // Signed out here and, through RP-initiated logout, at the IdP; then back to us.
+    chrome.wait_for_url(&format!("{}/logout/done", x.app.base)).await;
+    chrome.assert_our_page().await;
+    chrome.screenshot("signed-out").await;
+    chrome.click("#sign-in-again").await;
+    // The IdP asks who is signing in instead of signing bob in again.
+    chrome.wait_for_url(&format!("{}/interaction/", x.idp.origin())).await;
+    chrome.screenshot("choose-account").await;
+    chrome.type_into("input[name=username]", "alice").await;
+    chrome.click("button[name=decision][value=allow]").await;
+    chrome.wait_for_url(&format!("{}/connect/peer?e={id}", x.app.base)).await;
+    chrome.find("button[name=decision][value=connect]").await;
+    chrome.click("button[name=decision][value=connect]").await;
+    chrome.wait_for_url(&format!("{}/interaction/", x.provider.origin())).await;
+    chrome.type_into("input[name=username]", "alice-up").await;
+    chrome.click("button[name=decision][value=allow]").await;
+    chrome.wait_for_url(&format!("{}/connect/peer/callback?", x.app.base)).await;
+    assert_eq!(chrome.text("h1").await, "Connected");
+    chrome.close().await;
+    assert_eq!(token(&x, "alice", Some(&id)).await["status"], "connected");
+    let logins = x.idp.stats().await;
+    assert_eq!(logins["last_login"], "alice", "{logins}");
+}
