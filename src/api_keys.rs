@@ -126,8 +126,13 @@ pub struct ApiKeyVerifier {
     ttl: Duration,
     capacity: usize,
     /// Bounds concurrent argon2 runs, so a flood of wrong secrets queues instead of
-    /// starving every other request of CPU.
-    hashing: Semaphore,
+    /// starving every other request of CPU. A permit travels into the blocking task, so a
+    /// request dropped mid-hash does not free a slot while its argon2 still runs.
+    hashing: Arc<Semaphore>,
+    /// Bumped by every change notification and listener loss: a verification that read
+    /// the database before a change is not cached after it (it could hold a key revoked
+    /// meanwhile).
+    changes: AtomicU64,
     /// Callers waiting for a slot now, and how many may.
     waiting: AtomicUsize,
     max_waiting: usize,
@@ -145,7 +150,8 @@ impl ApiKeyVerifier {
             listening: AtomicBool::new(false),
             ttl,
             capacity,
-            hashing: Semaphore::new(2),
+            hashing: Arc::new(Semaphore::new(2)),
+            changes: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             max_waiting,
             verifications: AtomicU64::new(0),
@@ -172,6 +178,7 @@ impl ApiKeyVerifier {
         if self.known_missing(&id) {
             return Err(KeyRejection::Invalid);
         }
+        let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), Instant::now());
         let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
             self.remember_missing(id);
             return Err(KeyRejection::Invalid);
@@ -189,9 +196,10 @@ impl ApiKeyVerifier {
         if let Some((hit, true)) = self.lookup(&fingerprint)? {
             return Ok(hit);
         }
-        let matches = tokio::task::spawn_blocking(move || verify_hash(presented_owned.expose_secret(), &phc))
-            .await
-            .map_err(|_| KeyRejection::Task)?;
+        let (matches, permit) =
+            tokio::task::spawn_blocking(move || (verify_hash(presented_owned.expose_secret(), &phc), permit))
+                .await
+                .map_err(|_| KeyRejection::Task)?;
         self.verifications.fetch_add(1, Ordering::Relaxed);
         if !matches {
             return Err(KeyRejection::Invalid);
@@ -201,7 +209,9 @@ impl ApiKeyVerifier {
             tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
             scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
         };
-        self.insert(fingerprint, key.clone(), Instant::now());
+        if self.changes.load(Ordering::Acquire) == seen_changes {
+            self.insert(fingerprint, key.clone(), read_at);
+        }
         // Released only now, so the next waiter finds the key in the cache.
         drop(permit);
         let pool = self.pool.clone();
@@ -216,16 +226,23 @@ impl ApiKeyVerifier {
 
     /// One of the argon2 slots, waited for at most [`HASH_WAIT`] and only while fewer than
     /// `max_waiting` others wait.
-    async fn hash_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>, KeyRejection> {
-        if let Ok(permit) = self.hashing.try_acquire() {
+    async fn hash_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, KeyRejection> {
+        if let Ok(permit) = self.hashing.clone().try_acquire_owned() {
             return Ok(permit);
         }
+        // Counted while waiting, and uncounted however the wait ends (also when the request
+        // is dropped meanwhile).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _waiting = Waiting(&self.waiting);
         if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
             return Err(KeyRejection::Busy);
         }
-        let got = tokio::time::timeout(HASH_WAIT, self.hashing.acquire()).await;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let got = tokio::time::timeout(HASH_WAIT, self.hashing.clone().acquire_owned()).await;
         match got {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(KeyRejection::Task),
@@ -280,6 +297,11 @@ impl ApiKeyVerifier {
         }
     }
 
+    /// Callers waiting for an argon2 slot right now.
+    pub fn hash_waiters(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
     pub fn hash_verifications(&self) -> u64 {
         self.verifications.load(Ordering::Relaxed)
     }
@@ -287,6 +309,7 @@ impl ApiKeyVerifier {
     /// A change notification named this key (revoked, changed or deleted somewhere): its
     /// verifications and any memory of it being missing go.
     pub fn key_changed(&self, id: &str) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut cache) = self.cache.write() {
             cache.retain(|_, c| c.key.id.as_str() != id);
         }
@@ -295,10 +318,14 @@ impl ApiKeyVerifier {
         }
     }
 
-    /// A tenant was deactivated, reactivated or deleted: its keys' verifications go.
+    /// A tenant was created, renamed, deactivated, reactivated or deleted: its keys are
+    /// re-checked against the database on their next use (one read, no argon2).
     pub fn tenant_changed(&self, tenant: &str) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut cache) = self.cache.write() {
-            cache.retain(|_, c| c.key.tenant.as_str() != tenant);
+            for c in cache.values_mut().filter(|c| c.key.tenant.as_str() == tenant) {
+                c.due = true;
+            }
         }
     }
 
@@ -308,12 +335,11 @@ impl ApiKeyVerifier {
     /// costs one read on the next use and no argon2.
     pub fn set_listening(&self, up: bool) {
         self.listening.store(up, Ordering::Release);
-        if up {
-            return;
-        }
-        if let Ok(mut m) = self.missing.write() {
+        if !up && let Ok(mut m) = self.missing.write() {
             m.clear();
         }
+        // Going down: notifications may be missed from now on. Coming up: entries cached
+        // while it was down were never covered by one.
         self.mark_all_due();
     }
 
@@ -337,6 +363,7 @@ impl ApiKeyVerifier {
     }
 
     fn mark_all_due(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut cache) = self.cache.write() {
             for c in cache.values_mut() {
                 c.due = true;

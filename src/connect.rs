@@ -534,7 +534,7 @@ async fn attach(
     x: &Exchanged,
     now: OffsetDateTime,
 ) -> Result<Option<String>, CallbackRefusal> {
-    let (account_id, account_login) = verified_account(state, x, now).await?;
+    let (account_id, account_login) = verified_account(state, x, OffsetDateTime::now_utc()).await?;
     let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
     if let Some(old) = &existing
         && old.status != "revoked"
@@ -631,6 +631,7 @@ async fn verified_account(
             .id_token
             .as_ref()
             .ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
+        // The time of the check, not of the request: the exchange took a while.
         let v = state
             .resolver
             .verify_id_token(&state.outbound, Source::Provider(&x.provider), x.server.clone(), raw, nonce, now)

@@ -188,7 +188,15 @@ pub async fn complete(
     let raw = tokens.id_token.as_ref().ok_or(LoginError::Flow(FlowError::IdToken("no id_token".to_owned())))?;
     let claims = state
         .resolver
-        .verify_id_token(&state.outbound, Source::Idp(&state.idp), server.clone(), raw, &secret.nonce, now)
+        // The time of the check, not of the request: the exchange took a while.
+        .verify_id_token(
+            &state.outbound,
+            Source::Idp(&state.idp),
+            server.clone(),
+            raw,
+            &secret.nonce,
+            OffsetDateTime::now_utc(),
+        )
         .await
         .map_err(LoginError::Flow)?;
     crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;

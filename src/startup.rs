@@ -187,5 +187,16 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Re
         store::tenants::upsert_tenant(&mut *tx, t).await?;
     }
     tx.commit().await?;
+    // Say so where a tenant that is gone from this file still works: removing it from the
+    // file no longer switches it off (instances with different files would fight).
+    let listed: Vec<&str> = tenants.iter().map(|t| t.id.as_str()).collect();
+    for t in store::tenants::active_tenants(pool).await? {
+        if !listed.contains(&t.id.as_str()) {
+            tracing::warn!(
+                tenant = %t.id,
+                "an active tenant is not in this configuration; it stays active (`mcp-connect tenant deactivate` stops it)"
+            );
+        }
+    }
     Ok(())
 }

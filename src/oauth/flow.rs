@@ -336,10 +336,11 @@ pub fn verify_id_token(
     }
     let issuer_url = IssuerUrl::new(issuer.clone()).map_err(|_| FlowError::IdToken("bad issuer".to_owned()))?;
     let to_chrono = |t: time::OffsetDateTime| {
-        chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond()).unwrap_or_default()
+        chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond())
+            .ok_or_else(|| FlowError::IdToken("the clock is out of range".to_owned()))
     };
     // exp: valid while `now - skew < exp`. iat: not later than `now + skew`.
-    let (lenient_now, latest_iat) = (to_chrono(now - server.clock_skew), to_chrono(now + server.clock_skew));
+    let (lenient_now, latest_iat) = (to_chrono(now - server.clock_skew)?, to_chrono(now + server.clock_skew)?);
     let verifier =
         CoreIdTokenVerifier::new_public_client(ClientId::new(server.client_id.clone()), issuer_url, jwks.clone())
             .set_allowed_algs(server.id_token_algs.clone())

@@ -152,13 +152,17 @@ impl Resolver {
             Source::Provider(p) => format!("provider:{}", p.id),
         };
         let server = if unknown_kid && self.may_refetch(&key) {
-            self.cache.write().await.remove(&key);
+            // Built anew (discovery and JWKS) and stored only once that worked: an IdP that is
+            // down now leaves the cached server in place.
             let fresh = match source {
-                Source::Idp(idp) => self.idp(http, idp).await,
-                Source::Provider(p) => self.provider(http, p).await,
+                Source::Idp(idp) => self.build_idp(http, idp).await,
+                Source::Provider(p) => self.build_provider(http, p).await,
             };
             match fresh {
-                Ok(s) => s,
+                Ok(s) => {
+                    self.store(key, s.clone()).await;
+                    s
+                }
                 Err(e) => return Err(super::flow::FlowError::Transient(format!("fetching new keys: {e}"))),
             }
         } else {
@@ -182,6 +186,12 @@ impl Resolver {
         if let Some(s) = self.cached("idp").await {
             return Ok(s);
         }
+        let server = self.build_idp(http, idp).await?;
+        self.store("idp".to_owned(), server.clone()).await;
+        Ok(server)
+    }
+
+    async fn build_idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
         let d = discover(http, &idp.issuer, &idp.allow_idn_hosts).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
         let server = Arc::new(AuthServer {
@@ -198,7 +208,6 @@ impl Resolver {
             id_token_algs: d.id_token_algs,
             clock_skew: idp.clock_skew,
         });
-        self.store("idp".to_owned(), server.clone()).await;
         Ok(server)
     }
 
@@ -209,6 +218,12 @@ impl Resolver {
         if let Some(s) = self.cached(&key).await {
             return Ok(s);
         }
+        let server = self.build_provider(http, p).await?;
+        self.store(key, server.clone()).await;
+        Ok(server)
+    }
+
+    async fn build_provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
         let name = p.id.to_string();
         let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
         let discovered = match (&p.issuer, p.oidc) {
@@ -249,8 +264,6 @@ impl Resolver {
                 clock_skew: p.clock_skew,
             },
         };
-        let server = Arc::new(server);
-        self.store(key, server.clone()).await;
-        Ok(server)
+        Ok(Arc::new(server))
     }
 }

@@ -218,3 +218,24 @@ async fn a_burst_of_first_requests_with_a_new_key_costs_few_hashes() {
     // At most one per argon2 slot (2), not one per request.
     assert!(app.state.api_keys.hash_verifications() - before <= 2);
 }
+
+#[tokio::test]
+async fn verifications_given_up_while_waiting_for_a_slot_give_their_place_back() {
+    let app = spawn_app().await;
+    let verifier =
+        mcp_connect::api_keys::ApiKeyVerifier::new(app.pool.clone(), std::time::Duration::from_secs(5), 100, 8);
+    // Wrong secrets for the real id, each request dropped after 40 ms: most while they
+    // wait for one of the two argon2 slots.
+    let calls = (0..24).map(|_| {
+        let other = NewApiKey::generate();
+        let forged = format!("{}{}", &app.key[..22], &other.key.expose_secret()[22..]);
+        let verifier = verifier.clone();
+        async move { tokio::time::timeout(std::time::Duration::from_millis(40), verifier.verify(&forged)).await }
+    });
+    let outcomes = futures_util::future::join_all(calls).await;
+    assert!(outcomes.iter().any(Result::is_err), "some were dropped mid-wait");
+    assert_eq!(verifier.hash_waiters(), 0, "a dropped waiter no longer counts against the queue");
+    // And the queue still takes callers: the real key verifies.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(verifier.verify(&app.key).await.is_ok());
+}

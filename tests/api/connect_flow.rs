@@ -757,3 +757,20 @@ async fn after_signing_out_of_a_refused_link_the_next_sign_in_asks_for_the_accou
     let r = browser.get(&format!("{}/login?return_to=/", app.base)).await;
     assert!(!location(&r).contains("prompt="));
 }
+
+#[tokio::test]
+async fn a_sign_out_post_without_a_session_ends_nothing_at_the_idp_and_sets_nothing() {
+    let app = spawn_app().await;
+    // A cross-site form post carries no session cookie (SameSite=Lax).
+    let r = app
+        .client
+        .post(format!("{}/logout", app.base))
+        .form(&[("return_to", "/connect/testp?e=x;Domain=evil.example")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let cookies: Vec<String> =
+        r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    assert!(cookies.iter().all(|c| !c.starts_with("mcpc_relogin")), "{cookies:?}");
+}

@@ -354,4 +354,20 @@ async fn an_mcp_client_cancel_closes_the_link_and_a_repeat_is_harmless() {
     assert_error(r, 404, "elicitation_not_found").await;
     let r = app.client.post(&url).bearer_auth(&app.key).json(&json!({"reason": "maybe"})).send().await.unwrap();
     assert_error(r, 400, "invalid_request").await;
+    // A body that is not the documented object is refused, not taken as "no reason".
+    let (fresh, _) = app.elicit("bob", "github").await;
+    let url = format!("{}/v1/elicitations/{fresh}/cancel", app.base);
+    for bad in [r#"{"reason": 1}"#, r#"{"why": "cancel"}"#, "not json", "[]"] {
+        let r = app
+            .client
+            .post(&url)
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(bad)
+            .send()
+            .await
+            .unwrap();
+        assert_error(r, 400, "invalid_json").await;
+    }
+    assert_eq!(app.elicitation_status(&fresh).await, "pending");
 }

@@ -52,11 +52,19 @@ pub async fn cancel_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: Option<web::Json<CancelBody>>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let id =
         ElicitationId::parse(&path.into_inner()).map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
-    let reason = body.and_then(|b| b.into_inner().reason);
+    // The body is optional, but one that is sent must be the documented object: a
+    // malformed one is a 400, not a cancel without a reason.
+    let reason = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        serde_json::from_slice::<CancelBody>(&body)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not a cancel request: {e}")))?
+            .reason
+    };
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
         return Err(ApiError::bad_request("invalid_request", "reason must be \"cancel\" or \"decline\""));
     }

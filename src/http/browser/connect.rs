@@ -122,8 +122,8 @@ async fn refusal(
 ) -> PageError {
     let mismatch = matches!(e, ConnectError::IdentityMismatch);
     let mut page = connect_error(rid, session, link, e);
-    if mismatch {
-        page.form_action = crate::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
+    if mismatch && let Some(own) = page.page.as_mut() {
+        own.form_action = crate::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
     }
     page
 }
@@ -329,8 +329,8 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
             rid,
             StatusCode::CONFLICT,
             "Connected in another window",
-            "This account was connected from another window a moment ago; that connection is kept and this \
-             duplicate was withdrawn at the provider.",
+            "This account was connected from another window a moment ago; that connection is kept and the \
+             duplicate grant made here was not stored (it is revoked at the provider where the provider allows).",
             "Nothing more to do. If your assistant still asks, open the link again.",
         ),
         CallbackRefusal::AccountMismatch => PageError::new(

@@ -97,6 +97,13 @@ fn login_page_error(rid: &crate::http::middleware::RequestId, e: LoginError) -> 
             "The identity provider did not sign you in.",
             HINT_RETRY,
         ),
+        LoginError::Flow(crate::oauth::flow::FlowError::Transient(_)) => PageError::new(
+            rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Sign-in is unavailable",
+            "The identity provider could not be reached.",
+            "Try again in a minute.",
+        ),
         LoginError::Iss(_) | LoginError::Flow(_) | LoginError::BadSubject => PageError::new(
             rid,
             StatusCode::BAD_REQUEST,
@@ -126,22 +133,29 @@ pub async fn logout(
     form: web::Form<LogoutForm>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    if let Some(s) = &session.0 {
-        if !s.csrf_matches(form.csrf.as_deref()) {
-            return Err(forbidden_csrf(&rid));
-        }
-        crate::store::sessions::delete_session(&state.pool, &s.info.id_hash)
-            .await
-            .map_err(|e| PageError::internal(&rid.0, &e))?;
+    let secure = state.secure_cookies;
+    let Some(s) = &session.0 else {
+        // No session (expired, or a cross-site post, which carries no cookie): nothing to
+        // end, and nothing is set or sent to the IdP on a stranger's behalf.
+        let mut r = render(StatusCode::OK, &SignedOutPage { sign_in_again: None }, None)?;
+        r.add_cookie(&removal(session_cookie_name(secure), secure)).map_err(|e| PageError::internal(&rid.0, &e))?;
+        return Ok(r);
+    };
+    if !s.csrf_matches(form.csrf.as_deref()) {
+        return Err(forbidden_csrf(&rid));
     }
+    crate::store::sessions::delete_session(&state.pool, &s.info.id_hash)
+        .await
+        .map_err(|e| PageError::internal(&rid.0, &e))?;
     // A return path that does not pass the check is dropped, not an error: sign-out works.
     let back = form
         .return_to
         .as_deref()
         .and_then(|raw| login::safe_return_to(&state.public_base_url, raw).ok())
         .map_or_else(|| "/".to_owned(), |u| login::path_and_query(&u));
-    let secure = state.secure_cookies;
-    let relogin = cookie(relogin_cookie_name(secure), back.clone(), secure, time::Duration::minutes(30));
+    // Percent-encoded: a path may hold `;` or `,`, which must not reach the cookie syntax.
+    let encoded: String = url::form_urlencoded::byte_serialize(back.as_bytes()).collect();
+    let relogin = cookie(relogin_cookie_name(secure), encoded, secure, time::Duration::minutes(30));
     let mut r = match login::idp_logout_url(&state).await {
         Some(url) => HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish(),
         None => render(StatusCode::OK, &SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back)) }, None)?,
@@ -156,7 +170,12 @@ pub async fn logout(
 pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, PageError> {
     let back = req
         .cookie(relogin_cookie_name(state.secure_cookies))
-        .and_then(|c| login::safe_return_to(&state.public_base_url, c.value()).ok())
+        .and_then(|c| {
+            let raw: String = url::form_urlencoded::parse(format!("v={}", c.value()).as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())?;
+            login::safe_return_to(&state.public_base_url, &raw).ok()
+        })
         .map(|u| login::path_and_query(&u));
     let again = back.map(|b| sign_in_url(&state, &b));
     render(StatusCode::OK, &SignedOutPage { sign_in_again: again.as_deref() }, None)

@@ -82,9 +82,15 @@ pub struct PageError {
     pub hint: &'static str,
     pub request_id: String,
     /// A page of its own (the identity-mismatch refusal) instead of the error template.
-    pub page: Option<String>,
+    pub page: Option<Box<OwnPage>>,
     /// Whether to say "Nothing was connected" (false where a connection does exist).
     pub nothing_connected: bool,
+}
+
+/// A rendered page of its own, for [`PageError::with_page`].
+#[derive(Debug)]
+pub struct OwnPage {
+    pub html: String,
     /// Another origin a form on the page may lead to (the refusal page's Sign out goes on
     /// to the IdP's end-session endpoint): added to the CSP `form-action`.
     pub form_action: Option<String>,
@@ -108,7 +114,6 @@ impl PageError {
             request_id: rid.0.clone(),
             page: None,
             nothing_connected: true,
-            form_action: None,
         }
     }
 
@@ -121,9 +126,8 @@ impl PageError {
                 message: String::new(),
                 hint: "",
                 request_id: rid.0.clone(),
-                page: Some(html),
+                page: Some(Box::new(OwnPage { html, form_action: None })),
                 nothing_connected: true,
-                form_action: None,
             },
             Err(e) => Self::internal(&rid.0, &e),
         }
@@ -139,7 +143,6 @@ impl PageError {
             request_id: rid.to_owned(),
             page: None,
             nothing_connected: true,
-            form_action: None,
         }
     }
 }
@@ -156,8 +159,8 @@ impl ResponseError for PageError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        if let Some(html) = &self.page {
-            return respond(self.status, html.clone(), self.form_action.as_deref());
+        if let Some(p) = &self.page {
+            return respond(self.status, p.html.clone(), p.form_action.as_deref());
         }
         let page = ErrorPage {
             title: self.title,
