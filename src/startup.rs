@@ -69,7 +69,7 @@ impl SharedState {
     pub fn tenant_name(&self, tenant: &str) -> String {
         TenantId::parse(tenant)
             .ok()
-            .and_then(|t| self.tenants.get(&t).map(|c| c.display_name))
+            .and_then(|t| self.tenants.display_name(&t))
             .unwrap_or_else(|| tenant.to_owned())
     }
 }

@@ -42,13 +42,14 @@ impl Tenants {
         Ok(())
     }
 
-    /// An active tenant, as the database had it at the last reload.
-    pub fn get(&self, id: &TenantId) -> Option<TenantConfig> {
-        self.active.read().ok().and_then(|a| a.get(id).cloned())
+    /// Whether an active tenant may use a provider (`None`: no such active tenant). On
+    /// every `/v1/token`, so it copies nothing.
+    pub fn allows(&self, id: &TenantId, provider: &ProviderId) -> Option<bool> {
+        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.providers.contains(provider)))
     }
 
-    /// From a fixed list (tests of code that only reads tenants).
-    pub fn of(list: Vec<TenantConfig>) -> Self {
-        Self { active: RwLock::new(Arc::new(list.into_iter().map(|t| (t.id.clone(), t)).collect())) }
+    /// The display name of an active tenant.
+    pub fn display_name(&self, id: &TenantId) -> Option<String> {
+        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.display_name.clone()))
     }
 }

@@ -96,8 +96,7 @@ pub async fn kill_state(state: &AppState, tenant: &str, provider: &str) -> Resul
 /// Resolves the provider for a tenant: configured, and allowed for this tenant.
 pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, TokenError> {
     let p = state.providers.get(provider).ok_or(TokenError::UnknownProvider)?;
-    let t = state.tenants.get(tenant).ok_or(TokenError::ProviderNotAllowed)?;
-    if !t.providers.contains(provider) {
+    if state.tenants.allows(tenant, provider) != Some(true) {
         return Err(TokenError::ProviderNotAllowed);
     }
     Ok(p.clone())

@@ -211,7 +211,7 @@ async fn connect(x: &Interop, b: &Browser, url: &str, subject: &str, upstream: &
     assert!(back.contains("iss="), "RFC 9207: the IdP names itself in its answer");
     let r = b.get(&back).await;
     assert_eq!(r.status(), 303, "login callback");
-    assert_eq!(location(&r), url);
+    assert_eq!(absolute(&x.app, &location(&r)), url);
     let page = b.get(url).await;
     assert_eq!(page.status(), 200, "consent page");
     let html = page.text().await.unwrap();
