@@ -67,10 +67,7 @@ impl SharedState {
 
     /// The name users see for a tenant (its id if it is no longer configured).
     pub fn tenant_name(&self, tenant: &str) -> String {
-        TenantId::parse(tenant)
-            .ok()
-            .and_then(|t| self.tenants.display_name(&t))
-            .unwrap_or_else(|| tenant.to_owned())
+        TenantId::parse(tenant).ok().and_then(|t| self.tenants.display_name(&t)).unwrap_or_else(|| tenant.to_owned())
     }
 }
 

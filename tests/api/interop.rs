@@ -136,20 +136,37 @@ pub struct Interop {
 }
 
 async fn interop(idp: Value, provider: Value) -> Interop {
+    interop_with(idp, provider, |_| String::new()).await
+}
+
+/// [`interop`], with more provider entries (TOML) made from the provider peer.
+async fn interop_with(idp: Value, provider: Value, more: impl Fn(&Peer) -> String) -> Interop {
     let (idp, provider) = tokio::join!(Peer::start(idp), Peer::start(provider));
+    let more = more(&provider);
     let opts = Options {
         idp_issuer: Some(idp.issuer.clone()),
         extra_toml: format!(
             "[providers.peer]\ntemplate = \"oidc\"\ndisplay_name = \"Peer Provider\"\nissuer = \"{}\"\n\
              client_id = \"{PEER_CLIENT}\"\nscopes = [\"openid\"]\naccount_id_field = \"sub\"\n\
-             account_login_field = \"preferred_username\"\n",
+             account_login_field = \"preferred_username\"\n{more}",
             provider.issuer
         ),
         patch: vec![(
             "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]",
-            "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\", \"peer\"]",
+            String::leak(format!(
+                "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\", \"peer\"{}]",
+                regex_lite::Regex::new(r"\[providers\.(\w+)\]")
+                    .unwrap()
+                    .captures_iter(&more)
+                    .map(|c| format!(", \"{}\"", &c[1]))
+                    .collect::<String>()
+            )),
         )],
-        env: vec![("MCP_CONNECT_PROVIDER_PEER_CLIENT_SECRET", PEER_SECRET.to_owned())],
+        env: vec![
+            ("MCP_CONNECT_PROVIDER_PEER_CLIENT_SECRET", PEER_SECRET.to_owned()),
+            ("MCP_CONNECT_PROVIDER_PEERPLAIN_CLIENT_SECRET", PEER_SECRET.to_owned()),
+            ("MCP_CONNECT_PROVIDER_PEERLOOSE_CLIENT_SECRET", PEER_SECRET.to_owned()),
+        ],
         ..Options::default()
     };
     let app = spawn_app_with(opts).await;
@@ -161,6 +178,10 @@ async fn interop(idp: Value, provider: Value) -> Interop {
     )
     .await;
     provider.add_client(PEER_CLIENT, PEER_SECRET, format!("{}/connect/peer/callback", app.base), None).await;
+    for extra in ["peerplain", "peerloose"] {
+        let c = format!("{extra}-client");
+        provider.add_client(&c, PEER_SECRET, format!("{}/connect/{extra}/callback", app.base), None).await;
+    }
     Interop { app, idp, provider }
 }
 
@@ -202,6 +223,17 @@ async fn sign_in_at(b: &Browser, peer: &Peer, url: &str, name: &str) -> String {
 /// the IdP as `subject`, Connect, sign in at the provider as `upstream`. Returns the
 /// callback's answer.
 async fn connect(x: &Interop, b: &Browser, url: &str, subject: &str, upstream: &str) -> reqwest::Response {
+    connect_to(x, "peer", b, url, subject, upstream).await
+}
+
+async fn connect_to(
+    x: &Interop,
+    provider: &str,
+    b: &Browser,
+    url: &str,
+    subject: &str,
+    upstream: &str,
+) -> reqwest::Response {
     let r = b.get(url).await;
     assert_eq!(r.status(), 303, "to our sign-in");
     let r = b.get(&absolute(&x.app, &location(&r))).await;
@@ -215,10 +247,10 @@ async fn connect(x: &Interop, b: &Browser, url: &str, subject: &str, upstream: &
     let page = b.get(url).await;
     assert_eq!(page.status(), 200, "consent page");
     let html = page.text().await.unwrap();
-    let r = b.consent(&x.app, "peer", &html, "connect").await;
+    let r = b.consent(&x.app, provider, &html, "connect").await;
     assert_eq!(r.status(), 303, "to the provider");
     let cb = sign_in_at(b, &x.provider, &location(&r), upstream).await;
-    assert!(cb.starts_with(&format!("{}/connect/peer/callback?", x.app.base)), "{cb}");
+    assert!(cb.starts_with(&format!("{}/connect/{provider}/callback?", x.app.base)), "{cb}");
     b.get(&cb).await
 }
 
@@ -311,12 +343,40 @@ async fn revoking_a_connection_ends_the_grant_at_an_independent_provider() {
 async fn an_issuer_ending_in_a_slash_is_compared_exactly_in_discovery_rfc9207_and_the_id_token() {
     let mut provider = peer_config("RS256");
     provider["issuer_path"] = json!("/realm/");
-    let x = interop(peer_config("RS256"), provider).await;
+    // The same peer twice more: as a plain OAuth 2 provider whose issuer (with its slash)
+    // is configured for the RFC 9207 check, and as an OIDC provider configured without the
+    // slash, which OpenID Connect Discovery §4.3 says is another issuer.
+    let x = interop_with(peer_config("RS256"), provider, |p| {
+        let base = p.issuer.trim_end_matches('/');
+        format!(
+            "[providers.peerplain]\ntemplate = \"oauth2\"\nissuer = \"{}\"\nauthorization_response_iss = true\n\
+             authorize_url = \"{base}/auth\"\ntoken_url = \"{base}/token\"\nuserinfo_url = \"{base}/me\"\n\
+             client_id = \"peerplain-client\"\nscopes = [\"openid\"]\naccount_id_field = \"sub\"\n\
+             [providers.peerloose]\ntemplate = \"oidc\"\nissuer = \"{base}\"\nclient_id = \"peerloose-client\"\n\
+             scopes = [\"openid\"]\naccount_id_field = \"sub\"\n",
+            p.issuer
+        )
+    })
+    .await;
     assert!(x.provider.issuer.ends_with("/realm/"), "{}", x.provider.issuer);
     let (id, url) = x.app.elicit("alice", "peer").await;
     let r = connect(&x, &Browser::new(), &url, "alice", "alice-up").await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     assert_eq!(token(&x, "alice", Some(&id)).await["status"], "connected");
+    // RFC 9207 against a configured issuer that ends in a slash.
+    let (id, url) = x.app.elicit("alice", "peerplain").await;
+    let r = connect_to(&x, "peerplain", &Browser::new(), &url, "alice", "alice-up").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(x.app.elicitation_status(&id).await, "completed");
+    // Discovery names `…/realm/`; `…/realm` was configured: not the same issuer.
+    let (_, url) = x.app.elicit("alice", "peerloose").await;
+    let b = Browser::new();
+    let r = b.get(&url).await;
+    let r = b.get(&absolute(&x.app, &location(&r))).await;
+    let back = sign_in_at(&b, &x.idp, &location(&r), "alice").await;
+    assert_eq!(b.get(&back).await.status(), 303);
+    let page = b.get(&url).await;
+    assert_eq!(page.status(), 503, "the provider's discovery document names another issuer");
 }
 
 #[tokio::test]
