@@ -335,11 +335,16 @@ impl ApiKeyVerifier {
     /// costs one read on the next use and no argon2.
     pub fn set_listening(&self, up: bool) {
         self.listening.store(up, Ordering::Release);
-        if !up && let Ok(mut m) = self.missing.write() {
-            m.clear();
+        if !up {
+            // Notifications may be missed from now on: nothing verified before is trusted
+            // without a re-check, and nothing in flight is cached.
+            self.changes.fetch_add(1, Ordering::AcqRel);
+            if let Ok(mut m) = self.missing.write() {
+                m.clear();
+            }
         }
-        // Going down: notifications may be missed from now on. Coming up: entries cached
-        // while it was down were never covered by one.
+        // Coming up: entries cached while it was down were never covered by a notification
+        // (they were checked within the re-check interval, which bounds them meanwhile).
         self.mark_all_due();
     }
 
@@ -358,12 +363,14 @@ impl ApiKeyVerifier {
             Some(("key", id)) => self.key_changed(id),
             Some(("tenant", t)) => self.tenant_changed(t),
             // Unknown (a newer schema): be safe, re-check everything.
-            _ => self.mark_all_due(),
+            _ => {
+                self.changes.fetch_add(1, Ordering::AcqRel);
+                self.mark_all_due();
+            }
         }
     }
 
     fn mark_all_due(&self) {
-        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut cache) = self.cache.write() {
             for c in cache.values_mut() {
                 c.due = true;

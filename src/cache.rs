@@ -19,9 +19,9 @@
 //! plaintext token. They are packed: one allocation per entry for its key, ciphertext and
 //! account, and the parts many rows share (vault key id, token type, scopes) kept once.
 
+use crate::domain::KillState;
 use crate::store::PgPool;
 use crate::store::connections::{ConnectionRow, RowVersion};
-use crate::tokens::KillState;
 use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};

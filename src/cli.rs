@@ -166,7 +166,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             store::migrate(&pool).await?;
             let vault = crate::vault::Vault::new(config.keyring);
             println!("re-sealing under key {}", vault.current_key_id());
-            let report = crate::lifecycle::rotate::rotate_keys(&pool, &vault, batch.clamp(1, 10_000), |done, total| {
+            let report = crate::flows::rotate::rotate_keys(&pool, &vault, batch.clamp(1, 10_000), |done, total| {
                 println!("  {done} of {total} rows re-sealed");
             })
             .await?;
@@ -194,8 +194,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::load(&cli.config)?;
             let pool = store::connect(config.database_url.expose_secret(), 2).await?;
             store::migrate(&pool).await?;
-            let r = crate::lifecycle::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention)
-                .await?;
+            let r =
+                crate::flows::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention).await?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())
         }

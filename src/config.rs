@@ -181,13 +181,7 @@ struct RawProvider {
     clock_skew_seconds: Option<u64>,
 }
 
-/// A tenant: one MCP server registration.
-#[derive(Debug, Clone)]
-pub struct TenantConfig {
-    pub id: TenantId,
-    pub display_name: String,
-    pub providers: Vec<ProviderId>,
-}
+pub use crate::domain::TenantConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

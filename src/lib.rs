@@ -3,26 +3,24 @@
 
 /// API keys of MCP servers and operators: format, hashing, verification cache.
 pub mod api_keys;
+/// `AppState`: what the flows and handlers share.
+pub mod app;
 /// Lookup caches invalidated through Postgres LISTEN/NOTIFY.
 pub mod cache;
 /// Command-line entry points (`serve`, `migrate`, `apikey`, `genkey`).
 pub mod cli;
 /// Typed, validated configuration from TOML and the environment.
 pub mod config;
-/// The connect flow behind the browser pages: entry checks, authorization, callback.
-pub mod connect;
 /// Random tokens, lookup hashes, constant-time comparison.
 pub mod crypto;
 /// `mcp-connect dev`: the loopback demo with built-in IdP and provider.
 pub mod dev;
 /// Newtypes for outside values, parsed once at the edge.
 pub mod domain;
+/// The use cases, one file each: token, connect, callback, login, refresh, revoke, ...
+pub mod flows;
 /// HTTP surfaces: API, admin, browser pages, health.
 pub mod http;
-/// Refresh, revocation, key rotation, clean-up, batched hand-out audit.
-pub mod lifecycle;
-/// Browser login at the primary IdP and its sessions.
-pub mod login;
 /// Providers, discovery, and the OAuth code flow.
 pub mod oauth;
 /// Application assembly shared by `serve` and the tests.
@@ -33,7 +31,5 @@ pub mod store;
 pub mod telemetry;
 /// The active tenants every instance serves, read from the database.
 pub mod tenants;
-/// `/v1/token` decisions: reconcile, hand out, or elicit.
-pub mod tokens;
 /// Sealing tokens at rest.
 pub mod vault;

@@ -1,11 +1,9 @@
 //! `Application::build`: the one way the service starts, in production and in tests.
 
 use crate::api_keys::ApiKeyVerifier;
+use crate::app::AppState;
 use crate::config::{Config, TenantConfig};
-use crate::domain::{ElicitationId, ProviderId, TenantId};
-use crate::oauth::ProviderRegistry;
 use crate::oauth::http::Outbound;
-use crate::oauth::resolve::{IdpConfig, Resolver};
 use crate::store::{self, PgPool};
 use crate::vault::Vault;
 use actix_web::dev::Server;
@@ -13,63 +11,6 @@ use actix_web::{App, HttpServer, middleware::from_fn, web};
 use secrecy::ExposeSecret;
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
-use url::Url;
-
-/// Everything a handler can reach. No globals: this is it. Each HTTP worker has its own
-/// copy with its own database pool; the rest is shared.
-#[derive(Clone)]
-pub struct AppState {
-    /// This worker's pool (background tasks and tests use the one made at start).
-    pub pool: PgPool,
-    /// This worker's connections for the uncached lookup (see `store::lookup`).
-    pub lookups: Arc<store::lookup::LookupConnections>,
-    shared: Arc<SharedState>,
-}
-
-impl std::ops::Deref for AppState {
-    type Target = SharedState;
-
-    fn deref(&self) -> &SharedState {
-        &self.shared
-    }
-}
-
-pub struct SharedState {
-    pub vault: Vault,
-    pub providers: ProviderRegistry,
-    pub tenants: Arc<crate::tenants::Tenants>,
-    pub api_keys: Arc<ApiKeyVerifier>,
-    pub public_base_url: Url,
-    pub elicitation_ttl: Duration,
-    pub idp: IdpConfig,
-    pub resolver: Resolver,
-    pub outbound: Outbound,
-    pub session_ttl: Duration,
-    /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
-    pub secure_cookies: bool,
-    pub outbound_timeout: Duration,
-    pub refresh_margin: time::Duration,
-    pub unknown_expiry_refresh: time::Duration,
-    pub refresh_gate: crate::lifecycle::refresh::RefreshGate,
-    pub handouts: crate::lifecycle::audit_batch::HandoutAudit,
-    pub caches: Arc<crate::cache::Caches>,
-}
-
-impl SharedState {
-    /// `<public base>/connect/<provider>?e=<id>`: the handle and nothing else.
-    pub fn connect_url(&self, provider: &ProviderId, id: &ElicitationId) -> String {
-        let mut u = self.public_base_url.clone();
-        u.set_path(&format!("/connect/{provider}"));
-        u.query_pairs_mut().clear().append_pair("e", &id.to_string());
-        u.to_string()
-    }
-
-    /// The name users see for a tenant (its id if it is no longer configured).
-    pub fn tenant_name(&self, tenant: &str) -> String {
-        TenantId::parse(tenant).ok().and_then(|t| self.tenants.display_name(&t)).unwrap_or_else(|| tenant.to_owned())
-    }
-}
 
 pub struct Application {
     port: u16,
@@ -100,32 +41,12 @@ impl Application {
         );
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";
-        crate::lifecycle::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+        crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
         let caches =
             Arc::new(crate::cache::Caches::new(config.cache_enabled, config.cache_max_age, config.cache_capacity));
         let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
         crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
         crate::cache::spawn_confirmer(pool.clone(), caches.clone());
-        let shared = Arc::new(SharedState {
-            caches,
-            outbound_timeout: config.outbound_timeout,
-            refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
-            unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh)
-                .unwrap_or(time::Duration::HOUR),
-            refresh_gate: crate::lifecycle::refresh::RefreshGate::default(),
-            handouts: crate::lifecycle::audit_batch::HandoutAudit::spawn(pool.clone()),
-            idp: config.idp,
-            resolver: Resolver::default(),
-            outbound,
-            session_ttl: config.session_ttl,
-            secure_cookies,
-            vault: Vault::new(config.keyring),
-            providers: config.providers,
-            tenants,
-            api_keys,
-            public_base_url: config.public_base_url,
-            elicitation_ttl: config.elicitation_ttl,
-        });
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         // `database.max_connections` is split over the workers, and each worker's share
         // between its lookup connections and its pool for everything else.
@@ -134,18 +55,37 @@ impl Application {
         let pool_per_worker = per_worker - lookups_per_worker;
         let connect_options = store::connect_options(config.database_url.expose_secret())
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-        let state = web::Data::new(AppState {
+        let state = AppState {
             pool: pool.clone(),
             lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
-            shared: shared.clone(),
-        });
+            caches,
+            outbound_timeout: config.outbound_timeout,
+            refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
+            unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh)
+                .unwrap_or(time::Duration::HOUR),
+            refresh_gate: Arc::default(),
+            handouts: crate::store::handouts::HandoutAudit::spawn(pool.clone()),
+            idp: Arc::new(config.idp),
+            resolver: Arc::default(),
+            outbound,
+            session_ttl: config.session_ttl,
+            secure_cookies,
+            vault: Arc::new(Vault::new(config.keyring)),
+            providers: config.providers,
+            tenants,
+            api_keys,
+            public_base_url: config.public_base_url,
+            elicitation_ttl: config.elicitation_ttl,
+        };
+        let shared = state.clone();
+        let state = web::Data::new(state);
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
             // Called once per worker, on the worker's thread.
             let data = web::Data::new(AppState {
                 pool: store::connect_lazy(connect_options.clone(), pool_per_worker),
                 lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
-                shared: shared.clone(),
+                ..shared.clone()
             });
             App::new()
                 .wrap(from_fn(crate::http::middleware::request_context))
@@ -174,8 +114,6 @@ impl Application {
     }
 }
 
-/// Mirrors the configured tenants into the database; tenants no longer configured become
-/// inactive, which stops their keys.
 /// Inserts or updates the configured tenants. Never deactivates one (a tenant missing from
 /// this file may be served by another instance's): `mcp-connect tenant deactivate` does.
 pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Result<()> {

@@ -5,8 +5,7 @@
 //! in memory is read anew when a tenant change is announced (`tenant:<id>` on the
 //! `mcpc_api_keys` channel) and whenever the change listener (re)connects.
 
-use crate::config::TenantConfig;
-use crate::domain::{ProviderId, TenantId};
+use crate::domain::{ProviderId, TenantConfig, TenantId};
 use crate::store::{self, PgPool};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

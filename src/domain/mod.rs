@@ -7,6 +7,29 @@ mod scopes;
 pub use ids::{ApiKeyId, ConnectionId, ElicitationId, ProviderId, Subject, TenantId};
 pub use scopes::Scopes;
 
+/// What the operator's kill switches allow for a tenant's provider right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillState {
+    Open,
+    NoNewElicitations,
+    NoTokenHandouts,
+}
+
+/// The account at the provider a connection belongs to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Account {
+    pub id: String,
+    pub login: Option<String>,
+}
+
+/// A tenant: one MCP server registration.
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    pub id: TenantId,
+    pub display_name: String,
+    pub providers: Vec<ProviderId>,
+}
+
 /// Why an outside value was refused. The message is safe to show to the caller: it names
 /// the rule, never echoes a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

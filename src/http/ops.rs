@@ -1,6 +1,6 @@
 //! Liveness and readiness for load balancers and orchestrators.
 
-use crate::startup::AppState;
+use crate::app::AppState;
 use actix_web::{HttpResponse, web};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod audit;
 pub mod connections;
 pub mod elicitations;
+pub mod handouts;
 pub mod kill_switches;
 pub mod lookup;
 pub mod sessions;

@@ -1,7 +1,7 @@
 //! `tenants`: inserted or updated from each instance's configuration at start-up, never
 //! deactivated by it; `mcp-connect tenant deactivate|activate` switches one off and on.
 
-use crate::config::TenantConfig;
+use crate::domain::TenantConfig;
 use sqlx::PgExecutor;
 
 pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<(), sqlx::Error> {

@@ -2,9 +2,9 @@
 
 use mcp_connect::config::Config;
 use mcp_connect::domain::{ConnectionId, KeyScope, ProviderId, Subject, TenantId};
-use mcp_connect::startup::{AppState, Application};
 use mcp_connect::store::{self, PgPool};
 use mcp_connect::vault::{Field, RowBinding};
+use mcp_connect::{app::AppState, startup::Application};
 use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection;

@@ -188,14 +188,14 @@ async fn after_rotate_key_every_row_opens_with_the_new_key_alone() {
     }
     let both = mcp_connect::vault::Vault::new(mcp_connect::vault::Keyring::parse(&format!("{KEY_B},{KEY_A}")).unwrap());
     let mut seen = Vec::new();
-    let r = mcp_connect::lifecycle::rotate::rotate_keys(&app.pool, &both, 2, |done, total| seen.push((done, total)))
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |done, total| seen.push((done, total)))
         .await
         .unwrap();
     assert_eq!(r.resealed, 3);
     assert_eq!(r.remaining, 0);
     assert_eq!(seen, vec![(2, 3), (3, 3)]);
     // Rerun: nothing left to do.
-    assert_eq!(mcp_connect::lifecycle::rotate::rotate_keys(&app.pool, &both, 2, |_, _| {}).await.unwrap().resealed, 0);
+    assert_eq!(mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |_, _| {}).await.unwrap().resealed, 0);
     let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
     for s in ["alice", "bob", "carol"] {
         let b = new_only.token_ok(json!({"subject": s, "provider": "github"})).await;
@@ -225,13 +225,10 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
         .execute(&app.pool)
         .await
         .unwrap();
-    let r = mcp_connect::lifecycle::cleanup::run_once(
-        &app.pool,
-        OffsetDateTime::now_utc(),
-        Duration::from_secs(365 * 86_400),
-    )
-    .await
-    .unwrap();
+    let r =
+        mcp_connect::flows::cleanup::run_once(&app.pool, OffsetDateTime::now_utc(), Duration::from_secs(365 * 86_400))
+            .await
+            .unwrap();
     assert_eq!(r.elicitations_expired, 1);
     assert_eq!(r.sessions_deleted, 1);
     assert_eq!(r.audit_events_deleted, 1);
@@ -245,14 +242,11 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
     let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM browser_sessions").fetch_one(&app.pool).await.unwrap();
     assert_eq!(sessions, 1);
     // Running it twice, or on two instances at once, changes nothing more.
-    let again = mcp_connect::lifecycle::cleanup::run_once(
-        &app.pool,
-        OffsetDateTime::now_utc(),
-        Duration::from_secs(365 * 86_400),
-    )
-    .await
-    .unwrap();
-    assert_eq!(again, mcp_connect::lifecycle::cleanup::CleanupReport::default());
+    let again =
+        mcp_connect::flows::cleanup::run_once(&app.pool, OffsetDateTime::now_utc(), Duration::from_secs(365 * 86_400))
+            .await
+            .unwrap();
+    assert_eq!(again, mcp_connect::flows::cleanup::CleanupReport::default());
 }
 
 #[tokio::test]
@@ -269,7 +263,7 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
     .execute(&app.pool)
     .await
     .unwrap();
-    mcp_connect::lifecycle::refresh::expire_without_refresh(&app.state, &observed).await.unwrap();
+    mcp_connect::flows::refresh::expire_without_refresh(&app.state, &observed).await.unwrap();
     let (status, has_token): (String, bool) =
         sqlx::query_as("SELECT status, access_token_ct IS NOT NULL FROM connections WHERE id = $1")
             .bind(id.as_uuid())
@@ -280,7 +274,7 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
     // An observation that is still current marks it as before.
     let fresh =
         mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
-    mcp_connect::lifecycle::refresh::expire_without_refresh(&app.state, &fresh).await.unwrap();
+    mcp_connect::flows::refresh::expire_without_refresh(&app.state, &fresh).await.unwrap();
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "needs_reauth");
 }
@@ -299,7 +293,7 @@ async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_to
     let worker = tokio::task::LocalSet::new();
     worker
         .run_until(async {
-            let request = mcp_connect::lifecycle::refresh::refresh(&state, &row, OffsetDateTime::now_utc());
+            let request = mcp_connect::flows::refresh::refresh(&state, &row, OffsetDateTime::now_utc());
             let dropped = tokio::time::timeout(Duration::from_millis(300), request).await;
             assert!(dropped.is_err(), "the request went away mid-refresh");
             tokio::time::sleep(Duration::from_millis(1_200)).await;

@@ -2,11 +2,11 @@
 //! acts on the key's tenant only (an operator of every tenant uses the CLI, which talks
 //! to the database directly). Responses hold metadata, never a token.
 
+use crate::app::AppState;
 use crate::domain::{ConnectionId, ProviderId, Subject};
+use crate::flows::revoke;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, json_error, path_error, query_error};
-use crate::lifecycle::revoke;
-use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent};
 use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;

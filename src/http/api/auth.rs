@@ -2,9 +2,9 @@
 //! cannot run without a valid key of the right scope.
 
 use crate::api_keys::{KeyRejection, VerifiedKey};
+use crate::app::AppState;
 use crate::domain::KeyScope;
 use crate::http::error::ApiError;
-use crate::startup::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;

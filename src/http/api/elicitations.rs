@@ -2,9 +2,9 @@
 
 use super::ServerCaller;
 use super::token::rfc3339;
+use crate::app::AppState;
 use crate::domain::{ElicitationId, ElicitationStatus};
 use crate::http::error::ApiError;
-use crate::startup::AppState;
 use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;
 

@@ -1,11 +1,13 @@
 //! `POST /v1/token`.
 
 use super::ServerCaller;
+use crate::app::AppState;
+use crate::domain::Account;
 use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
+use crate::flows::policy::PolicyError;
+use crate::flows::token::{self as tokens, TokenError, TokenOutcome, TokenRequest};
 use crate::http::error::ApiError;
-use crate::startup::AppState;
 use crate::store::elicitations::ElicitationRow;
-use crate::tokens::{self, Account, TokenError, TokenOutcome, TokenRequest};
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
 use time::OffsetDateTime;
@@ -76,10 +78,10 @@ pub async fn post_token(
 
 fn map_error(e: TokenError) -> ApiError {
     match e {
-        TokenError::UnknownProvider => {
+        TokenError::Policy(PolicyError::UnknownProvider) => {
             ApiError::bad_request("unknown_provider", "no provider of that name is configured")
         }
-        TokenError::ProviderNotAllowed => ApiError::new(
+        TokenError::Policy(PolicyError::ProviderNotAllowed) => ApiError::new(
             actix_web::http::StatusCode::FORBIDDEN,
             "provider_not_allowed",
             "this MCP server may not use that provider",

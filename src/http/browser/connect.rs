@@ -4,10 +4,12 @@
 use super::login::forbidden_csrf;
 use super::pages::{ConsentPage, HINT_RETRY, PageError, RefusedPage, ResultPage, render};
 use super::session::{MaybeSession, request_id};
-use crate::connect::{self, CallbackOutcome, CallbackQuery, CallbackRefusal, ConnectError, EntryRefusal};
+use crate::app::AppState;
 use crate::domain::{ElicitationId, ElicitationStatus, ProviderId};
+use crate::flows::callback::{self, CallbackOutcome, CallbackRefusal};
+use crate::flows::connect::{self, ConnectError, EntryRefusal};
 use crate::http::middleware::RequestId;
-use crate::startup::AppState;
+use crate::oauth::callback::CallbackQuery;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use time::OffsetDateTime;
@@ -123,7 +125,7 @@ async fn refusal(
     let mismatch = matches!(e, ConnectError::IdentityMismatch);
     let mut page = connect_error(rid, session, link, e);
     if mismatch && let Some(own) = page.page.as_mut() {
-        own.form_action = crate::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
+        own.form_action = crate::flows::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
     }
     page
 }
@@ -252,7 +254,7 @@ pub async fn callback(
     // stored or revoked, never dropped half-way).
     let task = {
         let (state, q) = (state.get_ref().clone(), q.clone());
-        actix_web::rt::spawn(async move { connect::complete(&state, &provider, info.as_ref(), &q, now).await })
+        actix_web::rt::spawn(async move { callback::complete(&state, &provider, info.as_ref(), &q, now).await })
     };
     let outcome = task.await.map_err(|e| PageError::internal(&rid.0, &e))?;
     match outcome {

@@ -4,9 +4,9 @@ use super::pages::{HINT_RETRY, PageError, SignedOutPage, render};
 use super::session::{
     MaybeSession, cookie, login_cookie_name, relogin_cookie_name, removal, request_id, session_cookie_name,
 };
-use crate::connect::CallbackQuery;
-use crate::login::{self, LoginError};
-use crate::startup::AppState;
+use crate::app::AppState;
+use crate::flows::login::{self, LoginError};
+use crate::oauth::callback::CallbackQuery;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use time::OffsetDateTime;

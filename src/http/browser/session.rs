@@ -3,12 +3,12 @@
 //! and dies with the session.
 
 use super::pages::PageError;
-use crate::connect::SessionInfo;
+use crate::app::AppState;
 use crate::crypto;
 use crate::domain::Subject;
+use crate::flows::connect::SessionInfo;
+use crate::flows::login::SESSION_PURPOSE;
 use crate::http::middleware::RequestId;
-use crate::login::SESSION_PURPOSE;
-use crate::startup::AppState;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use base64::Engine;

@@ -2,15 +2,16 @@
 //! stored connection), hand out a usable token, or create or reuse an elicitation. A
 //! retried tool call therefore never starts a second grant (DESIGN.md invariant 6).
 
+use super::policy::{PolicyError, kill_state, provider_for};
+use super::refresh::{self, RefreshError};
+use crate::app::AppState;
 use crate::cache::CachedConnection;
-use crate::domain::{ApiKeyId, ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
-use crate::lifecycle::refresh::{self, RefreshError};
-use crate::oauth::Provider;
-use crate::startup::AppState;
+use crate::domain::{
+    Account, ApiKeyId, ConnectionId, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject, TenantId,
+};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
 use secrecy::SecretString;
-use std::sync::Arc;
 use time::OffsetDateTime;
 
 /// A validated token request.
@@ -23,13 +24,6 @@ pub struct TokenRequest {
     pub scopes: Option<Scopes>,
     pub elicitation_id: Option<ElicitationId>,
     pub mcp_context: serde_json::Value,
-}
-
-/// The account at the provider a connection belongs to.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Account {
-    pub id: String,
-    pub login: Option<String>,
 }
 
 #[derive(Debug)]
@@ -48,10 +42,8 @@ pub enum TokenOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("unknown provider")]
-    UnknownProvider,
-    #[error("provider not allowed for this tenant")]
-    ProviderNotAllowed,
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error("elicitation not found")]
     ElicitationNotFound,
     #[error("elicitation belongs to another subject or provider")]
@@ -66,40 +58,6 @@ pub enum TokenError {
     Vault(#[from] VaultError),
     #[error("refresh task: {0}")]
     Task(tokio::task::JoinError),
-}
-
-/// What the operator's kill switches allow for a tenant's provider right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KillState {
-    Open,
-    NoNewElicitations,
-    NoTokenHandouts,
-}
-
-pub async fn kill_state(state: &AppState, tenant: &str, provider: &str) -> Result<KillState, sqlx::Error> {
-    if let Some(k) = state.caches.kill_state(tenant, provider) {
-        return Ok(k);
-    }
-    let epoch = state.caches.epoch();
-    let modes = store::kill_switches::modes_in_force(&state.pool, tenant, provider).await?;
-    let k = if modes.iter().any(|m| m == "no_token_handouts") {
-        KillState::NoTokenHandouts
-    } else if modes.is_empty() {
-        KillState::Open
-    } else {
-        KillState::NoNewElicitations
-    };
-    state.caches.store_kill_state(epoch, tenant, provider, k);
-    Ok(k)
-}
-
-/// Resolves the provider for a tenant: configured, and allowed for this tenant.
-pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, TokenError> {
-    let p = state.providers.get(provider).ok_or(TokenError::UnknownProvider)?;
-    if state.tenants.allows(tenant, provider) != Some(true) {
-        return Err(TokenError::ProviderNotAllowed);
-    }
-    Ok(p.clone())
 }
 
 pub async fn token_for(

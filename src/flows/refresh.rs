@@ -10,14 +10,12 @@
 //! stores an unknown expiry (NULL), which is refreshed after `unknown_expiry_refresh`.
 
 use super::RowIds;
+use crate::app::AppState;
 use crate::oauth::flow::{self, FlowError};
-use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
 use crate::vault::Field;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// When a row needs a refresh before its token is handed out.
 pub fn needs_refresh(
@@ -66,27 +64,6 @@ pub enum RefreshError {
     Vault(#[from] crate::vault::VaultError),
     #[error("the refresh task ended abnormally: {0}")]
     Task(#[from] tokio::task::JoinError),
-}
-
-/// Per-process single flight, one async mutex per connection being refreshed.
-#[derive(Default)]
-pub struct RefreshGate {
-    locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl RefreshGate {
-    fn lock_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.entry(id).or_default().clone()
-    }
-
-    fn release(&self, id: Uuid, lock: Arc<tokio::sync::Mutex<()>>) {
-        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Ours and the map's: nobody else is waiting, the entry can go.
-        if Arc::strong_count(&lock) <= 2 {
-            m.remove(&id);
-        }
-    }
 }
 
 /// Refreshes `observed` unless someone else already did; returns the row to hand out from.
@@ -159,7 +136,7 @@ async fn refresh_locked(
         .provider(&state.outbound, &provider)
         .await
         .map_err(|e| RefreshError::Transient(e.to_string()))?;
-    let redirect = crate::connect::redirect_uri(state, &ids.provider);
+    let redirect = state.provider_redirect_uri(&ids.provider);
     match flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await {
         Ok(tokens) => {
             let access_ct = state.vault.seal(&binding, Field::AccessToken, &tokens.access_token)?;
@@ -253,7 +230,7 @@ mod tests {
 
     fn row(exp: Option<OffsetDateTime>, refresh: bool, refreshed_at: Option<OffsetDateTime>) -> ConnectionRow {
         ConnectionRow {
-            id: Uuid::nil(),
+            id: uuid::Uuid::nil(),
             tenant_id: "t".into(),
             subject: "s".into(),
             provider: "p".into(),

@@ -4,8 +4,8 @@
 //! provider said. The row stays as a `revoked` tombstone for the audit trail.
 
 use super::RowIds;
+use crate::app::AppState;
 use crate::oauth::flow;
-use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
 use time::OffsetDateTime;

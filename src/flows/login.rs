@@ -2,10 +2,10 @@
 //! nonce), and the server-side sessions it opens. The session's subject is the IdP's
 //! `sub`: the same value the MCP access tokens carry.
 
+use crate::app::AppState;
 use crate::crypto;
 use crate::oauth::flow::{self, FlowError};
 use crate::oauth::resolve::Source;
-use crate::startup::AppState;
 use crate::store;
 use time::OffsetDateTime;
 use url::Url;
@@ -56,12 +56,6 @@ pub fn path_and_query(u: &Url) -> String {
     }
 }
 
-pub fn login_redirect_uri(state: &AppState) -> Url {
-    let mut u = state.public_base_url.clone();
-    u.set_path("/login/callback");
-    u
-}
-
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SealedLogin {
     verifier: String,
@@ -109,7 +103,7 @@ pub async fn start(
         state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
-    let req = flow::authorize(&server, &login_redirect_uri(state), &state.idp.scopes.join(" "), extra, true);
+    let req = flow::authorize(&server, &state.login_redirect_uri(), &state.idp.scopes.join(" "), extra, true);
     let binding = crypto::random_token(32);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, &binding);
@@ -161,7 +155,7 @@ pub struct LoginDone {
 pub async fn complete(
     state: &AppState,
     binding: Option<&str>,
-    q: &crate::connect::CallbackQuery,
+    q: &crate::oauth::callback::CallbackQuery,
     now: OffsetDateTime,
 ) -> Result<LoginDone, LoginError> {
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
@@ -182,7 +176,7 @@ pub async fn complete(
     let opened = state.vault.open_aux(&st.key_id, LOGIN_PURPOSE, &state_hash, &st.sealed)?;
     let secret: SealedLogin =
         serde_json::from_slice(&opened).map_err(|_| LoginError::Vault(crate::vault::VaultError::Open))?;
-    let tokens = flow::exchange_code(&server, &state.outbound, &login_redirect_uri(state), code, &secret.verifier)
+    let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(), code, &secret.verifier)
         .await
         .map_err(LoginError::Flow)?;
     let raw = tokens.id_token.as_ref().ok_or(LoginError::Flow(FlowError::IdToken("no id_token".to_owned())))?;

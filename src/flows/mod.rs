@@ -1,11 +1,17 @@
-//! The day after the grant: refresh (fenced across instances), revocation, key rotation,
-//! clean-up, and the batched audit of token hand-outs.
+//! The use cases, one file each, named after what a caller does: ask for a token, open a
+//! connect link, come back from the provider, sign in, refresh, revoke, rotate the vault
+//! key, clean up; and the policy (provider allowed, kill switches) they share. Handlers in
+//! `http` parse, call one of these, and render.
 
-pub mod audit_batch;
+pub mod callback;
 pub mod cleanup;
+pub mod connect;
+pub mod login;
+pub mod policy;
 pub mod refresh;
 pub mod revoke;
 pub mod rotate;
+pub mod token;
 
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use crate::store::connections::ConnectionRow;

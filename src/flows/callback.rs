@@ -1,266 +1,23 @@
-//! The connect flow behind the browser pages (DESIGN.md steps 4-6): who may open an
-//! elicitation, starting the provider authorization, and completing it at the callback.
-//! Every check is a plain function of its inputs; the callers turn refusals into pages.
+//! The provider callback (DESIGN.md step 6): the state consumed and its binding checked,
+//! `iss`, the code exchange with PKCE, the ID token and account checks, and the grant sealed
+//! into the vault under the elicitation's lock. A grant refused after the exchange is
+//! revoked at the provider (invariant 11).
 
+use super::connect::{STATE_PURPOSE, SealedState, SessionInfo};
+use super::policy;
+use crate::app::AppState;
 use crate::crypto;
-use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
+use crate::domain::{ConnectionId, KillState, ProviderId, Scopes, Subject, TenantId};
 use crate::oauth::Provider;
+use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
 use crate::oauth::resolve::Source;
-use crate::startup::AppState;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow, states::OauthStateRow};
 use crate::vault::{Field, RowBinding};
 use secrecy::SecretString;
 use std::sync::Arc;
 use time::OffsetDateTime;
 use url::Url;
-
-const STATE_TTL: time::Duration = time::Duration::minutes(10);
-const STATE_PURPOSE: &str = "oauth_state";
-
-/// The logged-in browser user: the IdP's `sub`, and the hash of the session id.
-#[derive(Debug, Clone)]
-pub struct SessionInfo {
-    pub subject: Subject,
-    pub id_hash: [u8; 32],
-}
-
-/// Why an elicitation cannot be worked on from this page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryRefusal {
-    NotFound,
-    Expired,
-    Finished(ElicitationStatus),
-    /// Cancelled by the MCP client: the person answered `cancel` or `decline` there.
-    ClosedInAssistant,
-    ProviderMismatch,
-}
-
-/// Checks an elicitation opened at `/connect/{provider}`: it exists, is pending, has not
-/// expired, and is for the provider in the path.
-pub fn check_entry(
-    e: Option<&ElicitationRow>,
-    path_provider: &ProviderId,
-    now: OffsetDateTime,
-) -> Result<(), EntryRefusal> {
-    let e = e.ok_or(EntryRefusal::NotFound)?;
-    if e.provider != path_provider.as_str() {
-        return Err(EntryRefusal::ProviderMismatch);
-    }
-    match ElicitationStatus::parse(&e.status) {
-        Ok(ElicitationStatus::Pending) if e.expires_at > now => Ok(()),
-        Ok(ElicitationStatus::Pending) | Ok(ElicitationStatus::Expired) => Err(EntryRefusal::Expired),
-        Ok(ElicitationStatus::Cancelled) if e.cancel_reason.is_some() => Err(EntryRefusal::ClosedInAssistant),
-        Ok(other) => Err(EntryRefusal::Finished(other)),
-        Err(_) => Err(EntryRefusal::NotFound),
-    }
-}
-
-/// The one identity check: the browser user is the subject the link was made for. Byte
-/// equality of the IdP's `sub`; names and e-mails play no part.
-pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
-    crypto::constant_time_eq(e.subject.as_bytes(), session.subject.as_str().as_bytes())
-}
-
-/// Records that someone else opened a link (the refusal page is the caller's).
-pub async fn record_identity_mismatch(
-    state: &AppState,
-    e: &ElicitationRow,
-    session: &SessionInfo,
-) -> Result<(), sqlx::Error> {
-    let mut ev = AuditEvent::for_elicitation("identity_mismatch", e);
-    // The intended subject is in the row already; the other one is kept for the operator.
-    ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
-    store::audit::insert_event(&state.pool, &ev).await
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("elicitation refused: {0:?}")]
-    Entry(EntryRefusal),
-    #[error("the browser user is not the elicitation's subject")]
-    IdentityMismatch,
-    #[error("the provider is not available to this tenant")]
-    ProviderNotAllowed,
-    #[error("the provider is disabled by the operator")]
-    ProviderDisabled,
-    #[error("provider configuration could not be resolved: {0}")]
-    Resolve(String),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("vault: {0}")]
-    Vault(#[from] crate::vault::VaultError),
-}
-
-/// Our callback URL for a provider: the exact redirect URI registered with it.
-pub fn redirect_uri(state: &AppState, provider: &ProviderId) -> Url {
-    let mut u = state.public_base_url.clone();
-    u.set_path(&format!("/connect/{provider}/callback"));
-    u
-}
-
-async fn load_for_session(
-    state: &AppState,
-    id: ElicitationId,
-    path_provider: &ProviderId,
-    session: &SessionInfo,
-    now: OffsetDateTime,
-) -> Result<(ElicitationRow, Arc<Provider>), ConnectError> {
-    let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
-    check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
-    let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
-    if !same_subject(&e, session) {
-        record_identity_mismatch(state, &e, session).await?;
-        return Err(ConnectError::IdentityMismatch);
-    }
-    let tenant = TenantId::parse(&e.tenant_id).map_err(|_| ConnectError::ProviderNotAllowed)?;
-    let provider =
-        crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
-    if crate::tokens::kill_state(state, &e.tenant_id, &e.provider).await? != crate::tokens::KillState::Open {
-        return Err(ConnectError::ProviderDisabled);
-    }
-    Ok((e, provider))
-}
-
-/// What the consent page shows.
-pub struct ConsentView {
-    pub elicitation: ElicitationRow,
-    pub tenant_name: String,
-    pub provider: Arc<Provider>,
-    /// The host the browser will be sent to, shown in full.
-    pub domain: String,
-    /// Its origin, the one place the Connect form's redirect may lead (CSP form-action).
-    pub authorize_origin: String,
-}
-
-/// Everything needed to render the consent page, after every check.
-pub async fn consent_view(
-    state: &AppState,
-    id: ElicitationId,
-    path_provider: &ProviderId,
-    session: &SessionInfo,
-    now: OffsetDateTime,
-) -> Result<ConsentView, ConnectError> {
-    let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    let tenant_name = state.tenant_name(&elicitation.tenant_id);
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
-    // The full authority: host, and the port where it is not the scheme's default.
-    let host = server.authorize_url.host_str().unwrap_or_default();
-    let domain = match server.authorize_url.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_owned(),
-    };
-    let authorize_origin = server.authorize_url.origin().ascii_serialization();
-    Ok(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SealedState {
-    verifier: String,
-    nonce: Option<String>,
-}
-
-/// Connect: creates the one-time state and returns the provider's authorization URL.
-pub async fn start_authorization(
-    state: &AppState,
-    id: ElicitationId,
-    path_provider: &ProviderId,
-    session: &SessionInfo,
-    now: OffsetDateTime,
-) -> Result<Url, ConnectError> {
-    let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
-    let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
-    let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
-    let redirect = redirect_uri(state, path_provider);
-    let req = flow::authorize(
-        &server,
-        &redirect,
-        &scopes.join(&provider.scope_separator),
-        &provider.extra_authorize_params,
-        oidc,
-    );
-
-    let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
-    let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })
-        .map_err(|_| ConnectError::Vault(crate::vault::VaultError::Seal))?;
-    let sealed = state.vault.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
-    let mut tx = state.pool.begin().await?;
-    store::states::insert_state(
-        &mut *tx,
-        &store::states::NewOauthState {
-            state_hash: &state_hash,
-            elicitation_id: e.id,
-            session_hash: &session.id_hash,
-            tenant_id: &e.tenant_id,
-            subject: &e.subject,
-            provider: &e.provider,
-            redirect_uri: redirect.as_str(),
-            key_id: state.vault.current_key_id().as_str(),
-            sealed: &sealed,
-            expires_at: now + STATE_TTL,
-        },
-    )
-    .await?;
-    store::audit::insert_event(&mut *tx, &AuditEvent::for_elicitation("connect_started", &e)).await?;
-    tx.commit().await?;
-    Ok(req.url)
-}
-
-/// Decline on our consent page: a normal outcome, recorded, never re-prompted by itself.
-pub async fn decline(
-    state: &AppState,
-    id: ElicitationId,
-    path_provider: &ProviderId,
-    session: &SessionInfo,
-    now: OffsetDateTime,
-) -> Result<String, ConnectError> {
-    let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
-    let mut tx = state.pool.begin().await?;
-    if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
-        let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
-        ev.detail = serde_json::json!({ "where": "consent_page" });
-        store::audit::insert_event(&mut *tx, &ev).await?;
-    }
-    tx.commit().await?;
-    Ok(state.tenant_name(&e.tenant_id))
-}
-
-/// The query of a provider's redirect back to us. `Debug` never prints the code or state.
-#[derive(Default, Clone, serde::Deserialize)]
-pub struct CallbackQuery {
-    pub code: Option<String>,
-    pub state: Option<String>,
-    pub iss: Option<String>,
-    pub error: Option<String>,
-}
-
-impl std::fmt::Debug for CallbackQuery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CallbackQuery {{ {} }}", self.describe())
-    }
-}
-
-impl CallbackQuery {
-    /// Never print the code or state.
-    pub fn describe(&self) -> String {
-        format!(
-            "code: {}, state: {}, iss: {:?}, error: {:?}",
-            self.code.is_some(),
-            self.state.is_some(),
-            self.iss,
-            self.error
-        )
-    }
-}
 
 #[derive(Debug)]
 pub enum CallbackOutcome {
@@ -448,12 +205,11 @@ async fn complete_consumed(
     state_hash: &[u8],
     now: OffsetDateTime,
 ) -> Result<CallbackOutcome, CallbackRefusal> {
-    let expected_redirect = redirect_uri(state, path_provider);
+    let expected_redirect = state.provider_redirect_uri(path_provider);
     check_state_binding(st, path_provider, session, &expected_redirect)?;
     let tenant = TenantId::parse(&st.tenant_id).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    let provider =
-        crate::tokens::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    if crate::tokens::kill_state(state, &st.tenant_id, &st.provider).await? != crate::tokens::KillState::Open {
+    let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    if policy::kill_state(state, &st.tenant_id, &st.provider).await? != KillState::Open {
         return Err(CallbackRefusal::ProviderDisabled);
     }
     let server = state
@@ -671,60 +427,4 @@ async fn fetch_userinfo(
         .await
         .map_err(|_| CallbackRefusal::Account)?;
     Ok(Some(v))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(status: &str, provider: &str, expires_in: i64, cancel_reason: Option<&str>) -> ElicitationRow {
-        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
-        ElicitationRow {
-            id: uuid::Uuid::nil(),
-            tenant_id: "acme".into(),
-            subject: "alice".into(),
-            provider: provider.into(),
-            scopes: vec![],
-            status: status.into(),
-            created_at: now,
-            expires_at: now + time::Duration::seconds(expires_in),
-            completed_at: None,
-            connection_id: None,
-            cancel_reason: cancel_reason.map(str::to_owned),
-        }
-    }
-
-    #[test]
-    fn the_connect_page_opens_only_a_pending_unexpired_link_of_its_provider() {
-        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
-        let github = ProviderId::parse("github").unwrap();
-        use EntryRefusal::*;
-        let cases = [
-            (Some(row("pending", "github", 60, None)), Ok(())),
-            (None, Err(NotFound)),
-            (Some(row("pending", "gitlab", 60, None)), Err(ProviderMismatch)),
-            (Some(row("pending", "github", 0, None)), Err(Expired)),
-            (Some(row("pending", "github", -1, None)), Err(Expired)),
-            (Some(row("expired", "github", 60, None)), Err(Expired)),
-            (Some(row("completed", "github", 60, None)), Err(Finished(ElicitationStatus::Completed))),
-            (Some(row("declined", "github", 60, None)), Err(Finished(ElicitationStatus::Declined))),
-            (Some(row("cancelled", "github", 60, None)), Err(Finished(ElicitationStatus::Cancelled))),
-            (Some(row("cancelled", "github", 60, Some("decline"))), Err(ClosedInAssistant)),
-            (Some(row("cancelled", "github", 60, Some("cancel"))), Err(ClosedInAssistant)),
-            (Some(row("bogus", "github", 60, None)), Err(NotFound)),
-        ];
-        for (e, want) in cases {
-            assert_eq!(check_entry(e.as_ref(), &github, now), want, "{e:?}");
-        }
-    }
-
-    #[test]
-    fn only_the_subject_the_link_was_made_for_passes() {
-        let e = row("pending", "github", 60, None);
-        let session = |s: &str| SessionInfo { subject: Subject::parse(s).unwrap(), id_hash: [0; 32] };
-        assert!(same_subject(&e, &session("alice")));
-        for other in ["bob", "Alice", "alice ", "alic", "alice@example.com"] {
-            assert!(Subject::parse(other).is_err() || !same_subject(&e, &session(other)), "{other:?}");
-        }
-    }
 }

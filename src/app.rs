@@ -1,0 +1,97 @@
+//! `AppState`: what flows and handlers share. Built by `startup`, passed down; this module
+//! imports nothing above the services.
+
+use crate::api_keys::ApiKeyVerifier;
+use crate::cache::Caches;
+use crate::domain::{ElicitationId, ProviderId, TenantId};
+use crate::oauth::ProviderRegistry;
+use crate::oauth::http::Outbound;
+use crate::oauth::resolve::{IdpConfig, Resolver};
+use crate::store::{self, PgPool, handouts::HandoutAudit};
+use crate::tenants::Tenants;
+use crate::vault::Vault;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use url::Url;
+use uuid::Uuid;
+
+/// Everything a handler can reach. No globals: this is it. Each HTTP worker has its own
+/// copy with its own database pool and lookup connections; everything else is shared
+/// (the `Arc`s), so a clone is cheap.
+#[derive(Clone)]
+pub struct AppState {
+    /// This worker's pool (background tasks and tests use the one made at start).
+    pub pool: PgPool,
+    /// This worker's connections for the uncached lookup (see `store::lookup`).
+    pub lookups: Arc<store::lookup::LookupConnections>,
+    pub vault: Arc<Vault>,
+    pub providers: ProviderRegistry,
+    pub tenants: Arc<Tenants>,
+    pub api_keys: Arc<ApiKeyVerifier>,
+    pub public_base_url: Url,
+    pub elicitation_ttl: Duration,
+    pub idp: Arc<IdpConfig>,
+    pub resolver: Arc<Resolver>,
+    pub outbound: Outbound,
+    pub session_ttl: Duration,
+    /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
+    pub secure_cookies: bool,
+    pub outbound_timeout: Duration,
+    pub refresh_margin: time::Duration,
+    pub unknown_expiry_refresh: time::Duration,
+    pub refresh_gate: Arc<RefreshGate>,
+    pub handouts: HandoutAudit,
+    pub caches: Arc<Caches>,
+}
+
+impl AppState {
+    /// `<public base>/connect/<provider>?e=<id>`: the handle and nothing else.
+    pub fn connect_url(&self, provider: &ProviderId, id: &ElicitationId) -> String {
+        let mut u = self.public_base_url.clone();
+        u.set_path(&format!("/connect/{provider}"));
+        u.query_pairs_mut().clear().append_pair("e", &id.to_string());
+        u.to_string()
+    }
+
+    /// Our callback URL for a provider: the exact redirect URI registered with it (used by
+    /// the authorization request, the callback's check, the exchange and the refresh).
+    pub fn provider_redirect_uri(&self, provider: &ProviderId) -> Url {
+        let mut u = self.public_base_url.clone();
+        u.set_path(&format!("/connect/{provider}/callback"));
+        u
+    }
+
+    /// Our callback URL at the primary IdP.
+    pub fn login_redirect_uri(&self) -> Url {
+        let mut u = self.public_base_url.clone();
+        u.set_path("/login/callback");
+        u
+    }
+
+    /// The name users see for a tenant (its id if it is no longer configured).
+    pub fn tenant_name(&self, tenant: &str) -> String {
+        TenantId::parse(tenant).ok().and_then(|t| self.tenants.display_name(&t)).unwrap_or_else(|| tenant.to_owned())
+    }
+}
+
+/// Per-process single flight, one async mutex per connection being refreshed.
+#[derive(Default)]
+pub struct RefreshGate {
+    locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RefreshGate {
+    pub fn lock_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.entry(id).or_default().clone()
+    }
+
+    pub fn release(&self, id: Uuid, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Ours and the map's: nobody else is waiting, the entry can go.
+        if Arc::strong_count(&lock) <= 2 {
+            m.remove(&id);
+        }
+    }
+}

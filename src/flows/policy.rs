@@ -1,0 +1,42 @@
+//! Whether a tenant may use a provider now: configured, allowed for the tenant, and not
+//! stopped by an operator's kill switch (cached, invalidated across instances).
+
+use crate::app::AppState;
+use crate::domain::{KillState, ProviderId, TenantId};
+use crate::oauth::Provider;
+use crate::store;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown provider")]
+    UnknownProvider,
+    #[error("provider not allowed for this tenant")]
+    ProviderNotAllowed,
+}
+
+pub async fn kill_state(state: &AppState, tenant: &str, provider: &str) -> Result<KillState, sqlx::Error> {
+    if let Some(k) = state.caches.kill_state(tenant, provider) {
+        return Ok(k);
+    }
+    let epoch = state.caches.epoch();
+    let modes = store::kill_switches::modes_in_force(&state.pool, tenant, provider).await?;
+    let k = if modes.iter().any(|m| m == "no_token_handouts") {
+        KillState::NoTokenHandouts
+    } else if modes.is_empty() {
+        KillState::Open
+    } else {
+        KillState::NoNewElicitations
+    };
+    state.caches.store_kill_state(epoch, tenant, provider, k);
+    Ok(k)
+}
+
+/// Resolves the provider for a tenant: configured, and allowed for this tenant.
+pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, PolicyError> {
+    let p = state.providers.get(provider).ok_or(PolicyError::UnknownProvider)?;
+    if state.tenants.allows(tenant, provider) != Some(true) {
+        return Err(PolicyError::ProviderNotAllowed);
+    }
+    Ok(p.clone())
+}
