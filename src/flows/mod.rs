@@ -4,6 +4,7 @@
 //! `http` parse, call one of these, and render.
 
 pub mod callback;
+pub mod cancel;
 pub mod cleanup;
 pub mod connect;
 pub mod login;

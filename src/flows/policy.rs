@@ -4,7 +4,7 @@
 use crate::app::AppState;
 use crate::domain::{KillState, ProviderId, TenantId};
 use crate::oauth::Provider;
-use crate::store;
+use crate::store::{self, audit::AuditEvent};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -39,4 +39,34 @@ pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) 
         return Err(PolicyError::ProviderNotAllowed);
     }
     Ok(p.clone())
+}
+
+/// An operator sets (`mode`) or lifts (`None`) a tenant's kill switch for a provider, with an
+/// audit event; every instance obeys at once (the change is announced from the database).
+pub async fn change_kill_switch(
+    state: &AppState,
+    tenant: &TenantId,
+    provider: &ProviderId,
+    mode: Option<&str>,
+    reason: Option<&str>,
+    api_key_id: &str,
+) -> Result<(), sqlx::Error> {
+    let mut tx = state.pool.begin().await?;
+    match mode {
+        Some(m) => {
+            store::kill_switches::set_kill_switch(&mut *tx, Some(tenant.as_str()), provider.as_str(), m, reason).await?
+        }
+        None => {
+            store::kill_switches::clear_kill_switch(&mut *tx, Some(tenant.as_str()), provider.as_str()).await?;
+        }
+    }
+    let mut ev = AuditEvent::new("kill_switch_changed");
+    ev.tenant_id = Some(tenant.to_string());
+    ev.provider = Some(provider.to_string());
+    ev.api_key_id = Some(api_key_id.to_owned());
+    ev.detail = serde_json::json!({ "mode": mode.unwrap_or("off"), "reason": reason });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    state.caches.forget_kill_switches();
+    Ok(())
 }

@@ -8,7 +8,6 @@ use crate::app::AppState;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -34,24 +33,8 @@ pub async fn cancel_links(
     provider: Option<&str>,
     actor: &str,
 ) -> Result<usize, sqlx::Error> {
-    let mut tx = state.pool.begin().await?;
-    let ids = store::elicitations::cancel_pending(&mut tx, tenant, Some(subject), provider, OffsetDateTime::now_utc())
-        .await?;
-    if !ids.is_empty() {
-        let mut ev = AuditEvent::new("elicitations_cancelled");
-        ev.tenant_id = Some(tenant.to_owned());
-        ev.subject = Some(subject.to_owned());
-        ev.provider = provider.map(str::to_owned);
-        ev.detail = serde_json::json!({
-            "count": ids.len(),
-            "elicitation_ids": ids,
-            "by": actor,
-            "because": "revocation",
-        });
-        store::audit::insert_event(&mut *tx, &ev).await?;
-    }
-    tx.commit().await?;
-    Ok(ids.len())
+    let by = super::cancel::Closer { actor, api_key_id: None, because: "revocation" };
+    Ok(super::cancel::cancel_pending(state, tenant, Some(subject), provider, &by).await?.len())
 }
 
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.

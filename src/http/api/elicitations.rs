@@ -68,24 +68,16 @@ pub async fn cancel_elicitation(
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
         return Err(ApiError::bad_request("invalid_request", "reason must be \"cancel\" or \"decline\""));
     }
-    let tenant = caller.0.tenant.as_str();
-    let now = OffsetDateTime::now_utc();
-    let mut tx = state.pool.begin().await.map_err(|e| ApiError::from_db(&e))?;
-    let (changed, e) = crate::store::elicitations::cancel_one(&mut tx, tenant, id.as_uuid(), reason.as_deref(), now)
-        .await
-        .map_err(|e| ApiError::from_db(&e))?
-        .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
-    if changed {
-        let mut ev = crate::store::audit::AuditEvent::new("elicitation_cancelled");
-        ev.tenant_id = Some(tenant.to_owned());
-        ev.subject = Some(e.subject.clone());
-        ev.provider = Some(e.provider.clone());
-        ev.elicitation_id = Some(e.id);
-        ev.api_key_id = Some(caller.0.id.to_string());
-        ev.detail = serde_json::json!({ "client_answer": reason });
-        crate::store::audit::insert_event(&mut *tx, &ev).await.map_err(|e| ApiError::from_db(&e))?;
-    }
-    tx.commit().await.map_err(|e| ApiError::from_db(&e))?;
+    let e = crate::flows::cancel::cancel_by_client(
+        &state,
+        caller.0.tenant.as_str(),
+        id.as_uuid(),
+        reason.as_deref(),
+        caller.0.id.as_str(),
+    )
+    .await
+    .map_err(|e| ApiError::from_db(&e))?
+    .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "id": id.to_string(),
         "status": e.status,

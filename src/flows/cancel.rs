@@ -1,0 +1,75 @@
+//! Closing links before they are used: by an operator (admin API), as part of a revocation
+//! or off-boarding (invariant 12), or by the MCP client that answered `cancel`/`decline`.
+//! Their in-flight states are spent in the same transaction, so a callback that arrives
+//! later finds nothing to complete.
+
+use crate::app::AppState;
+use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Who closed the links, for the audit event.
+pub struct Closer<'a> {
+    /// `api_key:<id>`, `cli`, ...
+    pub actor: &'a str,
+    /// The API key behind the request, where there is one.
+    pub api_key_id: Option<&'a str>,
+    /// Why: `operator`, `revocation`.
+    pub because: &'static str,
+}
+
+/// Cancels a tenant's pending links (of one subject and/or provider), with one audit event.
+/// Returns their ids.
+pub async fn cancel_pending(
+    state: &AppState,
+    tenant: &str,
+    subject: Option<&str>,
+    provider: Option<&str>,
+    by: &Closer<'_>,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let mut tx = state.pool.begin().await?;
+    let ids =
+        store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
+    if !ids.is_empty() || by.because == "operator" {
+        let mut ev = AuditEvent::new("elicitations_cancelled");
+        ev.tenant_id = Some(tenant.to_owned());
+        ev.subject = subject.map(str::to_owned);
+        ev.provider = provider.map(str::to_owned);
+        ev.api_key_id = by.api_key_id.map(str::to_owned);
+        ev.detail = serde_json::json!({
+            "count": ids.len(),
+            "elicitation_ids": ids,
+            "by": by.actor,
+            "because": by.because,
+        });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+    }
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// The MCP client answered the URL elicitation with `cancel` or `decline`: the link is
+/// closed and the answer kept as `cancel_reason`. Returns the row as it is afterwards
+/// (`None`: not this tenant's); a repeat changes nothing and writes no second event.
+pub async fn cancel_by_client(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    reason: Option<&str>,
+    api_key_id: &str,
+) -> Result<Option<ElicitationRow>, sqlx::Error> {
+    let mut tx = state.pool.begin().await?;
+    let Some((changed, e)) =
+        store::elicitations::cancel_one(&mut tx, tenant, id, reason, OffsetDateTime::now_utc()).await?
+    else {
+        return Ok(None);
+    };
+    if changed {
+        let mut ev = AuditEvent::for_elicitation("elicitation_cancelled", &e);
+        ev.api_key_id = Some(api_key_id.to_owned());
+        ev.detail = serde_json::json!({ "client_answer": reason });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(e))
+}
