@@ -1,0 +1,245 @@
+//! Configuration: a TOML file plus `MCP_CONNECT_*` environment overrides, parsed into
+//! raw serde structs (unknown fields refused) and then validated into a `Config` of ready
+//! objects. Every error names the field. Secrets (vault keys, client secrets, the
+//! database URL with its password) come from the environment or from files; they may
+//! never be required inside the TOML.
+
+mod raw;
+mod validate;
+
+use crate::oauth::providers::ProviderRegistry;
+use crate::oauth::resolve::IdpConfig;
+use crate::vault::Keyring;
+use secrecy::SecretString;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use url::Url;
+
+/// Reads an environment variable; tests pass a map instead of the process environment.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError { field: field.into(), message: message.into() }
+}
+
+pub use crate::domain::TenantConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    pub public_base_url: Url,
+    pub listen: SocketAddr,
+    pub log_format: LogFormat,
+    pub database_url: SecretString,
+    pub database_max_connections: u32,
+    pub keyring: Keyring,
+    pub elicitation_ttl: Duration,
+    pub api_key_cache_ttl: Duration,
+    pub api_key_cache_capacity: usize,
+    /// Callers that may wait for an argon2 slot at once; more get 503.
+    pub api_key_hash_queue: usize,
+    pub tenants: Vec<TenantConfig>,
+    pub providers: ProviderRegistry,
+    pub idp: IdpConfig,
+    pub session_ttl: Duration,
+    pub outbound_timeout: Duration,
+    /// Refresh a token this long before it expires.
+    pub refresh_margin: Duration,
+    /// Refresh a token of unknown expiry this long after it was obtained.
+    pub unknown_expiry_refresh: Duration,
+    pub cleanup_interval: Duration,
+    pub audit_retention: Duration,
+    /// The lookup cache (see `cache`): on by default.
+    pub cache_enabled: bool,
+    pub cache_max_age: Duration,
+    pub cache_capacity: usize,
+}
+
+impl Config {
+    /// Reads the file at `path` and applies the process environment.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
+        Self::from_toml(&text, &process_env)
+    }
+
+    /// Parses TOML text and applies overrides from `env`.
+    pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
+        let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_owned();
+            let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
+            err("toml", format!("{msg}{span}"))
+        })?;
+        validate::validate(raw, env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ProviderId;
+    use std::collections::HashMap;
+
+    const KEY: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    const GOOD: &str = r#"
+public_base_url = "https://connect.example.com"
+[idp]
+issuer = "https://idp.example.com"
+client_id = "mcp-connect"
+[database]
+url = "postgres://localhost/x"
+[[tenants]]
+id = "acme"
+display_name = "Acme Assistant"
+providers = ["github"]
+[providers.github]
+template = "github"
+client_id = "abc"
+"#;
+
+    fn base_env() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("MCP_CONNECT_VAULT_KEYS", KEY),
+            ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s3cret"),
+            ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret"),
+        ]
+    }
+
+    #[test]
+    fn a_good_config_loads_with_template_endpoints() {
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        let gh = c.providers.get(&ProviderId::parse("github").unwrap()).unwrap();
+        assert_eq!(gh.authorize_url.as_ref().and_then(|u| u.host_str()), Some("github.com"));
+        assert_eq!(gh.default_scopes.as_slice(), &["read:user".to_owned()]);
+        assert_eq!(c.tenants[0].display_name, "Acme Assistant");
+    }
+
+    fn error_field(toml: &str, env: &[(&str, &str)]) -> String {
+        Config::from_toml(toml, &env_of(env)).unwrap_err().field
+    }
+
+    #[test]
+    fn start_up_refuses_a_missing_vault_key() {
+        assert_eq!(
+            error_field(
+                GOOD,
+                &[("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s"), ("MCP_CONNECT_IDP_CLIENT_SECRET", "s")]
+            ),
+            "vault"
+        );
+    }
+
+    #[test]
+    fn start_up_refuses_a_malformed_vault_key() {
+        assert_eq!(
+            error_field(
+                GOOD,
+                &[("MCP_CONNECT_VAULT_KEYS", "k1:short"), ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s")]
+            ),
+            "vault keys"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            error_field(&GOOD.replace("https://connect.example.com", "http://connect.example.com"), &base_env()),
+            "public_base_url"
+        );
+        assert_eq!(
+            error_field(&GOOD.replace("providers = [\"github\"]", "providers = [\"gitlab\"]"), &base_env()),
+            "tenants[0].providers"
+        );
+        assert_eq!(
+            error_field(GOOD, &[("MCP_CONNECT_VAULT_KEYS", KEY), ("MCP_CONNECT_IDP_CLIENT_SECRET", "s")]),
+            "providers.github.client_secret_file"
+        );
+        assert_eq!(
+            error_field(&GOOD.replace("https://idp.example.com", "http://idp.example.com"), &base_env()),
+            "idp.issuer"
+        );
+        assert_eq!(
+            error_field(&format!("{GOOD}authorize_url = \"http://github.com/x\"\n"), &base_env()),
+            "providers.github.authorize_url"
+        );
+        assert_eq!(error_field(&format!("{GOOD}bogus = 1\n"), &base_env()), "toml");
+        assert_eq!(error_field(&GOOD.replace("id = \"acme\"", "id = \"Acme Corp\""), &base_env()), "tenants[0].id");
+    }
+
+    #[test]
+    fn a_punycode_provider_host_is_refused_unless_allowed() {
+        let t = format!("{GOOD}authorize_url = \"https://xn--gthub-n4a.com/login\"\n");
+        assert_eq!(error_field(&t, &base_env()), "providers.github.authorize_url");
+        let allowed = format!("{t}allow_idn_hosts = [\"xn--gthub-n4a.com\"]\n");
+        assert!(Config::from_toml(&allowed, &env_of(&base_env())).is_ok());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_PUBLIC_BASE_URL", "https://other.example.com"));
+        e.push(("DATABASE_URL", "postgres://db/other"));
+        let c = Config::from_toml(GOOD, &env_of(&e)).unwrap();
+        assert_eq!(c.public_base_url.as_str(), "https://other.example.com/");
+        assert_eq!(secrecy::ExposeSecret::expose_secret(&c.database_url), "postgres://db/other");
+    }
+
+    #[test]
+    fn the_id_token_clock_skew_defaults_to_a_minute_and_comes_from_the_file_or_the_environment() {
+        let gh = |c: &Config| c.providers.get(&ProviderId::parse("github").unwrap()).unwrap().clock_skew;
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(60), time::Duration::seconds(60)));
+        let file = GOOD.replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclock_skew_seconds = 5");
+        let file = format!("{file}clock_skew_seconds = 7\n");
+        let c = Config::from_toml(&file, &env_of(&base_env())).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(5), time::Duration::seconds(7)));
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "0"));
+        e.push(("MCP_CONNECT_PROVIDER_GITHUB_CLOCK_SKEW_SECONDS", "30"));
+        let c = Config::from_toml(&file, &env_of(&e)).unwrap();
+        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::ZERO, time::Duration::seconds(30)));
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "soon"));
+        assert_eq!(error_field(GOOD, &e), "idp.clock_skew_seconds");
+        assert_eq!(
+            error_field(&format!("{GOOD}clock_skew_seconds = 301\n"), &base_env()),
+            "providers.github.clock_skew_seconds"
+        );
+    }
+
+    #[test]
+    fn a_configured_issuer_is_kept_exactly_as_written() {
+        let c = Config::from_toml(
+            &GOOD.replace("https://idp.example.com", "https://idp.example.com/"),
+            &env_of(&base_env()),
+        )
+        .unwrap();
+        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com/");
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com");
+    }
+}

@@ -1,0 +1,153 @@
+//! The configuration file as written: serde structs that refuse unknown fields, so a
+//! misspelt setting is an error and not silently ignored.
+
+use crate::oauth::providers::ProviderKind;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) public_base_url: Option<String>,
+    pub(super) listen: Option<String>,
+    #[serde(default)]
+    pub(super) log_format: Option<String>,
+    #[serde(default)]
+    pub(super) database: RawDatabase,
+    #[serde(default)]
+    pub(super) vault: RawVault,
+    #[serde(default)]
+    pub(super) elicitations: RawElicitations,
+    #[serde(default)]
+    pub(super) api_keys: RawApiKeys,
+    pub(super) idp: Option<RawIdp>,
+    #[serde(default)]
+    pub(super) sessions: RawSessions,
+    #[serde(default)]
+    pub(super) outbound: RawOutbound,
+    #[serde(default)]
+    pub(super) refresh: RawRefresh,
+    #[serde(default)]
+    pub(super) cleanup: RawCleanup,
+    #[serde(default)]
+    pub(super) audit: RawAudit,
+    #[serde(default)]
+    pub(super) cache: RawCache,
+    #[serde(default)]
+    pub(super) tenants: Vec<RawTenant>,
+    #[serde(default)]
+    pub(super) providers: BTreeMap<String, RawProvider>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDatabase {
+    pub(super) url: Option<String>,
+    pub(super) max_connections: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVault {
+    pub(super) keys_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawElicitations {
+    pub(super) ttl_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApiKeys {
+    pub(super) cache_seconds: Option<u64>,
+    pub(super) cache_capacity: Option<usize>,
+    pub(super) hash_queue: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdp {
+    pub(super) issuer: Option<String>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    pub(super) scopes: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) allow_idn_hosts: Vec<String>,
+    pub(super) clock_skew_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSessions {
+    pub(super) ttl_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutbound {
+    pub(super) timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRefresh {
+    pub(super) margin_seconds: Option<u64>,
+    pub(super) unknown_expiry_refresh_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCleanup {
+    pub(super) interval_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    pub(super) enabled: Option<bool>,
+    pub(super) max_age_seconds: Option<u64>,
+    pub(super) capacity: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAudit {
+    pub(super) retention_days: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTenant {
+    pub(super) id: String,
+    pub(super) display_name: String,
+    pub(super) providers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    pub(super) template: ProviderKind,
+    pub(super) display_name: Option<String>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    pub(super) authorize_url: Option<String>,
+    pub(super) token_url: Option<String>,
+    pub(super) userinfo_url: Option<String>,
+    pub(super) revocation_url: Option<String>,
+    pub(super) issuer: Option<String>,
+    pub(super) authorization_response_iss: Option<bool>,
+    pub(super) scopes: Option<Vec<String>>,
+    pub(super) scope_separator: Option<String>,
+    #[serde(default)]
+    pub(super) extra_authorize_params: BTreeMap<String, String>,
+    pub(super) account_id_field: Option<String>,
+    pub(super) account_login_field: Option<String>,
+    #[serde(default)]
+    pub(super) allow_account_change: bool,
+    #[serde(default)]
+    pub(super) allow_idn_hosts: Vec<String>,
+    pub(super) clock_skew_seconds: Option<u64>,
+}

@@ -1,0 +1,377 @@
+//! From raw settings to a checked `Config` of ready objects: every error names its field.
+
+use super::raw::{RawConfig, RawIdp, RawProvider};
+use super::{Config, ConfigError, EnvLookup, LogFormat, TenantConfig, err};
+use crate::domain::{ProviderId, Scopes, TenantId};
+use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry};
+use crate::oauth::resolve::IdpConfig;
+use crate::oauth::urls;
+use crate::vault::Keyring;
+use secrecy::SecretString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use url::Url;
+
+pub(super) fn env_key(suffix: &str) -> String {
+    format!("MCP_CONNECT_{suffix}")
+}
+
+pub(super) fn provider_env(id: &ProviderId, what: &str) -> String {
+    env_key(&format!("PROVIDER_{}_{}", id.as_str().to_ascii_uppercase().replace('-', "_"), what))
+}
+
+/// A clock skew for ID tokens: the environment, else the file, else 60 s; at most 5 min.
+pub(super) fn clock_skew(
+    field: &str,
+    env_value: Option<String>,
+    raw: Option<u64>,
+) -> Result<time::Duration, ConfigError> {
+    let secs = match env_value {
+        Some(v) => v.trim().parse::<u64>().map_err(|_| err(field, format!("{v:?} is not a number of seconds")))?,
+        None => raw.unwrap_or(60),
+    };
+    if secs > 300 {
+        return Err(err(field, "must be at most 300 (a larger skew keeps expired ID tokens alive)"));
+    }
+    Ok(time::Duration::seconds(secs as i64))
+}
+
+pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|e| err(field, format!("cannot read {}: {e}", path.display())))
+}
+
+pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    let public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url))?;
+    let listen_raw = env(&env_key("LISTEN")).or(raw.listen).unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let listen: SocketAddr = listen_raw
+        .parse()
+        .map_err(|_| err("listen", format!("{listen_raw:?} is not an address like 127.0.0.1:8080")))?;
+    let log_format = match env(&env_key("LOG_FORMAT")).or(raw.log_format).as_deref() {
+        None | Some("json") => LogFormat::Json,
+        Some("text") => LogFormat::Text,
+        Some(other) => return Err(err("log_format", format!("{other:?}: expected \"json\" or \"text\""))),
+    };
+    let database_url =
+        database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.database.url))?;
+    let database_max_connections = raw.database.max_connections.unwrap_or(16);
+    if database_max_connections == 0 {
+        return Err(err("database.max_connections", "must be at least 1"));
+    }
+    let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
+    let keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?;
+    let mut providers = Vec::new();
+    for (name, p) in raw.providers {
+        providers.push(validate_provider(&name, p, env)?);
+    }
+    let registry = ProviderRegistry::new(providers);
+    let tenants = tenants(raw.tenants, &registry)?;
+    let secs = Duration::from_secs;
+    Ok(Config {
+        cache_enabled: cache_enabled(env(&env_key("CACHE_ENABLED")).as_deref(), raw.cache.enabled)?,
+        cache_max_age: secs(seconds(
+            "cache.max_age_seconds",
+            raw.cache.max_age_seconds,
+            5,
+            1..=60,
+            " (a lost notification must not live long)",
+        )?),
+        cache_capacity: raw.cache.capacity.unwrap_or(200_000).max(1),
+        refresh_margin: secs(seconds("refresh.margin_seconds", raw.refresh.margin_seconds, 60, 0..=3600, "")?),
+        unknown_expiry_refresh: secs(seconds(
+            "refresh.unknown_expiry_refresh_seconds",
+            raw.refresh.unknown_expiry_refresh_seconds,
+            3600,
+            60..=86_400,
+            "",
+        )?),
+        cleanup_interval: secs(seconds("cleanup.interval_seconds", raw.cleanup.interval_seconds, 300, 1..=86_400, "")?),
+        audit_retention: secs(seconds("audit.retention_days", raw.audit.retention_days, 365, 1..=3650, "")? * 86_400),
+        idp: validate_idp(raw.idp, env)?,
+        session_ttl: secs(seconds("sessions.ttl_seconds", raw.sessions.ttl_seconds, 3600, 60..=86_400, "")?),
+        outbound_timeout: secs(seconds("outbound.timeout_seconds", raw.outbound.timeout_seconds, 10, 1..=60, "")?),
+        public_base_url,
+        listen,
+        log_format,
+        database_url: SecretString::from(database_url),
+        database_max_connections,
+        keyring,
+        elicitation_ttl: secs(seconds("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "")?),
+        api_key_cache_ttl: secs(seconds(
+            "api_keys.cache_seconds",
+            raw.api_keys.cache_seconds,
+            5,
+            0..=60,
+            " (revocation must take effect quickly)",
+        )?),
+        api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
+        api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),
+        tenants,
+        providers: registry,
+    })
+}
+
+/// A number of seconds (or days) within `range`, `default` when unset.
+fn seconds(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    why: &str,
+) -> Result<u64, ConfigError> {
+    let v = value.unwrap_or(default);
+    if !range.contains(&v) {
+        return Err(err(field, format!("must be between {} and {}{why}", range.start(), range.end())));
+    }
+    Ok(v)
+}
+
+fn public_base_url(raw: Option<String>) -> Result<Url, ConfigError> {
+    let base = raw.ok_or_else(|| err("public_base_url", "missing (or set MCP_CONNECT_PUBLIC_BASE_URL)"))?;
+    let url = Url::parse(&base).map_err(|e| err("public_base_url", format!("not a URL: {e}")))?;
+    if url.scheme() != "https" && !urls::is_loopback(&url) {
+        return Err(err("public_base_url", "must use https (http only on loopback)"));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(err("public_base_url", "must be an origin with no path, query or fragment"));
+    }
+    Ok(url)
+}
+
+fn database_url(raw: Option<String>) -> Result<String, ConfigError> {
+    let url = raw.ok_or_else(|| err("database.url", "missing (or set MCP_CONNECT_DATABASE_URL / DATABASE_URL)"))?;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(err("database.url", "must be a postgres:// URL"));
+    }
+    Ok(url)
+}
+
+fn keyring(spec: Option<String>, file: Option<&Path>) -> Result<Keyring, ConfigError> {
+    let spec = match (spec, file) {
+        (Some(spec), _) => spec,
+        (None, Some(path)) => read_secret_file("vault.keys_file", path)?,
+        (None, None) => {
+            return Err(err(
+                "vault",
+                "no key: set MCP_CONNECT_VAULT_KEYS=<id>:<base64 32 bytes> or vault.keys_file (`mcp-connect genkey` makes one)",
+            ));
+        }
+    };
+    Keyring::parse(&spec).map_err(|e| err("vault keys", e.to_string()))
+}
+
+fn cache_enabled(env_value: Option<&str>, raw: Option<bool>) -> Result<bool, ConfigError> {
+    match env_value {
+        None => Ok(raw.unwrap_or(true)),
+        Some("true" | "1") => Ok(true),
+        Some("false" | "0") => Ok(false),
+        Some(other) => {
+            Err(err("cache.enabled", format!("MCP_CONNECT_CACHE_ENABLED={other:?}: expected true or false")))
+        }
+    }
+}
+
+fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Result<Vec<TenantConfig>, ConfigError> {
+    let mut tenants: Vec<TenantConfig> = Vec::new();
+    for (i, t) in raw.into_iter().enumerate() {
+        let field = format!("tenants[{i}]");
+        let id = TenantId::parse(&t.id).map_err(|e| err(format!("{field}.id"), e.to_string()))?;
+        if tenants.iter().any(|x| x.id == id) {
+            return Err(err(format!("{field}.id"), format!("tenant {id} is defined twice")));
+        }
+        let display_name = t.display_name.trim().to_owned();
+        if display_name.is_empty() || display_name.len() > 100 || display_name.chars().any(char::is_control) {
+            return Err(err(format!("{field}.display_name"), "must be 1-100 printable characters"));
+        }
+        let mut providers = Vec::new();
+        for p in &t.providers {
+            let pid = ProviderId::parse(p).map_err(|e| err(format!("{field}.providers"), e.to_string()))?;
+            if registry.get(&pid).is_none() {
+                return Err(err(
+                    format!("{field}.providers"),
+                    format!("provider {pid:?} is not configured under [providers]"),
+                ));
+            }
+            providers.push(pid);
+        }
+        tenants.push(TenantConfig { id, display_name, providers });
+    }
+    Ok(tenants)
+}
+
+pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, ConfigError> {
+    let raw = raw.unwrap_or(RawIdp {
+        issuer: None,
+        client_id: None,
+        client_secret_file: None,
+        scopes: None,
+        allow_idn_hosts: Vec::new(),
+        clock_skew_seconds: None,
+    });
+    let clock_skew =
+        clock_skew("idp.clock_skew_seconds", env(&env_key("IDP_CLOCK_SKEW_SECONDS")), raw.clock_skew_seconds)?;
+    let issuer = env(&env_key("IDP_ISSUER")).or(raw.issuer).ok_or_else(|| {
+        err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
+    })?;
+    let issuer =
+        urls::Issuer::parse(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
+    let client_id = env(&env_key("IDP_CLIENT_ID"))
+        .or(raw.client_id)
+        .ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
+    let client_secret = match (env(&env_key("IDP_CLIENT_SECRET")), &raw.client_secret_file) {
+        (Some(s), _) => s,
+        (None, Some(path)) => read_secret_file("idp.client_secret_file", path)?,
+        (None, None) => {
+            return Err(err(
+                "idp.client_secret_file",
+                "no client secret: set MCP_CONNECT_IDP_CLIENT_SECRET or client_secret_file",
+            ));
+        }
+    };
+    let scopes = raw.scopes.unwrap_or_else(|| vec!["openid".to_owned()]);
+    Scopes::parse(&scopes).map_err(|e| err("idp.scopes", e.to_string()))?;
+    if !scopes.iter().any(|s| s == "openid") {
+        return Err(err("idp.scopes", "must include \"openid\""));
+    }
+    Ok(IdpConfig {
+        issuer,
+        client_id,
+        client_secret: SecretString::from(client_secret),
+        scopes,
+        allow_idn_hosts: raw.allow_idn_hosts,
+        clock_skew,
+    })
+}
+
+pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) -> Result<Provider, ConfigError> {
+    let field = format!("providers.{name}");
+    let f = |sub: &str| format!("{field}.{sub}");
+    let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
+    let t = p.template.template();
+
+    let client_id = env(&provider_env(&id, "CLIENT_ID"))
+        .or(p.client_id)
+        .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(&id, "CLIENT_ID"))))?;
+    let secret_env = provider_env(&id, "CLIENT_SECRET");
+    let client_secret =
+        client_secret(&f("client_secret_file"), env(&secret_env), &p.client_secret_file)?.ok_or_else(|| {
+            err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
+        })?;
+
+    let allow = &p.allow_idn_hosts;
+    let url_field = |sub: &str, raw: Option<String>, default: Option<&str>| -> Result<Option<Url>, ConfigError> {
+        match raw.as_deref().or(default) {
+            None => Ok(None),
+            Some(s) => urls::endpoint(s, allow).map(Some).map_err(|e| err(f(sub), format!("{s:?} {e}"))),
+        }
+    };
+    let authorize_url = url_field("authorize_url", p.authorize_url, t.authorize_url)?;
+    let token_url = url_field("token_url", p.token_url, t.token_url)?;
+    let userinfo_url = url_field("userinfo_url", p.userinfo_url, t.userinfo_url)?;
+    let revocation_url = url_field("revocation_url", p.revocation_url, t.revocation_url)?;
+    let issuer = match p.issuer.as_deref().or(t.issuer) {
+        None => None,
+        Some(s) => Some(urls::Issuer::parse(s, allow).map_err(|e| err(f("issuer"), format!("{s:?} {e}")))?),
+    };
+
+    if p.template == ProviderKind::Oidc {
+        if issuer.is_none() {
+            return Err(err(f("issuer"), "required for the oidc template (endpoints come from discovery)"));
+        }
+    } else {
+        if authorize_url.is_none() {
+            return Err(err(f("authorize_url"), "required for the oauth2 template"));
+        }
+        if token_url.is_none() {
+            return Err(err(f("token_url"), "required for the oauth2 template"));
+        }
+    }
+    let authorization_response_iss = p.authorization_response_iss.unwrap_or(false);
+    if authorization_response_iss && issuer.is_none() {
+        return Err(err(f("authorization_response_iss"), "needs `issuer` to compare against"));
+    }
+
+    let default_scopes = match &p.scopes {
+        Some(s) => Scopes::parse(s).map_err(|e| err(f("scopes"), e.to_string()))?,
+        None => Scopes::parse(t.default_scopes).map_err(|e| err(f("scopes"), e.to_string()))?,
+    };
+    let scope_separator = p.scope_separator.unwrap_or_else(|| t.scope_separator.to_owned());
+    if !matches!(scope_separator.as_str(), " " | ",") {
+        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
+    }
+    let extra =
+        extra_authorize_params(&f("extra_authorize_params"), t.extra_authorize_params, p.extra_authorize_params)?;
+
+    let clock_skew =
+        clock_skew(&f("clock_skew_seconds"), env(&provider_env(&id, "CLOCK_SKEW_SECONDS")), p.clock_skew_seconds)?;
+    let display_name = p
+        .display_name
+        .unwrap_or_else(|| if t.display_name.is_empty() { name.to_owned() } else { t.display_name.to_owned() });
+
+    Ok(Provider {
+        id,
+        kind: p.template,
+        display_name,
+        client_id,
+        client_secret: SecretString::from(client_secret),
+        authorize_url,
+        token_url,
+        userinfo_url,
+        revocation_url,
+        issuer,
+        authorization_response_iss,
+        oidc: t.oidc,
+        scope_separator,
+        default_scopes,
+        extra_authorize_params: extra,
+        account_id_field: p.account_id_field.unwrap_or_else(|| t.account_id_field.to_owned()),
+        account_login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
+        allow_account_change: p.allow_account_change,
+        allow_idn_hosts: p.allow_idn_hosts,
+        clock_skew,
+    })
+}
+
+/// A provider's client secret: the environment, else the file named (trimmed); `None` when
+/// neither is given.
+fn client_secret(
+    field: &str,
+    env_value: Option<String>,
+    file: &Option<PathBuf>,
+) -> Result<Option<String>, ConfigError> {
+    match (env_value, file) {
+        (Some(s), _) => Ok(Some(s)),
+        (None, Some(path)) => read_secret_file(field, path).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The template's extra authorization parameters, overridden by the configured ones; the
+/// parameters mcp-connect sets itself may not be configured.
+fn extra_authorize_params(
+    field: &str,
+    template: &[(&str, &str)],
+    configured: std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    const RESERVED: [&str; 8] = [
+        "state",
+        "code_challenge",
+        "code_challenge_method",
+        "redirect_uri",
+        "client_id",
+        "response_type",
+        "scope",
+        "nonce",
+    ];
+    if let Some(k) = configured.keys().find(|k| RESERVED.contains(&k.as_str())) {
+        return Err(err(field, format!("{k:?} is set by mcp-connect itself")));
+    }
+    let mut extra: Vec<(String, String)> = template.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    for (k, v) in configured {
+        extra.retain(|(ek, _)| *ek != k);
+        extra.push((k, v));
+    }
+    Ok(extra)
+}
