@@ -21,14 +21,13 @@
 
 use crate::domain::KillState;
 use crate::store::PgPool;
-use crate::store::connections::{ConnectionRow, RowVersion};
+use crate::store::connections::RowVersion;
 use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 const CONNECTIONS: &str = "mcpc_connections";
@@ -51,189 +50,12 @@ const SHARDS_PER_TICK: usize = 1;
 /// Entries not asked for this long are no longer re-read; they age out.
 const KEEP_IDLE: Duration = Duration::from_secs(60);
 
-/// An entry to re-read: its row's id and the hash of its key (which finds it again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Due {
-    id: Uuid,
-    hash: u64,
-}
+mod entry;
+mod listener;
 
-/// What many connection rows have in common: one copy is shared by all of them.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct Shape {
-    pub key_id: Box<str>,
-    pub token_type: Box<str>,
-    pub scopes: Box<[String]>,
-}
-
-/// What a hand-out needs from a connection row: ciphertext, never a plaintext token.
-#[derive(Debug, Clone)]
-pub struct CachedConnection {
-    pub id: Uuid,
-    /// The row version read with it (see [`ConnectionRow::xmin`]).
-    pub xmin: i64,
-    pub shape: Arc<Shape>,
-    pub access_token_ct: Box<[u8]>,
-    pub has_refresh_token: bool,
-    pub account_id: Option<Box<str>>,
-    pub account_login: Option<Box<str>>,
-    pub access_expires_at: Option<OffsetDateTime>,
-    pub refreshed_at: Option<OffsetDateTime>,
-}
-
-impl CachedConnection {
-    /// Only active rows with a sealed access token are worth caching.
-    pub fn of(row: &ConnectionRow) -> Option<Self> {
-        if row.status != "active" {
-            return None;
-        }
-        Some(Self {
-            id: row.id,
-            xmin: row.xmin,
-            shape: Arc::new(Shape {
-                key_id: row.key_id.as_deref()?.into(),
-                token_type: row.token_type.as_str().into(),
-                scopes: row.scopes.clone().into_boxed_slice(),
-            }),
-            access_token_ct: row.access_token_ct.as_deref()?.into(),
-            has_refresh_token: row.refresh_token_ct.is_some(),
-            account_id: row.account_id.as_deref().map(Into::into),
-            account_login: row.account_login.as_deref().map(Into::into),
-            access_expires_at: row.access_expires_at,
-            refreshed_at: row.refreshed_at,
-        })
-    }
-}
-
-const NONE: i64 = i64::MIN;
-
-fn to_us(t: Option<OffsetDateTime>) -> i64 {
-    t.and_then(|t| i64::try_from(t.unix_timestamp_nanos() / 1000).ok()).unwrap_or(NONE)
-}
-
-fn from_us(us: i64) -> Option<OffsetDateTime> {
-    (us != NONE).then(|| OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).ok()).flatten()
-}
-
-const HAS_REFRESH: u8 = 1;
-const HAS_ACCOUNT_ID: u8 = 2;
-const HAS_LOGIN: u8 = 4;
-
-/// One cached connection, packed.
-struct Entry {
-    /// `tenant␟subject␟provider`, then the access-token ciphertext, the account id and
-    /// the account login, back to back.
-    data: Box<[u8]>,
-    key_len: u16,
-    ct_len: u16,
-    account_id_len: u16,
-    flags: u8,
-    /// The row version (`xmin`, a 32-bit transaction id) the content was read at.
-    xmin: u32,
-    /// When it was last asked for, in seconds since the cache began.
-    used_s: AtomicU32,
-    id: Uuid,
-    shape: Arc<Shape>,
-    /// Unix time in microseconds (PostgreSQL's precision), [`NONE`] for none.
-    access_expires_us: i64,
-    refreshed_us: i64,
-    /// When the read that last confirmed this content began, in ms since the cache began.
-    confirmed_ms: u64,
-}
-
-impl Entry {
-    fn pack(key: (&str, &str, &str), c: &CachedConnection, shape: Arc<Shape>, confirmed_ms: u64) -> Option<Self> {
-        let used_s = (confirmed_ms / 1000) as u32;
-        let (t, s, p) = key;
-        let key_len = t.len() + s.len() + p.len() + 2;
-        let account_id = c.account_id.as_deref().unwrap_or("");
-        let login = c.account_login.as_deref().unwrap_or("");
-        let mut data = Vec::with_capacity(key_len + c.access_token_ct.len() + account_id.len() + login.len());
-        for (i, part) in [t, s, p].into_iter().enumerate() {
-            if i > 0 {
-                data.push(SEP);
-            }
-            data.extend_from_slice(part.as_bytes());
-        }
-        data.extend_from_slice(&c.access_token_ct);
-        data.extend_from_slice(account_id.as_bytes());
-        data.extend_from_slice(login.as_bytes());
-        let mut flags = 0;
-        for (set, bit) in [
-            (c.has_refresh_token, HAS_REFRESH),
-            (c.account_id.is_some(), HAS_ACCOUNT_ID),
-            (c.account_login.is_some(), HAS_LOGIN),
-        ] {
-            if set {
-                flags |= bit;
-            }
-        }
-        Some(Self {
-            data: data.into_boxed_slice(),
-            // Rows too large to pack are simply not cached.
-            key_len: key_len.try_into().ok()?,
-            ct_len: c.access_token_ct.len().try_into().ok()?,
-            account_id_len: account_id.len().try_into().ok()?,
-            flags,
-            // Rows changed in memory (0) or out of range are never cached.
-            xmin: u32::try_from(c.xmin).ok().filter(|x| *x != 0)?,
-            used_s: AtomicU32::new(used_s),
-            id: c.id,
-            shape,
-            access_expires_us: to_us(c.access_expires_at),
-            refreshed_us: to_us(c.refreshed_at),
-            confirmed_ms,
-        })
-    }
-
-    fn key(&self) -> &[u8] {
-        &self.data[..self.key_len as usize]
-    }
-
-    fn is_key(&self, t: &str, s: &str, p: &str) -> bool {
-        let k = self.key();
-        k.len() == t.len() + s.len() + p.len() + 2
-            && k.starts_with(t.as_bytes())
-            && k[t.len()] == SEP
-            && k[t.len() + 1..].starts_with(s.as_bytes())
-            && k[t.len() + 1 + s.len()] == SEP
-            && k.ends_with(p.as_bytes())
-    }
-
-    fn ct(&self) -> &[u8] {
-        let start = self.key_len as usize;
-        &self.data[start..start + self.ct_len as usize]
-    }
-
-    fn str_at(&self, from: usize, to: usize) -> &str {
-        // Packed from `&str`s at these boundaries.
-        std::str::from_utf8(&self.data[from..to]).unwrap_or_default()
-    }
-
-    fn account_id(&self) -> Option<&str> {
-        let from = self.key_len as usize + self.ct_len as usize;
-        (self.flags & HAS_ACCOUNT_ID != 0).then(|| self.str_at(from, from + self.account_id_len as usize))
-    }
-
-    fn account_login(&self) -> Option<&str> {
-        let from = self.key_len as usize + self.ct_len as usize + self.account_id_len as usize;
-        (self.flags & HAS_LOGIN != 0).then(|| self.str_at(from, self.data.len()))
-    }
-
-    fn unpack(&self) -> CachedConnection {
-        CachedConnection {
-            id: self.id,
-            xmin: i64::from(self.xmin),
-            shape: self.shape.clone(),
-            access_token_ct: self.ct().into(),
-            has_refresh_token: self.flags & HAS_REFRESH != 0,
-            account_id: self.account_id().map(Into::into),
-            account_login: self.account_login().map(Into::into),
-            access_expires_at: from_us(self.access_expires_us),
-            refreshed_at: from_us(self.refreshed_us),
-        }
-    }
-}
+pub use entry::{CachedConnection, Shape};
+use entry::{Due, Entry};
+pub use listener::{spawn_confirmer, spawn_listener};
 
 pub struct Caches {
     /// Barriers waiting for their ping to come back through the listener.
@@ -554,108 +376,10 @@ impl Caches {
     }
 }
 
-/// Listens for change notifications until the process ends; reconnects on its own.
-pub fn spawn_listener(
-    pool: PgPool,
-    caches: Arc<Caches>,
-    api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
-    tenants: Arc<crate::tenants::Tenants>,
-) {
-    tokio::spawn(async move {
-        loop {
-            if let Err(e) = listen(&pool, &caches, &api_keys, &tenants).await {
-                tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
-            }
-            caches.set_healthy(false);
-            api_keys.set_listening(false);
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    });
-}
-
-async fn listen(
-    pool: &PgPool,
-    caches: &Caches,
-    api_keys: &crate::api_keys::ApiKeyVerifier,
-    tenants: &crate::tenants::Tenants,
-) -> Result<(), sqlx::Error> {
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-    listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, PING]).await?;
-    // Prove the round trip before serving from the caches.
-    let token = crate::crypto::random_token(16);
-    sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool).await?;
-    loop {
-        match listener.try_recv().await? {
-            None => return Ok(()), // connection lost; the caller flushes and reconnects
-            Some(n) => match n.channel() {
-                CONNECTIONS => caches.invalidate_connection(n.payload()),
-                KILL_SWITCHES => caches.invalidate_kill_switches(),
-                API_KEYS => {
-                    api_keys.on_notification(n.payload());
-                    if n.payload().starts_with("tenant:") {
-                        tenants.reload(pool).await?;
-                    }
-                }
-                PING if n.payload() == token => {
-                    // Changes made while we were not listening are in the table.
-                    tenants.reload(pool).await?;
-                    caches.set_healthy(true);
-                    api_keys.set_listening(true);
-                    tracing::info!("change listener ready; caches serving");
-                }
-                PING => caches.release_barrier(n.payload()),
-                _ => {}
-            },
-        }
-    }
-}
-
-/// Re-reads, in batches, the entries in use before they reach their maximum age, so that a
-/// connection in steady use stays cached while the database confirms it every few
-/// seconds. An entry nobody asks for is not re-read and ages out.
-pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
-    if !caches.enabled {
-        return;
-    }
-    // A pass over every shard each max_age/20, often enough that entries falling due at
-    // different moments are re-read at different moments too; a few shards per tick, so
-    // that each tick's read is small and Postgres gets a steady trickle of them.
-    let pass = (caches.max_age / 20).max(Duration::from_millis(50));
-    let every = pass / (SHARDS / SHARDS_PER_TICK) as u32;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut next_shard = 0;
-        let mut due = Vec::new();
-        loop {
-            tick.tick().await;
-            if !caches.is_serving() {
-                continue;
-            }
-            for _ in 0..SHARDS_PER_TICK {
-                caches.due_in_shard(next_shard, &mut due);
-                next_shard = (next_shard + 1) % SHARDS;
-            }
-            for batch in due.chunks(CONFIRM_BATCH) {
-                let read_ms = caches.now_ms();
-                let batch_ids: Vec<Uuid> = batch.iter().map(|d| d.id).collect();
-                match crate::store::connections::row_versions(&pool, &batch_ids).await {
-                    Ok(rows) => {
-                        let (confirmed, dropped) = caches.confirm(read_ms, batch, &rows);
-                        tracing::debug!(asked = batch.len(), confirmed, dropped, "cache entries re-read");
-                    }
-                    // The entries simply age out; the next pass tries again.
-                    Err(e) => tracing::warn!(error = %e, "re-reading cache entries failed"),
-                }
-            }
-            due.clear();
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use time::OffsetDateTime;
 
     fn entry() -> CachedConnection {
         CachedConnection {
