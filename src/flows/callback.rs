@@ -64,7 +64,9 @@ pub enum CallbackRefusal {
     #[error("the grant is for another upstream account than the one already connected")]
     AccountMismatch,
     #[error("provider configuration could not be resolved: {0}")]
-    Resolve(String),
+    Resolve(#[source] crate::oauth::resolve::ResolveError),
+    #[error("sealed state: {0}")]
+    Encoding(#[from] serde_json::Error),
     #[error("the provider is disabled by the operator")]
     ProviderDisabled,
     #[error("database: {0}")]
@@ -111,7 +113,7 @@ impl CallbackRefusal {
             CallbackRefusal::AccountMismatch => "account_mismatch",
             CallbackRefusal::Resolve(_) => "provider_unavailable",
             CallbackRefusal::ProviderDisabled => "provider_disabled",
-            CallbackRefusal::Database(_) | CallbackRefusal::Vault(_) => "internal_error",
+            CallbackRefusal::Database(_) | CallbackRefusal::Vault(_) | CallbackRefusal::Encoding(_) => "internal_error",
         }
     }
 }
@@ -212,11 +214,7 @@ async fn complete_consumed(
     if policy::kill_state(state, &st.tenant_id, &st.provider).await? != KillState::Open {
         return Err(CallbackRefusal::ProviderDisabled);
     }
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|e| CallbackRefusal::Resolve(e.to_string()))?;
+    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(CallbackRefusal::Resolve)?;
     // RFC 9207 applies to error responses too.
     flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
     let tenant_name = state.tenant_name(&st.tenant_id);
@@ -253,8 +251,7 @@ async fn complete_consumed(
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(CallbackRefusal::MissingCode)?;
 
     let opened = state.vault.open_aux(&st.key_id, STATE_PURPOSE, state_hash, &st.sealed)?;
-    let secret: SealedState =
-        serde_json::from_slice(&opened).map_err(|_| CallbackRefusal::Vault(crate::vault::VaultError::Open))?;
+    let secret: SealedState = serde_json::from_slice(&opened)?;
     let tokens = flow::exchange_code(&server, &state.outbound, &expected_redirect, code, &secret.verifier)
         .await
         .map_err(CallbackRefusal::Exchange)?;

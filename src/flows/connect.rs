@@ -83,7 +83,9 @@ pub enum ConnectError {
     #[error("the provider is disabled by the operator")]
     ProviderDisabled,
     #[error("provider configuration could not be resolved: {0}")]
-    Resolve(String),
+    Resolve(#[source] crate::oauth::resolve::ResolveError),
+    #[error("sealed state: {0}")]
+    Encoding(#[from] serde_json::Error),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
@@ -133,11 +135,7 @@ pub async fn consent_view(
 ) -> Result<ConsentView, ConnectError> {
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
+    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     // The full authority: host, and the port where it is not the scheme's default.
     let host = server.authorize_url.host_str().unwrap_or_default();
     let domain = match server.authorize_url.port() {
@@ -163,11 +161,7 @@ pub async fn start_authorization(
     now: OffsetDateTime,
 ) -> Result<Url, ConnectError> {
     let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|err| ConnectError::Resolve(err.to_string()))?;
+    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
     let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.provider_redirect_uri(path_provider);
@@ -180,8 +174,7 @@ pub async fn start_authorization(
     );
 
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
-    let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })
-        .map_err(|_| ConnectError::Vault(crate::vault::VaultError::Seal))?;
+    let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })?;
     let sealed = state.vault.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
     let mut tx = state.pool.begin().await?;
     store::states::insert_state(

@@ -71,7 +71,9 @@ pub struct LoginStart {
 #[derive(Debug, thiserror::Error)]
 pub enum LoginError {
     #[error("the identity provider is not reachable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] crate::oauth::resolve::ResolveError),
+    #[error("sealed login: {0}")]
+    Encoding(#[from] serde_json::Error),
     #[error("the login link is unknown, used, expired or from another browser")]
     StateUnusable,
     #[error("the identity provider reported an error: {0}")]
@@ -99,16 +101,15 @@ pub async fn start(
     choose_account: bool,
     now: OffsetDateTime,
 ) -> Result<LoginStart, LoginError> {
-    let server =
-        state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
+    let server = state.resolver.idp(&state.outbound, &state.idp).await.map_err(LoginError::Unavailable)?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
     let req = flow::authorize(&server, &state.login_redirect_uri(), &state.idp.scopes.join(" "), extra, true);
     let binding = crypto::random_token(32);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, &binding);
-    let secret = serde_json::to_vec(&SealedLogin { verifier: req.pkce_verifier, nonce: req.nonce.unwrap_or_default() })
-        .map_err(|_| LoginError::Vault(crate::vault::VaultError::Seal))?;
+    let secret =
+        serde_json::to_vec(&SealedLogin { verifier: req.pkce_verifier, nonce: req.nonce.unwrap_or_default() })?;
     let sealed = state.vault.seal_aux(LOGIN_PURPOSE, &state_hash, &secret)?;
     store::sessions::insert_login_state(
         &state.pool,
@@ -165,8 +166,7 @@ pub async fn complete(
     let st = store::sessions::consume_login_state(&state.pool, &state_hash, &binding_hash, now)
         .await?
         .ok_or(LoginError::StateUnusable)?;
-    let server =
-        state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| LoginError::Unavailable(e.to_string()))?;
+    let server = state.resolver.idp(&state.outbound, &state.idp).await.map_err(LoginError::Unavailable)?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
     if let Some(e) = &q.error {
         let code: String = e.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
@@ -174,8 +174,7 @@ pub async fn complete(
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(LoginError::MissingCode)?;
     let opened = state.vault.open_aux(&st.key_id, LOGIN_PURPOSE, &state_hash, &st.sealed)?;
-    let secret: SealedLogin =
-        serde_json::from_slice(&opened).map_err(|_| LoginError::Vault(crate::vault::VaultError::Open))?;
+    let secret: SealedLogin = serde_json::from_slice(&opened)?;
     let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(), code, &secret.verifier)
         .await
         .map_err(LoginError::Flow)?;

@@ -56,6 +56,8 @@ pub enum TokenError {
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
     Vault(#[from] VaultError),
+    #[error("a pending elicitation kept appearing and vanishing; retry")]
+    ElicitationRace,
     #[error("refresh task: {0}")]
     Task(tokio::task::JoinError),
 }
@@ -286,5 +288,5 @@ async fn pending_elicitation(
     }
     // Three rounds of "someone else inserted, then it vanished" means something else is
     // wrong; report it rather than loop.
-    Err(TokenError::Database(sqlx::Error::RowNotFound))
+    Err(TokenError::ElicitationRace)
 }

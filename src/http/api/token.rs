@@ -108,6 +108,15 @@ fn map_error(e: TokenError) -> ApiError {
         TokenError::Database(e) => ApiError::from_db(&e),
         TokenError::Vault(e) => ApiError::internal(&e),
         TokenError::Task(e) => ApiError::internal(&e),
+        TokenError::ElicitationRace => {
+            let mut e = ApiError::new(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "the request collided with concurrent changes; retry",
+            );
+            e.retry_after = Some(1);
+            e
+        }
     }
 }
 

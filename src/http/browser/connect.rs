@@ -170,6 +170,7 @@ fn connect_error(
         }
         ConnectError::Database(e) => PageError::internal(&rid.0, &e),
         ConnectError::Vault(e) => PageError::internal(&rid.0, &e),
+        ConnectError::Encoding(e) => PageError::internal(&rid.0, &e),
     }
 }
 
@@ -360,6 +361,7 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
         ),
         CallbackRefusal::Database(e) => PageError::internal(&rid.0, &e),
         CallbackRefusal::Vault(e) => PageError::internal(&rid.0, &e),
+        CallbackRefusal::Encoding(e) => PageError::internal(&rid.0, &e),
         // Unwrapped above.
         CallbackRefusal::GrantRefused { refusal, .. } => callback_error(rid, q, *refusal),
     }

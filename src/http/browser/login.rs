@@ -113,6 +113,7 @@ fn login_page_error(rid: &crate::http::middleware::RequestId, e: LoginError) -> 
         ),
         LoginError::Database(e) => PageError::internal(&rid.0, &e),
         LoginError::Vault(e) => PageError::internal(&rid.0, &e),
+        LoginError::Encoding(e) => PageError::internal(&rid.0, &e),
     }
 }
 
