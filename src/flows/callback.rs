@@ -302,7 +302,34 @@ async fn attach(
         return Err(CallbackRefusal::AccountMismatch);
     }
 
-    let connection = existing.as_ref().map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
+    let account = (account_id.as_deref(), account_login.as_deref());
+    let (connection, granted) = save_grant(state, &mut tx, e, x, account, existing.as_ref(), now).await?;
+    store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
+    let mut ev = AuditEvent::for_elicitation("connect_completed", e);
+    ev.connection_id = Some(connection.as_uuid());
+    ev.detail = serde_json::json!({
+        "account_id": account_id,
+        "replaced": existing.is_some(),
+        "scopes": granted,
+    });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
+    Ok(account_login)
+}
+
+/// Seals the grant into the vault (bound to its row) and writes it: a new connection, or
+/// the existing one's grant replaced. Returns the connection id and the scopes granted.
+async fn save_grant(
+    state: &AppState,
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    e: &ElicitationRow,
+    x: &Exchanged,
+    (account_id, account_login): (Option<&str>, Option<&str>),
+    existing: Option<&store::connections::ConnectionRow>,
+    now: OffsetDateTime,
+) -> Result<(ConnectionId, Vec<String>), CallbackRefusal> {
+    let connection = existing.map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
     let subject = Subject::parse(&e.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
     let path_provider = &x.provider.id;
     let row = RowBinding { tenant: &x.tenant, subject: &subject, provider: path_provider, connection };
@@ -321,13 +348,13 @@ async fn attach(
         token_type: &tokens.token_type,
         access_expires_at: expires_at,
     };
-    match &existing {
+    match existing {
         Some(_) => {
             store::connections::replace_grant(
-                &mut *tx,
+                &mut **tx,
                 connection.as_uuid(),
-                account_id.as_deref(),
-                account_login.as_deref(),
+                account_id,
+                account_login,
                 &granted,
                 &grant,
             )
@@ -335,14 +362,14 @@ async fn attach(
         }
         None => {
             let inserted = store::connections::insert_connection(
-                &mut *tx,
+                &mut **tx,
                 &store::connections::NewConnection {
                     id: connection.as_uuid(),
                     tenant_id: &e.tenant_id,
                     subject: &e.subject,
                     provider: &e.provider,
-                    account_id: account_id.as_deref(),
-                    account_login: account_login.as_deref(),
+                    account_id,
+                    account_login,
                     scopes: &granted,
                     grant,
                 },
@@ -355,18 +382,7 @@ async fn attach(
             }
         }
     }
-    store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
-    let mut ev = AuditEvent::for_elicitation("connect_completed", e);
-    ev.connection_id = Some(connection.as_uuid());
-    ev.detail = serde_json::json!({
-        "account_id": account_id,
-        "replaced": existing.is_some(),
-        "scopes": granted,
-    });
-    store::audit::insert_event(&mut *tx, &ev).await?;
-    tx.commit().await?;
-    state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
-    Ok(account_login)
+    Ok((connection, granted))
 }
 
 /// The upstream account of an exchanged grant: the ID token verified where the flow is

@@ -139,28 +139,8 @@ async fn refresh_locked(
     let redirect = state.provider_redirect_uri(&ids.provider);
     match flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await {
         Ok(tokens) => {
-            let access_ct = state.vault.seal(&binding, Field::AccessToken, &tokens.access_token)?;
-            // Rotation: the new refresh token if there is one, else the old one, re-sealed
-            // under the current key with the rest of the row.
-            let keep = tokens.refresh_token.as_ref().unwrap_or(&refresh_token);
-            let refresh_ct = state.vault.seal(&binding, Field::RefreshToken, keep)?;
-            let id_ct = match (&tokens.id_token, &row.id_token_ct) {
-                (Some(new), _) => Some(state.vault.seal(&binding, Field::IdToken, new)?),
-                (None, Some(old)) => {
-                    let t = state.vault.open(key_id, &binding, Field::IdToken, old)?;
-                    Some(state.vault.seal(&binding, Field::IdToken, &t)?)
-                }
-                (None, None) => None,
-            };
-            let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
-            let grant = store::connections::SealedGrant {
-                key_id: state.vault.current_key_id().as_str(),
-                access_token_ct: &access_ct,
-                refresh_token_ct: Some(&refresh_ct),
-                id_token_ct: id_ct.as_deref(),
-                token_type: &tokens.token_type,
-                access_expires_at: expires_at,
-            };
+            let stored = seal_refreshed(state, &row, &ids, key_id, &refresh_token, &tokens, now)?;
+            let grant = stored.grant(state);
             if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &grant).await? {
                 // Cannot happen under the row lock; if it does, hand out nothing stale.
                 return Err(RefreshError::Transient("concurrent write".to_owned()));
@@ -173,28 +153,10 @@ async fn refresh_locked(
             store::audit::insert_event(&mut *tx, &ev).await?;
             tx.commit().await?;
             state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
-            Ok(ConnectionRow {
-                key_id: Some(state.vault.current_key_id().as_str().to_owned()),
-                access_token_ct: Some(access_ct),
-                refresh_token_ct: Some(refresh_ct),
-                id_token_ct: id_ct,
-                token_type: tokens.token_type.clone(),
-                access_expires_at: expires_at,
-                refreshed_at: Some(now),
-                version: row.version + 1,
-                xmin: 0,
-                ..row
-            })
+            Ok(stored.into_row(state, row, now))
         }
         Err(FlowError::InvalidGrant) => {
-            // Under the row lock: the version is the one just read.
-            store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
-            let mut ev = AuditEvent::for_connection("refresh_failed", &row);
-            ev.detail = serde_json::json!({ "reason": "invalid_grant" });
-            store::audit::insert_event(&mut *tx, &ev).await?;
-            store::audit::insert_event(&mut *tx, &AuditEvent::for_connection("reauth_needed", &row)).await?;
-            tx.commit().await?;
-            state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+            grant_is_dead(state, tx, &row).await?;
             Err(RefreshError::NeedsReauth)
         }
         Err(e) => {
@@ -206,6 +168,89 @@ async fn refresh_locked(
             Err(RefreshError::Transient(e.reason().to_owned()))
         }
     }
+}
+
+/// A refreshed grant, sealed under the current key and ready to store.
+struct Resealed {
+    access_ct: Vec<u8>,
+    refresh_ct: Vec<u8>,
+    id_ct: Option<Vec<u8>>,
+    token_type: String,
+    expires_at: Option<OffsetDateTime>,
+}
+
+impl Resealed {
+    fn grant<'a>(&'a self, state: &'a AppState) -> store::connections::SealedGrant<'a> {
+        store::connections::SealedGrant {
+            key_id: state.vault.current_key_id().as_str(),
+            access_token_ct: &self.access_ct,
+            refresh_token_ct: Some(&self.refresh_ct),
+            id_token_ct: self.id_ct.as_deref(),
+            token_type: &self.token_type,
+            access_expires_at: self.expires_at,
+        }
+    }
+
+    /// The row as it is after the commit, to hand out from.
+    fn into_row(self, state: &AppState, row: ConnectionRow, now: OffsetDateTime) -> ConnectionRow {
+        ConnectionRow {
+            key_id: Some(state.vault.current_key_id().as_str().to_owned()),
+            access_token_ct: Some(self.access_ct),
+            refresh_token_ct: Some(self.refresh_ct),
+            id_token_ct: self.id_ct,
+            token_type: self.token_type,
+            access_expires_at: self.expires_at,
+            refreshed_at: Some(now),
+            version: row.version + 1,
+            xmin: 0,
+            ..row
+        }
+    }
+}
+
+/// Seals the provider's answer. Rotation: the new refresh token if there is one, else the
+/// old one, re-sealed under the current key with the rest of the row (and the ID token
+/// likewise).
+fn seal_refreshed(
+    state: &AppState,
+    row: &ConnectionRow,
+    ids: &RowIds,
+    key_id: &str,
+    old_refresh: &secrecy::SecretString,
+    tokens: &flow::TokenSet,
+    now: OffsetDateTime,
+) -> Result<Resealed, RefreshError> {
+    let binding = ids.binding();
+    let access_ct = state.vault.seal(&binding, Field::AccessToken, &tokens.access_token)?;
+    let keep = tokens.refresh_token.as_ref().unwrap_or(old_refresh);
+    let refresh_ct = state.vault.seal(&binding, Field::RefreshToken, keep)?;
+    let id_ct = match (&tokens.id_token, &row.id_token_ct) {
+        (Some(new), _) => Some(state.vault.seal(&binding, Field::IdToken, new)?),
+        (None, Some(old)) => {
+            let t = state.vault.open(key_id, &binding, Field::IdToken, old)?;
+            Some(state.vault.seal(&binding, Field::IdToken, &t)?)
+        }
+        (None, None) => None,
+    };
+    let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
+    Ok(Resealed { access_ct, refresh_ct, id_ct, token_type: tokens.token_type.clone(), expires_at })
+}
+
+/// `invalid_grant`: the connection needs a new consent; its tokens go.
+async fn grant_is_dead(
+    state: &AppState,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    row: &ConnectionRow,
+) -> Result<(), RefreshError> {
+    // Under the row lock: the version is the one just read.
+    store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
+    let mut ev = AuditEvent::for_connection("refresh_failed", row);
+    ev.detail = serde_json::json!({ "reason": "invalid_grant" });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    store::audit::insert_event(&mut *tx, &AuditEvent::for_connection("reauth_needed", row)).await?;
+    tx.commit().await?;
+    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    Ok(())
 }
 
 /// No refresh token and an expired access token: the connection needs a new consent.
