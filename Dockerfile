@@ -4,7 +4,8 @@ FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 ENV SQLX_OFFLINE=true
 COPY . .
-RUN cargo build --release --locked -p mcp-connect --bin mcp-connect
+# Without the `dev` feature: the production binary carries no built-in OAuth server.
+RUN cargo build --release --locked -p mcp-connect --bin mcp-connect --no-default-features
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

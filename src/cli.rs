@@ -33,6 +33,7 @@ pub enum Command {
     },
     /// Everything on loopback for a first try: private PostgreSQL, dev IdP, dev provider,
     /// a dev tenant with fresh keys, and a walkthrough.
+    #[cfg(feature = "dev")]
     Dev(crate::dev::DevArgs),
     /// Re-seal every stored token under the current vault key (the first in the keyring).
     /// Safe to interrupt and rerun; old keys can be removed once it reports 0 remaining.
@@ -159,6 +160,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
+        #[cfg(feature = "dev")]
         Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
             let config = Config::load(&cli.config)?;

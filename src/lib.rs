@@ -13,7 +13,8 @@ pub mod cli;
 pub mod config;
 /// Random tokens, lookup hashes, constant-time comparison.
 pub mod crypto;
-/// `mcp-connect dev`: the loopback demo with built-in IdP and provider.
+/// `mcp-connect dev`: the loopback demo with built-in IdP and provider (`dev` feature).
+#[cfg(feature = "dev")]
 pub mod dev;
 /// Newtypes for outside values, parsed once at the edge.
 pub mod domain;
