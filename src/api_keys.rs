@@ -14,7 +14,7 @@
 //! nothing. Waiting for one of the two argon2 slots is bounded in queue length and time;
 //! past either, the caller gets 503 + `Retry-After` instead of queueing without end.
 
-use crate::domain::{ApiKeyId, KeyScope, TenantId};
+use crate::domain::{ApiKeyId, Clock, KeyScope, SystemClock, TenantId};
 use crate::store;
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -139,10 +139,22 @@ pub struct ApiKeyVerifier {
     /// How many argon2 verifications ran (observability, and the tests' proof that the
     /// cache works and that unknown ids cost none).
     verifications: AtomicU64,
+    clock: Arc<dyn Clock>,
 }
 
 impl ApiKeyVerifier {
     pub fn new(pool: store::PgPool, ttl: Duration, capacity: usize, max_waiting: usize) -> Arc<Self> {
+        Self::with_clock(pool, ttl, capacity, max_waiting, Arc::new(SystemClock))
+    }
+
+    /// [`Self::new`] reading time from `clock` (tests move it instead of sleeping).
+    pub fn with_clock(
+        pool: store::PgPool,
+        ttl: Duration,
+        capacity: usize,
+        max_waiting: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pool,
             cache: RwLock::new(HashMap::new()),
@@ -155,6 +167,7 @@ impl ApiKeyVerifier {
             waiting: AtomicUsize::new(0),
             max_waiting,
             verifications: AtomicU64::new(0),
+            clock,
         })
     }
 
@@ -167,7 +180,7 @@ impl ApiKeyVerifier {
             Some((key, false)) => {
                 // Verified before; only ask whether it is still allowed.
                 if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
-                    self.insert(fingerprint, key.clone(), Instant::now());
+                    self.insert(fingerprint, key.clone(), self.clock.now());
                     return Ok(key);
                 }
                 self.remove(&fingerprint);
@@ -178,7 +191,7 @@ impl ApiKeyVerifier {
         if self.known_missing(&id) {
             return Err(KeyRejection::Invalid);
         }
-        let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), Instant::now());
+        let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), self.clock.now());
         let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
             self.remember_missing(id);
             return Err(KeyRejection::Invalid);
@@ -253,12 +266,12 @@ impl ApiKeyVerifier {
     /// A cached verification, and whether it is still within its re-check interval.
     fn lookup(&self, fp: &[u8; 32]) -> Result<Option<(VerifiedKey, bool)>, KeyRejection> {
         let cache = self.cache.read().map_err(|_| KeyRejection::Task)?;
-        Ok(cache.get(fp).map(|c| (c.key.clone(), !c.due && c.checked_at.elapsed() < self.ttl)))
+        Ok(cache.get(fp).map(|c| (c.key.clone(), !c.due && self.clock.since(c.checked_at) < self.ttl)))
     }
 
     fn known_missing(&self, id: &ApiKeyId) -> bool {
         self.listening.load(Ordering::Acquire)
-            && self.missing.read().is_ok_and(|m| m.get(id).is_some_and(|at| at.elapsed() < NEGATIVE_TTL))
+            && self.missing.read().is_ok_and(|m| m.get(id).is_some_and(|at| self.clock.since(*at) < NEGATIVE_TTL))
     }
 
     fn remember_missing(&self, id: ApiKeyId) {
@@ -267,12 +280,12 @@ impl ApiKeyVerifier {
         }
         if let Ok(mut m) = self.missing.write() {
             if m.len() >= self.capacity {
-                m.retain(|_, at| at.elapsed() < NEGATIVE_TTL);
+                m.retain(|_, at| self.clock.since(*at) < NEGATIVE_TTL);
                 if m.len() >= self.capacity {
                     m.clear();
                 }
             }
-            m.insert(id, Instant::now());
+            m.insert(id, self.clock.now());
         }
     }
 
@@ -280,7 +293,7 @@ impl ApiKeyVerifier {
         if let Ok(mut cache) = self.cache.write() {
             if cache.len() >= self.capacity && !cache.contains_key(&fp) {
                 let ttl = self.ttl;
-                cache.retain(|_, c| c.checked_at.elapsed() < ttl);
+                cache.retain(|_, c| self.clock.since(c.checked_at) < ttl);
                 if cache.len() >= self.capacity {
                     // Still full of live entries: start over rather than grow. Dropped keys
                     // are verified again on their next use.

@@ -27,17 +27,28 @@ impl Application {
     }
 
     pub async fn build_with_listener(config: Config, listener: TcpListener) -> anyhow::Result<Self> {
+        Self::build_with_clock(config, listener, Arc::new(crate::domain::SystemClock)).await
+    }
+
+    /// [`Self::build_with_listener`] with the clock the time-keeping services read (tests
+    /// pass one they move forward instead of sleeping).
+    pub async fn build_with_clock(
+        config: Config,
+        listener: TcpListener,
+        clock: Arc<dyn crate::domain::Clock>,
+    ) -> anyhow::Result<Self> {
         let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
         store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
         sync_tenants(&pool, &config.tenants).await?;
 
-        let api_keys = ApiKeyVerifier::new(
+        let api_keys = ApiKeyVerifier::with_clock(
             pool.clone(),
             config.api_key_cache_ttl,
             config.api_key_cache_capacity,
             config.api_key_hash_queue,
+            clock,
         );
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";

@@ -1,9 +1,11 @@
 //! Values from outside parsed into types once, at the edge: a `Subject` or `Scopes` in hand
 //! is known to be well formed, so the code behind the edge never re-validates strings.
 
+mod clock;
 mod ids;
 mod scopes;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{ApiKeyId, ConnectionId, ElicitationId, ProviderId, Subject, TenantId};
 pub use scopes::Scopes;
 

@@ -173,11 +173,17 @@ async fn a_revoked_key_is_401() {
 
 #[tokio::test]
 async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
-    let app = spawn_app().await;
+    let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
+    let app =
+        crate::helpers::spawn_app_with(crate::helpers::Options { clock: Some(clock.clone()), ..Default::default() })
+            .await;
     assert_eq!(app.token(&app.key, body()).await.status(), 200);
+    // Revoked without the change notification (as if it were lost): only the re-check
+    // interval (the tests configure cache_seconds = 1) bounds it.
+    sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&app.pool).await.unwrap();
     mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
-    // The tests configure cache_seconds = 1.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(app.token(&app.key, body()).await.status(), 200, "still within the interval");
+    clock.advance(std::time::Duration::from_millis(1_100));
     assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;
 }
 
@@ -238,4 +244,30 @@ async fn verifications_given_up_while_waiting_for_a_slot_give_their_place_back()
     // And the queue still takes callers: the real key verifies.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(verifier.verify(&app.key).await.is_ok());
+}
+
+#[tokio::test]
+async fn an_unknown_id_is_remembered_for_a_few_seconds_only() {
+    let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
+    let app =
+        crate::helpers::spawn_app_with(crate::helpers::Options { clock: Some(clock.clone()), ..Default::default() })
+            .await;
+    assert!(app.state.caches.barrier(&app.pool).await, "listener up");
+    let key = NewApiKey::generate();
+    assert_error(app.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
+    // Stored without its notification (as if it were lost): the memory of the id being
+    // unknown hides it, but only for the negative cache's 5 s.
+    sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&app.pool).await.unwrap();
+    mcp_connect::cli::store_api_key(
+        &app.pool,
+        &key,
+        &mcp_connect::domain::TenantId::parse("acme").unwrap(),
+        mcp_connect::domain::KeyScope::Server,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_error(app.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
+    clock.advance(std::time::Duration::from_secs(5));
+    assert_eq!(app.token(key.key.expose_secret(), body()).await.status(), 200);
 }

@@ -56,6 +56,8 @@ pub struct Options {
     pub idp_issuer: Option<String>,
     /// More environment for the configuration (secrets of extra providers).
     pub env: Vec<(&'static str, String)>,
+    /// The clock the app's time-keeping services read (default: the real one).
+    pub clock: Option<Arc<mcp_connect::domain::ManualClock>>,
 }
 
 impl Default for Options {
@@ -67,6 +69,7 @@ impl Default for Options {
             patch: Vec::new(),
             idp_issuer: None,
             env: Vec::new(),
+            clock: None,
         }
     }
 }
@@ -224,7 +227,11 @@ pub async fn spawn_instance(
     register(&base, &idp, &provider);
     let idp_issuer = opts.idp_issuer.clone().unwrap_or_else(|| idp.issuer());
     let config = config_for(db_url, &base, &idp_issuer, &provider.issuer(), opts);
-    let app = Application::build_with_listener(config, listener).await.expect("app builds");
+    let app = match &opts.clock {
+        Some(c) => Application::build_with_clock(config, listener, c.clone()).await,
+        None => Application::build_with_listener(config, listener).await,
+    }
+    .expect("app builds");
     let state = app.state();
     let pool = state.pool.clone();
     tokio::spawn(app.run_until_stopped());
