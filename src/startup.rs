@@ -48,13 +48,17 @@ impl Application {
             config.api_key_cache_ttl,
             config.api_key_cache_capacity,
             config.api_key_hash_queue,
-            clock,
+            clock.clone(),
         );
         let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
         let secure_cookies = config.public_base_url.scheme() == "https";
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
-        let caches =
-            Arc::new(crate::cache::Caches::new(config.cache_enabled, config.cache_max_age, config.cache_capacity));
+        let caches = Arc::new(crate::cache::Caches::with_clock(
+            config.cache_enabled,
+            config.cache_max_age,
+            config.cache_capacity,
+            clock.clone(),
+        ));
         let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
         crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
         crate::cache::spawn_confirmer(pool.clone(), caches.clone());

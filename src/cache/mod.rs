@@ -19,7 +19,7 @@
 //! plaintext token. They are packed: one allocation per entry for its key, ciphertext and
 //! account, and the parts many rows share (vault key id, token type, scopes) kept once.
 
-use crate::domain::KillState;
+use crate::domain::{Clock, KillState};
 use crate::store::PgPool;
 use crate::store::connections::RowVersion;
 use hashbrown::HashTable;
@@ -72,6 +72,7 @@ pub struct Caches {
     shapes: Mutex<HashMap<Arc<Shape>, ()>>,
     keep_idle: Duration,
     kill_switches: RwLock<HashMap<(String, String), (KillState, Instant)>>,
+    clock: Arc<dyn Clock>,
 }
 
 /// A snapshot of the invalidation counter and the time, taken before a database read.
@@ -83,6 +84,11 @@ pub struct Epoch {
 
 impl Caches {
     pub fn new(enabled: bool, max_age: Duration, capacity: usize) -> Self {
+        Self::with_clock(enabled, max_age, capacity, Arc::new(crate::domain::SystemClock))
+    }
+
+    /// [`Self::new`] reading ages from `clock` (tests move it instead of sleeping).
+    pub fn with_clock(enabled: bool, max_age: Duration, capacity: usize, clock: Arc<dyn Clock>) -> Self {
         Self {
             barriers: Mutex::new(HashMap::new()),
             enabled,
@@ -91,7 +97,8 @@ impl Caches {
             // Not serving until the listener has proven it hears notifications.
             healthy: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
-            began: Instant::now(),
+            began: clock.now(),
+            clock,
             hasher: RandomState::new(),
             connections: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
             shapes: Mutex::new(HashMap::new()),
@@ -110,7 +117,7 @@ impl Caches {
     }
 
     fn now_ms(&self) -> u64 {
-        self.began.elapsed().as_millis() as u64
+        self.clock.since(self.began).as_millis() as u64
     }
 
     fn max_age_ms(&self) -> u64 {
@@ -207,7 +214,7 @@ impl Caches {
         }
         let map = self.kill_switches.read().ok()?;
         let (state, at) = map.get(&(tenant.to_owned(), provider.to_owned()))?;
-        (at.elapsed() < self.max_age).then_some(*state)
+        (self.clock.since(*at) < self.max_age).then_some(*state)
     }
 
     pub fn store_kill_state(&self, epoch: Epoch, tenant: &str, provider: &str, state: KillState) {
@@ -219,7 +226,7 @@ impl Caches {
                 return;
             }
             if map.len() < self.capacity {
-                map.insert((tenant.to_owned(), provider.to_owned()), (state, Instant::now()));
+                map.insert((tenant.to_owned(), provider.to_owned()), (state, self.clock.now()));
             }
         }
     }
@@ -498,23 +505,27 @@ mod tests {
 
     #[test]
     fn entries_are_due_past_half_their_age_until_left_idle() {
-        let mut c = healthy(Duration::from_millis(400));
+        let clock = Arc::new(crate::domain::ManualClock::default());
+        let mut c = Caches::with_clock(true, Duration::from_millis(400), 1000, clock.clone());
+        c.set_healthy(true);
         c.keep_idle = Duration::from_secs(1);
         c.store_connection(c.epoch(), "t", "s", "p", &entry());
         assert!(c.due_for_confirmation().is_empty(), "younger than half the maximum age");
-        std::thread::sleep(Duration::from_millis(250));
+        clock.advance(Duration::from_millis(250));
         // Named by id and by the hash its key is stored under (the confirmer finds it by both).
         assert_eq!(c.due_for_confirmation(), asked(&c, Uuid::nil()));
         // Confirmed again and again while nobody asks: after the idle time, no longer.
-        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut rounds = 0;
         while !c.due_for_confirmation().is_empty() {
-            assert!(Instant::now() < deadline, "still re-read after 3 s without a request");
+            rounds += 1;
+            assert!(rounds <= 12, "still re-read after 3 s without a request");
             c.confirm(c.now_ms(), &asked(&c, Uuid::nil()), &[row_of(&entry())]);
-            std::thread::sleep(Duration::from_millis(250));
+            clock.advance(Duration::from_millis(250));
         }
+        assert!(rounds >= 3, "re-read while in use ({rounds} rounds)");
         // Asked for again: due again once half its age has passed.
         assert!(c.connection("t", "s", "p").is_some());
-        std::thread::sleep(Duration::from_millis(250));
+        clock.advance(Duration::from_millis(250));
         assert_eq!(due_ids(&c), vec![Uuid::nil()]);
     }
 
