@@ -175,18 +175,8 @@ impl ApiKeyVerifier {
         let id = parse_key(presented).ok_or(KeyRejection::Malformed)?;
         let fingerprint: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
 
-        match self.lookup(&fingerprint)? {
-            Some((key, true)) => return Ok(key),
-            Some((key, false)) => {
-                // Verified before; only ask whether it is still allowed.
-                if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
-                    self.insert(fingerprint, key.clone(), self.clock.now());
-                    return Ok(key);
-                }
-                self.remove(&fingerprint);
-                return Err(KeyRejection::Invalid);
-            }
-            None => {}
+        if let Some(verified) = self.verified_before(&fingerprint).await? {
+            return Ok(verified);
         }
         if self.known_missing(&id) {
             return Err(KeyRejection::Invalid);
@@ -206,8 +196,9 @@ impl ApiKeyVerifier {
         let permit = self.hash_slot().await?;
         // A burst of first requests with one new key: whoever waited for the permit finds
         // the key verified by the one before it, and skips its own argon2 run.
-        if let Some((hit, true)) = self.lookup(&fingerprint)? {
-            return Ok(hit);
+        // (Or, its entry marked due meanwhile, re-checks it with one read instead of argon2.)
+        if let Some(verified) = self.verified_before(&fingerprint).await? {
+            return Ok(verified);
         }
         let (matches, permit) =
             tokio::task::spawn_blocking(move || (verify_hash(presented_owned.expose_secret(), &phc), permit))
@@ -224,6 +215,14 @@ impl ApiKeyVerifier {
         };
         if self.changes.load(Ordering::Acquire) == seen_changes {
             self.insert(fingerprint, key.clone(), read_at);
+        } else {
+            // A key or tenant changed while this verification ran (it read the row before):
+            // ask the database again (one read, no argon2) before trusting or caching it.
+            let checked_at = self.clock.now();
+            if !store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+                return Err(KeyRejection::Invalid);
+            }
+            self.insert(fingerprint, key.clone(), checked_at);
         }
         // Released only now, so the next waiter finds the key in the cache.
         drop(permit);
@@ -235,6 +234,24 @@ impl ApiKeyVerifier {
             }
         });
         Ok(key)
+    }
+
+    /// A key verified before: as cached within its re-check interval, or (due) after asking
+    /// the database whether it is still allowed (one read, no argon2). `None`: not cached.
+    async fn verified_before(&self, fp: &[u8; 32]) -> Result<Option<VerifiedKey>, KeyRejection> {
+        match self.lookup(fp)? {
+            None => Ok(None),
+            Some((key, true)) => Ok(Some(key)),
+            Some((key, false)) => {
+                let checked_at = self.clock.now();
+                if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+                    self.insert(*fp, key.clone(), checked_at);
+                    return Ok(Some(key));
+                }
+                self.remove(fp);
+                Err(KeyRejection::Invalid)
+            }
+        }
     }
 
     /// One of the argon2 slots, waited for at most [`HASH_WAIT`] and only while fewer than

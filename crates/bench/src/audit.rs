@@ -9,7 +9,7 @@ use mcp_connect::store::{self, PgPool, audit::AuditEvent};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// `lifecycle::audit_batch` writes up to this many events per batch.
+/// `store::handouts` writes up to this many events per batch.
 const BATCH: usize = 2_000;
 const ROUNDS: usize = 5;
 
