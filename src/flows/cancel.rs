@@ -14,8 +14,26 @@ pub struct Closer<'a> {
     pub actor: &'a str,
     /// The API key behind the request, where there is one.
     pub api_key_id: Option<&'a str>,
-    /// Why: `operator`, `revocation`.
-    pub because: &'static str,
+    pub because: Because,
+}
+
+/// Why links are closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Because {
+    /// An operator asked (recorded even when nothing was pending: the request itself is
+    /// worth the trail).
+    Operator,
+    /// Part of revoking a connection or off-boarding a subject.
+    Revocation,
+}
+
+impl Because {
+    fn as_str(self) -> &'static str {
+        match self {
+            Because::Operator => "operator",
+            Because::Revocation => "revocation",
+        }
+    }
 }
 
 /// Cancels a tenant's pending links (of one subject and/or provider), with one audit event.
@@ -30,7 +48,7 @@ pub async fn cancel_pending(
     let mut tx = state.pool.begin().await?;
     let ids =
         store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
-    if !ids.is_empty() || by.because == "operator" {
+    if !ids.is_empty() || by.because == Because::Operator {
         let mut ev = AuditEvent::new("elicitations_cancelled");
         ev.tenant_id = Some(tenant.to_owned());
         ev.subject = subject.map(str::to_owned);
@@ -40,7 +58,7 @@ pub async fn cancel_pending(
             "count": ids.len(),
             "elicitation_ids": ids,
             "by": by.actor,
-            "because": by.because,
+            "because": by.because.as_str(),
         });
         store::audit::insert_event(&mut *tx, &ev).await?;
     }

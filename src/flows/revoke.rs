@@ -33,7 +33,7 @@ pub async fn cancel_links(
     provider: Option<&str>,
     actor: &str,
 ) -> Result<usize, sqlx::Error> {
-    let by = super::cancel::Closer { actor, api_key_id: None, because: "revocation" };
+    let by = super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation };
     Ok(super::cancel::cancel_pending(state, tenant, Some(subject), provider, &by).await?.len())
 }
 

@@ -51,7 +51,7 @@ pub struct Options {
     pub extra_toml: String,
     pub cache_enabled: bool,
     /// Replacements made in the configuration text (e.g. to drop a tenant).
-    pub patch: Vec<(&'static str, &'static str)>,
+    pub patch: Vec<(&'static str, String)>,
     /// Another primary IdP than the dev one (an independent peer, see `interop`).
     pub idp_issuer: Option<String>,
     /// More environment for the configuration (secrets of extra providers).

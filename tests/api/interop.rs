@@ -153,14 +153,14 @@ async fn interop_with(idp: Value, provider: Value, more: impl Fn(&Peer) -> Strin
         ),
         patch: vec![(
             "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]",
-            String::leak(format!(
+            format!(
                 "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\", \"peer\"{}]",
                 regex_lite::Regex::new(r"\[providers\.(\w+)\]")
                     .unwrap()
                     .captures_iter(&more)
                     .map(|c| format!(", \"{}\"", &c[1]))
                     .collect::<String>()
-            )),
+            ),
         )],
         env: vec![
             ("MCP_CONNECT_PROVIDER_PEER_CLIENT_SECRET", PEER_SECRET.to_owned()),

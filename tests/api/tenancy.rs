@@ -39,7 +39,10 @@ async fn the_same_subject_under_two_tenants_gets_two_elicitations() {
 /// The configuration of an instance whose file lacks tenant `beta`.
 fn without_beta() -> crate::helpers::Options {
     crate::helpers::Options {
-        patch: vec![("[[tenants]]\nid = \"beta\"\ndisplay_name = \"Beta Bot\"\nproviders = [\"github\"]\n", "")],
+        patch: vec![(
+            "[[tenants]]\nid = \"beta\"\ndisplay_name = \"Beta Bot\"\nproviders = [\"github\"]\n",
+            String::new(),
+        )],
         ..Default::default()
     }
 }
