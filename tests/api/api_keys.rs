@@ -5,6 +5,18 @@ use mcp_connect::api_keys::NewApiKey;
 use secrecy::ExposeSecret;
 use serde_json::json;
 
+/// The real key's id with another (random) secret: a wrong secret for a known id.
+fn forged(real: &str) -> String {
+    let other = NewApiKey::generate();
+    format!("{}{}", &real[..22], &other.key.expose_secret()[22..])
+}
+
+/// Stores a server key of tenant acme made beforehand (so a test can present it first).
+async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
+    let acme = mcp_connect::domain::TenantId::parse("acme").unwrap();
+    mcp_connect::cli::store_api_key(pool, key, &acme, mcp_connect::domain::KeyScope::Server, None).await.unwrap();
+}
+
 fn body() -> serde_json::Value {
     json!({"subject": "alice", "provider": "github"})
 }
@@ -110,15 +122,7 @@ async fn a_key_created_on_instance_a_works_at_once_on_instance_b() {
     let key = NewApiKey::generate();
     // B sees the id before it exists and remembers it as unknown.
     assert_error(b.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
-    mcp_connect::cli::store_api_key(
-        &a.pool,
-        &key,
-        &mcp_connect::domain::TenantId::parse("acme").unwrap(),
-        mcp_connect::domain::KeyScope::Server,
-        None,
-    )
-    .await
-    .unwrap();
+    store_acme_key(&a.pool, &key).await;
     assert!(b.state.caches.barrier(&b.pool).await, "the creation's notification arrived");
     assert_eq!(b.token(key.key.expose_secret(), body()).await.status(), 200);
 }
@@ -129,8 +133,7 @@ async fn waiting_for_an_argon2_slot_is_bounded_and_answers_503_with_retry_after(
     // Wrong secrets for the real id: each needs its own argon2 run (2 slots, 32 may wait).
     let app = &app;
     let calls = (0..120).map(|_| {
-        let other = NewApiKey::generate();
-        let forged = format!("{}{}", &app.key[..22], &other.key.expose_secret()[22..]);
+        let forged = forged(&app.key);
         async move { app.token(&forged, body()).await }
     });
     let mut busy = 0;
@@ -152,10 +155,8 @@ async fn waiting_for_an_argon2_slot_is_bounded_and_answers_503_with_retry_after(
 async fn a_wrong_secret_for_a_known_id_is_401() {
     let app = spawn_app().await;
     let before = app.state.api_keys.hash_verifications();
-    let other = NewApiKey::generate();
-    let other = other.key.expose_secret();
     // Keep the real id, swap in another secret.
-    let forged = format!("{}{}", &app.key[..22], &other[22..]);
+    let forged = forged(&app.key);
     assert_ne!(forged, app.key);
     let r = app.token(&forged, body()).await;
     assert_error(r, 401, "invalid_api_key").await;
@@ -233,8 +234,7 @@ async fn verifications_given_up_while_waiting_for_a_slot_give_their_place_back()
     // Wrong secrets for the real id, each request dropped after 40 ms: most while they
     // wait for one of the two argon2 slots.
     let calls = (0..24).map(|_| {
-        let other = NewApiKey::generate();
-        let forged = format!("{}{}", &app.key[..22], &other.key.expose_secret()[22..]);
+        let forged = forged(&app.key);
         let verifier = verifier.clone();
         async move { tokio::time::timeout(std::time::Duration::from_millis(40), verifier.verify(&forged)).await }
     });
@@ -258,15 +258,7 @@ async fn an_unknown_id_is_remembered_for_a_few_seconds_only() {
     // Stored without its notification (as if it were lost): the memory of the id being
     // unknown hides it, but only for the negative cache's 5 s.
     sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&app.pool).await.unwrap();
-    mcp_connect::cli::store_api_key(
-        &app.pool,
-        &key,
-        &mcp_connect::domain::TenantId::parse("acme").unwrap(),
-        mcp_connect::domain::KeyScope::Server,
-        None,
-    )
-    .await
-    .unwrap();
+    store_acme_key(&app.pool, &key).await;
     assert_error(app.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
     clock.advance(std::time::Duration::from_secs(5));
     assert_eq!(app.token(key.key.expose_secret(), body()).await.status(), 200);

@@ -243,6 +243,14 @@ async fn an_expired_or_finished_elicitation_shows_a_clear_page() {
     assert!(r.text().await.unwrap().contains("no longer active"));
 }
 
+/// A connect whose callback must succeed: alice, as `octo-alice` at the provider, and the
+/// elicitation completed.
+async fn connects(app: &TestApp, provider: &str) {
+    let (id, url) = app.elicit("alice", provider).await;
+    assert_eq!(Browser::new().connect(app, &url, "alice", "octo-alice").await.status(), 200);
+    assert_eq!(app.elicitation_status(&id).await, "completed");
+}
+
 /// The reason code of the newest `connect_failed` audit event.
 pub async fn last_connect_failure(app: &TestApp) -> serde_json::Value {
     sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'connect_failed' ORDER BY id DESC LIMIT 1")
@@ -305,9 +313,7 @@ async fn a_missing_iss_is_accepted_where_the_provider_does_not_use_rfc9207() {
     let app = spawn_app().await;
     app.provider.switches().set_advertise_iss(false);
     app.provider.switches().set_iss_mode(IssMode::Missing);
-    let (id, url) = app.elicit("alice", "testp").await;
-    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo").await.status(), 200);
-    assert_eq!(app.elicitation_status(&id).await, "completed");
+    connects(&app, "testp").await;
 }
 
 #[tokio::test]
@@ -336,9 +342,7 @@ async fn an_id_token_expired_within_the_clock_skew_is_accepted() {
     let app = spawn_app().await;
     // The provider's clock is 20 s behind: its fresh token looks expired to us.
     app.provider.switches().set_id_token_times(-80, -20);
-    let (id, url) = app.elicit("alice", "testp").await;
-    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
-    assert_eq!(app.elicitation_status(&id).await, "completed");
+    connects(&app, "testp").await;
 }
 
 #[tokio::test]
@@ -359,9 +363,7 @@ async fn an_id_token_issued_in_the_future_beyond_the_clock_skew_is_refused() {
 async fn an_id_token_issued_a_little_in_the_future_is_accepted() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_times(30, 3_630);
-    let (id, url) = app.elicit("alice", "testp").await;
-    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
-    assert_eq!(app.elicitation_status(&id).await, "completed");
+    connects(&app, "testp").await;
 }
 
 #[tokio::test]
