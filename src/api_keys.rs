@@ -213,17 +213,7 @@ impl ApiKeyVerifier {
             tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
             scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
         };
-        if self.changes.load(Ordering::Acquire) == seen_changes {
-            self.insert(fingerprint, key.clone(), read_at);
-        } else {
-            // A key or tenant changed while this verification ran (it read the row before):
-            // ask the database again (one read, no argon2) before trusting or caching it.
-            let checked_at = self.clock.now();
-            if !store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
-                return Err(KeyRejection::Invalid);
-            }
-            self.insert(fingerprint, key.clone(), checked_at);
-        }
+        self.remember_verified(fingerprint, &key, seen_changes, read_at).await?;
         // Released only now, so the next waiter finds the key in the cache.
         drop(permit);
         let pool = self.pool.clone();
@@ -234,6 +224,27 @@ impl ApiKeyVerifier {
             }
         });
         Ok(key)
+    }
+
+    /// Caches a key argon2 has just verified. If a key or tenant changed while the check ran
+    /// (it read the row before), the database is asked again (one read, no argon2) first.
+    async fn remember_verified(
+        &self,
+        fingerprint: [u8; 32],
+        key: &VerifiedKey,
+        seen_changes: u64,
+        read_at: Instant,
+    ) -> Result<(), KeyRejection> {
+        if self.changes.load(Ordering::Acquire) == seen_changes {
+            self.insert(fingerprint, key.clone(), read_at);
+            return Ok(());
+        }
+        let checked_at = self.clock.now();
+        if !store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+            return Err(KeyRejection::Invalid);
+        }
+        self.insert(fingerprint, key.clone(), checked_at);
+        Ok(())
     }
 
     /// A key verified before: as cached within its re-check interval, or (due) after asking

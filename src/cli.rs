@@ -8,7 +8,7 @@ use crate::store::{self, audit::AuditEvent};
 use crate::vault::Keyring;
 use clap::{Parser, Subcommand};
 use secrecy::ExposeSecret;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Parser)]
 #[command(name = "mcp-connect", version, about = "Downstream OAuth tokens for MCP servers, via URL-mode elicitation")]
@@ -153,62 +153,59 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 1).await?;
-            store::migrate(&pool).await?;
-            sync_tenants(&pool, &config.tenants).await?;
+            open_database(&cli.config, 1, Tenants::Sync).await?;
             println!("migrations applied");
             Ok(())
         }
         #[cfg(feature = "dev")]
         Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-            store::migrate(&pool).await?;
-            let vault = crate::vault::Vault::new(config.keyring);
-            println!("re-sealing under key {}", vault.current_key_id());
-            let report = crate::flows::rotate::rotate_keys(&pool, &vault, batch.clamp(1, 10_000), |done, total| {
-                println!("  {done} of {total} rows re-sealed");
-            })
-            .await?;
-            println!("done: {} re-sealed, {} remaining", report.resealed, report.remaining);
-            if report.remaining > 0 {
-                println!("rows were busy (being refreshed); run rotate-key again");
-            }
-            Ok(())
+            let (config, pool) = open_database(&cli.config, 2, Tenants::Leave).await?;
+            rotate_key(&pool, crate::vault::Vault::new(config.keyring), batch).await
         }
         Command::Killswitch { action } => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-            store::migrate(&pool).await?;
-            sync_tenants(&pool, &config.tenants).await?;
-            killswitch(&pool, action).await
+            killswitch(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await
         }
-        Command::Tenant { action } => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-            store::migrate(&pool).await?;
-            sync_tenants(&pool, &config.tenants).await?;
-            tenant(&pool, action).await
-        }
+        Command::Tenant { action } => tenant(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await,
         Command::Cleanup => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-            store::migrate(&pool).await?;
+            let (config, pool) = open_database(&cli.config, 2, Tenants::Leave).await?;
             let r =
                 crate::flows::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention).await?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())
         }
-        Command::Apikey { action } => {
-            let config = Config::load(&cli.config)?;
-            let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-            store::migrate(&pool).await?;
-            sync_tenants(&pool, &config.tenants).await?;
-            apikey(&pool, action).await
-        }
+        Command::Apikey { action } => apikey(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await,
     }
+}
+
+/// Whether a command writes the configured tenants before it runs.
+enum Tenants {
+    Sync,
+    Leave,
+}
+
+/// The configuration, and a migrated database with `connections` connections.
+async fn open_database(config: &Path, connections: u32, tenants: Tenants) -> anyhow::Result<(Config, store::PgPool)> {
+    let config = Config::load(config)?;
+    let pool = store::connect(config.database_url.expose_secret(), connections).await?;
+    store::migrate(&pool).await?;
+    if let Tenants::Sync = tenants {
+        sync_tenants(&pool, &config.tenants).await?;
+    }
+    Ok((config, pool))
+}
+
+async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64) -> anyhow::Result<()> {
+    println!("re-sealing under key {}", vault.current_key_id());
+    let report = crate::flows::rotate::rotate_keys(pool, &vault, batch.clamp(1, 10_000), |done, total| {
+        println!("  {done} of {total} rows re-sealed");
+    })
+    .await?;
+    println!("done: {} re-sealed, {} remaining", report.resealed, report.remaining);
+    if report.remaining > 0 {
+        println!("rows were busy (being refreshed); run rotate-key again");
+    }
+    Ok(())
 }
 
 async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()> {

@@ -240,26 +240,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{}: {e} (try --port 0)", args.port))?;
     let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
     let secret = crate::crypto::random_token(32);
-    let client = |redirect: String| ClientRegistration {
-        client_id: "mcp-connect-dev".to_owned(),
-        client_secret: secret.clone(),
-        redirect_uris: vec![redirect],
-    };
-    let idp = DevProvider::start(DevProviderConfig {
-        display_name: "Dev Identity Provider".to_owned(),
-        role: Role::IdentityProvider,
-        clients: vec![client(format!("{base}/login/callback"))],
-        jwt_access_token_audience: Some(args.mcp_url.to_string()),
-        ..DevProviderConfig::default()
-    })
-    .await?;
-    let provider = DevProvider::start(DevProviderConfig {
-        display_name: "Dev Provider".to_owned(),
-        role: Role::Downstream,
-        clients: vec![client(format!("{base}/connect/dev/callback"))],
-        ..DevProviderConfig::default()
-    })
-    .await?;
+    let (idp, provider) = start_dev_providers(&base, &secret, &args.mcp_url).await?;
 
     // Development keys: random, in memory only, gone when this process ends.
     let vault_keys = Keyring::generate_entry("dev-only");
@@ -271,12 +252,8 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     ]);
     let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer()), &|k| env.get(k).cloned())?;
     let app = Application::build_with_listener(config, listener).await?;
-    let state = app.state();
-    let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
-    let server_key = crate::cli::create_api_key(&state.pool, &tenant, KeyScope::Server, Some("dev")).await?;
-    let admin_key = crate::cli::create_api_key(&state.pool, &tenant, KeyScope::Admin, Some("dev")).await?;
-    let server_key = server_key.key.expose_secret().to_owned();
-    let admin_key = admin_key.key.expose_secret().to_owned();
+    let key = |scope| dev_key(&app, scope);
+    let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
 
     write_env_file(
         &args.env_file,
@@ -300,6 +277,43 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     drop(provider);
     drop(idp);
     Ok(())
+}
+
+/// The dev IdP (minting MCP access tokens for `mcp_url`) and the dev provider, each with
+/// mcp-connect registered as a client under `secret`.
+async fn start_dev_providers(
+    base: &str,
+    secret: &str,
+    mcp_url: &url::Url,
+) -> anyhow::Result<(DevProvider, DevProvider)> {
+    let client = |redirect: String| ClientRegistration {
+        client_id: "mcp-connect-dev".to_owned(),
+        client_secret: secret.to_owned(),
+        redirect_uris: vec![redirect],
+    };
+    let idp = DevProvider::start(DevProviderConfig {
+        display_name: "Dev Identity Provider".to_owned(),
+        role: Role::IdentityProvider,
+        clients: vec![client(format!("{base}/login/callback"))],
+        jwt_access_token_audience: Some(mcp_url.to_string()),
+        ..DevProviderConfig::default()
+    })
+    .await?;
+    let provider = DevProvider::start(DevProviderConfig {
+        display_name: "Dev Provider".to_owned(),
+        role: Role::Downstream,
+        clients: vec![client(format!("{base}/connect/dev/callback"))],
+        ..DevProviderConfig::default()
+    })
+    .await?;
+    Ok((idp, provider))
+}
+
+/// A fresh API key of the dev tenant.
+async fn dev_key(app: &Application, scope: KeyScope) -> anyhow::Result<String> {
+    let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = crate::cli::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
+    Ok(key.key.expose_secret().to_owned())
 }
 
 async fn shutdown_signal() {

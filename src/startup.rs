@@ -37,83 +37,14 @@ impl Application {
         listener: TcpListener,
         clock: Arc<dyn crate::domain::Clock>,
     ) -> anyhow::Result<Self> {
-        let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
-        store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
-        sync_tenants(&pool, &config.tenants).await?;
-
-        let api_keys = ApiKeyVerifier::with_clock(
-            pool.clone(),
-            config.api_key_cache_ttl,
-            config.api_key_cache_capacity,
-            config.api_key_hash_queue,
-            clock.clone(),
-        );
-        let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
-        let secure_cookies = config.public_base_url.scheme() == "https";
-        crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
-        let caches = Arc::new(crate::cache::Caches::with_clock(
-            config.cache_enabled,
-            config.cache_max_age,
-            config.cache_capacity,
-            clock.clone(),
-        ));
-        let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
-        crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
-        crate::cache::spawn_confirmer(pool.clone(), caches.clone());
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // `database.max_connections` is split over the workers, and each worker's share
-        // between its lookup connections and its pool for everything else.
-        let per_worker = config.database_max_connections.div_ceil(workers as u32).max(2);
-        let lookups_per_worker = per_worker / 2;
-        let pool_per_worker = per_worker - lookups_per_worker;
+        let pool = open_database(&config).await?;
+        let split = PoolSplit::new(config.database_max_connections);
         let connect_options = store::connect_options(config.database_url.expose_secret())
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-        let state = AppState {
-            pool: pool.clone(),
-            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
-            caches,
-            outbound_timeout: config.outbound_timeout,
-            refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
-            unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh)
-                .unwrap_or(time::Duration::HOUR),
-            refresh_gate: Arc::default(),
-            handouts: crate::store::handouts::HandoutAudit::spawn(pool.clone()),
-            idp: Arc::new(config.idp),
-            resolver: Arc::default(),
-            outbound,
-            session_ttl: config.session_ttl,
-            secure_cookies,
-            vault: Arc::new(Vault::new(config.keyring)),
-            providers: config.providers,
-            tenants,
-            api_keys,
-            public_base_url: config.public_base_url,
-            elicitation_ttl: config.elicitation_ttl,
-        };
-        let shared = state.clone();
-        let state = web::Data::new(state);
+        let state = app_state(config, pool, clock, &connect_options, split).await?;
         let port = listener.local_addr()?.port();
-        let server = HttpServer::new(move || {
-            // Called once per worker, on the worker's thread.
-            let data = web::Data::new(AppState {
-                pool: store::connect_lazy(connect_options.clone(), pool_per_worker),
-                lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), lookups_per_worker)),
-                ..shared.clone()
-            });
-            App::new()
-                .wrap(from_fn(crate::http::middleware::request_context))
-                .app_data(data)
-                .configure(crate::http::ops::configure)
-                .configure(crate::http::api::configure)
-                .configure(crate::http::admin::configure)
-                .configure(crate::http::browser::configure)
-        })
-        .workers(workers)
-        .listen(listener)?
-        .run();
-        Ok(Self { port, server, state })
+        let server = serve(listener, state.clone(), connect_options, split)?;
+        Ok(Self { port, server, state: web::Data::new(state) })
     }
 
     pub fn port(&self) -> u16 {
@@ -149,4 +80,109 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Re
         }
     }
     Ok(())
+}
+
+/// Connects, migrates, and writes the configured tenants.
+async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
+    let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
+    store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+    sync_tenants(&pool, &config.tenants).await?;
+    Ok(pool)
+}
+
+/// `database.max_connections` split over the HTTP workers, and each worker's share between
+/// its lookup connections and its pool for everything else.
+#[derive(Debug, Clone, Copy)]
+struct PoolSplit {
+    workers: usize,
+    lookups_per_worker: u32,
+    pool_per_worker: u32,
+}
+
+impl PoolSplit {
+    fn new(max_connections: u32) -> Self {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_worker = max_connections.div_ceil(workers as u32).max(2);
+        let lookups_per_worker = per_worker / 2;
+        Self { workers, lookups_per_worker, pool_per_worker: per_worker - lookups_per_worker }
+    }
+}
+
+/// The shared state, and the background tasks that keep it current (clean-up, the change
+/// listener, the cache confirmer, the hand-out audit writers).
+async fn app_state(
+    config: Config,
+    pool: PgPool,
+    clock: Arc<dyn crate::domain::Clock>,
+    connect_options: &sqlx::postgres::PgConnectOptions,
+    split: PoolSplit,
+) -> anyhow::Result<AppState> {
+    let api_keys = ApiKeyVerifier::with_clock(
+        pool.clone(),
+        config.api_key_cache_ttl,
+        config.api_key_cache_capacity,
+        config.api_key_hash_queue,
+        clock.clone(),
+    );
+    let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
+    crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+    let caches = Arc::new(crate::cache::Caches::with_clock(
+        config.cache_enabled,
+        config.cache_max_age,
+        config.cache_capacity,
+        clock,
+    ));
+    let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
+    crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
+    crate::cache::spawn_confirmer(pool.clone(), caches.clone());
+    Ok(AppState {
+        lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
+        caches,
+        outbound_timeout: config.outbound_timeout,
+        refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
+        unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
+        refresh_gate: Arc::default(),
+        handouts: crate::store::handouts::HandoutAudit::spawn(pool.clone()),
+        idp: Arc::new(config.idp),
+        resolver: Arc::default(),
+        outbound,
+        session_ttl: config.session_ttl,
+        secure_cookies: config.public_base_url.scheme() == "https",
+        vault: Arc::new(Vault::new(config.keyring)),
+        providers: config.providers,
+        tenants,
+        api_keys,
+        public_base_url: config.public_base_url,
+        elicitation_ttl: config.elicitation_ttl,
+        pool,
+    })
+}
+
+/// The HTTP server: one worker per core, each with its own pool and lookup connections.
+fn serve(
+    listener: TcpListener,
+    shared: AppState,
+    connect_options: sqlx::postgres::PgConnectOptions,
+    split: PoolSplit,
+) -> std::io::Result<Server> {
+    Ok(HttpServer::new(move || {
+        // Called once per worker, on the worker's thread.
+        let data = web::Data::new(AppState {
+            pool: store::connect_lazy(connect_options.clone(), split.pool_per_worker),
+            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
+            ..shared.clone()
+        });
+        App::new()
+            .wrap(from_fn(crate::http::middleware::request_context))
+            .app_data(data)
+            .configure(crate::http::ops::configure)
+            .configure(crate::http::api::configure)
+            .configure(crate::http::admin::configure)
+            .configure(crate::http::browser::configure)
+    })
+    .workers(split.workers)
+    .listen(listener)?
+    .run())
 }

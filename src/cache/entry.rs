@@ -3,6 +3,7 @@
 //! key id, token type, scopes) kept once as a [`Shape`].
 
 use super::SEP;
+use crate::domain::ConnectionStatus;
 use crate::store::connections::ConnectionRow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -42,7 +43,7 @@ pub struct CachedConnection {
 impl CachedConnection {
     /// Only active rows with a sealed access token are worth caching.
     pub fn of(row: &ConnectionRow) -> Option<Self> {
-        if row.status != "active" {
+        if row.status != ConnectionStatus::Active {
             return None;
         }
         Some(Self {

@@ -3,7 +3,7 @@
 use super::raw::{RawConfig, RawIdp, RawProvider};
 use super::{Config, ConfigError, EnvLookup, LogFormat, TenantConfig, err};
 use crate::domain::{ProviderId, Scopes, TenantId};
-use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry};
+use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
 use crate::oauth::urls;
 use crate::vault::Keyring;
@@ -43,17 +43,23 @@ pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, Confi
         .map_err(|e| err(field, format!("cannot read {}: {e}", path.display())))
 }
 
+fn listen(raw: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let raw = raw.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    raw.parse().map_err(|_| err("listen", format!("{raw:?} is not an address like 127.0.0.1:8080")))
+}
+
+fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
+    match raw.as_deref() {
+        None | Some("json") => Ok(LogFormat::Json),
+        Some("text") => Ok(LogFormat::Text),
+        Some(other) => Err(err("log_format", format!("{other:?}: expected \"json\" or \"text\""))),
+    }
+}
+
 pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
     let public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url))?;
-    let listen_raw = env(&env_key("LISTEN")).or(raw.listen).unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    let listen: SocketAddr = listen_raw
-        .parse()
-        .map_err(|_| err("listen", format!("{listen_raw:?} is not an address like 127.0.0.1:8080")))?;
-    let log_format = match env(&env_key("LOG_FORMAT")).or(raw.log_format).as_deref() {
-        None | Some("json") => LogFormat::Json,
-        Some("text") => LogFormat::Text,
-        Some(other) => return Err(err("log_format", format!("{other:?}: expected \"json\" or \"text\""))),
-    };
+    let listen = listen(env(&env_key("LISTEN")).or(raw.listen))?;
+    let log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format))?;
     let database_url =
         database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.database.url))?;
     let database_max_connections = raw.database.max_connections.unwrap_or(16);
@@ -62,11 +68,8 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
     }
     let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
     let keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?;
-    let mut providers = Vec::new();
-    for (name, p) in raw.providers {
-        providers.push(validate_provider(&name, p, env)?);
-    }
-    let registry = ProviderRegistry::new(providers);
+    let providers = raw.providers.into_iter().map(|(name, p)| validate_provider(&name, p, env));
+    let registry = ProviderRegistry::new(providers.collect::<Result<_, _>>()?);
     let tenants = tenants(raw.tenants, &registry)?;
     let secs = Duration::from_secs;
     Ok(Config {
@@ -250,60 +253,11 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) 
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
     let t = p.template.template();
-
-    let client_id = env(&provider_env(&id, "CLIENT_ID"))
-        .or(p.client_id)
-        .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(&id, "CLIENT_ID"))))?;
-    let secret_env = provider_env(&id, "CLIENT_SECRET");
-    let client_secret =
-        client_secret(&f("client_secret_file"), env(&secret_env), &p.client_secret_file)?.ok_or_else(|| {
-            err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
-        })?;
-
-    let allow = &p.allow_idn_hosts;
-    let url_field = |sub: &str, raw: Option<String>, default: Option<&str>| -> Result<Option<Url>, ConfigError> {
-        match raw.as_deref().or(default) {
-            None => Ok(None),
-            Some(s) => urls::endpoint(s, allow).map(Some).map_err(|e| err(f(sub), format!("{s:?} {e}"))),
-        }
-    };
-    let authorize_url = url_field("authorize_url", p.authorize_url, t.authorize_url)?;
-    let token_url = url_field("token_url", p.token_url, t.token_url)?;
-    let userinfo_url = url_field("userinfo_url", p.userinfo_url, t.userinfo_url)?;
-    let revocation_url = url_field("revocation_url", p.revocation_url, t.revocation_url)?;
-    let issuer = match p.issuer.as_deref().or(t.issuer) {
-        None => None,
-        Some(s) => Some(urls::Issuer::parse(s, allow).map_err(|e| err(f("issuer"), format!("{s:?} {e}")))?),
-    };
-
-    if p.template == ProviderKind::Oidc {
-        if issuer.is_none() {
-            return Err(err(f("issuer"), "required for the oidc template (endpoints come from discovery)"));
-        }
-    } else {
-        if authorize_url.is_none() {
-            return Err(err(f("authorize_url"), "required for the oauth2 template"));
-        }
-        if token_url.is_none() {
-            return Err(err(f("token_url"), "required for the oauth2 template"));
-        }
-    }
-    let authorization_response_iss = p.authorization_response_iss.unwrap_or(false);
-    if authorization_response_iss && issuer.is_none() {
-        return Err(err(f("authorization_response_iss"), "needs `issuer` to compare against"));
-    }
-
-    let default_scopes = match &p.scopes {
-        Some(s) => Scopes::parse(s).map_err(|e| err(f("scopes"), e.to_string()))?,
-        None => Scopes::parse(t.default_scopes).map_err(|e| err(f("scopes"), e.to_string()))?,
-    };
-    let scope_separator = p.scope_separator.unwrap_or_else(|| t.scope_separator.to_owned());
-    if !matches!(scope_separator.as_str(), " " | ",") {
-        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
-    }
+    let (client_id, client_secret) = provider_client(&id, &f, &p, env)?;
+    let ends = endpoints(&f, &p, &t)?;
+    let (default_scopes, scope_separator) = provider_scopes(&f, &p, &t)?;
     let extra =
         extra_authorize_params(&f("extra_authorize_params"), t.extra_authorize_params, p.extra_authorize_params)?;
-
     let clock_skew =
         clock_skew(&f("clock_skew_seconds"), env(&provider_env(&id, "CLOCK_SKEW_SECONDS")), p.clock_skew_seconds)?;
     let display_name = p
@@ -316,12 +270,12 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) 
         display_name,
         client_id,
         client_secret: SecretString::from(client_secret),
-        authorize_url,
-        token_url,
-        userinfo_url,
-        revocation_url,
-        issuer,
-        authorization_response_iss,
+        authorize_url: ends.authorize_url,
+        token_url: ends.token_url,
+        userinfo_url: ends.userinfo_url,
+        revocation_url: ends.revocation_url,
+        issuer: ends.issuer,
+        authorization_response_iss: ends.authorization_response_iss,
         oidc: t.oidc,
         scope_separator,
         default_scopes,
@@ -332,6 +286,86 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) 
         allow_idn_hosts: p.allow_idn_hosts,
         clock_skew,
     })
+}
+
+/// The client id (environment first) and secret (environment, else the file named).
+fn provider_client(
+    id: &ProviderId,
+    f: &dyn Fn(&str) -> String,
+    p: &RawProvider,
+    env: EnvLookup<'_>,
+) -> Result<(String, String), ConfigError> {
+    let client_id = env(&provider_env(id, "CLIENT_ID"))
+        .or_else(|| p.client_id.clone())
+        .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(id, "CLIENT_ID"))))?;
+    let secret_env = provider_env(id, "CLIENT_SECRET");
+    let client_secret =
+        client_secret(&f("client_secret_file"), env(&secret_env), &p.client_secret_file)?.ok_or_else(|| {
+            err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
+        })?;
+    Ok((client_id, client_secret))
+}
+
+struct Endpoints {
+    authorize_url: Option<Url>,
+    token_url: Option<Url>,
+    userinfo_url: Option<Url>,
+    revocation_url: Option<Url>,
+    issuer: Option<urls::Issuer>,
+    authorization_response_iss: bool,
+}
+
+/// The provider's URLs (configured, else the template's), and what its template needs:
+/// `oidc` an issuer for discovery, `oauth2` explicit authorize and token endpoints.
+fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<Endpoints, ConfigError> {
+    let allow = &p.allow_idn_hosts;
+    let url_field = |sub: &str, raw: &Option<String>, default: Option<&str>| -> Result<Option<Url>, ConfigError> {
+        match raw.as_deref().or(default) {
+            None => Ok(None),
+            Some(s) => urls::endpoint(s, allow).map(Some).map_err(|e| err(f(sub), format!("{s:?} {e}"))),
+        }
+    };
+    let ends = Endpoints {
+        authorize_url: url_field("authorize_url", &p.authorize_url, t.authorize_url)?,
+        token_url: url_field("token_url", &p.token_url, t.token_url)?,
+        userinfo_url: url_field("userinfo_url", &p.userinfo_url, t.userinfo_url)?,
+        revocation_url: url_field("revocation_url", &p.revocation_url, t.revocation_url)?,
+        issuer: match p.issuer.as_deref().or(t.issuer) {
+            None => None,
+            Some(s) => Some(urls::Issuer::parse(s, allow).map_err(|e| err(f("issuer"), format!("{s:?} {e}")))?),
+        },
+        authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
+    };
+    if p.template == ProviderKind::Oidc {
+        if ends.issuer.is_none() {
+            return Err(err(f("issuer"), "required for the oidc template (endpoints come from discovery)"));
+        }
+    } else {
+        if ends.authorize_url.is_none() {
+            return Err(err(f("authorize_url"), "required for the oauth2 template"));
+        }
+        if ends.token_url.is_none() {
+            return Err(err(f("token_url"), "required for the oauth2 template"));
+        }
+    }
+    if ends.authorization_response_iss && ends.issuer.is_none() {
+        return Err(err(f("authorization_response_iss"), "needs `issuer` to compare against"));
+    }
+    Ok(ends)
+}
+
+/// Default scopes (configured, else the template's) and the separator they are sent with.
+fn provider_scopes(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<(Scopes, String), ConfigError> {
+    let scopes = match &p.scopes {
+        Some(s) => Scopes::parse(s),
+        None => Scopes::parse(t.default_scopes),
+    }
+    .map_err(|e| err(f("scopes"), e.to_string()))?;
+    let separator = p.scope_separator.clone().unwrap_or_else(|| t.scope_separator.to_owned());
+    if !matches!(separator.as_str(), " " | ",") {
+        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
+    }
+    Ok((scopes, separator))
 }
 
 /// A provider's client secret: the environment, else the file named (trimmed); `None` when

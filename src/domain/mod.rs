@@ -100,6 +100,38 @@ impl ConnectionStatus {
     }
 }
 
+/// Stores a status enum in its `TEXT` column as [`as_str`](ElicitationStatus::as_str)
+/// spells it, and reads it back through `parse`: a value the code does not know is a
+/// decode error, not a string that compares unequal to everything.
+macro_rules! text_column {
+    ($t:ty) => {
+        impl sqlx::Type<sqlx::Postgres> for $t {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $t {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let s = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                Ok(Self::parse(s)?)
+            }
+        }
+        impl sqlx::Encode<'_, sqlx::Postgres> for $t {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+    };
+}
+text_column!(ElicitationStatus);
+text_column!(ConnectionStatus);
+
 /// Scope of an API key: MCP servers call `/v1`, operators call `/admin/v1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]

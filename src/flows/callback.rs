@@ -7,7 +7,9 @@ use super::connect::{STATE_PURPOSE, SealedState, SessionInfo};
 use super::policy;
 use crate::app::AppState;
 use crate::crypto;
-use crate::domain::{ConnectionId, KillState, ProviderId, Scopes, Subject, TenantId};
+use crate::domain::{
+    ConnectionId, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Scopes, Subject, TenantId,
+};
 use crate::oauth::Provider;
 use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
@@ -191,7 +193,7 @@ async fn classify_unusable_state(
         return Err(CallbackRefusal::StateExpired);
     }
     match store::elicitations::find_by_id(&state.pool, old.elicitation_id).await? {
-        Some(e) if e.status == "completed" => {
+        Some(e) if e.status == ElicitationStatus::Completed => {
             Ok(CallbackOutcome::AlreadyConnected { tenant_name: state.tenant_name(&e.tenant_id) })
         }
         _ => Err(CallbackRefusal::StateUnknown),
@@ -227,7 +229,9 @@ async fn complete_consumed(
         drop(tx);
         let e = store::elicitations::find_by_id(&state.pool, st.elicitation_id).await?;
         return match e {
-            Some(e) if e.status == "completed" => Ok(CallbackOutcome::AlreadyConnected { tenant_name }),
+            Some(e) if e.status == ElicitationStatus::Completed => {
+                Ok(CallbackOutcome::AlreadyConnected { tenant_name })
+            }
             _ => Err(CallbackRefusal::ElicitationGone),
         };
     };
@@ -236,17 +240,7 @@ async fn complete_consumed(
     }
 
     if let Some(err) = &q.error {
-        if err == "access_denied" {
-            store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await?;
-            let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
-            ev.detail = serde_json::json!({ "where": "provider" });
-            store::audit::insert_event(&mut *tx, &ev).await?;
-            tx.commit().await?;
-            return Ok(CallbackOutcome::Declined { tenant_name });
-        }
-        // Other errors leave the elicitation pending: the user may try again.
-        let code: String = err.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
-        return Err(CallbackRefusal::ProviderError(code));
+        return provider_error(tx, &e, err, tenant_name, now).await;
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(CallbackRefusal::MissingCode)?;
 
@@ -256,14 +250,46 @@ async fn complete_consumed(
         .await
         .map_err(CallbackRefusal::Exchange)?;
     let exchanged = Exchanged { tenant, provider, server, tokens, nonce: secret.nonce };
-    match attach(state, tx, &e, &exchanged, now).await {
-        Ok(account) => Ok(CallbackOutcome::Connected { tenant_name, account }),
+    keep_or_revoke(state, tx, &e, &exchanged, now)
+        .await
+        .map(|account| CallbackOutcome::Connected { tenant_name, account })
+}
+
+/// The provider answered with an error: `access_denied` declines the elicitation; any
+/// other leaves it pending, so the person may try again.
+async fn provider_error(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    e: &ElicitationRow,
+    err: &str,
+    tenant_name: String,
+    now: OffsetDateTime,
+) -> Result<CallbackOutcome, CallbackRefusal> {
+    if err == "access_denied" {
+        store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await?;
+        let mut ev = AuditEvent::for_elicitation("consent_declined", e);
+        ev.detail = serde_json::json!({ "where": "provider" });
+        store::audit::insert_event(&mut *tx, &ev).await?;
+        tx.commit().await?;
+        return Ok(CallbackOutcome::Declined { tenant_name });
+    }
+    let code: String = err.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
+    Err(CallbackRefusal::ProviderError(code))
+}
+
+/// Stores the grant the exchange made (the account login it names), or (invariant 11) ends it at the provider when it
+/// is not kept: account mismatch, failed lookup or ID token, or a failed commit.
+async fn keep_or_revoke(
+    state: &AppState,
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    e: &ElicitationRow,
+    exchanged: &Exchanged,
+    now: OffsetDateTime,
+) -> Result<Option<String>, CallbackRefusal> {
+    match attach(state, tx, e, exchanged, now).await {
+        Ok(account) => Ok(account),
         Err(refusal) => {
-            // Invariant 11: the provider has just issued a grant that we will not keep
-            // (account mismatch, failed lookup or ID token, or a failed commit): end it there.
-            let result =
-                flow::revoke_tokens(&exchanged.server, &state.outbound, &flow::revocation_order(&exchanged.tokens))
-                    .await;
+            let order = flow::revocation_order(&exchanged.tokens);
+            let result = flow::revoke_tokens(&exchanged.server, &state.outbound, &order).await;
             Err(CallbackRefusal::GrantRefused { refusal: Box::new(refusal), provider_revocation: result })
         }
     }
@@ -290,7 +316,7 @@ async fn attach(
     let (account_id, account_login) = verified_account(state, x, OffsetDateTime::now_utc()).await?;
     let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
     if let Some(old) = &existing
-        && old.status != "revoked"
+        && old.status != ConnectionStatus::Revoked
         && let (Some(old_account), Some(new_account)) = (&old.account_id, &account_id)
         && old_account != new_account
         && !x.provider.allow_account_change
@@ -320,6 +346,24 @@ async fn attach(
 
 /// Seals the grant into the vault (bound to its row) and writes it: a new connection, or
 /// the existing one's grant replaced. Returns the connection id and the scopes granted.
+/// The exchanged tokens sealed to their row.
+struct Sealed {
+    access: Vec<u8>,
+    refresh: Option<Vec<u8>>,
+    id: Option<Vec<u8>>,
+}
+
+impl Sealed {
+    fn of(state: &AppState, row: &RowBinding<'_>, t: &flow::TokenSet) -> Result<Self, crate::vault::VaultError> {
+        let seal = |field: Field, token: &SecretString| state.vault.seal(row, field, token);
+        Ok(Self {
+            access: seal(Field::AccessToken, &t.access_token)?,
+            refresh: t.refresh_token.as_ref().map(|t| seal(Field::RefreshToken, t)).transpose()?,
+            id: t.id_token.as_ref().map(|t| seal(Field::IdToken, t)).transpose()?,
+        })
+    }
+}
+
 async fn save_grant(
     state: &AppState,
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
@@ -334,19 +378,15 @@ async fn save_grant(
     let path_provider = &x.provider.id;
     let row = RowBinding { tenant: &x.tenant, subject: &subject, provider: path_provider, connection };
     let tokens = &x.tokens;
-    let access_ct = state.vault.seal(&row, Field::AccessToken, &tokens.access_token)?;
-    let refresh_ct =
-        tokens.refresh_token.as_ref().map(|t| state.vault.seal(&row, Field::RefreshToken, t)).transpose()?;
-    let id_ct = tokens.id_token.as_ref().map(|t| state.vault.seal(&row, Field::IdToken, t)).transpose()?;
-    let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
+    let sealed = Sealed::of(state, &row, tokens)?;
     let granted = granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {
         key_id: state.vault.current_key_id().as_str(),
-        access_token_ct: &access_ct,
-        refresh_token_ct: refresh_ct.as_deref(),
-        id_token_ct: id_ct.as_deref(),
+        access_token_ct: &sealed.access,
+        refresh_token_ct: sealed.refresh.as_deref(),
+        id_token_ct: sealed.id.as_deref(),
         token_type: &tokens.token_type,
-        access_expires_at: expires_at,
+        access_expires_at: tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d),
     };
     match existing {
         Some(_) => {

@@ -11,6 +11,7 @@
 
 use super::RowIds;
 use crate::app::AppState;
+use crate::domain::ConnectionStatus;
 use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
 use crate::vault::Field;
@@ -104,19 +105,14 @@ async fn refresh_locked(
     now: OffsetDateTime,
 ) -> Result<ConnectionRow, RefreshError> {
     let mut tx = state.pool.begin().await?;
-    // The provider call below is bounded by the outbound timeout; these bound the lock and
-    // the idle transaction a little above it, so a stuck instance cannot hold the row.
-    let fence = format!("{}ms", state.outbound_timeout.as_millis() + 5_000);
-    sqlx::query!(
-        r#"SELECT set_config('lock_timeout', $1, true) AS "lock!",
-                  set_config('idle_in_transaction_session_timeout', $1, true) AS "idle!""#,
-        fence
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    fence(&mut tx, state.outbound_timeout).await?;
     let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
-    if row.status != "active" {
-        return Err(if row.status == "needs_reauth" { RefreshError::NeedsReauth } else { RefreshError::Gone });
+    if row.status != ConnectionStatus::Active {
+        return Err(if row.status == ConnectionStatus::NeedsReauth {
+            RefreshError::NeedsReauth
+        } else {
+            RefreshError::Gone
+        });
     }
     if row.version != observed.version || !needs_refresh(&row, now, state.refresh_margin, state.unknown_expiry_refresh)
     {
@@ -140,19 +136,7 @@ async fn refresh_locked(
     match flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await {
         Ok(tokens) => {
             let stored = seal_refreshed(state, &row, &ids, key_id, &refresh_token, &tokens, now)?;
-            let grant = stored.grant(state);
-            if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &grant).await? {
-                // Cannot happen under the row lock; if it does, hand out nothing stale.
-                return Err(RefreshError::Transient("concurrent write".to_owned()));
-            }
-            let mut ev = AuditEvent::for_connection("refresh_succeeded", &row);
-            ev.detail = serde_json::json!({
-                "rotated": tokens.refresh_token.is_some(),
-                "expiry_known": tokens.expires_in.is_some(),
-            });
-            store::audit::insert_event(&mut *tx, &ev).await?;
-            tx.commit().await?;
-            state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+            commit_refreshed(state, tx, &row, &stored, &tokens).await?;
             Ok(stored.into_row(state, row, now))
         }
         Err(FlowError::InvalidGrant) => {
@@ -168,6 +152,44 @@ async fn refresh_locked(
             Err(RefreshError::Transient(e.reason().to_owned()))
         }
     }
+}
+
+/// The provider call is bounded by the outbound timeout; these bound the row lock and the
+/// idle transaction a little above it, so a stuck instance cannot hold the row.
+async fn fence(tx: &mut sqlx::PgConnection, outbound_timeout: std::time::Duration) -> Result<(), sqlx::Error> {
+    let fence = format!("{}ms", outbound_timeout.as_millis() + 5_000);
+    sqlx::query!(
+        r#"SELECT set_config('lock_timeout', $1, true) AS "lock!",
+                  set_config('idle_in_transaction_session_timeout', $1, true) AS "idle!""#,
+        fence
+    )
+    .fetch_one(tx)
+    .await?;
+    Ok(())
+}
+
+/// Stores the refreshed grant on the locked row with its audit event, commits, and drops
+/// the cached copy on every instance.
+async fn commit_refreshed(
+    state: &AppState,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    row: &ConnectionRow,
+    stored: &Resealed,
+    tokens: &flow::TokenSet,
+) -> Result<(), RefreshError> {
+    if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &stored.grant(state)).await? {
+        // Cannot happen under the row lock; if it does, hand out nothing stale.
+        return Err(RefreshError::Transient("concurrent write".to_owned()));
+    }
+    let mut ev = AuditEvent::for_connection("refresh_succeeded", row);
+    ev.detail = serde_json::json!({
+        "rotated": tokens.refresh_token.is_some(),
+        "expiry_known": tokens.expires_in.is_some(),
+    });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    Ok(())
 }
 
 /// A refreshed grant, sealed under the current key and ready to store.
@@ -282,7 +304,7 @@ mod tests {
             account_id: None,
             account_login: None,
             scopes: vec![],
-            status: "active".into(),
+            status: ConnectionStatus::Active,
             key_id: Some("k".into()),
             access_token_ct: Some(vec![1]),
             refresh_token_ct: refresh.then(|| vec![2]),

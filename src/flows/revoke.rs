@@ -5,6 +5,7 @@
 
 use super::RowIds;
 use crate::app::AppState;
+use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
@@ -44,7 +45,7 @@ pub async fn revoke_connection(
     id: Uuid,
     actor: &str,
 ) -> Result<Option<Revoked>, sqlx::Error> {
-    let Some(seen) = store::connections::find_connection_by_id(&state.pool, tenant, id).await? else {
+    let Some(seen) = store::connections::connection_meta(&state.pool, tenant, id).await? else {
         return Ok(None);
     };
     let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor).await?;
@@ -60,7 +61,7 @@ pub async fn revoke_connection(
         provider_result: String::new(),
         cancelled_elicitations,
     };
-    if row.status == "revoked" {
+    if row.status == ConnectionStatus::Revoked {
         out.provider_result = "already_revoked".to_owned();
         return Ok(Some(out));
     }

@@ -7,7 +7,8 @@ use super::refresh::{self, RefreshError};
 use crate::app::AppState;
 use crate::cache::CachedConnection;
 use crate::domain::{
-    Account, ApiKeyId, ConnectionId, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject, TenantId,
+    Account, ApiKeyId, ConnectionId, ConnectionStatus, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes,
+    Subject, TenantId,
 };
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
@@ -75,40 +76,17 @@ pub async fn token_for(
         return Err(TokenError::ProviderDisabled);
     }
 
-    if let Some(eid) = req.elicitation_id {
-        let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
-            .await?
-            .ok_or(TokenError::ElicitationNotFound)?;
-        if e.subject != req.subject.as_str() || e.provider != req.provider.as_str() {
-            return Err(TokenError::ElicitationMismatch);
-        }
-        match ElicitationStatus::parse(&e.status) {
-            Ok(ElicitationStatus::Pending) if e.expires_at > now => return Ok(TokenOutcome::ConnectRequired(e)),
-            Ok(ElicitationStatus::Declined) => return Ok(TokenOutcome::Declined(eid)),
-            // Completed: the connection below holds the grant. Expired, cancelled or
-            // overdue: a fresh elicitation below.
-            _ => {}
-        }
-    }
-
-    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    // Fast path: the row as cached (ciphertext), unless it is near expiry.
-    if let Some(c) = state.caches.connection(t, s, p)
-        && covers(&c.shape.scopes, &req)
-        && !refresh::needs_refresh_at(
-            c.access_expires_at,
-            c.has_refresh_token,
-            c.refreshed_at,
-            now,
-            state.refresh_margin,
-            state.unknown_expiry_refresh,
-        )
+    if let Some(eid) = req.elicitation_id
+        && let Some(answer) = elicitation_answer(state, tenant, &req, eid, now).await?
     {
-        let out = hand_out(state, tenant, &req, &c)?;
+        return Ok(answer);
+    }
+    if let Some(out) = cached_token(state, tenant, &req, now)? {
         record_handout(state, tenant, api_key, &req, &out).await;
         return Ok(out);
     }
 
+    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     let epoch = state.caches.epoch();
     let conn = state.lookups.find_connection(t, s, p).await?;
     if let Some(row) = &conn
@@ -131,11 +109,60 @@ pub async fn token_for(
     // re-connect for one more scope does not lose the others.
     let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes.clone());
     let wanted = match &conn {
-        Some(c) if c.status == "active" => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
+        Some(c) if c.status == ConnectionStatus::Active => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
         _ => wanted,
     };
     let e = pending_elicitation(state, tenant, &req, &wanted, now).await?;
     Ok(TokenOutcome::ConnectRequired(e))
+}
+
+/// The answer a retried call gets from its elicitation alone: still pending (the same
+/// link again) or declined. `None`: look at the connection (completed), or make a fresh
+/// elicitation (expired, cancelled, overdue).
+async fn elicitation_answer(
+    state: &AppState,
+    tenant: &TenantId,
+    req: &TokenRequest,
+    eid: ElicitationId,
+    now: OffsetDateTime,
+) -> Result<Option<TokenOutcome>, TokenError> {
+    let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
+        .await?
+        .ok_or(TokenError::ElicitationNotFound)?;
+    if e.subject != req.subject.as_str() || e.provider != req.provider.as_str() {
+        return Err(TokenError::ElicitationMismatch);
+    }
+    Ok(match e.status {
+        ElicitationStatus::Pending if e.expires_at > now => Some(TokenOutcome::ConnectRequired(e)),
+        ElicitationStatus::Declined => Some(TokenOutcome::Declined(eid)),
+        _ => None,
+    })
+}
+
+/// The fast path: the row as cached (ciphertext), unless it is near expiry.
+fn cached_token(
+    state: &AppState,
+    tenant: &TenantId,
+    req: &TokenRequest,
+    now: OffsetDateTime,
+) -> Result<Option<TokenOutcome>, TokenError> {
+    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
+    match state.caches.connection(t, s, p) {
+        Some(c)
+            if covers(&c.shape.scopes, req)
+                && !refresh::needs_refresh_at(
+                    c.access_expires_at,
+                    c.has_refresh_token,
+                    c.refreshed_at,
+                    now,
+                    state.refresh_margin,
+                    state.unknown_expiry_refresh,
+                ) =>
+        {
+            hand_out(state, tenant, req, &c).map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Opens the connection's access token if the connection can serve this request,
@@ -147,7 +174,7 @@ async fn usable_token(
     c: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    if c.status != "active" || !covers(&c.scopes, req) {
+    if c.status != ConnectionStatus::Active || !covers(&c.scopes, req) {
         return Ok(None);
     }
     let refreshed;
@@ -168,7 +195,7 @@ async fn usable_token(
                 else {
                     return Ok(None);
                 };
-                if now_row.status != "active"
+                if now_row.status != ConnectionStatus::Active
                     || refresh::needs_refresh(&now_row, now, state.refresh_margin, state.unknown_expiry_refresh)
                 {
                     return Ok(None);

@@ -44,85 +44,110 @@ pub struct Template {
 impl ProviderKind {
     pub fn template(self) -> Template {
         match self {
-            ProviderKind::Github => Template {
-                display_name: "GitHub",
-                authorize_url: Some("https://github.com/login/oauth/authorize"),
-                token_url: Some("https://github.com/login/oauth/access_token"),
-                userinfo_url: Some("https://api.github.com/user"),
-                scope_separator: " ",
-                default_scopes: &["read:user"],
-                account_id_field: "id",
-                account_login_field: "login",
-                ..Template::default()
-            },
-            ProviderKind::Google => Template {
-                display_name: "Google",
-                authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth"),
-                token_url: Some("https://oauth2.googleapis.com/token"),
-                userinfo_url: Some("https://openidconnect.googleapis.com/v1/userinfo"),
-                revocation_url: Some("https://oauth2.googleapis.com/revoke"),
-                issuer: Some("https://accounts.google.com"),
-                oidc: true,
-                scope_separator: " ",
-                default_scopes: &["openid", "email"],
-                // Without these Google issues no refresh token on a repeated consent.
-                extra_authorize_params: &[("access_type", "offline"), ("prompt", "consent")],
-                account_id_field: "sub",
-                account_login_field: "email",
-            },
-            ProviderKind::Gitlab => Template {
-                display_name: "GitLab",
-                authorize_url: Some("https://gitlab.com/oauth/authorize"),
-                token_url: Some("https://gitlab.com/oauth/token"),
-                userinfo_url: Some("https://gitlab.com/api/v4/user"),
-                revocation_url: Some("https://gitlab.com/oauth/revoke"),
-                scope_separator: " ",
-                default_scopes: &["read_user"],
-                account_id_field: "id",
-                account_login_field: "username",
-                ..Template::default()
-            },
-            ProviderKind::Slack => Template {
-                display_name: "Slack",
-                authorize_url: Some("https://slack.com/oauth/v2/authorize"),
-                token_url: Some("https://slack.com/api/oauth.v2.access"),
-                userinfo_url: Some("https://slack.com/api/users.identity"),
-                scope_separator: ",",
-                default_scopes: &["identity.basic"],
-                account_id_field: "user.id",
-                account_login_field: "user.name",
-                ..Template::default()
-            },
-            ProviderKind::Microsoft => Template {
-                display_name: "Microsoft",
-                authorize_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/authorize"),
-                token_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/token"),
-                userinfo_url: Some("https://graph.microsoft.com/v1.0/me"),
-                scope_separator: " ",
-                default_scopes: &["offline_access", "User.Read"],
-                account_id_field: "id",
-                account_login_field: "userPrincipalName",
-                ..Template::default()
-            },
-            ProviderKind::Oidc => Template {
-                display_name: "",
-                oidc: true,
-                scope_separator: " ",
-                default_scopes: &["openid"],
-                account_id_field: "sub",
-                account_login_field: "preferred_username",
-                ..Template::default()
-            },
-            ProviderKind::Oauth2 => Template {
-                display_name: "",
-                scope_separator: " ",
-                account_id_field: "id",
-                account_login_field: "login",
-                ..Template::default()
-            },
+            ProviderKind::Github => GITHUB,
+            ProviderKind::Google => GOOGLE,
+            ProviderKind::Gitlab => GITLAB,
+            ProviderKind::Slack => SLACK,
+            ProviderKind::Microsoft => MICROSOFT,
+            ProviderKind::Oidc => OIDC,
+            ProviderKind::Oauth2 => OAUTH2,
         }
     }
 }
+
+/// The fields a template leaves unset (`Default` is not `const`).
+const EMPTY: Template = Template {
+    display_name: "",
+    authorize_url: None,
+    token_url: None,
+    userinfo_url: None,
+    revocation_url: None,
+    issuer: None,
+    oidc: false,
+    scope_separator: " ",
+    default_scopes: &[],
+    extra_authorize_params: &[],
+    account_id_field: "",
+    account_login_field: "",
+};
+
+const GITHUB: Template = Template {
+    display_name: "GitHub",
+    authorize_url: Some("https://github.com/login/oauth/authorize"),
+    token_url: Some("https://github.com/login/oauth/access_token"),
+    userinfo_url: Some("https://api.github.com/user"),
+    scope_separator: " ",
+    default_scopes: &["read:user"],
+    account_id_field: "id",
+    account_login_field: "login",
+    ..EMPTY
+};
+
+const GOOGLE: Template = Template {
+    display_name: "Google",
+    authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth"),
+    token_url: Some("https://oauth2.googleapis.com/token"),
+    userinfo_url: Some("https://openidconnect.googleapis.com/v1/userinfo"),
+    revocation_url: Some("https://oauth2.googleapis.com/revoke"),
+    issuer: Some("https://accounts.google.com"),
+    oidc: true,
+    scope_separator: " ",
+    default_scopes: &["openid", "email"],
+    // Without these Google issues no refresh token on a repeated consent.
+    extra_authorize_params: &[("access_type", "offline"), ("prompt", "consent")],
+    account_id_field: "sub",
+    account_login_field: "email",
+};
+
+const GITLAB: Template = Template {
+    display_name: "GitLab",
+    authorize_url: Some("https://gitlab.com/oauth/authorize"),
+    token_url: Some("https://gitlab.com/oauth/token"),
+    userinfo_url: Some("https://gitlab.com/api/v4/user"),
+    revocation_url: Some("https://gitlab.com/oauth/revoke"),
+    scope_separator: " ",
+    default_scopes: &["read_user"],
+    account_id_field: "id",
+    account_login_field: "username",
+    ..EMPTY
+};
+
+const SLACK: Template = Template {
+    display_name: "Slack",
+    authorize_url: Some("https://slack.com/oauth/v2/authorize"),
+    token_url: Some("https://slack.com/api/oauth.v2.access"),
+    userinfo_url: Some("https://slack.com/api/users.identity"),
+    scope_separator: ",",
+    default_scopes: &["identity.basic"],
+    account_id_field: "user.id",
+    account_login_field: "user.name",
+    ..EMPTY
+};
+
+const MICROSOFT: Template = Template {
+    display_name: "Microsoft",
+    authorize_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/authorize"),
+    token_url: Some("https://login.microsoftonline.com/common/oauth2/v2.0/token"),
+    userinfo_url: Some("https://graph.microsoft.com/v1.0/me"),
+    scope_separator: " ",
+    default_scopes: &["offline_access", "User.Read"],
+    account_id_field: "id",
+    account_login_field: "userPrincipalName",
+    ..EMPTY
+};
+
+const OIDC: Template = Template {
+    display_name: "",
+    oidc: true,
+    scope_separator: " ",
+    default_scopes: &["openid"],
+    account_id_field: "sub",
+    account_login_field: "preferred_username",
+    ..EMPTY
+};
+
+const OAUTH2: Template =
+    Template { display_name: "", scope_separator: " ", account_id_field: "id", account_login_field: "login", ..EMPTY };
 
 /// One configured downstream provider, ready to use.
 #[derive(Debug)]

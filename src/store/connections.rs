@@ -1,5 +1,6 @@
 //! `connections`: one sealed downstream grant per (tenant, subject, provider).
 
+use crate::domain::ConnectionStatus;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -14,7 +15,7 @@ pub struct ConnectionRow {
     pub account_id: Option<String>,
     pub account_login: Option<String>,
     pub scopes: Vec<String>,
-    pub status: String,
+    pub status: ConnectionStatus,
     pub key_id: Option<String>,
     pub access_token_ct: Option<Vec<u8>>,
     pub refresh_token_ct: Option<Vec<u8>>,
@@ -37,9 +38,9 @@ pub async fn find_connection(
 ) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
-                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+                  status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
+                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections WHERE tenant_id = $1 AND subject = $2 AND provider = $3"#,
         tenant_id,
         subject,
@@ -61,24 +62,6 @@ pub async fn row_versions(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<R
     sqlx::query_as!(RowVersion, r#"SELECT id, xmin::text::bigint AS "xmin!" FROM connections WHERE id = ANY($1)"#, ids)
         .fetch_all(db)
         .await
-}
-
-pub async fn find_connection_by_id(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
-) -> Result<Option<ConnectionRow>, sqlx::Error> {
-    sqlx::query_as!(
-        ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
-                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
-           FROM connections WHERE tenant_id = $1 AND id = $2"#,
-        tenant_id,
-        id
-    )
-    .fetch_optional(db)
-    .await
 }
 
 /// The sealed fields of a grant, written together.
@@ -167,9 +150,9 @@ pub async fn replace_grant(
 pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
-                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+                  status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
+                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections WHERE id = $1 FOR UPDATE"#,
         id
     )
@@ -244,7 +227,7 @@ pub struct ConnectionMeta {
     pub account_id: Option<String>,
     pub account_login: Option<String>,
     pub scopes: Vec<String>,
-    pub status: String,
+    pub status: ConnectionStatus,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -255,20 +238,29 @@ pub struct ConnectionMeta {
     pub access_expires_at: Option<OffsetDateTime>,
 }
 
+/// What the admin API lists connections by; `None` matches all.
+#[derive(Debug, Default)]
+pub struct ConnectionFilter<'a> {
+    pub id: Option<Uuid>,
+    pub subject: Option<&'a str>,
+    pub provider: Option<&'a str>,
+    pub status: Option<ConnectionStatus>,
+    /// The (subject, provider) of the last row of the page before.
+    pub after: Option<(&'a str, &'a str)>,
+}
+
 /// One page of a tenant's connections, ordered by (subject, provider), after the cursor.
 pub async fn list_connections(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
-    subject: Option<&str>,
-    provider: Option<&str>,
-    status: Option<&str>,
-    after: Option<(&str, &str)>,
+    filter: &ConnectionFilter<'_>,
     limit: i64,
 ) -> Result<Vec<ConnectionMeta>, sqlx::Error> {
-    let (after_subject, after_provider) = after.map_or((None, None), |(s, p)| (Some(s), Some(p)));
+    let (after_subject, after_provider) = filter.after.map_or((None, None), |(s, p)| (Some(s), Some(p)));
     sqlx::query_as!(
         ConnectionMeta,
-        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes, c.status, c.created_at,
+        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
+                  c.status AS "status: ConnectionStatus", c.created_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.tenant_id = $1
@@ -276,36 +268,30 @@ pub async fn list_connections(
              AND ($3::text IS NULL OR c.provider = $3)
              AND ($4::text IS NULL OR c.status = $4)
              AND ($5::text IS NULL OR (c.subject, c.provider) > ($5, $6::text))
+             AND ($8::uuid IS NULL OR c.id = $8)
            ORDER BY c.subject, c.provider
            LIMIT $7"#,
         tenant_id,
-        subject,
-        provider,
-        status,
+        filter.subject,
+        filter.provider,
+        filter.status.map(ConnectionStatus::as_str),
         after_subject,
         after_provider,
-        limit
+        limit,
+        filter.id,
     )
     .fetch_all(db)
     .await
 }
 
+/// One of a tenant's connections, as listed.
 pub async fn connection_meta(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
     id: Uuid,
 ) -> Result<Option<ConnectionMeta>, sqlx::Error> {
-    sqlx::query_as!(
-        ConnectionMeta,
-        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes, c.status, c.created_at,
-                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
-           FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
-           WHERE c.tenant_id = $1 AND c.id = $2"#,
-        tenant_id,
-        id
-    )
-    .fetch_optional(db)
-    .await
+    let filter = ConnectionFilter { id: Some(id), ..ConnectionFilter::default() };
+    Ok(list_connections(db, tenant_id, &filter, 1).await?.pop())
 }
 
 /// Ids of a subject's connections that still hold a grant (off-boarding).
@@ -336,9 +322,9 @@ pub async fn lock_rows_not_under_key(
 ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes, status, key_id,
-                  access_token_ct, refresh_token_ct, id_token_ct, token_type, access_expires_at,
-                  created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+                  status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
+                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
            FROM connections
            WHERE key_id IS NOT NULL AND key_id <> $1
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)

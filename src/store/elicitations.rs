@@ -1,5 +1,6 @@
 //! `elicitations`: the records connect URLs point to.
 
+use crate::domain::ElicitationStatus;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -11,7 +12,7 @@ pub struct ElicitationRow {
     pub subject: String,
     pub provider: String,
     pub scopes: Vec<String>,
-    pub status: String,
+    pub status: ElicitationStatus,
     pub created_at: OffsetDateTime,
     pub expires_at: OffsetDateTime,
     pub completed_at: Option<OffsetDateTime>,
@@ -61,8 +62,8 @@ pub async fn find_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
-                  cancel_reason
+        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+                  expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
         tenant_id,
@@ -82,8 +83,8 @@ pub async fn find_for_tenant(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
-                  cancel_reason
+        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+                  expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
         id,
         tenant_id
@@ -123,8 +124,8 @@ pub async fn lock_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
-                  cancel_reason
+        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+                  expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
            FOR UPDATE"#,
         id,
@@ -139,8 +140,8 @@ pub async fn lock_pending(
 pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status, created_at, expires_at, completed_at, connection_id,
-                  cancel_reason
+        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+                  expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1"#,
         id
     )

@@ -276,7 +276,15 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     }
     app.token_ok(json!({"subject": "bob", "provider": "github"})).await;
     // Hand-outs are written in batches off the request path.
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let handouts = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap()
+            == 3
+    };
+    crate::helpers::eventually(std::time::Duration::from_secs(5), "alice's three hand-outs in the trail", handouts)
+        .await;
     let r = app.admin(Method::GET, "/audit?kind=token_handed_out&subject=alice&limit=2", None).await;
     let text = r.text().await.unwrap();
     assert!(!text.contains("gho_SECRET"));

@@ -57,8 +57,9 @@ async fn a_cut_listener_empties_the_cache_and_nothing_stale_is_handed_out() {
     .await
     .unwrap();
     assert!(!cut.is_empty(), "found the listener connection");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!app.state.caches.is_serving(), "the cache stops serving when its listener is gone");
+    let stopped = || async { !app.state.caches.is_serving() };
+    crate::helpers::eventually(Duration::from_secs(5), "the cache stops serving when its listener is gone", stopped)
+        .await;
     assert!(app.state.caches.is_empty());
     // A change made while nobody listens (its notification is lost)...
     sqlx::query("UPDATE connections SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL")
@@ -158,7 +159,18 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
     .await
     .unwrap();
     assert!(!ended.is_empty(), "found the lookup's connection");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gone = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+            == 0
+    };
+    crate::helpers::eventually(Duration::from_secs(5), "the ended backend is gone", gone).await;
     for _ in 0..3 {
         assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     }

@@ -701,7 +701,17 @@ async fn a_link_completing_while_another_commits_the_same_connection_keeps_one_g
         async move { client.get(&cb).send().await.unwrap() }
     });
     // The callback exchanges its code, then waits on the unique key for the other commit.
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO connections%'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+            == 1
+    };
+    crate::helpers::eventually(std::time::Duration::from_secs(5), "the callback's insert waits on ours", waiting).await;
     other.commit().await.unwrap();
     let r = callback.await.unwrap();
     assert_eq!(r.status(), 409, "told, never a 500");

@@ -149,7 +149,7 @@ async fn mcp_token_audience(env: &HashMap<String, String>) -> String {
 #[tokio::test]
 async fn dev_mints_mcp_tokens_for_the_mcp_servers_url() {
     let db = crate::helpers::create_database().await;
-    let (_dev, env) = start_dev(Some(&db));
+    let (_dev, env) = start_dev(Some(&db.url));
     assert_eq!(env["MCP_CONNECT_DEV_MCP_URL"], "http://127.0.0.1:8090/mcp");
     let aud = mcp_token_audience(&env).await;
     assert_eq!(aud, env["MCP_CONNECT_DEV_MCP_URL"]);
@@ -187,8 +187,8 @@ async fn dev_runs_from_a_folder_only_its_owner_can_enter_and_cleans_up() {
 #[tokio::test]
 async fn dev_uses_database_url_when_it_is_set() {
     let db = crate::helpers::create_database().await;
-    let (dev, env) = start_dev(Some(&db));
-    assert_eq!(env["DATABASE_URL"], db);
+    let (dev, env) = start_dev(Some(&db.url));
+    assert_eq!(env["DATABASE_URL"], db.url);
     walkthrough(&env).await;
     assert!(!dev.dir.join(".mcp-connect-dev").exists());
 }

@@ -9,6 +9,7 @@ mod cache;
 mod connect_flow;
 mod dev_command;
 mod e2e;
+mod harness;
 mod helpers;
 mod interop;
 mod lifecycle;

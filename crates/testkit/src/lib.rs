@@ -1,51 +1,30 @@
-//! Test support for crates built on mcp-connect (the client library, MCP servers): a
-//! [`Stack`] of a dev identity provider, a dev downstream provider and the real
-//! mcp-connect application on a fresh Postgres database, and a [`Browser`] that clicks
-//! through the connect flow over HTTP as a person would. Nothing is mocked.
+//! The one test harness of the workspace. The service's API tests use [`TestApp`] (a fresh
+//! database, the real `Application`, dev IdP and provider, keys for two tenants); crates
+//! built on mcp-connect (the client library, MCP servers) use the same thing as a
+//! [`Stack`], with a [`Browser`] that clicks through the connect flow over HTTP as a person
+//! would. Nothing is mocked. Each test's database is dropped when the test ends, and any
+//! left by a crashed run are swept at the start of the next ([`db`]).
 //!
-//! Errors are `anyhow` with context rather than panics, so the crate obeys the workspace
-//! lints; tests `unwrap()` them.
+//! [`Stack`] and [`Browser`] return `anyhow` errors with context (their callers
+//! `unwrap()` them); [`TestApp`]'s helpers panic with a message, as assertions do.
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
-use mcp_connect::config::Config;
-use mcp_connect::domain::{KeyScope, TenantId};
-use mcp_connect::startup::Application;
-use mcp_connect_devproviders::{ClientRegistration, DEV_SUBJECT_GRANT_TYPE, DevProvider, DevProviderConfig, Role};
-use secrecy::ExposeSecret;
-use sqlx::Connection;
-use std::collections::HashMap;
+use anyhow::{Result, anyhow, bail, ensure};
+use mcp_connect_devproviders::{DEV_SUBJECT_GRANT_TYPE, DevProvider};
 use std::sync::Arc;
+
+mod app;
+pub mod db;
+
+pub use app::*;
+pub use db::{TestDatabase, database_server_url, sweep};
 
 /// The tenant the stack registers, and the provider it offers.
 pub const TENANT: &str = "acme";
 pub const TENANT_NAME: &str = "Acme Assistant";
 pub const PROVIDER: &str = "testp";
-/// A confidential client of the IdP that may use the dev subject grant, standing in for
-/// an MCP client that signed its user in.
-pub const MCP_CLIENT_ID: &str = "mcp-test-client";
-const MCP_CLIENT_SECRET: &str = "mcp-test-client-secret";
-const VAULT_KEYS: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
-/// The Postgres server: `DATABASE_URL` (any database on it) or the local default.
-pub fn database_server_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-/// Creates an empty database named `mcpc_test_<uuid>` (the CI script drops those) and
-/// returns its URL.
-pub async fn create_database() -> Result<String> {
-    let server = database_server_url();
-    let name = format!("mcpc_test_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(&server)
-        .await
-        .with_context(|| "connect to Postgres (is it running on 127.0.0.1:5432 or at DATABASE_URL?)")?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await?;
-    let mut url = url::Url::parse(&server).context("DATABASE_URL is not a URL")?;
-    url.set_path(&format!("/{name}"));
-    Ok(url.to_string())
-}
-
-/// A running IdP, provider and mcp-connect instance.
+/// A running IdP, provider and mcp-connect instance: the [`TestApp`] of the service's own
+/// tests, seen through what a client of the service needs.
 pub struct Stack {
     /// The primary IdP of mcp-connect; its access tokens are JWTs for `mcp_audience`.
     pub idp: Arc<DevProvider>,
@@ -58,65 +37,23 @@ pub struct Stack {
     pub pool: sqlx::PgPool,
     /// The audience of the IdP's access tokens: the MCP server's resource identifier.
     pub mcp_audience: String,
+    /// The instance (and its database, dropped with it).
+    pub app: TestApp,
 }
 
 impl Stack {
     /// Starts everything. `mcp_audience` is the resource identifier the MCP server under
     /// test accepts in access tokens.
     pub async fn start(mcp_audience: &str) -> Result<Stack> {
-        let db_url = create_database().await?;
-        let idp = DevProvider::start(DevProviderConfig {
-            display_name: "Test Identity Provider".to_owned(),
-            role: Role::IdentityProvider,
-            jwt_access_token_audience: Some(mcp_audience.to_owned()),
-            ..DevProviderConfig::default()
-        })
-        .await
-        .context("start the IdP")?;
-        let provider = DevProvider::start(DevProviderConfig {
-            display_name: "Test Provider".to_owned(),
-            role: Role::Downstream,
-            ..DevProviderConfig::default()
-        })
-        .await
-        .context("start the provider")?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
-        idp.add_client(ClientRegistration {
-            client_id: "mcp-connect".to_owned(),
-            client_secret: "idp-secret".to_owned(),
-            redirect_uris: vec![format!("{base}/login/callback")],
-        });
-        idp.add_client(ClientRegistration {
-            client_id: MCP_CLIENT_ID.to_owned(),
-            client_secret: MCP_CLIENT_SECRET.to_owned(),
-            redirect_uris: vec![],
-        });
-        provider.add_client(ClientRegistration {
-            client_id: "testp-client".to_owned(),
-            client_secret: "testp-secret".to_owned(),
-            redirect_uris: vec![format!("{base}/connect/{PROVIDER}/callback")],
-        });
-        let env: HashMap<&str, String> = HashMap::from([
-            ("MCP_CONNECT_DATABASE_URL", db_url.clone()),
-            ("MCP_CONNECT_VAULT_KEYS", VAULT_KEYS.to_owned()),
-            ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret".to_owned()),
-            ("MCP_CONNECT_PROVIDER_TESTP_CLIENT_SECRET", "testp-secret".to_owned()),
-        ]);
-        let toml = config_toml(&base, &idp.issuer(), &provider.issuer());
-        let config = Config::from_toml(&toml, &|k| env.get(k).cloned()).context("mcp-connect test config")?;
-        let app = Application::build_with_listener(config, listener).await?;
-        let pool = app.state().pool.clone();
-        tokio::spawn(app.run_until_stopped());
-        let tenant = TenantId::parse(TENANT).map_err(|e| anyhow!("tenant id: {}", e.0))?;
-        let key = mcp_connect::cli::create_api_key(&pool, &tenant, KeyScope::Server, Some("testkit")).await?;
+        let app = TestApp::start(Options { mcp_audience: Some(mcp_audience.to_owned()), ..Options::default() }).await?;
         Ok(Stack {
-            idp: Arc::new(idp),
-            provider: Arc::new(provider),
-            connect_base: base,
-            api_key: key.key.expose_secret().to_owned(),
-            pool,
+            idp: app.idp.clone(),
+            provider: app.provider.clone(),
+            connect_base: app.base.clone(),
+            api_key: app.key.clone(),
+            pool: app.pool.clone(),
             mcp_audience: mcp_audience.to_owned(),
+            app,
         })
     }
 
@@ -125,7 +62,7 @@ impl Stack {
     pub async fn mcp_access_token(&self, subject: &str) -> Result<String> {
         let r = reqwest::Client::new()
             .post(format!("{}/token", self.idp.base_url()))
-            .basic_auth(MCP_CLIENT_ID, Some(MCP_CLIENT_SECRET))
+            .basic_auth(MCP_CLIENT_ID, Some(app::MCP_CLIENT_SECRET))
             .form(&[("grant_type", DEV_SUBJECT_GRANT_TYPE), ("subject", subject), ("scope", "openid")])
             .send()
             .await?;
@@ -162,35 +99,6 @@ impl Stack {
             .await?;
         Ok((e, c))
     }
-}
-
-fn config_toml(base: &str, idp: &str, provider: &str) -> String {
-    format!(
-        r#"
-public_base_url = "{base}"
-listen = "127.0.0.1:0"
-log_format = "text"
-[idp]
-issuer = "{idp}"
-client_id = "mcp-connect"
-[api_keys]
-cache_seconds = 1
-[outbound]
-timeout_seconds = 3
-[[tenants]]
-id = "{TENANT}"
-display_name = "{TENANT_NAME}"
-providers = ["{PROVIDER}"]
-[providers.{PROVIDER}]
-template = "oidc"
-display_name = "Test Provider"
-issuer = "{provider}"
-client_id = "testp-client"
-scopes = ["openid", "profile"]
-account_id_field = "id"
-account_login_field = "login"
-"#
-    )
 }
 
 /// A person's browser: a cookie jar, no automatic redirects (each hop is checked).

@@ -27,24 +27,24 @@ pub async fn list_connections(
 ) -> Result<HttpResponse, ApiError> {
     let subject = q.subject.as_deref().map(subject).transpose()?;
     let provider = q.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
-    if let Some(s) = &q.status
-        && crate::domain::ConnectionStatus::parse(s).is_err()
-    {
-        return Err(ApiError::bad_request("invalid_request", "status must be active, needs_reauth or revoked"));
-    }
+    let status = q
+        .status
+        .as_deref()
+        .map(crate::domain::ConnectionStatus::parse)
+        .transpose()
+        .map_err(|_| ApiError::bad_request("invalid_request", "status must be active, needs_reauth or revoked"))?;
     let limit = limit(q.limit)?;
     let after = q.after.as_deref().map(decode_cursor).transpose()?;
-    let rows = store::connections::list_connections(
-        &state.pool,
-        caller.0.tenant.as_str(),
-        subject.as_ref().map(Subject::as_str),
-        provider.as_ref().map(ProviderId::as_str),
-        q.status.as_deref(),
-        after.as_ref().map(|(s, p)| (s.as_str(), p.as_str())),
-        limit,
-    )
-    .await
-    .map_err(db)?;
+    let filter = store::connections::ConnectionFilter {
+        id: None,
+        subject: subject.as_ref().map(Subject::as_str),
+        provider: provider.as_ref().map(ProviderId::as_str),
+        status,
+        after: after.as_ref().map(|(s, p)| (s.as_str(), p.as_str())),
+    };
+    let rows = store::connections::list_connections(&state.pool, caller.0.tenant.as_str(), &filter, limit)
+        .await
+        .map_err(db)?;
     let next =
         (rows.len() as i64 == limit).then(|| rows.last().map(|r| encode_cursor(&r.subject, &r.provider))).flatten();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "connections": rows, "next": next })))

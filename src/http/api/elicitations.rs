@@ -20,7 +20,7 @@ pub async fn get_elicitation(
         .map_err(|e| ApiError::from_db(&e))?
         .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
     // A pending record past its deadline is reported as what it is, before clean-up runs.
-    let mut status = ElicitationStatus::parse(&e.status).map_err(|err| ApiError::internal(&err))?;
+    let mut status = e.status;
     if status == ElicitationStatus::Pending && e.expires_at <= OffsetDateTime::now_utc() {
         status = ElicitationStatus::Expired;
     }

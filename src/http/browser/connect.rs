@@ -292,77 +292,95 @@ fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> Pag
         query = %q.describe(),
         "callback refused"
     );
-    let r = r.into_inner();
-    let refused =
-        |msg: &'static str| PageError::new(rid, StatusCode::BAD_REQUEST, "The connection was refused", msg, HINT_RETRY);
-    match r {
+    match refusal_text(r.into_inner()) {
+        Ok(t) => PageError::new(rid, t.status, t.title, t.message, t.hint),
+        Err(internal) => PageError::internal(&rid.0, &internal),
+    }
+}
+
+/// What a refusal page says: status, title, what happened, what to do.
+struct RefusalText {
+    status: StatusCode,
+    title: &'static str,
+    message: &'static str,
+    hint: &'static str,
+}
+
+const fn refused(message: &'static str) -> RefusalText {
+    RefusalText { status: StatusCode::BAD_REQUEST, title: "The connection was refused", message, hint: HINT_RETRY }
+}
+
+const OTHER_SESSION: RefusalText = RefusalText {
+    status: StatusCode::FORBIDDEN,
+    title: "The connection was refused",
+    message: "This answer belongs to a sign-in in another browser or session.",
+    hint: HINT_RETRY,
+};
+const PROVIDER_ERROR: RefusalText = RefusalText {
+    status: StatusCode::BAD_GATEWAY,
+    title: "The provider reported an error",
+    message: "Nothing was connected.",
+    hint: "You can open the same link again and retry.",
+};
+const ANSWER_FAILED_CHECKS: RefusalText = RefusalText {
+    status: StatusCode::BAD_GATEWAY,
+    title: "The provider's answer did not pass the checks",
+    message: "Nothing was connected.",
+    hint: "You can open the same link again and retry.",
+};
+const CONNECTED_CONCURRENTLY: RefusalText = RefusalText {
+    status: StatusCode::CONFLICT,
+    title: "Connected in another window",
+    message: "This account was connected from another window a moment ago; that connection is kept and the \
+              duplicate grant made here was not stored (it is revoked at the provider where the provider allows).",
+    hint: "Nothing more to do. If your assistant still asks, open the link again.",
+};
+const ACCOUNT_MISMATCH: RefusalText = RefusalText {
+    status: StatusCode::CONFLICT,
+    title: "A different account is already connected",
+    message: "You signed in at the provider with another account than the one already connected here. The \
+              existing connection was kept.",
+    hint: "Sign in at the provider with the account you connected before, or ask your administrator to remove \
+           the old connection.",
+};
+const PROVIDER_PAUSED: RefusalText = RefusalText {
+    status: StatusCode::SERVICE_UNAVAILABLE,
+    title: "Connecting this provider is paused",
+    message: "The operator of this service has paused connections to this provider. Nothing was connected.",
+    hint: "Try again later, or ask your administrator.",
+};
+const PROVIDER_UNAVAILABLE: RefusalText = RefusalText {
+    status: StatusCode::SERVICE_UNAVAILABLE,
+    title: "The provider is unavailable",
+    message: "Nothing was connected.",
+    hint: "Try again in a minute.",
+};
+
+/// The page for each refusal; an internal failure is the error to log behind a 500 page.
+fn refusal_text(r: CallbackRefusal) -> Result<RefusalText, Box<dyn std::error::Error>> {
+    Ok(match r {
         CallbackRefusal::MissingState | CallbackRefusal::StateUnknown => {
             refused("This answer from the provider is unknown or was already used.")
         }
         CallbackRefusal::StateExpired => refused("This answer from the provider came too late."),
-        CallbackRefusal::NoSession | CallbackRefusal::SessionMismatch => PageError::new(
-            rid,
-            StatusCode::FORBIDDEN,
-            "The connection was refused",
-            "This answer belongs to a sign-in in another browser or session.",
-            HINT_RETRY,
-        ),
+        CallbackRefusal::NoSession | CallbackRefusal::SessionMismatch => OTHER_SESSION,
         CallbackRefusal::ProviderMismatch | CallbackRefusal::RedirectMismatch | CallbackRefusal::Iss(_) => {
             refused("The answer did not come from the provider this request was sent to.")
         }
         CallbackRefusal::ElicitationGone => refused("The connect request is no longer active."),
-        CallbackRefusal::ProviderError(_) => PageError::new(
-            rid,
-            StatusCode::BAD_GATEWAY,
-            "The provider reported an error",
-            "Nothing was connected.",
-            "You can open the same link again and retry.",
-        ),
+        CallbackRefusal::ProviderError(_) => PROVIDER_ERROR,
         CallbackRefusal::MissingCode
         | CallbackRefusal::Exchange(_)
         | CallbackRefusal::Account
-        | CallbackRefusal::UserinfoSubject(_) => PageError::new(
-            rid,
-            StatusCode::BAD_GATEWAY,
-            "The provider's answer did not pass the checks",
-            "Nothing was connected.",
-            "You can open the same link again and retry.",
-        ),
-        CallbackRefusal::ConnectedConcurrently => PageError::new(
-            rid,
-            StatusCode::CONFLICT,
-            "Connected in another window",
-            "This account was connected from another window a moment ago; that connection is kept and the \
-             duplicate grant made here was not stored (it is revoked at the provider where the provider allows).",
-            "Nothing more to do. If your assistant still asks, open the link again.",
-        ),
-        CallbackRefusal::AccountMismatch => PageError::new(
-            rid,
-            StatusCode::CONFLICT,
-            "A different account is already connected",
-            "You signed in at the provider with another account than the one already connected here. The existing \
-             connection was kept.",
-            "Sign in at the provider with the account you connected before, or ask your administrator to remove the \
-             old connection.",
-        ),
-        CallbackRefusal::ProviderDisabled => PageError::new(
-            rid,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Connecting this provider is paused",
-            "The operator of this service has paused connections to this provider. Nothing was connected.",
-            "Try again later, or ask your administrator.",
-        ),
-        CallbackRefusal::Resolve(_) => PageError::new(
-            rid,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The provider is unavailable",
-            "Nothing was connected.",
-            "Try again in a minute.",
-        ),
-        CallbackRefusal::Database(e) => PageError::internal(&rid.0, &e),
-        CallbackRefusal::Vault(e) => PageError::internal(&rid.0, &e),
-        CallbackRefusal::Encoding(e) => PageError::internal(&rid.0, &e),
-        // Unwrapped above.
-        CallbackRefusal::GrantRefused { refusal, .. } => callback_error(rid, q, *refusal),
-    }
+        | CallbackRefusal::UserinfoSubject(_) => ANSWER_FAILED_CHECKS,
+        CallbackRefusal::ConnectedConcurrently => CONNECTED_CONCURRENTLY,
+        CallbackRefusal::AccountMismatch => ACCOUNT_MISMATCH,
+        CallbackRefusal::ProviderDisabled => PROVIDER_PAUSED,
+        CallbackRefusal::Resolve(_) => PROVIDER_UNAVAILABLE,
+        CallbackRefusal::Database(e) => return Err(Box::new(e)),
+        CallbackRefusal::Vault(e) => return Err(Box::new(e)),
+        CallbackRefusal::Encoding(e) => return Err(Box::new(e)),
+        // `into_inner` unwrapped it already; a nested one says what it wraps.
+        CallbackRefusal::GrantRefused { refusal, .. } => return refusal_text(*refusal),
+    })
 }
