@@ -13,5 +13,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=build /src/target/release/mcp-connect /usr/local/bin/mcp-connect
 USER 10001:10001
 EXPOSE 8080
+# Ready: /readyz answers 200 (503 while draining after SIGTERM, or without the database).
+HEALTHCHECK --interval=10s --timeout=5s --retries=3 \
+    CMD ["/usr/local/bin/mcp-connect", "healthcheck", "--config", "/etc/mcp-connect/mcp-connect.toml"]
 ENTRYPOINT ["/usr/local/bin/mcp-connect"]
 CMD ["serve", "--config", "/etc/mcp-connect/mcp-connect.toml"]

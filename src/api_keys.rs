@@ -115,6 +115,11 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Longest wait for an argon2 slot before answering 503.
 const HASH_WAIT: Duration = Duration::from_secs(2);
 
+/// Metrics (catalogue: `telemetry::metrics`): time waited for an argon2 slot (0 when one
+/// was free), and checks refused because the queue was full or the wait too long.
+pub const METRIC_HASH_WAIT: &str = "mcp_connect_api_key_hash_wait_seconds";
+pub const METRIC_HASH_QUEUE_FULL: &str = "mcp_connect_api_key_hash_refused_total";
+
 /// Verifies presented keys, with the cache described in the module doc.
 pub struct ApiKeyVerifier {
     pool: store::PgPool,
@@ -269,6 +274,7 @@ impl ApiKeyVerifier {
     /// `max_waiting` others wait.
     async fn hash_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, KeyRejection> {
         if let Ok(permit) = self.hashing.clone().try_acquire_owned() {
+            metrics::histogram!(METRIC_HASH_WAIT).record(0.0);
             return Ok(permit);
         }
         // Counted while waiting, and uncounted however the wait ends (also when the request
@@ -281,13 +287,19 @@ impl ApiKeyVerifier {
         }
         let _waiting = Waiting(&self.waiting);
         if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
+            metrics::counter!(METRIC_HASH_QUEUE_FULL).increment(1);
             return Err(KeyRejection::Busy);
         }
+        let started = Instant::now();
         let got = tokio::time::timeout(HASH_WAIT, self.hashing.clone().acquire_owned()).await;
+        metrics::histogram!(METRIC_HASH_WAIT).record(started.elapsed().as_secs_f64());
         match got {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(KeyRejection::Task),
-            Err(_) => Err(KeyRejection::Busy),
+            Err(_) => {
+                metrics::counter!(METRIC_HASH_QUEUE_FULL).increment(1);
+                Err(KeyRejection::Busy)
+            }
         }
     }
 

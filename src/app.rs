@@ -43,6 +43,11 @@ pub struct AppState {
     pub refresh_gate: Arc<RefreshGate>,
     pub handouts: HandoutAudit,
     pub caches: Arc<Caches>,
+    /// Work that outlives its request (refreshes, the callback's exchange): shutdown waits
+    /// for it (see `startup::Application::run_until_signalled`).
+    pub detached: tokio_util::task::TaskTracker,
+    /// Set on SIGTERM: `/readyz` answers 503 while requests are still served.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {

@@ -1,6 +1,5 @@
 //! The `mcp-connect` command line. `main.rs` only calls `run`.
 
-use crate::api_keys::{NewApiKey, hash_key};
 use crate::config::Config;
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::startup::{Application, sync_tenants};
@@ -22,8 +21,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the service.
-    Serve,
+    /// Run the service (applies migrations first, unless --no-migrate).
+    Serve {
+        /// Do not migrate: refuse to start unless the schema is already this binary's.
+        #[arg(long)]
+        no_migrate: bool,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API keys.
@@ -54,6 +57,10 @@ pub enum Command {
     },
     /// Run the periodic clean-up once and print what it removed.
     Cleanup,
+    /// Ask the service on this machine whether it is ready (`GET /readyz` on `listen`,
+    /// 127.0.0.1 when it listens on all addresses): exit 0 when it answers 200, 1 when
+    /// not. For container health checks.
+    Healthcheck,
     /// Print a new random vault key entry (`<id>:<base64>`) for MCP_CONNECT_VAULT_KEYS.
     Genkey {
         /// Key id, e.g. the month it was made.
@@ -119,8 +126,22 @@ pub enum ApikeyAction {
 /// The binary's whole `main`: parse the command line, run it on a multi-threaded runtime.
 /// Kept in the library so that the binary crate instantiates nothing (its release build
 /// took half a minute compiling the runtime and the server a second time).
+///
+/// Exit codes (BSD `sysexits.h`): 0 done, 64 usage error, 69 database unreachable, 78
+/// configuration error, 1 anything else (said on stderr).
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // `--help` and `--version` are answers, not errors.
+            return if e.use_stderr() {
+                std::process::ExitCode::from(EX_USAGE)
+            } else {
+                std::process::ExitCode::SUCCESS
+            };
+        }
+    };
     let outcome = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,8 +151,23 @@ pub fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp-connect: {e:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+pub const EX_USAGE: u8 = 64;
+pub const EX_UNAVAILABLE: u8 = 69;
+pub const EX_CONFIG: u8 = 78;
+
+/// The exit code for a failed command, from what failed.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<crate::config::ConfigError>()) {
+        EX_CONFIG
+    } else if e.chain().any(|c| c.is::<store::Unreachable>()) {
+        EX_UNAVAILABLE
+    } else {
+        1
     }
 }
 
@@ -143,56 +179,82 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{entry}");
             Ok(())
         }
-        Command::Serve => {
-            let config = Config::load(&cli.config)?;
+        Command::Serve { no_migrate } => {
+            let mut config = Config::load(&cli.config)?;
+            config.migrate_on_start = !no_migrate;
             let _logs = crate::telemetry::init(config.log_format);
-            let listen = config.listen;
+            let (listen, metrics) = (config.listen, config.metrics_listen);
             let app = Application::build(config).await?;
-            tracing::info!(%listen, "mcp-connect serving");
-            app.run_until_stopped().await?;
+            tracing::info!(%listen, metrics = ?metrics, "mcp-connect serving");
+            app.run_until_signalled().await?;
             Ok(())
         }
         Command::Migrate => {
-            open_database(&cli.config, 1, Tenants::Sync).await?;
+            open_database(&cli.config, 1, Schema::Migrate).await?;
             println!("migrations applied");
             Ok(())
         }
         #[cfg(feature = "dev")]
         Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
-            let (config, pool) = open_database(&cli.config, 2, Tenants::Leave).await?;
+            let (config, pool) = open_database(&cli.config, 2, Schema::Check).await?;
             rotate_key(&pool, crate::vault::Vault::new(config.keyring), batch).await
         }
         Command::Killswitch { action } => {
-            killswitch(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await
+            killswitch(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await
         }
-        Command::Tenant { action } => tenant(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await,
+        Command::Tenant { action } => tenant(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await,
         Command::Cleanup => {
-            let (config, pool) = open_database(&cli.config, 2, Tenants::Leave).await?;
+            let (config, pool) = open_database(&cli.config, 2, Schema::Check).await?;
             let r =
                 crate::flows::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention).await?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())
         }
-        Command::Apikey { action } => apikey(&open_database(&cli.config, 2, Tenants::Sync).await?.1, action).await,
+        Command::Healthcheck => healthcheck(Config::load(&cli.config)?.listen).await,
+        Command::Apikey { action } => apikey(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await,
     }
 }
 
-/// Whether a command writes the configured tenants before it runs.
-enum Tenants {
-    Sync,
-    Leave,
+/// What a command does with the schema: only `migrate` (and `serve`, `dev`) change it;
+/// every other command refuses a schema that is not this binary's, and writes nothing it
+/// was not asked to (the configured tenants are written by `migrate` and `serve`).
+enum Schema {
+    Migrate,
+    Check,
 }
 
-/// The configuration, and a migrated database with `connections` connections.
-async fn open_database(config: &Path, connections: u32, tenants: Tenants) -> anyhow::Result<(Config, store::PgPool)> {
+/// The configuration, and the database with `connections` connections.
+async fn open_database(config: &Path, connections: u32, schema: Schema) -> anyhow::Result<(Config, store::PgPool)> {
     let config = Config::load(config)?;
     let pool = store::connect(config.database_url.expose_secret(), connections).await?;
-    store::migrate(&pool).await?;
-    if let Tenants::Sync = tenants {
-        sync_tenants(&pool, &config.tenants).await?;
+    match schema {
+        Schema::Migrate => {
+            store::migrate(&pool).await?;
+            sync_tenants(&pool, &config.tenants).await?;
+        }
+        Schema::Check => store::check_schema(&pool).await?,
     }
     Ok((config, pool))
+}
+
+async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    let mut addr = listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    let url = format!("http://{addr}/readyz");
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(3)).build()?;
+    let r = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    let status = r.status();
+    let body = r.text().await.unwrap_or_default();
+    anyhow::ensure!(status == reqwest::StatusCode::OK, "{url} answered {status}: {body}");
+    println!("ready ({url})");
+    Ok(())
 }
 
 async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64) -> anyhow::Result<()> {
@@ -260,7 +322,7 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
             if !store::tenants::tenant_exists(pool, tenant.as_str()).await? {
                 anyhow::bail!("--tenant: no configured tenant {tenant}");
             }
-            let key = create_api_key(pool, &tenant, scope, label.as_deref()).await?;
+            let key = crate::flows::api_keys::create_api_key(pool, &tenant, scope, label.as_deref()).await?;
             println!("{}", key.key.expose_secret());
             eprintln!(
                 "key id {} for tenant {tenant}, scope {}: store it now, it is not shown again",
@@ -341,39 +403,5 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     println!("{provider}: {}", mode.as_deref().unwrap_or("off"));
-    Ok(())
-}
-
-/// Makes a key, stores its hash and an audit event, and returns it (shown once).
-pub async fn create_api_key(
-    pool: &store::PgPool,
-    tenant: &TenantId,
-    scope: KeyScope,
-    label: Option<&str>,
-) -> anyhow::Result<NewApiKey> {
-    let key = NewApiKey::generate();
-    store_api_key(pool, &key, tenant, scope, label).await?;
-    Ok(key)
-}
-
-/// Stores the hash of a key made by [`NewApiKey::generate`], with its audit event.
-pub async fn store_api_key(
-    pool: &store::PgPool,
-    key: &NewApiKey,
-    tenant: &TenantId,
-    scope: KeyScope,
-    label: Option<&str>,
-) -> anyhow::Result<()> {
-    let secret = key.key.clone();
-    let hash =
-        tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
-    let mut tx = pool.begin().await?;
-    store::api_keys::insert_api_key(&mut *tx, key.id.as_str(), tenant.as_str(), scope.as_str(), &hash, label).await?;
-    let mut ev = AuditEvent::new("api_key_created");
-    ev.tenant_id = Some(tenant.to_string());
-    ev.api_key_id = Some(key.id.to_string());
-    ev.detail = serde_json::json!({ "scope": scope.as_str() });
-    store::audit::insert_event(&mut *tx, &ev).await?;
-    tx.commit().await?;
     Ok(())
 }

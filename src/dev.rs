@@ -208,6 +208,8 @@ issuer = "{idp}"
 client_id = "mcp-connect-dev"
 [sessions]
 ttl_seconds = 3600
+[metrics]
+listen = "127.0.0.1:0"
 [[tenants]]
 id = "dev"
 display_name = "Dev Assistant"
@@ -252,6 +254,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     ]);
     let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer()), &|k| env.get(k).cloned())?;
     let app = Application::build_with_listener(config, listener).await?;
+    let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
     let key = |scope| dev_key(&app, scope);
     let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
 
@@ -266,10 +269,11 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
             ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
             ("MCP_CONNECT_DEV_MCP_URL", args.mcp_url.as_str()),
             ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
+            ("MCP_CONNECT_METRICS_URL", &metrics_url),
             ("DATABASE_URL", &database_url),
         ],
     )?;
-    print_walkthrough(&base, &args.env_file, &args.mcp_url);
+    print_walkthrough(&base, &args.env_file, &args.mcp_url, &metrics_url);
     tokio::select! {
         r = app.run_until_stopped() => r?,
         _ = shutdown_signal() => eprintln!("\nshutting down"),
@@ -312,7 +316,7 @@ async fn start_dev_providers(
 /// A fresh API key of the dev tenant.
 async fn dev_key(app: &Application, scope: KeyScope) -> anyhow::Result<String> {
     let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = crate::cli::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
+    let key = crate::flows::api_keys::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
     Ok(key.key.expose_secret().to_owned())
 }
 
@@ -355,7 +359,7 @@ fn write_env_file(path: &Path, vars: &[(&str, &str)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url) {
+fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url, metrics_url: &str) {
     let env = env_file.display();
     let mcp_public = mcp_url.origin().ascii_serialization();
     let mcp_listen =
@@ -385,6 +389,7 @@ Try it (in another terminal):
   # and sign in as bob. The page refuses: the link was made for another account.
 
   # Operators: curl -s -H "Authorization: Bearer $MCP_CONNECT_ADMIN_KEY" $MCP_CONNECT_URL/admin/v1/audit
+  # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
 
 The MCP side: run the example MCP server against this demo (its resource is {mcp_url}):
 

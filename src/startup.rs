@@ -16,6 +16,9 @@ pub struct Application {
     port: u16,
     server: Server,
     state: web::Data<AppState>,
+    /// The scrape endpoint, when `[metrics] listen` is set.
+    metrics: Option<(u16, Server)>,
+    drain: std::time::Duration,
 }
 
 impl Application {
@@ -37,6 +40,12 @@ impl Application {
         listener: TcpListener,
         clock: Arc<dyn crate::domain::Clock>,
     ) -> anyhow::Result<Self> {
+        // Bound before anything else starts: a wrong address fails the start at once.
+        let metrics_listener = config
+            .metrics_listen
+            .map(|a| TcpListener::bind(a).map_err(|e| anyhow::anyhow!("cannot listen on {a} (metrics.listen): {e}")))
+            .transpose()?;
+        let drain = config.drain;
         let pool = open_database(&config).await?;
         let split = PoolSplit::new(config.database_max_connections);
         let connect_options = store::connect_options(config.database_url.expose_secret())
@@ -44,7 +53,19 @@ impl Application {
         let state = app_state(config, pool, clock, &connect_options, split).await?;
         let port = listener.local_addr()?.port();
         let server = serve(listener, state.clone(), connect_options, split)?;
-        Ok(Self { port, server, state: web::Data::new(state) })
+        let metrics = match metrics_listener {
+            Some(l) => {
+                let port = l.local_addr()?.port();
+                Some((port, crate::telemetry::metrics::serve(l, crate::telemetry::metrics::install())?))
+            }
+            None => None,
+        };
+        Ok(Self { port, server, state: web::Data::new(state), metrics, drain })
+    }
+
+    /// The port `GET /metrics` is served on, when metrics are on.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics.as_ref().map(|(p, _)| *p)
     }
 
     pub fn port(&self) -> u16 {
@@ -56,7 +77,71 @@ impl Application {
     }
 
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        if let Some((_, metrics)) = self.metrics {
+            tokio::spawn(metrics);
+        }
         self.server.await
+    }
+
+    /// Serves until SIGTERM or SIGINT, then drains:
+    /// 1. `/readyz` answers 503 at once, while every request is still served for
+    ///    `shutdown.drain_seconds` (load balancers take the instance out meanwhile);
+    /// 2. no new connections are accepted; work detached from its request (refreshes,
+    ///    callback exchanges) finishes, bounded by the outbound timeout and a margin;
+    /// 3. the server stops gracefully (in-flight requests finish, idle connections close);
+    /// 4. the hand-out audit events still queued are written to Postgres.
+    pub async fn run_until_signalled(self) -> std::io::Result<()> {
+        let handle = self.server.handle();
+        let state = self.state.clone();
+        let metrics = self.metrics.map(|(_, m)| {
+            let h = m.handle();
+            tokio::spawn(m);
+            h
+        });
+        let server = tokio::spawn(self.server);
+        shutdown_signal().await;
+        state.draining.store(true, std::sync::atomic::Ordering::Release);
+        tracing::info!(drain_seconds = self.drain.as_secs(), "shutdown signal: draining (readyz answers 503)");
+        tokio::time::sleep(self.drain).await;
+        handle.pause().await;
+        state.detached.close();
+        let bound = state.outbound_timeout + std::time::Duration::from_secs(10);
+        if tokio::time::timeout(bound, state.detached.wait()).await.is_err() {
+            tracing::warn!(tasks = state.detached.len(), "detached work still running at shutdown");
+        }
+        handle.stop(true).await;
+        let served = server.await.map_err(std::io::Error::other)?;
+        if !state.handouts.drain(std::time::Duration::from_secs(30)).await {
+            tracing::error!(pending = state.handouts.pending(), "hand-out audit events not written before exit");
+        }
+        if let Some(m) = metrics {
+            m.stop(false).await;
+        }
+        tracing::info!("drained; exiting");
+        served
+    }
+}
+
+/// SIGTERM (orchestrators) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -82,12 +167,15 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Re
     Ok(())
 }
 
-/// Connects, migrates, and writes the configured tenants.
+/// Connects, migrates (or, with `serve --no-migrate`, checks the schema is this binary's),
+/// and writes the configured tenants.
 async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))?;
-    store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+    let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections).await?;
+    if config.migrate_on_start {
+        store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+    } else {
+        store::check_schema(&pool).await?;
+    }
     sync_tenants(&pool, &config.tenants).await?;
     Ok(pool)
 }
@@ -156,6 +244,8 @@ async fn app_state(
         api_keys,
         public_base_url: config.public_base_url,
         elicitation_ttl: config.elicitation_ttl,
+        detached: tokio_util::task::TaskTracker::new(),
+        draining: Arc::default(),
         pool,
     })
 }
@@ -183,6 +273,8 @@ fn serve(
             .configure(crate::http::browser::configure)
     })
     .workers(split.workers)
+    // Signals are ours: `Application::run_until_signalled` drains before it stops.
+    .disable_signals()
     .listen(listener)?
     .run())
 }

@@ -57,6 +57,11 @@ pub use entry::{CachedConnection, Shape};
 use entry::{Due, Entry};
 pub use listener::{spawn_confirmer, spawn_listener};
 
+/// Metrics (catalogue: `telemetry::metrics`): lookups by `result` (hit, miss, bypass), and
+/// whether the change listener is up.
+pub const LOOKUPS: &str = "mcp_connect_cache_lookups_total";
+pub const LISTENER_UP: &str = "mcp_connect_cache_listener_up";
+
 pub struct Caches {
     /// Barriers waiting for their ping to come back through the listener.
     barriers: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
@@ -149,8 +154,15 @@ impl Caches {
 
     pub fn connection(&self, tenant: &str, subject: &str, provider: &str) -> Option<CachedConnection> {
         if !self.is_serving() {
+            metrics::counter!(LOOKUPS, "result" => "bypass").increment(1);
             return None;
         }
+        let found = self.find_fresh(tenant, subject, provider);
+        metrics::counter!(LOOKUPS, "result" => if found.is_some() { "hit" } else { "miss" }).increment(1);
+        found
+    }
+
+    fn find_fresh(&self, tenant: &str, subject: &str, provider: &str) -> Option<CachedConnection> {
         let hash = self.hash_parts(tenant, subject, provider);
         let table = self.shard(hash).read().ok()?;
         let e = table.find(hash, |e| e.is_key(tenant, subject, provider))?;
@@ -269,6 +281,7 @@ impl Caches {
     }
 
     fn set_healthy(&self, healthy: bool) {
+        metrics::gauge!(LISTENER_UP).set(if healthy { 1.0 } else { 0.0 });
         if !healthy {
             // Stop serving first, then empty: nothing cached before the gap survives it.
             self.healthy.store(false, Ordering::Release);

@@ -71,6 +71,13 @@ pub struct Config {
     pub cache_enabled: bool,
     pub cache_max_age: Duration,
     pub cache_capacity: usize,
+    /// Where `GET /metrics` is served; `None`: no metrics.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How long `/readyz` answers 503 while requests are still served, after SIGTERM.
+    pub drain: Duration,
+    /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns
+    /// it off, and the schema must then already be this binary's).
+    pub migrate_on_start: bool,
 }
 
 impl Config {
@@ -84,17 +91,34 @@ impl Config {
     /// Parses TOML text and applies overrides from `env`.
     pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
         let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
-            let msg = e.message().to_owned();
-            let span = e.span().map(|s| format!(" (at byte {})", s.start)).unwrap_or_default();
-            err("toml", format!("{msg}{span}"))
+            let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!("line {l}, column {c}: "));
+            err("toml", format!("{}{}", at.unwrap_or_default(), e.message()))
         })?;
         validate::validate(raw, env)
     }
 }
 
+/// 1-based line and column (in characters) of a byte offset in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset.min(text.len())).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_toml_error_names_its_line_and_column() {
+        let e = Config::from_toml("public_base_url = \"https://x.example\"\n[cache]\nenabled = maybe\n", &|_| None)
+            .unwrap_err();
+        assert_eq!(e.field, "toml");
+        assert!(e.message.starts_with("line 3, column 11: "), "{}", e.message);
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 0), (1, 1));
+    }
     use crate::domain::ProviderId;
     use std::collections::HashMap;
 

@@ -35,6 +35,10 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) cache: RawCache,
     #[serde(default)]
+    pub(super) metrics: RawMetrics,
+    #[serde(default)]
+    pub(super) shutdown: RawShutdown,
+    #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
@@ -45,6 +49,18 @@ pub(super) struct RawConfig {
 pub(super) struct RawDatabase {
     pub(super) url: Option<String>,
     pub(super) max_connections: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub(super) listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShutdown {
+    pub(super) drain_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -44,8 +44,44 @@ pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, Confi
 }
 
 fn listen(raw: Option<String>) -> Result<SocketAddr, ConfigError> {
-    let raw = raw.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    raw.parse().map_err(|_| err("listen", format!("{raw:?} is not an address like 127.0.0.1:8080")))
+    address("listen", &raw.unwrap_or_else(|| "127.0.0.1:8080".to_owned()))
+}
+
+fn address(field: &str, raw: &str) -> Result<SocketAddr, ConfigError> {
+    raw.parse().map_err(|_| err(field, format!("{raw:?} is not an address like 127.0.0.1:8080")))
+}
+
+/// The metrics listener: an address of its own, never the public one. Empty means off (so
+/// the environment can switch off what the file turns on).
+fn metrics_listen(raw: Option<String>, public: SocketAddr) -> Result<Option<SocketAddr>, ConfigError> {
+    let Some(raw) = raw.filter(|s| !s.trim().is_empty()) else { return Ok(None) };
+    let addr = address("metrics.listen", raw.trim())?;
+    if addr == public && addr.port() != 0 {
+        return Err(err(
+            "metrics.listen",
+            "must differ from `listen`: metrics are never served on the public listener",
+        ));
+    }
+    Ok(Some(addr))
+}
+
+fn max_connections(raw: Option<u32>) -> Result<u32, ConfigError> {
+    match raw.unwrap_or(16) {
+        0 => Err(err("database.max_connections", "must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+fn drain(raw: Option<u64>) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs(seconds("shutdown.drain_seconds", raw, 5, 0..=300, "")?))
+}
+
+fn drain_env(env: EnvLookup<'_>) -> Result<Option<u64>, ConfigError> {
+    env(&env_key("SHUTDOWN_DRAIN_SECONDS"))
+        .map(|v| {
+            v.trim().parse().map_err(|_| err("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "must be a whole number of seconds"))
+        })
+        .transpose()
 }
 
 fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
@@ -59,13 +95,12 @@ fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
 pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
     let public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url))?;
     let listen = listen(env(&env_key("LISTEN")).or(raw.listen))?;
+    let metrics_listen = metrics_listen(env(&env_key("METRICS_LISTEN")).or(raw.metrics.listen), listen)?;
+    let drain = drain(drain_env(env)?.or(raw.shutdown.drain_seconds))?;
     let log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format))?;
     let database_url =
         database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.database.url))?;
-    let database_max_connections = raw.database.max_connections.unwrap_or(16);
-    if database_max_connections == 0 {
-        return Err(err("database.max_connections", "must be at least 1"));
-    }
+    let database_max_connections = max_connections(raw.database.max_connections)?;
     let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
     let keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?;
     let providers = raw.providers.into_iter().map(|(name, p)| validate_provider(&name, p, env));
@@ -111,6 +146,9 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         )?),
         api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
         api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),
+        migrate_on_start: true,
+        metrics_listen,
+        drain,
         tenants,
         providers: registry,
     })

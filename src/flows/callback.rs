@@ -221,7 +221,7 @@ async fn complete_consumed(
     flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
     let tenant_name = state.tenant_name(&st.tenant_id);
 
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     // Lock the elicitation for the whole exchange: a concurrent callback for the same
     // elicitation (double click, two tabs) waits here and then finds it completed, so no
     // second code is exchanged and no second grant stored.
@@ -266,6 +266,7 @@ async fn provider_error(
 ) -> Result<CallbackOutcome, CallbackRefusal> {
     if err == "access_denied" {
         store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await?;
+        crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
         let mut ev = AuditEvent::for_elicitation("consent_declined", e);
         ev.detail = serde_json::json!({ "where": "provider" });
         store::audit::insert_event(&mut *tx, &ev).await?;
@@ -286,7 +287,10 @@ async fn keep_or_revoke(
     now: OffsetDateTime,
 ) -> Result<Option<String>, CallbackRefusal> {
     match attach(state, tx, e, exchanged, now).await {
-        Ok(account) => Ok(account),
+        Ok(account) => {
+            crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
+            Ok(account)
+        }
         Err(refusal) => {
             let order = flow::revocation_order(&exchanged.tokens);
             let result = flow::revoke_tokens(&exchanged.server, &state.outbound, &order).await;

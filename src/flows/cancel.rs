@@ -45,9 +45,10 @@ pub async fn cancel_pending(
     provider: Option<&str>,
     by: &Closer<'_>,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     let ids =
         store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
+    crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, ids.len() as u64);
     if !ids.is_empty() || by.because == Because::Operator {
         let mut ev = AuditEvent::new("elicitations_cancelled");
         ev.tenant_id = Some(tenant.to_owned());
@@ -76,13 +77,14 @@ pub async fn cancel_by_client(
     reason: Option<&str>,
     api_key_id: &str,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     let Some((changed, e)) =
         store::elicitations::cancel_one(&mut tx, tenant, id, reason, OffsetDateTime::now_utc()).await?
     else {
         return Ok(None);
     };
     if changed {
+        crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, 1);
         let mut ev = AuditEvent::for_elicitation("elicitation_cancelled", &e);
         ev.api_key_id = Some(api_key_id.to_owned());
         ev.detail = serde_json::json!({ "client_answer": reason });

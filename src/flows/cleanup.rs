@@ -21,8 +21,10 @@ pub async fn run_once(
     audit_retention: Duration,
 ) -> Result<CleanupReport, sqlx::Error> {
     let retention = time::Duration::try_from(audit_retention).unwrap_or(time::Duration::days(365));
+    let expired = store::elicitations::expire_overdue(pool, now).await?;
+    crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Expired, expired);
     Ok(CleanupReport {
-        elicitations_expired: store::elicitations::expire_overdue(pool, now).await?,
+        elicitations_expired: expired,
         states_deleted: store::states::delete_spent_states(pool, now).await?,
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,
         sessions_deleted: store::sessions::delete_expired_sessions(pool, now).await?,

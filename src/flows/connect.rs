@@ -65,6 +65,7 @@ pub async fn record_identity_mismatch(
     e: &ElicitationRow,
     session: &SessionInfo,
 ) -> Result<(), sqlx::Error> {
+    metrics::counter!(crate::telemetry::metrics::IDENTITY_MISMATCHES).increment(1);
     let mut ev = AuditEvent::for_elicitation("identity_mismatch", e);
     // The intended subject is in the row already; the other one is kept for the operator.
     ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
@@ -175,7 +176,7 @@ pub async fn start_authorization(
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
     let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })?;
     let sealed = state.vault.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     store::states::insert_state(
         &mut *tx,
         &store::states::NewOauthState {
@@ -206,8 +207,9 @@ pub async fn decline(
     now: OffsetDateTime,
 ) -> Result<String, ConnectError> {
     let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
+        crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
         let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
         store::audit::insert_event(&mut *tx, &ev).await?;

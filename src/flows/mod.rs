@@ -3,6 +3,7 @@
 //! key, clean up; and the policy (provider allowed, kill switches) they share. Handlers in
 //! `http` parse, call one of these, and render.
 
+pub mod api_keys;
 pub mod callback;
 pub mod cancel;
 pub mod cleanup;

@@ -51,7 +51,7 @@ pub async fn change_kill_switch(
     reason: Option<&str>,
     api_key_id: &str,
 ) -> Result<(), sqlx::Error> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     match mode {
         Some(m) => {
             store::kill_switches::set_kill_switch(&mut *tx, Some(tenant.as_str()), provider.as_str(), m, reason).await?

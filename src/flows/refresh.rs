@@ -14,6 +14,7 @@ use crate::app::AppState;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
+use crate::telemetry::metrics::REFRESHES;
 use crate::vault::Field;
 
 use time::OffsetDateTime;
@@ -82,7 +83,7 @@ pub async fn refresh(
     // On the HTTP worker's own task set (the only caller is the `/v1/token` handler): the
     // task keeps this worker's pool, needs no `Send` (sqlx's executor futures trip rustc's
     // higher-ranked `Send` check, rust-lang/rust#102211), and outlives the request.
-    actix_web::rt::spawn(refresh_single_flight(state.clone(), observed.clone(), now)).await?
+    state.detached.spawn_local(refresh_single_flight(state.clone(), observed.clone(), now)).await?
 }
 
 async fn refresh_single_flight(
@@ -104,7 +105,7 @@ async fn refresh_locked(
     observed: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<ConnectionRow, RefreshError> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     fence(&mut tx, state.outbound_timeout).await?;
     let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
     if row.status != ConnectionStatus::Active {
@@ -133,7 +134,10 @@ async fn refresh_locked(
         .await
         .map_err(|e| RefreshError::Transient(e.to_string()))?;
     let redirect = state.provider_redirect_uri(&ids.provider);
-    match flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await {
+    let answer = flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await;
+    metrics::counter!(REFRESHES, "outcome" => answer.as_ref().map_or_else(FlowError::reason, |_| "succeeded"))
+        .increment(1);
+    match answer {
         Ok(tokens) => {
             let stored = seal_refreshed(state, &row, &ids, key_id, &refresh_token, &tokens, now)?;
             commit_refreshed(state, tx, &row, &stored, &tokens).await?;
@@ -279,7 +283,7 @@ async fn grant_is_dead(
 /// Decided on `row` as read without a lock, so the mark applies only while the row is still
 /// that version: a grant a reconnect stored meanwhile is kept. Returns whether it marked.
 pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<bool, sqlx::Error> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     if !store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await? {
         return Ok(false);
     }

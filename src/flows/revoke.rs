@@ -49,7 +49,7 @@ pub async fn revoke_connection(
         return Ok(None);
     };
     let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor).await?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
     if row.tenant_id != tenant {
         return Ok(None);

@@ -285,7 +285,8 @@ async fn pending_elicitation(
     now: OffsetDateTime,
 ) -> Result<ElicitationRow, TokenError> {
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    store::elicitations::expire_overdue_for(&state.pool, t, s, p, now).await?;
+    let expired = store::elicitations::expire_overdue_for(&state.pool, t, s, p, now).await?;
+    crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired);
     for _ in 0..3 {
         if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, p, scopes.as_slice()).await? {
             return Ok(e);
@@ -301,7 +302,7 @@ async fn pending_elicitation(
             mcp_context: req.mcp_context.clone(),
             expires_at: now + ttl,
         };
-        let mut tx = state.pool.begin().await?;
+        let mut tx = store::begin(&state.pool).await?;
         if store::elicitations::insert_pending(&mut *tx, &new).await? {
             let mut ev = AuditEvent::new("elicitation_created");
             ev.tenant_id = Some(t.to_owned());
@@ -310,6 +311,7 @@ async fn pending_elicitation(
             ev.elicitation_id = Some(id.as_uuid());
             ev.detail = serde_json::json!({ "scopes": scopes.as_slice() });
             store::audit::insert_event(&mut *tx, &ev).await?;
+            metrics::counter!(crate::telemetry::metrics::ELICITATIONS_CREATED, "provider" => p.to_owned()).increment(1);
         }
         tx.commit().await?;
     }

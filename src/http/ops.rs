@@ -12,8 +12,11 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
 }
 
-/// The database answers and every migration this binary knows is applied.
+/// Not draining, the database answers, and every migration this binary knows is applied.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "draining" }));
+    }
     match crate::store::migrations_applied(&state.pool).await {
         Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
         Ok(false) => HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "migrations_pending" })),

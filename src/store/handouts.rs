@@ -12,6 +12,7 @@
 
 use crate::store::{self, PgPool, audit::AuditEvent};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
@@ -28,6 +29,11 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 /// bottleneck (the queue stayed full with a third of the CPU idle).
 const WRITERS: usize = 2;
 
+/// Metrics (catalogue: `telemetry::metrics`).
+pub const QUEUE_DEPTH: &str = "mcp_connect_handout_queue_depth";
+pub const QUEUE_WAIT: &str = "mcp_connect_handout_queue_wait_seconds";
+pub const BATCH_FAILURES: &str = "mcp_connect_handout_batch_failures_total";
+
 type Queued = (time::OffsetDateTime, AuditEvent);
 
 struct Queue {
@@ -36,6 +42,8 @@ struct Queue {
     batch_ready: Notify,
     /// The writer took events out.
     room: Notify,
+    /// Batches taken out of the queue and not yet written (or given up).
+    in_flight: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -49,6 +57,7 @@ impl HandoutAudit {
             events: Mutex::new(Vec::with_capacity(BATCH)),
             batch_ready: Notify::new(),
             room: Notify::new(),
+            in_flight: AtomicUsize::new(0),
         });
         // Unbounded, but the toucher takes ids off it far faster than they come; only the
         // ones not marked within the last minute (RecentlyTouched) reach the database.
@@ -62,6 +71,7 @@ impl HandoutAudit {
 
     pub async fn record(&self, ev: AuditEvent) {
         let mut item = Some((time::OffsetDateTime::now_utc(), ev));
+        let mut waited: Option<Instant> = None;
         loop {
             // Registered before looking, so that room made in between is not missed.
             let room = self.queue.room.notified();
@@ -73,13 +83,39 @@ impl HandoutAudit {
                     if q.len() == BATCH {
                         self.queue.batch_ready.notify_one();
                     }
+                    drop(q);
+                    if let Some(since) = waited {
+                        metrics::histogram!(QUEUE_WAIT).record(since.elapsed().as_secs_f64());
+                    }
                     return;
                 }
             } else {
                 return;
             }
+            waited.get_or_insert_with(Instant::now);
             room.await;
         }
+    }
+
+    /// Events queued and not yet written, batches being written included.
+    pub fn pending(&self) -> usize {
+        let queued = self.queue.events.lock().map(|q| q.len()).unwrap_or(0);
+        queued + self.queue.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Waits until every event recorded so far is written (or its batch given up after its
+    /// retries), for at most `within`; the writers are woken rather than waiting out their
+    /// 100 ms. Used at shutdown. Returns whether the queue emptied in time.
+    pub async fn drain(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.pending() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.queue.batch_ready.notify_one();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
     }
 }
 
@@ -131,10 +167,12 @@ where
         match write().await {
             Ok(()) => return,
             Err(e) if attempt < 5 => {
+                metrics::counter!(BATCH_FAILURES).increment(1);
                 tracing::warn!(error = %e, attempt = attempt + 1, what, "batch write failed; retrying");
                 tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
             }
             Err(e) => {
+                metrics::counter!(BATCH_FAILURES).increment(1);
                 tracing::error!(error = %e, what, rows = n, "batch could not be written");
                 return;
             }
@@ -158,6 +196,11 @@ async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Ve
         if let Ok(mut q) = queue.events.lock() {
             let n = q.len().min(BATCH);
             batch.extend(q.drain(..n));
+            if n > 0 {
+                // Counted while the queue is locked: `pending` never sees the batch in neither.
+                queue.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
+            metrics::gauge!(QUEUE_DEPTH).set(q.len() as f64);
         }
         queue.room.notify_waiters();
         if batch.is_empty() {
@@ -176,6 +219,7 @@ async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Ve
         with_retries("audit events", batch.len(), || store::audit::insert_events_paced(&pool, &batch, pause)).await;
         let _ = touch.send(batch.iter().filter_map(|(_, e)| e.connection_id).collect());
         batch.clear();
+        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -35,10 +35,10 @@ impl LookupConnections {
         subject: &str,
         provider: &str,
     ) -> Result<Option<ConnectionRow>, sqlx::Error> {
-        let _slot = tokio::time::timeout(WAIT, self.slots.acquire())
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)?
-            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let started = std::time::Instant::now();
+        let slot = tokio::time::timeout(WAIT, self.slots.acquire()).await;
+        metrics::histogram!(super::POOL_WAIT, "pool" => "lookup").record(started.elapsed().as_secs_f64());
+        let _slot = slot.map_err(|_| sqlx::Error::PoolTimedOut)?.map_err(|_| sqlx::Error::PoolClosed)?;
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let reused = idle.is_some();
         let mut conn = match idle {

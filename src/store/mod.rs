@@ -15,6 +15,18 @@ pub mod tenants;
 
 pub use sqlx::PgPool;
 
+/// Metric (catalogue: `telemetry::metrics`): time to get a database connection, by `pool`
+/// (`main`: a transaction's connection and its `BEGIN`; `lookup`: the uncached lookup's).
+pub const POOL_WAIT: &str = "mcp_connect_db_pool_wait_seconds";
+
+/// `pool.begin()`, timed into [`POOL_WAIT`].
+pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let started = std::time::Instant::now();
+    let tx = pool.begin().await;
+    metrics::histogram!(POOL_WAIT, "pool" => "main").record(started.elapsed().as_secs_f64());
+    tx
+}
+
 fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections)
@@ -34,9 +46,79 @@ pub fn connect_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sq
     Ok(if options.get_application_name().is_some() { options } else { options.application_name(APPLICATION_NAME) })
 }
 
-/// Connects a pool (one connection made now, to fail early).
-pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    pool_options(max_connections).connect_with(connect_options(url)?).await
+/// Connects a pool (one connection made now, to fail early). A database that cannot be
+/// reached is a [`Unreachable`] naming where and what to do.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, Unreachable> {
+    let options =
+        connect_options(url).map_err(|e| Unreachable { what: format!("the database URL: {e}"), source: e })?;
+    pool_options(max_connections).connect_with(options.clone()).await.map_err(|e| Unreachable::of(&options, e))
+}
+
+/// The database could not be reached: which one (host, port, database, user; never the
+/// password) and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Unreachable {
+    pub what: String,
+    #[source]
+    pub source: sqlx::Error,
+}
+
+impl Unreachable {
+    fn of(o: &sqlx::postgres::PgConnectOptions, source: sqlx::Error) -> Self {
+        let (host, port, user) = (o.get_host(), o.get_port(), o.get_username());
+        let db = o.get_database().unwrap_or(user);
+        let code = source.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
+        let what = match code.as_deref() {
+            Some("3D000") => format!(
+                "database \"{db}\" does not exist on {host}:{port}: create it (createdb -h {host} -p {port} -U {user} {db}) or fix the database URL"
+            ),
+            Some("28P01" | "28000") => {
+                format!(
+                    "PostgreSQL at {host}:{port} refused user \"{user}\" for database \"{db}\": check the user and password in the database URL"
+                )
+            }
+            Some("53300") => format!("PostgreSQL at {host}:{port} has no free connection slots (too many clients)"),
+            _ => format!(
+                "no PostgreSQL answers at {host}:{port} (database \"{db}\"): start it, or point MCP_CONNECT_DATABASE_URL at one ({source})"
+            ),
+        };
+        Self { what, source }
+    }
+}
+
+/// The schema is not the one this binary was built for.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaMismatch {
+    #[error(
+        "the database schema is behind this binary (applied {applied}, this binary has {known}): run `mcp-connect migrate` first"
+    )]
+    Behind { applied: i64, known: i64 },
+    #[error(
+        "the database schema is newer than this binary (applied {applied}, this binary knows up to {known}): use the mcp-connect version that migrated it"
+    )]
+    Ahead { applied: i64, known: i64 },
+    #[error("reading the schema version: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Refuses to go on with a schema older or newer than this binary's migrations: commands
+/// other than `serve`, `migrate` and `dev` never migrate.
+pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaMismatch> {
+    let known = sqlx::migrate!("./migrations").iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        match sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await {
+            Ok(v) => v,
+            // No migrations table: nothing applied yet.
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => None,
+            Err(e) => return Err(e.into()),
+        };
+    let applied = applied.unwrap_or(0);
+    match applied.cmp(&known) {
+        std::cmp::Ordering::Less => Err(SchemaMismatch::Behind { applied, known }),
+        std::cmp::Ordering::Greater => Err(SchemaMismatch::Ahead { applied, known }),
+        std::cmp::Ordering::Equal => Ok(()),
+    }
 }
 
 /// A pool that connects on first use, from the runtime that uses it: an HTTP worker's

@@ -450,3 +450,24 @@ async fn a_paced_batch_is_stored_whole_across_its_chunks() {
         .collect();
     assert_eq!(rows, expected);
 }
+
+#[tokio::test]
+async fn draining_the_handout_queue_writes_what_is_queued_at_once() {
+    let app = spawn_app().await;
+    let id = app.insert_connection("acme", "alice", "github", "gho_q", &["read:user"], None).await;
+    for _ in 0..10 {
+        let mut ev = mcp_connect::store::audit::AuditEvent::new("token_handed_out");
+        ev.tenant_id = Some("acme".into());
+        ev.connection_id = Some(id.as_uuid());
+        app.state.handouts.record(ev).await;
+    }
+    let started = std::time::Instant::now();
+    assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await, "drained");
+    assert_eq!(app.state.handouts.pending(), 0);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 10, "every queued event is in the table when drain returns");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}

@@ -14,7 +14,9 @@ fn forged(real: &str) -> String {
 /// Stores a server key of tenant acme made beforehand (so a test can present it first).
 async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
     let acme = mcp_connect::domain::TenantId::parse("acme").unwrap();
-    mcp_connect::cli::store_api_key(pool, key, &acme, mcp_connect::domain::KeyScope::Server, None).await.unwrap();
+    mcp_connect::flows::api_keys::store_api_key(pool, key, &acme, mcp_connect::domain::KeyScope::Server, None)
+        .await
+        .unwrap();
 }
 
 fn body() -> serde_json::Value {
@@ -94,7 +96,7 @@ async fn a_flood_of_well_formed_unknown_keys_causes_zero_argon2_runs() {
 async fn a_revocation_of_key_a_leaves_key_b_cached() {
     let app = spawn_app().await;
     assert!(app.state.caches.barrier(&app.pool).await, "listener up");
-    let b_key = mcp_connect::cli::create_api_key(
+    let b_key = mcp_connect::flows::api_keys::create_api_key(
         &app.pool,
         &mcp_connect::domain::TenantId::parse("acme").unwrap(),
         mcp_connect::domain::KeyScope::Server,

@@ -52,7 +52,9 @@ fn median_and_p99(mut v: Vec<Duration>) -> (f64, f64) {
 
 pub async fn measure(pool: &PgPool, cached_calls: usize, herd: usize) -> anyhow::Result<ApiKeyResult> {
     let tenant = TenantId::parse(crate::db::TENANT)?;
-    let key = mcp_connect::cli::create_api_key(pool, &tenant, KeyScope::Server, Some("bench api-key check")).await?;
+    let key =
+        mcp_connect::flows::api_keys::create_api_key(pool, &tenant, KeyScope::Server, Some("bench api-key check"))
+            .await?;
     let key = key.key.expose_secret().to_owned();
 
     // One argon2 verify alone, on a hash made with the service's parameters.
@@ -154,7 +156,8 @@ async fn flood(pool: &PgPool, tenant: &TenantId, valid: &str, rate: u32, run: Du
     verifier.verify(valid).await.map_err(|e| anyhow::anyhow!("verify: {e}"))?;
     let mut fresh = Vec::new();
     for _ in 0..(run.as_millis() / 200) {
-        let k = mcp_connect::cli::create_api_key(pool, tenant, KeyScope::Server, Some("bench flood")).await?;
+        let k =
+            mcp_connect::flows::api_keys::create_api_key(pool, tenant, KeyScope::Server, Some("bench flood")).await?;
         fresh.push(k.key.expose_secret().to_owned());
     }
     let before = verifier.hash_verifications();

@@ -340,7 +340,7 @@ async fn run(
         pgbench::run(&db.url, work, keys.subjects, keys.providers, args.concurrency as usize, 2, args.seconds).await?;
 
     let tenant = TenantId::parse(db::TENANT)?;
-    let key = mcp_connect::cli::create_api_key(&pool, &tenant, KeyScope::Server, Some("bench")).await?;
+    let key = mcp_connect::flows::api_keys::create_api_key(&pool, &tenant, KeyScope::Server, Some("bench")).await?;
     let api_key = key.key.expose_secret().to_owned();
     let setup = ServiceSetup {
         binary: binary.to_owned(),

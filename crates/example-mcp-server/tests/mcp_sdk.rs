@@ -3,7 +3,7 @@
 //! plays the user: it answers the client's URL prompt and clicks through the connect page.
 //!
 //! The SDK runs from the virtualenv at `$MCP_TEST_PYTHON` (default `<repo>/.venv-mcp/bin/python`),
-//! made by `python3 -m venv .venv-mcp && .venv-mcp/bin/pip install mcp==2.3.0`.
+//! made by `scripts/test` (`pip install -r tests/python-requirements.txt`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -55,7 +55,7 @@ fn python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-mcp/bin/python"));
     assert!(
         path.exists(),
-        "no Python with the MCP SDK at {}: run `python3 -m venv .venv-mcp && .venv-mcp/bin/pip install mcp==2.3.0` \
+        "no Python with the MCP SDK at {}: run `scripts/test` (or `python3 -m venv .venv-mcp && .venv-mcp/bin/pip install -r tests/python-requirements.txt`) \
          in the repository root, or point MCP_TEST_PYTHON at a python that has `mcp` 2.3.0",
         path.display()
     );

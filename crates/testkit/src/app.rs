@@ -42,6 +42,8 @@ pub struct TestApp {
     /// Server-scope key of tenant `beta`.
     pub beta_key: String,
     pub client: reqwest::Client,
+    /// Where `GET /metrics` is served (127.0.0.1), when the options turn metrics on.
+    pub metrics_port: Option<u16>,
 }
 
 pub struct Options {
@@ -134,7 +136,9 @@ client_id = "deadrev-client"
     )
 }
 
-pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Options) -> Result<Config> {
+/// The environment the test configuration reads: the database, the vault keys, every
+/// client secret, the cache switch, and the options' extras.
+pub fn config_env(db_url: &str, opts: &Options) -> HashMap<&'static str, String> {
     let mut env: HashMap<&str, String> = HashMap::from([
         ("MCP_CONNECT_DATABASE_URL", db_url.to_owned()),
         ("MCP_CONNECT_VAULT_KEYS", opts.vault_keys.clone()),
@@ -147,11 +151,22 @@ pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Op
         ("MCP_CONNECT_CACHE_ENABLED", opts.cache_enabled.to_string()),
     ]);
     env.extend(opts.env.iter().map(|(k, v)| (*k, v.clone())));
+    env
+}
+
+/// The test configuration's text, with the options' extra TOML and patches applied.
+pub fn config_text(base: &str, idp: &str, provider: &str, opts: &Options) -> Result<String> {
     let mut toml = config_toml(base, idp, provider, &opts.extra_toml);
     for (from, to) in &opts.patch {
         anyhow::ensure!(toml.contains(from), "patch target {from:?} is in the test config");
         toml = toml.replace(from, to);
     }
+    Ok(toml)
+}
+
+pub fn config_for(db_url: &str, base: &str, idp: &str, provider: &str, opts: &Options) -> Result<Config> {
+    let env = config_env(db_url, opts);
+    let toml = config_text(base, idp, provider, opts)?;
     Config::from_toml(&toml, &|k| env.get(k).cloned()).context("the test config is valid")
 }
 
@@ -186,7 +201,7 @@ pub const MCP_CLIENT_ID: &str = "mcp-test-client";
 pub(crate) const MCP_CLIENT_SECRET: &str = "mcp-test-client-secret";
 
 /// Registers an app instance's redirect URIs with the IdP and the provider.
-fn register(base: &str, idp: &DevProvider, provider: &DevProvider) {
+pub fn register(base: &str, idp: &DevProvider, provider: &DevProvider) {
     let client = |id: &str, secret: &str, redirect: String| ClientRegistration {
         client_id: id.to_owned(),
         client_secret: secret.to_owned(),
@@ -239,12 +254,13 @@ impl TestApp {
         .context("the app builds")?;
         let state = app.state();
         let pool = state.pool.clone();
+        let metrics_port = app.metrics_port();
         tokio::spawn(app.run_until_stopped());
         let key = |tenant: &'static str, scope: KeyScope, name: Option<&'static str>| {
             let pool = pool.clone();
             async move {
                 let tenant = TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("tenant id: {}", e.0))?;
-                let key = mcp_connect::cli::create_api_key(&pool, &tenant, scope, name).await?;
+                let key = mcp_connect::flows::api_keys::create_api_key(&pool, &tenant, scope, name).await?;
                 anyhow::Ok(key.key.expose_secret().to_owned())
             }
         };
@@ -259,6 +275,7 @@ impl TestApp {
             state,
             db_url: db.url.clone(),
             db,
+            metrics_port,
             // Idle connections are dropped before the service's 5 s keep-alive ends them: a
             // test that waits on a browser must not send on a connection the server is closing.
             client: reqwest::Client::builder()

@@ -8,6 +8,7 @@ use crate::flows::policy::PolicyError;
 use crate::flows::token::{self as tokens, TokenError, TokenOutcome, TokenRequest};
 use crate::http::error::ApiError;
 use crate::store::elicitations::ElicitationRow;
+use crate::telemetry::metrics::TOKEN_REQUESTS;
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
 use time::OffsetDateTime;
@@ -51,13 +52,34 @@ pub async fn post_token(
     state: web::Data<AppState>,
     body: web::Json<TokenBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let req = parse(body.into_inner())?;
+    let body = body.into_inner();
+    // A configured provider's name, or `other`: labels never carry what a caller made up.
+    let provider = match ProviderId::parse(&body.provider) {
+        Ok(p) if state.providers.get(&p).is_some() => p.as_str().to_owned(),
+        _ => "other".to_owned(),
+    };
+    let answer = answer(caller, &state, body).await;
+    let outcome = match &answer {
+        Ok((_, outcome)) => *outcome,
+        Err(e) => e.code,
+    };
+    metrics::counter!(TOKEN_REQUESTS, "provider" => provider, "outcome" => outcome).increment(1);
+    answer.map(|(response, _)| response)
+}
+
+/// The response, and the outcome it reports.
+async fn answer(
+    caller: ServerCaller,
+    state: &AppState,
+    body: TokenBody,
+) -> Result<(HttpResponse, &'static str), ApiError> {
+    let req = parse(body)?;
     let tenant = caller.0.tenant.clone();
     let provider = req.provider.clone();
     let now = OffsetDateTime::now_utc();
-    let outcome = tokens::token_for(&state, &tenant, &caller.0.id, req, now).await.map_err(map_error)?;
+    let outcome = tokens::token_for(state, &tenant, &caller.0.id, req, now).await.map_err(map_error)?;
     Ok(match outcome {
-        TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => {
+        TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => (
             HttpResponse::Ok().json(Connected {
                 status: "connected",
                 access_token: access_token.expose_secret(),
@@ -66,13 +88,19 @@ pub async fn post_token(
                 scopes: &scopes,
                 account: account.as_ref(),
                 connection_id: connection_id.to_string(),
-            })
+            }),
+            "connected",
+        ),
+        TokenOutcome::ConnectRequired(e) => {
+            (HttpResponse::Ok().json(connect_required(state, &tenant, &provider, &e)), "connect_required")
         }
-        TokenOutcome::ConnectRequired(e) => HttpResponse::Ok().json(connect_required(&state, &tenant, &provider, &e)),
-        TokenOutcome::Declined(id) => HttpResponse::Ok().json(serde_json::json!({
-            "status": "declined",
-            "elicitation_id": id.to_string(),
-        })),
+        TokenOutcome::Declined(id) => (
+            HttpResponse::Ok().json(serde_json::json!({
+                "status": "declined",
+                "elicitation_id": id.to_string(),
+            })),
+            "declined",
+        ),
     })
 }
 

@@ -255,7 +255,10 @@ pub async fn callback(
     // stored or revoked, never dropped half-way).
     let task = {
         let (state, q) = (state.get_ref().clone(), q.clone());
-        actix_web::rt::spawn(async move { callback::complete(&state, &provider, info.as_ref(), &q, now).await })
+        state
+            .detached
+            .clone()
+            .spawn_local(async move { callback::complete(&state, &provider, info.as_ref(), &q, now).await })
     };
     let outcome = task.await.map_err(|e| PageError::internal(&rid.0, &e))?;
     match outcome {
@@ -286,6 +289,7 @@ pub async fn callback(
 }
 
 fn callback_error(rid: &RequestId, q: &CallbackQuery, r: CallbackRefusal) -> PageError {
+    metrics::counter!(crate::telemetry::metrics::CONNECT_FAILURES, "reason" => r.code()).increment(1);
     tracing::warn!(
         reason = r.code(),
         provider_revocation = r.provider_revocation(),

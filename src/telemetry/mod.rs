@@ -2,6 +2,8 @@
 //! states, verifiers, keys, cookies, raw bodies, query strings) is kept by construction:
 //! secrets live in `secrecy` types and spans name paths, not URLs.
 
+pub mod metrics;
+
 use crate::config::LogFormat;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -94,7 +96,10 @@ pub fn init(format: LogFormat) -> LogGuard {
     let filter = filter(std::env::var("MCP_CONNECT_LOG").ok().as_deref());
     let batched = Batched::default();
     // The builder's own level (INFO unless set) would cut below the filter: `filter` decides.
-    let builder = tracing_subscriber::fmt().with_max_level(LevelFilter::TRACE).with_writer(batched.clone());
+    // Colour codes only for a person at a terminal: never into a file or a log collector.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder =
+        tracing_subscriber::fmt().with_max_level(LevelFilter::TRACE).with_ansi(ansi).with_writer(batched.clone());
     // A second init (tests, `dev`) keeps the first subscriber.
     let first = match format {
         // The current span (the request: id, method, path) is on every line; the list of

@@ -1,0 +1,48 @@
+//! Issuing API keys (the `apikey create` command, `dev`, and the tests' harness): a fresh
+//! key, its argon2 hash stored with an audit event; the key itself is shown once.
+
+use crate::api_keys::{NewApiKey, hash_key};
+use crate::domain::{KeyScope, TenantId};
+use crate::store::{self, audit::AuditEvent};
+
+/// Makes a key, stores its hash and an audit event, and returns it (shown once).
+pub async fn create_api_key(
+    pool: &store::PgPool,
+    tenant: &TenantId,
+    scope: KeyScope,
+    label: Option<&str>,
+) -> anyhow::Result<NewApiKey> {
+    let key = NewApiKey::generate();
+    store_api_key(pool, &key, tenant, scope, label).await?;
+    Ok(key)
+}
+
+/// Stores the hash of a key made by [`NewApiKey::generate`], with its audit event.
+pub async fn store_api_key(
+    pool: &store::PgPool,
+    key: &NewApiKey,
+    tenant: &TenantId,
+    scope: KeyScope,
+    label: Option<&str>,
+) -> anyhow::Result<()> {
+    let secret = key.key.clone();
+    let hash =
+        tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
+    let mut tx = pool.begin().await?;
+    store::api_keys::insert_api_key(&mut *tx, key.id.as_str(), tenant.as_str(), scope.as_str(), &hash, label)
+        .await
+        .map_err(|e| match e.as_database_error().and_then(|d| d.code()).as_deref() {
+            Some("23503") => anyhow::anyhow!(
+                "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
+                 `mcp-connect migrate` (or start `serve`), which writes the configured tenants"
+            ),
+            _ => e.into(),
+        })?;
+    let mut ev = AuditEvent::new("api_key_created");
+    ev.tenant_id = Some(tenant.to_string());
+    ev.api_key_id = Some(key.id.to_string());
+    ev.detail = serde_json::json!({ "scope": scope.as_str() });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(())
+}

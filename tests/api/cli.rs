@@ -1,0 +1,118 @@
+//! Commands that never surprise: exit codes, messages that say where and what to do, and no
+//! command but `migrate` (and `serve`, `dev`) changing the schema.
+
+use crate::helpers::{Options, TestDatabase, config_env, config_text};
+use std::process::{Command, Output};
+
+/// Runs the binary with the test configuration on `db_url` (providers are never contacted
+/// by these commands, so their URLs point nowhere).
+fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
+    let opts = Options::default();
+    let nowhere = "http://127.0.0.1:9";
+    let text = match toml {
+        Some(t) => t.to_owned(),
+        None => config_text("http://127.0.0.1:8080", nowhere, nowhere, &opts).unwrap(),
+    };
+    let config = std::env::temp_dir().join(format!("mcpc-cli-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("DATABASE_URL")
+        .envs(config_env(db_url, &opts))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_usage_error_exits_64_and_help_exits_0() {
+    let bin = env!("CARGO_BIN_EXE_mcp-connect");
+    let o = Command::new(bin).arg("frobnicate").output().unwrap();
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    let o = Command::new(bin).args(["apikey", "create"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(64), "a missing argument: {}", stderr(&o));
+    let o = Command::new(bin).arg("--help").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let o = Command::new(bin).arg("--version").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_configuration_error_exits_78_and_a_toml_error_names_its_line() {
+    let db = TestDatabase::create().await.unwrap();
+    let o = run(
+        &db.url,
+        Some("public_base_url = \"https://x.example\"\n\n[cache]\nenabled = maybe\n"),
+        &["apikey", "list"],
+    );
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(stderr(&o).contains("line 4, column"), "{}", stderr(&o));
+    let o = run(&db.url, Some("public_base_url = \"ftp://x.example\"\n"), &["migrate"]);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn an_unreachable_database_exits_69_and_says_where_without_the_password() {
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = run(&format!("postgres://postgres:hunter2secret@127.0.0.1:{port}/mcpc"), None, &["apikey", "list"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("no PostgreSQL answers at 127.0.0.1:{port}")), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("hunter2secret"));
+    // A server that answers, without the database.
+    let mut url = url::Url::parse(&crate::helpers::database_server_url()).unwrap();
+    url.set_path("/mcpc_no_such_database");
+    let o = run(url.as_str(), None, &["migrate"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("database \"mcpc_no_such_database\" does not exist") && e.contains("createdb"), "{e}");
+}
+
+async fn migrations_table_exists(db: &TestDatabase) -> bool {
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let exists =
+        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    exists
+}
+
+#[tokio::test]
+async fn only_migrate_changes_the_schema_and_other_commands_refuse_one_not_their_own() {
+    let db = TestDatabase::create().await.unwrap();
+    // A command on an empty database: refused, and nothing migrated behind the operator's back.
+    for args in [&["apikey", "list"][..], &["killswitch", "list"], &["cleanup"], &["tenant", "list"]] {
+        let o = run(&db.url, None, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("run `mcp-connect migrate` first"), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&db.url, None, &["serve", "--no-migrate"]);
+    assert!(stderr(&o).contains("schema is behind"), "serve --no-migrate refuses too: {}", stderr(&o));
+    assert!(!migrations_table_exists(&db).await, "nothing was migrated");
+
+    let o = run(&db.url, None, &["migrate"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&db.url, None, &["apikey", "list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // A newer binary migrated it since: this one refuses instead of working on a schema it
+    // does not know.
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (99991231000000, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let o = run(&db.url, None, &["apikey", "list"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("newer than this binary"), "{}", stderr(&o));
+}

@@ -1,0 +1,202 @@
+//! The `mcp-connect` binary as operators run it: `serve` draining on SIGTERM, and
+//! `healthcheck`.
+
+use crate::helpers::{Options, TestApp, config_env, config_text, register};
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// `mcp-connect serve` on a port of its own, on the database and providers of `app` (an
+/// in-process instance the test uses to seed keys and connections).
+struct Served {
+    child: Child,
+    base: String,
+    config: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn serve(app: &TestApp, extra_env: &[(&str, &str)]) -> Served {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    register(&base, &app.idp, &app.provider);
+    let opts = Options::default();
+    let config = std::env::temp_dir().join(format!("mcpc-serve-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&config, config_text(&base, &app.idp.issuer(), &app.provider.issuer(), &opts).unwrap()).unwrap();
+    let mut env: Vec<(String, String)> =
+        config_env(&app.db_url, &opts).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    env.push(("MCP_CONNECT_LISTEN".into(), format!("127.0.0.1:{port}")));
+    env.push(("MCP_CONNECT_LOG".into(), "warn".into()));
+    env.extend(extra_env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let served = Served { child, base, config, env };
+    let ready =
+        || async { app.client.get(format!("{}/readyz", served.base)).send().await.is_ok_and(|r| r.status() == 200) };
+    crate::helpers::eventually(Duration::from_secs(20), "mcp-connect serve is ready", ready).await;
+    served
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "serve did not exit within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn handouts(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every_handout() {
+    let app = crate::helpers::spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_drain", &["read:user"], None).await;
+    let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "2")]).await;
+
+    // Steady load from four clients that stop once readyz flips, as a load balancer would.
+    let flipped = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, key, flipped, ok, failed) =
+                (format!("{}/v1/token", served.base), app.key.clone(), flipped.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                while !flipped.load(Ordering::Acquire) {
+                    let r =
+                        client.post(&url).bearer_auth(&key).json(&json!({"subject": "alice", "provider": "github"}));
+                    match r.send().await {
+                        Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::AcqRel),
+                        _ => failed.fetch_add(1, Ordering::AcqRel),
+                    };
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sigterm(&served.child);
+    let signalled = std::time::Instant::now();
+    let readyz = format!("{}/readyz", served.base);
+    let watcher = reqwest::Client::new();
+    loop {
+        let r = watcher.get(&readyz).send().await.unwrap();
+        if r.status() == 503 {
+            assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "draining");
+            break;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(1), "readyz flips at once");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let flipped_after = signalled.elapsed();
+    flipped.store(true, Ordering::Release);
+    for c in clients {
+        c.await.unwrap();
+    }
+    // Still served while draining.
+    let r = watcher
+        .post(format!("{}/v1/token", served.base))
+        .bearer_auth(&app.key)
+        .json(&json!({"subject": "alice", "provider": "github"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "requests are served during the drain");
+    ok.fetch_add(1, Ordering::AcqRel);
+
+    let status = wait_exit(&mut served.child, Duration::from_secs(20)).await;
+    assert!(status.success(), "serve exits 0 after draining: {status}");
+    assert!(signalled.elapsed() >= Duration::from_secs(2), "it served for the drain period first");
+    let answered = ok.load(Ordering::Acquire);
+    assert!(answered > 50, "there was load: {answered} answered");
+    assert_eq!(failed.load(Ordering::Acquire), 0, "no request failed (readyz flipped after {flipped_after:?})");
+    assert_eq!(handouts(&app).await, answered as i64, "every hand-out answered is in the audit table");
+    // And the port is closed.
+    assert!(watcher.get(&readyz).send().await.is_err(), "new connections are refused once it stopped");
+}
+
+#[tokio::test]
+async fn a_refresh_detached_from_its_dropped_request_finishes_before_serve_exits() {
+    let app = crate::helpers::spawn_app().await;
+    let past = Some(time::OffsetDateTime::now_utc() - time::Duration::minutes(5));
+    app.insert_provider_grant("alice", "octo-alice", past).await;
+    let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "0")]).await;
+    // The provider rotates the refresh token and takes 1.5 s to answer; the caller gives
+    // up after 300 ms, and SIGTERM comes while the refresh is still at the provider.
+    app.provider.switches().set_answer_delay(Duration::from_millis(1_500));
+    let r = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+        .post(format!("{}/v1/token", served.base))
+        .bearer_auth(&app.key)
+        .json(&json!({"subject": "alice", "provider": "testp"}))
+        .send()
+        .await;
+    assert!(r.is_err(), "the caller went away mid-refresh");
+    sigterm(&served.child);
+    let status = wait_exit(&mut served.child, Duration::from_secs(20)).await;
+    assert!(status.success(), "{status}");
+    let refreshed: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'refresh_succeeded'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(refreshed, 1, "the rotated refresh token was committed before exit");
+    app.provider.switches().set_answer_delay(Duration::ZERO);
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(b["status"], "connected", "the grant lives on: {b}");
+}
+
+#[tokio::test]
+async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
+    let app = crate::helpers::spawn_app().await;
+    let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "3")]).await;
+    let healthcheck = |listen: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mcp-connect"));
+        c.args(["healthcheck", "--config"]).arg(&served.config);
+        c.envs(served.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        c.env("MCP_CONNECT_LISTEN", listen);
+        c.output().unwrap()
+    };
+    let port = served.base.rsplit(':').next().unwrap().to_owned();
+    let out = healthcheck(&format!("0.0.0.0:{port}"));
+    assert_eq!(out.status.code(), Some(0), "ready, asked on 127.0.0.1: {}", String::from_utf8_lossy(&out.stderr));
+    sigterm(&served.child);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = healthcheck(&format!("127.0.0.1:{port}"));
+    assert_eq!(out.status.code(), Some(1), "draining is not ready");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("503"), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_exit(&mut served.child, Duration::from_secs(20)).await;
+    let out = healthcheck(&format!("127.0.0.1:{port}"));
+    assert_eq!(out.status.code(), Some(1), "down is not ready");
+}
