@@ -46,8 +46,8 @@ pub struct AppState {
     /// Work that outlives its request (refreshes, the callback's exchange): shutdown waits
     /// for it (see `startup::Application::run_until_signalled`).
     pub detached: tokio_util::task::TaskTracker,
-    /// Set on SIGTERM: `/readyz` answers 503 while requests are still served.
-    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Where a shutdown is (see `startup::Application::run_until_signalled`).
+    pub shutdown: Arc<Shutdown>,
 }
 
 impl AppState {
@@ -98,5 +98,34 @@ impl RefreshGate {
         if Arc::strong_count(&lock) <= 2 {
             m.remove(&id);
         }
+    }
+}
+
+/// The phases of a graceful shutdown, as the request path sees them.
+#[derive(Debug, Default)]
+pub struct Shutdown {
+    draining: std::sync::atomic::AtomicBool,
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Shutdown {
+    /// After SIGTERM: `/readyz` answers 503 and responses ask clients to close their
+    /// connection, while every request is still served.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// After the drain period: no new work may start that would outlive its request (it
+    /// could not be waited for), so such requests answer 503 + `Retry-After`.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn begin_drain(&self) {
+        self.draining.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn begin_stop(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::Release);
     }
 }

@@ -248,7 +248,7 @@ async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
         });
     }
     let url = format!("http://{addr}/readyz");
-    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(3)).build()?;
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(3)).no_proxy().build()?;
     let r = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     let status = r.status();
     let body = r.text().await.unwrap_or_default();

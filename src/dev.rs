@@ -39,15 +39,18 @@ pub struct DevArgs {
 }
 
 /// A private PostgreSQL cluster, stopped when this is dropped (and its folder removed when
-/// we made it).
-struct PrivatePostgres {
+/// we made it). Public for tests that must stop and start a database (never the shared one
+/// other tests use at the same time).
+pub struct PrivatePostgres {
     bin: PathBuf,
-    data: PathBuf,
+    pub data: PathBuf,
     /// The folder to remove on exit (one we made under the temp directory).
     owned_root: Option<PathBuf>,
     as_postgres_user: bool,
     started: bool,
-    url: String,
+    port: u16,
+    /// `postgres://postgres@127.0.0.1:<port>/postgres` (trust authentication).
+    pub url: String,
 }
 
 impl Drop for PrivatePostgres {
@@ -140,6 +143,38 @@ fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+impl PrivatePostgres {
+    /// Makes and starts a fresh cluster in `data_dir`, or in a folder of its own under the
+    /// temp directory.
+    pub fn start(data_dir: Option<&Path>) -> anyhow::Result<PrivatePostgres> {
+        start_private_postgres(data_dir)
+    }
+
+    /// Stops the server (fast shutdown: sessions are ended, as in a failover).
+    pub fn stop_server(&mut self) -> anyhow::Result<()> {
+        let mut cmd = self.command("pg_ctl");
+        cmd.arg("-D").arg(&self.data).args(["stop", "-m", "fast", "-w"]);
+        run(cmd, "pg_ctl stop")?;
+        self.started = false;
+        Ok(())
+    }
+
+    /// Starts the server again on the same port and data.
+    pub fn start_server(&mut self) -> anyhow::Result<()> {
+        let mut start = self.command("pg_ctl");
+        start
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-o")
+            .arg(format!("-p {} -c listen_addresses=127.0.0.1 -k {}", self.port, self.data.display()))
+            .arg("-l")
+            .arg(self.data.join("server.log"))
+            .args(["-w", "start"]);
+        self.started = true;
+        run(start, "pg_ctl start")
+    }
+}
+
 fn start_private_postgres(data_dir: Option<&Path>) -> anyhow::Result<PrivatePostgres> {
     let Some(bin) = find_postgres_bin() else {
         anyhow::bail!(
@@ -161,8 +196,16 @@ fn start_private_postgres(data_dir: Option<&Path>) -> anyhow::Result<PrivatePost
     }
     std::fs::create_dir_all(&data)?;
     let as_postgres_user = is_root();
-    let mut pg =
-        PrivatePostgres { bin, data: data.clone(), owned_root, as_postgres_user, started: false, url: String::new() };
+    let port = free_port()?;
+    let mut pg = PrivatePostgres {
+        bin,
+        data: data.clone(),
+        owned_root,
+        as_postgres_user,
+        started: false,
+        port,
+        url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+    };
     if as_postgres_user {
         run(
             {
@@ -173,22 +216,10 @@ fn start_private_postgres(data_dir: Option<&Path>) -> anyhow::Result<PrivatePost
             "chown of the data folder to postgres",
         )?;
     }
-    let port = free_port()?;
     let mut initdb = pg.command("initdb");
     initdb.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"]);
     run(initdb, "initdb")?;
-    let mut start = pg.command("pg_ctl");
-    start
-        .arg("-D")
-        .arg(&data)
-        .arg("-o")
-        .arg(format!("-p {port} -c listen_addresses=127.0.0.1 -k {}", data.display()))
-        .arg("-l")
-        .arg(data.join("server.log"))
-        .args(["-w", "start"]);
-    pg.started = true;
-    run(start, "pg_ctl start")?;
-    pg.url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    pg.start_server()?;
     Ok(pg)
 }
 

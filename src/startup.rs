@@ -86,8 +86,9 @@ impl Application {
     /// Serves until SIGTERM or SIGINT, then drains:
     /// 1. `/readyz` answers 503 at once, while every request is still served for
     ///    `shutdown.drain_seconds` (load balancers take the instance out meanwhile);
-    /// 2. no new connections are accepted; work detached from its request (refreshes,
-    ///    callback exchanges) finishes, bounded by the outbound timeout and a margin;
+    /// 2. no new connections are accepted, requests that would start work outliving them
+    ///    (a refresh, a callback's exchange) answer 503, and such work already running
+    ///    finishes (bounded by three outbound timeouts and 15 s);
     /// 3. the server stops gracefully (in-flight requests finish, idle connections close);
     /// 4. the hand-out audit events still queued are written to Postgres.
     pub async fn run_until_signalled(self) -> std::io::Result<()> {
@@ -98,14 +99,21 @@ impl Application {
             tokio::spawn(m);
             h
         });
-        let server = tokio::spawn(self.server);
-        shutdown_signal().await;
-        state.draining.store(true, std::sync::atomic::Ordering::Release);
+        let mut server = tokio::spawn(self.server);
+        tokio::select! {
+            // The server ended by itself (it cannot bind, a worker died): nothing to drain.
+            ended = &mut server => return ended.map_err(std::io::Error::other)?,
+            () = shutdown_signal() => {}
+        }
+        state.shutdown.begin_drain();
         tracing::info!(drain_seconds = self.drain.as_secs(), "shutdown signal: draining (readyz answers 503)");
         tokio::time::sleep(self.drain).await;
+        // From here no request starts work that outlives it; what runs is waited for, up to
+        // the longest a refresh can take (pool wait, row lock, discovery, provider call).
+        state.shutdown.begin_stop();
         handle.pause().await;
         state.detached.close();
-        let bound = state.outbound_timeout + std::time::Duration::from_secs(10);
+        let bound = state.outbound_timeout * 3 + std::time::Duration::from_secs(15);
         if tokio::time::timeout(bound, state.detached.wait()).await.is_err() {
             tracing::warn!(tasks = state.detached.len(), "detached work still running at shutdown");
         }
@@ -223,7 +231,8 @@ async fn app_state(
         clock,
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
-    crate::cache::spawn_listener(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
+    let listen_url = config.database_listen_url.clone();
+    crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
     crate::cache::spawn_confirmer(pool.clone(), caches.clone());
     Ok(AppState {
         lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
@@ -245,7 +254,7 @@ async fn app_state(
         public_base_url: config.public_base_url,
         elicitation_ttl: config.elicitation_ttl,
         detached: tokio_util::task::TaskTracker::new(),
-        draining: Arc::default(),
+        shutdown: Arc::default(),
         pool,
     })
 }
@@ -273,6 +282,8 @@ fn serve(
             .configure(crate::http::browser::configure)
     })
     .workers(split.workers)
+    // In-flight requests after the drain: bounded like everything else at shutdown.
+    .shutdown_timeout(10)
     // Signals are ours: `Application::run_until_signalled` drains before it stops.
     .disable_signals()
     .listen(listener)?

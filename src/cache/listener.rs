@@ -7,13 +7,14 @@ use super::*;
 /// Listens for change notifications until the process ends; reconnects on its own.
 pub fn spawn_listener(
     pool: PgPool,
+    listen_url: Option<secrecy::SecretString>,
     caches: Arc<Caches>,
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
     tenants: Arc<crate::tenants::Tenants>,
 ) {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = listen(&pool, &caches, &api_keys, &tenants).await {
+            if let Err(e) = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await {
                 tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
             }
             caches.set_healthy(false);
@@ -25,11 +26,15 @@ pub fn spawn_listener(
 
 async fn listen(
     pool: &PgPool,
+    listen_url: Option<&secrecy::SecretString>,
     caches: &Caches,
     api_keys: &crate::api_keys::ApiKeyVerifier,
     tenants: &crate::tenants::Tenants,
 ) -> Result<(), sqlx::Error> {
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    let mut listener = match listen_url {
+        Some(url) => sqlx::postgres::PgListener::connect(secrecy::ExposeSecret::expose_secret(url)).await?,
+        None => sqlx::postgres::PgListener::connect_with(pool).await?,
+    };
     listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, PING]).await?;
     // Prove the round trip before serving from the caches.
     let token = crate::crypto::random_token(16);

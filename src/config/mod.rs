@@ -4,6 +4,7 @@
 //! database URL with its password) come from the environment or from files; they may
 //! never be required inside the TOML.
 
+mod env;
 mod raw;
 mod validate;
 
@@ -50,6 +51,9 @@ pub struct Config {
     pub log_format: LogFormat,
     pub database_url: SecretString,
     pub database_max_connections: u32,
+    /// The change listener's own connection (`LISTEN` needs a session: behind PgBouncer in
+    /// transaction mode, point this at Postgres or a session-mode pool). Default: the pool's.
+    pub database_listen_url: Option<SecretString>,
     pub keyring: Keyring,
     pub elicitation_ttl: Duration,
     pub api_key_cache_ttl: Duration,
@@ -90,12 +94,24 @@ impl Config {
 
     /// Parses TOML text and applies overrides from `env`.
     pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
-        let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
+        let toml_error = |e: toml::de::Error| {
             let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!("line {l}, column {c}: "));
             err("toml", format!("{}{}", at.unwrap_or_default(), e.message()))
-        })?;
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(toml_error)?;
+        env::overlay(&mut table, env).map_err(all_of)?;
+        let raw: raw::RawConfig = toml::Value::Table(table).try_into().map_err(toml_error)?;
         validate::validate(raw, env)
     }
+}
+
+/// One error for several: each named on a line of its own.
+fn all_of(mut errors: Vec<ConfigError>) -> ConfigError {
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    let lines: Vec<String> = errors.iter().map(|e| format!("\n  {}: {}", e.field, e.message)).collect();
+    err(format!("{} settings", errors.len()), lines.concat())
 }
 
 /// 1-based line and column (in characters) of a byte offset in `text`.
@@ -248,7 +264,8 @@ client_id = "abc"
         assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::ZERO, time::Duration::seconds(30)));
         let mut e = base_env();
         e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "soon"));
-        assert_eq!(error_field(GOOD, &e), "idp.clock_skew_seconds");
+        // Named where the bad value is: the variable.
+        assert_eq!(error_field(GOOD, &e), "MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS");
         assert_eq!(
             error_field(&format!("{GOOD}clock_skew_seconds = 301\n"), &base_env()),
             "providers.github.clock_skew_seconds"

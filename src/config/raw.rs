@@ -48,6 +48,7 @@ pub(super) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDatabase {
     pub(super) url: Option<String>,
+    pub(super) listen_url: Option<String>,
     pub(super) max_connections: Option<u32>,
 }
 

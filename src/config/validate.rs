@@ -1,6 +1,6 @@
 //! From raw settings to a checked `Config` of ready objects: every error names its field.
 
-use super::raw::{RawConfig, RawIdp, RawProvider};
+use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
 use super::{Config, ConfigError, EnvLookup, LogFormat, TenantConfig, err};
 use crate::domain::{ProviderId, Scopes, TenantId};
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
@@ -65,6 +65,18 @@ fn metrics_listen(raw: Option<String>, public: SocketAddr) -> Result<Option<Sock
     Ok(Some(addr))
 }
 
+/// The pool's URL (`MCP_CONNECT_DATABASE_URL`, then `DATABASE_URL`, then the file), its
+/// size, and the change listener's own URL if it has one.
+fn database(raw: RawDatabase, env: EnvLookup<'_>) -> Result<(String, u32, Option<SecretString>), ConfigError> {
+    let url = database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.url))?;
+    let listen_url = env(&env_key("DATABASE_LISTEN_URL"))
+        .or(raw.listen_url)
+        .map(|u| database_url(Some(u)).map_err(|e| err("database.listen_url", e.message)))
+        .transpose()?
+        .map(SecretString::from);
+    Ok((url, max_connections(raw.max_connections)?, listen_url))
+}
+
 fn max_connections(raw: Option<u32>) -> Result<u32, ConfigError> {
     match raw.unwrap_or(16) {
         0 => Err(err("database.max_connections", "must be at least 1")),
@@ -98,9 +110,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
     let metrics_listen = metrics_listen(env(&env_key("METRICS_LISTEN")).or(raw.metrics.listen), listen)?;
     let drain = drain(drain_env(env)?.or(raw.shutdown.drain_seconds))?;
     let log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format))?;
-    let database_url =
-        database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.database.url))?;
-    let database_max_connections = max_connections(raw.database.max_connections)?;
+    let (database_url, database_max_connections, database_listen_url) = database(raw.database, env)?;
     let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
     let keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?;
     let providers = raw.providers.into_iter().map(|(name, p)| validate_provider(&name, p, env));
@@ -135,6 +145,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         log_format,
         database_url: SecretString::from(database_url),
         database_max_connections,
+        database_listen_url,
         keyring,
         elicitation_ttl: secs(seconds("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "")?),
         api_key_cache_ttl: secs(seconds(

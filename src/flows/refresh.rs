@@ -60,6 +60,8 @@ pub enum RefreshError {
     Transient(String),
     #[error("the connection is no longer active")]
     Gone,
+    #[error("this instance is shutting down")]
+    ShuttingDown,
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
@@ -83,6 +85,9 @@ pub async fn refresh(
     // On the HTTP worker's own task set (the only caller is the `/v1/token` handler): the
     // task keeps this worker's pool, needs no `Send` (sqlx's executor futures trip rustc's
     // higher-ranked `Send` check, rust-lang/rust#102211), and outlives the request.
+    if state.shutdown.is_stopping() {
+        return Err(RefreshError::ShuttingDown);
+    }
     state.detached.spawn_local(refresh_single_flight(state.clone(), observed.clone(), now)).await?
 }
 

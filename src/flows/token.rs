@@ -61,6 +61,8 @@ pub enum TokenError {
     ElicitationRace,
     #[error("refresh task: {0}")]
     Task(tokio::task::JoinError),
+    #[error("this instance is shutting down; another one answers the retry")]
+    ShuttingDown,
 }
 
 pub async fn token_for(
@@ -212,6 +214,7 @@ async fn usable_token(
                 }
                 Err(RefreshError::NeedsReauth | RefreshError::Gone) => return Ok(None),
                 Err(RefreshError::Transient(why)) => return Err(TokenError::ProviderUnavailable(why)),
+                Err(RefreshError::ShuttingDown) => return Err(TokenError::ShuttingDown),
                 Err(RefreshError::Database(e)) => return Err(TokenError::Database(e)),
                 Err(RefreshError::Vault(e)) => return Err(TokenError::Vault(e)),
                 Err(RefreshError::Task(e)) => return Err(TokenError::Task(e)),

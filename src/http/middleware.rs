@@ -19,6 +19,8 @@ pub async fn request_context(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = format!("{:016x}", rand::rng().next_u64());
+    let draining =
+        req.app_data::<actix_web::web::Data<crate::app::AppState>>().is_some_and(|s| s.shutdown.is_draining());
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.path().to_owned();
@@ -37,6 +39,12 @@ pub async fn request_context(
                 h.insert(HeaderName::from_static("x-request-id"), v);
             }
             secure_headers(h);
+
+            if draining {
+                // Clients open their next request elsewhere instead of on a connection
+                // that the stop will close under them.
+                res.response_mut().head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
+            }
             tracing::info!(
                 request_id = %id,
                 %method,

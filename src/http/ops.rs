@@ -14,7 +14,7 @@ async fn healthz() -> HttpResponse {
 
 /// Not draining, the database answers, and every migration this binary knows is applied.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+    if state.shutdown.is_draining() {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "draining" }));
     }
     match crate::store::migrations_applied(&state.pool).await {

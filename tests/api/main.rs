@@ -10,6 +10,7 @@ mod cli;
 mod connect_flow;
 mod dev_command;
 mod e2e;
+mod failover;
 mod harness;
 mod helpers;
 mod interop;

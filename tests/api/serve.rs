@@ -132,6 +132,7 @@ async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "requests are served during the drain");
+    assert_eq!(r.headers()["connection"], "close", "and told to come back on a new connection");
     ok.fetch_add(1, Ordering::AcqRel);
 
     let status = wait_exit(&mut served.child, Duration::from_secs(20)).await;

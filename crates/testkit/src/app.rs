@@ -33,8 +33,9 @@ pub struct TestApp {
     pub pool: PgPool,
     pub state: actix_web::web::Data<AppState>,
     pub db_url: String,
-    /// The database, dropped when the last instance on it is.
-    pub db: Arc<TestDatabase>,
+    /// The database, dropped when the last instance on it is (`None`: one the test made
+    /// elsewhere, see [`TestApp::start_on`]).
+    pub db: Option<Arc<TestDatabase>>,
     /// Server-scope key of tenant `acme`.
     pub key: String,
     /// Admin-scope key of tenant `acme`.
@@ -222,7 +223,7 @@ pub async fn spawn_app_with(opts: Options) -> TestApp {
 
 /// Another instance on the same database and providers (cross-instance tests).
 pub async fn spawn_on(other: &TestApp, opts: &Options) -> TestApp {
-    TestApp::start_instance(other.db.clone(), other.idp.clone(), other.provider.clone(), opts)
+    TestApp::start_on(&other.db_url, other.db.clone(), other.idp.clone(), other.provider.clone(), opts)
         .await
         .expect("another instance starts")
 }
@@ -232,12 +233,14 @@ impl TestApp {
     pub async fn start(opts: Options) -> Result<TestApp> {
         let db = Arc::new(TestDatabase::create().await?);
         let (idp, provider) = start_providers(opts.mcp_audience.as_deref()).await?;
-        Self::start_instance(db, idp, provider, &opts).await
+        Self::start_on(&db.url.clone(), Some(db), idp, provider, &opts).await
     }
 
-    /// An instance on the given database and providers.
-    pub async fn start_instance(
-        db: Arc<TestDatabase>,
+    /// An instance on the database at `db_url` (kept alive by `db`, when the harness made
+    /// it) and the given providers.
+    pub async fn start_on(
+        db_url: &str,
+        db: Option<Arc<TestDatabase>>,
         idp: Arc<DevProvider>,
         provider: Arc<DevProvider>,
         opts: &Options,
@@ -246,7 +249,7 @@ impl TestApp {
         let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
         register(&base, &idp, &provider);
         let idp_issuer = opts.idp_issuer.clone().unwrap_or_else(|| idp.issuer());
-        let config = config_for(&db.url, &base, &idp_issuer, &provider.issuer(), opts)?;
+        let config = config_for(db_url, &base, &idp_issuer, &provider.issuer(), opts)?;
         let app = match &opts.clock {
             Some(c) => Application::build_with_clock(config, listener, c.clone()).await,
             None => Application::build_with_listener(config, listener).await,
@@ -273,7 +276,7 @@ impl TestApp {
             provider,
             pool,
             state,
-            db_url: db.url.clone(),
+            db_url: db_url.to_owned(),
             db,
             metrics_port,
             // Idle connections are dropped before the service's 5 s keep-alive ends them: a

@@ -99,7 +99,7 @@ async fn drop_database(conn: &mut sqlx::PgConnection, name: &str) -> Result<()> 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         if std::env::var_os("MCP_CONNECT_TEST_KEEP_DB").is_some() {
-            eprintln!("kept the test database {}", self.url);
+            eprintln!("kept the test database {} (on the DATABASE_URL server)", self.name);
             return;
         }
         // Drop runs inside the test's runtime, which cannot be blocked on from within: the

@@ -136,6 +136,15 @@ fn map_error(e: TokenError) -> ApiError {
         TokenError::Database(e) => ApiError::from_db(&e),
         TokenError::Vault(e) => ApiError::internal(&e),
         TokenError::Task(e) => ApiError::internal(&e),
+        TokenError::ShuttingDown => {
+            let mut e = ApiError::new(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "this instance is shutting down; retry",
+            );
+            e.retry_after = Some(1);
+            e
+        }
         TokenError::ElicitationRace => {
             let mut e = ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,

@@ -252,7 +252,17 @@ pub async fn callback(
     let q = q.into_inner();
     // Invariant 13: the code exchange and its commit run to the end on the worker's task
     // set even if the browser goes away meanwhile (a grant the provider issued is either
-    // stored or revoked, never dropped half-way).
+    // stored or revoked, never dropped half-way). Not once the instance is stopping: the
+    // state is not consumed, so the same answer works on the instance the retry reaches.
+    if state.shutdown.is_stopping() {
+        return Err(PageError::new(
+            &rid,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Please try again",
+            "This server is restarting. Nothing was connected yet.",
+            "Reload this page in a moment.",
+        ));
+    }
     let task = {
         let (state, q) = (state.get_ref().clone(), q.clone());
         state
