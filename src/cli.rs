@@ -1,6 +1,6 @@
 //! The `mcp-connect` command line. `main.rs` only calls `run`.
 
-use crate::config::Config;
+use crate::config::{CommandConfig, Config};
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::startup::{Application, sync_tenants};
 use crate::store::{self, audit::AuditEvent};
@@ -190,51 +190,49 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate => {
-            open_database(&cli.config, 1, Schema::Migrate).await?;
+            migrate(&cli.config).await?;
             println!("migrations applied");
             Ok(())
         }
         #[cfg(feature = "dev")]
         Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
-            let (config, pool) = open_database(&cli.config, 2, Schema::Check).await?;
-            rotate_key(&pool, crate::vault::Vault::new(config.keyring), batch).await
+            let (config, pool) = open_database(&cli.config, true).await?;
+            let keyring = config.keyring.ok_or_else(|| anyhow::anyhow!("rotate-key needs the vault keys"))?;
+            rotate_key(&pool, crate::vault::Vault::new(keyring), batch).await
         }
         Command::Killswitch { action } => {
-            killswitch(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await
+            killswitch(&open_database(&cli.config, false).await?.1, action).await
         }
-        Command::Tenant { action } => tenant(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await,
+        Command::Tenant { action } => tenant(&open_database(&cli.config, false).await?.1, action).await,
         Command::Cleanup => {
-            let (config, pool) = open_database(&cli.config, 2, Schema::Check).await?;
+            let (config, pool) = open_database(&cli.config, false).await?;
             let r =
                 crate::flows::cleanup::run_once(&pool, time::OffsetDateTime::now_utc(), config.audit_retention).await?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())
         }
-        Command::Healthcheck => healthcheck(Config::load(&cli.config)?.listen).await,
-        Command::Apikey { action } => apikey(&open_database(&cli.config, 2, Schema::Check).await?.1, action).await,
+        Command::Healthcheck => healthcheck(CommandConfig::load(&cli.config, false)?.listen).await,
+        Command::Apikey { action } => apikey(&open_database(&cli.config, false).await?.1, action).await,
     }
 }
 
-/// What a command does with the schema: only `migrate` (and `serve`, `dev`) change it;
-/// every other command refuses a schema that is not this binary's, and writes nothing it
-/// was not asked to (the configured tenants are written by `migrate` and `serve`).
-enum Schema {
-    Migrate,
-    Check,
-}
-
-/// The configuration, and the database with `connections` connections.
-async fn open_database(config: &Path, connections: u32, schema: Schema) -> anyhow::Result<(Config, store::PgPool)> {
+/// `migrate`: the whole configuration (the tenants it writes name configured providers).
+async fn migrate(config: &Path) -> anyhow::Result<()> {
     let config = Config::load(config)?;
-    let pool = store::connect(config.database_url.expose_secret(), connections).await?;
-    match schema {
-        Schema::Migrate => {
-            store::migrate(&pool).await?;
-            sync_tenants(&pool, &config.tenants).await?;
-        }
-        Schema::Check => store::check_schema(&pool).await?,
-    }
+    let pool = store::connect(config.database_url.expose_secret(), 1).await?;
+    store::migrate(&pool).await?;
+    sync_tenants(&pool, &config.tenants).await?;
+    Ok(())
+}
+
+/// Every other command that works on the database: only the settings it uses (no IdP or
+/// provider secrets), and a schema that must already be this binary's. Only `migrate`
+/// (and `serve`, `dev`) change the schema or write the configured tenants.
+async fn open_database(config: &Path, keyring: bool) -> anyhow::Result<(CommandConfig, store::PgPool)> {
+    let config = CommandConfig::load(config, keyring)?;
+    let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+    store::check_schema(&pool).await?;
     Ok((config, pool))
 }
 
@@ -320,7 +318,10 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
         ApikeyAction::Create { tenant, scope, label } => {
             let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
             if !store::tenants::tenant_exists(pool, tenant.as_str()).await? {
-                anyhow::bail!("--tenant: no configured tenant {tenant}");
+                anyhow::bail!(
+                    "--tenant: tenant {tenant} is not in the database: list it under [[tenants]] in the configuration \
+                     and run `mcp-connect migrate`, which writes the configured tenants"
+                );
             }
             let key = crate::flows::api_keys::create_api_key(pool, &tenant, scope, label.as_deref()).await?;
             println!("{}", key.key.expose_secret());

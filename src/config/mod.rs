@@ -94,15 +94,48 @@ impl Config {
 
     /// Parses TOML text and applies overrides from `env`.
     pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
-        let toml_error = |e: toml::de::Error| {
-            let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!("line {l}, column {c}: "));
-            err("toml", format!("{}{}", at.unwrap_or_default(), e.message()))
-        };
-        let mut table: toml::Table = toml::from_str(text).map_err(toml_error)?;
-        env::overlay(&mut table, env).map_err(all_of)?;
-        let raw: raw::RawConfig = toml::Value::Table(table).try_into().map_err(toml_error)?;
-        validate::validate(raw, env)
+        validate::validate(read_raw(text, env)?, env)
     }
+}
+
+/// What the commands that work on the database alone need: no IdP, provider or tenant
+/// settings, so `apikey create` runs without their secrets.
+#[derive(Debug)]
+pub struct CommandConfig {
+    pub database_url: SecretString,
+    pub audit_retention: Duration,
+    /// Only where asked for (`rotate-key`).
+    pub keyring: Option<Keyring>,
+    pub listen: SocketAddr,
+}
+
+impl CommandConfig {
+    /// Reads the file at `path` with the process environment; checks only the database
+    /// settings, the listen address and the audit retention, and the vault keys when
+    /// `keyring` is set.
+    pub fn load(path: &Path, keyring: bool) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
+        Self::from_toml(&text, &process_env, keyring)
+    }
+
+    pub fn from_toml(text: &str, env: EnvLookup<'_>, keyring: bool) -> Result<Self, ConfigError> {
+        validate::validate_for_command(read_raw(text, env)?, env, keyring)
+    }
+}
+
+/// The file, parsed, with the environment laid over it.
+fn read_raw(text: &str, env: EnvLookup<'_>) -> Result<raw::RawConfig, ConfigError> {
+    let toml_error = |e: toml::de::Error| {
+        let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!("line {l}, column {c}: "));
+        err("toml", format!("{}{}", at.unwrap_or_default(), e.message()))
+    };
+    let mut table: toml::Table = toml::from_str(text).map_err(toml_error)?;
+    env::overlay(&mut table, env).map_err(all_of)?;
+    toml::Value::Table(table).try_into().map_err(toml_error)
+}
+
+impl Config {
 }
 
 /// One error for several: each named on a line of its own.

@@ -104,6 +104,30 @@ fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
     }
 }
 
+pub(super) fn validate_for_command(
+    raw: RawConfig,
+    env: EnvLookup<'_>,
+    with_keyring: bool,
+) -> Result<super::CommandConfig, ConfigError> {
+    let (database_url, _, _) = database(raw.database, env)?;
+    let keyring = if with_keyring {
+        let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
+        Some(keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?)
+    } else {
+        None
+    };
+    Ok(super::CommandConfig {
+        database_url: SecretString::from(database_url),
+        audit_retention: audit_retention(raw.audit.retention_days)?,
+        keyring,
+        listen: listen(env(&env_key("LISTEN")).or(raw.listen))?,
+    })
+}
+
+fn audit_retention(days: Option<u64>) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs(seconds("audit.retention_days", days, 365, 1..=3650, "")? * 86_400))
+}
+
 pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
     let public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url))?;
     let listen = listen(env(&env_key("LISTEN")).or(raw.listen))?;
@@ -136,7 +160,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
             "",
         )?),
         cleanup_interval: secs(seconds("cleanup.interval_seconds", raw.cleanup.interval_seconds, 300, 1..=86_400, "")?),
-        audit_retention: secs(seconds("audit.retention_days", raw.audit.retention_days, 365, 1..=3650, "")? * 86_400),
+        audit_retention: audit_retention(raw.audit.retention_days)?,
         idp: validate_idp(raw.idp, env)?,
         session_ttl: secs(seconds("sessions.ttl_seconds", raw.sessions.ttl_seconds, 3600, 60..=86_400, "")?),
         outbound_timeout: secs(seconds("outbound.timeout_seconds", raw.outbound.timeout_seconds, 10, 1..=60, "")?),

@@ -7,6 +7,11 @@ use std::process::{Command, Output};
 /// Runs the binary with the test configuration on `db_url` (providers are never contacted
 /// by these commands, so their URLs point nowhere).
 fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
+    run_without(db_url, toml, args, &[])
+}
+
+/// [`run`] with some of the test configuration's variables left out.
+fn run_without(db_url: &str, toml: Option<&str>, args: &[&str], left_out: &[&str]) -> Output {
     let opts = Options::default();
     let nowhere = "http://127.0.0.1:9";
     let text = match toml {
@@ -20,7 +25,7 @@ fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
         .arg("--config")
         .arg(&config)
         .env_remove("DATABASE_URL")
-        .envs(config_env(db_url, &opts))
+        .envs(config_env(db_url, &opts).into_iter().filter(|(k, _)| !left_out.contains(k)))
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&config);
@@ -115,4 +120,25 @@ async fn only_migrate_changes_the_schema_and_other_commands_refuse_one_not_their
     let o = run(&db.url, None, &["apikey", "list"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("newer than this binary"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn apikey_create_needs_neither_idp_nor_provider_secrets() {
+    let db = TestDatabase::create().await.unwrap();
+    assert_eq!(run(&db.url, None, &["migrate"]).status.code(), Some(0));
+    let secrets = [
+        "MCP_CONNECT_IDP_CLIENT_SECRET",
+        "MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET",
+        "MCP_CONNECT_PROVIDER_GITLAB_CLIENT_SECRET",
+        "MCP_CONNECT_PROVIDER_TESTP_CLIENT_SECRET",
+        "MCP_CONNECT_PROVIDER_PLAINP_CLIENT_SECRET",
+        "MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET",
+        "MCP_CONNECT_VAULT_KEYS",
+    ];
+    let o = run_without(&db.url, None, &["apikey", "create", "--tenant", "acme", "--scope", "server"], &secrets);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("mcpc_"), "the key is printed once");
+    // serve needs them all, and says which is missing.
+    let o = run_without(&db.url, None, &["serve"], &["MCP_CONNECT_IDP_CLIENT_SECRET"]);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
 }

@@ -68,7 +68,12 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
         !app.state.caches.is_serving()
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Callers see the outage as 503s (a lookup's connect fails at once; a pool waits up to
+    // its 5 s acquire timeout first).
+    crate::helpers::eventually(Duration::from_secs(15), "503s during the outage", || async {
+        answers.lock().unwrap().contains_key(&503)
+    })
+    .await;
     let during = answers.lock().unwrap().clone();
     let pg = tokio::task::spawn_blocking(move || {
         let mut pg = pg;
