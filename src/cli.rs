@@ -201,9 +201,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let keyring = config.keyring.ok_or_else(|| anyhow::anyhow!("rotate-key needs the vault keys"))?;
             rotate_key(&pool, crate::vault::Vault::new(keyring), batch).await
         }
-        Command::Killswitch { action } => {
-            killswitch(&open_database(&cli.config, false).await?.1, action).await
-        }
+        Command::Killswitch { action } => killswitch(&open_database(&cli.config, false).await?.1, action).await,
         Command::Tenant { action } => tenant(&open_database(&cli.config, false).await?.1, action).await,
         Command::Cleanup => {
             let (config, pool) = open_database(&cli.config, false).await?;

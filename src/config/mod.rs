@@ -135,11 +135,10 @@ fn read_raw(text: &str, env: EnvLookup<'_>) -> Result<raw::RawConfig, ConfigErro
     toml::Value::Table(table).try_into().map_err(toml_error)
 }
 
-impl Config {
-}
+impl Config {}
 
 /// One error for several: each named on a line of its own.
-fn all_of(mut errors: Vec<ConfigError>) -> ConfigError {
+pub(super) fn all_of(mut errors: Vec<ConfigError>) -> ConfigError {
     if errors.len() == 1 {
         return errors.remove(0);
     }
@@ -231,10 +230,31 @@ client_id = "abc"
         assert_eq!(
             error_field(
                 GOOD,
-                &[("MCP_CONNECT_VAULT_KEYS", "k1:short"), ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s")]
+                &[
+                    ("MCP_CONNECT_VAULT_KEYS", "k1:short"),
+                    ("MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET", "s"),
+                    ("MCP_CONNECT_IDP_CLIENT_SECRET", "s")
+                ]
             ),
             "vault keys"
         );
+    }
+
+    #[test]
+    fn every_mistake_of_a_file_is_reported_at_once() {
+        let file = GOOD
+            .replace("https://connect.example.com", "http://connect.example.com")
+            .replace("https://idp.example.com", "ftp://idp.example.com")
+            .replace("[database]", "[outbound]\ntimeout_seconds = 0\n[database]");
+        let mut env = base_env();
+        env.retain(|(k, _)| *k != "MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET");
+        let e = Config::from_toml(&file, &env_of(&env)).unwrap_err();
+        assert_eq!(e.field, "4 settings", "{}", e.message);
+        for field in
+            ["public_base_url", "idp.issuer", "outbound.timeout_seconds", "providers.github.client_secret_file"]
+        {
+            assert!(e.message.contains(&format!("\n  {field}: ")), "{field} in {}", e.message);
+        }
     }
 
     #[test]

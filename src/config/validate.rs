@@ -128,42 +128,82 @@ fn audit_retention(days: Option<u64>) -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(seconds("audit.retention_days", days, 365, 1..=3650, "")? * 86_400))
 }
 
+/// The providers (each refused one an error in `errors`), and the tenants checked against
+/// them. With a provider refused, tenants are not checked this time (each would add an
+/// "unknown provider" for the same mistake).
+fn providers_and_tenants(
+    raw: std::collections::BTreeMap<String, RawProvider>,
+    raw_tenants: Vec<super::raw::RawTenant>,
+    env: EnvLookup<'_>,
+    errors: &mut Vec<ConfigError>,
+) -> (ProviderRegistry, Result<Vec<TenantConfig>, ConfigError>) {
+    let mut providers = Vec::new();
+    for (name, p) in raw {
+        match validate_provider(&name, p, env) {
+            Ok(p) => providers.push(p),
+            Err(e) => errors.push(e),
+        }
+    }
+    let registry = ProviderRegistry::new(providers);
+    let tenants = if errors.is_empty() { tenants(raw_tenants, &registry) } else { Ok(Vec::new()) };
+    (registry, tenants)
+}
+
+/// Each named check runs whatever the others found, so one start reports every mistake of
+/// the file at once; the values are used only when all of them passed.
+macro_rules! all_checks {
+    ($errors:ident; $($name:ident = $check:expr;)*) => {
+        $( let $name = $check.map_err(|e| $errors.push(e)).ok(); )*
+        $( let Some($name) = $name else { return Err(super::all_of($errors)) }; )*
+        if !$errors.is_empty() {
+            return Err(super::all_of($errors));
+        }
+    };
+}
+
 pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
-    let public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url))?;
-    let listen = listen(env(&env_key("LISTEN")).or(raw.listen))?;
-    let metrics_listen = metrics_listen(env(&env_key("METRICS_LISTEN")).or(raw.metrics.listen), listen)?;
-    let drain = drain(drain_env(env)?.or(raw.shutdown.drain_seconds))?;
-    let log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format))?;
-    let (database_url, database_max_connections, database_listen_url) = database(raw.database, env)?;
+    let mut errors = Vec::new();
+    let (registry, tenants) = providers_and_tenants(raw.providers, raw.tenants, env, &mut errors);
     let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
-    let keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?;
-    let providers = raw.providers.into_iter().map(|(name, p)| validate_provider(&name, p, env));
-    let registry = ProviderRegistry::new(providers.collect::<Result<_, _>>()?);
-    let tenants = tenants(raw.tenants, &registry)?;
-    let secs = Duration::from_secs;
+    let secs = |field: &str, value: Option<u64>, default: u64, range, why: &str| {
+        seconds(field, value, default, range, why).map(Duration::from_secs)
+    };
+    all_checks! { errors;
+        public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url));
+        listen = listen(env(&env_key("LISTEN")).or(raw.listen));
+        drain = drain_env(env).and_then(|d| drain(d.or(raw.shutdown.drain_seconds)));
+        log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format));
+        database = database(raw.database, env);
+        keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref());
+        idp = validate_idp(raw.idp, env);
+        tenants = tenants;
+        cache_enabled = cache_enabled(env(&env_key("CACHE_ENABLED")).as_deref(), raw.cache.enabled);
+        cache_max_age = secs("cache.max_age_seconds", raw.cache.max_age_seconds, 5, 1..=60,
+            " (a lost notification must not live long)");
+        refresh_margin = secs("refresh.margin_seconds", raw.refresh.margin_seconds, 60, 0..=3600, "");
+        unknown_expiry_refresh = secs("refresh.unknown_expiry_refresh_seconds",
+            raw.refresh.unknown_expiry_refresh_seconds, 3600, 60..=86_400, "");
+        cleanup_interval = secs("cleanup.interval_seconds", raw.cleanup.interval_seconds, 300, 1..=86_400, "");
+        audit_retention = audit_retention(raw.audit.retention_days);
+        session_ttl = secs("sessions.ttl_seconds", raw.sessions.ttl_seconds, 3600, 60..=86_400, "");
+        outbound_timeout = secs("outbound.timeout_seconds", raw.outbound.timeout_seconds, 10, 1..=60, "");
+        elicitation_ttl = secs("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "");
+        api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
+            " (revocation must take effect quickly)");
+    }
+    let metrics_listen = metrics_listen(env(&env_key("METRICS_LISTEN")).or(raw.metrics.listen), listen)?;
+    let (database_url, database_max_connections, database_listen_url) = database;
     Ok(Config {
-        cache_enabled: cache_enabled(env(&env_key("CACHE_ENABLED")).as_deref(), raw.cache.enabled)?,
-        cache_max_age: secs(seconds(
-            "cache.max_age_seconds",
-            raw.cache.max_age_seconds,
-            5,
-            1..=60,
-            " (a lost notification must not live long)",
-        )?),
+        cache_enabled,
+        cache_max_age,
         cache_capacity: raw.cache.capacity.unwrap_or(200_000).max(1),
-        refresh_margin: secs(seconds("refresh.margin_seconds", raw.refresh.margin_seconds, 60, 0..=3600, "")?),
-        unknown_expiry_refresh: secs(seconds(
-            "refresh.unknown_expiry_refresh_seconds",
-            raw.refresh.unknown_expiry_refresh_seconds,
-            3600,
-            60..=86_400,
-            "",
-        )?),
-        cleanup_interval: secs(seconds("cleanup.interval_seconds", raw.cleanup.interval_seconds, 300, 1..=86_400, "")?),
-        audit_retention: audit_retention(raw.audit.retention_days)?,
-        idp: validate_idp(raw.idp, env)?,
-        session_ttl: secs(seconds("sessions.ttl_seconds", raw.sessions.ttl_seconds, 3600, 60..=86_400, "")?),
-        outbound_timeout: secs(seconds("outbound.timeout_seconds", raw.outbound.timeout_seconds, 10, 1..=60, "")?),
+        refresh_margin,
+        unknown_expiry_refresh,
+        cleanup_interval,
+        audit_retention,
+        idp,
+        session_ttl,
+        outbound_timeout,
         public_base_url,
         listen,
         log_format,
@@ -171,14 +211,8 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         database_max_connections,
         database_listen_url,
         keyring,
-        elicitation_ttl: secs(seconds("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "")?),
-        api_key_cache_ttl: secs(seconds(
-            "api_keys.cache_seconds",
-            raw.api_keys.cache_seconds,
-            5,
-            0..=60,
-            " (revocation must take effect quickly)",
-        )?),
+        elicitation_ttl,
+        api_key_cache_ttl,
         api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
         api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),
         migrate_on_start: true,
