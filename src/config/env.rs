@@ -67,7 +67,8 @@ const PROVIDER: &[(&str, Kind)] = &[
 const SECRET_FILES: &[(&str, &str, &str)] =
     &[("DATABASE_URL_FILE", "database", "url"), ("DATABASE_LISTEN_URL_FILE", "database", "listen_url")];
 
-fn upper(s: &str) -> String {
+/// A name as it stands in a variable: capitals, `-` as `_`.
+pub(super) fn upper(s: &str) -> String {
     s.to_ascii_uppercase().replace('-', "_")
 }
 

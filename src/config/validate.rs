@@ -18,7 +18,7 @@ pub(super) fn env_key(suffix: &str) -> String {
 }
 
 pub(super) fn provider_env(id: &ProviderId, what: &str) -> String {
-    env_key(&format!("PROVIDER_{}_{}", id.as_str().to_ascii_uppercase().replace('-', "_"), what))
+    env_key(&format!("PROVIDER_{}_{}", super::env::upper(id.as_str()), what))
 }
 
 /// A clock skew for ID tokens: the environment, else the file, else 60 s; at most 5 min.
@@ -86,14 +86,6 @@ fn max_connections(raw: Option<u32>) -> Result<u32, ConfigError> {
 
 fn drain(raw: Option<u64>) -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(seconds("shutdown.drain_seconds", raw, 5, 0..=300, "")?))
-}
-
-fn drain_env(env: EnvLookup<'_>) -> Result<Option<u64>, ConfigError> {
-    env(&env_key("SHUTDOWN_DRAIN_SECONDS"))
-        .map(|v| {
-            v.trim().parse().map_err(|_| err("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "must be a whole number of seconds"))
-        })
-        .transpose()
 }
 
 fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
@@ -171,7 +163,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
     all_checks! { errors;
         public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url));
         listen = listen(env(&env_key("LISTEN")).or(raw.listen));
-        drain = drain_env(env).and_then(|d| drain(d.or(raw.shutdown.drain_seconds)));
+        drain = drain(raw.shutdown.drain_seconds);
         log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format));
         database = database(raw.database, env);
         keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref());
@@ -191,7 +183,9 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
             " (revocation must take effect quickly)");
     }
-    let metrics_listen = metrics_listen(env(&env_key("METRICS_LISTEN")).or(raw.metrics.listen), listen)?;
+    // `MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS` and `MCP_CONNECT_METRICS_LISTEN` are in `raw`
+    // already: `env::overlay` laid them over the file.
+    let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
     let (database_url, database_max_connections, database_listen_url) = database;
     Ok(Config {
         cache_enabled,

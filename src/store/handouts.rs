@@ -42,7 +42,7 @@ struct Queue {
     batch_ready: Notify,
     /// The writer took events out.
     room: Notify,
-    /// Batches taken out of the queue and not yet written (or given up).
+    /// Events taken out of the queue and not yet written (or given up).
     in_flight: AtomicUsize,
 }
 
@@ -97,7 +97,7 @@ impl HandoutAudit {
         }
     }
 
-    /// Events queued and not yet written, batches being written included.
+    /// Events recorded and not yet written (or given up): queued, or in a batch being written.
     pub fn pending(&self) -> usize {
         let queued = self.queue.events.lock().map(|q| q.len()).unwrap_or(0);
         queued + self.queue.in_flight.load(Ordering::Acquire)
@@ -196,10 +196,8 @@ async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Ve
         if let Ok(mut q) = queue.events.lock() {
             let n = q.len().min(BATCH);
             batch.extend(q.drain(..n));
-            if n > 0 {
-                // Counted while the queue is locked: `pending` never sees the batch in neither.
-                queue.in_flight.fetch_add(1, Ordering::AcqRel);
-            }
+            // Counted while the queue is locked: `pending` never sees the batch in neither.
+            queue.in_flight.fetch_add(n, Ordering::AcqRel);
             metrics::gauge!(QUEUE_DEPTH).set(q.len() as f64);
         }
         queue.room.notify_waiters();
@@ -218,8 +216,8 @@ async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Ve
         };
         with_retries("audit events", batch.len(), || store::audit::insert_events_paced(&pool, &batch, pause)).await;
         let _ = touch.send(batch.iter().filter_map(|(_, e)| e.connection_id).collect());
+        queue.in_flight.fetch_sub(batch.len(), Ordering::AcqRel);
         batch.clear();
-        queue.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

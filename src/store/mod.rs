@@ -105,15 +105,13 @@ pub enum SchemaMismatch {
 /// Refuses to go on with a schema older or newer than this binary's migrations: commands
 /// other than `serve`, `migrate` and `dev` never migrate.
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaMismatch> {
-    let known = sqlx::migrate!("./migrations").iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Option<i64> =
-        match sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await {
-            Ok(v) => v,
-            // No migrations table: nothing applied yet.
-            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => None,
-            Err(e) => return Err(e.into()),
-        };
-    let applied = applied.unwrap_or(0);
+    let known = known_version();
+    let applied = match applied_version(pool).await {
+        Ok(v) => v,
+        // No migrations table: nothing applied yet.
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => 0,
+        Err(e) => return Err(e.into()),
+    };
     match applied.cmp(&known) {
         std::cmp::Ordering::Less => Err(SchemaMismatch::Behind { applied, known }),
         std::cmp::Ordering::Greater => Err(SchemaMismatch::Ahead { applied, known }),
@@ -134,11 +132,19 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 
 /// Whether every migration this binary knows has been applied (for `/readyz`).
 pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let migrator = sqlx::migrate!("./migrations");
-    let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    Ok(applied_version(pool).await? >= known_version())
+}
+
+/// The newest migration this binary has.
+fn known_version() -> i64 {
+    sqlx::migrate!("./migrations").iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// The newest migration applied to the database (0: none).
+async fn applied_version(pool: &PgPool) -> Result<i64, sqlx::Error> {
     let applied: Option<i64> =
         sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await?;
-    Ok(applied.unwrap_or(0) >= latest)
+    Ok(applied.unwrap_or(0))
 }
 
 #[cfg(test)]
