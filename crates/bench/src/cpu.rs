@@ -70,3 +70,54 @@ impl CpuSnapshot {
         }
     }
 }
+
+/// CPU time (user + system, in clock ticks) of each process named `postgres` on the
+/// machine: the postmaster, its background workers and every backend.
+fn postgres_processes() -> Vec<(u32, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .map(|pid| (pid, proc_ticks(&pid.to_string())))
+        .collect()
+}
+
+/// Postgres's CPU time over a stretch, sampled often enough that a backend which exits
+/// (the service's sessions end when it stops) still counts with its last reading: the
+/// kernel adds a reaped child's time to the postmaster only as `cutime`, which a
+/// per-process sum would miss. Sampling every 100 ms loses at most that much of each
+/// exiting backend's time.
+pub struct PostgresCpu {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl PostgresCpu {
+    pub fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let first: std::collections::HashMap<u32, u64> = postgres_processes().into_iter().collect();
+            let mut last = first.clone();
+            loop {
+                for (pid, ticks) in postgres_processes() {
+                    last.insert(pid, ticks);
+                }
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            last.iter().map(|(pid, t)| t.saturating_sub(first.get(pid).copied().unwrap_or(0))).sum()
+        });
+        Self { stop, thread }
+    }
+
+    /// Seconds of CPU Postgres used since `start`.
+    pub fn finish(self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Linux reports process times in USER_HZ, which is 100 on every architecture it
+        // exports to user space (sysconf(_SC_CLK_TCK)).
+        self.thread.join().unwrap_or(0) as f64 / 100.0
+    }
+}

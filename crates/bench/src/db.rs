@@ -194,6 +194,12 @@ async fn index_counter(pool: &PgPool, counter: &'static str, index: &str) -> any
 
 /// "token handed out" audit events written so far (the service queues them and writes
 /// them in batches off the request path).
+/// Rows the hand-outs left in the audit table (one per hand-out before the audit was
+/// aggregated per minute).
+pub async fn handout_rows(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
+}
+
 pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
 }

@@ -16,7 +16,7 @@ mod storm;
 
 use anyhow::Context;
 use clap::Parser;
-use cpu::CpuSnapshot;
+use cpu::{CpuSnapshot, PostgresCpu};
 use http1::Target;
 use load::KeySpace;
 use mcp_connect::domain::{KeyScope, TenantId};
@@ -202,6 +202,14 @@ impl Phase<'_> {
         }
         svc.stop().await;
         let (mut run, counters) = result?;
+        // From the saturating phase to the service's exit: the hand-out audit it wrote
+        // after the phases (at the minute's end, or at drain) is part of their cost.
+        let pg_seconds = counters.postgres_cpu.finish();
+        let handouts = (run.saturating.requests + run.half_rate.requests)
+            .saturating_sub(run.saturating.errors + run.half_rate.errors);
+        run.postgres_cpu_seconds = pg_seconds;
+        run.postgres_cpu_us_per_handout = pg_seconds / (handouts.max(1) as f64) * 1e6;
+        run.handout_audit_rows = db::handout_rows(self.pool).await? - counters.handout_rows_at_start;
         run.service_warnings = warnings.len();
         run.first_service_warning = warnings.into_iter().next();
         if cache_enabled {
@@ -249,6 +257,8 @@ impl Phase<'_> {
         let memory_after_warmup = svc.memory()?;
 
         progress(self.started, &format!("{}: closed loop, {} connections, {} s", svc.name, conns, duration.as_secs()));
+        let handout_rows_at_start = db::handout_rows(self.pool).await?;
+        let postgres_cpu = PostgresCpu::start();
         let cpu0 = CpuSnapshot::take(&[svc.pid]);
         let t = target.clone();
         let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await?;
@@ -272,6 +282,8 @@ impl Phase<'_> {
             scans_at_start,
             by_id_at_start,
             first_requests: first.requests,
+            postgres_cpu,
+            handout_rows_at_start,
             measured_seconds: stats_from.elapsed().as_secs_f64(),
         };
         let run = LookupRun {
@@ -290,6 +302,9 @@ impl Phase<'_> {
             memory_after_warmup,
             memory_after_run,
             audit_backlog,
+            postgres_cpu_seconds: 0.0,
+            postgres_cpu_us_per_handout: 0.0,
+            handout_audit_rows: 0,
             service_warnings: 0,
             first_service_warning: None,
         };
@@ -302,6 +317,10 @@ struct Counters {
     scans_at_start: Option<i64>,
     by_id_at_start: Option<i64>,
     first_requests: u64,
+    /// Postgres's CPU from the saturating phase on, until the service has exited.
+    postgres_cpu: PostgresCpu,
+    /// Hand-out rows in the audit table before the saturating phase.
+    handout_rows_at_start: i64,
     /// From the first counter reading to the end of the half-rate phase.
     measured_seconds: f64,
 }

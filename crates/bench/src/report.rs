@@ -58,6 +58,13 @@ pub struct LookupRun {
     /// Hand-outs answered but not yet written to the audit table when the saturating
     /// phase ended (the writer's queue holds 10,000).
     pub audit_backlog: i64,
+    /// CPU seconds of every Postgres process from the start of the saturating phase until
+    /// the service exited (SIGTERM, drain), and that per hand-out of the two measured
+    /// phases: with the cache on, what a cached hand-out costs the database.
+    pub postgres_cpu_seconds: f64,
+    pub postgres_cpu_us_per_handout: f64,
+    /// Rows the hand-outs of the measured phases left in the audit table.
+    pub handout_audit_rows: i64,
     pub service_warnings: usize,
     pub first_service_warning: Option<String>,
 }
@@ -344,6 +351,14 @@ impl Results {
                 o,
                 "   {name}: hand-outs not yet in the audit table when the phase ended: {}",
                 thousands(run.audit_backlog as f64)
+            );
+            let _ = writeln!(
+                o,
+                "   {name}: Postgres CPU per hand-out: {:.1} µs ({:.1} s in all, to the service's exit); {} audit rows for {} hand-outs",
+                run.postgres_cpu_us_per_handout,
+                run.postgres_cpu_seconds,
+                thousands(run.handout_audit_rows as f64),
+                thousands((sat.requests + run.half_rate.requests) as f64)
             );
             let _ = writeln!(o, "   {name}: CPU at saturation: {}", cpu(&run.cpu_saturating, sat.rps));
             let _ = writeln!(o, "   {name}: CPU at half rate:  {}", cpu(&run.cpu_half_rate, run.half_rate.rps));

@@ -117,7 +117,9 @@ scopes = ["read"]
         cmd.env("MCP_CONNECT_DATABASE_URL", &self.database_url)
             .env("MCP_CONNECT_VAULT_KEYS", &self.vault_keys)
             .env("MCP_CONNECT_IDP_CLIENT_SECRET", IDP_SECRET)
-            .env("MCP_CONNECT_CACHE_ENABLED", if cache_enabled { "true" } else { "false" });
+            .env("MCP_CONNECT_CACHE_ENABLED", if cache_enabled { "true" } else { "false" })
+            // No load balancer to tell: stop serving at once on SIGTERM.
+            .env("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "0");
         for p in &self.providers {
             cmd.env(format!("MCP_CONNECT_PROVIDER_{}_CLIENT_SECRET", p.to_ascii_uppercase()), client_secret(p));
         }
@@ -208,8 +210,13 @@ impl Service {
         Ok(Memory { rss_kib: field("VmRSS:")?, hwm_kib: field("VmHWM:")? })
     }
 
+    /// SIGTERM, as a deploy stops it: the service writes the hand-out audit it still holds
+    /// and exits by itself (killed if it has not within a minute).
     pub async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        let _ = tokio::process::Command::new("kill").args(["-TERM", &self.pid.to_string()]).status().await;
+        if tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
     }
 }
