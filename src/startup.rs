@@ -120,7 +120,7 @@ impl Application {
         handle.stop(true).await;
         let served = server.await.map_err(std::io::Error::other)?;
         if !state.handouts.drain(std::time::Duration::from_secs(30)).await {
-            tracing::error!(pending = state.handouts.pending(), "hand-out audit events not written before exit");
+            tracing::error!(pending = state.handouts.pending(), "hand-out audit rows not written before exit");
         }
         if let Some(m) = metrics {
             m.stop(false).await;
@@ -206,6 +206,18 @@ impl PoolSplit {
     }
 }
 
+/// This process's name in the hand-out audit rows: the host name (a pod's name) and a random
+/// suffix, since several processes may share a host.
+fn instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')).take(63).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "mcp-connect".to_owned());
+    format!("{host}-{:08x}", rand::random::<u32>())
+}
+
 /// The shared state, and the background tasks that keep it current (clean-up, the change
 /// listener, the cache confirmer, the hand-out audit writers).
 async fn app_state(
@@ -241,7 +253,11 @@ async fn app_state(
         refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
         unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
         refresh_gate: Arc::default(),
-        handouts: crate::store::handouts::HandoutAudit::spawn(pool.clone()),
+        handouts: crate::store::handouts::HandoutAudit::spawn(
+            pool.clone(),
+            instance_name(),
+            crate::store::handouts::system_wall_clock(),
+        ),
         idp: Arc::new(config.idp),
         resolver: Arc::default(),
         outbound,

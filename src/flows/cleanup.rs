@@ -1,6 +1,7 @@
 //! Periodic clean-up, safe to run on every instance at once (each statement is
 //! idempotent): overdue elicitations expire, spent states and logins go, expired
-//! sessions go, and audit events past retention are trimmed. Nothing pending is touched.
+//! sessions go, the audit partitions of the coming months are made and those past retention
+//! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
 use crate::store::{self, PgPool};
 use std::time::Duration;
@@ -12,7 +13,10 @@ pub struct CleanupReport {
     pub states_deleted: u64,
     pub login_states_deleted: u64,
     pub sessions_deleted: u64,
-    pub audit_events_deleted: u64,
+    /// Month partitions past retention dropped whole (the default partition's rows past it
+    /// are deleted), and the coming months' partitions made.
+    pub audit_partitions_dropped: u64,
+    pub audit_partitions_made: u64,
 }
 
 pub async fn run_once(
@@ -28,7 +32,8 @@ pub async fn run_once(
         states_deleted: store::states::delete_spent_states(pool, now).await?,
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,
         sessions_deleted: store::sessions::delete_expired_sessions(pool, now).await?,
-        audit_events_deleted: store::audit::delete_events_before(pool, now - retention).await?,
+        audit_partitions_made: store::audit::ensure_partitions(pool, now).await?,
+        audit_partitions_dropped: store::audit::drop_partitions_before(pool, now - retention).await?,
     })
 }
 
@@ -38,6 +43,11 @@ pub fn spawn(pool: PgPool, interval: Duration, audit_retention: Duration) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        // The coming months' partitions at once (a service down for months finds its month
+        // missing); the rest waits for the first interval.
+        if let Err(e) = store::audit::ensure_partitions(&pool, OffsetDateTime::now_utc()).await {
+            tracing::warn!(error = %e, "making the audit partitions failed; the clean-up will retry");
+        }
         loop {
             tick.tick().await;
             match run_once(&pool, OffsetDateTime::now_utc(), audit_retention).await {

@@ -10,7 +10,7 @@ use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionStatus, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes,
     Subject, TenantId,
 };
-use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
+use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow, handouts::Handout};
 use crate::vault::{Field, RowBinding, VaultError};
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -259,7 +259,7 @@ fn hand_out(
     })
 }
 
-/// The "token handed out" audit event, queued for the batch writer.
+/// The "token handed out" audit: counted into this minute's row (`store::handouts`).
 async fn record_handout(
     state: &AppState,
     tenant: &TenantId,
@@ -268,13 +268,14 @@ async fn record_handout(
     out: &TokenOutcome,
 ) {
     if let TokenOutcome::Connected { connection_id, .. } = out {
-        let mut ev = AuditEvent::new("token_handed_out");
-        ev.tenant_id = Some(tenant.to_string());
-        ev.subject = Some(req.subject.to_string());
-        ev.provider = Some(req.provider.to_string());
-        ev.connection_id = Some(connection_id.as_uuid());
-        ev.api_key_id = Some(api_key.to_string());
-        state.handouts.record(ev).await;
+        let h = Handout {
+            tenant_id: tenant.to_string(),
+            subject: req.subject.to_string(),
+            provider: req.provider.to_string(),
+            connection_id: connection_id.as_uuid(),
+            api_key_id: api_key.to_string(),
+        };
+        state.handouts.record(h).await;
     }
 }
 

@@ -62,44 +62,51 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
     Ok(())
 }
 
-/// Writes a batch in one statement (the batched hand-out events); `at` is when each event
-/// happened, not when the batch was written. The statement is a binary `COPY`: in the
-/// benchmark 2,000 events took 19-22 ms instead of 35-45 ms with `INSERT … SELECT FROM
-/// UNNEST(…)`, and the hand-out events are the largest database cost of a cached lookup.
-pub async fn insert_events(
-    pool: &sqlx::PgPool,
-    events: &[(time::OffsetDateTime, AuditEvent)],
-) -> Result<(), sqlx::Error> {
-    insert_events_paced(pool, events, || std::future::ready(())).await
+/// Token hand-outs of one instance, connection and API key within one minute: the row the
+/// hand-out audit (`store::handouts`) writes once that minute has closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoutRow {
+    /// The minute (UTC, seconds and below zero).
+    pub minute: time::OffsetDateTime,
+    pub tenant_id: String,
+    pub subject: String,
+    pub provider: String,
+    pub connection_id: Uuid,
+    pub api_key_id: String,
+    pub instance: String,
+    pub count: i32,
+    pub first_at: time::OffsetDateTime,
+    pub last_at: time::OffsetDateTime,
 }
 
-/// Rows per `CopyData` message of [`insert_events_paced`]: about 1 ms of the backend's work.
+/// Writes hand-out rows in one statement. The statement is a binary `COPY`: in the benchmark
+/// 2,000 rows took 19-22 ms instead of 35-45 ms with `INSERT … SELECT FROM UNNEST(…)`.
+pub async fn insert_handouts(pool: &sqlx::PgPool, rows: &[HandoutRow]) -> Result<(), sqlx::Error> {
+    insert_handouts_paced(pool, rows, || std::future::ready(())).await
+}
+
+/// Rows per `CopyData` message of [`insert_handouts_paced`]: about 1 ms of the backend's work.
 pub const COPY_CHUNK: usize = 64;
 
-/// [`insert_events`], sending the rows [`COPY_CHUNK`] at a time and awaiting `pause` between
-/// them, so that the backend runs in short stretches and gives its CPU back in between.
-/// On two cores a request thread queued behind a backend waits as long as that stretch
-/// (`perf sched` in the benchmark's half-rate phase).
+/// [`insert_handouts`], sending the rows [`COPY_CHUNK`] at a time and awaiting `pause`
+/// between them, so that the backend runs in short stretches and gives its CPU back in
+/// between. On two cores a request thread queued behind a backend waits as long as that
+/// stretch (`perf sched` in the benchmark's half-rate phase).
 ///
 /// The `WHERE` clause (PostgreSQL 12 and later) is always true. Being volatile, it makes
 /// PostgreSQL insert each row as it arrives; without one, `COPY` collects 1,000 rows and
 /// inserts them at once (3-23 ms at a stretch, however the data is split). It costs no
-/// more in all: 2,000 CSV rows through psql took 22-29 ms with and without it, and the
-/// bench's binary batch of 2,000 takes 17-19 ms with it.
-pub async fn insert_events_paced<P, F>(
-    pool: &sqlx::PgPool,
-    events: &[(time::OffsetDateTime, AuditEvent)],
-    mut pause: P,
-) -> Result<(), sqlx::Error>
+/// more in all: 2,000 CSV rows through psql took 22-29 ms with and without it.
+pub async fn insert_handouts_paced<P, F>(pool: &sqlx::PgPool, rows: &[HandoutRow], mut pause: P) -> Result<(), sqlx::Error>
 where
     P: FnMut() -> F,
     F: std::future::Future<Output = ()>,
 {
-    let (data, ends) = copy_rows(events)?;
+    let (data, ends) = copy_rows(rows)?;
     let mut conn = pool.acquire().await?;
     let mut copy = conn
         .copy_in_raw(
-            "COPY audit_events (at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail)
+            "COPY audit_events (at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at)
              FROM STDIN (FORMAT binary) WHERE random() >= 0",
         )
         .await?;
@@ -120,33 +127,38 @@ where
 /// sqlx's own encoding of it for a bound parameter, which is what that format carries.
 /// Also the offsets where each chunk of [`COPY_CHUNK`] rows ends (the last one at the end of
 /// the trailer); the format may be split anywhere, so each chunk can be its own message.
-fn copy_rows(events: &[(time::OffsetDateTime, AuditEvent)]) -> Result<(Vec<u8>, Vec<usize>), sqlx::Error> {
-    const FIELDS: i16 = 9;
-    let mut out = Vec::with_capacity(19 + events.len() * 192);
-    let mut ends = Vec::with_capacity(events.len() / COPY_CHUNK + 1);
+fn copy_rows(rows: &[HandoutRow]) -> Result<(Vec<u8>, Vec<usize>), sqlx::Error> {
+    const FIELDS: i16 = 11;
+    let mut out = Vec::with_capacity(19 + rows.len() * 224);
+    let mut ends = Vec::with_capacity(rows.len() / COPY_CHUNK + 1);
     out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     out.extend_from_slice(&0i32.to_be_bytes()); // flags: no OIDs
     out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
     let mut value = sqlx::postgres::PgArgumentBuffer::default();
-    for (i, (at, e)) in events.iter().enumerate() {
+    for (i, r) in rows.iter().enumerate() {
         if i > 0 && i % COPY_CHUNK == 0 {
             ends.push(out.len());
         }
         out.extend_from_slice(&FIELDS.to_be_bytes());
-        copy_field(&mut out, &mut value, at)?;
-        copy_field(&mut out, &mut value, &e.tenant_id)?;
-        copy_field(&mut out, &mut value, &e.subject)?;
-        copy_field(&mut out, &mut value, &e.provider)?;
-        copy_field(&mut out, &mut value, &e.kind)?;
-        copy_field(&mut out, &mut value, &e.elicitation_id)?;
-        copy_field(&mut out, &mut value, &e.connection_id)?;
-        copy_field(&mut out, &mut value, &e.api_key_id)?;
-        copy_field(&mut out, &mut value, &e.detail)?;
+        copy_field(&mut out, &mut value, &r.minute)?;
+        copy_field(&mut out, &mut value, &r.tenant_id)?;
+        copy_field(&mut out, &mut value, &r.subject)?;
+        copy_field(&mut out, &mut value, &r.provider)?;
+        copy_field(&mut out, &mut value, &HANDED_OUT)?;
+        copy_field(&mut out, &mut value, &r.connection_id)?;
+        copy_field(&mut out, &mut value, &r.api_key_id)?;
+        copy_field(&mut out, &mut value, &r.instance)?;
+        copy_field(&mut out, &mut value, &r.count)?;
+        copy_field(&mut out, &mut value, &r.first_at)?;
+        copy_field(&mut out, &mut value, &r.last_at)?;
     }
     out.extend_from_slice(&(-1i16).to_be_bytes());
     ends.push(out.len());
     Ok((out, ends))
 }
+
+/// The kind of the hand-out rows.
+pub const HANDED_OUT: &str = "token_handed_out";
 
 fn copy_field<'q, T: sqlx::Encode<'q, sqlx::Postgres>>(
     out: &mut Vec<u8>,
@@ -164,9 +176,12 @@ fn copy_field<'q, T: sqlx::Encode<'q, sqlx::Postgres>>(
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+/// A row of the trail as the admin API shows it. `cursor` is its place in the trail's order.
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct AuditRow {
     pub id: i64,
+    #[serde(skip)]
+    pub recorded: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub at: time::OffsetDateTime,
     pub subject: Option<String>,
@@ -176,52 +191,169 @@ pub struct AuditRow {
     pub connection_id: Option<Uuid>,
     pub api_key_id: Option<String>,
     pub detail: serde_json::Value,
+    /// Events this row stands for: the hand-outs of its minute, 1 for every other kind.
+    pub count: i32,
+    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub first_at: Option<time::OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub last_at: Option<time::OffsetDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
-/// Filters for reading the trail; `before_id` pages backwards from the newest.
-#[derive(Debug, Default)]
+impl AuditRow {
+    pub fn cursor(&self) -> Cursor {
+        Cursor { recorded: self.recorded, id: self.id }
+    }
+}
+
+/// A place in the trail's order: the writing transaction's id, then the row's id. A row that
+/// commits later than another has a greater transaction id than every row already
+/// listable when the other committed (see [`list_events`]), so paging by this key skips
+/// nothing, whichever way it goes. Shown as `<recorded>-<id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    recorded: i64,
+    id: i64,
+}
+
+impl Cursor {
+    /// Before every row: where a reader that follows the trail from its start begins.
+    pub const START: Cursor = Cursor { recorded: 0, id: 0 };
+
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let (r, i) = s.split_once('-')?;
+        let digits = |v: &str| !v.is_empty() && v.len() <= 19 && v.bytes().all(|b| b.is_ascii_digit());
+        if !digits(r) || !digits(i) {
+            return None;
+        }
+        Some(Cursor { recorded: r.parse().ok()?, id: i.parse().ok()? })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.recorded, self.id)
+    }
+}
+
+/// Which way a page goes from its cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// Newest first, from the newest or from before a cursor.
+    Before(Option<Cursor>),
+    /// Oldest first, after a cursor: how a reader follows the trail.
+    After(Cursor),
+}
+
+/// Filters for reading the trail.
+#[derive(Debug)]
 pub struct AuditFilter<'a> {
     pub subject: Option<&'a str>,
     pub provider: Option<&'a str>,
     pub kind: Option<&'a str>,
     pub since: Option<time::OffsetDateTime>,
     pub until: Option<time::OffsetDateTime>,
-    pub before_id: Option<i64>,
+    pub page: Page,
     pub limit: i64,
 }
 
-pub async fn list_events(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    f: &AuditFilter<'_>,
-) -> Result<Vec<AuditRow>, sqlx::Error> {
-    sqlx::query_as!(
-        AuditRow,
-        r#"SELECT id, at, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail
-           FROM audit_events
-           WHERE tenant_id = $1
-             AND ($2::text IS NULL OR subject = $2)
-             AND ($3::text IS NULL OR provider = $3)
-             AND ($4::text IS NULL OR kind = $4)
-             AND ($5::timestamptz IS NULL OR at >= $5)
-             AND ($6::timestamptz IS NULL OR at < $6)
-             AND ($7::bigint IS NULL OR id < $7)
-           ORDER BY id DESC
-           LIMIT $8"#,
-        tenant_id,
-        f.subject,
-        f.provider,
-        f.kind,
-        f.since,
-        f.until,
-        f.before_id,
-        f.limit
-    )
-    .fetch_all(db)
-    .await
+/// A page of the trail. Only rows whose transaction is older than every transaction still
+/// running anywhere in the cluster (`pg_snapshot_xmin`) are listed: a row of a transaction
+/// that is still open, or of one that began after it, shows once they have all ended,
+/// which is usually milliseconds. Any row that commits later gets a place after every row
+/// listed now, so a reader following with `after` sees each row once, and `before` pages
+/// never lose one to a late commit. sqlx has no `xid8` type: it travels as text.
+///
+/// So that a reader sees what was committed before it asked (an operator's revoke, then
+/// the trail), the listing first waits until every transaction begun before the request
+/// has ended, for at most [`SETTLE`]; past that it answers with what is listable.
+pub async fn list_events(db: &sqlx::PgPool, tenant_id: &str, f: &AuditFilter<'_>) -> Result<Vec<AuditRow>, sqlx::Error> {
+    settle(db).await?;
+    // Two orders, one statement text each (a `CASE` in `ORDER BY` would defeat the index).
+    macro_rules! select {
+        () => {
+            "SELECT id, recorded::text::bigint AS recorded, at, subject, provider, kind, elicitation_id,
+                    connection_id, api_key_id, detail, count, first_at, last_at, instance
+             FROM audit_events
+             WHERE tenant_id = $1
+               AND recorded < pg_snapshot_xmin(pg_current_snapshot())
+               AND ($2::text IS NULL OR subject = $2)
+               AND ($3::text IS NULL OR provider = $3)
+               AND ($4::text IS NULL OR kind = $4)
+               AND ($5::timestamptz IS NULL OR at >= $5)
+               AND ($6::timestamptz IS NULL OR at < $6)"
+        };
+    }
+    let (sql, cursor) = match f.page {
+        Page::Before(c) => (
+            concat!(select!(), " AND ($7::text IS NULL OR (recorded, id) < ($7::xid8, $8::bigint))
+                                 ORDER BY recorded DESC, id DESC LIMIT $9"),
+            c,
+        ),
+        Page::After(c) => (
+            concat!(select!(), " AND ($7::text IS NULL OR (recorded, id) > ($7::xid8, $8::bigint))
+                                 ORDER BY recorded, id LIMIT $9"),
+            Some(c),
+        ),
+    };
+    sqlx::query_as::<_, AuditRow>(sql)
+        .bind(tenant_id)
+        .bind(f.subject)
+        .bind(f.provider)
+        .bind(f.kind)
+        .bind(f.since)
+        .bind(f.until)
+        .bind(cursor.map(|c| c.recorded.to_string()))
+        .bind(cursor.map(|c| c.id))
+        .bind(f.limit)
+        .fetch_all(db)
+        .await
 }
 
-pub async fn delete_events_before(db: impl PgExecutor<'_>, cutoff: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query!("DELETE FROM audit_events WHERE at < $1", cutoff).execute(db).await?;
-    Ok(r.rows_affected())
+/// The longest [`list_events`] waits for older transactions to end.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits until no transaction that began before this call is still running (5 ms polls).
+async fn settle(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let deadline = std::time::Instant::now() + SETTLE;
+    let mut conn = db.acquire().await?;
+    let next: String =
+        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetch_one(&mut *conn).await?;
+    loop {
+        let settled: bool = sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8")
+            .bind(&next)
+            .fetch_one(&mut *conn)
+            .await?;
+        if settled || std::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Makes the audit partitions of this month and the next two (UTC), those missing; returns
+/// how many it made. Every instance's clean-up runs it.
+pub async fn ensure_partitions(db: &sqlx::PgPool, now: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let made: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) FILTER (WHERE audit_partition_ensure($1::timestamptz + make_interval(months => n))) AS "made!"
+           FROM generate_series(0, 2) AS n"#,
+        now
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(made as u64)
+}
+
+/// Retention: drops the partitions of months that ended at or before `cutoff` and deletes
+/// the default partition's rows before it; returns the partitions dropped. Dropping a
+/// partition briefly locks the whole table, so it waits for that lock at most 5 s (and
+/// fails, to be retried by the next clean-up, rather than hold up the writers behind it).
+pub async fn drop_partitions_before(db: &sqlx::PgPool, cutoff: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
+    let dropped: Option<i32> =
+        sqlx::query_scalar!("SELECT audit_partitions_drop_before($1)", cutoff).fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(dropped.unwrap_or(0) as u64)
 }

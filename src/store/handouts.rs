@@ -1,95 +1,209 @@
-//! "Token handed out" events, written in batches off the request path: the lookup only
-//! appends the event to a queue; a background task writes up to 2,000 at a time in one
-//! statement, every 100 ms or as soon as 2,000 are waiting, and a second one helps with
-//! full batches only (so one batch is written while the next is committed, and at lower
-//! rates the two never keep both cores busy at once). Appending wakes nobody below
-//! that (a wake-up per request would cost a thread switch per request). A full queue
-//! (10,000) makes the caller wait: events are never dropped. While the writers keep up, a
-//! batch goes to Postgres 64 rows at a time with a pause between, so that its backend never
-//! holds a core for long (`store::audit::insert_events_paced`).
-//! Marking connections used (`last_used_at`, to the minute) is a second task's job, so that
-//! those row updates never hold up the events (or, through a full queue, the lookups).
+//! "Token handed out" audit, aggregated off the request path: a hand-out only counts itself
+//! into the row of its instance, connection, API key and minute, held in memory. A writer
+//! task writes each minute's rows once that minute has closed (checked every second), and
+//! everything at once when asked to drain (shutdown). A row is written once and never
+//! updated: the trail says who used which connection, through which key, to the minute,
+//! and how often, at a fraction of one row per hand-out.
+//!
+//! Rows are never dropped while the process lives: a failed write is retried (backing off
+//! up to 5 s) until it succeeds. Memory is bounded: when the rows of the open minute pass
+//! [`EARLY`] (a minute in which that many connections were used on this instance) the
+//! writer writes them early, so that minute then has two rows for a connection and key;
+//! when [`CAPACITY`] rows wait (Postgres unreachable for long), callers wait for room.
+//! A wall clock that steps back can likewise split a minute into two rows. Neither breaks
+//! the trail: each row is a count of distinct hand-outs.
+//!
+//! Marking connections used (`last_used_at`, to the minute) is a second task's job, told of
+//! a connection the first time it is handed out in a minute, so that those row updates
+//! never hold up the audit (or, through a full queue, the lookups).
 
-use crate::store::{self, PgPool, audit::AuditEvent};
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::store::{self, PgPool, audit::HandoutRow};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use time::OffsetDateTime;
 use tokio::sync::{Notify, mpsc};
+use uuid::Uuid;
 
-/// Each batch is one transaction, so one WAL flush: smaller batches (500) made the
-/// writer wait on flushes and fall behind the lookups in the benchmark.
+/// Rows per `COPY`: each is one transaction, so one WAL flush.
 const BATCH: usize = 2000;
-const CAPACITY: usize = 10_000;
-const EVERY: Duration = Duration::from_millis(100);
+/// Rows of the open minute past which the writer writes them before the minute closes.
+pub const EARLY: usize = 100_000;
+/// Rows waiting (open, or written and failed) past which hand-outs wait for room.
+pub const CAPACITY: usize = 400_000;
+/// How often the writer looks for closed minutes.
+const TICK: Duration = Duration::from_secs(1);
 /// Between chunks of a batch's rows (the timer's resolution: 1-2 ms).
 const PAUSE: Duration = Duration::from_millis(1);
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
-/// Writers on their own connections: at 28,000 hand-outs/s on two cores one writer was the
-/// bottleneck (the queue stayed full with a third of the CPU idle).
-const WRITERS: usize = 2;
 
 /// Metrics (catalogue: `telemetry::metrics`).
 pub const QUEUE_DEPTH: &str = "mcp_connect_handout_queue_depth";
 pub const QUEUE_WAIT: &str = "mcp_connect_handout_queue_wait_seconds";
 pub const BATCH_FAILURES: &str = "mcp_connect_handout_batch_failures_total";
 
-type Queued = (time::OffsetDateTime, AuditEvent);
+/// What time it is, for the minutes (tests move it).
+pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 
-struct Queue {
-    events: Mutex<Vec<Queued>>,
-    /// A full batch is waiting.
-    batch_ready: Notify,
-    /// The writer took events out.
-    room: Notify,
-    /// Events taken out of the queue and not yet written (or given up).
+pub fn system_wall_clock() -> WallClock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// One token hand-out.
+#[derive(Debug, Clone)]
+pub struct Handout {
+    pub tenant_id: String,
+    pub subject: String,
+    pub provider: String,
+    pub connection_id: Uuid,
+    pub api_key_id: String,
+}
+
+struct Tally {
+    tenant_id: String,
+    subject: String,
+    provider: String,
+    count: i32,
+    first_at: OffsetDateTime,
+    last_at: OffsetDateTime,
+}
+
+/// The open rows by minute (Unix time / 60), then connection and API key.
+#[derive(Default)]
+struct Minutes {
+    by_minute: BTreeMap<i64, HashMap<(Uuid, String), Tally>>,
+    rows: usize,
+}
+
+impl Minutes {
+    /// Counts a hand-out at `now`; true when it opened a row.
+    fn add(&mut self, now: OffsetDateTime, h: Handout) -> bool {
+        let rows = self.by_minute.entry(now.unix_timestamp().div_euclid(60)).or_default();
+        match rows.entry((h.connection_id, h.api_key_id)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let t = o.get_mut();
+                t.count = t.count.saturating_add(1);
+                t.first_at = t.first_at.min(now);
+                t.last_at = t.last_at.max(now);
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Tally {
+                    tenant_id: h.tenant_id,
+                    subject: h.subject,
+                    provider: h.provider,
+                    count: 1,
+                    first_at: now,
+                    last_at: now,
+                });
+                self.rows += 1;
+                true
+            }
+        }
+    }
+
+    /// Takes the rows of the minutes before `now`'s (of all minutes when `all`).
+    fn take(&mut self, now: OffsetDateTime, all: bool, instance: &str) -> Vec<HandoutRow> {
+        let open = now.unix_timestamp().div_euclid(60);
+        let keep = if all { BTreeMap::new() } else { self.by_minute.split_off(&open) };
+        let closed = std::mem::replace(&mut self.by_minute, keep);
+        let mut out = Vec::with_capacity(closed.values().map(HashMap::len).sum());
+        for (minute, rows) in closed {
+            let Ok(minute) = OffsetDateTime::from_unix_timestamp(minute * 60) else { continue };
+            out.extend(rows.into_iter().map(|((connection_id, api_key_id), t)| HandoutRow {
+                minute,
+                tenant_id: t.tenant_id,
+                subject: t.subject,
+                provider: t.provider,
+                connection_id,
+                api_key_id,
+                instance: instance.to_owned(),
+                count: t.count,
+                first_at: t.first_at,
+                last_at: t.last_at,
+            }));
+        }
+        self.rows -= out.len();
+        out
+    }
+}
+
+struct Shared {
+    minutes: Mutex<Minutes>,
+    /// Rows taken out of `minutes` and not yet written.
     in_flight: AtomicUsize,
+    /// Write every row now, the open minute's too (drain).
+    write_all: AtomicBool,
+    wake: Notify,
+    /// The writer took rows out.
+    room: Notify,
+    clock: WallClock,
+    instance: String,
 }
 
 #[derive(Clone)]
 pub struct HandoutAudit {
-    queue: Arc<Queue>,
+    shared: Arc<Shared>,
+    touch: mpsc::UnboundedSender<Uuid>,
 }
 
 impl HandoutAudit {
-    pub fn spawn(pool: PgPool) -> Self {
-        let queue = Arc::new(Queue {
-            events: Mutex::new(Vec::with_capacity(BATCH)),
-            batch_ready: Notify::new(),
-            room: Notify::new(),
+    /// Starts the writer and the toucher. `instance` names this process in the rows.
+    pub fn spawn(pool: PgPool, instance: String, clock: WallClock) -> Self {
+        let shared = Arc::new(Shared {
+            minutes: Mutex::new(Minutes::default()),
             in_flight: AtomicUsize::new(0),
+            write_all: AtomicBool::new(false),
+            wake: Notify::new(),
+            room: Notify::new(),
+            clock,
+            instance,
         });
-        // Unbounded, but the toucher takes ids off it far faster than they come; only the
-        // ones not marked within the last minute (RecentlyTouched) reach the database.
-        let (touch_tx, touch_rx) = mpsc::unbounded_channel();
-        for helper in 0..WRITERS {
-            tokio::spawn(writer(pool.clone(), queue.clone(), touch_tx.clone(), helper > 0));
-        }
+        // Unbounded, but it carries an id only when a connection's row of a minute opens,
+        // and the toucher takes them off far faster than that.
+        let (touch, touch_rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer(pool.clone(), shared.clone()));
         tokio::spawn(toucher(pool, touch_rx));
-        Self { queue }
+        Self { shared, touch }
     }
 
-    pub async fn record(&self, ev: AuditEvent) {
-        let mut item = Some((time::OffsetDateTime::now_utc(), ev));
+    pub fn instance(&self) -> &str {
+        &self.shared.instance
+    }
+
+    pub async fn record(&self, h: Handout) {
+        let mut item = Some(h);
         let mut waited: Option<Instant> = None;
         loop {
             // Registered before looking, so that room made in between is not missed.
-            let room = self.queue.room.notified();
+            let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if let Ok(mut q) = self.queue.events.lock() {
-                if q.len() < CAPACITY {
-                    q.extend(item.take());
-                    if q.len() == BATCH {
-                        self.queue.batch_ready.notify_one();
-                    }
-                    drop(q);
-                    if let Some(since) = waited {
-                        metrics::histogram!(QUEUE_WAIT).record(since.elapsed().as_secs_f64());
-                    }
-                    return;
+            let counted = {
+                let Ok(mut m) = self.shared.minutes.lock() else { return };
+                if m.rows + self.shared.in_flight.load(Ordering::Acquire) < CAPACITY {
+                    let Some(h) = item.take() else { return };
+                    let connection = h.connection_id;
+                    // Read under the lock: once the writer has taken a minute, no hand-out
+                    // can still count itself into it.
+                    let opened = m.add((self.shared.clock)(), h);
+                    Some((opened.then_some(connection), m.rows >= EARLY))
+                } else {
+                    None
                 }
-            } else {
+            };
+            if let Some((opened, early)) = counted {
+                if let Some(connection) = opened {
+                    let _ = self.touch.send(connection);
+                }
+                if early {
+                    self.shared.write_all.store(true, Ordering::Release);
+                    self.shared.wake.notify_one();
+                }
+                if let Some(since) = waited {
+                    metrics::histogram!(QUEUE_WAIT).record(since.elapsed().as_secs_f64());
+                }
                 return;
             }
             waited.get_or_insert_with(Instant::now);
@@ -97,22 +211,22 @@ impl HandoutAudit {
         }
     }
 
-    /// Events recorded and not yet written (or given up): queued, or in a batch being written.
+    /// Rows not yet written: open, or taken out and being written (or retried).
     pub fn pending(&self) -> usize {
-        let queued = self.queue.events.lock().map(|q| q.len()).unwrap_or(0);
-        queued + self.queue.in_flight.load(Ordering::Acquire)
+        let open = self.shared.minutes.lock().map(|m| m.rows).unwrap_or(0);
+        open + self.shared.in_flight.load(Ordering::Acquire)
     }
 
-    /// Waits until every event recorded so far is written (or its batch given up after its
-    /// retries), for at most `within`; the writers are woken rather than waiting out their
-    /// 100 ms. Used at shutdown. Returns whether the queue emptied in time.
+    /// Writes every row now, the open minute's too, and waits until they are written, for at
+    /// most `within`. Used at shutdown (and by tests). Returns whether all were written.
     pub async fn drain(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while self.pending() > 0 {
             if Instant::now() >= deadline {
                 return false;
             }
-            self.queue.batch_ready.notify_one();
+            self.shared.write_all.store(true, Ordering::Release);
+            self.shared.wake.notify_one();
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         true
@@ -130,7 +244,7 @@ struct RecentlyTouched {
     since: Instant,
 }
 
-fn short(id: &uuid::Uuid) -> u64 {
+fn short(id: &Uuid) -> u64 {
     id.as_u64_pair().0 ^ id.as_u64_pair().1
 }
 
@@ -139,12 +253,12 @@ impl RecentlyTouched {
         Self { current: HashSet::new(), previous: HashSet::new(), since: Instant::now() }
     }
 
-    fn fresh(&mut self, ids: impl Iterator<Item = uuid::Uuid>) -> Vec<uuid::Uuid> {
+    fn fresh(&mut self, ids: impl Iterator<Item = Uuid>) -> Vec<Uuid> {
         if self.since.elapsed() >= TOUCH_EVERY {
             self.previous = std::mem::take(&mut self.current);
             self.since = Instant::now();
         }
-        let mut out: Vec<uuid::Uuid> = ids
+        let mut out: Vec<Uuid> = ids
             .filter(|id| {
                 let s = short(id);
                 !self.current.contains(&s) && !self.previous.contains(&s)
@@ -157,84 +271,69 @@ impl RecentlyTouched {
     }
 }
 
-/// Retries a batch write a few times, then reports it lost.
-async fn with_retries<F, Fut>(what: &str, n: usize, mut write: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), sqlx::Error>>,
-{
-    for attempt in 0.. {
-        match write().await {
-            Ok(()) => return,
-            Err(e) if attempt < 5 => {
-                metrics::counter!(BATCH_FAILURES).increment(1);
-                tracing::warn!(error = %e, attempt = attempt + 1, what, "batch write failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
-            }
-            Err(e) => {
-                metrics::counter!(BATCH_FAILURES).increment(1);
-                tracing::error!(error = %e, what, rows = n, "batch could not be written");
-                return;
-            }
-        }
-    }
-}
-
-/// A `helper` writes full batches only: it waits for one to be ready.
-async fn writer(pool: PgPool, queue: Arc<Queue>, touch: mpsc::UnboundedSender<Vec<uuid::Uuid>>, helper: bool) {
-    let mut batch: Vec<Queued> = Vec::with_capacity(BATCH);
+/// Writes closed minutes (every row when asked), in batches; keeps what failed for the next
+/// round, backing off while Postgres refuses.
+async fn writer(pool: PgPool, shared: Arc<Shared>) {
+    let mut unwritten: Vec<HandoutRow> = Vec::new();
+    let mut failures: u32 = 0;
     loop {
-        let waiting = queue.events.lock().map(|q| q.len()).unwrap_or(0);
-        if helper {
-            if waiting < BATCH {
-                queue.batch_ready.notified().await;
-                continue;
-            }
-        } else if waiting < BATCH {
-            let _ = tokio::time::timeout(EVERY, queue.batch_ready.notified()).await;
+        let backoff = Duration::from_millis(200 * 2u64.pow(failures.min(5))).min(Duration::from_secs(5));
+        let wait = if failures > 0 { backoff } else { TICK };
+        let _ = tokio::time::timeout(wait, shared.wake.notified()).await;
+        let all = shared.write_all.swap(false, Ordering::AcqRel);
+        if let Ok(mut m) = shared.minutes.lock() {
+            let taken = m.take((shared.clock)(), all, &shared.instance);
+            // Counted while locked: `pending` never sees these rows in neither place.
+            shared.in_flight.fetch_add(taken.len(), Ordering::AcqRel);
+            unwritten.extend(taken);
+            metrics::gauge!(QUEUE_DEPTH).set((m.rows + unwritten.len()) as f64);
         }
-        if let Ok(mut q) = queue.events.lock() {
-            let n = q.len().min(BATCH);
-            batch.extend(q.drain(..n));
-            // Counted while the queue is locked: `pending` never sees the batch in neither.
-            queue.in_flight.fetch_add(n, Ordering::AcqRel);
-            metrics::gauge!(QUEUE_DEPTH).set(q.len() as f64);
-        }
-        queue.room.notify_waiters();
-        if batch.is_empty() {
-            continue;
-        }
-        // Paced while the lookups leave the writers time to spare: a short pause between
-        // chunks lets the lookups' threads run (store::audit::insert_events_paced).
-        let pause = || {
-            let behind = queue.events.lock().map(|q| q.len() >= BATCH).unwrap_or(true);
-            async move {
-                if !behind {
-                    tokio::time::sleep(PAUSE).await;
+        shared.room.notify_waiters();
+        while !unwritten.is_empty() {
+            let n = unwritten.len().min(BATCH);
+            let pause = || tokio::time::sleep(PAUSE);
+            match store::audit::insert_handouts_paced(&pool, &unwritten[..n], pause).await {
+                Ok(()) => {
+                    unwritten.drain(..n);
+                    shared.in_flight.fetch_sub(n, Ordering::AcqRel);
+                    failures = 0;
+                }
+                Err(e) => {
+                    metrics::counter!(BATCH_FAILURES).increment(1);
+                    failures += 1;
+                    tracing::warn!(error = %e, rows = unwritten.len(), attempt = failures, "hand-out audit write failed; will retry");
+                    break;
                 }
             }
-        };
-        with_retries("audit events", batch.len(), || store::audit::insert_events_paced(&pool, &batch, pause)).await;
-        let _ = touch.send(batch.iter().filter_map(|(_, e)| e.connection_id).collect());
-        queue.in_flight.fetch_sub(batch.len(), Ordering::AcqRel);
-        batch.clear();
+        }
+        shared.room.notify_waiters();
     }
 }
 
 /// Marks connections used, in batches, as fast as the database takes it.
-async fn toucher(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Vec<uuid::Uuid>>) {
+async fn toucher(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Uuid>) {
     let mut touched = RecentlyTouched::new();
     while let Some(first) = rx.recv().await {
-        let mut ids = touched.fresh(first.into_iter());
+        let mut ids = vec![first];
         while ids.len() < BATCH {
             match rx.try_recv() {
-                Ok(more) => ids.extend(touched.fresh(more.into_iter())),
+                Ok(more) => ids.push(more),
                 Err(_) => break,
             }
         }
+        let ids = touched.fresh(ids.into_iter());
         if ids.is_empty() {
             continue;
         }
-        with_retries("last use of connections", ids.len(), || store::connections::touch_connections(&pool, &ids)).await;
+        for attempt in 1..=5u64 {
+            match store::connections::touch_connections(&pool, &ids).await {
+                Ok(()) => break,
+                Err(e) => {
+                    metrics::counter!(BATCH_FAILURES).increment(1);
+                    tracing::warn!(error = %e, attempt, "marking connections used failed");
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+            }
+        }
     }
 }

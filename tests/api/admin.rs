@@ -275,34 +275,52 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
         app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
     }
     app.token_ok(json!({"subject": "bob", "provider": "github"})).await;
-    // Hand-outs are written in batches off the request path.
-    let handouts = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap()
-            == 3
+    // Hand-outs are counted per minute and written when it closes; drain writes them now.
+    assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await);
+    // A row shows once every transaction begun before it has ended (other tests' too).
+    let listed = |path: &'static str, n: usize| {
+        let app = &app;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                let page: serde_json::Value = app.admin(Method::GET, path, None).await.json().await.unwrap();
+                if page["events"].as_array().is_some_and(|e| e.len() >= n) {
+                    return page;
+                }
+                assert!(std::time::Instant::now() < deadline, "{path}: fewer than {n} events: {page}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
     };
-    crate::helpers::eventually(std::time::Duration::from_secs(5), "alice's three hand-outs in the trail", handouts)
-        .await;
     let r = app.admin(Method::GET, "/audit?kind=token_handed_out&subject=alice&limit=2", None).await;
-    let text = r.text().await.unwrap();
-    assert!(!text.contains("gho_SECRET"));
-    let page: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let events = page["events"].as_array().unwrap();
-    assert_eq!(events.len(), 2);
-    assert_eq!(events[0]["api_key_id"], &app.key[5..21]);
-    assert!(events[0]["connection_id"].is_string());
-    let before = page["next_before"].as_i64().unwrap();
-    let rest: serde_json::Value = app
-        .admin(Method::GET, &format!("/audit?kind=token_handed_out&subject=alice&before={before}"), None)
-        .await
-        .json()
+    assert!(!r.text().await.unwrap().contains("gho_SECRET"));
+    let page = listed("/audit?kind=token_handed_out&subject=alice", 1).await;
+    let rows = page["events"].as_array().unwrap();
+    let counted: i64 = rows.iter().map(|e| e["count"].as_i64().unwrap()).sum();
+    assert_eq!(counted, 3, "alice's three hand-outs, counted in her minute's row: {page}");
+    assert!(rows.len() <= 2, "one row per minute (two if the calls straddled one): {page}");
+    assert_eq!(rows[0]["api_key_id"], &app.key[5..21]);
+    assert!(rows[0]["connection_id"].is_string());
+    assert!(rows[0]["first_at"].is_string() && rows[0]["last_at"].is_string() && rows[0]["instance"].is_string());
+    assert_eq!(rows[0]["instance"], app.state.handouts.instance());
+    // Paging: bob's elicitation and alice's hand-out rows, one, then the rest.
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE tenant_id = 'acme'")
+        .fetch_one(&app.pool)
         .await
         .unwrap();
-    assert_eq!(rest["events"].as_array().unwrap().len(), 1);
+    let total = usize::try_from(total).unwrap();
+    assert!(total >= 2);
+    listed("/audit?limit=100", total).await;
+    let first: serde_json::Value = app.admin(Method::GET, "/audit?limit=1", None).await.json().await.unwrap();
+    assert_eq!(first["events"].as_array().unwrap().len(), 1);
+    let before = first["next_before"].as_str().unwrap();
+    let rest: serde_json::Value =
+        app.admin(Method::GET, &format!("/audit?before={before}&limit=100"), None).await.json().await.unwrap();
+    assert_eq!(rest["events"].as_array().unwrap().len(), total - 1);
+    assert!(rest["next_before"].is_null(), "the last page says so");
     let bob: serde_json::Value = app.admin(Method::GET, "/audit?subject=bob", None).await.json().await.unwrap();
     assert_eq!(bob["events"][0]["kind"], "elicitation_created");
+    assert_eq!(bob["events"][0]["count"], 1);
     let since = (time::OffsetDateTime::now_utc() + time::Duration::minutes(1))
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();
@@ -310,7 +328,10 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
         app.admin(Method::GET, &format!("/audit?since={since}"), None).await.json().await.unwrap();
     assert_eq!(none["events"].as_array().unwrap().len(), 0);
     assert_error(app.admin(Method::GET, "/audit?since=yesterday", None).await, 400, "invalid_request").await;
-    // The connection's last use is recorded after the batch, and the admin API shows it.
+    for bad in ["before=12", "after=x-1", "before=1-2&after=1-2", "after=99999999999999999999-1"] {
+        assert_error(app.admin(Method::GET, &format!("/audit?{bad}"), None).await, 400, "invalid_request").await;
+    }
+    // The connection's last use is recorded, and the admin API shows it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let list: serde_json::Value =
@@ -326,59 +347,44 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));
 }
 
-/// The hand-out writer's batch statement (a binary COPY) stores every field as given:
-/// NULLs, text that a text format would have to escape, microseconds, ids, the detail.
+/// The writer's batch statement (a binary COPY) stores every field of a hand-out row as
+/// given: text that a text format would have to escape, microseconds, ids, the counts.
 #[tokio::test]
-async fn a_batch_of_audit_events_is_stored_field_for_field() {
-    use mcp_connect::store::audit::{AuditEvent, insert_events};
+async fn a_batch_of_handout_rows_is_stored_field_for_field() {
+    use mcp_connect::store::audit::{HandoutRow, insert_handouts};
     let app = spawn_app().await;
-    let at = time::OffsetDateTime::from_unix_timestamp_nanos(1_796_000_000_123_456_000).unwrap();
-    let mut full = AuditEvent::new("token_handed_out");
-    full.tenant_id = Some("acme".to_owned());
-    full.subject = Some("a\tb\\c\nd\"e',f\u{e9}\u{1f600}".to_owned());
-    full.provider = Some("testp".to_owned());
-    full.elicitation_id = Some(uuid::Uuid::new_v4());
-    full.connection_id = Some(uuid::Uuid::new_v4());
-    full.api_key_id = Some("0123456789abcdef".to_owned());
-    full.detail = json!({"n": 1, "s": "x\\y\"z"});
-    let bare = AuditEvent::new("cleanup");
-    insert_events(&app.pool, &[(at, full.clone()), (at + time::Duration::microseconds(1), bare)]).await.unwrap();
+    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+    let row = |subject: &str, count| HandoutRow {
+        minute: at,
+        tenant_id: "acme".to_owned(),
+        subject: subject.to_owned(),
+        provider: "testp".to_owned(),
+        connection_id: uuid::Uuid::new_v4(),
+        api_key_id: "0123456789abcdef".to_owned(),
+        instance: "host-0000beef".to_owned(),
+        count,
+        first_at: at + time::Duration::microseconds(123_456),
+        last_at: at + time::Duration::microseconds(59_999_999),
+    };
+    let rows = vec![row("a\tb\\c\nd\"e',f\u{e9}\u{1f600}", 7), row("plain", 1)];
+    insert_handouts(&app.pool, &rows).await.unwrap();
 
-    type Row = (
-        time::OffsetDateTime,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        String,
-        Option<uuid::Uuid>,
-        Option<uuid::Uuid>,
-        Option<String>,
-        serde_json::Value,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT at, tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail
-         FROM audit_events WHERE kind IN ('token_handed_out', 'cleanup') ORDER BY at",
+    type Row = (time::OffsetDateTime, String, String, String, String, uuid::Uuid, String, String, i32, time::OffsetDateTime, time::OffsetDateTime);
+    let stored: Vec<Row> = sqlx::query_as(
+        "SELECT at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at
+         FROM audit_events WHERE kind = 'token_handed_out' ORDER BY count DESC",
     )
     .fetch_all(&app.pool)
     .await
     .unwrap();
-    assert_eq!(
-        rows,
-        vec![
-            (
-                at,
-                full.tenant_id,
-                full.subject,
-                full.provider,
-                "token_handed_out".to_owned(),
-                full.elicitation_id,
-                full.connection_id,
-                full.api_key_id,
-                full.detail
-            ),
-            (at + time::Duration::microseconds(1), None, None, None, "cleanup".to_owned(), None, None, None, json!({})),
-        ]
-    );
+    let expected: Vec<Row> = rows
+        .into_iter()
+        .map(|r| {
+            let kind = "token_handed_out".to_owned();
+            (r.minute, r.tenant_id, r.subject, r.provider, kind, r.connection_id, r.api_key_id, r.instance, r.count, r.first_at, r.last_at)
+        })
+        .collect();
+    assert_eq!(stored, expected);
 }
 
 /// Marking connections used writes a row only when the last mark is over a minute old (by
@@ -418,21 +424,26 @@ async fn last_use_is_marked_at_most_once_a_minute() {
 /// two (the writer's pacing), and still arrives whole: every row once, each field its own.
 #[tokio::test]
 async fn a_paced_batch_is_stored_whole_across_its_chunks() {
-    use mcp_connect::store::audit::{AuditEvent, COPY_CHUNK, insert_events_paced};
+    use mcp_connect::store::audit::{COPY_CHUNK, HandoutRow, insert_handouts_paced};
     let app = spawn_app().await;
     let n = 2 * COPY_CHUNK + 3;
-    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_000).unwrap();
-    let events: Vec<_> = (0..n)
-        .map(|i| {
-            let mut e = AuditEvent::new("token_handed_out");
-            e.tenant_id = Some("acme".to_owned());
-            e.subject = Some(format!("paced{i:04}"));
-            e.detail = json!({ "i": i });
-            (at + time::Duration::microseconds(i as i64), e)
+    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+    let rows: Vec<_> = (0..n)
+        .map(|i| HandoutRow {
+            minute: at,
+            tenant_id: "acme".to_owned(),
+            subject: format!("paced{i:04}"),
+            provider: "testp".to_owned(),
+            connection_id: uuid::Uuid::new_v4(),
+            api_key_id: "0123456789abcdef".to_owned(),
+            instance: "host-0000beef".to_owned(),
+            count: i as i32 + 1,
+            first_at: at,
+            last_at: at,
         })
         .collect();
     let mut pauses = 0;
-    insert_events_paced(&app.pool, &events, || {
+    insert_handouts_paced(&app.pool, &rows, || {
         pauses += 1;
         std::future::ready(())
     })
@@ -440,34 +451,39 @@ async fn a_paced_batch_is_stored_whole_across_its_chunks() {
     .unwrap();
     assert_eq!(pauses, 2, "three chunks, two pauses");
 
-    let rows: Vec<(time::OffsetDateTime, String, serde_json::Value)> =
-        sqlx::query_as("SELECT at, subject, detail FROM audit_events WHERE subject LIKE 'paced%' ORDER BY subject")
+    let stored: Vec<(String, i32)> =
+        sqlx::query_as("SELECT subject, count FROM audit_events WHERE subject LIKE 'paced%' ORDER BY subject")
             .fetch_all(&app.pool)
             .await
             .unwrap();
-    let expected: Vec<_> = (0..n)
-        .map(|i| (at + time::Duration::microseconds(i as i64), format!("paced{i:04}"), json!({ "i": i })))
-        .collect();
-    assert_eq!(rows, expected);
+    let expected: Vec<_> = (0..n).map(|i| (format!("paced{i:04}"), i as i32 + 1)).collect();
+    assert_eq!(stored, expected);
 }
 
 #[tokio::test]
-async fn draining_the_handout_queue_writes_what_is_queued_at_once() {
+async fn draining_the_handout_audit_writes_the_open_minute_at_once() {
     let app = spawn_app().await;
     let id = app.insert_connection("acme", "alice", "github", "gho_q", &["read:user"], None).await;
     for _ in 0..10 {
-        let mut ev = mcp_connect::store::audit::AuditEvent::new("token_handed_out");
-        ev.tenant_id = Some("acme".into());
-        ev.connection_id = Some(id.as_uuid());
-        app.state.handouts.record(ev).await;
+        let h = mcp_connect::store::handouts::Handout {
+            tenant_id: "acme".into(),
+            subject: "alice".into(),
+            provider: "github".into(),
+            connection_id: id.as_uuid(),
+            api_key_id: "0123456789abcdef".into(),
+        };
+        app.state.handouts.record(h).await;
     }
     let started = std::time::Instant::now();
     assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await, "drained");
     assert_eq!(app.state.handouts.pending(), 0);
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(n, 10, "every queued event is in the table when drain returns");
+    let (rows, n): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 10, "every hand-out is counted in the table when drain returns");
+    assert!(rows <= 2, "in one row (two if a minute ended meanwhile), not ten: {rows}");
     assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }

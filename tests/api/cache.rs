@@ -153,7 +153,8 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
     let ended: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid()
-           AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'",
+           AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'
+           AND query NOT LIKE '%pg_stat_activity%'",
     )
     .fetch_all(&app.pool)
     .await
@@ -163,7 +164,9 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND pid <> pg_backend_pid()
-               AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'",
+               AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'
+               -- Not this query's own text, left as the last query of another pooled session.
+               AND query NOT LIKE '%pg_stat_activity%'",
         )
         .fetch_one(&app.pool)
         .await

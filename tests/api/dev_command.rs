@@ -100,13 +100,21 @@ async fn walkthrough(env: &HashMap<String, String>) {
     let r = Browser::new().open(&app, carol["elicitation"]["url"].as_str().unwrap(), "bob").await;
     assert_eq!(r.status(), 403);
     assert!(r.text().await.unwrap().contains("made for another account"));
-    let admin = http
-        .get(format!("{base}/admin/v1/audit?kind=identity_mismatch"))
-        .bearer_auth(&env["MCP_CONNECT_ADMIN_KEY"])
-        .send()
-        .await
-        .unwrap();
-    let audit: serde_json::Value = admin.json().await.unwrap();
+    // Listed once every transaction begun before it has ended (other tests' too).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let audit = loop {
+        let admin = http
+            .get(format!("{base}/admin/v1/audit?kind=identity_mismatch"))
+            .bearer_auth(&env["MCP_CONNECT_ADMIN_KEY"])
+            .send()
+            .await
+            .unwrap();
+        let audit: serde_json::Value = admin.json().await.unwrap();
+        if !audit["events"].as_array().unwrap().is_empty() || Instant::now() > deadline {
+            break audit;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(audit["events"].as_array().unwrap().len(), 1);
 }
 

@@ -4,6 +4,7 @@
 
 mod admin;
 mod api_keys;
+mod audit;
 mod browser;
 mod cache;
 mod cli;

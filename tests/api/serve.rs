@@ -72,7 +72,7 @@ async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitSta
 }
 
 async fn handouts(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
+    sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
         .fetch_one(&app.pool)
         .await
         .unwrap()

@@ -1,11 +1,11 @@
 //! How fast the hand-out audit writers could go if they had the machine to themselves: the
-//! statement a writer runs per batch (`store::audit::insert_events`) and the one the
+//! statement the writer runs per batch (`store::audit::insert_handouts`) and the one the
 //! toucher runs for the batch's connections (`store::connections::touch_connections`),
 //! timed in process on batches of the writer's size against the bench database. Compared
 //! with the lookup rate and the queue backlog, this tells whether the writers are limited
 //! by Postgres or by getting scheduled.
 
-use mcp_connect::store::{self, PgPool, audit::AuditEvent};
+use mcp_connect::store::{self, PgPool, audit::HandoutRow};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,8 @@ pub struct AuditWriterResult {
     pub batch: usize,
     pub insert_median_ms: f64,
     pub touch_median_ms: f64,
-    /// Events per second one writer could insert back to back (the service runs two, and
-    /// marks connections used in a task of its own).
+    /// Rows per second the writer could insert back to back (it marks connections used
+    /// in a task of its own).
     pub events_per_second: f64,
 }
 
@@ -41,22 +41,26 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
         .bind(BATCH as i64)
         .fetch_all(pool)
         .await?;
-        let events: Vec<(time::OffsetDateTime, AuditEvent)> = rows
+        let now = time::OffsetDateTime::now_utc();
+        let events: Vec<HandoutRow> = rows
             .iter()
-            .map(|(id, subject, provider)| {
-                let mut ev = AuditEvent::new("token_handed_out");
-                ev.tenant_id = Some(crate::db::TENANT.to_owned());
-                ev.subject = Some(subject.clone());
-                ev.provider = Some(provider.clone());
-                ev.connection_id = Some(*id);
-                ev.api_key_id = Some("0123456789abcdef".to_owned());
-                (time::OffsetDateTime::now_utc(), ev)
+            .map(|(id, subject, provider)| HandoutRow {
+                minute: now.replace_second(0).unwrap_or(now).replace_nanosecond(0).unwrap_or(now),
+                tenant_id: crate::db::TENANT.to_owned(),
+                subject: subject.clone(),
+                provider: provider.clone(),
+                connection_id: *id,
+                api_key_id: "0123456789abcdef".to_owned(),
+                instance: "bench-00000000".to_owned(),
+                count: 3,
+                first_at: now,
+                last_at: now,
             })
             .collect();
         let mut ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _, _)| *id).collect();
         ids.sort_unstable();
         let t = Instant::now();
-        store::audit::insert_events(pool, &events).await?;
+        store::audit::insert_handouts(pool, &events).await?;
         inserts.push(t.elapsed());
         let t = Instant::now();
         store::connections::touch_connections(pool, &ids).await?;

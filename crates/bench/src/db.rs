@@ -200,8 +200,11 @@ pub async fn handout_rows(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
 }
 
+/// Hand-outs the audit table accounts for (each row counts those of its minute).
 pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
+    Ok(sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
+        .fetch_one(pool)
+        .await?)
 }
 
 /// Waits until no session of the service (named by the service's default

@@ -263,8 +263,8 @@ impl Phase<'_> {
         let t = target.clone();
         let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await?;
         let cpu_saturating = cpu0.share_until(&CpuSnapshot::take(&[svc.pid]));
-        // Hand-outs answered but not yet in the audit table: the writer's queue (bounded; a
-        // full queue makes lookups wait for the writer).
+        // Hand-outs answered but not yet in the audit table: counted in the rows of minutes
+        // that have not closed yet (written when they close, or at the service's exit).
         let answered =
             first.requests + warmup.requests + saturating.requests - first.errors - warmup.errors - saturating.errors;
         let audit_backlog = answered as i64 - (db::handout_events(self.pool).await? - handouts_at_start);

@@ -56,7 +56,7 @@ pub struct LookupRun {
     pub memory_after_warmup: Memory,
     pub memory_after_run: Memory,
     /// Hand-outs answered but not yet written to the audit table when the saturating
-    /// phase ended (the writer's queue holds 10,000).
+    /// phase ended (counted in open minutes' rows, written when the minute closes).
     pub audit_backlog: i64,
     /// CPU seconds of every Postgres process from the start of the saturating phase until
     /// the service exited (SIGTERM, drain), and that per hand-out of the two measured
@@ -349,7 +349,7 @@ impl Results {
             }
             let _ = writeln!(
                 o,
-                "   {name}: hand-outs not yet in the audit table when the phase ended: {}",
+                "   {name}: hand-outs not yet in the audit table when the phase ended (their minute still open): {}",
                 thousands(run.audit_backlog as f64)
             );
             let _ = writeln!(
@@ -382,7 +382,7 @@ impl Results {
         let aw = &self.audit_writer;
         let _ = writeln!(
             o,
-            "   audit writer alone, batches of {}: insert {:.1} ms ({} events/s per writer at most), touch {:.1} ms",
+            "   audit writer alone, batches of {} minute rows: insert {:.1} ms ({} rows/s at most), touch {:.1} ms",
             thousands(aw.batch as f64),
             aw.insert_median_ms,
             thousands(aw.events_per_second),

@@ -1,0 +1,238 @@
+//! The audit trail at volume: monthly partitions made ahead and dropped whole, hand-outs
+//! counted per minute and written once it closes, and paging that a late commit cannot
+//! slip behind.
+
+use crate::helpers::spawn_app;
+use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
+use mcp_connect::store::handouts::{Handout, HandoutAudit, WallClock};
+use reqwest::Method;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use time::OffsetDateTime;
+use time::macros::datetime;
+
+async fn partitions(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'audit_events'::regclass ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn partition_of(pool: &sqlx::PgPool, kind: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM audit_events WHERE kind = $1")
+        .bind(kind)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn insert_at(pool: &sqlx::PgPool, kind: &str, at: OffsetDateTime) {
+    sqlx::query("INSERT INTO audit_events (kind, at) VALUES ($1, $2)").bind(kind).bind(at).execute(pool).await.unwrap();
+}
+
+#[tokio::test]
+async fn partitions_are_made_ahead_and_retention_drops_whole_months_only() {
+    let app = spawn_app().await;
+    let pool = &app.pool;
+    // A row of a month that has no partition yet lands in the default partition...
+    insert_at(pool, "early", datetime!(2031-03-15 12:00 UTC)).await;
+    assert_eq!(partition_of(pool, "early").await, ["audit_events_default"]);
+    // ...and moves into its month's partition when the clean-up makes it ahead.
+    assert_eq!(ensure_partitions(pool, datetime!(2031-02-28 23:59:59 UTC)).await.unwrap(), 3);
+    assert_eq!(partition_of(pool, "early").await, ["audit_events_2031_03"]);
+    assert_eq!(ensure_partitions(pool, datetime!(2031-02-01 00:00 UTC)).await.unwrap(), 0, "already made");
+    let names = partitions(pool).await;
+    for m in ["2031_02", "2031_03", "2031_04"] {
+        assert!(names.contains(&format!("audit_events_{m}")), "{m} missing: {names:?}");
+    }
+    // Month bounds are UTC: the last microsecond of February is February's.
+    insert_at(pool, "feb", datetime!(2031-02-28 23:59:59.999999 UTC)).await;
+    insert_at(pool, "mar", datetime!(2031-03-01 00:00 UTC)).await;
+    assert_eq!(partition_of(pool, "feb").await, ["audit_events_2031_02"]);
+    assert_eq!(partition_of(pool, "mar").await, ["audit_events_2031_03"]);
+
+    // A cutoff inside March drops February (it ended before) and keeps March whole.
+    let dropped = drop_partitions_before(pool, datetime!(2031-03-20 00:00 UTC)).await.unwrap();
+    let names = partitions(pool).await;
+    assert!(!names.contains(&"audit_events_2031_02".to_owned()), "{names:?}");
+    assert!(names.contains(&"audit_events_2031_03".to_owned()), "{names:?}");
+    assert!(dropped >= 1, "February and the months before it");
+    assert!(partition_of(pool, "feb").await.is_empty());
+    assert_eq!(partition_of(pool, "mar").await.len(), 1, "March's rows stay until March has ended");
+    assert_eq!(partition_of(pool, "early").await.len(), 1);
+    assert!(names.contains(&"audit_events_default".to_owned()), "the default partition is never dropped");
+}
+
+/// Every instance runs the clean-up: at once, they make each partition once, drop each
+/// once, and none of them fails.
+#[tokio::test]
+async fn every_instance_may_run_partition_upkeep_at_the_same_time() {
+    let app = spawn_app().await;
+    let runs = (0..8).map(|i| {
+        let pool = app.pool.clone();
+        async move {
+            let made = ensure_partitions(&pool, datetime!(2032-06-10 00:00 UTC)).await.unwrap();
+            let dropped = if i % 2 == 0 { drop_partitions_before(&pool, datetime!(2032-07-01 00:00 UTC)).await.unwrap() } else { 0 };
+            (made, dropped)
+        }
+    });
+    let results = futures_util::future::join_all(runs).await;
+    let made: u64 = results.iter().map(|r| r.0).sum();
+    let names = partitions(&app.pool).await;
+    assert!(names.contains(&"audit_events_2032_08".to_owned()), "{names:?}");
+    assert!(!names.contains(&"audit_events_2032_06".to_owned()), "June ended before the cutoff: {names:?}");
+    // June may have been dropped and made again by a run that came after a drop.
+    assert!(made >= 3, "made {made}");
+}
+
+/// A wall clock the test moves.
+fn manual_clock(start: OffsetDateTime) -> (WallClock, Arc<Mutex<OffsetDateTime>>) {
+    let now = Arc::new(Mutex::new(start));
+    let read = now.clone();
+    (Arc::new(move || *read.lock().unwrap()), now)
+}
+
+type Tally = (OffsetDateTime, uuid::Uuid, String, i32, OffsetDateTime, OffsetDateTime, String, String);
+
+async fn tallies(pool: &sqlx::PgPool) -> Vec<Tally> {
+    sqlx::query_as(
+        "SELECT at, connection_id, api_key_id, count, first_at, last_at, instance, subject
+         FROM audit_events WHERE kind = 'token_handed_out' ORDER BY at, subject, api_key_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_minute_closes() {
+    let app = spawn_app().await;
+    let alice = app.insert_connection("acme", "alice", "github", "gho_a", &["read:user"], None).await.as_uuid();
+    let bob = app.insert_connection("acme", "bob", "github", "gho_b", &["read:user"], None).await.as_uuid();
+    let minute = datetime!(2026-12-01 10:07 UTC);
+    let (clock, now) = manual_clock(minute + Duration::from_secs(5));
+    let audit = HandoutAudit::spawn(app.pool.clone(), "host-test0001".to_owned(), clock);
+    let handout = |subject: &str, connection_id, key: &str| Handout {
+        tenant_id: "acme".into(),
+        subject: subject.into(),
+        provider: "github".into(),
+        connection_id,
+        api_key_id: key.into(),
+    };
+    for (i, (subject, id, key)) in [("alice", alice, "k1"); 5]
+        .into_iter()
+        .chain([("alice", alice, "k2"); 2])
+        .chain([("bob", bob, "k1"); 3])
+        .enumerate()
+    {
+        *now.lock().unwrap() = minute + Duration::from_secs(5 + i as u64);
+        audit.record(handout(subject, id, key)).await;
+    }
+    assert_eq!(audit.pending(), 3, "three rows open: alice by two keys, bob by one");
+    // The writer looks every second; the minute is still open, so it writes nothing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(tallies(&app.pool).await.is_empty(), "nothing is written while its minute is open");
+
+    // The minute closes (a hand-out of the next minute comes in, and time moves on).
+    *now.lock().unwrap() = minute + Duration::from_secs(61);
+    audit.record(handout("alice", alice, "k1")).await;
+    crate::helpers::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
+        tallies(&app.pool).await.len() == 3
+    })
+    .await;
+    let s = |n: u64| minute + Duration::from_secs(n);
+    let host = "host-test0001".to_owned();
+    assert_eq!(
+        tallies(&app.pool).await,
+        vec![
+            (minute, alice, "k1".into(), 5, s(5), s(9), host.clone(), "alice".into()),
+            (minute, alice, "k2".into(), 2, s(10), s(11), host.clone(), "alice".into()),
+            (minute, bob, "k1".into(), 3, s(12), s(14), host.clone(), "bob".into()),
+        ]
+    );
+    assert_eq!(audit.pending(), 1, "the next minute's row stays open");
+    let written: Vec<(String, String)> =
+        sqlx::query_as("SELECT ctid::text, xmin::text FROM audit_events WHERE kind = 'token_handed_out' ORDER BY 1")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+
+    // Drain writes the open minute; the rows already written are never touched again.
+    assert!(audit.drain(Duration::from_secs(5)).await);
+    let rows = tallies(&app.pool).await;
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[3], (minute + Duration::from_secs(60), alice, "k1".into(), 1, s(61), s(61), host, "alice".into()));
+    let after: Vec<(String, String)> = sqlx::query_as(
+        "SELECT ctid::text, xmin::text FROM audit_events WHERE kind = 'token_handed_out' AND at = $1 ORDER BY 1",
+    )
+    .bind(minute)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(after, written, "a written row is never updated");
+}
+
+/// The events of this test (not the tenant's own, written at start).
+fn ours(page: &serde_json::Value) -> Vec<String> {
+    let kinds = page["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_owned());
+    kinds.filter(|k| ["slow", "quick", "old", "young"].contains(&k.as_str())).collect()
+}
+
+/// One page after `from`: this test's events on it, and where to ask next.
+async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, String) {
+    let page: serde_json::Value =
+        app.admin(Method::GET, &format!("/audit?after={from}&limit=100"), None).await.json().await.unwrap();
+    (ours(&page), page["next_after"].as_str().unwrap().to_owned())
+}
+
+/// Row ids and commit order can cross: a transaction that took its id first may commit
+/// last. Paging by id would skip such a row for good; the trail's cursor does not: a reader
+/// that follows it sees every event once, whatever the order of commits.
+#[tokio::test]
+async fn a_reader_following_the_trail_misses_no_event_that_commits_late() {
+    let app = spawn_app().await;
+    let insert = "INSERT INTO audit_events (tenant_id, kind) VALUES ('acme', $1)";
+    // `slow` takes its row id first and commits last.
+    let mut slow = app.pool.begin().await.unwrap();
+    sqlx::query(insert).bind("slow").execute(&mut *slow).await.unwrap();
+    sqlx::query(insert).bind("quick").execute(&app.pool).await.unwrap();
+    let (seen, _) = follow(&app, "0-0").await;
+    assert!(seen.is_empty(), "nothing is listed while an older transaction may still add a row: {seen:?}");
+    slow.commit().await.unwrap();
+    let mut all = Vec::new();
+    let mut cursor = "0-0".to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while all.len() < 2 && std::time::Instant::now() < deadline {
+        let (kinds, next) = follow(&app, &cursor).await;
+        all.extend(kinds);
+        cursor = next;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(all, ["slow", "quick"], "each event once, in commit-safe order");
+
+    // The other crossing: a transaction with the older transaction id takes the newer row
+    // id and commits last.
+    let mut old = app.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()").execute(&mut *old).await.unwrap();
+    sqlx::query(insert).bind("young").execute(&app.pool).await.unwrap();
+    sqlx::query(insert).bind("old").execute(&mut *old).await.unwrap();
+    let (seen, same) = follow(&app, &cursor).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(same, cursor, "with nothing new listable, the reader asks again from where it was");
+    old.commit().await.unwrap();
+    let mut more = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while more.len() < 2 && std::time::Instant::now() < deadline {
+        let (kinds, next) = follow(&app, &cursor).await;
+        more.extend(kinds);
+        cursor = next;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(more, ["old", "young"]);
+    // Newest-first pages see the same events, in the reverse order.
+    let page: serde_json::Value = app.admin(Method::GET, "/audit?limit=100", None).await.json().await.unwrap();
+    assert_eq!(ours(&page), ["young", "old", "quick", "slow"]);
+}
