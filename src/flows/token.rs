@@ -10,7 +10,7 @@ use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionStatus, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes,
     Subject, TenantId,
 };
-use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow, handouts::Handout};
+use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -84,7 +84,7 @@ pub async fn token_for(
         return Ok(answer);
     }
     if let Some(out) = cached_token(state, tenant, &req, now)? {
-        record_handout(state, tenant, api_key, &req, &out).await;
+        record_handout(state, api_key, &out).await;
         return Ok(out);
     }
 
@@ -100,7 +100,7 @@ pub async fn token_for(
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &req, c, now).await?
     {
-        record_handout(state, tenant, api_key, &req, &out).await;
+        record_handout(state, api_key, &out).await;
         return Ok(out);
     }
     if killed != KillState::Open {
@@ -260,22 +260,9 @@ fn hand_out(
 }
 
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).
-async fn record_handout(
-    state: &AppState,
-    tenant: &TenantId,
-    api_key: &ApiKeyId,
-    req: &TokenRequest,
-    out: &TokenOutcome,
-) {
+async fn record_handout(state: &AppState, api_key: &ApiKeyId, out: &TokenOutcome) {
     if let TokenOutcome::Connected { connection_id, .. } = out {
-        let h = Handout {
-            tenant_id: tenant.to_string(),
-            subject: req.subject.to_string(),
-            provider: req.provider.to_string(),
-            connection_id: connection_id.as_uuid(),
-            api_key_id: api_key.to_string(),
-        };
-        state.handouts.record(h).await;
+        state.handouts.record(connection_id.as_uuid(), api_key).await;
     }
 }
 

@@ -63,120 +63,59 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
 }
 
 /// Token hand-outs of one instance, connection and API key within one minute: the row the
-/// hand-out audit (`store::handouts`) writes once that minute has closed.
+/// hand-out audit (`store::handouts`) writes once that minute has closed. The tenant,
+/// subject and provider are the connection's, filled in from its row when written
+/// (connections are never deleted), so that the rows waiting in memory stay small.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoutRow {
     /// The minute (UTC, seconds and below zero).
     pub minute: time::OffsetDateTime,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
     pub connection_id: Uuid,
-    pub api_key_id: String,
-    pub instance: String,
+    pub api_key_id: crate::domain::ApiKeyId,
     pub count: i32,
     pub first_at: time::OffsetDateTime,
     pub last_at: time::OffsetDateTime,
 }
 
-/// Writes hand-out rows in one statement. The statement is a binary `COPY`: in the benchmark
-/// 2,000 rows took 19-22 ms instead of 35-45 ms with `INSERT … SELECT FROM UNNEST(…)`.
-pub async fn insert_handouts(pool: &sqlx::PgPool, rows: &[HandoutRow]) -> Result<(), sqlx::Error> {
-    insert_handouts_paced(pool, rows, || std::future::ready(())).await
-}
-
-/// Rows per `CopyData` message of [`insert_handouts_paced`]: about 1 ms of the backend's work.
-pub const COPY_CHUNK: usize = 64;
-
-/// [`insert_handouts`], sending the rows [`COPY_CHUNK`] at a time and awaiting `pause`
-/// between them, so that the backend runs in short stretches and gives its CPU back in
-/// between. On two cores a request thread queued behind a backend waits as long as that
-/// stretch (`perf sched` in the benchmark's half-rate phase).
-///
-/// The `WHERE` clause (PostgreSQL 12 and later) is always true. Being volatile, it makes
-/// PostgreSQL insert each row as it arrives; without one, `COPY` collects 1,000 rows and
-/// inserts them at once (3-23 ms at a stretch, however the data is split). It costs no
-/// more in all: 2,000 CSV rows through psql took 22-29 ms with and without it.
-pub async fn insert_handouts_paced<P, F>(pool: &sqlx::PgPool, rows: &[HandoutRow], mut pause: P) -> Result<(), sqlx::Error>
-where
-    P: FnMut() -> F,
-    F: std::future::Future<Output = ()>,
-{
-    let (data, ends) = copy_rows(rows)?;
-    let mut conn = pool.acquire().await?;
-    let mut copy = conn
-        .copy_in_raw(
-            "COPY audit_events (at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at)
-             FROM STDIN (FORMAT binary) WHERE random() >= 0",
-        )
-        .await?;
-    let mut start = 0;
-    for (i, end) in ends.into_iter().enumerate() {
-        if i > 0 {
-            pause().await;
-        }
-        copy.send(&data[start..end]).await?;
-        start = end;
-    }
-    copy.finish().await?;
-    Ok(())
-}
-
-/// The rows in PostgreSQL's binary `COPY` format: a header, per row the field count and each
-/// field as its length and its bytes (-1 for NULL), a trailer. Each value's bytes are
-/// sqlx's own encoding of it for a bound parameter, which is what that format carries.
-/// Also the offsets where each chunk of [`COPY_CHUNK`] rows ends (the last one at the end of
-/// the trailer); the format may be split anywhere, so each chunk can be its own message.
-fn copy_rows(rows: &[HandoutRow]) -> Result<(Vec<u8>, Vec<usize>), sqlx::Error> {
-    const FIELDS: i16 = 11;
-    let mut out = Vec::with_capacity(19 + rows.len() * 224);
-    let mut ends = Vec::with_capacity(rows.len() / COPY_CHUNK + 1);
-    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
-    out.extend_from_slice(&0i32.to_be_bytes()); // flags: no OIDs
-    out.extend_from_slice(&0i32.to_be_bytes()); // no header extension
-    let mut value = sqlx::postgres::PgArgumentBuffer::default();
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 && i % COPY_CHUNK == 0 {
-            ends.push(out.len());
-        }
-        out.extend_from_slice(&FIELDS.to_be_bytes());
-        copy_field(&mut out, &mut value, &r.minute)?;
-        copy_field(&mut out, &mut value, &r.tenant_id)?;
-        copy_field(&mut out, &mut value, &r.subject)?;
-        copy_field(&mut out, &mut value, &r.provider)?;
-        copy_field(&mut out, &mut value, &HANDED_OUT)?;
-        copy_field(&mut out, &mut value, &r.connection_id)?;
-        copy_field(&mut out, &mut value, &r.api_key_id)?;
-        copy_field(&mut out, &mut value, &r.instance)?;
-        copy_field(&mut out, &mut value, &r.count)?;
-        copy_field(&mut out, &mut value, &r.first_at)?;
-        copy_field(&mut out, &mut value, &r.last_at)?;
-    }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
-    ends.push(out.len());
-    Ok((out, ends))
-}
-
 /// The kind of the hand-out rows.
 pub const HANDED_OUT: &str = "token_handed_out";
 
-fn copy_field<'q, T: sqlx::Encode<'q, sqlx::Postgres>>(
-    out: &mut Vec<u8>,
-    value: &mut sqlx::postgres::PgArgumentBuffer,
-    v: &T,
+/// Writes hand-out rows of `instance` in one statement (one transaction, one WAL flush).
+pub async fn insert_handouts(
+    db: impl PgExecutor<'_>,
+    instance: &str,
+    rows: &[HandoutRow],
 ) -> Result<(), sqlx::Error> {
-    value.clear();
-    if let sqlx::encode::IsNull::Yes = v.encode_by_ref(value).map_err(sqlx::Error::Encode)? {
-        out.extend_from_slice(&(-1i32).to_be_bytes());
-        return Ok(());
+    let mut cols: (Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>) = Default::default();
+    for r in rows {
+        cols.0.push(r.minute);
+        cols.1.push(r.connection_id);
+        cols.2.push(r.api_key_id.to_string());
+        cols.3.push(r.count);
+        cols.4.push(r.first_at);
+        cols.5.push(r.last_at);
     }
-    let len = i32::try_from(value.len()).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(value);
+    sqlx::query!(
+        r#"INSERT INTO audit_events
+               (at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at)
+           SELECT u.at, c.tenant_id, c.subject, c.provider, $1, u.id, u.key, $2, u.n, u.first_at, u.last_at
+           FROM unnest($3::timestamptz[], $4::uuid[], $5::text[], $6::int[], $7::timestamptz[], $8::timestamptz[])
+                AS u(at, id, key, n, first_at, last_at)
+           LEFT JOIN connections c ON c.id = u.id"#,
+        HANDED_OUT,
+        instance,
+        &cols.0,
+        &cols.1,
+        &cols.2,
+        &cols.3,
+        &cols.4,
+        &cols.5
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
 
-/// A row of the trail as the admin API shows it. `cursor` is its place in the trail's order.
 #[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct AuditRow {
     pub id: i64,

@@ -347,29 +347,41 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));
 }
 
-/// The writer's batch statement (a binary COPY) stores every field of a hand-out row as
-/// given: text that a text format would have to escape, microseconds, ids, the counts.
+/// The writer's batch statement stores every field of a hand-out row as given, with the
+/// tenant, subject and provider of the connection it names.
 #[tokio::test]
 async fn a_batch_of_handout_rows_is_stored_field_for_field() {
+    use mcp_connect::domain::ApiKeyId;
     use mcp_connect::store::audit::{HandoutRow, insert_handouts};
     let app = spawn_app().await;
+    let subject = "o'brien+\u{e9}@example.com";
+    let alice = app.insert_connection("acme", subject, "github", "gho_x", &["read:user"], None).await.as_uuid();
+    let bob = app.insert_connection("beta", "bob", "testp", "gho_y", &["read:user"], None).await.as_uuid();
     let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
-    let row = |subject: &str, count| HandoutRow {
+    let row = |connection_id, key: &str, count| HandoutRow {
         minute: at,
-        tenant_id: "acme".to_owned(),
-        subject: subject.to_owned(),
-        provider: "testp".to_owned(),
-        connection_id: uuid::Uuid::new_v4(),
-        api_key_id: "0123456789abcdef".to_owned(),
-        instance: "host-0000beef".to_owned(),
+        connection_id,
+        api_key_id: ApiKeyId::parse(key).unwrap(),
         count,
         first_at: at + time::Duration::microseconds(123_456),
         last_at: at + time::Duration::microseconds(59_999_999),
     };
-    let rows = vec![row("a\tb\\c\nd\"e',f\u{e9}\u{1f600}", 7), row("plain", 1)];
-    insert_handouts(&app.pool, &rows).await.unwrap();
+    let rows = vec![row(alice, "0123456789abcdef", 7), row(bob, "00000000000000a0", 1)];
+    insert_handouts(&app.pool, "host-0000beef", &rows).await.unwrap();
 
-    type Row = (time::OffsetDateTime, String, String, String, String, uuid::Uuid, String, String, i32, time::OffsetDateTime, time::OffsetDateTime);
+    type Row = (
+        time::OffsetDateTime,
+        String,
+        String,
+        String,
+        String,
+        uuid::Uuid,
+        String,
+        String,
+        i32,
+        time::OffsetDateTime,
+        time::OffsetDateTime,
+    );
     let stored: Vec<Row> = sqlx::query_as(
         "SELECT at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at
          FROM audit_events WHERE kind = 'token_handed_out' ORDER BY count DESC",
@@ -377,14 +389,17 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
     .fetch_all(&app.pool)
     .await
     .unwrap();
-    let expected: Vec<Row> = rows
-        .into_iter()
-        .map(|r| {
-            let kind = "token_handed_out".to_owned();
-            (r.minute, r.tenant_id, r.subject, r.provider, kind, r.connection_id, r.api_key_id, r.instance, r.count, r.first_at, r.last_at)
-        })
-        .collect();
-    assert_eq!(stored, expected);
+    let first = at + time::Duration::microseconds(123_456);
+    let last = at + time::Duration::microseconds(59_999_999);
+    let handed = "token_handed_out".to_owned();
+    let host = "host-0000beef".to_owned();
+    assert_eq!(
+        stored,
+        vec![
+            (at, "acme".into(), subject.into(), "github".into(), handed.clone(), alice, "0123456789abcdef".into(), host.clone(), 7, first, last),
+            (at, "beta".into(), "bob".into(), "testp".into(), handed, bob, "00000000000000a0".into(), host, 1, first, last),
+        ]
+    );
 }
 
 /// Marking connections used writes a row only when the last mark is over a minute old (by
@@ -420,59 +435,13 @@ async fn last_use_is_marked_at_most_once_a_minute() {
     assert_eq!(rows, 3, "an unknown id is not marked");
 }
 
-/// A batch larger than one chunk goes out as several messages with a pause between each
-/// two (the writer's pacing), and still arrives whole: every row once, each field its own.
-#[tokio::test]
-async fn a_paced_batch_is_stored_whole_across_its_chunks() {
-    use mcp_connect::store::audit::{COPY_CHUNK, HandoutRow, insert_handouts_paced};
-    let app = spawn_app().await;
-    let n = 2 * COPY_CHUNK + 3;
-    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
-    let rows: Vec<_> = (0..n)
-        .map(|i| HandoutRow {
-            minute: at,
-            tenant_id: "acme".to_owned(),
-            subject: format!("paced{i:04}"),
-            provider: "testp".to_owned(),
-            connection_id: uuid::Uuid::new_v4(),
-            api_key_id: "0123456789abcdef".to_owned(),
-            instance: "host-0000beef".to_owned(),
-            count: i as i32 + 1,
-            first_at: at,
-            last_at: at,
-        })
-        .collect();
-    let mut pauses = 0;
-    insert_handouts_paced(&app.pool, &rows, || {
-        pauses += 1;
-        std::future::ready(())
-    })
-    .await
-    .unwrap();
-    assert_eq!(pauses, 2, "three chunks, two pauses");
-
-    let stored: Vec<(String, i32)> =
-        sqlx::query_as("SELECT subject, count FROM audit_events WHERE subject LIKE 'paced%' ORDER BY subject")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
-    let expected: Vec<_> = (0..n).map(|i| (format!("paced{i:04}"), i as i32 + 1)).collect();
-    assert_eq!(stored, expected);
-}
-
 #[tokio::test]
 async fn draining_the_handout_audit_writes_the_open_minute_at_once() {
     let app = spawn_app().await;
     let id = app.insert_connection("acme", "alice", "github", "gho_q", &["read:user"], None).await;
+    let key = mcp_connect::domain::ApiKeyId::parse("0123456789abcdef").unwrap();
     for _ in 0..10 {
-        let h = mcp_connect::store::handouts::Handout {
-            tenant_id: "acme".into(),
-            subject: "alice".into(),
-            provider: "github".into(),
-            connection_id: id.as_uuid(),
-            api_key_id: "0123456789abcdef".into(),
-        };
-        app.state.handouts.record(h).await;
+        app.state.handouts.record(id.as_uuid(), &key).await;
     }
     let started = std::time::Instant::now();
     assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await, "drained");

@@ -4,7 +4,8 @@
 
 use crate::helpers::spawn_app;
 use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
-use mcp_connect::store::handouts::{Handout, HandoutAudit, WallClock};
+use mcp_connect::domain::ApiKeyId;
+use mcp_connect::store::handouts::{HandoutAudit, WallClock};
 use reqwest::Method;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,21 +116,10 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     let minute = datetime!(2026-12-01 10:07 UTC);
     let (clock, now) = manual_clock(minute + Duration::from_secs(5));
     let audit = HandoutAudit::spawn(app.pool.clone(), "host-test0001".to_owned(), clock);
-    let handout = |subject: &str, connection_id, key: &str| Handout {
-        tenant_id: "acme".into(),
-        subject: subject.into(),
-        provider: "github".into(),
-        connection_id,
-        api_key_id: key.into(),
-    };
-    for (i, (subject, id, key)) in [("alice", alice, "k1"); 5]
-        .into_iter()
-        .chain([("alice", alice, "k2"); 2])
-        .chain([("bob", bob, "k1"); 3])
-        .enumerate()
-    {
+    let (k1, k2) = (ApiKeyId::parse("00000000000000a1").unwrap(), ApiKeyId::parse("00000000000000a2").unwrap());
+    for (i, (id, key)) in [(alice, &k1); 5].into_iter().chain([(alice, &k2); 2]).chain([(bob, &k1); 3]).enumerate() {
         *now.lock().unwrap() = minute + Duration::from_secs(5 + i as u64);
-        audit.record(handout(subject, id, key)).await;
+        audit.record(id, key).await;
     }
     assert_eq!(audit.pending(), 3, "three rows open: alice by two keys, bob by one");
     // The writer looks every second; the minute is still open, so it writes nothing.
@@ -138,7 +128,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
 
     // The minute closes (a hand-out of the next minute comes in, and time moves on).
     *now.lock().unwrap() = minute + Duration::from_secs(61);
-    audit.record(handout("alice", alice, "k1")).await;
+    audit.record(alice, &k1).await;
     crate::helpers::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
         tallies(&app.pool).await.len() == 3
     })
@@ -148,9 +138,9 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     assert_eq!(
         tallies(&app.pool).await,
         vec![
-            (minute, alice, "k1".into(), 5, s(5), s(9), host.clone(), "alice".into()),
-            (minute, alice, "k2".into(), 2, s(10), s(11), host.clone(), "alice".into()),
-            (minute, bob, "k1".into(), 3, s(12), s(14), host.clone(), "bob".into()),
+            (minute, alice, "00000000000000a1".into(), 5, s(5), s(9), host.clone(), "alice".into()),
+            (minute, alice, "00000000000000a2".into(), 2, s(10), s(11), host.clone(), "alice".into()),
+            (minute, bob, "00000000000000a1".into(), 3, s(12), s(14), host.clone(), "bob".into()),
         ]
     );
     assert_eq!(audit.pending(), 1, "the next minute's row stays open");
@@ -164,7 +154,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     assert!(audit.drain(Duration::from_secs(5)).await);
     let rows = tallies(&app.pool).await;
     assert_eq!(rows.len(), 4);
-    assert_eq!(rows[3], (minute + Duration::from_secs(60), alice, "k1".into(), 1, s(61), s(61), host, "alice".into()));
+    assert_eq!(rows[3], (minute + Duration::from_secs(60), alice, "00000000000000a1".into(), 1, s(61), s(61), host, "alice".into()));
     let after: Vec<(String, String)> = sqlx::query_as(
         "SELECT ctid::text, xmin::text FROM audit_events WHERE kind = 'token_handed_out' AND at = $1 ORDER BY 1",
     )

@@ -42,16 +42,14 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
         .fetch_all(pool)
         .await?;
         let now = time::OffsetDateTime::now_utc();
+        let minute = now.replace_second(0).unwrap_or(now).replace_nanosecond(0).unwrap_or(now);
+        let key = mcp_connect::domain::ApiKeyId::parse("0123456789abcdef")?;
         let events: Vec<HandoutRow> = rows
             .iter()
-            .map(|(id, subject, provider)| HandoutRow {
-                minute: now.replace_second(0).unwrap_or(now).replace_nanosecond(0).unwrap_or(now),
-                tenant_id: crate::db::TENANT.to_owned(),
-                subject: subject.clone(),
-                provider: provider.clone(),
+            .map(|(id, _, _)| HandoutRow {
+                minute,
                 connection_id: *id,
-                api_key_id: "0123456789abcdef".to_owned(),
-                instance: "bench-00000000".to_owned(),
+                api_key_id: key.clone(),
                 count: 3,
                 first_at: now,
                 last_at: now,
@@ -60,7 +58,7 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
         let mut ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _, _)| *id).collect();
         ids.sort_unstable();
         let t = Instant::now();
-        store::audit::insert_handouts(pool, &events).await?;
+        store::audit::insert_handouts(pool, "bench-00000000", &events).await?;
         inserts.push(t.elapsed());
         let t = Instant::now();
         store::connections::touch_connections(pool, &ids).await?;

@@ -255,6 +255,12 @@ impl Phase<'_> {
             self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(2))).await?
         };
         let memory_after_warmup = svc.memory()?;
+        // The warm-up's hand-outs are counted in the rows of its minute, written once that
+        // minute has closed: wait for that, so that the Postgres CPU measured from here on
+        // is the measured phases' own (up to a minute).
+        let into_minute = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() % 60;
+        progress(self.started, &format!("{}: waiting {} s for the warm-up's minute to be written", svc.name, 62 - into_minute));
+        tokio::time::sleep(Duration::from_secs(62 - into_minute)).await;
 
         progress(self.started, &format!("{}: closed loop, {} connections, {} s", svc.name, conns, duration.as_secs()));
         let handout_rows_at_start = db::handout_rows(self.pool).await?;
