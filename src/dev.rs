@@ -258,7 +258,7 @@ account_login_field = "login"
 }
 
 pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
-    let _logs = crate::telemetry::init(crate::config::LogFormat::Text);
+    let _logs = crate::telemetry::init(crate::config::LogFormat::Text, None);
     let private_pg;
     let database_url = match crate::config::process_env("DATABASE_URL") {
         Some(url) => url,

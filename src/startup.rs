@@ -234,7 +234,7 @@ async fn app_state(
         config.api_key_hash_queue,
         clock.clone(),
     );
-    let outbound = Outbound::new(config.outbound_timeout).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
+    let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
     crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     let caches = Arc::new(crate::cache::Caches::with_clock(
         config.cache_enabled,

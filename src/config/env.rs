@@ -43,6 +43,7 @@ const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("cache", &[("enabled", Switch), ("max_age_seconds", Number), ("capacity", Number)]),
     ("metrics", &[("listen", Text)]),
     ("shutdown", &[("drain_seconds", Number)]),
+    ("tracing", &[("otlp_endpoint", Text), ("propagate_to_providers", Switch)]),
 ];
 
 const PROVIDER: &[(&str, Kind)] = &[

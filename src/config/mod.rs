@@ -77,6 +77,11 @@ pub struct Config {
     pub cache_capacity: usize,
     /// Where `GET /metrics` is served; `None`: no metrics.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where spans are exported (OTLP/HTTP); `None`: no traces.
+    pub otlp_endpoint: Option<Url>,
+    /// Send `traceparent` on to providers and the IdP (off: a third party should not see
+    /// our trace ids).
+    pub propagate_to_providers: bool,
     /// How long `/readyz` answers 503 while requests are still served, after SIGTERM.
     pub drain: Duration,
     /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns

@@ -39,6 +39,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) shutdown: RawShutdown,
     #[serde(default)]
+    pub(super) tracing: RawTracing,
+    #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
@@ -56,6 +58,13 @@ pub(super) struct RawDatabase {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMetrics {
     pub(super) listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    pub(super) otlp_endpoint: Option<String>,
+    pub(super) propagate_to_providers: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

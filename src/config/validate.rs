@@ -65,6 +65,26 @@ fn metrics_listen(raw: Option<String>, public: SocketAddr) -> Result<Option<Sock
     Ok(Some(addr))
 }
 
+/// Where spans go (OTLP over HTTP): a URL of an OTLP/HTTP receiver. A URL without a path
+/// gets the standard `/v1/traces`; empty means off. The URL is ours to name (an operator's
+/// collector), so plain http is allowed; credentials in it are refused (they would show up
+/// wherever the setting is shown).
+fn otlp_endpoint(raw: Option<String>) -> Result<Option<Url>, ConfigError> {
+    let Some(raw) = raw.filter(|s| !s.trim().is_empty()) else { return Ok(None) };
+    let field = "tracing.otlp_endpoint";
+    let mut url = Url::parse(raw.trim()).map_err(|e| err(field, format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(err(field, "must be an http(s) URL of an OTLP/HTTP receiver, e.g. http://collector:4318"));
+    }
+    if !url.username().is_empty() || url.password().is_some() || url.query().is_some() {
+        return Err(err(field, "must not carry credentials or a query"));
+    }
+    if url.path() == "/" || url.path().is_empty() {
+        url.set_path("/v1/traces");
+    }
+    Ok(Some(url))
+}
+
 /// The pool's URL (`MCP_CONNECT_DATABASE_URL`, then `DATABASE_URL`, then the file), its
 /// size, and the change listener's own URL if it has one.
 fn database(raw: RawDatabase, env: EnvLookup<'_>) -> Result<(String, u32, Option<SecretString>), ConfigError> {
@@ -182,6 +202,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         elicitation_ttl = secs("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "");
         api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
             " (revocation must take effect quickly)");
+        otlp_endpoint = otlp_endpoint(raw.tracing.otlp_endpoint);
     }
     // `MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS` and `MCP_CONNECT_METRICS_LISTEN` are in `raw`
     // already: `env::overlay` laid them over the file.
@@ -211,6 +232,8 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),
         migrate_on_start: true,
         metrics_listen,
+        otlp_endpoint,
+        propagate_to_providers: raw.tracing.propagate_to_providers.unwrap_or(false),
         drain,
         tenants,
         providers: registry,

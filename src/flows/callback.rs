@@ -258,7 +258,7 @@ async fn complete_consumed(
 /// The provider answered with an error: `access_denied` declines the elicitation; any
 /// other leaves it pending, so the person may try again.
 async fn provider_error(
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    mut tx: store::Tx,
     e: &ElicitationRow,
     err: &str,
     tenant_name: String,
@@ -281,7 +281,7 @@ async fn provider_error(
 /// is not kept: account mismatch, failed lookup or ID token, or a failed commit.
 async fn keep_or_revoke(
     state: &AppState,
-    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: store::Tx,
     e: &ElicitationRow,
     exchanged: &Exchanged,
     now: OffsetDateTime,
@@ -312,7 +312,7 @@ struct Exchanged {
 /// elicitation lock held by `tx`. Returns the upstream login for the result page.
 async fn attach(
     state: &AppState,
-    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    mut tx: store::Tx,
     e: &ElicitationRow,
     x: &Exchanged,
     now: OffsetDateTime,
@@ -370,7 +370,7 @@ impl Sealed {
 
 async fn save_grant(
     state: &AppState,
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: &mut store::Tx,
     e: &ElicitationRow,
     x: &Exchanged,
     (account_id, account_login): (Option<&str>, Option<&str>),

@@ -18,6 +18,7 @@ use crate::telemetry::metrics::REFRESHES;
 use crate::vault::Field;
 
 use time::OffsetDateTime;
+use tracing::Instrument;
 
 /// When a row needs a refresh before its token is handed out.
 pub fn needs_refresh(
@@ -88,7 +89,10 @@ pub async fn refresh(
     if state.shutdown.is_stopping() {
         return Err(RefreshError::ShuttingDown);
     }
-    state.detached.spawn_local(refresh_single_flight(state.clone(), observed.clone(), now)).await?
+    // A span inside the request's: the refresh and its provider call are the request's
+    // children in a trace, even when the request has gone.
+    let span = tracing::info_span!("refresh", provider = %observed.provider);
+    state.detached.spawn_local(refresh_single_flight(state.clone(), observed.clone(), now).instrument(span)).await?
 }
 
 async fn refresh_single_flight(
@@ -181,7 +185,7 @@ async fn fence(tx: &mut sqlx::PgConnection, outbound_timeout: std::time::Duratio
 /// the cached copy on every instance.
 async fn commit_refreshed(
     state: &AppState,
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    mut tx: store::Tx,
     row: &ConnectionRow,
     stored: &Resealed,
     tokens: &flow::TokenSet,
@@ -270,7 +274,7 @@ fn seal_refreshed(
 /// `invalid_grant`: the connection needs a new consent; its tokens go.
 async fn grant_is_dead(
     state: &AppState,
-    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    mut tx: store::Tx,
     row: &ConnectionRow,
 ) -> Result<(), RefreshError> {
     // Under the row lock: the version is the one just read.

@@ -24,9 +24,32 @@ pub async fn request_context(
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.path().to_owned();
-    let span = tracing::info_span!("request", request_id = %id, %method, %path);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        %method,
+        %path,
+        trace_id = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    // A caller's trace is continued on the API only: a browser's header means nothing to us.
+    let api = path.starts_with("/v1/") || path.starts_with("/admin/v1/");
+    let trace_id = if crate::telemetry::traces::enabled() {
+        // Named by the route template (`POST /v1/token`), never the raw path: before it
+        // starts, so that the name is its own from the first.
+        let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+        span.record("otel.name", format!("{} {route}", known_method(&method)));
+        crate::telemetry::traces::continue_trace(&span, req.headers(), api)
+    } else {
+        None
+    };
     let started = std::time::Instant::now();
-    let res = next.call(req).instrument(span).await;
+    let res = next.call(req).instrument(span.clone()).await;
+    if let Ok(r) = &res {
+        span.record("http.response.status_code", r.status().as_u16());
+    }
     // The access-log line names the request itself, outside the span: the span's fields
     // would otherwise be serialized into the line a second time (a tenth of a cached
     // lookup's cost).
@@ -51,6 +74,7 @@ pub async fn request_context(
                 %path,
                 status = res.status().as_u16(),
                 elapsed_ms = elapsed.as_millis() as u64,
+                trace_id = trace_id.as_deref(),
                 "request"
             );
             Ok(res)
@@ -61,6 +85,7 @@ pub async fn request_context(
                 %method,
                 %path,
                 elapsed_ms = elapsed.as_millis() as u64,
+                trace_id = trace_id.as_deref(),
                 "request failed"
             );
             Err(e)

@@ -6,6 +6,7 @@ use oauth2::{HttpRequest, HttpResponse};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+use tracing::Instrument;
 
 const MAX_BODY: usize = 256 * 1024;
 
@@ -38,40 +39,66 @@ impl OutboundError {
 #[derive(Debug, Clone)]
 pub struct Outbound {
     client: reqwest::Client,
+    /// Send `traceparent` along (`tracing.propagate_to_providers`).
+    propagate: bool,
+}
+
+/// A response read whole (at most `MAX_BODY` bytes).
+struct Answer {
+    status: reqwest::StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
 }
 
 pub type BoxedResponse<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, OutboundError>> + Send + 'a>>;
 
 impl Outbound {
-    pub fn new(timeout: Duration) -> Result<Self, reqwest::Error> {
+    pub fn new(timeout: Duration, propagate: bool) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(3).min(timeout))
             .timeout(timeout)
             .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client })
+        Ok(Self { client, propagate })
+    }
+
+    /// Sends a request in a span of its own (a child of the request's: method and host,
+    /// never the URL, whose query may hold a code or token) and reads the answer.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Answer, OutboundError> {
+        let mut request = request.build().map_err(classify)?;
+        let span = tracing::info_span!(
+            "outbound",
+            otel.kind = "client",
+            otel.name = %format!("{} {}", request.method(), request.url().host_str().unwrap_or("")),
+            http.request.method = %request.method(),
+            server.address = request.url().host_str().unwrap_or(""),
+            http.response.status_code = tracing::field::Empty,
+        );
+        async {
+            if self.propagate {
+                crate::telemetry::traces::inject(request.headers_mut());
+            }
+            let resp = self.client.execute(request).await.map_err(classify)?;
+            let (status, headers) = (resp.status(), resp.headers().clone());
+            tracing::Span::current().record("http.response.status_code", status.as_u16());
+            Ok(Answer { status, headers, body: read_bounded(resp).await? })
+        }
+        .instrument(span)
+        .await
     }
 
     /// Sends a request built by the oauth2 crate, reading at most `MAX_BODY` bytes.
     pub async fn execute(&self, req: HttpRequest) -> Result<HttpResponse, OutboundError> {
         let (parts, body) = req.into_parts();
-        let resp = self
-            .client
-            .request(parts.method, parts.uri.to_string())
-            .headers(parts.headers)
-            .body(body)
-            .send()
-            .await
-            .map_err(classify)?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body = read_bounded(resp).await?;
-        let mut out = oauth2::http::Response::builder().status(status);
+        let a = self
+            .send(self.client.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body))
+            .await?;
+        let mut out = oauth2::http::Response::builder().status(a.status);
         if let Some(h) = out.headers_mut() {
-            *h = headers;
+            *h = a.headers;
         }
-        out.body(body).map_err(|e| OutboundError::Request(e.to_string()))
+        out.body(a.body).map_err(|e| OutboundError::Request(e.to_string()))
     }
 
     /// An `AsyncHttpClient` for the oauth2 and openidconnect crates.
@@ -85,13 +112,11 @@ impl Outbound {
         if let Some(t) = bearer {
             r = r.bearer_auth(t);
         }
-        let resp = r.send().await.map_err(classify)?;
-        let status = resp.status();
-        let body = read_bounded(resp).await?;
-        if !status.is_success() {
-            return Err(OutboundError::Status(status.as_u16()));
+        let a = self.send(r).await?;
+        if !a.status.is_success() {
+            return Err(OutboundError::Status(a.status.as_u16()));
         }
-        serde_json::from_slice(&body).map_err(|_| OutboundError::Json)
+        serde_json::from_slice(&a.body).map_err(|_| OutboundError::Json)
     }
 
     /// POST a form with HTTP Basic client authentication (RFC 6749 §2.3.1); for RFC 7009
@@ -104,17 +129,8 @@ impl Outbound {
         form: &[(&str, &str)],
     ) -> Result<u16, OutboundError> {
         let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let resp = self
-            .client
-            .post(url.as_str())
-            .basic_auth(enc(client_id), Some(enc(client_secret)))
-            .form(form)
-            .send()
-            .await
-            .map_err(classify)?;
-        let status = resp.status().as_u16();
-        let _ = read_bounded(resp).await?;
-        Ok(status)
+        let r = self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form);
+        Ok(self.send(r).await?.status.as_u16())
     }
 }
 

@@ -20,11 +20,39 @@ pub use sqlx::PgPool;
 pub const POOL_WAIT: &str = "mcp_connect_db_pool_wait_seconds";
 
 /// `pool.begin()`, timed into [`POOL_WAIT`].
-pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+pub async fn begin(pool: &PgPool) -> Result<Tx, sqlx::Error> {
+    let span = tracing::info_span!("db.transaction", otel.kind = "client", db.system = "postgresql");
     let started = std::time::Instant::now();
     let tx = pool.begin().await;
     metrics::histogram!(POOL_WAIT, "pool" => "main").record(started.elapsed().as_secs_f64());
-    tx
+    Ok(Tx { tx: tx?, _span: span })
+}
+
+/// A transaction, and the span that lasts as long as it does (a child of the span it began
+/// in: its time in a trace is from `BEGIN` to the commit or the rollback at drop).
+pub struct Tx {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    _span: tracing::Span,
+}
+
+impl Tx {
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+impl std::ops::Deref for Tx {
+    type Target = sqlx::PgConnection;
+
+    fn deref(&self) -> &sqlx::PgConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut sqlx::PgConnection {
+        &mut self.tx
+    }
 }
 
 fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {

@@ -3,11 +3,13 @@
 //! secrets live in `secrecy` types and spans name paths, not URLs.
 
 pub mod metrics;
+pub mod traces;
 
 use crate::config::LogFormat;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -65,16 +67,28 @@ impl<'a> MakeWriter<'a> for Batched {
     }
 }
 
-/// Writes out what is buffered when dropped (at the end of `serve` or `dev`).
-#[must_use = "buffered log lines are written out when this is dropped"]
-pub struct LogGuard(Option<Batched>);
+/// Writes out what is buffered when dropped (at the end of `serve` or `dev`), after the
+/// spans not yet exported (at most 5 s).
+#[must_use = "buffered log lines and spans are written out when this is dropped"]
+pub struct LogGuard(Option<Batched>, Option<opentelemetry_sdk::trace::SdkTracerProvider>);
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
+        if let Some(p) = self.1.take()
+            && let Err(e) = p.shutdown()
+        {
+            tracing::warn!(error = %e, "spans not exported before exit");
+        }
         if let Some(b) = &self.0 {
             b.flush_out();
         }
     }
+}
+
+/// Where spans go, when they go anywhere.
+pub struct TraceExport<'a> {
+    pub endpoint: &'a url::Url,
+    pub timeout: Duration,
 }
 
 /// The level filter: `MCP_CONNECT_LOG` as a list of `target=level` and a default `level`
@@ -92,23 +106,32 @@ pub fn filter(var: Option<&str>) -> Targets {
     }
 }
 
-pub fn init(format: LogFormat) -> LogGuard {
+/// Logs (and, with `traces`, spans by OTLP). Must run inside the tokio runtime when
+/// `traces` is given. An exporter that cannot be built is reported and left off.
+pub fn init(format: LogFormat, traces: Option<TraceExport<'_>>) -> LogGuard {
     let filter = filter(std::env::var("MCP_CONNECT_LOG").ok().as_deref());
+    let provider = traces.and_then(|t| match traces::provider(t.endpoint, t.timeout) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("mcp-connect: tracing.otlp_endpoint: cannot export spans: {e}; traces are off");
+            None
+        }
+    });
     let batched = Batched::default();
-    // The builder's own level (INFO unless set) would cut below the filter: `filter` decides.
     // Colour codes only for a person at a terminal: never into a file or a log collector.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder =
-        tracing_subscriber::fmt().with_max_level(LevelFilter::TRACE).with_ansi(ansi).with_writer(batched.clone());
+    let lines = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(batched.clone());
+    // `MCP_CONNECT_LOG` filters the log lines only: spans are exported whatever it says.
+    let registry = tracing_subscriber::registry().with(provider.as_ref().map(traces::layer));
     // A second init (tests, `dev`) keeps the first subscriber.
     let first = match format {
         // The current span (the request: id, method, path) is on every line; the list of
         // enclosing spans would repeat it at about a tenth of the cost of a request.
-        LogFormat::Json => builder.json().with_span_list(false).finish().with(filter).try_init(),
-        LogFormat::Text => builder.finish().with(filter).try_init(),
+        LogFormat::Json => registry.with(lines.json().with_span_list(false).with_filter(filter)).try_init(),
+        LogFormat::Text => registry.with(lines.with_filter(filter)).try_init(),
     };
     if first.is_err() {
-        return LogGuard(None);
+        return LogGuard(None, provider);
     }
     let writer = batched.clone();
     let _ = std::thread::Builder::new().name("log-writer".into()).spawn(move || {
@@ -117,7 +140,7 @@ pub fn init(format: LogFormat) -> LogGuard {
             writer.flush_out();
         }
     });
-    LogGuard(Some(batched))
+    LogGuard(Some(batched), provider)
 }
 
 #[cfg(test)]

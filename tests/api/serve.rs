@@ -17,11 +17,19 @@ struct Served {
     env: Vec<(String, String)>,
 }
 
+impl Served {
+    /// What the process wrote to stderr (its log) so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default()
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.config);
+        let _ = std::fs::remove_file(self.config.with_extension("log"));
     }
 }
 
@@ -46,6 +54,7 @@ async fn serve(app: &TestApp, extra_env: &[(&str, &str)]) -> Served {
         .arg(&config)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::null())
+        .stderr(std::fs::File::create(config.with_extension("log")).unwrap())
         .spawn()
         .unwrap();
     let served = Served { child, base, config, env };
@@ -141,7 +150,13 @@ async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every
     let answered = ok.load(Ordering::Acquire);
     assert!(answered > 50, "there was load: {answered} answered");
     assert_eq!(failed.load(Ordering::Acquire), 0, "no request failed (readyz flipped after {flipped_after:?})");
-    assert_eq!(handouts(&app).await, answered as i64, "every hand-out answered is in the audit table");
+    let rows: Vec<(time::OffsetDateTime, i32, Option<String>, String)> = sqlx::query_as(
+        "SELECT at, count, instance, recorded::text FROM audit_events WHERE kind = 'token_handed_out' ORDER BY id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(handouts(&app).await, answered as i64, "every hand-out answered is in the audit table: {rows:?}");
     // And the port is closed.
     assert!(watcher.get(&readyz).send().await.is_err(), "new connections are refused once it stopped");
 }
@@ -200,4 +215,101 @@ async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
     wait_exit(&mut served.child, Duration::from_secs(20)).await;
     let out = healthcheck(&format!("127.0.0.1:{port}"));
     assert_eq!(out.status.code(), Some(1), "down is not ready");
+}
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// `/v1/token` for alice's testp grant, inside the caller's trace.
+async fn traced_lookup(app: &TestApp, served: &Served) -> serde_json::Value {
+    let r = app
+        .client
+        .post(format!("{}/v1/token", served.base))
+        .bearer_auth(&app.key)
+        .header("traceparent", format!("00-{TRACE}-{CALLER_SPAN}-01"))
+        .json(&json!({"subject": "alice", "provider": "testp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refresh_call_as_a_child() {
+    let receiver = mcp_connect_testkit::otlp::OtlpReceiver::start().await.unwrap();
+    let app = crate::helpers::spawn_app().await;
+    let soon = Some(time::OffsetDateTime::now_utc() + time::Duration::seconds(30));
+    let (_, old_access, old_refresh) = app.insert_provider_grant("alice", "octo-alice", soon).await;
+    let env = [
+        ("MCP_CONNECT_TRACING_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("MCP_CONNECT_LOG", "info"),
+        ("MCP_CONNECT_LOG_FORMAT", "json"),
+    ];
+    let mut served = serve(&app, &env).await;
+    let answer = traced_lookup(&app, &served).await;
+    assert_eq!(answer["status"], "connected");
+    let new_access = answer["access_token"].as_str().unwrap().to_owned();
+    assert_ne!(new_access, old_access, "refreshed");
+    // Spans go out in batches; the exit flushes them.
+    sigterm(&served.child);
+    assert!(wait_exit(&mut served.child, Duration::from_secs(30)).await.success());
+
+    let spans = receiver.spans();
+    let ours: Vec<_> = spans.iter().filter(|s| s.trace_id == TRACE).collect();
+    let names: Vec<&str> = ours.iter().map(|s| s.name.as_str()).collect();
+    let server = ours.iter().find(|s| s.name == "POST /v1/token").unwrap_or_else(|| panic!("no request span: {spans:#?}"));
+    assert_eq!(server.parent_span_id, CALLER_SPAN, "the caller's trace is continued");
+    assert_eq!(server.service, "mcp-connect");
+    assert_eq!(server.attribute("http.response.status_code"), Some("200"));
+    let refresh = ours.iter().find(|s| s.name == "refresh").unwrap_or_else(|| panic!("no refresh span: {names:?}"));
+    assert_eq!(refresh.parent_span_id, server.span_id, "the refresh is the request's child");
+    let call = ours
+        .iter()
+        .find(|s| s.attribute("server.address") == Some("127.0.0.1") && s.name.starts_with("POST"))
+        .unwrap_or_else(|| panic!("no provider call span: {names:?}"));
+    let mut up = call.parent_span_id.clone();
+    while up != refresh.span_id {
+        up = ours.iter().find(|s| s.span_id == up).map(|s| s.parent_span_id.clone()).unwrap_or_else(|| {
+            panic!("the token call is not inside the refresh: {names:?}")
+        });
+    }
+    assert!(ours.iter().any(|s| s.name == "db.transaction"), "the refresh's transaction: {names:?}");
+    // Off by default: the provider never sees our trace.
+    assert_eq!(app.provider.stats().token_traceparents, vec![None]);
+    // No span holds a secret: not the tokens, old or new, nor the API key.
+    let text = format!("{spans:?}");
+    for secret in [old_access.as_str(), old_refresh.as_str(), new_access.as_str(), app.key.as_str()] {
+        assert!(!text.contains(secret), "a span holds a secret");
+    }
+    // The log lines carry the trace id.
+    let log = served.log();
+    let line = log.lines().find(|l| l.contains("\"path\":\"/v1/token\"") && l.contains("\"status\":200")).unwrap_or_else(|| panic!("no access line: {log}"));
+    assert!(line.contains(&format!("\"trace_id\":\"{TRACE}\"")), "{line}");
+}
+
+#[tokio::test]
+async fn traceparent_reaches_providers_only_when_propagate_to_providers_is_set() {
+    let receiver = mcp_connect_testkit::otlp::OtlpReceiver::start().await.unwrap();
+    let app = crate::helpers::spawn_app().await;
+    let soon = Some(time::OffsetDateTime::now_utc() + time::Duration::seconds(30));
+    app.insert_provider_grant("alice", "octo-alice", soon).await;
+    let env = [
+        ("MCP_CONNECT_TRACING_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("MCP_CONNECT_TRACING_PROPAGATE_TO_PROVIDERS", "true"),
+    ];
+    let mut served = serve(&app, &env).await;
+    assert_eq!(traced_lookup(&app, &served).await["status"], "connected");
+    sigterm(&served.child);
+    assert!(wait_exit(&mut served.child, Duration::from_secs(30)).await.success());
+    let call = receiver
+        .spans()
+        .into_iter()
+        .find(|s| s.trace_id == TRACE && s.attribute("server.address") == Some("127.0.0.1") && s.name.starts_with("POST"))
+        .expect("the provider call's span");
+    assert_eq!(
+        app.provider.stats().token_traceparents,
+        vec![Some(format!("00-{TRACE}-{}-01", call.span_id))],
+        "the provider sees our trace, with the call's own span as parent"
+    );
 }

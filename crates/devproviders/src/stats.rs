@@ -10,6 +10,8 @@ pub struct Stats {
     pub authorization_code_exchanges: u64,
     /// `grant_type=refresh_token` requests.
     pub refresh_calls: u64,
+    /// The W3C `traceparent` header of each token request, in order (`None`: none sent).
+    pub token_traceparents: Vec<Option<String>>,
     /// `/userinfo` requests, authorised or not.
     pub userinfo_calls: u64,
     /// Every `/revoke` call by an authenticated client, in order.

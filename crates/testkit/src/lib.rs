@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 mod app;
 pub mod db;
+pub mod otlp;
 
 pub use app::*;
 pub use db::{TestDatabase, database_server_url, sweep};

@@ -50,7 +50,13 @@ fn signing_failed(e: SignError) -> OAuthError {
     OAuthError::server_error()
 }
 
-pub(crate) async fn token(state: web::Data<ProviderState>, form: ClientForm) -> Result<HttpResponse, OAuthError> {
+pub(crate) async fn token(
+    req: actix_web::HttpRequest,
+    state: web::Data<ProviderState>,
+    form: ClientForm,
+) -> Result<HttpResponse, OAuthError> {
+    let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    state.record(|stats| stats.token_traceparents.push(traceparent));
     let grant_type = form.params.get("grant_type").ok_or(OAuthError::invalid_request("grant_type is missing"))?;
     let response = match grant_type {
         "authorization_code" => {
