@@ -28,7 +28,7 @@ use time::OffsetDateTime;
 use tokio::sync::{Notify, mpsc};
 use uuid::Uuid;
 
-/// Rows per `COPY`: each is one transaction, so one WAL flush.
+/// Rows per transaction (one WAL flush), written [`store::audit::CHUNK`] at a time.
 const BATCH: usize = 2000;
 /// Rows of the open minute past which the writer writes them before the minute closes.
 pub const EARLY: usize = 100_000;
@@ -36,7 +36,7 @@ pub const EARLY: usize = 100_000;
 pub const CAPACITY: usize = 400_000;
 /// How often the writer looks for closed minutes.
 const TICK: Duration = Duration::from_secs(1);
-/// Between batches (the timer's resolution: 1-2 ms).
+/// Between statements of a batch (the timer's resolution: 1-2 ms).
 const PAUSE: Duration = Duration::from_millis(1);
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
@@ -288,13 +288,12 @@ async fn writer(pool: PgPool, shared: Arc<Shared>) {
         while !unwritten.is_empty() {
             let n = unwritten.len().min(BATCH);
             let rows: Vec<HandoutRow> = unwritten[..n].iter().map(handout_row).collect();
-            match store::audit::insert_handouts(&pool, &shared.instance, &rows).await {
+            let pause = || tokio::time::sleep(PAUSE);
+            match store::audit::insert_handouts_paced(&pool, &shared.instance, &rows, pause).await {
                 Ok(()) => {
                     unwritten.drain(..n);
                     shared.in_flight.fetch_sub(n, Ordering::AcqRel);
                     failures = 0;
-                    // Between batches: the lookups' threads get the cores back.
-                    tokio::time::sleep(PAUSE).await;
                 }
                 Err(e) => {
                     metrics::counter!(BATCH_FAILURES).increment(1);

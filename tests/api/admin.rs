@@ -435,6 +435,42 @@ async fn last_use_is_marked_at_most_once_a_minute() {
     assert_eq!(rows, 3, "an unknown id is not marked");
 }
 
+/// A batch larger than one statement's chunk goes out as several statements with a pause
+/// between each two (the writer's pacing), in one transaction, and arrives whole.
+#[tokio::test]
+async fn a_paced_batch_is_stored_whole_across_its_chunks() {
+    use mcp_connect::store::audit::{CHUNK, HandoutRow, insert_handouts_paced};
+    let app = spawn_app().await;
+    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+    let n = 2 * CHUNK + 3;
+    let rows: Vec<_> = (0..n)
+        .map(|i| HandoutRow {
+            minute: at,
+            connection_id: uuid::Uuid::new_v4(),
+            api_key_id: mcp_connect::domain::ApiKeyId::parse("0123456789abcdef").unwrap(),
+            count: i as i32 + 1,
+            first_at: at,
+            last_at: at,
+        })
+        .collect();
+    let mut pauses = 0;
+    insert_handouts_paced(&app.pool, "host-0000beef", &rows, || {
+        pauses += 1;
+        std::future::ready(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(pauses, 2, "three statements, two pauses");
+    let mut stored: Vec<(uuid::Uuid, i32)> =
+        sqlx::query_as("SELECT connection_id, count FROM audit_events WHERE kind = 'token_handed_out'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    stored.sort_by_key(|r| r.1);
+    let expected: Vec<_> = rows.iter().map(|r| (r.connection_id, r.count)).collect();
+    assert_eq!(stored, expected);
+}
+
 #[tokio::test]
 async fn draining_the_handout_audit_writes_the_open_minute_at_once() {
     let app = spawn_app().await;
