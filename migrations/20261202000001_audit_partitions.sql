@@ -41,13 +41,19 @@ ALTER SEQUENCE audit_events_id_seq OWNED BY audit_events.id;
 CREATE INDEX audit_events_recorded ON audit_events (tenant_id, recorded, id);
 CREATE INDEX audit_events_subject ON audit_events (tenant_id, subject, at);
 CREATE INDEX audit_events_kind ON audit_events (tenant_id, kind, at);
+-- A hand-out row's own key: a batch written again (its commit went through but the reply
+-- was lost, so the writer retried) inserts nothing twice (`ON CONFLICT DO NOTHING`). Other
+-- events have no instance (NULLs never conflict).
+CREATE UNIQUE INDEX audit_events_handout ON audit_events (at, instance, connection_id, api_key_id, first_at);
 
 CREATE TABLE audit_events_default PARTITION OF audit_events DEFAULT;
 
--- Makes the partition of the month (UTC) holding `month_of`, unless it exists; true when it
--- made one. Every instance may call it at once: the lock lets one make it and the others
--- find it made. It is the lock ATTACH takes anyway (writers and readers go on); being a
--- table lock, it also makes this session see the catalog as the one before it left it.
+-- Makes the partition of the month (UTC) holding `month_of`, unless it is attached; true
+-- when it made one. Every instance may call it at once: the lock lets one make it and the
+-- others find it made. It is the lock ATTACH takes on the parent anyway (writers and readers
+-- go on); being a table lock, it also makes this session see the catalog as the one before
+-- it left it. The default partition is locked against inserts from the move to the attach
+-- (ATTACH locks it fully anyway), so no row of the month can slip in between.
 CREATE FUNCTION audit_partition_ensure(month_of timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -56,13 +62,16 @@ DECLARE
     hi timestamptz := (lo_utc + interval '1 month') AT TIME ZONE 'UTC';
     part text := 'audit_events_' || to_char(lo_utc, 'YYYY_MM');
 BEGIN
-    IF to_regclass(part) IS NOT NULL THEN
+    IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               WHERE i.inhparent = 'audit_events'::regclass AND c.relname = part) THEN
         RETURN false;
     END IF;
     LOCK TABLE audit_events IN SHARE UPDATE EXCLUSIVE MODE;
-    IF to_regclass(part) IS NOT NULL THEN
+    IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               WHERE i.inhparent = 'audit_events'::regclass AND c.relname = part) THEN
         RETURN false;
     END IF;
+    LOCK TABLE audit_events_default IN EXCLUSIVE MODE;
     EXECUTE format('CREATE TABLE %I (LIKE audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
     -- Rows of this month that the default partition caught move in before it is attached
     -- (attaching checks that the default partition holds none of its range).
@@ -72,7 +81,7 @@ BEGIN
     EXECUTE format('ALTER TABLE audit_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', part, lo, hi);
     RETURN true;
 END
-$$;
+$$ SET search_path = public, pg_catalog;
 
 -- Drops every month partition whose month ended at or before `cutoff`, and deletes the
 -- default partition's rows older than `cutoff`. Returns the partitions dropped. Safe when
@@ -84,7 +93,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
     part text;
     dropped integer := 0;
+    due boolean;
 BEGIN
+    -- Nothing due (nearly every run): no table lock at all.
+    SELECT EXISTS (
+        SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'audit_events'::regclass AND c.relname ~ '^audit_events_[0-9]{4}_[0-9]{2}$'
+          AND (to_date(substr(c.relname, 14), 'YYYY_MM')::timestamp + interval '1 month') AT TIME ZONE 'UTC' <= cutoff
+    ) INTO due;
+    IF NOT due THEN
+        DELETE FROM audit_events_default WHERE at < cutoff;
+        RETURN 0;
+    END IF;
     LOCK TABLE audit_events IN SHARE UPDATE EXCLUSIVE MODE;
     FOR part IN
         SELECT c.relname
@@ -100,7 +120,9 @@ BEGIN
     DELETE FROM audit_events_default WHERE at < cutoff;
     RETURN dropped;
 END
-$$;
+$$ SET search_path = public, pg_catalog;
+
+REVOKE EXECUTE ON FUNCTION audit_partition_ensure(timestamptz), audit_partitions_drop_before(timestamptz) FROM PUBLIC;
 
 -- Partitions for every month the old table holds, this month and the next two; then the
 -- rows move (their `recorded` is this migration's transaction: older than any later row).

@@ -108,7 +108,9 @@ where
     tx.commit().await
 }
 
-/// Writes hand-out rows of `instance` in one statement.
+/// Writes hand-out rows of `instance` in one statement. A row already there (a batch
+/// written again after its commit's reply was lost) is skipped: its own key is unique
+/// (`audit_events_handout`).
 pub async fn insert_handouts(
     db: impl PgExecutor<'_>,
     instance: &str,
@@ -129,7 +131,8 @@ pub async fn insert_handouts(
            SELECT u.at, c.tenant_id, c.subject, c.provider, $1, u.id, u.key, $2, u.n, u.first_at, u.last_at
            FROM unnest($3::timestamptz[], $4::uuid[], $5::text[], $6::int[], $7::timestamptz[], $8::timestamptz[])
                 AS u(at, id, key, n, first_at, last_at)
-           LEFT JOIN connections c ON c.id = u.id"#,
+           LEFT JOIN connections c ON c.id = u.id
+           ON CONFLICT DO NOTHING"#,
         HANDED_OUT,
         instance,
         &cols.0,
@@ -281,34 +284,38 @@ pub async fn list_events(db: &sqlx::PgPool, tenant_id: &str, f: &AuditFilter<'_>
 /// The longest [`list_events`] waits for older transactions to end.
 pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Waits until no transaction that began before this call is still running (5 ms polls).
+/// Waits until no transaction that began before this call is still running (10 ms polls,
+/// a pooled connection per poll: none is held while waiting).
 async fn settle(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let deadline = std::time::Instant::now() + SETTLE;
-    let mut conn = db.acquire().await?;
-    let next: String =
-        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetch_one(&mut *conn).await?;
+    let next: String = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetch_one(db).await?;
     loop {
         let settled: bool = sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8")
             .bind(&next)
-            .fetch_one(&mut *conn)
+            .fetch_one(db)
             .await?;
         if settled || std::time::Instant::now() >= deadline {
             return Ok(());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 
 /// Makes the audit partitions of this month and the next two (UTC), those missing; returns
 /// how many it made. Every instance's clean-up runs it.
 pub async fn ensure_partitions(db: &sqlx::PgPool, now: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
+    // Attaching briefly locks the default partition (and waits for its readers): give up
+    // after 5 s rather than hold up the writers queued behind, and retry next time.
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
     let made: i64 = sqlx::query_scalar!(
         r#"SELECT count(*) FILTER (WHERE audit_partition_ensure($1::timestamptz + make_interval(months => n))) AS "made!"
            FROM generate_series(0, 2) AS n"#,
         now
     )
-    .fetch_one(db)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(made as u64)
 }
 

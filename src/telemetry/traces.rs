@@ -66,7 +66,13 @@ pub fn provider(endpoint: &url::Url, timeout: Duration) -> anyhow::Result<SdkTra
         .with_http_client(client)
         .build()?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name("mcp-connect").build();
-    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
+    // Every request is sampled, whatever a caller's `traceparent` flags say: a caller must
+    // not be able to take its requests out of our traces.
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
+        .build();
     ON.store(true, Ordering::Relaxed);
     Ok(provider)
 }

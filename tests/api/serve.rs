@@ -220,13 +220,13 @@ async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
-/// `/v1/token` for alice's testp grant, inside the caller's trace.
-async fn traced_lookup(app: &TestApp, served: &Served) -> serde_json::Value {
+/// `/v1/token` for alice's testp grant, inside the caller's trace (`flags`: `01` sampled).
+async fn traced_lookup(app: &TestApp, served: &Served, flags: &str) -> serde_json::Value {
     let r = app
         .client
         .post(format!("{}/v1/token", served.base))
         .bearer_auth(&app.key)
-        .header("traceparent", format!("00-{TRACE}-{CALLER_SPAN}-01"))
+        .header("traceparent", format!("00-{TRACE}-{CALLER_SPAN}-{flags}"))
         .json(&json!({"subject": "alice", "provider": "testp"}))
         .send()
         .await
@@ -247,7 +247,7 @@ async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refres
         ("MCP_CONNECT_LOG_FORMAT", "json"),
     ];
     let mut served = serve(&app, &env).await;
-    let answer = traced_lookup(&app, &served).await;
+    let answer = traced_lookup(&app, &served, "01").await;
     assert_eq!(answer["status"], "connected");
     let new_access = answer["access_token"].as_str().unwrap().to_owned();
     assert_ne!(new_access, old_access, "refreshed");
@@ -299,7 +299,8 @@ async fn traceparent_reaches_providers_only_when_propagate_to_providers_is_set()
         ("MCP_CONNECT_TRACING_PROPAGATE_TO_PROVIDERS", "true"),
     ];
     let mut served = serve(&app, &env).await;
-    assert_eq!(traced_lookup(&app, &served).await["status"], "connected");
+    // A caller cannot take its request out of our traces by sending "not sampled".
+    assert_eq!(traced_lookup(&app, &served, "00").await["status"], "connected");
     sigterm(&served.child);
     assert!(wait_exit(&mut served.child, Duration::from_secs(30)).await.success());
     let call = receiver

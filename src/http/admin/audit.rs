@@ -49,6 +49,9 @@ pub async fn audit(
     if kind.is_some_and(|k| k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')) {
         return Err(ApiError::bad_request("invalid_request", "kind must be a lower-case event name"));
     }
+    if q.provider.as_deref().is_some_and(|p| crate::domain::ProviderId::parse(p).is_err()) {
+        return Err(ApiError::bad_request("invalid_request", "provider must be a provider name"));
+    }
     let filter = store::audit::AuditFilter {
         subject: s.as_ref().map(Subject::as_str),
         provider: q.provider.as_deref(),
