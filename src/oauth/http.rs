@@ -77,7 +77,7 @@ impl Outbound {
         );
         async {
             if self.propagate {
-                crate::telemetry::traces::inject(request.headers_mut());
+                inject_traceparent(request.headers_mut());
             }
             let resp = self.client.execute(request).await.map_err(classify)?;
             let (status, headers) = (resp.status(), resp.headers().clone());
@@ -132,6 +132,28 @@ impl Outbound {
         let r = self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form);
         Ok(self.send(r).await?.status.as_u16())
     }
+}
+
+/// `traceparent` only: `tracestate` would pass on whatever a caller sent us.
+struct TraceparentOnly<'a>(&'a mut reqwest::header::HeaderMap);
+
+impl opentelemetry::propagation::Injector for TraceparentOnly<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if key == "traceparent"
+            && let Ok(v) = reqwest::header::HeaderValue::from_str(&value)
+        {
+            self.0.insert("traceparent", v);
+        }
+    }
+}
+
+/// Adds the current span's `traceparent` to an outbound request (nothing while traces are
+/// off: the span has no trace context then).
+fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = tracing::Span::current().context();
+    opentelemetry_sdk::propagation::TraceContextPropagator::new().inject_context(&context, &mut TraceparentOnly(headers));
 }
 
 fn classify(e: reqwest::Error) -> OutboundError {

@@ -7,7 +7,7 @@
 //! and states travel there), status codes, host names, ids. Never a token, code, key,
 //! cookie, header value or body; the spans' fields are chosen by hand for that.
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -132,26 +132,4 @@ pub fn continue_trace(
     let id = span_context.is_valid().then(|| span_context.trace_id().to_string())?;
     span.record("trace_id", id.as_str());
     Some(id)
-}
-
-/// `traceparent` only: `tracestate` would pass on whatever a caller sent us.
-struct TraceparentOnly<'a>(&'a mut reqwest::header::HeaderMap);
-
-impl Injector for TraceparentOnly<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if key == "traceparent"
-            && let Ok(v) = reqwest::header::HeaderValue::from_str(&value)
-        {
-            self.0.insert("traceparent", v);
-        }
-    }
-}
-
-/// Adds the current span's `traceparent` to an outbound request.
-pub fn inject(headers: &mut reqwest::header::HeaderMap) {
-    if !enabled() {
-        return;
-    }
-    let context = tracing::Span::current().context();
-    TraceContextPropagator::new().inject_context(&context, &mut TraceparentOnly(headers));
 }
