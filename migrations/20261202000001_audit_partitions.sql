@@ -53,7 +53,9 @@ CREATE TABLE audit_events_default PARTITION OF audit_events DEFAULT;
 -- others find it made. It is the lock ATTACH takes on the parent anyway (writers and readers
 -- go on); being a table lock, it also makes this session see the catalog as the one before
 -- it left it. The default partition is locked against inserts from the move to the attach
--- (ATTACH locks it fully anyway), so no row of the month can slip in between.
+-- (ATTACH locks it fully anyway), so no row of the month can slip in between. Each lock is
+-- waited for at most 5 s (the function's `lock_timeout`): rather fail, and be retried by
+-- the next clean-up, than hold up the writers queued behind.
 CREATE FUNCTION audit_partition_ensure(month_of timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -81,13 +83,13 @@ BEGIN
     EXECUTE format('ALTER TABLE audit_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', part, lo, hi);
     RETURN true;
 END
-$$ SET search_path = public, pg_catalog;
+$$ SET search_path = public, pg_catalog SET lock_timeout = '5s';
 
 -- Drops every month partition whose month ended at or before `cutoff`, and deletes the
 -- default partition's rows older than `cutoff`. Returns the partitions dropped. Safe when
 -- every instance runs it: the lock serialises them (and `audit_partition_ensure`), and a
 -- dropped partition is gone for the next one. Rows live at least the retention and at most
--- a month longer.
+-- a month longer. A drop briefly locks the whole table, waited for at most 5 s.
 CREATE FUNCTION audit_partitions_drop_before(cutoff timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -120,7 +122,7 @@ BEGIN
     DELETE FROM audit_events_default WHERE at < cutoff;
     RETURN dropped;
 END
-$$ SET search_path = public, pg_catalog;
+$$ SET search_path = public, pg_catalog SET lock_timeout = '5s';
 
 REVOKE EXECUTE ON FUNCTION audit_partition_ensure(timestamptz), audit_partitions_drop_before(timestamptz) FROM PUBLIC;
 

@@ -212,7 +212,13 @@ fn instance_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')).take(63).collect::<String>())
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
+                .take(63)
+                .collect::<String>()
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "mcp-connect".to_owned());
     format!("{host}-{:08x}", rand::random::<u32>())
@@ -234,7 +240,8 @@ async fn app_state(
         config.api_key_hash_queue,
         clock.clone(),
     );
-    let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers).map_err(|e| anyhow::anyhow!("http client: {e}"))?;
+    let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers)
+        .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
     crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     let caches = Arc::new(crate::cache::Caches::with_clock(
         config.cache_enabled,

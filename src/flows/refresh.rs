@@ -272,11 +272,7 @@ fn seal_refreshed(
 }
 
 /// `invalid_grant`: the connection needs a new consent; its tokens go.
-async fn grant_is_dead(
-    state: &AppState,
-    mut tx: store::Tx,
-    row: &ConnectionRow,
-) -> Result<(), RefreshError> {
+async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow) -> Result<(), RefreshError> {
     // Under the row lock: the version is the one just read.
     store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
     let mut ev = AuditEvent::for_connection("refresh_failed", row);

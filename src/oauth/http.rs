@@ -153,7 +153,8 @@ fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
     use opentelemetry::propagation::TextMapPropagator as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let context = tracing::Span::current().context();
-    opentelemetry_sdk::propagation::TraceContextPropagator::new().inject_context(&context, &mut TraceparentOnly(headers));
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .inject_context(&context, &mut TraceparentOnly(headers));
 }
 
 fn classify(e: reqwest::Error) -> OutboundError {

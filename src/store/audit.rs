@@ -111,11 +111,7 @@ where
 /// Writes hand-out rows of `instance` in one statement. A row already there (a batch
 /// written again after its commit's reply was lost) is skipped: its own key is unique
 /// (`audit_events_handout`).
-pub async fn insert_handouts(
-    db: impl PgExecutor<'_>,
-    instance: &str,
-    rows: &[HandoutRow],
-) -> Result<(), sqlx::Error> {
+pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[HandoutRow]) -> Result<(), sqlx::Error> {
     let mut cols: (Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>) = Default::default();
     for r in rows {
         cols.0.push(r.minute);
@@ -238,7 +234,11 @@ pub struct AuditFilter<'a> {
 /// So that a reader sees what was committed before it asked (an operator's revoke, then
 /// the trail), the listing first waits until every transaction begun before the request
 /// has ended, for at most [`SETTLE`]; past that it answers with what is listable.
-pub async fn list_events(db: &sqlx::PgPool, tenant_id: &str, f: &AuditFilter<'_>) -> Result<Vec<AuditRow>, sqlx::Error> {
+pub async fn list_events(
+    db: &sqlx::PgPool,
+    tenant_id: &str,
+    f: &AuditFilter<'_>,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
     settle(db).await?;
     // Two orders, one statement text each (a `CASE` in `ORDER BY` would defeat the index).
     macro_rules! select {
@@ -257,13 +257,19 @@ pub async fn list_events(db: &sqlx::PgPool, tenant_id: &str, f: &AuditFilter<'_>
     }
     let (sql, cursor) = match f.page {
         Page::Before(c) => (
-            concat!(select!(), " AND ($7::text IS NULL OR (recorded, id) < ($7::xid8, $8::bigint))
-                                 ORDER BY recorded DESC, id DESC LIMIT $9"),
+            concat!(
+                select!(),
+                " AND ($7::text IS NULL OR (recorded, id) < ($7::xid8, $8::bigint))
+                                 ORDER BY recorded DESC, id DESC LIMIT $9"
+            ),
             c,
         ),
         Page::After(c) => (
-            concat!(select!(), " AND ($7::text IS NULL OR (recorded, id) > ($7::xid8, $8::bigint))
-                                 ORDER BY recorded, id LIMIT $9"),
+            concat!(
+                select!(),
+                " AND ($7::text IS NULL OR (recorded, id) > ($7::xid8, $8::bigint))
+                                 ORDER BY recorded, id LIMIT $9"
+            ),
             Some(c),
         ),
     };
@@ -302,32 +308,25 @@ async fn settle(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
 }
 
 /// Makes the audit partitions of this month and the next two (UTC), those missing; returns
-/// how many it made. Every instance's clean-up runs it.
+/// how many it made. Every instance's clean-up runs it. A lock not had within 5 s fails
+/// it, to be retried next time (`audit_partition_ensure`).
 pub async fn ensure_partitions(db: &sqlx::PgPool, now: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
-    // Attaching briefly locks the default partition (and waits for its readers): give up
-    // after 5 s rather than hold up the writers queued behind, and retry next time.
-    let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
     let made: i64 = sqlx::query_scalar!(
         r#"SELECT count(*) FILTER (WHERE audit_partition_ensure($1::timestamptz + make_interval(months => n))) AS "made!"
            FROM generate_series(0, 2) AS n"#,
         now
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(db)
     .await?;
-    tx.commit().await?;
     Ok(made as u64)
 }
 
 /// Retention: drops the partitions of months that ended at or before `cutoff` and deletes
-/// the default partition's rows before it; returns the partitions dropped. Dropping a
-/// partition briefly locks the whole table, so it waits for that lock at most 5 s (and
-/// fails, to be retried by the next clean-up, rather than hold up the writers behind it).
+/// the default partition's rows before it; returns the partitions dropped. A drop briefly
+/// locks the whole table; a lock not had within 5 s fails it, to be retried by the next
+/// clean-up (`audit_partitions_drop_before`).
 pub async fn drop_partitions_before(db: &sqlx::PgPool, cutoff: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
-    let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
     let dropped: Option<i32> =
-        sqlx::query_scalar!("SELECT audit_partitions_drop_before($1)", cutoff).fetch_one(&mut *tx).await?;
-    tx.commit().await?;
+        sqlx::query_scalar!("SELECT audit_partitions_drop_before($1)", cutoff).fetch_one(db).await?;
     Ok(dropped.unwrap_or(0) as u64)
 }

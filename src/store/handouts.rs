@@ -1,7 +1,7 @@
 //! "Token handed out" audit, aggregated off the request path: a hand-out only counts itself
 //! into the row of its instance, connection, API key and minute, held in memory (48 bytes
-//! a row; the connection's tenant, subject and provider are filled in when it is written). A writer
-//! task writes each minute's rows once that minute has closed (checked every second), and
+//! a row; the connection's tenant, subject and provider are filled in when it is
+//! written). A writer task writes each minute's rows once that minute has closed (checked every second), and
 //! everything at once when asked to drain (shutdown). A row is written once and never
 //! updated: the trail says who used which connection, through which key, to the minute,
 //! and how often, at a fraction of one row per hand-out.

@@ -398,8 +398,32 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
     assert_eq!(
         stored,
         vec![
-            (at, "acme".into(), subject.into(), "github".into(), handed.clone(), alice, "0123456789abcdef".into(), host.clone(), 7, first, last),
-            (at, "beta".into(), "bob".into(), "testp".into(), handed, bob, "00000000000000a0".into(), host, 1, first, last),
+            (
+                at,
+                "acme".into(),
+                subject.into(),
+                "github".into(),
+                handed.clone(),
+                alice,
+                "0123456789abcdef".into(),
+                host.clone(),
+                7,
+                first,
+                last
+            ),
+            (
+                at,
+                "beta".into(),
+                "bob".into(),
+                "testp".into(),
+                handed,
+                bob,
+                "00000000000000a0".into(),
+                host,
+                1,
+                first,
+                last
+            ),
         ]
     );
 }

@@ -3,8 +3,8 @@
 //! slip behind.
 
 use crate::helpers::spawn_app;
-use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
 use mcp_connect::domain::ApiKeyId;
+use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
 use mcp_connect::store::handouts::{HandoutAudit, WallClock};
 use reqwest::Method;
 use std::sync::{Arc, Mutex};
@@ -76,7 +76,11 @@ async fn every_instance_may_run_partition_upkeep_at_the_same_time() {
         let pool = app.pool.clone();
         async move {
             let made = ensure_partitions(&pool, datetime!(2032-06-10 00:00 UTC)).await.unwrap();
-            let dropped = if i % 2 == 0 { drop_partitions_before(&pool, datetime!(2032-07-01 00:00 UTC)).await.unwrap() } else { 0 };
+            let dropped = if i % 2 == 0 {
+                drop_partitions_before(&pool, datetime!(2032-07-01 00:00 UTC)).await.unwrap()
+            } else {
+                0
+            };
             (made, dropped)
         }
     });
@@ -154,7 +158,10 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     assert!(audit.drain(Duration::from_secs(5)).await);
     let rows = tallies(&app.pool).await;
     assert_eq!(rows.len(), 4);
-    assert_eq!(rows[3], (minute + Duration::from_secs(60), alice, "00000000000000a1".into(), 1, s(61), s(61), host, "alice".into()));
+    assert_eq!(
+        rows[3],
+        (minute + Duration::from_secs(60), alice, "00000000000000a1".into(), 1, s(61), s(61), host, "alice".into())
+    );
     let after: Vec<(String, String)> = sqlx::query_as(
         "SELECT ctid::text, xmin::text FROM audit_events WHERE kind = 'token_handed_out' AND at = $1 ORDER BY 1",
     )
@@ -178,6 +185,20 @@ async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, Stri
     (ours(&page), page["next_after"].as_str().unwrap().to_owned())
 }
 
+/// Follows the trail from `from`, page after page, until it has seen `n` of this test's
+/// events or 5 s have passed: what it saw, in order, and where it stopped.
+async fn follow_until(app: &crate::helpers::TestApp, from: &str, n: usize) -> (Vec<String>, String) {
+    let (mut seen, mut cursor) = (Vec::new(), from.to_owned());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while seen.len() < n && std::time::Instant::now() < deadline {
+        let (kinds, next) = follow(app, &cursor).await;
+        seen.extend(kinds);
+        cursor = next;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (seen, cursor)
+}
+
 /// Row ids and commit order can cross: a transaction that took its id first may commit
 /// last. Paging by id would skip such a row for good; the trail's cursor does not: a reader
 /// that follows it sees every event once, whatever the order of commits.
@@ -192,15 +213,7 @@ async fn a_reader_following_the_trail_misses_no_event_that_commits_late() {
     let (seen, _) = follow(&app, "0-0").await;
     assert!(seen.is_empty(), "nothing is listed while an older transaction may still add a row: {seen:?}");
     slow.commit().await.unwrap();
-    let mut all = Vec::new();
-    let mut cursor = "0-0".to_owned();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while all.len() < 2 && std::time::Instant::now() < deadline {
-        let (kinds, next) = follow(&app, &cursor).await;
-        all.extend(kinds);
-        cursor = next;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (all, cursor) = follow_until(&app, "0-0", 2).await;
     assert_eq!(all, ["slow", "quick"], "each event once, in commit-safe order");
 
     // The other crossing: a transaction with the older transaction id takes the newer row
@@ -213,14 +226,7 @@ async fn a_reader_following_the_trail_misses_no_event_that_commits_late() {
     assert!(seen.is_empty(), "{seen:?}");
     assert_eq!(same, cursor, "with nothing new listable, the reader asks again from where it was");
     old.commit().await.unwrap();
-    let mut more = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while more.len() < 2 && std::time::Instant::now() < deadline {
-        let (kinds, next) = follow(&app, &cursor).await;
-        more.extend(kinds);
-        cursor = next;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (more, _) = follow_until(&app, &cursor, 2).await;
     assert_eq!(more, ["old", "young"]);
     // Newest-first pages see the same events, in the reverse order.
     let page: serde_json::Value = app.admin(Method::GET, "/audit?limit=100", None).await.json().await.unwrap();

@@ -258,7 +258,8 @@ async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refres
     let spans = receiver.spans();
     let ours: Vec<_> = spans.iter().filter(|s| s.trace_id == TRACE).collect();
     let names: Vec<&str> = ours.iter().map(|s| s.name.as_str()).collect();
-    let server = ours.iter().find(|s| s.name == "POST /v1/token").unwrap_or_else(|| panic!("no request span: {spans:#?}"));
+    let server =
+        ours.iter().find(|s| s.name == "POST /v1/token").unwrap_or_else(|| panic!("no request span: {spans:#?}"));
     assert_eq!(server.parent_span_id, CALLER_SPAN, "the caller's trace is continued");
     assert_eq!(server.service, "mcp-connect");
     assert_eq!(server.attribute("http.response.status_code"), Some("200"));
@@ -270,9 +271,11 @@ async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refres
         .unwrap_or_else(|| panic!("no provider call span: {names:?}"));
     let mut up = call.parent_span_id.clone();
     while up != refresh.span_id {
-        up = ours.iter().find(|s| s.span_id == up).map(|s| s.parent_span_id.clone()).unwrap_or_else(|| {
-            panic!("the token call is not inside the refresh: {names:?}")
-        });
+        up = ours
+            .iter()
+            .find(|s| s.span_id == up)
+            .map(|s| s.parent_span_id.clone())
+            .unwrap_or_else(|| panic!("the token call is not inside the refresh: {names:?}"));
     }
     assert!(ours.iter().any(|s| s.name == "db.transaction"), "the refresh's transaction: {names:?}");
     // Off by default: the provider never sees our trace.
@@ -284,7 +287,10 @@ async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refres
     }
     // The log lines carry the trace id.
     let log = served.log();
-    let line = log.lines().find(|l| l.contains("\"path\":\"/v1/token\"") && l.contains("\"status\":200")).unwrap_or_else(|| panic!("no access line: {log}"));
+    let line = log
+        .lines()
+        .find(|l| l.contains("\"path\":\"/v1/token\"") && l.contains("\"status\":200"))
+        .unwrap_or_else(|| panic!("no access line: {log}"));
     assert!(line.contains(&format!("\"trace_id\":\"{TRACE}\"")), "{line}");
 }
 
@@ -306,7 +312,9 @@ async fn traceparent_reaches_providers_only_when_propagate_to_providers_is_set()
     let call = receiver
         .spans()
         .into_iter()
-        .find(|s| s.trace_id == TRACE && s.attribute("server.address") == Some("127.0.0.1") && s.name.starts_with("POST"))
+        .find(|s| {
+            s.trace_id == TRACE && s.attribute("server.address") == Some("127.0.0.1") && s.name.starts_with("POST")
+        })
         .expect("the provider call's span");
     assert_eq!(
         app.provider.stats().token_traceparents,

@@ -259,7 +259,10 @@ impl Phase<'_> {
         // minute has closed: wait for that, so that the Postgres CPU measured from here on
         // is the measured phases' own (up to a minute).
         let into_minute = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() % 60;
-        progress(self.started, &format!("{}: waiting {} s for the warm-up's minute to be written", svc.name, 62 - into_minute));
+        progress(
+            self.started,
+            &format!("{}: waiting {} s for the warm-up's minute to be written", svc.name, 62 - into_minute),
+        );
         tokio::time::sleep(Duration::from_secs(62 - into_minute)).await;
 
         progress(self.started, &format!("{}: closed loop, {} connections, {} s", svc.name, conns, duration.as_secs()));

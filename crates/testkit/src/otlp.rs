@@ -73,7 +73,9 @@ async fn traces(body: web::Bytes, spans: web::Data<Mutex<Vec<ReceivedSpan>>>) ->
                 events: span
                     .events
                     .iter()
-                    .map(|e| (e.name.clone(), e.attributes.iter().map(|a| (a.key.clone(), text(a.value.as_ref()))).collect()))
+                    .map(|e| {
+                        (e.name.clone(), e.attributes.iter().map(|a| (a.key.clone(), text(a.value.as_ref()))).collect())
+                    })
                     .collect(),
                 service: service.clone(),
             });

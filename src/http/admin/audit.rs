@@ -7,7 +7,10 @@ use crate::app::AppState;
 use crate::domain::Subject;
 use crate::http::api::AdminCaller;
 use crate::http::error::ApiError;
-use crate::store::{self, audit::{Cursor, Page}};
+use crate::store::{
+    self,
+    audit::{Cursor, Page},
+};
 use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
