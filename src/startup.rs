@@ -300,6 +300,7 @@ fn serve(
             .wrap(from_fn(crate::http::middleware::request_context))
             .app_data(data)
             .configure(crate::http::ops::configure)
+            .configure(crate::http::openapi::configure)
             .configure(crate::http::api::configure)
             .configure(crate::http::admin::configure)
             .configure(crate::http::browser::configure)

@@ -18,7 +18,7 @@ pub enum KillState {
 }
 
 /// The account at the provider a connection belongs to.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Account {
     pub id: String,
     pub login: Option<String>,
@@ -39,7 +39,7 @@ pub struct TenantConfig {
 pub struct ParseError(pub &'static str);
 
 /// Status of an elicitation (DESIGN.md data model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ElicitationStatus {
     Pending,
@@ -73,7 +73,7 @@ impl ElicitationStatus {
 }
 
 /// Status of a stored connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionStatus {
     Active,

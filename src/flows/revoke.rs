@@ -11,7 +11,7 @@ use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Revoked {
     pub connection_id: Uuid,
     pub subject: String,
@@ -115,7 +115,7 @@ async fn revoke_at_provider(state: &AppState, row: &store::connections::Connecti
 }
 
 /// What off-boarding ended.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct OffBoarded {
     pub revoked: Vec<Revoked>,
     /// Pending links closed, for every provider named (or all of them).

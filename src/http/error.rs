@@ -5,32 +5,111 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use std::fmt;
 
+/// Declares the error codes once: the enum (its OpenAPI schema lists every value, each
+/// with its meaning) and the string each is sent and counted as.
+macro_rules! error_codes {
+    ($($(#[doc = $doc:literal])* $variant:ident = $code:literal,)*) => {
+        /// The stable `error` codes of the API. New codes may be added; a code's meaning
+        /// never changes.
+        // Sent as the variant's name in snake case; the test of the served document checks
+        // that this is `$code` for every variant (utoipa does not see a `serde(rename)` made
+        // by a macro).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum ErrorCode {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, for documentation and tests.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// The API key is missing, malformed, unknown, wrong or revoked (401, with WWW-Authenticate).
+    InvalidApiKey = "invalid_api_key",
+    /// The key is valid but of the other scope (server vs admin) (403, with WWW-Authenticate).
+    InsufficientScope = "insufficient_scope",
+    /// The database or this instance is busy, unreachable or shutting down, or the request collided with a concurrent change (503, with Retry-After).
+    TemporarilyUnavailable = "temporarily_unavailable",
+    /// A fault on our side (a bug or a vault key that is gone); never expected. Details are in the service log only.
+    InternalError = "internal_error",
+    /// The body is not JSON, or does not have the documented fields and types.
+    InvalidJson = "invalid_json",
+    /// The body was not sent as application/json.
+    UnsupportedMediaType = "unsupported_media_type",
+    /// The body is larger than 16 KiB.
+    PayloadTooLarge = "payload_too_large",
+    /// A path parameter is malformed.
+    InvalidPath = "invalid_path",
+    /// The query string is malformed.
+    InvalidQuery = "invalid_query",
+    /// A field or parameter is out of its documented range.
+    InvalidRequest = "invalid_request",
+    /// The subject is not 1-255 printable characters.
+    InvalidSubject = "invalid_subject",
+    /// No provider of that name is configured.
+    UnknownProvider = "unknown_provider",
+    /// A scope is empty, too long, or holds a space or a control character.
+    InvalidScope = "invalid_scope",
+    /// The elicitation id is not one this service gives out.
+    InvalidElicitationId = "invalid_elicitation_id",
+    /// No elicitation of that id belongs to the caller's tenant.
+    ElicitationNotFound = "elicitation_not_found",
+    /// The elicitation belongs to another subject or provider.
+    ElicitationMismatch = "elicitation_mismatch",
+    /// The tenant may not use that provider.
+    ProviderNotAllowed = "provider_not_allowed",
+    /// An operator has switched the provider off (kill switch).
+    ProviderDisabled = "provider_disabled",
+    /// The provider could not refresh the token just now; the connection is kept (503, with Retry-After).
+    ProviderUnavailable = "provider_unavailable",
+    /// The connection id is not a UUID.
+    InvalidConnectionId = "invalid_connection_id",
+    /// No connection of that id belongs to the caller's tenant.
+    ConnectionNotFound = "connection_not_found",
+    /// The cursor is not one this API gave out.
+    InvalidCursor = "invalid_cursor",
+    /// No such endpoint.
+    NotFound = "not_found",
+    /// The endpoint does not take that method.
+    MethodNotAllowed = "method_not_allowed",
+}
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub description: String,
     pub www_authenticate: Option<String>,
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, description: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, description: impl Into<String>) -> Self {
         Self { status, code, description: description.into(), www_authenticate: None, retry_after: None }
     }
 
-    pub fn bad_request(code: &'static str, description: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, description: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, description)
     }
 
-    pub fn not_found(code: &'static str, description: impl Into<String>) -> Self {
+    pub fn not_found(code: ErrorCode, description: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, description)
     }
 
     /// Logs `detail` with the error level and answers a generic 500.
     pub fn internal(detail: &dyn fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error; see the service log")
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, "internal error; see the service log")
     }
 
     /// The database is unreachable or overloaded: worth a retry.
@@ -38,7 +117,7 @@ impl ApiError {
         tracing::error!(error = %detail, "dependency unavailable");
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "temporarily_unavailable",
+            ErrorCode::TemporarilyUnavailable,
             "temporarily unavailable; retry later",
         );
         e.retry_after = Some(2);
@@ -58,14 +137,18 @@ impl ApiError {
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.description)
+        write!(f, "{}: {}", self.code.as_str(), self.description)
     }
 }
 
-#[derive(serde::Serialize)]
-struct Body<'a> {
-    error: &'a str,
-    error_description: &'a str,
+/// Every error of `/v1` and `/admin/v1`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": "invalid_subject", "error_description": "the subject must be 1-255 printable characters"}))]
+pub struct ErrorBody<'a> {
+    /// What went wrong, as a stable code to branch on.
+    pub error: ErrorCode,
+    /// The same for people; it may change and never quotes the request.
+    pub error_description: &'a str,
 }
 
 impl ResponseError for ApiError {
@@ -81,7 +164,7 @@ impl ResponseError for ApiError {
         if let Some(s) = self.retry_after {
             r.insert_header(("Retry-After", s.to_string()));
         }
-        r.json(Body { error: self.code, error_description: &self.description })
+        r.json(ErrorBody { error: self.code, error_description: &self.description })
     }
 }
 
@@ -92,29 +175,29 @@ pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::Htt
     let e = match &err {
         J::ContentType => ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "send the body as application/json",
         ),
         J::Overflow { .. } | J::OverflowKnownLength { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the body is too large")
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge, "the body is too large")
         }
         J::Deserialize(de) => {
             let what = if de.is_data() { "does not match the expected fields and types" } else { "is not valid JSON" };
             ApiError::bad_request(
-                "invalid_json",
+                ErrorCode::InvalidJson,
                 format!("the body {what} (line {}, column {})", de.line(), de.column()),
             )
         }
-        _ => ApiError::bad_request("invalid_json", "the body could not be read"),
+        _ => ApiError::bad_request(ErrorCode::InvalidJson, "the body could not be read"),
     };
     e.into()
 }
 
 /// Path and query extractor errors.
 pub fn path_error(_err: actix_web::error::PathError, _req: &actix_web::HttpRequest) -> actix_web::Error {
-    ApiError::bad_request("invalid_path", "a path parameter is malformed").into()
+    ApiError::bad_request(ErrorCode::InvalidPath, "a path parameter is malformed").into()
 }
 
 pub fn query_error(_err: actix_web::error::QueryPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
-    ApiError::bad_request("invalid_query", "the query string is malformed").into()
+    ApiError::bad_request(ErrorCode::InvalidQuery, "the query string is malformed").into()
 }

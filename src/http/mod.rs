@@ -6,4 +6,5 @@ pub mod api;
 pub mod browser;
 pub mod error;
 pub mod middleware;
+pub mod openapi;
 pub mod ops;

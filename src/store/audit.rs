@@ -143,7 +143,7 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AuditRow {
     pub id: i64,
     #[serde(skip)]
@@ -156,6 +156,8 @@ pub struct AuditRow {
     pub elicitation_id: Option<Uuid>,
     pub connection_id: Option<Uuid>,
     pub api_key_id: Option<String>,
+    /// What else the event carries (a reason, the actor); never a token, code or secret.
+    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
     /// Events this row stands for: the hand-outs of its minute, 1 for every other kind.
     pub count: i32,

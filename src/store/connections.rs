@@ -219,7 +219,7 @@ pub async fn mark_revoked(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx:
 }
 
 /// Connection metadata for operators: never a ciphertext.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ConnectionMeta {
     pub id: Uuid,
     pub subject: String,

@@ -3,7 +3,7 @@
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct KillSwitchRow {
     pub tenant_id: Option<String>,
     pub provider: String,

@@ -18,6 +18,7 @@ mod interop;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod openapi;
 mod ops;
 mod serve;
 mod tenancy;

@@ -6,7 +6,7 @@ use super::{db, limit, subject};
 use crate::app::AppState;
 use crate::domain::Subject;
 use crate::http::api::AdminCaller;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store::{
     self,
     audit::{Cursor, Page},
@@ -15,33 +15,80 @@ use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    #[param(schema_with = crate::http::openapi::subject)]
     subject: Option<String>,
+    #[param(schema_with = crate::http::openapi::provider)]
     provider: Option<String>,
+    /// An event kind, e.g. `connection_created`, `token_handed_out`.
+    #[param(pattern = "^[a-z_]{1,64}$")]
     kind: Option<String>,
+    /// Events at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     since: Option<String>,
+    /// Events before this time (RFC 3339).
+    #[param(format = DateTime)]
     until: Option<String>,
+    /// Newest first, older than this cursor (`next_before` of the previous page).
+    #[param(pattern = "^[0-9]+-[0-9]+$")]
     before: Option<String>,
+    /// Oldest first, newer than this cursor (`next_after`; `0-0` from the start): how a
+    /// reader follows the trail. Not together with `before`.
+    #[param(pattern = "^[0-9]+-[0-9]+$")]
     after: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+}
+
+/// A page of the audit trail.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct AuditPage {
+    events: Vec<store::audit::AuditRow>,
+    /// With `before` (or neither): the cursor of the next older page; null when this page
+    /// was not full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_before: Option<Option<String>>,
+    /// With `after`: where to ask next (the same cursor when nothing new was listable yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    next_after: Option<String>,
 }
 
 fn cursor_param(name: &'static str, v: &str) -> Result<Cursor, ApiError> {
     Cursor::parse(v).ok_or_else(|| {
-        ApiError::bad_request("invalid_request", format!("{name} must be a cursor from an earlier page (or 0-0)"))
+        ApiError::bad_request(
+            ErrorCode::InvalidRequest,
+            format!("{name} must be a cursor from an earlier page (or 0-0)"),
+        )
     })
 }
 
 fn time_param(name: &'static str, v: Option<&str>) -> Result<Option<OffsetDateTime>, ApiError> {
     v.map(|s| {
         OffsetDateTime::parse(s, &Rfc3339)
-            .map_err(|_| ApiError::bad_request("invalid_request", format!("{name} must be RFC 3339")))
+            .map_err(|_| ApiError::bad_request(ErrorCode::InvalidRequest, format!("{name} must be RFC 3339")))
     })
     .transpose()
 }
 
+/// The tenant's audit trail: newest first, or oldest first after a cursor. A page never
+/// skips an event that commits late.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/audit",
+    operation_id = "listAuditEvents",
+    tag = "admin",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of events.", body = AuditPage),
+        (status = 400, description = "`invalid_subject`, `invalid_query` or `invalid_request` (a bad cursor, time, kind, provider or limit; `before` with `after`).", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn audit(
     caller: AdminCaller,
     state: web::Data<AppState>,
@@ -50,10 +97,10 @@ pub async fn audit(
     let s = q.subject.as_deref().map(subject).transpose()?;
     let kind = q.kind.as_deref();
     if kind.is_some_and(|k| k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')) {
-        return Err(ApiError::bad_request("invalid_request", "kind must be a lower-case event name"));
+        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "kind must be a lower-case event name"));
     }
     if q.provider.as_deref().is_some_and(|p| crate::domain::ProviderId::parse(p).is_err()) {
-        return Err(ApiError::bad_request("invalid_request", "provider must be a provider name"));
+        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "provider must be a provider name"));
     }
     let filter = store::audit::AuditFilter {
         subject: s.as_ref().map(Subject::as_str),
@@ -63,7 +110,7 @@ pub async fn audit(
         until: time_param("until", q.until.as_deref())?,
         page: match (q.before.as_deref(), q.after.as_deref()) {
             (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request("invalid_request", "give before or after, not both"));
+                return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "give before or after, not both"));
             }
             (Some(b), None) => Page::Before(Some(cursor_param("before", b)?)),
             (None, Some(a)) => Page::After(cursor_param("after", a)?),
@@ -77,12 +124,12 @@ pub async fn audit(
         // A full page may have more behind it.
         Page::Before(_) => {
             let next = last.filter(|_| rows.len() as i64 == filter.limit);
-            serde_json::json!({ "events": rows, "next_before": next })
+            AuditPage { events: rows, next_before: Some(next), next_after: None }
         }
         // Where to ask next; the same cursor when nothing new was listable yet.
         Page::After(from) => {
             let next = last.unwrap_or_else(|| from.to_string());
-            serde_json::json!({ "events": rows, "next_after": next })
+            AuditPage { events: rows, next_before: None, next_after: Some(next) }
         }
     };
     Ok(HttpResponse::Ok().json(body))

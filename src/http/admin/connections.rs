@@ -2,24 +2,55 @@
 
 use super::{connection_id, db, limit, provider, subject};
 use crate::app::AppState;
-use crate::domain::{ProviderId, Subject};
+use crate::domain::{ConnectionStatus, ProviderId, Subject};
 use crate::flows::revoke;
 use crate::http::api::AdminCaller;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store;
 use actix_web::{HttpResponse, web};
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    #[param(schema_with = crate::http::openapi::subject)]
     subject: Option<String>,
+    #[param(schema_with = crate::http::openapi::provider)]
     provider: Option<String>,
+    #[param(value_type = Option<ConnectionStatus>)]
     status: Option<String>,
     /// Opaque cursor from the previous page's `next`.
     after: Option<String>,
+    /// Page size, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+/// A page of connections, by subject and provider.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectionPage {
+    connections: Vec<store::connections::ConnectionMeta>,
+    /// The `after` of the next page; null on the last page.
+    next: Option<String>,
+}
+
+/// The tenant's connections (metadata only, never a token), filtered and paged.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/connections",
+    operation_id = "listConnections",
+    tag = "admin",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of connections.", body = ConnectionPage,
+            links(
+                ("GetConnection" = (operation_id = "getConnection", parameters(("id" = "$response.body#/connections/0/id")))),
+                ("RevokeConnection" = (operation_id = "revokeConnection", parameters(("id" = "$response.body#/connections/0/id")))),
+            )),
+        (status = 400, description = "`invalid_subject`, `unknown_provider`, `invalid_cursor`, `invalid_query` or `invalid_request`.", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn list_connections(
     caller: AdminCaller,
     state: web::Data<AppState>,
@@ -27,12 +58,9 @@ pub async fn list_connections(
 ) -> Result<HttpResponse, ApiError> {
     let subject = q.subject.as_deref().map(subject).transpose()?;
     let provider = q.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
-    let status = q
-        .status
-        .as_deref()
-        .map(crate::domain::ConnectionStatus::parse)
-        .transpose()
-        .map_err(|_| ApiError::bad_request("invalid_request", "status must be active, needs_reauth or revoked"))?;
+    let status = q.status.as_deref().map(crate::domain::ConnectionStatus::parse).transpose().map_err(|_| {
+        ApiError::bad_request(ErrorCode::InvalidRequest, "status must be active, needs_reauth or revoked")
+    })?;
     let limit = limit(q.limit)?;
     let after = q.after.as_deref().map(decode_cursor).transpose()?;
     let filter = store::connections::ConnectionFilter {
@@ -47,7 +75,7 @@ pub async fn list_connections(
         .map_err(db)?;
     let next =
         (rows.len() as i64 == limit).then(|| rows.last().map(|r| encode_cursor(&r.subject, &r.provider))).flatten();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "connections": rows, "next": next })))
+    Ok(HttpResponse::Ok().json(ConnectionPage { connections: rows, next }))
 }
 
 fn encode_cursor(subject: &str, provider: &str) -> String {
@@ -57,11 +85,27 @@ fn encode_cursor(subject: &str, provider: &str) -> String {
 
 fn decode_cursor(c: &str) -> Result<(String, String), ApiError> {
     use base64::Engine;
-    let bad = || ApiError::bad_request("invalid_cursor", "the cursor is not one this API gave out");
+    let bad = || ApiError::bad_request(ErrorCode::InvalidCursor, "the cursor is not one this API gave out");
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).map_err(|_| bad())?;
     serde_json::from_slice::<(String, String)>(&raw).map_err(|_| bad())
 }
 
+/// One connection's metadata.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/connections/{id}",
+    operation_id = "getConnection",
+    tag = "admin",
+    params(("id" = String, Path, description = "A connection id.", format = Uuid,
+        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, description = "The connection.", body = store::connections::ConnectionMeta,
+            links(("RevokeConnection" = (operation_id = "revokeConnection", parameters(("id" = "$response.body#/id")))))),
+        (status = 400, description = "`invalid_connection_id`.", body = ErrorBody),
+        (status = 404, description = "`connection_not_found`: none of that id in this tenant.", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn get_connection(
     caller: AdminCaller,
     state: web::Data<AppState>,
@@ -71,10 +115,27 @@ pub async fn get_connection(
     let row = store::connections::connection_meta(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
         .await
         .map_err(db)?
-        .ok_or_else(|| ApiError::not_found("connection_not_found", "no such connection"))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::ConnectionNotFound, "no such connection"))?;
     Ok(HttpResponse::Ok().json(row))
 }
 
+/// Revokes a connection: at the provider (RFC 7009) where it can, then the stored tokens
+/// are deleted, the cache entry dropped on every instance, and the subject's pending links
+/// for the provider closed.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/connections/{id}/revoke",
+    operation_id = "revokeConnection",
+    tag = "admin",
+    params(("id" = String, Path, description = "A connection id.", format = Uuid,
+        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, description = "Revoked (a repeat answers `already_revoked`).", body = revoke::Revoked),
+        (status = 400, description = "`invalid_connection_id`.", body = ErrorBody),
+        (status = 404, description = "`connection_not_found`: none of that id in this tenant.", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn revoke_one(
     caller: AdminCaller,
     state: web::Data<AppState>,
@@ -85,17 +146,36 @@ pub async fn revoke_one(
     let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor)
         .await
         .map_err(db)?
-        .ok_or_else(|| ApiError::not_found("connection_not_found", "no such connection"))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::ConnectionNotFound, "no such connection"))?;
     Ok(HttpResponse::Ok().json(r))
 }
 
-#[derive(serde::Deserialize)]
+/// Off-boarding: a subject, at one provider or all.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"subject": "alice"}))]
 pub struct SubjectBody {
+    #[schema(schema_with = crate::http::openapi::subject)]
     subject: String,
+    /// Only this provider's connections; all when left out.
+    #[schema(schema_with = crate::http::openapi::opt_provider)]
     provider: Option<String>,
 }
 
+/// Off-boards a subject: closes their pending links, then revokes every live connection
+/// (of one provider, or all).
+#[utoipa::path(
+    post,
+    path = "/admin/v1/revocations",
+    operation_id = "revokeSubject",
+    tag = "admin",
+    request_body = SubjectBody,
+    responses(
+        (status = 200, description = "What was revoked and how many links were closed.", body = revoke::OffBoarded),
+        (status = 400, description = "`invalid_json`, `invalid_subject` or `unknown_provider`.", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn revoke_subject(
     caller: AdminCaller,
     state: web::Data<AppState>,

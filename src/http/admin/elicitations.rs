@@ -5,16 +5,41 @@ use crate::app::AppState;
 use crate::domain::{ProviderId, Subject};
 use crate::flows::cancel;
 use crate::http::api::AdminCaller;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use actix_web::{HttpResponse, web};
 
-#[derive(serde::Deserialize)]
+/// Which pending links to close: a subject's, a provider's, or a subject's at a provider.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"subject": "alice", "provider": "github"}))]
 pub struct CancelBody {
+    #[schema(schema_with = crate::http::openapi::opt_subject)]
     subject: Option<String>,
+    #[schema(schema_with = crate::http::openapi::opt_provider)]
     provider: Option<String>,
 }
 
+/// The ids of the links closed.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct CancelledLinks {
+    #[schema(value_type = Vec<String>)]
+    cancelled: Vec<uuid::Uuid>,
+}
+
+/// Closes pending links: their states are spent, so a person halfway through gets a clear
+/// page and nothing is stored.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/elicitations/cancel",
+    operation_id = "cancelElicitations",
+    tag = "admin",
+    request_body = CancelBody,
+    responses(
+        (status = 200, description = "The links closed.", body = CancelledLinks),
+        (status = 400, description = "`invalid_json`, `invalid_subject`, `unknown_provider`, or `invalid_request` (neither named).", body = ErrorBody),
+    ),
+    security(("admin_key" = [])),
+)]
 pub async fn cancel_elicitations(
     caller: AdminCaller,
     state: web::Data<AppState>,
@@ -23,7 +48,7 @@ pub async fn cancel_elicitations(
     let s = body.subject.as_deref().map(subject).transpose()?;
     let p = body.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
     if s.is_none() && p.is_none() {
-        return Err(ApiError::bad_request("invalid_request", "name a subject, a provider, or both"));
+        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "name a subject, a provider, or both"));
     }
     let actor = format!("api_key:{}", caller.0.id);
     let by =
@@ -37,5 +62,5 @@ pub async fn cancel_elicitations(
     )
     .await
     .map_err(db)?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "cancelled": ids })))
+    Ok(HttpResponse::Ok().json(CancelledLinks { cancelled: ids }))
 }

@@ -2,14 +2,14 @@
 //! acts on the key's tenant only (an operator of every tenant uses the CLI, which talks
 //! to the database directly). Responses hold metadata, never a token.
 
-mod audit;
-mod connections;
-mod elicitations;
-mod kill_switches;
+pub(crate) mod audit;
+pub(crate) mod connections;
+pub(crate) mod elicitations;
+pub(crate) mod kill_switches;
 
 use crate::app::AppState;
 use crate::domain::{ConnectionId, ProviderId, Subject};
-use crate::http::error::{ApiError, json_error, path_error, query_error};
+use crate::http::error::{ApiError, ErrorCode, json_error, path_error, query_error};
 use actix_web::web;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -36,25 +36,25 @@ fn db(e: sqlx::Error) -> ApiError {
 }
 
 fn subject(s: &str) -> Result<Subject, ApiError> {
-    Subject::parse(s).map_err(|e| ApiError::bad_request("invalid_subject", e.0))
+    Subject::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::InvalidSubject, e.0))
 }
 
 fn provider(state: &AppState, s: &str) -> Result<ProviderId, ApiError> {
-    let p = ProviderId::parse(s).map_err(|e| ApiError::bad_request("unknown_provider", e.0))?;
+    let p = ProviderId::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::UnknownProvider, e.0))?;
     if state.providers.get(&p).is_none() {
-        return Err(ApiError::bad_request("unknown_provider", "no provider of that name is configured"));
+        return Err(ApiError::bad_request(ErrorCode::UnknownProvider, "no provider of that name is configured"));
     }
     Ok(p)
 }
 
 fn connection_id(s: &str) -> Result<ConnectionId, ApiError> {
-    ConnectionId::parse(s).map_err(|e| ApiError::bad_request("invalid_connection_id", e.0))
+    ConnectionId::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::InvalidConnectionId, e.0))
 }
 
 fn limit(l: Option<i64>) -> Result<i64, ApiError> {
     match l {
         None => Ok(100),
         Some(n) if (1..=1000).contains(&n) => Ok(n),
-        Some(_) => Err(ApiError::bad_request("invalid_request", "limit must be 1-1000")),
+        Some(_) => Err(ApiError::bad_request(ErrorCode::InvalidRequest, "limit must be 1-1000")),
     }
 }

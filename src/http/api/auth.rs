@@ -4,7 +4,7 @@
 use crate::api_keys::{KeyRejection, VerifiedKey};
 use crate::app::AppState;
 use crate::domain::KeyScope;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorCode};
 use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
@@ -20,7 +20,7 @@ pub struct ServerCaller(pub VerifiedKey);
 pub struct AdminCaller(pub VerifiedKey);
 
 fn unauthorized(description: &str, with_error: bool) -> ApiError {
-    let mut e = ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", description);
+    let mut e = ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::InvalidApiKey, description);
     // RFC 6750 §3: no error code when no credentials were sent.
     e.www_authenticate = Some(if with_error { format!("{REALM}, error=\"invalid_token\"") } else { REALM.to_owned() });
     e
@@ -48,7 +48,7 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         Err(KeyRejection::Busy) => {
             let mut e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
+                ErrorCode::TemporarilyUnavailable,
                 "too many api keys are being verified at once; retry shortly",
             );
             e.retry_after = Some(1);
@@ -58,7 +58,7 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
     if key.scope != scope {
         let mut e = ApiError::new(
             StatusCode::FORBIDDEN,
-            "insufficient_scope",
+            ErrorCode::InsufficientScope,
             format!("this endpoint needs a {} key", scope.as_str()),
         );
         e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));

@@ -4,69 +4,141 @@ use super::ServerCaller;
 use super::token::rfc3339;
 use crate::app::AppState;
 use crate::domain::{ElicitationId, ElicitationStatus};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;
 
+/// The status of one of the tenant's elicitations (a pending one past its deadline is
+/// reported `expired`).
+#[utoipa::path(
+    get,
+    path = "/v1/elicitations/{id}",
+    operation_id = "getElicitation",
+    tag = "v1",
+    params(("id" = String, Path, description = "The elicitation id from `connect_required`.", format = Uuid,
+        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, description = "The elicitation.", body = Elicitation,
+            links(("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/id")))))),
+        (status = 400, description = "`invalid_elicitation_id`.", body = ErrorBody),
+        (status = 404, description = "`elicitation_not_found`: none of that id in this tenant.", body = ErrorBody),
+    ),
+    security(("server_key" = [])),
+)]
 pub async fn get_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id =
-        ElicitationId::parse(&path.into_inner()).map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
+    let id = ElicitationId::parse(&path.into_inner())
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     let e = crate::store::elicitations::find_for_tenant(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
         .await
         .map_err(|e| ApiError::from_db(&e))?
-        .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
     // A pending record past its deadline is reported as what it is, before clean-up runs.
     let mut status = e.status;
     if status == ElicitationStatus::Pending && e.expires_at <= OffsetDateTime::now_utc() {
         status = ElicitationStatus::Expired;
     }
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "id": id.to_string(),
-        "status": status,
-        "subject": e.subject,
-        "provider": e.provider,
-        "scopes": e.scopes,
-        "created_at": rfc3339(e.created_at),
-        "expires_at": rfc3339(e.expires_at),
-        "completed_at": e.completed_at.map(rfc3339),
-        "cancel_reason": e.cancel_reason,
-    })))
+    Ok(HttpResponse::Ok().json(Elicitation {
+        id: id.to_string(),
+        status,
+        subject: e.subject,
+        provider: e.provider,
+        scopes: e.scopes,
+        created_at: rfc3339(e.created_at),
+        expires_at: rfc3339(e.expires_at),
+        completed_at: e.completed_at.map(rfc3339),
+        cancel_reason: e.cancel_reason,
+    }))
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
+/// One elicitation: the link a person was asked to open, and how it ended.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Elicitation {
+    #[schema(format = Uuid)]
+    id: String,
+    status: ElicitationStatus,
+    subject: String,
+    provider: String,
+    scopes: Vec<String>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    expires_at: String,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    completed_at: Option<String>,
+    /// What closed it: the MCP client's `cancel` or `decline`, or an operator's action.
+    cancel_reason: Option<String>,
+}
+
+/// The elicitation after a cancel.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Cancelled {
+    #[schema(format = Uuid)]
+    id: String,
+    status: ElicitationStatus,
+    cancel_reason: Option<String>,
+}
+
+/// The MCP client's answer to the URL elicitation. The body may be left out.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelBody {
     /// What the MCP client answered: `cancel` or `decline`. Recorded, never acted on as a
     /// business decision (a cancel is not a "no").
+    #[schema(value_type = Option<CancelReason>)]
     reason: Option<String>,
 }
 
-/// `POST /v1/elicitations/{id}/cancel`: the MCP client answered `cancel` or `decline` to the
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // The schema of `CancelBody::reason`; the handler reads a string.
+enum CancelReason {
+    Cancel,
+    Decline,
+}
+
+/// The MCP client answered `cancel` or `decline` to the
 /// URL elicitation. The link stops working (its states are spent); the answer is the
 /// elicitation's status afterwards, so a repeat is harmless.
+#[utoipa::path(
+    post,
+    path = "/v1/elicitations/{id}/cancel",
+    operation_id = "cancelElicitation",
+    tag = "v1",
+    params(("id" = String, Path, description = "The elicitation id from `connect_required`.", format = Uuid,
+        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    request_body(content = Option<CancelBody>, description = "Optional.", content_type = "application/json"),
+    responses(
+        (status = 200, description = "The elicitation's status afterwards (a repeat is harmless; a finished one keeps its status).", body = Cancelled),
+        (status = 400, description = "`invalid_elicitation_id`, `invalid_json` or `invalid_request`.", body = ErrorBody),
+        (status = 404, description = "`elicitation_not_found`: none of that id in this tenant.", body = ErrorBody),
+    ),
+    security(("server_key" = [])),
+)]
 pub async fn cancel_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let id =
-        ElicitationId::parse(&path.into_inner()).map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
+    let id = ElicitationId::parse(&path.into_inner())
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     // The body is optional, but one that is sent must be the documented object: a
     // malformed one is a 400, not a cancel without a reason.
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
         serde_json::from_slice::<CancelBody>(&body)
-            .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not a cancel request: {e}")))?
+            .map_err(|e| {
+                ApiError::bad_request(ErrorCode::InvalidJson, format!("the body is not a cancel request: {e}"))
+            })?
             .reason
     };
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
-        return Err(ApiError::bad_request("invalid_request", "reason must be \"cancel\" or \"decline\""));
+        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));
     }
     let e = crate::flows::cancel::cancel_by_client(
         &state,
@@ -77,10 +149,6 @@ pub async fn cancel_elicitation(
     )
     .await
     .map_err(|e| ApiError::from_db(&e))?
-    .ok_or_else(|| ApiError::not_found("elicitation_not_found", "no such elicitation"))?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "id": id.to_string(),
-        "status": e.status,
-        "cancel_reason": e.cancel_reason,
-    })))
+    .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
+    Ok(HttpResponse::Ok().json(Cancelled { id: id.to_string(), status: e.status, cancel_reason: e.cancel_reason }))
 }

@@ -1,12 +1,12 @@
 //! JSON API for MCP servers under `/v1`, authenticated with a server-scope API key.
 
 mod auth;
-mod elicitations;
-mod token;
+pub(crate) mod elicitations;
+pub(crate) mod token;
 
 pub use auth::{AdminCaller, ServerCaller};
 
-use crate::http::error::{ApiError, json_error, path_error, query_error};
+use crate::http::error::{ApiError, ErrorCode, json_error, path_error, query_error};
 use actix_web::web;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -23,5 +23,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 pub async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::not_found("not_found", "no such endpoint"))
+    Err(ApiError::not_found(ErrorCode::NotFound, "no such endpoint"))
 }

@@ -6,7 +6,7 @@ use crate::domain::Account;
 use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
 use crate::flows::policy::PolicyError;
 use crate::flows::token::{self as tokens, TokenError, TokenOutcome, TokenRequest};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store::elicitations::ElicitationRow;
 use crate::telemetry::metrics::TOKEN_REQUESTS;
 use actix_web::{HttpResponse, web};
@@ -14,39 +14,81 @@ use secrecy::ExposeSecret;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-#[derive(Debug, serde::Deserialize)]
+/// A token for `subject` at `provider`; with `elicitation_id`, the retry after a connect.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"subject": "alice", "provider": "github", "scopes": ["read:user"]}))]
 pub struct TokenBody {
+    #[schema(schema_with = crate::http::openapi::subject)]
     subject: String,
+    #[schema(schema_with = crate::http::openapi::provider)]
     provider: String,
+    #[schema(schema_with = crate::http::openapi::opt_scopes)]
     scopes: Option<Vec<String>>,
+    /// The id from an earlier `connect_required`: the retried tool call.
+    #[schema(schema_with = crate::http::openapi::opt_elicitation_id)]
     elicitation_id: Option<String>,
     /// The MCP session the request belongs to, kept with the elicitation for the audit.
+    #[schema(schema_with = crate::http::openapi::opt_session_id)]
     mcp_session_id: Option<String>,
 }
 
 fn parse(body: TokenBody) -> Result<TokenRequest, ApiError> {
-    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::bad_request("invalid_subject", e.0))?;
-    let provider = ProviderId::parse(&body.provider).map_err(|e| ApiError::bad_request("unknown_provider", e.0))?;
-    let scopes =
-        body.scopes.map(|s| Scopes::parse(&s)).transpose().map_err(|e| ApiError::bad_request("invalid_scope", e.0))?;
+    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::bad_request(ErrorCode::InvalidSubject, e.0))?;
+    let provider =
+        ProviderId::parse(&body.provider).map_err(|e| ApiError::bad_request(ErrorCode::UnknownProvider, e.0))?;
+    let scopes = body
+        .scopes
+        .map(|s| Scopes::parse(&s))
+        .transpose()
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidScope, e.0))?;
     let elicitation_id = body
         .elicitation_id
         .map(|s| ElicitationId::parse(&s))
         .transpose()
-        .map_err(|e| ApiError::bad_request("invalid_elicitation_id", e.0))?;
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     let mcp_context = match body.mcp_session_id {
         None => serde_json::json!({}),
         Some(s) if !s.is_empty() && s.len() <= 256 && !s.chars().any(char::is_control) => {
             serde_json::json!({ "mcp_session_id": s })
         }
         Some(_) => {
-            return Err(ApiError::bad_request("invalid_request", "mcp_session_id must be 1-256 printable characters"));
+            return Err(ApiError::bad_request(
+                ErrorCode::InvalidRequest,
+                "mcp_session_id must be 1-256 printable characters",
+            ));
         }
     };
     Ok(TokenRequest { subject, provider, scopes, elicitation_id, mcp_context })
 }
 
+/// A stored token (refreshed first when it is about to expire), or a connect URL for a
+/// URL-mode elicitation, or the person's decline. Never a second grant: a retry with the
+/// `elicitation_id` gets the token the connect stored.
+#[utoipa::path(
+    post,
+    path = "/v1/token",
+    operation_id = "postToken",
+    tag = "v1",
+    request_body = TokenBody,
+    responses(
+        (status = 200, description = "`connected` with the token, `connect_required` with the link, or `declined`.", body = TokenAnswer,
+            links(
+                ("GetElicitation" = (operation_id = "getElicitation", parameters(("id" = "$response.body#/elicitation/id")))),
+                ("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/elicitation/id")))),
+            )),
+        (status = 400, description = "`invalid_json`, `invalid_subject`, `unknown_provider`, `invalid_scope`, \
+            `invalid_elicitation_id`, `elicitation_mismatch` or `invalid_request`.", body = ErrorBody),
+        (status = 403, description = "`provider_not_allowed` (this tenant may not use the provider), `provider_disabled` \
+            (an operator's kill switch), or `insufficient_scope` (an admin key).", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "Only with `insufficient_scope`."))),
+        (status = 404, description = "`elicitation_not_found`: no elicitation of that id in this tenant.", body = ErrorBody),
+        (status = 503, description = "`provider_unavailable`: the provider could not refresh the token just now (the \
+            connection is kept), or `temporarily_unavailable`. Retry after `Retry-After` seconds.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
+    ),
+    security(("server_key" = [])),
+)]
 pub async fn post_token(
     caller: ServerCaller,
     state: web::Data<AppState>,
@@ -61,7 +103,7 @@ pub async fn post_token(
     let answer = answer(caller, &state, body).await;
     let outcome = match &answer {
         Ok((_, outcome)) => *outcome,
-        Err(e) => e.code,
+        Err(e) => e.code.as_str(),
     };
     metrics::counter!(TOKEN_REQUESTS, "provider" => provider, "outcome" => outcome).increment(1);
     answer.map(|(response, _)| response)
@@ -80,54 +122,52 @@ async fn answer(
     let outcome = tokens::token_for(state, &tenant, &caller.0.id, req, now).await.map_err(map_error)?;
     Ok(match outcome {
         TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => (
-            HttpResponse::Ok().json(Connected {
-                status: "connected",
+            HttpResponse::Ok().json(TokenAnswer::Connected(Connected {
                 access_token: access_token.expose_secret(),
                 token_type: &token_type,
                 expires_at: expires_at.map(rfc3339),
                 scopes: &scopes,
                 account: account.as_ref(),
                 connection_id: connection_id.to_string(),
-            }),
+            })),
             "connected",
         ),
-        TokenOutcome::ConnectRequired(e) => {
-            (HttpResponse::Ok().json(connect_required(state, &tenant, &provider, &e)), "connect_required")
-        }
-        TokenOutcome::Declined(id) => (
-            HttpResponse::Ok().json(serde_json::json!({
-                "status": "declined",
-                "elicitation_id": id.to_string(),
-            })),
-            "declined",
+        TokenOutcome::ConnectRequired(e) => (
+            HttpResponse::Ok()
+                .json(TokenAnswer::<'static>::ConnectRequired(connect_required(state, &tenant, &provider, &e))),
+            "connect_required",
         ),
+        TokenOutcome::Declined(id) => {
+            (HttpResponse::Ok().json(TokenAnswer::Declined(Declined { elicitation_id: id.to_string() })), "declined")
+        }
     })
 }
 
 fn map_error(e: TokenError) -> ApiError {
     match e {
         TokenError::Policy(PolicyError::UnknownProvider) => {
-            ApiError::bad_request("unknown_provider", "no provider of that name is configured")
+            ApiError::bad_request(ErrorCode::UnknownProvider, "no provider of that name is configured")
         }
         TokenError::Policy(PolicyError::ProviderNotAllowed) => ApiError::new(
             actix_web::http::StatusCode::FORBIDDEN,
-            "provider_not_allowed",
+            ErrorCode::ProviderNotAllowed,
             "this MCP server may not use that provider",
         ),
-        TokenError::ElicitationNotFound => ApiError::not_found("elicitation_not_found", "no such elicitation"),
-        TokenError::ElicitationMismatch => {
-            ApiError::bad_request("elicitation_mismatch", "the elicitation belongs to another subject or provider")
-        }
+        TokenError::ElicitationNotFound => ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"),
+        TokenError::ElicitationMismatch => ApiError::bad_request(
+            ErrorCode::ElicitationMismatch,
+            "the elicitation belongs to another subject or provider",
+        ),
         TokenError::ProviderDisabled => ApiError::new(
             actix_web::http::StatusCode::FORBIDDEN,
-            "provider_disabled",
+            ErrorCode::ProviderDisabled,
             "the operator has disabled this provider for now",
         ),
         TokenError::ProviderUnavailable(why) => {
             tracing::warn!(reason = %why, "refresh failed transiently");
             let mut e = ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                "provider_unavailable",
+                ErrorCode::ProviderUnavailable,
                 "the provider could not refresh the token right now; the connection is kept, retry later",
             );
             e.retry_after = Some(5);
@@ -139,7 +179,7 @@ fn map_error(e: TokenError) -> ApiError {
         TokenError::ShuttingDown => {
             let mut e = ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
+                ErrorCode::TemporarilyUnavailable,
                 "this instance is shutting down; retry",
             );
             e.retry_after = Some(1);
@@ -148,7 +188,7 @@ fn map_error(e: TokenError) -> ApiError {
         TokenError::ElicitationRace => {
             let mut e = ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
+                ErrorCode::TemporarilyUnavailable,
                 "the request collided with concurrent changes; retry",
             );
             e.retry_after = Some(1);
@@ -161,15 +201,67 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
-#[derive(serde::Serialize)]
-struct Connected<'a> {
-    status: &'static str,
+/// The answer of `POST /v1/token`, told apart by `status`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum TokenAnswer<'a> {
+    Connected(Connected<'a>),
+    ConnectRequired(ConnectRequired),
+    Declined(Declined),
+}
+
+/// A usable token.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Connected<'a> {
+    /// The provider's access token: hand it to the tool, never to the model or a log.
+    #[schema(example = "gho_16C7e42F292c6912E7710c838347Ae178B4a")]
     access_token: &'a str,
+    #[schema(example = "bearer")]
     token_type: &'a str,
+    /// When the token expires (RFC 3339); null when the provider did not say.
+    #[schema(value_type = Option<String>, format = DateTime)]
     expires_at: Option<String>,
     scopes: &'a [String],
     account: Option<&'a Account>,
+    #[schema(format = Uuid)]
     connection_id: String,
+}
+
+/// The person has to connect: show `mcp` as a URL-mode elicitation, then retry with
+/// `elicitation_id`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectRequired {
+    elicitation: ElicitationLink,
+    mcp: McpElicitation,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ElicitationLink {
+    #[schema(format = Uuid)]
+    id: String,
+    /// The connect page; it holds the elicitation id and nothing secret.
+    url: String,
+    #[schema(format = DateTime)]
+    expires_at: String,
+}
+
+/// The `params` of MCP's URL-mode `elicitation/create`, ready to send.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpElicitation {
+    #[schema(example = "url")]
+    mode: &'static str,
+    message: String,
+    url: String,
+    #[schema(format = Uuid)]
+    elicitation_id: String,
+}
+
+/// The person declined on our page or at the provider.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Declined {
+    #[schema(format = Uuid)]
+    elicitation_id: String,
 }
 
 /// The `connect_required` answer, with `mcp` ready for the MCP server's URL elicitation.
@@ -178,7 +270,7 @@ fn connect_required(
     tenant: &crate::domain::TenantId,
     provider: &ProviderId,
     e: &ElicitationRow,
-) -> serde_json::Value {
+) -> ConnectRequired {
     let id = ElicitationId::from_uuid(e.id);
     let url = state.connect_url(provider, &id);
     let tenant_name = state.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
@@ -187,9 +279,8 @@ fn connect_required(
         "{tenant_name} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
          nothing is shared until you do."
     );
-    serde_json::json!({
-        "status": "connect_required",
-        "elicitation": { "id": id.to_string(), "url": url, "expires_at": rfc3339(e.expires_at) },
-        "mcp": { "mode": "url", "message": message, "url": url, "elicitationId": id.to_string() },
-    })
+    ConnectRequired {
+        elicitation: ElicitationLink { id: id.to_string(), url: url.clone(), expires_at: rfc3339(e.expires_at) },
+        mcp: McpElicitation { mode: "url", message, url, elicitation_id: id.to_string() },
+    }
 }

@@ -1,0 +1,253 @@
+//! The OpenAPI 3.1 contract of `/v1` and `/admin/v1`, generated (utoipa) from the handlers'
+//! own request, response and error types and their `#[utoipa::path]` attributes, served at
+//! `GET /openapi.json` and committed as `openapi.json` (a test fails when they differ).
+//!
+//! What every operation shares is added here rather than repeated on each handler: the
+//! responses of the key check (401 and 403 with `WWW-Authenticate`), of an overloaded or
+//! draining instance (503 with `Retry-After`), of a fault (500), and of a JSON body that is
+//! not JSON, too large or of another media type.
+
+use crate::http::error::{ErrorBody, ErrorCode};
+use actix_web::{HttpResponse, web};
+use std::sync::OnceLock;
+use utoipa::OpenApi;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "mcp-connect",
+        description = "Third-party OAuth tokens for MCP servers, through MCP's URL-mode elicitation. \
+                       `/v1` is for MCP servers (a server-scope key), `/admin/v1` for operators \
+                       (an admin-scope key); both act on the key's tenant only. Errors are \
+                       `{\"error\": <code>, \"error_description\": <text>}` with a stable code.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        crate::http::api::token::post_token,
+        crate::http::api::elicitations::get_elicitation,
+        crate::http::api::elicitations::cancel_elicitation,
+        crate::http::admin::connections::list_connections,
+        crate::http::admin::connections::get_connection,
+        crate::http::admin::connections::revoke_one,
+        crate::http::admin::connections::revoke_subject,
+        crate::http::admin::elicitations::cancel_elicitations,
+        crate::http::admin::kill_switches::list_kill_switches,
+        crate::http::admin::kill_switches::set_kill_switch,
+        crate::http::admin::kill_switches::clear_kill_switch,
+        crate::http::admin::audit::audit,
+    ),
+    components(schemas(ErrorBody, ErrorCode)),
+    modifiers(&Shared),
+    tags(
+        (name = "v1", description = "For MCP servers: tokens and elicitations."),
+        (name = "admin", description = "For operators: connections, revocation, kill switches, the audit trail."),
+    ),
+)]
+struct ApiDoc;
+
+/// The document, as the service serves it.
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// The document as `openapi.json` holds it and `GET /openapi.json` serves it: pretty JSON
+/// and a final newline.
+pub fn document_json() -> String {
+    let mut doc = serde_json::to_value(document()).unwrap_or_default();
+    camel_case_links(&mut doc);
+    let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// utoipa 5.5 serializes a Link Object's fields in snake case (`operation_id`), which no
+/// OpenAPI tool reads: they are renamed to the spec's `operationId`, `operationRef` and
+/// `requestBody` here.
+fn camel_case_links(v: &mut serde_json::Value) {
+    let Some(paths) = v.get_mut("paths").and_then(|p| p.as_object_mut()) else { return };
+    let responses = paths
+        .values_mut()
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses").and_then(|r| r.as_object_mut()))
+        .flat_map(|r| r.values_mut());
+    for response in responses {
+        let Some(links) = response.get_mut("links").and_then(|l| l.as_object_mut()) else { continue };
+        for link in links.values_mut().filter_map(|l| l.as_object_mut()) {
+            for (from, to) in
+                [("operation_id", "operationId"), ("operation_ref", "operationRef"), ("request_body", "requestBody")]
+            {
+                if let Some(x) = link.remove(from) {
+                    link.insert(to.to_owned(), x);
+                }
+            }
+        }
+    }
+}
+
+/// `GET /openapi.json`, no key needed: the contract is public.
+pub async fn serve() -> HttpResponse {
+    static JSON: OnceLock<String> = OnceLock::new();
+    HttpResponse::Ok().content_type("application/json").body(JSON.get_or_init(document_json).as_str())
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/openapi.json", web::get().to(serve));
+}
+
+pub const SERVER_KEY: &str = "server_key";
+pub const ADMIN_KEY: &str = "admin_key";
+
+struct Shared;
+
+impl utoipa::Modify for Shared {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        for (name, what) in [(SERVER_KEY, "a server-scope API key"), (ADMIN_KEY, "an admin-scope API key")] {
+            let mut http = Http::new(HttpAuthScheme::Bearer);
+            http.description = Some(format!("`Authorization: Bearer <{what}>` (`mcp-connect apikey create`)."));
+            components.add_security_scheme(name, SecurityScheme::Http(http));
+        }
+        for item in doc.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten() {
+                add_shared_responses(op);
+            }
+        }
+    }
+}
+
+fn error_response(description: &str, header: Option<(&str, Type, &str)>) -> RefOr<utoipa::openapi::Response> {
+    let mut r = ResponseBuilder::new().description(description).content(
+        "application/json",
+        Content::new(Some(RefOr::<Schema>::Ref(utoipa::openapi::Ref::from_schema_name("ErrorBody")))),
+    );
+    if let Some((name, ty, what)) = header {
+        r = r.header(
+            name,
+            HeaderBuilder::new().schema(ObjectBuilder::new().schema_type(ty)).description(Some(what)).build(),
+        );
+    }
+    RefOr::T(r.build())
+}
+
+fn add_shared_responses(op: &mut Operation) {
+    let r = &mut op.responses.responses;
+    let mut add = |status: &str, response: RefOr<utoipa::openapi::Response>| {
+        r.entry(status.to_owned()).or_insert(response);
+    };
+    let challenge = (
+        "WWW-Authenticate",
+        Type::String,
+        "RFC 6750: `Bearer realm=\"mcp-connect\"`, with `error=\"invalid_token\"` when a key was sent \
+         (or `error=\"insufficient_scope\"` and the `scope` needed).",
+    );
+    let retry = ("Retry-After", Type::Integer, "Seconds to wait before retrying.");
+    add(
+        "401",
+        error_response(
+            "`invalid_api_key`: no key, a malformed one, or an unknown, wrong or revoked one.",
+            Some(challenge.clone()),
+        ),
+    );
+    add(
+        "403",
+        error_response("`insufficient_scope`: a valid key of the other scope (server or admin).", Some(challenge)),
+    );
+    if op.request_body.is_some() {
+        add("413", error_response("`payload_too_large`: the body is larger than 16 KiB.", None));
+        add("415", error_response("`unsupported_media_type`: send the body as `application/json`.", None));
+    }
+    add(
+        "503",
+        error_response(
+            "`temporarily_unavailable`: the database is unreachable or busy, this instance is shutting down, \
+             too many keys are being verified at once, or the request collided with a concurrent change. \
+             Retry after `Retry-After` seconds.",
+            Some(retry),
+        ),
+    );
+    add(
+        "500",
+        error_response(
+            "`internal_error`: a fault on our side, never expected; the details are in the service log only.",
+            None,
+        ),
+    );
+}
+
+// Field and parameter schemas shared by several types (`#[schema(schema_with = ...)]`): the
+// rules of the parsers in `domain`, so that what the contract allows is what they accept.
+
+fn string(min: usize, max: usize, pattern: &str, description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(min))
+        .max_length(Some(max))
+        .pattern(Some(pattern))
+        .description(Some(description))
+}
+
+fn nullable(o: ObjectBuilder) -> ObjectBuilder {
+    o.schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null]))
+}
+
+/// No control characters (Unicode Cc, which `char::is_control` refuses).
+const PRINTABLE: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
+const SLUG: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
+const UUID: &str = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+
+pub fn subject() -> ObjectBuilder {
+    string(
+        1,
+        255,
+        PRINTABLE,
+        "The MCP user: their `sub` at the primary IdP. At most 255 bytes of UTF-8, no control characters.",
+    )
+    .examples([serde_json::json!("alice")])
+}
+
+pub fn provider() -> ObjectBuilder {
+    string(1, 64, SLUG, "A configured provider's name: 1-64 characters of a-z, 0-9, `-` and `_`.")
+        .examples([serde_json::json!("github")])
+}
+
+pub fn elicitation_id() -> ObjectBuilder {
+    string(36, 36, UUID, "An elicitation id as this service gave it out (a lower-case hyphenated UUID).")
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Uuid)))
+}
+
+pub fn connection_id() -> ObjectBuilder {
+    string(36, 36, UUID, "A connection id (a lower-case hyphenated UUID).")
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Uuid)))
+}
+
+pub fn opt_subject() -> ObjectBuilder {
+    nullable(subject())
+}
+
+pub fn opt_provider() -> ObjectBuilder {
+    nullable(provider())
+}
+
+pub fn opt_elicitation_id() -> ObjectBuilder {
+    nullable(elicitation_id())
+}
+
+/// RFC 6749 §3.3 scope-tokens, at most 50.
+pub fn opt_scopes() -> ArrayBuilder {
+    ArrayBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(string(1, 256, "^[\\u0021\\u0023-\\u005b\\u005d-\\u007e]+$", "A scope-token (RFC 6749 §3.3)."))
+        .max_items(Some(50))
+        .description(Some("Scopes wanted; the provider's configured scopes when left out."))
+        .examples([serde_json::json!(["read:user"])])
+}
+
+/// `mcp_session_id`: 1-256 bytes, no control characters.
+pub fn opt_session_id() -> ObjectBuilder {
+    nullable(string(1, 256, PRINTABLE, "The MCP session the call belongs to, kept with the elicitation for the audit."))
+}

@@ -1,0 +1,50 @@
+//! The OpenAPI contract: committed, served, and the one the handlers generate.
+
+use crate::helpers::spawn_app;
+use mcp_connect::http::error::ErrorCode;
+use mcp_connect::http::openapi::document_json;
+
+const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+
+#[test]
+fn the_committed_openapi_json_is_the_one_the_handlers_generate() {
+    let generated = document_json();
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::write(COMMITTED, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(COMMITTED).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "openapi.json differs from what the handlers generate; write it anew with \
+         UPDATE_OPENAPI=1 cargo nextest run -E 'test(openapi::)' and review the diff"
+    );
+}
+
+#[tokio::test]
+async fn openapi_json_is_served_without_a_key_and_lists_every_error_code() {
+    let app = spawn_app().await;
+    let r = app.client.get(format!("{}/openapi.json", app.base)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let served: serde_json::Value = r.json().await.unwrap();
+    let generated: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
+    assert_eq!(served, generated);
+    assert_eq!(served["openapi"], "3.1.0");
+    let codes: Vec<&str> = served["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(codes, all);
+    // Every operation names its key, and answers a refused key with the challenge header.
+    for (path, item) in served["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let scheme = if path.starts_with("/admin/") { "admin_key" } else { "server_key" };
+            assert!(op["security"][0].get(scheme).is_some(), "{method} {path} names {scheme}");
+            assert!(op["responses"]["401"]["headers"].get("WWW-Authenticate").is_some(), "{method} {path} 401");
+            assert!(op["responses"]["503"]["headers"].get("Retry-After").is_some(), "{method} {path} 503");
+        }
+    }
+}
