@@ -20,6 +20,7 @@ mod logs;
 mod metrics;
 mod openapi;
 mod ops;
+mod schemathesis;
 mod serve;
 mod tenancy;
 mod token;
