@@ -172,6 +172,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let _failpoints = crate::domain::failpoint::setup();
     match cli.command {
         Command::Genkey { id } => {
             let entry = Keyring::generate_entry(&id);

@@ -2,6 +2,7 @@
 //! is known to be well formed, so the code behind the edge never re-validates strings.
 
 mod clock;
+pub mod failpoint;
 mod ids;
 mod scopes;
 

@@ -343,6 +343,7 @@ async fn attach(
         "scopes": granted,
     });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    crate::domain::failpoint::stop_here("callback.before_commit").await;
     tx.commit().await?;
     state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
     Ok(account_login)

@@ -200,6 +200,7 @@ async fn commit_refreshed(
         "expiry_known": tokens.expires_in.is_some(),
     });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    crate::domain::failpoint::stop_here("refresh.before_commit").await;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
     Ok(())

@@ -60,6 +60,11 @@ pub async fn rotate_keys(
             )
             .await?;
         }
+        // Mid-batch after an earlier batch committed: some rows under the new key, this
+        // batch's writes about to be lost.
+        if done > 0 {
+            crate::domain::failpoint::stop_here("rotate.before_second_commit").await;
+        }
         tx.commit().await?;
         done += rows.len() as u64;
         progress(done, total);

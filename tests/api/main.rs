@@ -9,6 +9,7 @@ mod browser;
 mod cache;
 mod cli;
 mod connect_flow;
+mod crash;
 mod dev_command;
 mod e2e;
 mod failover;

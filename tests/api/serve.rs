@@ -10,16 +10,16 @@ use std::time::Duration;
 
 /// `mcp-connect serve` on a port of its own, on the database and providers of `app` (an
 /// in-process instance the test uses to seed keys and connections).
-struct Served {
-    child: Child,
-    base: String,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) base: String,
     config: std::path::PathBuf,
     env: Vec<(String, String)>,
 }
 
 impl Served {
     /// What the process wrote to stderr (its log) so far.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default()
     }
 }
@@ -33,12 +33,17 @@ impl Drop for Served {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 async fn serve(app: &TestApp, extra_env: &[(&str, &str)]) -> Served {
-    let port = free_port();
+    serve_on(app, free_port(), extra_env).await
+}
+
+/// [`serve`] on a given port: a restart on the same port keeps the URLs registered at the
+/// providers and the links already handed out.
+pub(crate) async fn serve_on(app: &TestApp, port: u16, extra_env: &[(&str, &str)]) -> Served {
     let base = format!("http://127.0.0.1:{port}");
     register(&base, &app.idp, &app.provider);
     let opts = Options::default();
@@ -69,7 +74,7 @@ fn sigterm(child: &Child) {
     assert!(status.success());
 }
 
-async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+pub(crate) async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -80,7 +85,7 @@ async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitSta
     }
 }
 
-async fn handouts(app: &TestApp) -> i64 {
+pub(crate) async fn handouts(app: &TestApp) -> i64 {
     sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
         .fetch_one(&app.pool)
         .await
