@@ -92,6 +92,27 @@ pub enum LoginError {
     Vault(#[from] crate::vault::VaultError),
 }
 
+/// The IdP's metadata and keys; when they cannot be had, the failure is in the audit trail
+/// (`login_failed`, reason `idp_unavailable`) as well as on the page.
+async fn idp(state: &AppState) -> Result<std::sync::Arc<flow::AuthServer>, LoginError> {
+    match state.resolver.idp(&state.outbound, &state.idp).await {
+        Ok(server) => Ok(server),
+        Err(e) => {
+            record_failure(state, "idp_unavailable").await;
+            Err(LoginError::Unavailable(e))
+        }
+    }
+}
+
+/// A `login_failed` audit event. Best effort: the page the person sees does not depend on it.
+async fn record_failure(state: &AppState, reason: &'static str) {
+    let mut ev = store::audit::AuditEvent::new("login_failed");
+    ev.detail = serde_json::json!({ "reason": reason });
+    if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
+        tracing::warn!(error = %e, "login_failed not recorded");
+    }
+}
+
 /// Starts a login. `choose_account` (the person signed out of us, e.g. to switch accounts)
 /// asks the IdP to show its sign-in again (`prompt=login`, OIDC Core §3.1.2.1) instead of
 /// silently reusing the session it holds: without it the IdP signs the same person in again.
@@ -101,7 +122,7 @@ pub async fn start(
     choose_account: bool,
     now: OffsetDateTime,
 ) -> Result<LoginStart, LoginError> {
-    let server = state.resolver.idp(&state.outbound, &state.idp).await.map_err(LoginError::Unavailable)?;
+    let server = idp(state).await?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
     let req = flow::authorize(&server, &state.login_redirect_uri(), &state.idp.scopes.join(" "), extra, true);
@@ -166,7 +187,7 @@ pub async fn complete(
     let st = store::sessions::consume_login_state(&state.pool, &state_hash, &binding_hash, now)
         .await?
         .ok_or(LoginError::StateUnusable)?;
-    let server = state.resolver.idp(&state.outbound, &state.idp).await.map_err(LoginError::Unavailable)?;
+    let server = idp(state).await?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
     if let Some(e) = &q.error {
         let code: String = e.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();

@@ -13,6 +13,7 @@ mod crash;
 mod dev_command;
 mod e2e;
 mod failover;
+mod faults;
 mod harness;
 mod helpers;
 mod interop;

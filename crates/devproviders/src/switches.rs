@@ -25,6 +25,12 @@ pub enum TokenFailure {
     InvalidGrant,
     /// No answer for an hour, so the caller's own timeout has to fire.
     Timeout,
+    /// HTTP 200 with an HTML page, as a proxy's or maintenance page would be.
+    Html,
+    /// HTTP 200, `application/json`, with a body that is not JSON.
+    GarbageJson,
+    /// HTTP 200 with a JSON object that has no `access_token`.
+    NoAccessToken,
 }
 
 /// The value the mix-up switch puts into `iss`.
@@ -49,6 +55,7 @@ pub(crate) struct SwitchValues {
     pub omit_expires_in: bool,
     pub rotate_refresh_tokens: bool,
     pub userinfo_override: Option<serde_json::Value>,
+    pub jwks_unavailable: bool,
 }
 
 impl Default for SwitchValues {
@@ -70,6 +77,7 @@ impl Default for SwitchValues {
             omit_expires_in: false,
             rotate_refresh_tokens: true,
             userinfo_override: None,
+            jwks_unavailable: false,
         }
     }
 }
@@ -174,6 +182,11 @@ impl Switches {
     /// old one becomes a replay tripwire. Off: the same refresh token is returned again.
     pub fn set_rotate_refresh_tokens(&self, rotate: bool) {
         self.values().rotate_refresh_tokens = rotate;
+    }
+
+    /// Answers `/jwks` with 503, as a key server that is down would.
+    pub fn set_jwks_unavailable(&self, down: bool) {
+        self.values().jwks_unavailable = down;
     }
 
     /// Answers `/userinfo` with this JSON instead of the derived profile.

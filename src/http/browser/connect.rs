@@ -383,6 +383,8 @@ fn refusal_text(r: CallbackRefusal) -> Result<RefusalText, Box<dyn std::error::E
         }
         CallbackRefusal::ElicitationGone => refused("The connect request is no longer active."),
         CallbackRefusal::ProviderError(_) => PROVIDER_ERROR,
+        // Down, slow, or a body that is not a token response: an outage, not a refusal.
+        CallbackRefusal::Exchange(crate::oauth::flow::FlowError::Transient(_)) => PROVIDER_UNAVAILABLE,
         CallbackRefusal::MissingCode
         | CallbackRefusal::Exchange(_)
         | CallbackRefusal::Account

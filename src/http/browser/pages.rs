@@ -169,9 +169,15 @@ impl ResponseError for PageError {
             request_id: &self.request_id,
             nothing_connected: self.nothing_connected,
         };
-        match render(self.status, &page, None) {
+        let mut r = match render(self.status, &page, None) {
             Ok(r) => r,
             Err(_) => HttpResponse::build(self.status).content_type("text/plain; charset=utf-8").body(self.title),
+        };
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // The page asks to try again in a minute; so does the header, for what reads it.
+            r.headers_mut()
+                .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("60"));
         }
+        r
     }
 }

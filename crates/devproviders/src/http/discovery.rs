@@ -38,5 +38,8 @@ pub(crate) async fn metadata(state: web::Data<ProviderState>) -> HttpResponse {
 }
 
 pub(crate) async fn jwks(state: web::Data<ProviderState>) -> HttpResponse {
+    if state.switches.snapshot().jwks_unavailable {
+        return HttpResponse::ServiceUnavailable().finish();
+    }
     HttpResponse::Ok().json(state.keys.jwks())
 }

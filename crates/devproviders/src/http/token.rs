@@ -63,6 +63,9 @@ pub(crate) async fn token(
             state.record(|stats| stats.authorization_code_exchanges += 1);
             let switches = state.switches.snapshot();
             misbehave(&switches).await?;
+            if let Some(r) = junk(&switches) {
+                return Ok(r);
+            }
             let r = exchange_code(&state, &form, &switches).await?;
             answer_late(&switches).await;
             r
@@ -71,6 +74,9 @@ pub(crate) async fn token(
             state.record(|stats| stats.refresh_calls += 1);
             let switches = state.switches.snapshot();
             misbehave(&switches).await?;
+            if let Some(r) = junk(&switches) {
+                return Ok(r);
+            }
             let r = refresh(&state, &form, &switches)?;
             answer_late(&switches).await;
             r
@@ -102,6 +108,25 @@ async fn misbehave(switches: &SwitchValues) -> Result<(), OAuthError> {
             tokio::time::sleep(HANG).await;
             Err(OAuthError::server_error())
         }
+        Some(TokenFailure::Html | TokenFailure::GarbageJson | TokenFailure::NoAccessToken) => Ok(()),
+    }
+}
+
+/// The switches whose answer is not a token response at all; nothing is touched.
+fn junk(switches: &SwitchValues) -> Option<HttpResponse> {
+    match switches.token_failure? {
+        TokenFailure::Html => Some(
+            HttpResponse::Ok()
+                .content_type("text/html; charset=utf-8")
+                .body("<!doctype html><title>Down for maintenance</title><h1>Back soon</h1>"),
+        ),
+        TokenFailure::GarbageJson => {
+            Some(HttpResponse::Ok().content_type("application/json").body("{\"access_token\": \"gho_"))
+        }
+        TokenFailure::NoAccessToken => {
+            Some(HttpResponse::Ok().json(serde_json::json!({"token_type": "Bearer", "expires_in": 3600})))
+        }
+        _ => None,
     }
 }
 

@@ -1,0 +1,212 @@
+//! Provider and identity-provider faults: a token endpoint that is down, slow, or answers
+//! HTML, broken JSON or a token response without a token; an IdP whose discovery or JWKS is
+//! down. Each ends in a clear page or a 503 with Retry-After, a reason code in the audit
+//! trail, never a 500, and nothing stored lost or changed.
+
+use crate::browser::Browser;
+use crate::connect_flow::last_connect_failure;
+use crate::helpers::{Options, TestApp, spawn_app, spawn_app_with};
+use mcp_connect_devproviders::TokenFailure;
+use serde_json::json;
+use time::OffsetDateTime;
+
+/// `deadtok`: a provider whose token endpoint nobody listens on.
+fn with_dead_token_endpoint() -> Options {
+    Options {
+        extra_toml: r#"
+[providers.deadtok]
+template = "oauth2"
+display_name = "Provider whose token endpoint is down"
+authorize_url = "http://127.0.0.1:9/authorize"
+token_url = "http://127.0.0.1:9/token"
+client_id = "deadtok-client"
+"#
+        .to_owned(),
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"deadtok\"]".to_owned())],
+        env: vec![("MCP_CONNECT_PROVIDER_DEADTOK_CLIENT_SECRET", "deadtok-secret".to_owned())],
+        ..Options::default()
+    }
+}
+
+type Row = (String, i64, Option<Vec<u8>>, Option<Vec<u8>>, Option<String>);
+
+async fn stored(app: &TestApp) -> Row {
+    sqlx::query_as("SELECT status, version, access_token_ct, refresh_token_ct, key_id FROM connections")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+async fn last_refresh_failure(app: &TestApp) -> serde_json::Value {
+    sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'refresh_failed' ORDER BY id DESC LIMIT 1")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// A token call that has to refresh while the provider misbehaves: 503 with Retry-After,
+/// the reason in the audit trail, the stored grant untouched.
+async fn refresh_fails_softly(app: &TestApp, provider: &str, reason: &str) {
+    let before = stored(app).await;
+    let r = app.token(&app.key, json!({"subject": "alice", "provider": provider})).await;
+    assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503");
+    crate::helpers::assert_error(r, 503, "provider_unavailable").await;
+    assert_eq!(last_refresh_failure(app).await["reason"], reason);
+    assert_eq!(stored(app).await, before, "the stored grant is unchanged");
+}
+
+async fn expired_grant(app: &TestApp) {
+    app.insert_provider_grant("alice", "octo-alice", Some(OffsetDateTime::now_utc() - time::Duration::minutes(1)))
+        .await;
+}
+
+async fn refresh_recovers(app: &TestApp) {
+    app.provider.switches().set_token_failure(None);
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "testp"})).await["status"], "connected");
+}
+
+#[tokio::test]
+async fn a_refresh_against_a_token_endpoint_that_is_down_answers_503_and_keeps_the_grant() {
+    let app = spawn_app_with(with_dead_token_endpoint()).await;
+    app.insert_sealed("acme", "alice", "deadtok", "at_old", Some("rt_old"), &["read"], Some(OffsetDateTime::now_utc()))
+        .await;
+    refresh_fails_softly(&app, "deadtok", "provider_unavailable").await;
+}
+
+#[tokio::test]
+async fn a_refresh_answered_with_an_html_page_answers_503_and_keeps_the_grant() {
+    let app = spawn_app().await;
+    expired_grant(&app).await;
+    app.provider.switches().set_token_failure(Some(TokenFailure::Html));
+    refresh_fails_softly(&app, "testp", "provider_protocol_error").await;
+    refresh_recovers(&app).await;
+}
+
+#[tokio::test]
+async fn a_refresh_answered_with_broken_json_answers_503_and_keeps_the_grant() {
+    let app = spawn_app().await;
+    expired_grant(&app).await;
+    app.provider.switches().set_token_failure(Some(TokenFailure::GarbageJson));
+    // A body that is not a token response is taken for a passing fault (a proxy's page).
+    refresh_fails_softly(&app, "testp", "provider_unavailable").await;
+    refresh_recovers(&app).await;
+}
+
+#[tokio::test]
+async fn a_refresh_answered_200_without_an_access_token_answers_503_and_keeps_the_grant() {
+    let app = spawn_app().await;
+    expired_grant(&app).await;
+    app.provider.switches().set_token_failure(Some(TokenFailure::NoAccessToken));
+    refresh_fails_softly(&app, "testp", "provider_unavailable").await;
+    refresh_recovers(&app).await;
+}
+
+#[tokio::test]
+async fn a_refresh_slower_than_the_outbound_timeout_answers_503_and_keeps_the_grant() {
+    let app = spawn_app().await; // outbound timeout is 3 s in the tests
+    expired_grant(&app).await;
+    app.provider.switches().set_token_failure(Some(TokenFailure::Timeout));
+    refresh_fails_softly(&app, "testp", "provider_unavailable").await;
+}
+
+/// A code exchange against a token endpoint nobody listens on.
+#[tokio::test]
+async fn a_code_exchange_against_a_token_endpoint_that_is_down_shows_a_clear_page_and_stores_nothing() {
+    let app = spawn_app_with(with_dead_token_endpoint()).await;
+    let (id, url) = app.elicit("alice", "deadtok").await;
+    let browser = Browser::new();
+    // Its authorize endpoint is down too, so the callback is visited as a provider would
+    // send the person back: with a state from our Connect click and a made-up code.
+    let page = browser.open(&app, &url, "alice").await;
+    let html = page.text().await.unwrap();
+    let r = browser.consent(&app, "deadtok", &html, "connect").await;
+    assert_eq!(r.status(), 303);
+    let authorize = url::Url::parse(&crate::browser::location(&r)).unwrap();
+    let state = authorize.query_pairs().find(|(k, _)| k == "state").unwrap().1.into_owned();
+    let cb = format!("{}/connect/deadtok/callback?code=made-up&state={state}", app.base);
+    let r = browser.get(&cb).await;
+    assert_eq!(r.status(), 503, "the provider's outage, on a page");
+    assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503 page");
+    let page = r.text().await.unwrap();
+    assert!(page.contains("The provider is unavailable") && page.contains("Nothing was connected"), "{page}");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+    assert_eq!(last_connect_failure(&app).await["reason"], "provider_unavailable");
+}
+
+/// The callback after a code exchange the provider botched: a page (never our 500),
+/// nothing stored, the link still pending, the reason in the audit trail.
+async fn exchange_fails_softly(failure: TokenFailure, reason: &str) {
+    let app = spawn_app().await;
+    app.provider.switches().set_token_failure(Some(failure));
+    let (id, url) = app.elicit("alice", "testp").await;
+    let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    let status = r.status().as_u16();
+    let page = r.text().await.unwrap();
+    // An outage (503, "unavailable") or an answer outside the protocol (502): never a 500.
+    let expected = if reason == "provider_unavailable" { 503 } else { 502 };
+    assert_eq!(status, expected, "a clear page");
+    assert!(page.contains("<h1") && page.contains("Nothing was connected"), "{page}");
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+    assert_eq!(last_connect_failure(&app).await["reason"], reason);
+}
+
+#[tokio::test]
+async fn a_code_exchange_answered_with_an_html_page_shows_a_clear_page_and_stores_nothing() {
+    exchange_fails_softly(TokenFailure::Html, "provider_protocol_error").await;
+}
+
+#[tokio::test]
+async fn a_code_exchange_answered_with_broken_json_shows_a_clear_page_and_stores_nothing() {
+    exchange_fails_softly(TokenFailure::GarbageJson, "provider_unavailable").await;
+}
+
+#[tokio::test]
+async fn a_code_exchange_answered_200_without_an_access_token_shows_a_clear_page_and_stores_nothing() {
+    exchange_fails_softly(TokenFailure::NoAccessToken, "provider_unavailable").await;
+}
+
+#[tokio::test]
+async fn a_code_exchange_slower_than_the_outbound_timeout_shows_a_clear_page_and_stores_nothing() {
+    exchange_fails_softly(TokenFailure::Timeout, "provider_unavailable").await;
+}
+
+/// Opening a connect link when the IdP cannot be used: the sign-in page says so with a
+/// 503 and Retry-After, and the audit trail has the reason.
+async fn sign_in_is_unavailable(app: &TestApp) {
+    let (id, url) = app.elicit("alice", "testp").await;
+    let browser = Browser::new();
+    let r = browser.get(&url).await;
+    assert_eq!(r.status(), 303, "to sign-in");
+    let login = crate::browser::absolute(app, &crate::browser::location(&r));
+    let r = browser.get(&login).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503 page");
+    let page = r.text().await.unwrap();
+    assert!(page.contains("Sign-in is unavailable"), "{page}");
+    let detail: serde_json::Value =
+        sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'login_failed' ORDER BY id DESC LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(detail["reason"], "idp_unavailable");
+    assert_eq!(app.elicitation_status(&id).await, "pending", "the link stays usable");
+}
+
+#[tokio::test]
+async fn an_idp_whose_discovery_is_down_gets_a_sign_in_unavailable_page_and_an_audit_reason() {
+    let app = spawn_app_with(Options { idp_issuer: Some("http://127.0.0.1:9".to_owned()), ..Options::default() }).await;
+    sign_in_is_unavailable(&app).await;
+}
+
+#[tokio::test]
+async fn an_idp_whose_jwks_is_down_gets_a_sign_in_unavailable_page_and_an_audit_reason() {
+    let app = spawn_app().await;
+    app.idp.switches().set_jwks_unavailable(true);
+    sign_in_is_unavailable(&app).await;
+    // Back up, the same link signs in and connects.
+    app.idp.switches().set_jwks_unavailable(false);
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+}
