@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use url::Url;
 
 const STATE_TTL: time::Duration = time::Duration::minutes(10);
-pub(super) const STATE_PURPOSE: &str = "oauth_state";
+pub const STATE_PURPOSE: &str = "oauth_state";
 
 /// The logged-in browser user: the IdP's `sub`, and the hash of the session id.
 #[derive(Debug, Clone)]

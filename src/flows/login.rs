@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use url::Url;
 
 const LOGIN_TTL: time::Duration = time::Duration::minutes(10);
-const LOGIN_PURPOSE: &str = "login_state";
+pub const LOGIN_PURPOSE: &str = "login_state";
 pub const SESSION_PURPOSE: &str = "session";
 const BINDING_PURPOSE: &str = "login_binding";
 

@@ -22,6 +22,7 @@ mod logs;
 mod metrics;
 mod openapi;
 mod ops;
+mod props;
 mod schemathesis;
 mod serve;
 mod tenancy;

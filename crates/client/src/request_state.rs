@@ -348,4 +348,37 @@ mod tests {
         assert!(RequestStateKey::from_base64("c2hvcnQ=").is_err());
         assert!(RequestStateKey::from_base64("not base64!").is_err());
     }
+
+    proptest::proptest! {
+        /// Any call's state opens for that call, and only for it.
+        #[test]
+        fn a_sealed_state_round_trips_for_any_call(subject in "\\PC{1,40}", tool in "[a-z_]{1,20}", n in proptest::num::i64::ANY) {
+            let args = json!({"n": n});
+            let call = ToolCall::new(&subject, &tool, &args);
+            let sealed = state().seal(&key(), &call);
+            proptest::prop_assert_eq!(RequestState::open(&sealed, &key(), &call, now()).unwrap(), state());
+            let other = json!({"n": n.wrapping_add(1)});
+            let moved = ToolCall::new(&subject, &tool, &other);
+            proptest::prop_assert!(matches!(RequestState::open(&sealed, &key(), &moved, now()), Err(RequestStateError::Invalid)));
+        }
+
+        /// A change to any byte of the sealed bytes is refused as `Invalid`, and a change
+        /// to any character of the text is refused one way or another.
+        #[test]
+        fn any_change_to_a_sealed_state_is_refused(at in proptest::num::usize::ANY, mask in 1u8..=255, ch in proptest::char::range('-', 'z')) {
+            let call = ToolCall::new("alice", "whoami_on", &args());
+            let sealed = state().seal(&key(), &call);
+            let mut raw = URL_SAFE_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
+            let i = at % raw.len();
+            raw[i] ^= mask;
+            let forged = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&raw));
+            proptest::prop_assert!(matches!(RequestState::open(&forged, &key(), &call, now()), Err(RequestStateError::Invalid)));
+            let mut text: Vec<char> = sealed.chars().collect();
+            let j = at % text.len();
+            proptest::prop_assume!(text[j] != ch);
+            text[j] = ch;
+            let edited: String = text.into_iter().collect();
+            proptest::prop_assert!(RequestState::open(&edited, &key(), &call, now()).is_err());
+        }
+    }
 }
