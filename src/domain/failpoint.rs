@@ -4,6 +4,11 @@
 //! read once at start by [`setup`]. Without the `failpoints` cargo feature (release builds,
 //! the image) both functions compile to nothing.
 
+// A release build never carries them: an armed point parks a task that may hold a
+// transaction open.
+#[cfg(all(feature = "failpoints", not(debug_assertions)))]
+compile_error!("the failpoints feature is for test builds only");
+
 /// Keep the returned guard for the life of the process.
 #[cfg(feature = "failpoints")]
 pub fn setup() -> Option<fail::FailScenario<'static>> {

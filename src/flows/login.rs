@@ -104,8 +104,15 @@ async fn idp(state: &AppState) -> Result<std::sync::Arc<flow::AuthServer>, Login
     }
 }
 
-/// A `login_failed` audit event. Best effort: the page the person sees does not depend on it.
+/// A `login_failed` audit event, at most one a minute per instance: `/login` needs no
+/// sign-in, so an outage hammered by browsers must not become a row per request. Best
+/// effort: the page the person sees does not depend on it.
 async fn record_failure(state: &AppState, reason: &'static str) {
+    static LAST_MINUTE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
+    let minute = OffsetDateTime::now_utc().unix_timestamp().div_euclid(60);
+    if LAST_MINUTE.swap(minute, std::sync::atomic::Ordering::AcqRel) == minute {
+        return;
+    }
     let mut ev = store::audit::AuditEvent::new("login_failed");
     ev.detail = serde_json::json!({ "reason": reason });
     if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {

@@ -78,10 +78,8 @@ error_codes! {
     ConnectionNotFound = "connection_not_found",
     /// The cursor is not one this API gave out.
     InvalidCursor = "invalid_cursor",
-    /// No such endpoint.
+    /// No such endpoint (also an endpoint asked with a method it does not take).
     NotFound = "not_found",
-    /// The endpoint does not take that method.
-    MethodNotAllowed = "method_not_allowed",
 }
 
 #[derive(Debug)]

@@ -132,8 +132,12 @@ pub async fn cancel_elicitation(
         None
     } else {
         serde_json::from_slice::<CancelBody>(&body)
+            // serde's message may quote the body: say where, never what.
             .map_err(|e| {
-                ApiError::bad_request(ErrorCode::InvalidJson, format!("the body is not a cancel request: {e}"))
+                ApiError::bad_request(
+                    ErrorCode::InvalidJson,
+                    format!("the body is not a cancel request (line {}, column {})", e.line(), e.column()),
+                )
             })?
             .reason
     };

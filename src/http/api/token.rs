@@ -214,7 +214,7 @@ pub enum TokenAnswer<'a> {
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Connected<'a> {
     /// The provider's access token: hand it to the tool, never to the model or a log.
-    #[schema(example = "gho_16C7e42F292c6912E7710c838347Ae178B4a")]
+    #[schema(example = "<the provider's access token>")]
     access_token: &'a str,
     #[schema(example = "bearer")]
     token_type: &'a str,

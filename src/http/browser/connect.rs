@@ -367,7 +367,7 @@ const PROVIDER_UNAVAILABLE: RefusalText = RefusalText {
     status: StatusCode::SERVICE_UNAVAILABLE,
     title: "The provider is unavailable",
     message: "Nothing was connected.",
-    hint: "Try again in a minute.",
+    hint: "Open the same link again in a minute.",
 };
 
 /// The page for each refusal; an internal failure is the error to log behind a 500 page.
