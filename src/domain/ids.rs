@@ -12,14 +12,15 @@ use std::fmt;
 pub struct Subject(String);
 
 impl Subject {
-    /// OIDC Core 2: `sub` is at most 255 ASCII characters; we accept any printable
-    /// Unicode up to 255 bytes, since IdPs differ, but never control characters.
+    /// OIDC Core 2: `sub` is at most 255 ASCII characters; we accept up to 255 printable
+    /// Unicode characters, since IdPs differ (characters, not bytes: the length JSON Schema
+    /// and the OpenAPI contract count), but never control characters.
     pub fn parse(s: &str) -> Result<Self, ParseError> {
         if s.is_empty() {
             return Err(ParseError("subject must not be empty"));
         }
-        if s.len() > 255 {
-            return Err(ParseError("subject must be at most 255 bytes"));
+        if s.chars().count() > 255 {
+            return Err(ParseError("subject must be at most 255 characters"));
         }
         if s.chars().any(char::is_control) {
             return Err(ParseError("subject must not contain control characters"));
@@ -194,6 +195,8 @@ mod tests {
         assert!(Subject::parse("alice\n").is_err());
         assert!(Subject::parse("ali\u{0}ce").is_err());
         assert!(Subject::parse(&"a".repeat(255)).is_ok());
+        assert!(Subject::parse(&"é".repeat(255)).is_ok(), "characters, not bytes");
+        assert!(Subject::parse(&"é".repeat(256)).is_err());
         assert_eq!(Subject::parse("Alice@Example").unwrap().as_str(), "Alice@Example");
     }
 

@@ -78,8 +78,10 @@ error_codes! {
     ConnectionNotFound = "connection_not_found",
     /// The cursor is not one this API gave out.
     InvalidCursor = "invalid_cursor",
-    /// No such endpoint (also an endpoint asked with a method it does not take).
+    /// No such endpoint.
     NotFound = "not_found",
+    /// The endpoint does not take that method (405, with `Allow`).
+    MethodNotAllowed = "method_not_allowed",
 }
 
 #[derive(Debug)]
@@ -89,11 +91,13 @@ pub struct ApiError {
     pub description: String,
     pub www_authenticate: Option<String>,
     pub retry_after: Option<u64>,
+    /// The methods the endpoint takes, for a 405's `Allow`.
+    pub allow: Option<&'static str>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: ErrorCode, description: impl Into<String>) -> Self {
-        Self { status, code, description: description.into(), www_authenticate: None, retry_after: None }
+        Self { status, code, description: description.into(), www_authenticate: None, retry_after: None, allow: None }
     }
 
     pub fn bad_request(code: ErrorCode, description: impl Into<String>) -> Self {
@@ -159,11 +163,31 @@ impl ResponseError for ApiError {
         if let Some(w) = &self.www_authenticate {
             r.insert_header(("WWW-Authenticate", w.as_str()));
         }
+        if let Some(a) = self.allow {
+            r.insert_header(("Allow", a));
+        }
         if let Some(s) = self.retry_after {
             r.insert_header(("Retry-After", s.to_string()));
         }
         r.json(ErrorBody { error: self.code, error_description: &self.description })
     }
+}
+
+/// The largest JSON body `/v1` and `/admin/v1` read.
+pub const BODY_LIMIT: usize = 16 * 1024;
+
+/// An endpoint under `path` whose methods are `allow` (e.g. `"PUT, DELETE"`): any other
+/// method gets a 405 `method_not_allowed` with `Allow` (RFC 9110 §15.5.6).
+pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    actix_web::web::resource(path).default_service(actix_web::web::to(move || async move {
+        let mut e = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::MethodNotAllowed,
+            format!("this endpoint takes {allow}"),
+        );
+        e.allow = Some(allow);
+        Err::<HttpResponse, _>(e)
+    }))
 }
 
 /// Maps actix's JSON extractor errors to stable codes. The description never quotes

@@ -159,7 +159,7 @@ fn add_shared_responses(op: &mut Operation) {
     );
     if op.request_body.is_some() {
         add("413", error_response("`payload_too_large`: the body is larger than 16 KiB.", None));
-        add("415", error_response("`unsupported_media_type`: send the body as `application/json`.", None));
+        add("415", error_response("`unsupported_media_type`: send a body as `application/json`.", None));
     }
     add(
         "503",
@@ -201,13 +201,8 @@ const SLUG: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
 const UUID: &str = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
 
 pub fn subject() -> ObjectBuilder {
-    string(
-        1,
-        255,
-        PRINTABLE,
-        "The MCP user: their `sub` at the primary IdP. At most 255 bytes of UTF-8, no control characters.",
-    )
-    .examples([serde_json::json!("alice")])
+    string(1, 255, PRINTABLE, "The MCP user: their `sub` at the primary IdP. 1-255 characters, no control characters.")
+        .examples([serde_json::json!("alice")])
 }
 
 pub fn provider() -> ObjectBuilder {
@@ -247,7 +242,7 @@ pub fn opt_scopes() -> ArrayBuilder {
         .examples([serde_json::json!(["read:user"])])
 }
 
-/// `mcp_session_id`: 1-256 bytes, no control characters.
+/// `mcp_session_id`: 1-256 characters, no control characters.
 pub fn opt_session_id() -> ObjectBuilder {
     nullable(string(1, 256, PRINTABLE, "The MCP session the call belongs to, kept with the elicitation for the audit."))
 }

@@ -49,3 +49,39 @@ async fn openapi_json_is_served_without_a_key_and_lists_every_error_code() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_wrong_method_gets_405_with_allow_and_the_error_body() {
+    let app = spawn_app().await;
+    for (method, path, allow) in [
+        (reqwest::Method::GET, "/v1/token", "POST"),
+        (reqwest::Method::DELETE, "/v1/elicitations/00000000-0000-0000-0000-000000000000", "GET"),
+        (reqwest::Method::POST, "/admin/v1/kill-switches", "GET"),
+        (reqwest::Method::POST, "/admin/v1/kill-switches/testp", "PUT, DELETE"),
+    ] {
+        let r = app.client.request(method.clone(), format!("{}{path}", app.base)).send().await.unwrap();
+        assert_eq!(r.headers().get("allow").map(|v| v.to_str().unwrap()), Some(allow), "{method} {path}");
+        crate::helpers::assert_error(r, 405, "method_not_allowed").await;
+    }
+}
+
+#[tokio::test]
+async fn the_cancel_body_is_json_of_at_most_16_kib_or_nothing() {
+    let app = spawn_app().await;
+    let (id, _) = app.elicit("alice", "testp").await;
+    let url = format!("{}/v1/elicitations/{id}/cancel", app.base);
+    let send = |body: String, ct: &'static str| {
+        app.client.post(&url).bearer_auth(&app.key).header("content-type", ct).body(body).send()
+    };
+    let big = format!("{{\"reason\": \"cancel\", \"x\": \"{}\"}}", "a".repeat(16 * 1024));
+    crate::helpers::assert_error(send(big, "application/json").await.unwrap(), 413, "payload_too_large").await;
+    let plain = send("{\"reason\": \"cancel\"}".to_owned(), "text/plain").await.unwrap();
+    crate::helpers::assert_error(plain, 415, "unsupported_media_type").await;
+    let quoted = send("{\"secret_looking\": \"gho_abc\"}".to_owned(), "application/json").await.unwrap();
+    let body = crate::helpers::assert_error(quoted, 400, "invalid_json").await;
+    assert!(!body.to_string().contains("gho_abc") && !body.to_string().contains("secret_looking"), "{body}");
+    let null = send("null".to_owned(), "application/json").await.unwrap();
+    assert_eq!(null.status(), 200, "null is no body");
+    let r: serde_json::Value = null.json().await.unwrap();
+    assert_eq!(r["status"], "cancelled");
+}

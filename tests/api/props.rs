@@ -58,7 +58,7 @@ fn is_cc(c: char) -> bool {
 
 const CONTROLS: &[char] = &['\0', '\t', '\n', '\r', '\u{1b}', '\u{1f}', '\u{7f}', '\u{80}', '\u{85}', '\u{9f}'];
 
-/// Printable strings from empty to past 255 bytes (multi-byte characters included), with
+/// Printable strings from empty to past 255 characters (multi-byte ones included), with
 /// at most one control character somewhere.
 fn subject_like() -> impl Strategy<Value = String> {
     let printable = prop_oneof![
@@ -76,13 +76,13 @@ fn subject_like() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    /// `Subject::parse` accepts exactly the non-empty strings of at most 255 bytes without a
+    /// `Subject::parse` accepts exactly the non-empty strings of at most 255 characters without a
     /// control character, and keeps them byte for byte.
     #[test]
     fn subject_accepts_exactly_short_non_empty_strings_without_control_characters(
         s in prop_oneof![subject_like(), any_string(300)],
     ) {
-        let accepted = !s.is_empty() && s.len() <= 255 && !s.chars().any(is_cc);
+        let accepted = !s.is_empty() && s.chars().count() <= 255 && !s.chars().any(is_cc);
         let parsed = Subject::parse(&s).ok();
         prop_assert_eq!(parsed.as_ref().map(Subject::as_str), accepted.then_some(s.as_str()));
         prop_assert_eq!(parsed.map(|p| p.to_string()), accepted.then(|| s.clone()));
@@ -603,6 +603,25 @@ proptest! {
             prop_assert!(endpoint(&raw, &[]).is_ok_and(|u| u.query().is_none()));
             prop_assert!(issuer.discovery_url().is_ok_and(|d| d.path().ends_with("/.well-known/openid-configuration")));
         }
+    }
+}
+
+proptest! {
+    /// The two properties above hold for what is accepted; these show that what should be
+    /// accepted is (a validator that refused everything would pass them).
+    #[test]
+    fn plain_paths_and_https_urls_are_accepted(
+        base in select(BASES),
+        path in "(/[a-z0-9._-]{1,12}){0,6}(\\?[a-z]{1,6}=[a-z0-9]{0,8})?",
+        host in "[a-z][a-z0-9-]{0,20}[a-z0-9]",
+    ) {
+        let base = Url::parse(base).unwrap();
+        let path = if path.is_empty() || path.starts_with('?') { format!("/{path}") } else { path };
+        prop_assert!(safe_return_to(&base, &path).is_ok(), "{}", path);
+        let url = format!("https://{host}.example/oauth{path}");
+        prop_assert!(endpoint(&url, &[]).is_ok(), "{}", url);
+        let issuer = format!("https://{host}.example");
+        prop_assert!(Issuer::parse(&issuer, &[]).is_ok(), "{}", issuer);
     }
 }
 

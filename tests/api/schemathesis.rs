@@ -7,8 +7,12 @@
 use crate::browser::Browser;
 use crate::helpers::spawn_app;
 
-const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
-                      response_headers_conformance,response_schema_conformance,negative_data_rejection";
+/// Every check schemathesis has (the issue's five, `negative_data_rejection`, `ignored_auth`,
+/// `missing_required_header`, `unsupported_method`, `use_after_free`, ...) but one:
+/// `positive_data_acceptance` expects every schema-valid request to succeed, and here
+/// validity also depends on the deployment and on state no schema can say: which provider
+/// names are configured, which cursors the API gave out, `before` and `after` together.
+const EXCLUDED_CHECKS: &str = "positive_data_acceptance";
 
 #[tokio::test]
 async fn schemathesis_finds_no_failure_in_a_thousand_generated_cases_and_follows_every_link() {
@@ -103,6 +107,9 @@ async fn schemathesis(app: &crate::helpers::TestApp, dir: &std::path::Path, name
     let st = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-st/bin/st");
     assert!(std::path::Path::new(st).exists(), "{st} is missing: scripts/test installs it");
     let report = dir.join(format!("report-{name}"));
+    // One worker: with two, one run of many died of a KeyError inside Python's `linecache`
+    // while schemathesis formatted an internal exception (most likely the two worker threads
+    // racing on that cache, which is not thread-safe); not seen with one.
     // Not std's Command: a blocking wait would stall this test's runtime, and with it the
     // in-process service's background tasks.
     let out = tokio::process::Command::new(st)
@@ -110,8 +117,19 @@ async fn schemathesis(app: &crate::helpers::TestApp, dir: &std::path::Path, name
         .env("SERVER_KEY", &app.key)
         .env("ADMIN_KEY", &app.admin_key)
         .args(["--no-color", "run", concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"), "--url", &app.base])
-        .args(["--checks", CHECKS, "--mode", "all", "--seed", "20261201", "--request-timeout", "10"])
-        .args(["--max-examples", "60", "--workers", "2", "--report", "json,ndjson", "--report-dir"])
+        .args([
+            "--checks",
+            "all",
+            "--exclude-checks",
+            EXCLUDED_CHECKS,
+            "--mode",
+            "all",
+            "--seed",
+            "20261201",
+            "--request-timeout",
+            "10",
+        ])
+        .args(["--max-examples", "60", "--workers", "1", "--report", "json,ndjson", "--report-dir"])
         .arg(&report)
         .args(args)
         .output()

@@ -89,7 +89,7 @@ pub async fn set_kill_switch(
             "mode must be no_new_elicitations or no_token_handouts",
         ));
     }
-    let reason = body.reason.as_deref().filter(|r| r.len() <= 500 && !r.chars().any(char::is_control));
+    let reason = body.reason.as_deref().filter(|r| r.chars().count() <= 500 && !r.chars().any(char::is_control));
     if body.reason.is_some() && reason.is_none() {
         return Err(ApiError::bad_request(
             ErrorCode::InvalidRequest,

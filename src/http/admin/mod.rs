@@ -9,24 +9,29 @@ pub(crate) mod kill_switches;
 
 use crate::app::AppState;
 use crate::domain::{ConnectionId, ProviderId, Subject};
-use crate::http::error::{ApiError, ErrorCode, json_error, path_error, query_error};
+use crate::http::error::{ApiError, BODY_LIMIT, ErrorCode, json_error, path_error, query_error, resource};
 use actix_web::web;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/admin/v1")
-            .app_data(web::JsonConfig::default().limit(16 * 1024).content_type_required(true).error_handler(json_error))
+            .app_data(
+                web::JsonConfig::default().limit(BODY_LIMIT).content_type_required(true).error_handler(json_error),
+            )
             .app_data(web::PathConfig::default().error_handler(path_error))
             .app_data(web::QueryConfig::default().error_handler(query_error))
-            .route("/connections", web::get().to(connections::list_connections))
-            .route("/connections/{id}", web::get().to(connections::get_connection))
-            .route("/connections/{id}/revoke", web::post().to(connections::revoke_one))
-            .route("/revocations", web::post().to(connections::revoke_subject))
-            .route("/elicitations/cancel", web::post().to(elicitations::cancel_elicitations))
-            .route("/kill-switches", web::get().to(kill_switches::list_kill_switches))
-            .route("/kill-switches/{provider}", web::put().to(kill_switches::set_kill_switch))
-            .route("/kill-switches/{provider}", web::delete().to(kill_switches::clear_kill_switch))
-            .route("/audit", web::get().to(audit::audit))
+            .service(resource("/connections", "GET").route(web::get().to(connections::list_connections)))
+            .service(resource("/connections/{id}", "GET").route(web::get().to(connections::get_connection)))
+            .service(resource("/connections/{id}/revoke", "POST").route(web::post().to(connections::revoke_one)))
+            .service(resource("/revocations", "POST").route(web::post().to(connections::revoke_subject)))
+            .service(resource("/elicitations/cancel", "POST").route(web::post().to(elicitations::cancel_elicitations)))
+            .service(resource("/kill-switches", "GET").route(web::get().to(kill_switches::list_kill_switches)))
+            .service(
+                resource("/kill-switches/{provider}", "PUT, DELETE")
+                    .route(web::put().to(kill_switches::set_kill_switch))
+                    .route(web::delete().to(kill_switches::clear_kill_switch)),
+            )
+            .service(resource("/audit", "GET").route(web::get().to(audit::audit)))
             .default_service(web::to(crate::http::api::not_found)),
     );
 }

@@ -4,8 +4,12 @@ use super::ServerCaller;
 use super::token::rfc3339;
 use crate::app::AppState;
 use crate::domain::{ElicitationId, ElicitationStatus};
-use crate::http::error::{ApiError, ErrorBody, ErrorCode};
+use crate::http::error::{ApiError, BODY_LIMIT, ErrorBody, ErrorCode};
+use actix_web::HttpMessage;
+use actix_web::HttpRequest;
+use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
+use futures_util::StreamExt;
 use time::OffsetDateTime;
 
 /// The status of one of the tenant's elicitations (a pending one past its deadline is
@@ -100,6 +104,37 @@ enum CancelReason {
     Decline,
 }
 
+/// An optional JSON body: at most [`BODY_LIMIT`], and `application/json` when there is
+/// one. Read here rather than by actix's `Bytes` extractor, whose refusal of an oversized
+/// body is plain text instead of the API's error.
+async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::BytesMut, ApiError> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| ApiError::bad_request(ErrorCode::InvalidJson, "the body could not be read"))?;
+        if body.len() + chunk.len() > BODY_LIMIT {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                "the body is too large",
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let json = req
+        .mime_type()
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"));
+    if !json && !body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::UnsupportedMediaType,
+            "send the body as application/json",
+        ));
+    }
+    Ok(body)
+}
+
 /// The MCP client answered `cancel` or `decline` to the
 /// URL elicitation. The link stops working (its states are spent); the answer is the
 /// elicitation's status afterwards, so a repeat is harmless.
@@ -122,16 +157,19 @@ pub async fn cancel_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Bytes,
+    req: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let id = ElicitationId::parse(&path.into_inner())
         .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+    let body = optional_json_body(&req, payload).await?;
     // The body is optional, but one that is sent must be the documented object: a
     // malformed one is a 400, not a cancel without a reason.
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        serde_json::from_slice::<CancelBody>(&body)
+        // `null` is the same as no body.
+        serde_json::from_slice::<Option<CancelBody>>(&body)
             // serde's message may quote the body: say where, never what.
             .map_err(|e| {
                 ApiError::bad_request(
@@ -139,7 +177,7 @@ pub async fn cancel_elicitation(
                     format!("the body is not a cancel request (line {}, column {})", e.line(), e.column()),
                 )
             })?
-            .reason
+            .and_then(|b| b.reason)
     };
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
         return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));

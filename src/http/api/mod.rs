@@ -6,18 +6,22 @@ pub(crate) mod token;
 
 pub use auth::{AdminCaller, ServerCaller};
 
-use crate::http::error::{ApiError, ErrorCode, json_error, path_error, query_error};
+use crate::http::error::{ApiError, BODY_LIMIT, ErrorCode, json_error, path_error, query_error, resource};
 use actix_web::web;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/v1")
-            .app_data(web::JsonConfig::default().limit(16 * 1024).content_type_required(true).error_handler(json_error))
+            .app_data(
+                web::JsonConfig::default().limit(BODY_LIMIT).content_type_required(true).error_handler(json_error),
+            )
             .app_data(web::PathConfig::default().error_handler(path_error))
             .app_data(web::QueryConfig::default().error_handler(query_error))
-            .route("/token", web::post().to(token::post_token))
-            .route("/elicitations/{id}", web::get().to(elicitations::get_elicitation))
-            .route("/elicitations/{id}/cancel", web::post().to(elicitations::cancel_elicitation))
+            .service(resource("/token", "POST").route(web::post().to(token::post_token)))
+            .service(resource("/elicitations/{id}", "GET").route(web::get().to(elicitations::get_elicitation)))
+            .service(
+                resource("/elicitations/{id}/cancel", "POST").route(web::post().to(elicitations::cancel_elicitation)),
+            )
             .default_service(web::to(not_found)),
     );
 }

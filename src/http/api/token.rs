@@ -49,7 +49,7 @@ fn parse(body: TokenBody) -> Result<TokenRequest, ApiError> {
         .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     let mcp_context = match body.mcp_session_id {
         None => serde_json::json!({}),
-        Some(s) if !s.is_empty() && s.len() <= 256 && !s.chars().any(char::is_control) => {
+        Some(s) if !s.is_empty() && s.chars().count() <= 256 && !s.chars().any(char::is_control) => {
             serde_json::json!({ "mcp_session_id": s })
         }
         Some(_) => {
