@@ -54,8 +54,9 @@ async fn listen(
                 PING if n.payload() == token => {
                     // Changes made while we were not listening are in the table.
                     tenants.reload(pool).await?;
-                    caches.set_healthy(true);
+                    // The key verifier first: once the caches say they listen, all do.
                     api_keys.set_listening(true);
+                    caches.set_healthy(true);
                     tracing::info!("change listener ready; caches serving");
                 }
                 PING => caches.release_barrier(n.payload()),

@@ -116,6 +116,11 @@ impl Caches {
         Epoch { n: self.epoch.load(Ordering::Acquire), at_ms: self.now_ms() }
     }
 
+    /// The change listener has proved it hears (whether or not the cache is on).
+    pub fn is_listening(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+
     /// Connection entries are served: the cache is on and its listener proved it hears.
     pub fn is_serving(&self) -> bool {
         self.enabled && self.healthy.load(Ordering::Acquire)

@@ -8,3 +8,4 @@ pub mod error;
 pub mod middleware;
 pub mod openapi;
 pub mod ops;
+pub mod schema;

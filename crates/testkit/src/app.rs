@@ -259,6 +259,15 @@ impl TestApp {
         let pool = state.pool.clone();
         let metrics_port = app.metrics_port();
         tokio::spawn(app.run_until_stopped());
+        // The change listener connects in the background. Tests expect an instance that
+        // hears changes from its first request (a key verified before the listener proved
+        // itself is re-checked once it does), so wait for it as a load balancer waits for
+        // readiness: on a loaded machine it has taken seconds. Not fatal: a test about a
+        // listener that cannot connect goes on after the wait.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !state.caches.is_listening() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         let key = |tenant: &'static str, scope: KeyScope, name: Option<&'static str>| {
             let pool = pool.clone();
             async move {

@@ -19,9 +19,9 @@ use time::format_description::well_known::Rfc3339;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
-    #[param(schema_with = crate::http::openapi::subject)]
+    #[param(schema_with = crate::http::schema::subject)]
     subject: Option<String>,
-    #[param(schema_with = crate::http::openapi::provider)]
+    #[param(schema_with = crate::http::schema::provider)]
     provider: Option<String>,
     /// An event kind, e.g. `connection_created`, `token_handed_out`.
     #[param(pattern = "^[a-z_]{1,64}$")]

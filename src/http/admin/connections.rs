@@ -6,6 +6,7 @@ use crate::domain::{ConnectionStatus, ProviderId, Subject};
 use crate::flows::revoke;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
+use crate::http::schema::ConnectionPath;
 use crate::store;
 use actix_web::{HttpResponse, web};
 
@@ -13,9 +14,9 @@ use actix_web::{HttpResponse, web};
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    #[param(schema_with = crate::http::openapi::subject)]
+    #[param(schema_with = crate::http::schema::subject)]
     subject: Option<String>,
-    #[param(schema_with = crate::http::openapi::provider)]
+    #[param(schema_with = crate::http::schema::provider)]
     provider: Option<String>,
     #[param(value_type = Option<ConnectionStatus>)]
     status: Option<String>,
@@ -96,8 +97,7 @@ fn decode_cursor(c: &str) -> Result<(String, String), ApiError> {
     path = "/admin/v1/connections/{id}",
     operation_id = "getConnection",
     tag = "admin",
-    params(("id" = String, Path, description = "A connection id.", format = Uuid,
-        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(ConnectionPath),
     responses(
         (status = 200, description = "The connection.", body = store::connections::ConnectionMeta,
             links(("RevokeConnection" = (operation_id = "revokeConnection", parameters(("id" = "$response.body#/id")))))),
@@ -109,9 +109,9 @@ fn decode_cursor(c: &str) -> Result<(String, String), ApiError> {
 pub async fn get_connection(
     caller: AdminCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ConnectionPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = connection_id(&path)?;
+    let id = connection_id(&path.id)?;
     let row = store::connections::connection_meta(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
         .await
         .map_err(db)?
@@ -127,8 +127,7 @@ pub async fn get_connection(
     path = "/admin/v1/connections/{id}/revoke",
     operation_id = "revokeConnection",
     tag = "admin",
-    params(("id" = String, Path, description = "A connection id.", format = Uuid,
-        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(ConnectionPath),
     responses(
         (status = 200, description = "Revoked (a repeat answers `already_revoked`).", body = revoke::Revoked),
         (status = 400, description = "`invalid_connection_id`.", body = ErrorBody),
@@ -139,9 +138,9 @@ pub async fn get_connection(
 pub async fn revoke_one(
     caller: AdminCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ConnectionPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = connection_id(&path)?;
+    let id = connection_id(&path.id)?;
     let actor = format!("api_key:{}", caller.0.id);
     let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor)
         .await
@@ -155,10 +154,10 @@ pub async fn revoke_one(
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"subject": "alice"}))]
 pub struct SubjectBody {
-    #[schema(schema_with = crate::http::openapi::subject)]
+    #[schema(schema_with = crate::http::schema::subject)]
     subject: String,
     /// Only this provider's connections; all when left out.
-    #[schema(schema_with = crate::http::openapi::opt_provider)]
+    #[schema(schema_with = crate::http::schema::opt_provider)]
     provider: Option<String>,
 }
 

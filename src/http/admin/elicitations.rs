@@ -13,9 +13,9 @@ use actix_web::{HttpResponse, web};
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"subject": "alice", "provider": "github"}))]
 pub struct CancelBody {
-    #[schema(schema_with = crate::http::openapi::opt_subject)]
+    #[schema(schema_with = crate::http::schema::opt_subject)]
     subject: Option<String>,
-    #[schema(schema_with = crate::http::openapi::opt_provider)]
+    #[schema(schema_with = crate::http::schema::opt_provider)]
     provider: Option<String>,
 }
 

@@ -6,6 +6,7 @@ use crate::domain::ProviderId;
 use crate::flows::policy;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
+use crate::http::schema::ProviderPath;
 use crate::store;
 use actix_web::{HttpResponse, web};
 
@@ -68,7 +69,7 @@ pub struct KillSwitchState {
     path = "/admin/v1/kill-switches/{provider}",
     operation_id = "setKillSwitch",
     tag = "admin",
-    params(("provider" = String, Path, description = "A configured provider's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
+    params(ProviderPath),
     request_body = KillBody,
     responses(
         (status = 200, description = "The switch is set.", body = KillSwitchState),
@@ -79,10 +80,10 @@ pub struct KillSwitchState {
 pub async fn set_kill_switch(
     caller: AdminCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ProviderPath>,
     body: web::Json<KillBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let p = provider(&state, &path)?;
+    let p = provider(&state, &path.provider)?;
     if !matches!(body.mode.as_str(), "no_new_elicitations" | "no_token_handouts") {
         return Err(ApiError::bad_request(
             ErrorCode::InvalidRequest,
@@ -108,7 +109,7 @@ pub async fn set_kill_switch(
     path = "/admin/v1/kill-switches/{provider}",
     operation_id = "clearKillSwitch",
     tag = "admin",
-    params(("provider" = String, Path, description = "A configured provider's name.", pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")),
+    params(ProviderPath),
     responses(
         (status = 200, description = "The switch is off (also when it was not set).", body = KillSwitchState),
         (status = 400, description = "`unknown_provider`.", body = ErrorBody),
@@ -118,9 +119,9 @@ pub async fn set_kill_switch(
 pub async fn clear_kill_switch(
     caller: AdminCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ProviderPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let p = provider(&state, &path)?;
+    let p = provider(&state, &path.provider)?;
     policy::change_kill_switch(&state, &caller.0.tenant, &p, None, None, caller.0.id.as_str()).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: "off".to_owned() }))
 }

@@ -5,6 +5,7 @@ use super::token::rfc3339;
 use crate::app::AppState;
 use crate::domain::{ElicitationId, ElicitationStatus};
 use crate::http::error::{ApiError, BODY_LIMIT, ErrorBody, ErrorCode};
+use crate::http::schema::ElicitationPath;
 use actix_web::HttpMessage;
 use actix_web::HttpRequest;
 use actix_web::http::StatusCode;
@@ -19,8 +20,7 @@ use time::OffsetDateTime;
     path = "/v1/elicitations/{id}",
     operation_id = "getElicitation",
     tag = "v1",
-    params(("id" = String, Path, description = "The elicitation id from `connect_required`.", format = Uuid,
-        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(ElicitationPath),
     responses(
         (status = 200, description = "The elicitation.", body = Elicitation,
             links(("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/id")))))),
@@ -32,10 +32,9 @@ use time::OffsetDateTime;
 pub async fn get_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ElicitationPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ElicitationId::parse(&path.into_inner())
-        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     let e = crate::store::elicitations::find_for_tenant(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
         .await
         .map_err(|e| ApiError::from_db(&e))?
@@ -143,8 +142,7 @@ async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Res
     path = "/v1/elicitations/{id}/cancel",
     operation_id = "cancelElicitation",
     tag = "v1",
-    params(("id" = String, Path, description = "The elicitation id from `connect_required`.", format = Uuid,
-        pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(ElicitationPath),
     request_body(content = Option<CancelBody>, description = "Optional.", content_type = "application/json"),
     responses(
         (status = 200, description = "The elicitation's status afterwards (a repeat is harmless; a finished one keeps its status).", body = Cancelled),
@@ -156,12 +154,11 @@ async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Res
 pub async fn cancel_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ElicitationPath>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ElicitationId::parse(&path.into_inner())
-        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
     let body = optional_json_body(&req, payload).await?;
     // The body is optional, but one that is sent must be the documented object: a
     // malformed one is a 400, not a cancel without a reason.

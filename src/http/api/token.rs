@@ -19,17 +19,17 @@ use time::format_description::well_known::Rfc3339;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"subject": "alice", "provider": "github", "scopes": ["read:user"]}))]
 pub struct TokenBody {
-    #[schema(schema_with = crate::http::openapi::subject)]
+    #[schema(schema_with = crate::http::schema::subject)]
     subject: String,
-    #[schema(schema_with = crate::http::openapi::provider)]
+    #[schema(schema_with = crate::http::schema::provider)]
     provider: String,
-    #[schema(schema_with = crate::http::openapi::opt_scopes)]
+    #[schema(schema_with = crate::http::schema::opt_scopes)]
     scopes: Option<Vec<String>>,
     /// The id from an earlier `connect_required`: the retried tool call.
-    #[schema(schema_with = crate::http::openapi::opt_elicitation_id)]
+    #[schema(schema_with = crate::http::schema::opt_elicitation_id)]
     elicitation_id: Option<String>,
     /// The MCP session the request belongs to, kept with the elicitation for the audit.
-    #[schema(schema_with = crate::http::openapi::opt_session_id)]
+    #[schema(schema_with = crate::http::schema::opt_session_id)]
     mcp_session_id: Option<String>,
 }
 
