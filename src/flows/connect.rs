@@ -125,6 +125,16 @@ pub struct ConsentView {
     pub authorize_origin: String,
 }
 
+/// The full authority people are sent to, as pages show it: the host, and the port where
+/// it is not the scheme's default.
+pub fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    }
+}
+
 /// Everything needed to render the consent page, after every check.
 pub async fn consent_view(
     state: &AppState,
@@ -136,12 +146,7 @@ pub async fn consent_view(
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
-    // The full authority: host, and the port where it is not the scheme's default.
-    let host = server.authorize_url.host_str().unwrap_or_default();
-    let domain = match server.authorize_url.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_owned(),
-    };
+    let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
     Ok(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })
 }

@@ -8,6 +8,7 @@ pub mod callback;
 pub mod cancel;
 pub mod cleanup;
 pub mod connect;
+pub mod held;
 pub mod login;
 pub mod policy;
 pub mod refresh;

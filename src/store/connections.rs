@@ -294,6 +294,54 @@ pub async fn connection_meta(
     Ok(list_connections(db, tenant_id, &filter, 1).await?.pop())
 }
 
+/// A connection as its owner sees it on "Your connections", with its tenant.
+#[derive(Debug, Clone)]
+pub struct HeldRow {
+    pub tenant_id: String,
+    pub meta: ConnectionMeta,
+}
+
+/// Every connection of a subject that is not revoked, in every tenant, by tenant and
+/// provider. The subject is the person's `sub` at the primary IdP, the same in each tenant.
+pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<Vec<HeldRow>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"SELECT c.tenant_id, c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
+                  c.status AS "status: ConnectionStatus", c.created_at,
+                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
+           FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
+           WHERE c.subject = $1 AND c.status <> 'revoked'
+           ORDER BY c.tenant_id, c.provider"#,
+        subject
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| HeldRow {
+            tenant_id: r.tenant_id,
+            meta: ConnectionMeta {
+                id: r.id,
+                subject: r.subject,
+                provider: r.provider,
+                account_id: r.account_id,
+                account_login: r.account_login,
+                scopes: r.scopes,
+                status: r.status,
+                created_at: r.created_at,
+                refreshed_at: r.refreshed_at,
+                last_used_at: r.last_used_at,
+                access_expires_at: r.access_expires_at,
+            },
+        })
+        .collect())
+}
+
+/// The tenant and subject a connection belongs to, whatever its tenant.
+pub async fn owner_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<(String, String)>, sqlx::Error> {
+    let row = sqlx::query!("SELECT tenant_id, subject FROM connections WHERE id = $1", id).fetch_optional(db).await?;
+    Ok(row.map(|r| (r.tenant_id, r.subject)))
+}
+
 /// Ids of a subject's connections that still hold a grant (off-boarding).
 pub async fn live_connection_ids(
     db: impl PgExecutor<'_>,

@@ -286,13 +286,14 @@ async fn the_consent_page_works_on_a_phone_by_touch_and_by_keyboard() {
         }
     }
 
-    // Tab reaches Connect, then Decline; Shift+Tab goes back; Enter on Connect submits.
+    // Tab reaches the link to "Your connections" in the text, then Connect, then Decline;
+    // Shift+Tab goes back; Enter on Connect submits.
     let mut focused = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         chrome.press(&[Key::Tab]).await;
         focused.push(chrome.focused().await);
     }
-    assert_eq!(focused, ["button connect", "button decline"], "keyboard order");
+    assert_eq!(focused, ["a ", "button connect", "button decline"], "keyboard order");
     chrome.press(&[Key::Shift, Key::Tab]).await;
     assert_eq!(chrome.focused().await, "button connect");
     chrome.press(&[Key::Enter]).await;
@@ -302,4 +303,65 @@ async fn the_consent_page_works_on_a_phone_by_touch_and_by_keyboard() {
     chrome.screenshot("success").await;
     chrome.close().await;
     assert_eq!(retry(&app, "alice", &id).await["status"], "connected");
+}
+
+/// Connects alice at `testp` through the whole flow in `chrome`; returns the token.
+async fn connected_in(chrome: &Chrome, app: &TestApp) -> String {
+    let (id, url) = app.elicit("alice", "testp").await;
+    open_and_sign_in(chrome, app, &url, "alice").await;
+    on_the_consent_page(chrome, app, &id).await;
+    chrome.click("button[name=decision][value=connect]").await;
+    answer_at_the_provider(chrome, app, "octo-alice", "allow").await;
+    assert_eq!(callback_heading(chrome, app).await, "Connected");
+    retry(app, "alice", &id).await["access_token"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_dead() {
+    let app = spawn_app().await;
+    let chrome = Chrome::start("disconnect", Setup { javascript: false, ..Setup::default() }).await;
+    let token = connected_in(&chrome, &app).await;
+    // From the result page's link.
+    chrome.click("a[href='/connections']").await;
+    chrome.wait_for_url(&format!("{}/connections", app.base)).await;
+    let text = chrome.assert_our_page().await;
+    chrome.screenshot("connections").await;
+    assert!(text.contains("Your connections") && text.contains("Acme Assistant"), "{text}");
+    assert!(text.contains("Test Provider · octo-alice"), "{text}");
+    chrome.click("form[action='/connections/disconnect'] button").await;
+    chrome.wait_for_url(&format!("{}/connections/disconnect", app.base)).await;
+    assert_eq!(chrome.text("[role=status]").await, "Disconnected Test Provider.");
+    assert!(chrome.page_text().await.contains("You have no connections."));
+    chrome.screenshot("disconnected").await;
+    chrome.close().await;
+
+    let me = app.client.get(format!("{}/userinfo", app.provider.base_url())).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(me.status(), 401, "the provider's token is dead");
+    let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(b["status"], "connect_required", "{b}");
+}
+
+#[tokio::test]
+async fn the_connections_page_works_on_a_phone_by_keyboard() {
+    let app = spawn_app().await;
+    let chrome = Chrome::start("connections-phone", Setup { screen: Screen::Phone, javascript: true }).await;
+    connected_in(&chrome, &app).await;
+    chrome.goto(&format!("{}/connections", app.base)).await;
+    chrome.assert_our_page().await;
+    chrome.screenshot("connections").await;
+    let size =
+        chrome.client.execute("return [innerWidth, document.documentElement.scrollWidth]", vec![]).await.unwrap();
+    assert_eq!(size, json!([390, 390]), "the page fits the phone's width: no sideways scrolling");
+    let (x, _, w, h) = chrome.find("form[action='/connections/disconnect'] button").await.rectangle().await.unwrap();
+    assert!(x >= 0.0 && x + w <= 390.0 && h >= 44.0, "Disconnect fits and is a comfortable target");
+    // The first thing Tab reaches is Disconnect; Enter submits it.
+    chrome.press(&[Key::Tab]).await;
+    assert_eq!(chrome.focused().await, "button ");
+    chrome.press(&[Key::Enter]).await;
+    chrome.wait_for_url(&format!("{}/connections/disconnect", app.base)).await;
+    assert_eq!(chrome.text("[role=status]").await, "Disconnected Test Provider.");
+    chrome.screenshot("disconnected").await;
+    chrome.close().await;
+    let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(status, "revoked");
 }

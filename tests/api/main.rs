@@ -9,6 +9,7 @@ mod browser;
 mod cache;
 mod cli;
 mod connect_flow;
+mod connections_page;
 mod crash;
 mod dev_command;
 mod e2e;

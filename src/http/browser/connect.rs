@@ -192,13 +192,7 @@ pub async fn authorize(
     let rid = request_id(&req);
     let provider = parse_provider(&rid, &path)?;
     let Some(session) = session.0 else {
-        return Err(PageError::new(
-            &rid,
-            StatusCode::FORBIDDEN,
-            "Your sign-in has expired",
-            "This form belongs to a session that is no longer active.",
-            "Open the link from your assistant again.",
-        ));
+        return Err(super::login::session_expired(&rid, "Open the link from your assistant again."));
     };
     if !session.csrf_matches(form.csrf.as_deref()) {
         return Err(forbidden_csrf(&rid));

@@ -190,6 +190,17 @@ fn sign_in_url(state: &AppState, back: &str) -> String {
     u.to_string()
 }
 
+/// A form posted without a live session.
+pub fn session_expired(rid: &crate::http::middleware::RequestId, hint: &'static str) -> PageError {
+    PageError::new(
+        rid,
+        StatusCode::FORBIDDEN,
+        "Your sign-in has expired",
+        "This form belongs to a session that is no longer active.",
+        hint,
+    )
+}
+
 pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId) -> PageError {
     PageError::new(
         rid,

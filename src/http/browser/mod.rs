@@ -3,6 +3,7 @@
 //! never cached (see `http::middleware`).
 
 mod connect;
+mod connections;
 mod login;
 mod pages;
 mod session;
@@ -20,7 +21,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/logout/done", web::get().to(login::logout_done))
         .route("/connect/{provider}", web::get().to(connect::show))
         .route("/connect/{provider}/authorize", web::post().to(connect::authorize))
-        .route("/connect/{provider}/callback", web::get().to(connect::callback));
+        .route("/connect/{provider}/callback", web::get().to(connect::callback))
+        .route("/connections", web::get().to(connections::show))
+        .route("/connections/disconnect", web::post().to(connections::disconnect));
 }
 
 async fn style() -> HttpResponse {

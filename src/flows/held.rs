@@ -1,0 +1,125 @@
+//! "Your connections": what a signed-in person holds, in every tenant, and a person ending
+//! one of theirs. The disconnect is the admin revoke (`revoke::revoke_connection`: at the
+//! provider, ciphertexts deleted, cache entries dropped everywhere, the subject's pending
+//! links for that provider closed) with `by: subject` in the audit trail.
+
+use crate::app::AppState;
+use crate::domain::{ConnectionStatus, ProviderId, Subject};
+use crate::flows::revoke::{self, Revoked};
+use crate::store;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The actor of a disconnect made on "Your connections".
+pub const BY_SUBJECT: &str = "subject";
+
+/// One connection as its owner sees it.
+pub struct Held {
+    pub id: Uuid,
+    pub provider_name: String,
+    /// The host the provider signs people in at, where known.
+    pub provider_domain: Option<String>,
+    pub account_login: Option<String>,
+    pub scopes: Vec<String>,
+    pub connected_since: OffsetDateTime,
+    /// To the minute: the usage table is written at most once a minute.
+    pub last_used: Option<OffsetDateTime>,
+    pub status: ConnectionStatus,
+}
+
+/// A tenant's connections, under the name people know it by.
+pub struct Group {
+    pub tenant_name: String,
+    pub connections: Vec<Held>,
+}
+
+/// The subject's connections that are not revoked, grouped by tenant.
+pub async fn held_by(state: &AppState, subject: &Subject) -> Result<Vec<Group>, sqlx::Error> {
+    let rows = store::connections::held_by_subject(&state.pool, subject.as_str()).await?;
+    let mut groups: Vec<(String, Group)> = Vec::new();
+    for row in rows {
+        let held = Held {
+            id: row.meta.id,
+            provider_name: provider_name(state, &row.meta.provider),
+            provider_domain: provider_domain(state, &row.meta.provider).await,
+            account_login: row.meta.account_login,
+            scopes: row.meta.scopes,
+            connected_since: row.meta.created_at,
+            last_used: row.meta.last_used_at,
+            status: row.meta.status,
+        };
+        match groups.last_mut() {
+            Some((tenant, g)) if *tenant == row.tenant_id => g.connections.push(held),
+            _ => {
+                let group = Group { tenant_name: state.tenant_name(&row.tenant_id), connections: vec![held] };
+                groups.push((row.tenant_id, group));
+            }
+        }
+    }
+    Ok(groups.into_iter().map(|(_, g)| g).collect())
+}
+
+/// The provider's display name, or its id when it is no longer configured.
+pub fn provider_name(state: &AppState, provider: &str) -> String {
+    ProviderId::parse(provider)
+        .ok()
+        .and_then(|p| state.providers.get(&p).map(|p| p.display_name.clone()))
+        .unwrap_or_else(|| provider.to_owned())
+}
+
+/// The full authority people sign in at (as on the consent page); `None` when the
+/// provider's metadata cannot be had just now.
+async fn provider_domain(state: &AppState, provider: &str) -> Option<String> {
+    let p = state.providers.get(&ProviderId::parse(provider).ok()?)?.clone();
+    let server = state.resolver.provider(&state.outbound, &p).await.ok()?;
+    Some(super::connect::authority(&server.authorize_url))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DisconnectError {
+    /// No such connection, or another subject's: the same answer, so that a guess learns
+    /// nothing about connections that are not the person's.
+    #[error("no such connection of this subject")]
+    NotYours,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Whether `subject` may end the connection whose owner is `owner`. The one rule of the
+/// page: a person ends their own connections only, in any tenant.
+pub fn may_disconnect(subject: &Subject, owner: Option<&(String, String)>) -> Result<String, DisconnectError> {
+    match owner {
+        Some((tenant, owner)) if owner == subject.as_str() => Ok(tenant.clone()),
+        _ => Err(DisconnectError::NotYours),
+    }
+}
+
+/// Ends one of `subject`'s connections, as the admin revoke does.
+pub async fn disconnect(state: &AppState, subject: &Subject, id: Uuid) -> Result<Revoked, DisconnectError> {
+    let owner = store::connections::owner_of(&state.pool, id).await?;
+    let tenant = may_disconnect(subject, owner.as_ref())?;
+    revoke::revoke_connection(state, &tenant, id, BY_SUBJECT).await?.ok_or(DisconnectError::NotYours)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_person_may_end_their_own_connections_only() {
+        let alice = Subject::parse("alice").unwrap();
+        type Owner = Option<(String, String)>;
+        let owned = |t: &str, s: &str| Some((t.to_owned(), s.to_owned()));
+        let cases: [(Owner, Option<&str>); 5] = [
+            (owned("acme", "alice"), Some("acme")),
+            (owned("beta", "alice"), Some("beta")),
+            (owned("acme", "bob"), None),
+            (owned("acme", "Alice"), None),
+            (None, None),
+        ];
+        for (owner, allowed) in cases {
+            let got = may_disconnect(&alice, owner.as_ref()).ok();
+            assert_eq!(got.as_deref(), allowed, "{owner:?}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `GET /connections` ("Your connections") and `POST /connections/disconnect`: a signed-in
+//! person sees every connection held for them, by assistant, and ends one of theirs.
+
+use super::login::{forbidden_csrf, session_expired};
+use super::pages::{PageError, render};
+use super::session::{MaybeSession, request_id};
+use crate::app::AppState;
+use crate::flows::held::{self, DisconnectError, Group};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use askama::Template;
+use time::OffsetDateTime;
+use time::macros::format_description;
+use uuid::Uuid;
+
+#[derive(Template)]
+#[template(path = "connections.html")]
+struct ConnectionsPage<'a> {
+    signed_in_as: &'a str,
+    csrf: &'a str,
+    groups: Vec<GroupView>,
+    notice: Option<Notice>,
+}
+
+struct GroupView {
+    tenant_name: String,
+    connections: Vec<ConnectionView>,
+}
+
+struct ConnectionView {
+    id: String,
+    provider_name: String,
+    provider_domain: Option<String>,
+    account_login: Option<String>,
+    scopes: Vec<String>,
+    connected_since: String,
+    last_used: Option<String>,
+    status: &'static str,
+}
+
+struct Notice {
+    class: &'static str,
+    text: String,
+}
+
+/// To the minute, in UTC: what the usage table knows.
+fn minute(t: OffsetDateTime) -> String {
+    let f = format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
+    t.to_offset(time::UtcOffset::UTC).format(&f).unwrap_or_default()
+}
+
+fn view(groups: Vec<Group>) -> Vec<GroupView> {
+    groups
+        .into_iter()
+        .map(|g| GroupView {
+            tenant_name: g.tenant_name,
+            connections: g
+                .connections
+                .into_iter()
+                .map(|c| ConnectionView {
+                    id: c.id.to_string(),
+                    provider_name: c.provider_name,
+                    provider_domain: c.provider_domain,
+                    account_login: c.account_login,
+                    scopes: c.scopes,
+                    connected_since: minute(c.connected_since),
+                    last_used: c.last_used.map(minute),
+                    status: c.status.as_str(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// To sign-in and back here.
+fn sign_in(state: &AppState) -> HttpResponse {
+    let mut login = state.public_base_url.clone();
+    login.set_path("/login");
+    login.query_pairs_mut().clear().append_pair("return_to", "/connections");
+    HttpResponse::SeeOther().insert_header(("location", login.as_str())).finish()
+}
+
+async fn page(
+    state: &AppState,
+    rid: &str,
+    session: &super::BrowserSession,
+    notice: Option<Notice>,
+) -> Result<HttpResponse, PageError> {
+    let groups = held::held_by(state, &session.info.subject).await.map_err(|e| PageError::internal(rid, &e))?;
+    let page = ConnectionsPage {
+        signed_in_as: session.info.subject.as_str(),
+        csrf: session.csrf(),
+        groups: view(groups),
+        notice,
+    };
+    render(StatusCode::OK, &page, None)
+}
+
+/// `GET /connections`.
+pub async fn show(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: MaybeSession,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let Some(session) = session.0 else { return Ok(sign_in(&state)) };
+    page(&state, &rid.0, &session, None).await
+}
+
+#[derive(serde::Deserialize)]
+pub struct DisconnectForm {
+    csrf: Option<String>,
+    id: Option<String>,
+}
+
+/// `POST /connections/disconnect`: the form's CSRF token is bound to the session, and the
+/// connection must be the signed-in subject's (another's, in any tenant, is "no such
+/// connection").
+pub async fn disconnect(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: MaybeSession,
+    form: web::Form<DisconnectForm>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let Some(session) = session.0 else {
+        return Err(session_expired(&rid, "Open your connections again and sign in."));
+    };
+    if !session.csrf_matches(form.csrf.as_deref()) {
+        return Err(forbidden_csrf(&rid));
+    }
+    let not_yours = || {
+        PageError::new(
+            &rid,
+            StatusCode::NOT_FOUND,
+            "No such connection",
+            "This connection does not exist or is not yours.",
+            "Open your connections again.",
+        )
+    };
+    let id = form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).ok_or_else(not_yours)?;
+    let notice = match held::disconnect(&state, &session.info.subject, id).await {
+        Ok(r) if r.provider_result.starts_with("failed") => Notice {
+            class: "bad",
+            text: format!(
+                "Disconnected: this service deleted what it held for {}, but the provider could not be told; \
+                 you can also remove the app in your account there.",
+                held::provider_name(&state, &r.provider)
+            ),
+        },
+        Ok(r) => Notice { class: "ok", text: format!("Disconnected {}.", held::provider_name(&state, &r.provider)) },
+        Err(DisconnectError::NotYours) => return Err(not_yours()),
+        Err(DisconnectError::Database(e)) => return Err(PageError::internal(&rid.0, &e)),
+    };
+    page(&state, &rid.0, &session, Some(notice)).await
+}

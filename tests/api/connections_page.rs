@@ -1,0 +1,175 @@
+//! "Your connections" (`GET /connections`, `POST /connections/disconnect`) over plain HTTP:
+//! what a person sees, what they may end, and that nobody ends another's.
+
+use crate::browser::{Browser, form_value, location};
+use crate::helpers::{TestApp, spawn_app};
+use serde_json::json;
+
+async fn page(app: &TestApp, browser: &Browser) -> (u16, String) {
+    let r = browser.get(&format!("{}/connections", app.base)).await;
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+async fn disconnect(app: &TestApp, browser: &Browser, csrf: &str, id: &str) -> (u16, String) {
+    let r = browser
+        .client
+        .post(format!("{}/connections/disconnect", app.base))
+        .form(&[("csrf", csrf), ("id", id)])
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+async fn status_of(app: &TestApp, id: impl std::fmt::Display) -> String {
+    sqlx::query_scalar("SELECT status FROM connections WHERE id = $1::text::uuid")
+        .bind(id.to_string())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn signing_in_leads_to_the_page_which_lists_only_ones_own_connections_by_assistant() {
+    let app = spawn_app().await;
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    app.insert_connection("beta", "alice", "github", "gho_beta", &["read:user"], None).await;
+    app.insert_connection("acme", "bob", "github", "gho_bob", &["repo"], None).await;
+    let needs = app.insert_connection("acme", "alice", "github", "gho_old", &["read:user"], None).await;
+    sqlx::query("UPDATE connections SET status = 'needs_reauth', access_token_ct = NULL, refresh_token_ct = NULL WHERE id = $1::text::uuid")
+        .bind(needs.to_string())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let revoked = app.insert_connection("beta", "alice", "gitlab", "glpat_x", &[], None).await;
+    sqlx::query("UPDATE connections SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL, key_id = NULL WHERE id = $1::text::uuid")
+        .bind(revoked.to_string())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    // Not signed in: to the IdP and back to the page.
+    let browser = Browser::new();
+    let r = browser.get(&format!("{}/connections", app.base)).await;
+    assert_eq!(r.status(), 303);
+    assert!(location(&r).ends_with("/login?return_to=%2Fconnections"), "{}", location(&r));
+    browser.login(&app, "alice").await;
+    let (status, html) = page(&app, &browser).await;
+    assert_eq!(status, 200);
+    // Grouped by assistant, Acme's first; the provider's name, the host people sign in at,
+    // the upstream login, the scopes, since when and the status.
+    let acme = html.find("<h2>Acme Assistant</h2>").expect("Acme's group");
+    let beta = html.find("<h2>Beta Bot</h2>").expect("Beta's group");
+    assert!(acme < beta);
+    assert!(html.contains("Test Provider · octo-alice"), "{html}");
+    let provider_host = url::Url::parse(&app.provider.base_url()).unwrap();
+    let host = format!("{}:{}", provider_host.host_str().unwrap(), provider_host.port().unwrap());
+    assert!(html.contains(&format!("<code>{host}</code>")), "the provider's full domain");
+    assert!(html.contains("<code>openid</code>, <code>profile</code>"));
+    assert!(regex_lite::Regex::new(r"<dd>\d{4}-\d\d-\d\d \d\d:\d\d UTC</dd>").unwrap().is_match(&html));
+    assert!(html.contains(r#"class="status-active">active"#));
+    assert!(html.contains(r#"class="status-needs_reauth">needs_reauth"#));
+    assert!(html.contains("Ask Acme Assistant again"), "a needs_reauth connection says to ask again");
+    assert!(!html.contains("gho_") && !html.contains("glpat"), "no token on the page");
+    assert!(!html.contains("GitLab") && !html.contains("gitlab"), "a revoked connection is not listed");
+    assert_eq!(html.matches("<li class=\"connection\"").count(), 3, "alice's three, not bob's");
+    // The same headers as the other pages.
+    let r = browser.get(&format!("{}/connections", app.base)).await;
+    let h = r.headers();
+    assert!(h["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert_eq!(h["cache-control"], "no-store");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+}
+
+#[tokio::test]
+async fn disconnect_revokes_at_the_provider_drops_the_grant_and_the_next_token_call_asks_again() {
+    let app = spawn_app().await;
+    let (id, url) = app.elicit("alice", "testp").await;
+    let browser = Browser::new();
+    assert_eq!(browser.connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    let connected = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
+    let token = connected["access_token"].as_str().unwrap().to_owned();
+    let connection = connected["connection_id"].as_str().unwrap().to_owned();
+    // A link of alice's for the same provider (more scopes), open elsewhere, is closed too.
+    let more = app.token_ok(json!({"subject": "alice", "provider": "testp", "scopes": ["openid", "email"]})).await;
+    assert_eq!(more["status"], "connect_required", "{more}");
+    let pending = more["elicitation"]["id"].as_str().unwrap().to_owned();
+    let (_, html) = page(&app, &browser).await;
+    let csrf = form_value(&html, "csrf");
+    let (status, html) = disconnect(&app, &browser, &csrf, &connection).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Disconnected Test Provider."), "{html}");
+    assert!(html.contains("You have no connections."));
+    assert_eq!(status_of(&app, &connection).await, "revoked");
+    let me = app.client.get(format!("{}/userinfo", app.provider.base_url())).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(me.status(), 401, "the provider's token is dead");
+    let again = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(again["status"], "connect_required");
+    let by: serde_json::Value = sqlx::query_scalar(
+        "SELECT detail FROM audit_events WHERE kind = 'connection_revoked' AND connection_id = $1::text::uuid",
+    )
+    .bind(&connection)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(by["by"], "subject");
+    assert_eq!(app.elicitation_status(&pending).await, "cancelled");
+}
+
+#[tokio::test]
+async fn nobody_ends_another_subjects_connection_with_a_forged_form_in_this_tenant_or_another() {
+    let app = spawn_app().await;
+    let bobs = app.insert_connection("acme", "bob", "github", "gho_bob", &["repo"], None).await;
+    let bobs_beta = app.insert_connection("beta", "bob", "github", "gho_bob_beta", &["repo"], None).await;
+    let alices = app.insert_connection("acme", "alice", "github", "gho_alice", &["repo"], None).await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let (_, html) = page(&app, &browser).await;
+    let csrf = form_value(&html, "csrf");
+    for (id, what) in [
+        (bobs.to_string(), "bob's in acme"),
+        (bobs_beta.to_string(), "bob's in beta"),
+        ("00000000-0000-0000-0000-000000000000".to_owned(), "none"),
+        ("not-an-id".to_owned(), "malformed"),
+    ] {
+        let (status, html) = disconnect(&app, &browser, &csrf, &id).await;
+        assert_eq!(status, 404, "{what}");
+        assert!(html.contains("No such connection"), "{what}: {html}");
+    }
+    assert_eq!(status_of(&app, bobs).await, "active");
+    assert_eq!(status_of(&app, bobs_beta).await, "active");
+    // A form without the session's token ends nothing, even one's own.
+    for bad in ["", "x", &csrf[..csrf.len() - 1]] {
+        let (status, html) = disconnect(&app, &browser, bad, &alices.to_string()).await;
+        assert_eq!(status, 403);
+        assert!(html.contains("This form has expired"), "{html}");
+    }
+    // Nor does bob's token in alice's browser, or a form with no session at all.
+    let bob = Browser::new();
+    bob.login(&app, "bob").await;
+    let (_, bobs_page) = page(&app, &bob).await;
+    let bobs_csrf = form_value(&bobs_page, "csrf");
+    assert_eq!(disconnect(&app, &browser, &bobs_csrf, &alices.to_string()).await.0, 403);
+    assert_eq!(disconnect(&app, &Browser::new(), &csrf, &alices.to_string()).await.0, 403);
+    assert_eq!(status_of(&app, alices).await, "active");
+    let revocations: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'connection_revoked'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(revocations, 0);
+}
+
+#[tokio::test]
+async fn the_consent_page_and_the_result_page_link_to_the_connections_page() {
+    let app = spawn_app().await;
+    let (_, url) = app.elicit("alice", "testp").await;
+    let browser = Browser::new();
+    let consent = browser.open(&app, &url, "alice").await.text().await.unwrap();
+    assert!(consent.contains(r#"<a href="/connections">disconnect at any time</a>"#), "{consent}");
+    let (_, url) = app.elicit("bob", "testp").await;
+    let r = Browser::new().connect(&app, &url, "bob", "octo-bob").await;
+    assert!(r.text().await.unwrap().contains(r#"<a href="/connections">Your connections</a>"#));
+}
