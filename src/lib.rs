@@ -34,3 +34,5 @@ pub mod telemetry;
 pub mod tenants;
 /// Sealing tokens at rest.
 pub mod vault;
+/// Webhook signatures (Standard Webhooks) and the SSRF-safe delivery client.
+pub mod webhooks;

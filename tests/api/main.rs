@@ -29,3 +29,4 @@ mod serve;
 mod tenancy;
 mod token;
 mod vault;
+mod webhooks;

@@ -1,0 +1,139 @@
+//! The foundations of signed webhooks: signatures checked by the official Standard Webhooks
+//! verifier from PyPI, and the delivery client's refusal of internal addresses, proven
+//! with a resolver that answers the address under test (no packet is sent to it).
+
+use mcp_connect::webhooks::sign::{new_secret, sign};
+use mcp_connect::webhooks::ssrf::{AddressPolicy, Lookup, Refusal, client, refusal_of};
+use secrecy::{ExposeSecret, SecretString};
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// Verifies with PyPI's `standardwebhooks`; returns its verdict (`ok`, or the error's class
+/// and message).
+async fn python_verifies(secret: &SecretString, body: &str, id: &str, timestamp: i64, signature: &str) -> String {
+    let script = r#"
+import sys
+from standardwebhooks.webhooks import Webhook
+secret, body, wid, ts, sig = sys.argv[1:6]
+try:
+    Webhook(secret).verify(body, {"webhook-id": wid, "webhook-timestamp": ts, "webhook-signature": sig})
+    print("ok")
+except Exception as e:
+    print(f"{type(e).__name__}: {e}")
+"#;
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python");
+    let out = tokio::process::Command::new(python)
+        .args(["-c", script, secret.expose_secret(), body, id, &timestamp.to_string(), signature])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn signatures_verify_with_the_official_standardwebhooks_package_and_fail_when_anything_differs() {
+    let (secret, old, other) = (new_secret(), new_secret(), new_secret());
+    let body = r#"{"type":"connection.revoked","data":{"subject":"alice","by":"subject"}}"#;
+    let now = OffsetDateTime::now_utc();
+    let s = sign(&[&secret, &old], "msg_2c0e1a", now, body.as_bytes()).unwrap();
+    assert_eq!(python_verifies(&secret, body, &s.id, s.timestamp, &s.signature).await, "ok");
+    assert_eq!(python_verifies(&old, body, &s.id, s.timestamp, &s.signature).await, "ok", "the rotated-out secret");
+    let tampered = body.replace("alice", "mallory");
+    let mismatch = "WebhookVerificationError: No matching signature found";
+    assert_eq!(python_verifies(&secret, &tampered, &s.id, s.timestamp, &s.signature).await, mismatch);
+    assert_eq!(python_verifies(&other, body, &s.id, s.timestamp, &s.signature).await, mismatch);
+    assert_eq!(python_verifies(&secret, body, "msg_other", s.timestamp, &s.signature).await, mismatch);
+    // A delivery signed more than 5 minutes ago is refused, as a replay would be.
+    let stale = sign(&[&secret], "msg_2c0e1a", now - time::Duration::minutes(6), body.as_bytes()).unwrap();
+    assert_eq!(
+        python_verifies(&secret, body, &stale.id, stale.timestamp, &stale.signature).await,
+        "WebhookVerificationError: Message timestamp too old"
+    );
+}
+
+/// Answers every name with `ip`.
+struct Answers(IpAddr);
+
+impl Lookup for Answers {
+    fn lookup(&self, _host: String) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+        let ip = self.0;
+        Box::pin(async move { Ok(vec![ip]) })
+    }
+}
+
+#[tokio::test]
+async fn the_delivery_client_refuses_internal_addresses_a_name_resolves_to() {
+    let strict = AddressPolicy::default();
+    for (ip, refusal) in [
+        ("10.0.0.1", Refusal::Private),
+        ("172.20.1.1", Refusal::Private),
+        ("100.64.1.1", Refusal::Private),
+        ("fd12::1", Refusal::Private),
+        ("169.254.169.254", Refusal::LinkLocal),
+        ("fe80::1", Refusal::LinkLocal),
+        ("127.0.0.1", Refusal::Loopback),
+        ("::ffff:127.0.0.1", Refusal::Loopback),
+        ("::ffff:10.0.0.1", Refusal::Private),
+        ("0.0.0.0", Refusal::Reserved),
+    ] {
+        let c = client(strict, Arc::new(Answers(ip.parse().unwrap())), Duration::from_secs(2)).unwrap();
+        let e = c.post("https://hooks.example.com/in").body("{}").send().await.unwrap_err();
+        assert_eq!(refusal_of(&e), Some(refusal), "{ip}: {e}");
+    }
+}
+
+/// A receiver on loopback that counts requests and answers `status` (with a Location).
+async fn receiver(status: u16) -> (String, Arc<AtomicU64>) {
+    let hits = Arc::new(AtomicU64::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counted = hits.clone();
+    let server = actix_web::HttpServer::new(move || {
+        let counted = counted.clone();
+        actix_web::App::new().default_service(actix_web::web::to(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+                    .insert_header(("location", "http://169.254.169.254/latest/meta-data/"))
+                    .finish()
+            }
+        }))
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    tokio::spawn(server);
+    (format!("http://localhost:{port}/in"), hits)
+}
+
+#[tokio::test]
+async fn a_name_that_rebinds_to_loopback_is_refused_at_delivery_and_no_request_arrives() {
+    let (url, hits) = receiver(200).await;
+    // The name resolves to the receiver on 127.0.0.1: refused unless loopback is allowed.
+    let lookup = Arc::new(Answers("127.0.0.1".parse().unwrap()));
+    let strict = client(AddressPolicy::default(), lookup.clone(), Duration::from_secs(2)).unwrap();
+    let e = strict.post(&url).body("{}").send().await.unwrap_err();
+    assert_eq!(refusal_of(&e), Some(Refusal::Loopback));
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached the receiver");
+    let dev = AddressPolicy { allow_loopback: true, allow_private: false };
+    let r = client(dev, lookup, Duration::from_secs(2)).unwrap().post(&url).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let (url, hits) = receiver(302).await;
+    let dev = AddressPolicy { allow_loopback: true, allow_private: false };
+    let c = client(dev, Arc::new(Answers("127.0.0.1".parse().unwrap())), Duration::from_secs(2)).unwrap();
+    let r = c.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 302, "the redirect is the answer, not followed");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
