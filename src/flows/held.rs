@@ -10,6 +10,9 @@ use crate::store;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// How long the page waits for a provider's metadata (for the host it shows).
+const DOMAIN_LOOKUP: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The actor of a disconnect made on "Your connections".
 pub const BY_SUBJECT: &str = "subject";
 
@@ -36,12 +39,23 @@ pub struct Group {
 /// The subject's connections that are not revoked, grouped by tenant.
 pub async fn held_by(state: &AppState, subject: &Subject) -> Result<Vec<Group>, sqlx::Error> {
     let rows = store::connections::held_by_subject(&state.pool, subject.as_str()).await?;
+    // Each provider once, all at once, each bounded: a provider whose metadata cannot be
+    // had just now costs the page two seconds at most, and shows no host.
+    let mut providers: Vec<&str> = rows.iter().map(|r| r.meta.provider.as_str()).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let lookups = providers.iter().map(|p| async move {
+        let domain = tokio::time::timeout(DOMAIN_LOOKUP, provider_domain(state, p)).await.ok().flatten();
+        ((*p).to_owned(), domain)
+    });
+    let domains: std::collections::HashMap<String, Option<String>> =
+        futures_util::future::join_all(lookups).await.into_iter().collect();
     let mut groups: Vec<(String, Group)> = Vec::new();
     for row in rows {
         let held = Held {
             id: row.meta.id,
             provider_name: provider_name(state, &row.meta.provider),
-            provider_domain: provider_domain(state, &row.meta.provider).await,
+            provider_domain: domains.get(&row.meta.provider).cloned().flatten(),
             account_login: row.meta.account_login,
             scopes: row.meta.scopes,
             connected_since: row.meta.created_at,

@@ -48,6 +48,17 @@ pub async fn revoke_connection(
     let Some(seen) = store::connections::connection_meta(&state.pool, tenant, id).await? else {
         return Ok(None);
     };
+    // A repeat (a reloaded form, a second click) ends nothing new: links opened since the
+    // revocation belong to a later connect.
+    if seen.status == ConnectionStatus::Revoked {
+        return Ok(Some(Revoked {
+            connection_id: seen.id,
+            subject: seen.subject,
+            provider: seen.provider,
+            provider_result: "already_revoked".to_owned(),
+            cancelled_elicitations: 0,
+        }));
+    }
     let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };

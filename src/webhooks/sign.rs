@@ -18,8 +18,12 @@ pub fn new_secret() -> SecretString {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
+    /// Not `whsec_` and 24-64 bytes of base64.
     #[error("a signing secret is malformed")]
     BadSecret,
+    /// The body is not UTF-8 (the signature covers it as text).
+    #[error("the body is not UTF-8")]
+    BadBody,
     #[error("no signing secret")]
     NoSecret,
 }
@@ -39,9 +43,16 @@ pub fn sign(secrets: &[&SecretString], id: &str, at: OffsetDateTime, body: &[u8]
     }
     let timestamp = at.unix_timestamp();
     let mut signatures = Vec::with_capacity(secrets.len());
+    std::str::from_utf8(body).map_err(|_| SignError::BadBody)?;
     for secret in secrets {
-        let hook = standardwebhooks::Webhook::new(secret.expose_secret()).map_err(|_| SignError::BadSecret)?;
-        signatures.push(hook.sign(id, timestamp, body).map_err(|_| SignError::BadSecret)?);
+        let key = secret
+            .expose_secret()
+            .strip_prefix("whsec_")
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .filter(|k| (24..=64).contains(&k.len()))
+            .ok_or(SignError::BadSecret)?;
+        let hook = standardwebhooks::Webhook::from_bytes(key).map_err(|_| SignError::BadSecret)?;
+        signatures.push(hook.sign(id, timestamp, body).map_err(|_| SignError::BadBody)?);
     }
     Ok(Signed { id: id.to_owned(), timestamp, signature: signatures.join(" ") })
 }
@@ -80,7 +91,10 @@ mod tests {
         let raw = a.expose_secret().strip_prefix("whsec_").unwrap();
         assert_eq!(base64::engine::general_purpose::STANDARD.decode(raw).unwrap().len(), 32);
         assert!(matches!(sign(&[], "msg_1", OffsetDateTime::now_utc(), b""), Err(SignError::NoSecret)));
-        let bad = SecretString::from("whsec_***".to_owned());
-        assert!(matches!(sign(&[&bad], "msg_1", OffsetDateTime::now_utc(), b""), Err(SignError::BadSecret)));
+        for bad in ["whsec_***", "whsec_", "whsec_AAAA", "secret"] {
+            let bad = SecretString::from(bad.to_owned());
+            assert!(matches!(sign(&[&bad], "msg_1", OffsetDateTime::now_utc(), b""), Err(SignError::BadSecret)));
+        }
+        assert!(matches!(sign(&[&a], "msg_1", OffsetDateTime::now_utc(), &[0xff]), Err(SignError::BadBody)));
     }
 }

@@ -56,23 +56,16 @@ impl Refusal {
     }
 }
 
-/// Whether `ip` may be connected to. IPv4-mapped and IPv4-compatible IPv6 addresses are
-/// judged as the IPv4 address they carry.
+/// Whether `ip` may be connected to. An IPv4-mapped IPv6 address is judged as the IPv4
+/// address it carries; the deprecated IPv4-compatible ones (`::/96`) are refused outright.
 pub fn check_ip(ip: IpAddr, policy: AddressPolicy) -> Result<(), Refusal> {
     match ip {
         IpAddr::V4(v4) => check_v4(v4, policy),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped().or_else(|| compatible_v4(v6)) {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => check_v4(v4, policy),
             None => check_v6(v6, policy),
         },
     }
-}
-
-/// `::a.b.c.d` (deprecated IPv4-compatible form), except `::` and `::1`.
-fn compatible_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = v6.segments();
-    (s[..6].iter().all(|x| *x == 0) && (s[6] != 0 || s[7] > 1))
-        .then(|| Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8))
 }
 
 fn check_v4(ip: Ipv4Addr, policy: AddressPolicy) -> Result<(), Refusal> {
@@ -94,6 +87,7 @@ fn check_v4(ip: Ipv4Addr, policy: AddressPolicy) -> Result<(), Refusal> {
         || o[0] == 0
         || o[0] >= 240
         || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+        || (o[0] == 192 && o[1] == 88 && o[2] == 99)
         || (o[0] == 198 && (o[1] & 0xfe) == 18);
     if reserved { Err(Refusal::Reserved) } else { Ok(()) }
 }
@@ -109,17 +103,18 @@ fn check_v6(ip: Ipv6Addr, policy: AddressPolicy) -> Result<(), Refusal> {
     if (s[0] & 0xfe00) == 0xfc00 {
         return if policy.allow_private { Ok(()) } else { Err(Refusal::Private) };
     }
-    // Only global unicast (2000::/3) is public; of it, documentation (2001:db8::/32) and
-    // the translation and tunnelling prefixes that can carry an internal IPv4 address
-    // (64:ff9b::/96 is outside 2000::/3 already; 2002::/16 6to4, 2001::/32 Teredo) are not.
+    // Only global unicast (2000::/3) is public; of it, documentation (2001:db8::/32,
+    // 3fff::/20), the IETF protocol assignments (2001::/23: Teredo, ORCHID, benchmarking)
+    // and 6to4 (2002::/16, which can carry an internal IPv4 address) are not.
+    // (64:ff9b::/96 NAT64 and ::/96 lie outside 2000::/3 and are refused with it.)
     let global = (s[0] & 0xe000) == 0x2000;
-    let documentation = s[0] == 0x2001 && s[1] == 0x0db8;
-    let tunnel = s[0] == 0x2002 || (s[0] == 0x2001 && s[1] == 0);
-    if global && !documentation && !tunnel { Ok(()) } else { Err(Refusal::Reserved) }
+    let documentation = (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] == 0x3fff && s[1] < 0x1000);
+    let special = (s[0] == 0x2001 && s[1] < 0x0200) || s[0] == 0x2002;
+    if global && !documentation && !special { Ok(()) } else { Err(Refusal::Reserved) }
 }
 
-/// An endpoint URL as registered: `https` (or `http` to a loopback host where loopback is
-/// allowed), a host, no user name or password; an IP literal is judged at once (names are
+/// An endpoint URL as registered: `https` (or `http` to a loopback address where loopback
+/// is allowed), a host, no user name or password; an IP literal is judged at once (names are
 /// judged when they are resolved, on every delivery).
 pub fn check_url(url: &Url, policy: AddressPolicy) -> Result<(), Refusal> {
     if !url.username().is_empty() || url.password().is_some() {
@@ -133,8 +128,8 @@ pub fn check_url(url: &Url, policy: AddressPolicy) -> Result<(), Refusal> {
     };
     match url.scheme() {
         "https" => {}
+        // By address only: a name (`localhost`) could resolve elsewhere.
         "http" if policy.allow_loopback && literal.is_some_and(|ip| ip.is_loopback()) => {}
-        "http" if policy.allow_loopback && url.host_str() == Some("localhost") => {}
         _ => return Err(Refusal::NotHttps),
     }
     match literal {
@@ -191,20 +186,55 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 /// The delivery client: the guarded resolver, no redirects, no proxy from the
-/// environment, a short timeout. Send only to URLs [`check_url`] accepts, checked again
-/// at each delivery: an IP literal is never resolved, so the resolver never sees it.
-pub fn client(policy: AddressPolicy, lookup: Arc<dyn Lookup>, timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .dns_resolver(Arc::new(GuardedResolver { lookup, policy }))
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
+/// environment, a short timeout. It only posts, and checks each URL first: an IP literal
+/// is never resolved, so the resolver alone would never see it.
+pub struct DeliveryClient {
+    http: reqwest::Client,
+    policy: AddressPolicy,
+}
+
+/// A delivery that was not made or got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("refused: {0}")]
+    Refused(Refusal),
+    #[error("request failed: {0}")]
+    Request(#[source] reqwest::Error),
+}
+
+impl DeliveryClient {
+    pub fn new(policy: AddressPolicy, lookup: Arc<dyn Lookup>, timeout: Duration) -> reqwest::Result<Self> {
+        let http = reqwest::Client::builder()
+            .dns_resolver(Arc::new(GuardedResolver { lookup, policy }))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()?;
+        Ok(Self { http, policy })
+    }
+
+    /// POSTs `body` with `headers` to `url`, after checking it again.
+    pub async fn post(
+        &self,
+        url: &Url,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+    ) -> Result<reqwest::Response, DeliveryError> {
+        check_url(url, self.policy).map_err(DeliveryError::Refused)?;
+        let mut req = self.http.post(url.clone()).body(body);
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        req.send().await.map_err(|e| match refusal_of(&e) {
+            Some(r) => DeliveryError::Refused(r),
+            None => DeliveryError::Request(e),
+        })
+    }
 }
 
 /// The refusal behind a failed request, if the guard refused it.
-pub fn refusal_of(e: &reqwest::Error) -> Option<Refusal> {
+fn refusal_of(e: &reqwest::Error) -> Option<Refusal> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if let Some(r) = s.downcast_ref::<Refusal>() {
@@ -233,7 +263,12 @@ mod tests {
             ("127.8.9.10", Err(Refusal::Loopback), Ok(())),
             ("::1", Err(Refusal::Loopback), Ok(())),
             ("::ffff:127.0.0.1", Err(Refusal::Loopback), Ok(())),
-            ("::127.0.0.1", Err(Refusal::Loopback), Ok(())),
+            ("::127.0.0.1", Err(Refusal::Reserved), Err(Refusal::Reserved)),
+            ("::8.8.8.8", Err(Refusal::Reserved), Err(Refusal::Reserved)),
+            ("192.88.99.1", Err(Refusal::Reserved), Err(Refusal::Reserved)),
+            ("2001:10::1", Err(Refusal::Reserved), Err(Refusal::Reserved)),
+            ("2001::1", Err(Refusal::Reserved), Err(Refusal::Reserved)),
+            ("3fff::1", Err(Refusal::Reserved), Err(Refusal::Reserved)),
             ("10.0.0.1", Err(Refusal::Private), Ok(())),
             ("172.16.5.4", Err(Refusal::Private), Ok(())),
             ("192.168.1.1", Err(Refusal::Private), Ok(())),
@@ -270,7 +305,11 @@ mod tests {
             ("https://hooks.example.com/in", Ok(()), Ok(())),
             ("http://hooks.example.com/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
             ("http://127.0.0.1:9000/in", Err(Refusal::NotHttps), Ok(())),
-            ("http://localhost:9000/in", Err(Refusal::NotHttps), Ok(())),
+            ("http://localhost:9000/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
+            ("https://2130706433/in", Err(Refusal::Loopback), Ok(())),
+            ("https://0x7f.1/in", Err(Refusal::Loopback), Ok(())),
+            ("https://0177.0.0.1/in", Err(Refusal::Loopback), Ok(())),
+            ("https://167772161/in", Err(Refusal::Private), Err(Refusal::Private)),
             ("http://[::1]:9000/in", Err(Refusal::NotHttps), Ok(())),
             ("https://127.0.0.1/in", Err(Refusal::Loopback), Ok(())),
             ("https://10.0.0.5/in", Err(Refusal::Private), Err(Refusal::Private)),

@@ -99,8 +99,18 @@ async fn disconnect_revokes_at_the_provider_drops_the_grant_and_the_next_token_c
     let pending = more["elicitation"]["id"].as_str().unwrap().to_owned();
     let (_, html) = page(&app, &browser).await;
     let csrf = form_value(&html, "csrf");
-    let (status, html) = disconnect(&app, &browser, &csrf, &connection).await;
-    assert_eq!(status, 200, "{html}");
+    // The POST answers with a redirect to the page (a reload repeats nothing), which says
+    // what happened.
+    let r = browser
+        .client
+        .post(format!("{}/connections/disconnect", app.base))
+        .form(&[("csrf", csrf.as_str()), ("id", connection.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(location(&r), format!("{}/connections?disconnected=testp", app.base));
+    let html = browser.get(&location(&r)).await.text().await.unwrap();
     assert!(html.contains("Disconnected Test Provider."), "{html}");
     assert!(html.contains("You have no connections."));
     assert_eq!(status_of(&app, &connection).await, "revoked");
@@ -160,6 +170,51 @@ async fn nobody_ends_another_subjects_connection_with_a_forged_form_in_this_tena
         .await
         .unwrap();
     assert_eq!(revocations, 0);
+}
+
+#[tokio::test]
+async fn what_providers_say_is_shown_as_text_and_a_made_up_notice_is_not_shown() {
+    let app = spawn_app().await;
+    let id = app.insert_connection("acme", "alice", "github", "gho_x", &["<b>repo</b>"], None).await;
+    sqlx::query("UPDATE connections SET account_login = '<script>alert(1)</script>' WHERE id = $1::text::uuid")
+        .bind(id.to_string())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let (_, html) = page(&app, &browser).await;
+    // askama escapes `<` and `>` as numeric references.
+    assert!(html.contains("&#60;script&#62;alert(1)&#60;/script&#62;") && !html.contains("<script>"), "{html}");
+    assert!(html.contains("<code>&#60;b&#62;repo&#60;/b&#62;</code>"), "{html}");
+    for q in ["?disconnected=%3Cscript%3E", "?disconnected=nosuchprovider", "?disconnected=github%20hacked"] {
+        let html = browser.get(&format!("{}/connections{q}", app.base)).await.text().await.unwrap();
+        assert!(!html.contains("role=\"status\""), "{q}: {html}");
+    }
+    let html =
+        browser.get(&format!("{}/connections?disconnected=github&told=no", app.base)).await.text().await.unwrap();
+    assert!(html.contains("GitHub could not be told"), "{html}");
+}
+
+#[tokio::test]
+async fn the_page_shows_promptly_when_a_providers_discovery_is_down() {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        extra_toml: "[providers.downp]\ntemplate = \"oidc\"\nissuer = \"http://127.0.0.1:9\"\nclient_id = \"downp\"\n"
+            .to_owned(),
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"downp\"]".to_owned())],
+        env: vec![("MCP_CONNECT_PROVIDER_DOWNP_CLIENT_SECRET", "downp-secret".to_owned())],
+        ..Default::default()
+    })
+    .await;
+    app.insert_connection("acme", "alice", "downp", "at_down", &[], None).await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let started = std::time::Instant::now();
+    let (status, html) = page(&app, &browser).await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(html.contains("<h3") && html.contains("downp"), "{html}");
+    assert!(!html.contains("<dt>At</dt>"), "no host when the metadata cannot be had");
 }
 
 #[tokio::test]

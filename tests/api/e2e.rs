@@ -329,7 +329,7 @@ async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_d
     assert!(text.contains("Your connections") && text.contains("Acme Assistant"), "{text}");
     assert!(text.contains("Test Provider · octo-alice"), "{text}");
     chrome.click("form[action='/connections/disconnect'] button").await;
-    chrome.wait_for_url(&format!("{}/connections/disconnect", app.base)).await;
+    chrome.wait_for_url(&format!("{}/connections?disconnected=testp", app.base)).await;
     assert_eq!(chrome.text("[role=status]").await, "Disconnected Test Provider.");
     assert!(chrome.page_text().await.contains("You have no connections."));
     chrome.screenshot("disconnected").await;
@@ -358,7 +358,7 @@ async fn the_connections_page_works_on_a_phone_by_keyboard() {
     chrome.press(&[Key::Tab]).await;
     assert_eq!(chrome.focused().await, "button ");
     chrome.press(&[Key::Enter]).await;
-    chrome.wait_for_url(&format!("{}/connections/disconnect", app.base)).await;
+    chrome.wait_for_url(&format!("{}/connections?disconnected=testp", app.base)).await;
     assert_eq!(chrome.text("[role=status]").await, "Disconnected Test Provider.");
     chrome.screenshot("disconnected").await;
     chrome.close().await;

@@ -3,7 +3,7 @@
 //! with a resolver that answers the address under test (no packet is sent to it).
 
 use mcp_connect::webhooks::sign::{new_secret, sign};
-use mcp_connect::webhooks::ssrf::{AddressPolicy, Lookup, Refusal, client, refusal_of};
+use mcp_connect::webhooks::ssrf::{AddressPolicy, DeliveryClient, DeliveryError, Lookup, Refusal};
 use secrecy::{ExposeSecret, SecretString};
 use std::future::Future;
 use std::net::IpAddr;
@@ -82,13 +82,36 @@ async fn the_delivery_client_refuses_internal_addresses_a_name_resolves_to() {
         ("::ffff:10.0.0.1", Refusal::Private),
         ("0.0.0.0", Refusal::Reserved),
     ] {
-        let c = client(strict, Arc::new(Answers(ip.parse().unwrap())), Duration::from_secs(2)).unwrap();
-        let e = c.post("https://hooks.example.com/in").body("{}").send().await.unwrap_err();
-        assert_eq!(refusal_of(&e), Some(refusal), "{ip}: {e}");
+        let c = DeliveryClient::new(strict, Arc::new(Answers(ip.parse().unwrap())), Duration::from_secs(2)).unwrap();
+        let e = c.post(&url("https://hooks.example.com/in"), &[], b"{}".to_vec()).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Refused(r) if r == refusal), "{ip}: {e}");
     }
 }
 
-/// A receiver on loopback that counts requests and answers `status` (with a Location).
+fn url(s: &str) -> url::Url {
+    url::Url::parse(s).unwrap()
+}
+
+/// An IP literal is never resolved: the client checks the URL itself.
+#[tokio::test]
+async fn the_delivery_client_refuses_ip_literals_it_would_never_resolve() {
+    let lookup = Arc::new(Answers("93.184.216.34".parse().unwrap()));
+    let c = DeliveryClient::new(AddressPolicy::default(), lookup, Duration::from_secs(2)).unwrap();
+    for (u, refusal) in [
+        ("https://10.0.0.1/in", Refusal::Private),
+        ("https://[fd00::1]/in", Refusal::Private),
+        ("http://169.254.169.254/latest/meta-data/", Refusal::NotHttps),
+        ("https://169.254.169.254/latest/meta-data/", Refusal::LinkLocal),
+        ("https://2130706433/in", Refusal::Loopback),
+        ("http://hooks.example.com/in", Refusal::NotHttps),
+    ] {
+        let e = c.post(&url(u), &[], b"{}".to_vec()).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Refused(r) if r == refusal), "{u}: {e}");
+    }
+}
+
+/// A receiver on loopback that counts requests and answers `status` (with a Location), at
+/// a name the test's resolver maps to 127.0.0.1.
 async fn receiver(status: u16) -> (String, Arc<AtomicU64>) {
     let hits = Arc::new(AtomicU64::new(0));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -110,30 +133,44 @@ async fn receiver(status: u16) -> (String, Arc<AtomicU64>) {
     .unwrap()
     .run();
     tokio::spawn(server);
-    (format!("http://localhost:{port}/in"), hits)
+    (format!("http://hooks.test:{port}/in"), hits)
 }
 
 #[tokio::test]
 async fn a_name_that_rebinds_to_loopback_is_refused_at_delivery_and_no_request_arrives() {
-    let (url, hits) = receiver(200).await;
-    // The name resolves to the receiver on 127.0.0.1: refused unless loopback is allowed.
+    let (endpoint, hits) = receiver(200).await;
+    // The name resolves to the receiver on 127.0.0.1. Over https, which the URL check
+    // accepts for a name, the resolver refuses the address: nothing is sent. Over http by
+    // name the URL itself is refused (http goes to a loopback address written out, and
+    // only where loopback is allowed). Written out, with loopback allowed, it arrives.
     let lookup = Arc::new(Answers("127.0.0.1".parse().unwrap()));
-    let strict = client(AddressPolicy::default(), lookup.clone(), Duration::from_secs(2)).unwrap();
-    let e = strict.post(&url).body("{}").send().await.unwrap_err();
-    assert_eq!(refusal_of(&e), Some(Refusal::Loopback));
+    let https = endpoint.replace("http://", "https://");
+    let strict = DeliveryClient::new(AddressPolicy::default(), lookup.clone(), Duration::from_secs(2)).unwrap();
+    let e = strict.post(&url(&https), &[], b"{}".to_vec()).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Refused(Refusal::Loopback)), "{e}");
     assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached the receiver");
     let dev = AddressPolicy { allow_loopback: true, allow_private: false };
-    let r = client(dev, lookup, Duration::from_secs(2)).unwrap().post(&url).body("{}").send().await.unwrap();
+    let e = DeliveryClient::new(dev, lookup, Duration::from_secs(2))
+        .unwrap()
+        .post(&url(&endpoint), &[], b"{}".to_vec())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, DeliveryError::Refused(Refusal::NotHttps)), "http by name: {e}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    let by_address = endpoint.replace("hooks.test", "127.0.0.1");
+    let dev_client =
+        DeliveryClient::new(dev, Arc::new(Answers("127.0.0.1".parse().unwrap())), Duration::from_secs(2)).unwrap();
+    let r = dev_client.post(&url(&by_address), &[], b"{}".to_vec()).await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let (url, hits) = receiver(302).await;
+    let (endpoint, hits) = receiver(302).await;
     let dev = AddressPolicy { allow_loopback: true, allow_private: false };
-    let c = client(dev, Arc::new(Answers("127.0.0.1".parse().unwrap())), Duration::from_secs(2)).unwrap();
-    let r = c.post(&url).body("{}").send().await.unwrap();
+    let c = DeliveryClient::new(dev, Arc::new(Answers("127.0.0.1".parse().unwrap())), Duration::from_secs(2)).unwrap();
+    let r = c.post(&url(&endpoint.replace("hooks.test", "127.0.0.1")), &[], b"{}".to_vec()).await.unwrap();
     assert_eq!(r.status(), 302, "the redirect is the answer, not followed");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }

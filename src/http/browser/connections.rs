@@ -96,15 +96,41 @@ async fn page(
     render(StatusCode::OK, &page, None)
 }
 
+/// What the page says after a disconnect (the POST redirects here: a reload repeats
+/// nothing). Only a configured provider's name is ever shown.
+#[derive(serde::Deserialize)]
+pub struct ShowQuery {
+    disconnected: Option<String>,
+    /// `no` when the provider could not be told.
+    told: Option<String>,
+}
+
+fn notice(state: &AppState, q: &ShowQuery) -> Option<Notice> {
+    let id = crate::domain::ProviderId::parse(q.disconnected.as_deref()?).ok()?;
+    let name = state.providers.get(&id)?.display_name.clone();
+    Some(if q.told.as_deref() == Some("no") {
+        Notice {
+            class: "bad",
+            text: format!(
+                "Disconnected: this service deleted what it held for {name}, but {name} could not be told; \
+                 you can also remove the app in your account there."
+            ),
+        }
+    } else {
+        Notice { class: "ok", text: format!("Disconnected {name}.") }
+    })
+}
+
 /// `GET /connections`.
 pub async fn show(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: MaybeSession,
+    q: web::Query<ShowQuery>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
     let Some(session) = session.0 else { return Ok(sign_in(&state)) };
-    page(&state, &rid.0, &session, None).await
+    page(&state, &rid.0, &session, notice(&state, &q)).await
 }
 
 #[derive(serde::Deserialize)]
@@ -139,18 +165,16 @@ pub async fn disconnect(
         )
     };
     let id = form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).ok_or_else(not_yours)?;
-    let notice = match held::disconnect(&state, &session.info.subject, id).await {
-        Ok(r) if r.provider_result.starts_with("failed") => Notice {
-            class: "bad",
-            text: format!(
-                "Disconnected: this service deleted what it held for {}, but the provider could not be told; \
-                 you can also remove the app in your account there.",
-                held::provider_name(&state, &r.provider)
-            ),
-        },
-        Ok(r) => Notice { class: "ok", text: format!("Disconnected {}.", held::provider_name(&state, &r.provider)) },
+    let r = match held::disconnect(&state, &session.info.subject, id).await {
+        Ok(r) => r,
         Err(DisconnectError::NotYours) => return Err(not_yours()),
         Err(DisconnectError::Database(e)) => return Err(PageError::internal(&rid.0, &e)),
     };
-    page(&state, &rid.0, &session, Some(notice)).await
+    let mut back = state.public_base_url.clone();
+    back.set_path("/connections");
+    back.query_pairs_mut().append_pair("disconnected", &r.provider);
+    if r.provider_result.starts_with("failed") {
+        back.query_pairs_mut().append_pair("told", "no");
+    }
+    Ok(HttpResponse::SeeOther().insert_header(("location", back.as_str())).finish())
 }
