@@ -48,6 +48,8 @@ pub struct AppState {
     pub detached: tokio_util::task::TaskTracker,
     /// Where a shutdown is (see `startup::Application::run_until_signalled`).
     pub shutdown: Arc<Shutdown>,
+    /// The addresses webhook endpoints may have (`[webhooks]`).
+    pub webhook_policy: crate::webhooks::ssrf::AddressPolicy,
 }
 
 impl AppState {

@@ -405,6 +405,9 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
     ev.provider = Some(provider.to_string());
     ev.detail = serde_json::json!({ "mode": mode.as_deref().unwrap_or("off"), "reason": reason, "by": "cli" });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    let mode_now = mode.as_deref().unwrap_or("off");
+    let event = crate::webhooks::Event::kill_switch(tenant_str, provider.as_str(), mode_now, "cli", reason.as_deref());
+    crate::webhooks::emit(&mut tx, &event).await?;
     tx.commit().await?;
     println!("{provider}: {}", mode.as_deref().unwrap_or("off"));
     Ok(())

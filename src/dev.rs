@@ -36,6 +36,11 @@ pub struct DevArgs {
     /// access tokens for this audience.
     #[arg(long, default_value = DEFAULT_MCP_URL)]
     pub mcp_url: url::Url,
+    /// Run a webhook receiver on loopback, registered for every event of the dev tenant:
+    /// it checks each delivery's signature (the official `standardwebhooks` crate) and
+    /// prints the event.
+    #[arg(long)]
+    pub webhook_echo: bool,
 }
 
 /// A private PostgreSQL cluster, stopped when this is dropped (and its folder removed when
@@ -241,6 +246,9 @@ client_id = "mcp-connect-dev"
 ttl_seconds = 3600
 [metrics]
 listen = "127.0.0.1:0"
+[webhooks]
+allow_loopback = true
+poll_interval_ms = 500
 [[tenants]]
 id = "dev"
 display_name = "Dev Assistant"
@@ -288,6 +296,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
     let key = |scope| dev_key(&app, scope);
     let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
+    let echo = if args.webhook_echo { Some(start_webhook_echo(&app).await?) } else { None };
 
     write_env_file(
         &args.env_file,
@@ -305,6 +314,9 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         ],
     )?;
     print_walkthrough(&base, &args.env_file, &args.mcp_url, &metrics_url);
+    if let Some(url) = &echo {
+        println!("Webhooks: every event of the dev tenant goes to {url}; verified ones are printed here.\n");
+    }
     tokio::select! {
         r = app.run_until_stopped() => r?,
         _ = shutdown_signal() => eprintln!("\nshutting down"),
@@ -349,6 +361,62 @@ async fn dev_key(app: &Application, scope: KeyScope) -> anyhow::Result<String> {
     let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
     let key = crate::flows::api_keys::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
     Ok(key.key.expose_secret().to_owned())
+}
+
+/// `--webhook-echo`: binds a receiver on loopback, registers it for every event of the dev
+/// tenant (as `POST /admin/v1/webhooks` does), and serves it: each delivery is verified with
+/// the official `standardwebhooks` crate and printed, or refused with 400. Returns its URL.
+async fn start_webhook_echo(app: &Application) -> anyhow::Result<String> {
+    use actix_web::{HttpRequest, HttpResponse, web};
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    let url = format!("http://127.0.0.1:{}/webhooks", listener.local_addr()?.port());
+    let state = app.state();
+    let kinds: Vec<String> = crate::webhooks::EventKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
+    let r = crate::flows::webhooks::check_registration(
+        &url,
+        &kinds,
+        Some("mcp-connect dev --webhook-echo"),
+        state.webhook_policy,
+    )?;
+    let (_, secret) = crate::flows::webhooks::register(&state, "dev", &r, "dev").await?;
+    let hook = std::sync::Arc::new(
+        standardwebhooks::Webhook::new(secret.expose_secret()).map_err(|e| anyhow::anyhow!("echo secret: {e:?}"))?,
+    );
+    let server = actix_web::HttpServer::new(move || {
+        let hook = hook.clone();
+        actix_web::App::new().route(
+            "/webhooks",
+            web::post().to(move |req: HttpRequest, body: web::Bytes| {
+                let hook = hook.clone();
+                async move {
+                    let mut headers = http::HeaderMap::new();
+                    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+                        if let Some(v) =
+                            req.headers().get(name).and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok())
+                        {
+                            headers.insert(name, v);
+                        }
+                    }
+                    match hook.verify(&body, &headers) {
+                        Ok(()) => {
+                            println!("webhook (signature verified): {}", String::from_utf8_lossy(&body));
+                            HttpResponse::NoContent().finish()
+                        }
+                        Err(e) => {
+                            println!("webhook REFUSED ({e:?})");
+                            HttpResponse::BadRequest().finish()
+                        }
+                    }
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    tokio::spawn(server);
+    Ok(url)
 }
 
 async fn shutdown_signal() {

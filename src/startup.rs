@@ -243,6 +243,25 @@ async fn app_state(
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
     crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+    let webhook_policy = crate::webhooks::ssrf::AddressPolicy {
+        allow_loopback: config.webhooks.allow_loopback,
+        allow_private: config.webhooks.allow_private,
+    };
+    let vault = Arc::new(Vault::new(config.keyring));
+    crate::webhooks::worker::Worker {
+        pool: pool.clone(),
+        vault: vault.clone(),
+        client: crate::webhooks::ssrf::DeliveryClient::new(
+            webhook_policy,
+            Arc::new(crate::webhooks::ssrf::SystemLookup),
+            config.webhooks.timeout,
+        )
+        .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?,
+        clock: clock.clone(),
+        poll: config.webhooks.poll_interval,
+        lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(30),
+    }
+    .spawn();
     let caches = Arc::new(crate::cache::Caches::with_clock(
         config.cache_enabled,
         config.cache_max_age,
@@ -270,7 +289,8 @@ async fn app_state(
         outbound,
         session_ttl: config.session_ttl,
         secure_cookies: config.public_base_url.scheme() == "https",
-        vault: Arc::new(Vault::new(config.keyring)),
+        vault,
+        webhook_policy,
         providers: config.providers,
         tenants,
         api_keys,

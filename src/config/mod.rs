@@ -43,6 +43,19 @@ pub enum LogFormat {
     Text,
 }
 
+/// `[webhooks]`: where deliveries may go and how they are paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// `http://` to loopback addresses, and loopback addresses at all (`dev` sets it).
+    pub allow_loopback: bool,
+    /// Private, unique-local and shared (CGNAT) addresses.
+    pub allow_private: bool,
+    /// One delivery attempt's bound (connect and answer).
+    pub timeout: Duration,
+    /// How often each instance looks for due deliveries.
+    pub poll_interval: Duration,
+}
+
 /// Validated configuration.
 #[derive(Debug)]
 pub struct Config {
@@ -84,6 +97,8 @@ pub struct Config {
     pub propagate_to_providers: bool,
     /// How long `/readyz` answers 503 while requests are still served, after SIGTERM.
     pub drain: Duration,
+    /// Webhook deliveries (`[webhooks]`).
+    pub webhooks: WebhookSettings,
     /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns
     /// it off, and the schema must then already be this binary's).
     pub migrate_on_start: bool,

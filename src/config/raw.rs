@@ -41,6 +41,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) tracing: RawTracing,
     #[serde(default)]
+    pub(super) webhooks: RawWebhooks,
+    #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
@@ -136,6 +138,15 @@ pub(super) struct RawCache {
     pub(super) enabled: Option<bool>,
     pub(super) max_age_seconds: Option<u64>,
     pub(super) capacity: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhooks {
+    pub(super) allow_loopback: Option<bool>,
+    pub(super) allow_private: Option<bool>,
+    pub(super) timeout_seconds: Option<u64>,
+    pub(super) poll_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -203,6 +203,9 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
             " (revocation must take effect quickly)");
         otlp_endpoint = otlp_endpoint(raw.tracing.otlp_endpoint);
+        webhook_timeout = secs("webhooks.timeout_seconds", raw.webhooks.timeout_seconds, 5, 1..=30, "");
+        webhook_poll = seconds("webhooks.poll_interval_ms", raw.webhooks.poll_interval_ms, 1000, 50..=60_000, "")
+            .map(Duration::from_millis);
     }
     // `MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS` and `MCP_CONNECT_METRICS_LISTEN` are in `raw`
     // already: `env::overlay` laid them over the file.
@@ -235,6 +238,12 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         otlp_endpoint,
         propagate_to_providers: raw.tracing.propagate_to_providers.unwrap_or(false),
         drain,
+        webhooks: super::WebhookSettings {
+            allow_loopback: raw.webhooks.allow_loopback.unwrap_or(false),
+            allow_private: raw.webhooks.allow_private.unwrap_or(false),
+            timeout: webhook_timeout,
+            poll_interval: webhook_poll,
+        },
         tenants,
         providers: registry,
     })

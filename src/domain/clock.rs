@@ -11,6 +11,12 @@ pub trait Clock: Send + Sync {
     fn since(&self, then: Instant) -> Duration {
         self.now().saturating_duration_since(then)
     }
+
+    /// The time of day, for what is scheduled in the database (webhook retries): the real
+    /// one, moved forward as far as the clock was.
+    fn wall(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc()
+    }
 }
 
 /// The real clock.
@@ -47,6 +53,10 @@ impl Clock for ManualClock {
     fn now(&self) -> Instant {
         self.start + *self.offset.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn wall(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc() + *self.offset.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 #[cfg(test)]
@@ -61,5 +71,7 @@ mod tests {
         c.advance(Duration::from_secs(5));
         assert_eq!(c.since(t0), Duration::from_secs(5));
         assert_eq!(c.since(t0 + Duration::from_secs(60)), Duration::ZERO, "a future instant is zero ago");
+        let ahead = c.wall() - time::OffsetDateTime::now_utc();
+        assert!(ahead > time::Duration::seconds(4) && ahead <= time::Duration::seconds(5), "{ahead}");
     }
 }

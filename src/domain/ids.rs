@@ -175,6 +175,11 @@ uuid_id!(
     ConnectionId,
     "connection id"
 );
+uuid_id!(
+    /// A tenant's webhook endpoint.
+    WebhookId,
+    "webhook id"
+);
 
 #[cfg(test)]
 mod tests {

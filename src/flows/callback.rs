@@ -16,6 +16,7 @@ use crate::oauth::flow::{self, AuthServer, FlowError};
 use crate::oauth::resolve::Source;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow, states::OauthStateRow};
 use crate::vault::{Field, RowBinding};
+use crate::webhooks::EventKind;
 use secrecy::SecretString;
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -270,6 +271,7 @@ async fn provider_error(
         let mut ev = AuditEvent::for_elicitation("consent_declined", e);
         ev.detail = serde_json::json!({ "where": "provider" });
         store::audit::insert_event(&mut *tx, &ev).await?;
+        super::events::elicitation(&mut tx, EventKind::ElicitationDeclined, e, "provider", "access_denied").await?;
         tx.commit().await?;
         return Ok(CallbackOutcome::Declined { tenant_name });
     }
@@ -343,6 +345,9 @@ async fn attach(
         "scopes": granted,
     });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    let replaced = existing.as_ref().map(|c| c.status);
+    let id = connection.as_uuid();
+    super::events::connected(&mut tx, e, id, account_login.as_deref(), &granted, replaced).await?;
     crate::domain::failpoint::stop_here("callback.before_commit").await;
     tx.commit().await?;
     state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);

@@ -5,6 +5,7 @@
 
 use crate::app::AppState;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
+use crate::webhooks::EventKind;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -15,6 +16,8 @@ pub struct Closer<'a> {
     /// The API key behind the request, where there is one.
     pub api_key_id: Option<&'a str>,
     pub because: Because,
+    /// Who, in the webhook events: `admin`, `subject`, `offboarding`, `cli`.
+    pub by: &'a str,
 }
 
 /// Why links are closed.
@@ -46,8 +49,10 @@ pub async fn cancel_pending(
     by: &Closer<'_>,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     let mut tx = store::begin(&state.pool).await?;
-    let ids =
+    let closed =
         store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
+    let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
+    super::events::links_closed(&mut tx, EventKind::ElicitationCancelled, &closed, by.by, by.because.as_str()).await?;
     crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, ids.len() as u64);
     if !ids.is_empty() || by.because == Because::Operator {
         let mut ev = AuditEvent::new("elicitations_cancelled");
@@ -89,6 +94,8 @@ pub async fn cancel_by_client(
         ev.api_key_id = Some(api_key_id.to_owned());
         ev.detail = serde_json::json!({ "client_answer": reason });
         store::audit::insert_event(&mut *tx, &ev).await?;
+        let why = reason.unwrap_or("cancel");
+        super::events::elicitation(&mut tx, EventKind::ElicitationCancelled, &e, "mcp_client", why).await?;
     }
     tx.commit().await?;
     Ok(Some(e))

@@ -4,6 +4,7 @@
 //! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
 use crate::store::{self, PgPool};
+use crate::webhooks::EventKind;
 use std::time::Duration;
 use time::OffsetDateTime;
 
@@ -17,7 +18,12 @@ pub struct CleanupReport {
     /// are deleted), and the coming months' partitions made.
     pub audit_partitions_dropped: u64,
     pub audit_partitions_made: u64,
+    /// Webhook deliveries finished more than [`WEBHOOK_DELIVERIES_KEPT`] ago.
+    pub webhook_deliveries_deleted: u64,
 }
+
+/// How long a finished webhook delivery stays listed.
+pub const WEBHOOK_DELIVERIES_KEPT: time::Duration = time::Duration::days(30);
 
 pub async fn run_once(
     pool: &PgPool,
@@ -25,9 +31,15 @@ pub async fn run_once(
     audit_retention: Duration,
 ) -> Result<CleanupReport, sqlx::Error> {
     let retention = time::Duration::try_from(audit_retention).unwrap_or(time::Duration::days(365));
-    let expired = store::elicitations::expire_overdue(pool, now).await?;
+    let mut tx = store::begin(pool).await?;
+    let expired = store::elicitations::expire_overdue(&mut *tx, now).await?;
+    super::events::links_closed(&mut tx, EventKind::ElicitationExpired, &expired, "service", "expired").await?;
+    tx.commit().await?;
+    let expired = expired.len() as u64;
     crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Expired, expired);
     Ok(CleanupReport {
+        webhook_deliveries_deleted: store::webhooks::delete_finished_before(pool, now - WEBHOOK_DELIVERIES_KEPT)
+            .await?,
         elicitations_expired: expired,
         states_deleted: store::states::delete_spent_states(pool, now).await?,
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,

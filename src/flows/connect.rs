@@ -9,6 +9,7 @@ use crate::domain::{ElicitationId, ElicitationStatus, KillState, ProviderId, Sco
 use crate::oauth::Provider;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
+use crate::webhooks::EventKind;
 use std::sync::Arc;
 use time::OffsetDateTime;
 use url::Url;
@@ -218,6 +219,7 @@ pub async fn decline(
         let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
         store::audit::insert_event(&mut *tx, &ev).await?;
+        super::events::elicitation(&mut tx, EventKind::ElicitationDeclined, &e, "consent_page", "declined").await?;
     }
     tx.commit().await?;
     Ok(state.tenant_name(&e.tenant_id))

@@ -112,7 +112,9 @@ pub fn may_disconnect(subject: &Subject, owner: Option<&(String, String)>) -> Re
 pub async fn disconnect(state: &AppState, subject: &Subject, id: Uuid) -> Result<Revoked, DisconnectError> {
     let owner = store::connections::owner_of(&state.pool, id).await?;
     let tenant = may_disconnect(subject, owner.as_ref())?;
-    revoke::revoke_connection(state, &tenant, id, BY_SUBJECT).await?.ok_or(DisconnectError::NotYours)
+    revoke::revoke_connection(state, &tenant, id, BY_SUBJECT, revoke::RevokedBy::Subject)
+        .await?
+        .ok_or(DisconnectError::NotYours)
 }
 
 #[cfg(test)]

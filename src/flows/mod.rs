@@ -8,6 +8,7 @@ pub mod callback;
 pub mod cancel;
 pub mod cleanup;
 pub mod connect;
+pub mod events;
 pub mod held;
 pub mod login;
 pub mod policy;
@@ -15,6 +16,7 @@ pub mod refresh;
 pub mod revoke;
 pub mod rotate;
 pub mod token;
+pub mod webhooks;
 
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use crate::store::connections::ConnectionRow;

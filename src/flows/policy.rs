@@ -5,6 +5,7 @@ use crate::app::AppState;
 use crate::domain::{KillState, ProviderId, TenantId};
 use crate::oauth::Provider;
 use crate::store::{self, audit::AuditEvent};
+use crate::webhooks::{self, Event};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +67,8 @@ pub async fn change_kill_switch(
     ev.api_key_id = Some(api_key_id.to_owned());
     ev.detail = serde_json::json!({ "mode": mode.unwrap_or("off"), "reason": reason });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    let event = Event::kill_switch(Some(tenant.as_str()), provider.as_str(), mode.unwrap_or("off"), "admin", reason);
+    webhooks::emit(&mut tx, &event).await?;
     tx.commit().await?;
     state.caches.forget_kill_switches();
     Ok(())

@@ -16,6 +16,7 @@ use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
 use crate::telemetry::metrics::REFRESHES;
 use crate::vault::Field;
+use crate::webhooks::EventKind;
 
 use time::OffsetDateTime;
 use tracing::Instrument;
@@ -280,6 +281,8 @@ async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow)
     ev.detail = serde_json::json!({ "reason": "invalid_grant" });
     store::audit::insert_event(&mut *tx, &ev).await?;
     store::audit::insert_event(&mut *tx, &AuditEvent::for_connection("reauth_needed", row)).await?;
+    super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "provider", "invalid_grant", None)
+        .await?;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
     Ok(())
@@ -296,6 +299,8 @@ pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Re
     let mut ev = AuditEvent::for_connection("reauth_needed", row);
     ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    let reason = "expired_without_refresh_token";
+    super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "service", reason, None).await?;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
     Ok(true)

@@ -9,6 +9,7 @@ use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent};
 use crate::vault::Field;
+use crate::webhooks::EventKind;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -22,6 +23,27 @@ pub struct Revoked {
     pub cancelled_elicitations: usize,
 }
 
+/// Who ends a connection, as webhooks report it (`by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevokedBy {
+    /// An operator, through the admin API.
+    Admin,
+    /// The person, on "Your connections".
+    Subject,
+    /// Off-boarding of a subject (admin API).
+    Offboarding,
+}
+
+impl RevokedBy {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RevokedBy::Admin => "admin",
+            RevokedBy::Subject => "subject",
+            RevokedBy::Offboarding => "offboarding",
+        }
+    }
+}
+
 /// Invariant 12: ending access also ends the links in flight. Cancels the subject's pending
 /// elicitations (of one provider where given) and spends their states, in its own
 /// transaction *before* any connection row is locked: a callback that holds an elicitation
@@ -33,8 +55,10 @@ pub async fn cancel_links(
     subject: &str,
     provider: Option<&str>,
     actor: &str,
+    by: RevokedBy,
 ) -> Result<usize, sqlx::Error> {
-    let by = super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation };
+    let by =
+        super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation, by: by.as_str() };
     Ok(super::cancel::cancel_pending(state, tenant, Some(subject), provider, &by).await?.len())
 }
 
@@ -44,6 +68,7 @@ pub async fn revoke_connection(
     tenant: &str,
     id: Uuid,
     actor: &str,
+    by: RevokedBy,
 ) -> Result<Option<Revoked>, sqlx::Error> {
     let Some(seen) = store::connections::connection_meta(&state.pool, tenant, id).await? else {
         return Ok(None);
@@ -59,7 +84,7 @@ pub async fn revoke_connection(
             cancelled_elicitations: 0,
         }));
     }
-    let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor).await?;
+    let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
     if row.tenant_id != tenant {
@@ -81,6 +106,8 @@ pub async fn revoke_connection(
     let mut ev = AuditEvent::for_connection("connection_revoked", &row);
     ev.detail = serde_json::json!({ "provider_result": out.provider_result, "by": actor });
     store::audit::insert_event(&mut *tx, &ev).await?;
+    let result = Some(out.provider_result.as_str());
+    super::events::connection(&mut tx, EventKind::ConnectionRevoked, &row, by.as_str(), "revoked", result).await?;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
     Ok(Some(out))
@@ -143,11 +170,12 @@ pub async fn revoke_subject(
     provider: Option<&str>,
     actor: &str,
 ) -> Result<OffBoarded, sqlx::Error> {
-    let mut cancelled = cancel_links(state, tenant, subject, provider, actor).await?;
+    let by = RevokedBy::Offboarding;
+    let mut cancelled = cancel_links(state, tenant, subject, provider, actor, by).await?;
     let ids = store::connections::live_connection_ids(&state.pool, tenant, subject, provider).await?;
     let mut revoked = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(r) = revoke_connection(state, tenant, id, actor).await? {
+        if let Some(r) = revoke_connection(state, tenant, id, actor, by).await? {
             cancelled += r.cancelled_elicitations;
             revoked.push(r);
         }

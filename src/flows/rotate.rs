@@ -11,7 +11,7 @@ use crate::vault::{Field, Vault};
 pub enum RotateError {
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("connection {0} does not open with the keyring ({1}); add the key it was sealed under")]
+    #[error("connection or webhook {0} does not open with the keyring ({1}); add the key it was sealed under")]
     Unopenable(uuid::Uuid, crate::vault::VaultError),
     #[error("connection {0} has an invalid identity")]
     BadRow(uuid::Uuid),
@@ -69,6 +69,36 @@ pub async fn rotate_keys(
         done += rows.len() as u64;
         progress(done, total);
     }
+    done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
     let remaining = store::connections::count_rows_not_under_key(pool, &current).await?;
     Ok(RotateReport { resealed: done, remaining })
+}
+
+/// The webhook signing secrets (current and, in its overlap, the one before), re-sealed
+/// under the current key in batches like the connections.
+async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+    let mut done = 0u64;
+    loop {
+        let mut tx = pool.begin().await?;
+        let rows = store::webhooks::lock_secrets_not_under_key(&mut *tx, current, batch).await?;
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        for row in &rows {
+            let unopenable = |e| RotateError::Unopenable(row.id, e);
+            let secret =
+                crate::webhooks::open_secret(vault, row.id, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
+            let sealed = crate::webhooks::seal_secret(vault, row.id, &secret).map_err(unopenable)?;
+            let previous = match (&row.previous_key_id, &row.previous_secret_sealed) {
+                (Some(k), Some(ct)) => {
+                    let old = crate::webhooks::open_secret(vault, row.id, k, ct).map_err(unopenable)?;
+                    Some(crate::webhooks::seal_secret(vault, row.id, &old).map_err(unopenable)?)
+                }
+                _ => None,
+            };
+            store::webhooks::store_resealed_secrets(&mut *tx, row.id, current, &sealed, previous.as_deref()).await?;
+        }
+        tx.commit().await?;
+        done += rows.len() as u64;
+    }
 }

@@ -12,6 +12,7 @@ use crate::domain::{
 };
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
+use crate::webhooks::EventKind;
 use secrecy::SecretString;
 use time::OffsetDateTime;
 
@@ -276,8 +277,11 @@ async fn pending_elicitation(
     now: OffsetDateTime,
 ) -> Result<ElicitationRow, TokenError> {
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    let expired = store::elicitations::expire_overdue_for(&state.pool, t, s, p, now).await?;
-    crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired);
+    let mut tx = store::begin(&state.pool).await?;
+    let expired = store::elicitations::expire_overdue_for(&mut *tx, t, s, p, now).await?;
+    super::events::links_closed(&mut tx, EventKind::ElicitationExpired, &expired, "service", "expired").await?;
+    tx.commit().await?;
+    crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired.len() as u64);
     for _ in 0..3 {
         if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, p, scopes.as_slice()).await? {
             return Ok(e);

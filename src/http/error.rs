@@ -78,6 +78,14 @@ error_codes! {
     ConnectionNotFound = "connection_not_found",
     /// The cursor is not one this API gave out.
     InvalidCursor = "invalid_cursor",
+    /// The webhook id is not a UUID.
+    InvalidWebhookId = "invalid_webhook_id",
+    /// No webhook endpoint of that id belongs to the caller's tenant.
+    WebhookNotFound = "webhook_not_found",
+    /// The webhook URL is malformed, not https (http only to a loopback address where `webhooks.allow_loopback` is set), or names an address that may not be reached; the description says which.
+    InvalidWebhookUrl = "invalid_webhook_url",
+    /// The tenant has as many webhook endpoints as it may (16).
+    TooManyWebhooks = "too_many_webhooks",
     /// No such endpoint.
     NotFound = "not_found",
     /// The endpoint does not take that method (405, with `Allow`).

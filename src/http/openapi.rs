@@ -39,12 +39,18 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
         crate::http::admin::kill_switches::set_kill_switch,
         crate::http::admin::kill_switches::clear_kill_switch,
         crate::http::admin::audit::audit,
+        crate::http::admin::webhooks::create_webhook,
+        crate::http::admin::webhooks::list_webhooks,
+        crate::http::admin::webhooks::get_webhook,
+        crate::http::admin::webhooks::delete_webhook,
+        crate::http::admin::webhooks::rotate_secret,
+        crate::http::admin::webhooks::list_deliveries,
     ),
-    components(schemas(ErrorBody, ErrorCode)),
+    components(schemas(ErrorBody, ErrorCode, crate::webhooks::Payload, crate::webhooks::EventData)),
     modifiers(&Shared),
     tags(
         (name = "v1", description = "For MCP servers: tokens and elicitations."),
-        (name = "admin", description = "For operators: connections, revocation, kill switches, the audit trail."),
+        (name = "admin", description = "For operators: connections, revocation, kill switches, the audit trail, webhooks."),
     ),
 )]
 struct ApiDoc;
@@ -59,6 +65,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
 pub fn document_json() -> String {
     let mut doc = serde_json::to_value(document()).unwrap_or_default();
     camel_case_links(&mut doc);
+    add_webhooks(&mut doc);
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
     s.push('\n');
     s
@@ -87,6 +94,37 @@ fn camel_case_links(v: &mut serde_json::Value) {
             }
         }
     }
+}
+
+/// OpenAPI 3.1's `webhooks`: what we send to a registered endpoint (utoipa 5.5 has no
+/// attribute for it, so it is added to the JSON).
+fn add_webhooks(v: &mut serde_json::Value) {
+    let Some(doc) = v.as_object_mut() else { return };
+    doc.insert(
+        "webhooks".to_owned(),
+        serde_json::json!({
+            "event": {
+                "post": {
+                    "operationId": "webhookEvent",
+                    "summary": "An event, POSTed to each endpoint registered for its kind",
+                    "description": "Signed per Standard Webhooks (HMAC-SHA256 over `<webhook-id>.<webhook-timestamp>.<body>`, \
+                                    one `v1,<base64>` per secret in force). Answer 2xx within the timeout; anything else \
+                                    is retried with exponential backoff for 24 hours, under the same `webhook-id`, signed \
+                                    afresh. Events of one connection arrive in order.",
+                    "parameters": [
+                        { "name": "webhook-id", "in": "header", "required": true, "description": "The event's id (also the body's `id`): the same on every retry; drop duplicates by it.", "schema": { "type": "string" } },
+                        { "name": "webhook-timestamp", "in": "header", "required": true, "description": "This attempt's time (Unix seconds); refuse one older than 5 minutes.", "schema": { "type": "string" } },
+                        { "name": "webhook-signature", "in": "header", "required": true, "description": "`v1,<base64 signature>`, space-separated, one per secret in force.", "schema": { "type": "string" } }
+                    ],
+                    "requestBody": {
+                        "required": true,
+                        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Payload" } } }
+                    },
+                    "responses": { "2XX": { "description": "Received." } }
+                }
+            }
+        }),
+    );
 }
 
 /// `GET /openapi.json`, no key needed: the contract is public.

@@ -24,6 +24,15 @@ pub struct ConnectionPath {
     pub id: String,
 }
 
+/// `{id}` in the webhook paths.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct WebhookPath {
+    /// A webhook endpoint's id (a lower-case hyphenated UUID).
+    #[param(format = Uuid, min_length = 36, max_length = 36, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub id: String,
+}
+
 /// `{provider}` in the kill-switch paths.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]

@@ -101,18 +101,19 @@ pub async fn expire_overdue_for(
     subject: &str,
     provider: &str,
     now: OffsetDateTime,
-) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query!(
+) -> Result<Vec<Closed>, sqlx::Error> {
+    sqlx::query_as!(
+        Closed,
         r#"UPDATE elicitations SET status = 'expired'
-           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending' AND expires_at <= $4"#,
+           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending' AND expires_at <= $4
+           RETURNING id, tenant_id, subject, provider"#,
         tenant_id,
         subject,
         provider,
         now
     )
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected())
+    .fetch_all(db)
+    .await
 }
 
 /// Locks a pending elicitation for the completion transaction; `None` when it is no longer
@@ -194,12 +195,13 @@ pub async fn cancel_pending(
     subject: Option<&str>,
     provider: Option<&str>,
     now: OffsetDateTime,
-) -> Result<Vec<Uuid>, sqlx::Error> {
-    let ids = sqlx::query_scalar!(
+) -> Result<Vec<Closed>, sqlx::Error> {
+    let closed = sqlx::query_as!(
+        Closed,
         r#"UPDATE elicitations SET status = 'cancelled', completed_at = $4
            WHERE tenant_id = $1 AND status = 'pending'
              AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
-           RETURNING id"#,
+           RETURNING id, tenant_id, subject, provider"#,
         tenant_id,
         subject,
         provider,
@@ -207,19 +209,33 @@ pub async fn cancel_pending(
     )
     .fetch_all(&mut *db)
     .await?;
+    let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
     sqlx::query!("UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = ANY($1) AND used_at IS NULL", &ids, now)
         .execute(&mut *db)
         .await?;
-    Ok(ids)
+    Ok(closed)
+}
+
+/// An elicitation a bulk change closed (cancelled or expired).
+#[derive(Debug, Clone)]
+pub struct Closed {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subject: String,
+    pub provider: String,
 }
 
 /// Clean-up: every pending elicitation past its deadline becomes `expired`.
-pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
-    let r =
-        sqlx::query!("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1", now)
-            .execute(db)
-            .await?;
-    Ok(r.rows_affected())
+pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<Vec<Closed>, sqlx::Error> {
+    sqlx::query_as!(
+        Closed,
+        r#"UPDATE elicitations SET status = 'expired'
+           WHERE status = 'pending' AND expires_at <= $1
+           RETURNING id, tenant_id, subject, provider"#,
+        now
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// Cancels one pending elicitation of a tenant (the MCP client said cancel or decline) and

@@ -12,6 +12,7 @@ pub mod lookup;
 pub mod sessions;
 pub mod states;
 pub mod tenants;
+pub mod webhooks;
 
 pub use sqlx::PgPool;
 

@@ -70,3 +70,12 @@ pub async fn tenant_exists(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sq
         .await?;
     Ok(r)
 }
+
+/// Locks a tenant's row to the end of the transaction (changes that must not race each
+/// other within a tenant, e.g. the webhook limit). Whether the tenant exists.
+pub async fn lock_tenant(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query_scalar!("SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE", id)
+        .fetch_optional(db)
+        .await?
+        .is_some())
+}

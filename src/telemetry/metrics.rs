@@ -116,6 +116,10 @@ fn describe() {
         "time callers waited for room in a full hand-out audit queue (only those that waited)"
     );
     describe_counter!(store::handouts::BATCH_FAILURES, "hand-out audit batches that failed to write (retried)");
+    describe_counter!(
+        crate::webhooks::worker::ATTEMPTS,
+        "webhook delivery attempts by outcome (delivered, retry, failed: given up after 24 h)"
+    );
     describe_histogram!(api_keys::METRIC_HASH_WAIT, Unit::Seconds, "time API-key checks waited for an argon2 slot");
     describe_counter!(
         api_keys::METRIC_HASH_QUEUE_FULL,

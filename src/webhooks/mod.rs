@@ -1,7 +1,53 @@
-//! Signed webhooks (Standard Webhooks) to the endpoints tenants register: the signing of a
-//! delivery (`sign`) and the only HTTP client deliveries may use (`ssrf`), which refuses
-//! private, loopback, link-local and other internal addresses on the address it actually
-//! connects to.
+//! Signed webhooks (Standard Webhooks) to the endpoints tenants register: the events and
+//! their payloads (`event`), recording an event in the transaction of the change it reports
+//! ([`emit`]), the signing of a delivery (`sign`), the only HTTP client deliveries may use
+//! (`ssrf`), which refuses private, loopback, link-local and other internal addresses on the
+//! address it actually connects to, and the worker that delivers (`worker`).
 
+pub mod event;
 pub mod sign;
 pub mod ssrf;
+pub mod worker;
+
+pub use event::{Event, EventData, EventKind, Payload};
+
+use crate::store::{self, webhooks::Claimed};
+use crate::vault::{Vault, VaultError};
+use secrecy::SecretString;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The vault purpose signing secrets are sealed for (bound to the endpoint's id).
+const SECRET_PURPOSE: &str = "webhook_secret";
+
+/// Records `event` for every endpoint that asked for it, in the transaction `db` is in: the
+/// event is delivered if and only if the change it reports commits. Returns the deliveries
+/// written.
+pub async fn emit(db: &mut sqlx::PgConnection, event: &Event) -> Result<u64, sqlx::Error> {
+    let id = Uuid::new_v4();
+    let body = serde_json::to_string(&event.payload(id, OffsetDateTime::now_utc()))
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    store::webhooks::enqueue(db, event.tenant.as_deref(), event.kind.as_str(), &event.stream, id, &body).await
+}
+
+/// Seals a signing secret for the endpoint `id` under the vault's current key.
+pub fn seal_secret(vault: &Vault, id: Uuid, secret: &SecretString) -> Result<Vec<u8>, VaultError> {
+    vault.seal_aux(SECRET_PURPOSE, id.as_bytes(), secrecy::ExposeSecret::expose_secret(secret).as_bytes())
+}
+
+pub fn open_secret(vault: &Vault, id: Uuid, key_id: &str, sealed: &[u8]) -> Result<SecretString, VaultError> {
+    let pt = vault.open_aux(key_id, SECRET_PURPOSE, id.as_bytes(), sealed)?;
+    String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
+}
+
+/// The secrets a delivery is signed with at `at`: the current one, and the one before it
+/// while its overlap lasts.
+pub fn open_secrets(vault: &Vault, c: &Claimed, at: OffsetDateTime) -> Result<Vec<SecretString>, VaultError> {
+    let mut out = vec![open_secret(vault, c.webhook_id, &c.key_id, &c.secret_sealed)?];
+    if let (Some(key), Some(sealed), Some(until)) = (&c.previous_key_id, &c.previous_secret_sealed, c.previous_until)
+        && at < until
+    {
+        out.push(open_secret(vault, c.webhook_id, key, sealed)?);
+    }
+    Ok(out)
+}

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 /// Runs the binary with the test configuration on `db_url` (providers are never contacted
 /// by these commands, so their URLs point nowhere).
-fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
+pub(crate) fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
     run_without(db_url, toml, args, &[])
 }
 

@@ -319,6 +319,8 @@ async fn connected_in(chrome: &Chrome, app: &TestApp) -> String {
 #[tokio::test]
 async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_dead() {
     let app = spawn_app().await;
+    let receiver = crate::receiver::Receiver::start().await;
+    let (_, secret) = crate::receiver::register(&app, &app.admin_key, &receiver.url, &["connection.revoked"]).await;
     let chrome = Chrome::start("disconnect", Setup { javascript: false, ..Setup::default() }).await;
     let token = connected_in(&chrome, &app).await;
     // From the result page's link.
@@ -339,6 +341,14 @@ async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_d
     assert_eq!(me.status(), 401, "the provider's token is dead");
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
     assert_eq!(b["status"], "connect_required", "{b}");
+    // The MCP server heard of it, signed.
+    let got = receiver.wait_for(1, std::time::Duration::from_secs(20)).await;
+    crate::receiver::assert_verified(&secret, &got).await;
+    let event = got[0].json();
+    assert_eq!(event["type"], "connection.revoked");
+    assert_eq!((&event["data"]["subject"], &event["data"]["by"]), (&json!("alice"), &json!("subject")));
+    assert_eq!((&event["data"]["provider"], &event["data"]["account_login"]), (&json!("testp"), &json!("octo-alice")));
+    assert!(!got[0].body.contains(&token), "no token in the payload");
 }
 
 #[tokio::test]

@@ -92,6 +92,10 @@ client_id = "mcp-connect"
 cache_seconds = 1
 [outbound]
 timeout_seconds = 3
+[webhooks]
+allow_loopback = true
+timeout_seconds = 2
+poll_interval_ms = 200
 [[tenants]]
 id = "acme"
 display_name = "Acme Assistant"

@@ -142,7 +142,7 @@ pub async fn revoke_one(
 ) -> Result<HttpResponse, ApiError> {
     let id = connection_id(&path.id)?;
     let actor = format!("api_key:{}", caller.0.id);
-    let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor)
+    let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor, revoke::RevokedBy::Admin)
         .await
         .map_err(db)?
         .ok_or_else(|| ApiError::not_found(ErrorCode::ConnectionNotFound, "no such connection"))?;

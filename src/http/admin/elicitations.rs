@@ -51,8 +51,12 @@ pub async fn cancel_elicitations(
         return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "name a subject, a provider, or both"));
     }
     let actor = format!("api_key:{}", caller.0.id);
-    let by =
-        cancel::Closer { actor: &actor, api_key_id: Some(caller.0.id.as_str()), because: cancel::Because::Operator };
+    let by = cancel::Closer {
+        actor: &actor,
+        api_key_id: Some(caller.0.id.as_str()),
+        because: cancel::Because::Operator,
+        by: "admin",
+    };
     let ids = cancel::cancel_pending(
         &state,
         caller.0.tenant.as_str(),

@@ -6,6 +6,7 @@ pub(crate) mod audit;
 pub(crate) mod connections;
 pub(crate) mod elicitations;
 pub(crate) mod kill_switches;
+pub(crate) mod webhooks;
 
 use crate::app::AppState;
 use crate::domain::{ConnectionId, ProviderId, Subject};
@@ -32,6 +33,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::delete().to(kill_switches::clear_kill_switch)),
             )
             .service(resource("/audit", "GET").route(web::get().to(audit::audit)))
+            .service(
+                resource("/webhooks", "GET, POST")
+                    .route(web::get().to(webhooks::list_webhooks))
+                    .route(web::post().to(webhooks::create_webhook)),
+            )
+            .service(
+                resource("/webhooks/{id}", "GET, DELETE")
+                    .route(web::get().to(webhooks::get_webhook))
+                    .route(web::delete().to(webhooks::delete_webhook)),
+            )
+            .service(resource("/webhooks/{id}/rotate-secret", "POST").route(web::post().to(webhooks::rotate_secret)))
+            .service(resource("/webhooks/{id}/deliveries", "GET").route(web::get().to(webhooks::list_deliveries)))
             .default_service(web::to(crate::http::api::not_found)),
     );
 }

@@ -1,0 +1,303 @@
+//! An operator registers, lists, rotates and deletes a tenant's webhook endpoints, and reads
+//! their deliveries. The signing secret is made here, sealed into the row, and shown once.
+
+use crate::app::AppState;
+use crate::store::{self, audit::AuditEvent, webhooks::WebhookRow};
+use crate::webhooks::{self, EventKind, ssrf};
+use secrecy::SecretString;
+use time::OffsetDateTime;
+use url::Url;
+use uuid::Uuid;
+
+/// Endpoints a tenant may have.
+pub const MAX_WEBHOOKS: i64 = 16;
+/// The longest endpoint URL.
+pub const MAX_URL: usize = 2048;
+/// The longest description, in characters.
+pub const MAX_DESCRIPTION: usize = 200;
+/// The most entries `events` may list (repeats included).
+pub const MAX_EVENTS_LISTED: usize = 64;
+/// How long a rotated-out secret is still signed with.
+pub const ROTATION_OVERLAP: time::Duration = time::Duration::hours(24);
+
+/// Why a registration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookRefusal {
+    #[error("url is not an absolute URL of at most 2048 characters")]
+    MalformedUrl,
+    #[error("url has a fragment")]
+    Fragment,
+    #[error("url refused: {0}")]
+    Address(ssrf::Refusal),
+    #[error("events must name at least one event kind")]
+    NoEvents,
+    #[error("events may list at most 64 entries")]
+    TooManyEvents,
+    #[error("unknown event kind {0:?}")]
+    UnknownEvent(String),
+    #[error("description must be at most 200 printable characters")]
+    BadDescription,
+}
+
+/// A registration as checked: the URL, the event kinds (each once, in the catalogue's
+/// order) and the description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub url: Url,
+    pub events: Vec<EventKind>,
+    pub description: String,
+}
+
+/// Pure: checks a registration under the address policy (names are judged again on every
+/// delivery, by the address they resolve to).
+pub fn check_registration(
+    url: &str,
+    events: &[String],
+    description: Option<&str>,
+    policy: ssrf::AddressPolicy,
+) -> Result<Registration, WebhookRefusal> {
+    if url.chars().count() > MAX_URL {
+        return Err(WebhookRefusal::MalformedUrl);
+    }
+    let parsed = Url::parse(url).map_err(|_| WebhookRefusal::MalformedUrl)?;
+    if parsed.fragment().is_some() {
+        return Err(WebhookRefusal::Fragment);
+    }
+    ssrf::check_url(&parsed, policy).map_err(WebhookRefusal::Address)?;
+    if events.len() > MAX_EVENTS_LISTED {
+        return Err(WebhookRefusal::TooManyEvents);
+    }
+    let mut kinds = Vec::new();
+    for e in events {
+        kinds.push(EventKind::parse(e).ok_or_else(|| WebhookRefusal::UnknownEvent(e.chars().take(64).collect()))?);
+    }
+    if kinds.is_empty() {
+        return Err(WebhookRefusal::NoEvents);
+    }
+    let events = EventKind::ALL.iter().copied().filter(|k| kinds.contains(k)).collect();
+    let description = description.unwrap_or_default();
+    if description.chars().count() > MAX_DESCRIPTION || description.chars().any(char::is_control) {
+        return Err(WebhookRefusal::BadDescription);
+    }
+    Ok(Registration { url: parsed, events, description: description.to_owned() })
+}
+
+/// An endpoint as the admin API shows it: never its secret.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Webhook {
+    pub id: Uuid,
+    #[schema(example = "https://hooks.example.com/mcp-connect")]
+    pub url: String,
+    pub events: Vec<EventKind>,
+    pub description: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Until when the secret before the last rotation is still signed with (a second
+    /// signature in `webhook-signature`); `null` when there is none.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub previous_secret_valid_until: Option<OffsetDateTime>,
+}
+
+impl Webhook {
+    fn of(row: &WebhookRow, now: OffsetDateTime) -> Self {
+        Self {
+            id: row.id,
+            url: row.url.clone(),
+            events: row.events.iter().filter_map(|e| EventKind::parse(e)).collect(),
+            description: row.description.clone(),
+            created_at: row.created_at,
+            previous_secret_valid_until: row.previous_until.filter(|u| *u > now),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error(transparent)]
+    Refused(#[from] WebhookRefusal),
+    #[error("a tenant may have at most 16 endpoints")]
+    TooMany,
+    #[error("vault: {0}")]
+    Vault(#[from] crate::vault::VaultError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Registers an endpoint; returns it and its signing secret (shown this once).
+pub async fn register(
+    state: &AppState,
+    tenant: &str,
+    r: &Registration,
+    api_key_id: &str,
+) -> Result<(Webhook, SecretString), WebhookError> {
+    let id = crate::domain::WebhookId::generate().as_uuid();
+    let secret = webhooks::sign::new_secret();
+    let sealed = webhooks::seal_secret(&state.vault, id, &secret)?;
+    let events: Vec<String> = r.events.iter().map(|e| e.as_str().to_owned()).collect();
+    let mut tx = store::begin(&state.pool).await?;
+    // One registration at a time per tenant, so the limit holds under concurrent calls.
+    store::tenants::lock_tenant(&mut *tx, tenant).await?;
+    if store::webhooks::count_webhooks(&mut *tx, tenant).await? >= MAX_WEBHOOKS {
+        return Err(WebhookError::TooMany);
+    }
+    let row = store::webhooks::insert_webhook(
+        &mut *tx,
+        &store::webhooks::NewWebhook {
+            id,
+            tenant_id: tenant,
+            url: r.url.as_str(),
+            events: &events,
+            description: &r.description,
+            key_id: state.vault.current_key_id().as_str(),
+            secret_sealed: &sealed,
+        },
+    )
+    .await?;
+    audit(&mut tx, "webhook_created", tenant, id, api_key_id, Some(&r.url)).await?;
+    tx.commit().await?;
+    Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
+}
+
+pub async fn list(state: &AppState, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
+    let now = OffsetDateTime::now_utc();
+    Ok(store::webhooks::list_webhooks(&state.pool, tenant).await?.iter().map(|r| Webhook::of(r, now)).collect())
+}
+
+pub async fn get(state: &AppState, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
+    let row = store::webhooks::get_webhook(&state.pool, tenant, id).await?;
+    Ok(row.map(|r| Webhook::of(&r, OffsetDateTime::now_utc())))
+}
+
+/// Deletes an endpoint and its deliveries (pending ones are not sent). Whether it existed.
+pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
+    let mut tx = store::begin(&state.pool).await?;
+    if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
+        return Ok(false);
+    }
+    audit(&mut tx, "webhook_deleted", tenant, id, api_key_id, None).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A new secret for an endpoint; the current one is still signed with for 24 hours. `None`:
+/// no such endpoint in this tenant.
+pub async fn rotate_secret(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    api_key_id: &str,
+) -> Result<Option<(Webhook, SecretString)>, WebhookError> {
+    let secret = webhooks::sign::new_secret();
+    let sealed = webhooks::seal_secret(&state.vault, id, &secret)?;
+    let now = OffsetDateTime::now_utc();
+    let mut tx = store::begin(&state.pool).await?;
+    let key = state.vault.current_key_id().as_str();
+    let Some(row) = store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, now + ROTATION_OVERLAP).await?
+    else {
+        return Ok(None);
+    };
+    audit(&mut tx, "webhook_secret_rotated", tenant, id, api_key_id, None).await?;
+    tx.commit().await?;
+    Ok(Some((Webhook::of(&row, now), secret)))
+}
+
+/// An endpoint's deliveries, newest first. `None`: no such endpoint in this tenant.
+pub async fn deliveries(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Option<Vec<store::webhooks::DeliveryRow>>, sqlx::Error> {
+    if store::webhooks::get_webhook(&state.pool, tenant, id).await?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(store::webhooks::list_deliveries(&state.pool, id, before, limit).await?))
+}
+
+/// The audit event of a change to an endpoint: its id and, when made, the URL's host only
+/// (a path or query may hold the receiver's own secret).
+async fn audit(
+    tx: &mut store::Tx,
+    kind: &'static str,
+    tenant: &str,
+    id: Uuid,
+    api_key_id: &str,
+    url: Option<&Url>,
+) -> Result<(), sqlx::Error> {
+    let mut ev = AuditEvent::new(kind);
+    ev.tenant_id = Some(tenant.to_owned());
+    ev.api_key_id = Some(api_key_id.to_owned());
+    ev.detail = serde_json::json!({ "webhook_id": id, "host": url.and_then(Url::host_str) });
+    store::audit::insert_event(&mut **tx, &ev).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_are_checked() {
+        let strict = ssrf::AddressPolicy::default();
+        let all = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let ok = check_registration(
+            "https://hooks.example.com/in?x=1",
+            &all(&["connection.revoked", "connection.created", "connection.revoked"]),
+            Some("ops"),
+            strict,
+        )
+        .unwrap();
+        assert_eq!(
+            ok.events,
+            vec![EventKind::ConnectionCreated, EventKind::ConnectionRevoked],
+            "deduplicated, in order"
+        );
+        let long_url = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL));
+        let long_text = "d".repeat(MAX_DESCRIPTION + 1);
+        let cases: &[(&str, Vec<String>, Option<&str>, WebhookRefusal)] = &[
+            ("hooks.example.com/in", all(&["connection.created"]), None, WebhookRefusal::MalformedUrl),
+            (&long_url, all(&["connection.created"]), None, WebhookRefusal::MalformedUrl),
+            ("https://hooks.example.com/in#x", all(&["connection.created"]), None, WebhookRefusal::Fragment),
+            (
+                "http://hooks.example.com/in",
+                all(&["connection.created"]),
+                None,
+                WebhookRefusal::Address(ssrf::Refusal::NotHttps),
+            ),
+            (
+                "https://169.254.169.254/latest",
+                all(&["connection.created"]),
+                None,
+                WebhookRefusal::Address(ssrf::Refusal::LinkLocal),
+            ),
+            ("https://hooks.example.com/in", vec![], None, WebhookRefusal::NoEvents),
+            (
+                "https://hooks.example.com/in",
+                vec!["elicitation.expired".to_owned(); 65],
+                None,
+                WebhookRefusal::TooManyEvents,
+            ),
+            (
+                "https://hooks.example.com/in",
+                all(&["connection.*"]),
+                None,
+                WebhookRefusal::UnknownEvent("connection.*".to_owned()),
+            ),
+            (
+                "https://hooks.example.com/in",
+                all(&["connection.created"]),
+                Some(&long_text),
+                WebhookRefusal::BadDescription,
+            ),
+            (
+                "https://hooks.example.com/in",
+                all(&["connection.created"]),
+                Some("a\nb"),
+                WebhookRefusal::BadDescription,
+            ),
+        ];
+        for (url, events, description, want) in cases {
+            assert_eq!(check_registration(url, events, *description, strict), Err(want.clone()), "{url}");
+        }
+    }
+}

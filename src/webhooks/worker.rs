@@ -1,0 +1,254 @@
+//! The delivery worker: one on every instance. Each round claims the deliveries that are due
+//! (`store::webhooks::claim_due`: `FOR UPDATE SKIP LOCKED`, the first pending event of each
+//! stream only), sends them at once, signed afresh for this attempt, and records the
+//! outcome: delivered on a 2xx; otherwise the next attempt after an exponential backoff
+//! with jitter, until the event is 24 hours old, when the delivery is `failed` and later
+//! events of its stream go on. At least once: a worker that dies mid-send leaves its
+//! claim to lapse, and another sends the event again under the same `webhook-id`.
+
+use super::sign;
+use super::ssrf::{DeliveryClient, DeliveryError};
+use crate::domain::Clock;
+use crate::store::{self, PgPool, webhooks::Claimed};
+use crate::vault::Vault;
+use futures_util::StreamExt;
+use secrecy::SecretString;
+use std::sync::Arc;
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// How long deliveries are retried.
+pub const RETRY_FOR: time::Duration = time::Duration::hours(24);
+/// The first retry's delay (before jitter); each next one doubles, up to [`MAX_DELAY`].
+pub const FIRST_DELAY: time::Duration = time::Duration::seconds(5);
+pub const MAX_DELAY: time::Duration = time::Duration::hours(1);
+/// Deliveries one round claims (and sends at once).
+const BATCH: i64 = 16;
+/// The most of an answer kept.
+pub const RESPONSE_KEPT: usize = 1024;
+
+/// Metric (catalogue: `telemetry::metrics`): attempts by `outcome` (`delivered`, `retry`,
+/// `failed`).
+pub const ATTEMPTS: &str = "mcp_connect_webhook_attempts_total";
+
+/// What follows an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Delivered,
+    RetryAt(OffsetDateTime),
+    Failed,
+}
+
+/// The delay before attempt `attempts + 1`: `FIRST_DELAY · 2^(attempts-1)`, at most
+/// `MAX_DELAY`, of which the upper half is random (`jitter` in `[0, 1)`), so that endpoints
+/// back after an outage are not hit by every retry at once.
+pub fn backoff(attempts: i32, jitter: f64) -> time::Duration {
+    let exp = attempts.saturating_sub(1).clamp(0, 30) as u32;
+    let full = FIRST_DELAY.checked_mul(2i32.saturating_pow(exp)).unwrap_or(MAX_DELAY).min(MAX_DELAY);
+    full / 2 + (full / 2) * jitter.clamp(0.0, 1.0)
+}
+
+/// Pure: what follows attempt number `attempts` of an event made at `created`, at `now`.
+/// The last retry is due at most when the event turns 24 hours old; failing that, it fails.
+pub fn next_after(delivered: bool, attempts: i32, created: OffsetDateTime, now: OffsetDateTime, jitter: f64) -> Next {
+    if delivered {
+        return Next::Delivered;
+    }
+    let deadline = created + RETRY_FOR;
+    if now >= deadline {
+        return Next::Failed;
+    }
+    Next::RetryAt((now + backoff(attempts, jitter)).min(deadline))
+}
+
+pub struct Worker {
+    pub pool: PgPool,
+    pub vault: Arc<Vault>,
+    pub client: DeliveryClient,
+    pub clock: Arc<dyn Clock>,
+    /// How often to look for due deliveries.
+    pub poll: Duration,
+    /// How long a claim holds (longer than a send can take).
+    pub lease: Duration,
+}
+
+impl Worker {
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.poll);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // A full batch: more may be due at once.
+                loop {
+                    match self.run_once().await {
+                        Ok(n) if n as i64 == BATCH => continue,
+                        Ok(_) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "webhook deliveries: the database failed; will retry");
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// One round: claims what is due and sends it. Returns how many were claimed.
+    pub async fn run_once(&self) -> Result<usize, sqlx::Error> {
+        let now = self.clock.wall();
+        let lease = time::Duration::try_from(self.lease).unwrap_or(time::Duration::MINUTE);
+        let claimed = store::webhooks::claim_due(&self.pool, now, now + lease, BATCH).await?;
+        let n = claimed.len();
+        let results: Vec<Result<(), sqlx::Error>> = futures_util::stream::iter(claimed)
+            .map(|c| self.deliver(c))
+            .buffer_unordered(BATCH as usize)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<(), _>>()?;
+        Ok(n)
+    }
+
+    async fn deliver(&self, c: Claimed) -> Result<(), sqlx::Error> {
+        let sent_at = OffsetDateTime::now_utc();
+        let outcome = self.send(&c, sent_at).await;
+        let now = self.clock.wall();
+        let next = next_after(outcome.delivered, c.attempts, c.created_at, now, rand::random::<f64>());
+        let label = match next {
+            Next::Delivered => "delivered",
+            Next::RetryAt(_) => "retry",
+            Next::Failed => "failed",
+        };
+        metrics::counter!(ATTEMPTS, "outcome" => label).increment(1);
+        if next == Next::Failed {
+            tracing::warn!(webhook = %c.webhook_id, delivery = c.id, attempts = c.attempts, "webhook delivery failed for 24 hours; given up");
+        }
+        let attempt = store::webhooks::Attempt {
+            at: sent_at,
+            status: outcome.status,
+            error: outcome.error,
+            response: outcome.response.as_deref(),
+        };
+        let retry_at = match next {
+            Next::RetryAt(t) => Some(t),
+            _ => None,
+        };
+        store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at).await?;
+        Ok(())
+    }
+
+    /// One attempt, stamped `at` (the real time: receivers check it against theirs) and
+    /// signed with every secret in force by the worker's clock.
+    async fn send(&self, c: &Claimed, at: OffsetDateTime) -> Outcome {
+        let Ok(url) = url::Url::parse(&c.url) else { return Outcome::error("bad_url") };
+        let secrets = match super::open_secrets(&self.vault, c, self.clock.wall()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(webhook = %c.webhook_id, error = %e, "a webhook secret does not open");
+                return Outcome::error("secret_unreadable");
+            }
+        };
+        let refs: Vec<&SecretString> = secrets.iter().collect();
+        let id = format!("evt_{}", c.event_id.simple());
+        let signed = match sign::sign(&refs, &id, at, c.payload.as_bytes()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(webhook = %c.webhook_id, error = %e, "a webhook could not be signed");
+                return Outcome::error("secret_unreadable");
+            }
+        };
+        let headers = [
+            ("content-type", "application/json".to_owned()),
+            ("user-agent", concat!("mcp-connect-webhooks/", env!("CARGO_PKG_VERSION")).to_owned()),
+            ("webhook-id", signed.id),
+            ("webhook-timestamp", signed.timestamp.to_string()),
+            ("webhook-signature", signed.signature),
+        ];
+        match self.client.post(&url, &headers, c.payload.clone().into_bytes()).await {
+            Ok(mut resp) => {
+                let status = resp.status();
+                let response = read_kept(&mut resp).await;
+                Outcome {
+                    delivered: status.is_success(),
+                    status: Some(i32::from(status.as_u16())),
+                    error: (!status.is_success()).then_some("status"),
+                    response: Some(response),
+                }
+            }
+            Err(DeliveryError::Refused(r)) => Outcome::error(r.code()),
+            Err(DeliveryError::Request(e)) if e.is_timeout() => Outcome::error("timeout"),
+            Err(DeliveryError::Request(e)) if e.is_connect() => Outcome::error("connect"),
+            Err(DeliveryError::Request(_)) => Outcome::error("request"),
+        }
+    }
+}
+
+struct Outcome {
+    delivered: bool,
+    status: Option<i32>,
+    error: Option<&'static str>,
+    response: Option<String>,
+}
+
+impl Outcome {
+    fn error(code: &'static str) -> Self {
+        Self { delivered: false, status: None, error: Some(code), response: None }
+    }
+}
+
+/// The first [`RESPONSE_KEPT`] bytes of an answer, as text without control characters; the
+/// rest is not read.
+async fn read_kept(resp: &mut reqwest::Response) -> String {
+    let mut kept = Vec::with_capacity(RESPONSE_KEPT);
+    while kept.len() < RESPONSE_KEPT {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => kept.extend_from_slice(&chunk[..chunk.len().min(RESPONSE_KEPT - kept.len())]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&kept).chars().filter(|c| !c.is_control() || *c == '\n').collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_to_an_hour_with_the_upper_half_random() {
+        let s = time::Duration::seconds;
+        let cases: &[(i32, f64, time::Duration)] = &[
+            (1, 0.0, s(5) / 2),
+            (1, 0.999_999, s(5) - time::Duration::microseconds(3)),
+            (2, 0.0, s(5)),
+            (3, 0.5, s(15)),
+            (0, 0.0, s(5) / 2),
+            (-4, 0.0, s(5) / 2),
+            (11, 0.0, s(1800)),
+            (12, 1.0, s(3600)),
+            (40, 0.0, s(1800)),
+            (i32::MAX, 2.0, s(3600)),
+        ];
+        for (attempts, jitter, want) in cases {
+            let got = backoff(*attempts, *jitter);
+            assert!((got - *want).abs() < time::Duration::milliseconds(1), "{attempts} {jitter}: {got} != {want}");
+        }
+    }
+
+    #[test]
+    fn a_delivery_is_retried_until_its_event_is_a_day_old_then_fails() {
+        let t0 = OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
+        let h = time::Duration::hours;
+        let cases: &[(bool, i32, time::Duration, Next)] = &[
+            (true, 1, h(0), Next::Delivered),
+            (true, 30, h(30), Next::Delivered),
+            (false, 1, h(0), Next::RetryAt(t0 + time::Duration::seconds(5))),
+            (false, 20, h(1), Next::RetryAt(t0 + h(2))),
+            (false, 30, h(23) + time::Duration::minutes(50), Next::RetryAt(t0 + h(24))),
+            (false, 31, h(24), Next::Failed),
+            (false, 3, h(25), Next::Failed),
+        ];
+        for (delivered, attempts, age, want) in cases {
+            assert_eq!(next_after(*delivered, *attempts, t0, t0 + *age, 1.0), *want, "{delivered} {attempts} {age}");
+        }
+    }
+}
