@@ -16,7 +16,8 @@ CREATE TABLE webhooks (
     previous_secret_sealed bytea,
     previous_until timestamptz,
     created_at timestamptz NOT NULL DEFAULT now(),
-    CHECK ((previous_secret_sealed IS NULL) = (previous_until IS NULL))
+    CHECK ((previous_secret_sealed IS NULL) = (previous_until IS NULL)
+           AND (previous_secret_sealed IS NULL) = (previous_key_id IS NULL))
 );
 CREATE INDEX webhooks_tenant ON webhooks (tenant_id, created_at);
 

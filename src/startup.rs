@@ -259,7 +259,9 @@ async fn app_state(
         .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?,
         clock: clock.clone(),
         poll: config.webhooks.poll_interval,
-        lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(30),
+        // Longer than an attempt can take (the timeout bounds the request, and again the
+        // reading of its answer); a dead instance's claims lapse after it.
+        lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(5),
     }
     .spawn();
     let caches = Arc::new(crate::cache::Caches::with_clock(

@@ -320,7 +320,12 @@ async fn attach(
     now: OffsetDateTime,
 ) -> Result<Option<String>, CallbackRefusal> {
     let (account_id, account_login) = verified_account(state, x, OffsetDateTime::now_utc()).await?;
-    let existing = store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await?;
+    let existing = match store::connections::find_connection(&mut *tx, &e.tenant_id, &e.subject, &e.provider).await? {
+        // Under its lock: a revoke that commits meanwhile is seen (its status decides the
+        // event, and the grant is stored over the row as it is then).
+        Some(found) => store::connections::lock_connection(&mut *tx, found.id).await?,
+        None => None,
+    };
     if let Some(old) = &existing
         && old.status != ConnectionStatus::Revoked
         && let (Some(old_account), Some(new_account)) = (&old.account_id, &account_id)

@@ -54,6 +54,11 @@ pub async fn links_closed(
     by: &str,
     reason: &str,
 ) -> Result<(), sqlx::Error> {
+    // In one order (every transaction takes the stream locks it needs in this order).
+    let mut closed: Vec<&Closed> = closed.iter().collect();
+    closed.sort_by(|a, b| {
+        (&a.tenant_id, &a.provider, &a.subject, a.id).cmp(&(&b.tenant_id, &b.provider, &b.subject, b.id))
+    });
     for c in closed {
         let data = EventData {
             elicitation_id: Some(c.id),

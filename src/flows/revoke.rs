@@ -106,7 +106,8 @@ pub async fn revoke_connection(
     let mut ev = AuditEvent::for_connection("connection_revoked", &row);
     ev.detail = serde_json::json!({ "provider_result": out.provider_result, "by": actor });
     store::audit::insert_event(&mut *tx, &ev).await?;
-    let result = Some(out.provider_result.as_str());
+    // The code only (`failed: <detail>` names internals; the detail stays in the audit).
+    let result = out.provider_result.split(':').next();
     super::events::connection(&mut tx, EventKind::ConnectionRevoked, &row, by.as_str(), "revoked", result).await?;
     tx.commit().await?;
     state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);

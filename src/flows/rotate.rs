@@ -70,12 +70,14 @@ pub async fn rotate_keys(
         progress(done, total);
     }
     done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
-    let remaining = store::connections::count_rows_not_under_key(pool, &current).await?;
+    let remaining = store::connections::count_rows_not_under_key(pool, &current).await?
+        + store::webhooks::count_secrets_not_under_key(pool, &current).await?;
     Ok(RotateReport { resealed: done, remaining })
 }
 
-/// The webhook signing secrets (current and, in its overlap, the one before), re-sealed
-/// under the current key in batches like the connections.
+/// The webhook signing secrets (current and, in its overlap, the one before; one whose
+/// overlap is over is dropped), re-sealed under the current key in batches like the
+/// connections.
 async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
     loop {
@@ -89,8 +91,9 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
             let secret =
                 crate::webhooks::open_secret(vault, row.id, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
             let sealed = crate::webhooks::seal_secret(vault, row.id, &secret).map_err(unopenable)?;
+            let in_overlap = row.previous_until.is_some_and(|u| u > time::OffsetDateTime::now_utc());
             let previous = match (&row.previous_key_id, &row.previous_secret_sealed) {
-                (Some(k), Some(ct)) => {
+                (Some(k), Some(ct)) if in_overlap => {
                     let old = crate::webhooks::open_secret(vault, row.id, k, ct).map_err(unopenable)?;
                     Some(crate::webhooks::seal_secret(vault, row.id, &old).map_err(unopenable)?)
                 }

@@ -179,12 +179,14 @@ pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) 
     Ok(true)
 }
 
-/// A new secret for an endpoint; the current one is still signed with for 24 hours. `None`:
-/// no such endpoint in this tenant.
+/// A new secret for an endpoint; the current one is still signed with for 24 hours, unless
+/// `keep_previous` is false (a leaked secret stops at once). `None`: no such endpoint in
+/// this tenant.
 pub async fn rotate_secret(
     state: &AppState,
     tenant: &str,
     id: Uuid,
+    keep_previous: bool,
     api_key_id: &str,
 ) -> Result<Option<(Webhook, SecretString)>, WebhookError> {
     let secret = webhooks::sign::new_secret();
@@ -192,11 +194,15 @@ pub async fn rotate_secret(
     let now = OffsetDateTime::now_utc();
     let mut tx = store::begin(&state.pool).await?;
     let key = state.vault.current_key_id().as_str();
-    let Some(row) = store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, now + ROTATION_OVERLAP).await?
-    else {
+    let overlap = keep_previous.then(|| i64::try_from(ROTATION_OVERLAP.whole_microseconds()).unwrap_or(i64::MAX));
+    let Some(row) = store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, overlap).await? else {
         return Ok(None);
     };
-    audit(&mut tx, "webhook_secret_rotated", tenant, id, api_key_id, None).await?;
+    let mut ev = AuditEvent::new("webhook_secret_rotated");
+    ev.tenant_id = Some(tenant.to_owned());
+    ev.api_key_id = Some(api_key_id.to_owned());
+    ev.detail = serde_json::json!({ "webhook_id": id, "previous_kept": keep_previous });
+    store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     Ok(Some((Webhook::of(&row, now), secret)))
 }

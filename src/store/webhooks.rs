@@ -89,20 +89,25 @@ pub async fn delete_webhook(db: impl PgExecutor<'_>, tenant_id: &str, id: Uuid) 
     Ok(r.rows_affected() > 0)
 }
 
-/// A new secret in force; the one before it keeps being signed with until `previous_until`
-/// (a secret rotated out earlier, still in its overlap, is dropped).
+/// A new secret in force. The one before it keeps being signed with for `overlap_us`
+/// microseconds by the database's clock (the one deliveries are scheduled by); with none,
+/// it is dropped at once (a secret that leaked). A secret rotated out earlier, still in
+/// its overlap, is dropped.
 pub async fn rotate_secret(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
     id: Uuid,
     key_id: &str,
     secret_sealed: &[u8],
-    previous_until: OffsetDateTime,
+    overlap_us: Option<i64>,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"UPDATE webhooks SET previous_key_id = key_id, previous_secret_sealed = secret_sealed,
-                               previous_until = $5, key_id = $3, secret_sealed = $4
+        r#"UPDATE webhooks
+           SET previous_key_id = CASE WHEN $5::bigint IS NULL THEN NULL ELSE key_id END,
+               previous_secret_sealed = CASE WHEN $5::bigint IS NULL THEN NULL ELSE secret_sealed END,
+               previous_until = now() + $5::bigint * interval '1 microsecond',
+               key_id = $3, secret_sealed = $4
            WHERE tenant_id = $1 AND id = $2
            RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
                      previous_key_id, previous_secret_sealed, previous_until, created_at"#,
@@ -110,14 +115,14 @@ pub async fn rotate_secret(
         id,
         key_id,
         secret_sealed,
-        previous_until
+        overlap_us
     )
     .fetch_optional(db)
     .await
 }
 
 /// Writes one delivery of an event for every endpoint that asked for its kind: the tenant's
-/// (`tenant_id: None`: every tenant's). The event takes the next number of its stream under
+/// (`tenant_id: None`: every active tenant's). The event takes the next number of its stream under
 /// a row lock held to the commit, so the events of one stream are numbered in commit order.
 /// Nothing is written (and no lock taken) when no endpoint wants the event. Returns how many
 /// deliveries were written.
@@ -131,7 +136,8 @@ pub async fn enqueue(
 ) -> Result<u64, sqlx::Error> {
     let r = sqlx::query!(
         r#"WITH hooks AS (
-               SELECT id FROM webhooks WHERE ($1::text IS NULL OR tenant_id = $1) AND $2 = ANY (events)
+               SELECT w.id FROM webhooks w JOIN tenants t ON t.id = w.tenant_id
+               WHERE ($1::text IS NULL OR w.tenant_id = $1) AND $2 = ANY (w.events) AND t.active
            ), numbered AS (
                INSERT INTO webhook_streams (stream, seq) SELECT $3, 1 WHERE EXISTS (SELECT 1 FROM hooks)
                ON CONFLICT (stream) DO UPDATE SET seq = webhook_streams.seq + 1
@@ -166,47 +172,67 @@ pub struct Claimed {
     pub previous_key_id: Option<String>,
     pub previous_secret_sealed: Option<Vec<u8>>,
     pub previous_until: Option<OffsetDateTime>,
+    /// When it was claimed, by the database's clock (moved by the worker's skew).
+    pub claimed_at: OffsetDateTime,
 }
 
-/// Claims up to `limit` deliveries that are due at `now`, each the first pending one of its
+/// Claims up to `limit` deliveries that are due, each the first pending one of its
 /// endpoint's stream (a later event of a stream waits while an earlier one is retried), and
-/// holds them until `until`. Rows another worker is claiming are skipped
-/// (`FOR UPDATE SKIP LOCKED`); a claim whose worker died lapses at its `until`.
+/// holds them for `lease_us` microseconds. Time is the database's (every instance and the
+/// rows' own times agree on it), moved forward by `skew_us` (tests move it; 0 otherwise).
+/// Rows another worker is claiming are skipped (`FOR UPDATE SKIP LOCKED`); a claim whose
+/// worker died lapses.
 pub async fn claim_due(
     db: impl PgExecutor<'_>,
-    now: OffsetDateTime,
-    until: OffsetDateTime,
+    skew_us: i64,
+    lease_us: i64,
     limit: i64,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
     sqlx::query_as!(
         Claimed,
-        r#"WITH due AS (
-               SELECT d.id FROM webhook_deliveries d
-               WHERE d.status = 'pending' AND d.next_attempt_at <= $1
-                 AND (d.claimed_until IS NULL OR d.claimed_until <= $1)
+        r#"WITH t AS (SELECT now() + $1::bigint * interval '1 microsecond' AS now),
+           due AS (
+               SELECT d.id FROM webhook_deliveries d, t
+               WHERE d.status = 'pending' AND d.next_attempt_at <= t.now
+                 AND (d.claimed_until IS NULL OR d.claimed_until <= t.now)
                  AND NOT EXISTS (
                      SELECT 1 FROM webhook_deliveries e
                      WHERE e.webhook_id = d.webhook_id AND e.stream = d.stream AND e.seq < d.seq
                        AND e.status = 'pending')
                ORDER BY d.next_attempt_at, d.id
                LIMIT $3
-               FOR UPDATE SKIP LOCKED
+               FOR UPDATE OF d SKIP LOCKED
            ), claimed AS (
-               UPDATE webhook_deliveries d SET claimed_until = $2, attempts = d.attempts + 1
-               FROM due WHERE d.id = due.id
-               RETURNING d.id, d.event_id, d.payload, d.attempts, d.created_at, d.webhook_id
+               UPDATE webhook_deliveries d
+               SET claimed_until = t.now + $2::bigint * interval '1 microsecond', attempts = d.attempts + 1
+               FROM due, t WHERE d.id = due.id
+               RETURNING d.id, d.event_id, d.payload, d.attempts, d.created_at, d.webhook_id, t.now
            )
            SELECT c.id AS "id!", c.event_id AS "event_id!", c.payload AS "payload!", c.attempts AS "attempts!",
                   c.created_at AS "created_at!", c.webhook_id AS "webhook_id!", w.url, w.key_id, w.secret_sealed,
-                  w.previous_key_id, w.previous_secret_sealed, w.previous_until
+                  w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!"
            FROM claimed c JOIN webhooks w ON w.id = c.webhook_id
            ORDER BY c.id"#,
-        now,
-        until,
+        skew_us,
+        lease_us,
         limit
     )
     .fetch_all(db)
     .await
+}
+
+/// Deliveries waiting (`pending`) and the age of the oldest, in seconds, by the database's
+/// clock moved by `skew_us`.
+pub async fn backlog(db: impl PgExecutor<'_>, skew_us: i64) -> Result<(i64, f64), sqlx::Error> {
+    let r = sqlx::query!(
+        r#"SELECT count(*) AS "n!",
+                  coalesce(extract(epoch FROM now() + $1::bigint * interval '1 microsecond' - min(created_at)), 0)::float8 AS "age!"
+           FROM webhook_deliveries WHERE status = 'pending'"#,
+        skew_us
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((r.n, r.age.max(0.0)))
 }
 
 /// What came of one attempt.
@@ -255,6 +281,22 @@ pub async fn record_attempt(
     .execute(db)
     .await?;
     Ok(r.rows_affected() > 0)
+}
+
+/// The later pending events of a delivery's stream wait at least until its next attempt
+/// (so a claim does not look at them before then).
+pub async fn hold_stream_until(db: impl PgExecutor<'_>, id: i64, until: OffsetDateTime) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"UPDATE webhook_deliveries l SET next_attempt_at = $2
+           FROM webhook_deliveries h
+           WHERE h.id = $1 AND l.webhook_id = h.webhook_id AND l.stream = h.stream AND l.seq > h.seq
+             AND l.status = 'pending' AND l.next_attempt_at < $2"#,
+        id,
+        until
+    )
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -324,7 +366,8 @@ pub async fn delete_finished_before(db: impl PgExecutor<'_>, before: OffsetDateT
     Ok(r.rows_affected())
 }
 
-/// Key rotation: endpoints with a secret sealed under another key than `key_id`, locked.
+/// Key rotation: endpoints with a secret sealed under another key than `key_id`, locked
+/// (waiting for a rotation of their secret in flight: there are few, and none is skipped).
 pub async fn lock_secrets_not_under_key(
     db: impl PgExecutor<'_>,
     key_id: &str,
@@ -335,7 +378,7 @@ pub async fn lock_secrets_not_under_key(
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at
            FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1
-           ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED"#,
+           ORDER BY id LIMIT $2 FOR UPDATE"#,
         key_id,
         limit
     )
@@ -343,6 +386,15 @@ pub async fn lock_secrets_not_under_key(
     .await
 }
 
+/// Key rotation: endpoints with a secret still sealed under another key than `key_id`.
+pub async fn count_secrets_not_under_key(db: impl PgExecutor<'_>, key_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1"#, key_id)
+        .fetch_one(db)
+        .await
+}
+
+/// Stores re-sealed secrets; `previous_secret_sealed: None` drops the previous secret (one
+/// whose overlap is over is not re-sealed).
 pub async fn store_resealed_secrets(
     db: impl PgExecutor<'_>,
     id: Uuid,
@@ -352,8 +404,9 @@ pub async fn store_resealed_secrets(
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"UPDATE webhooks SET key_id = $2, secret_sealed = $3,
-               previous_key_id = CASE WHEN previous_secret_sealed IS NULL THEN NULL ELSE $2 END,
-               previous_secret_sealed = $4
+               previous_key_id = CASE WHEN $4::bytea IS NULL THEN NULL ELSE $2 END,
+               previous_secret_sealed = $4,
+               previous_until = CASE WHEN $4::bytea IS NULL THEN NULL ELSE previous_until END
            WHERE id = $1"#,
         id,
         key_id,

@@ -120,6 +120,12 @@ fn describe() {
         crate::webhooks::worker::ATTEMPTS,
         "webhook delivery attempts by outcome (delivered, retry, failed: given up after 24 h)"
     );
+    describe_gauge!(crate::webhooks::worker::PENDING, "webhook deliveries waiting to be delivered (all tenants)");
+    describe_gauge!(
+        crate::webhooks::worker::OLDEST_PENDING,
+        Unit::Seconds,
+        "age of the oldest webhook delivery still waiting"
+    );
     describe_histogram!(api_keys::METRIC_HASH_WAIT, Unit::Seconds, "time API-key checks waited for an argon2 slot");
     describe_counter!(
         api_keys::METRIC_HASH_QUEUE_FULL,

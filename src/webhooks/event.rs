@@ -95,7 +95,7 @@ pub struct EventData {
     /// What the provider said to our revocation (`connection.revoked`): `revoked`,
     /// `no_revocation_endpoint` or `failed: <reason>`.
     pub provider_result: Option<String>,
-    /// The operator's note on a kill switch.
+    /// The tenant operator's note on its kill switch (`null` for a global one).
     pub note: Option<String>,
 }
 
@@ -150,8 +150,10 @@ impl Event {
         }
     }
 
-    /// A kill switch changed (`tenant: None`: the global one).
+    /// A kill switch changed (`tenant: None`: the global one, whose operator's note is not
+    /// sent: it was written for the operators of every tenant, not to each).
     pub fn kill_switch(tenant: Option<&str>, provider: &str, mode: &str, by: &str, note: Option<&str>) -> Self {
+        let note = if tenant.is_some() { note } else { None };
         Self {
             kind: EventKind::KillSwitchChanged,
             tenant: tenant.map(str::to_owned),
@@ -201,6 +203,9 @@ mod tests {
         assert_eq!(a.stream, "conn/acme/github/a/b");
         let global = Event::kill_switch(None, "github", "no_token_handouts", "cli", Some("incident"));
         assert_eq!(global.stream, "kill/*/github");
+        assert_eq!(global.data.note, None, "a global switch's note stays with the operators");
+        let own = Event::kill_switch(Some("acme"), "github", "off", "admin", Some("done"));
+        assert_eq!(own.data.note.as_deref(), Some("done"));
         let p = serde_json::to_value(global.payload(Uuid::nil(), OffsetDateTime::UNIX_EPOCH)).unwrap();
         assert_eq!(p["type"], "kill_switch.changed");
         assert_eq!(p["id"], "evt_00000000000000000000000000000000");

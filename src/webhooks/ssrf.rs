@@ -40,6 +40,8 @@ pub enum Refusal {
     Reserved,
     #[error("the name resolves to no address that may be reached")]
     NoAddress,
+    #[error("a cloud metadata service")]
+    Metadata,
 }
 
 impl Refusal {
@@ -52,13 +54,23 @@ impl Refusal {
             Refusal::LinkLocal => "link_local_address",
             Refusal::Reserved => "reserved_address",
             Refusal::NoAddress => "no_allowed_address",
+            Refusal::Metadata => "metadata_address",
         }
     }
 }
 
+/// Cloud metadata services outside link-local space, refused whatever the policy allows:
+/// Alibaba's (in the shared range `allow_private` opens), AWS's IPv6 one (unique-local).
+/// (169.254.169.254 and fd00:ec2::254's link-local peers are refused as link-local.)
+const METADATA: &[IpAddr] =
+    &[IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)), IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254))];
+
 /// Whether `ip` may be connected to. An IPv4-mapped IPv6 address is judged as the IPv4
 /// address it carries; the deprecated IPv4-compatible ones (`::/96`) are refused outright.
 pub fn check_ip(ip: IpAddr, policy: AddressPolicy) -> Result<(), Refusal> {
+    if METADATA.contains(&ip.to_canonical()) {
+        return Err(Refusal::Metadata);
+    }
     match ip {
         IpAddr::V4(v4) => check_v4(v4, policy),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -275,6 +287,9 @@ mod tests {
             ("100.64.0.1", Err(Refusal::Private), Ok(())),
             ("::ffff:10.1.2.3", Err(Refusal::Private), Ok(())),
             ("fd00::1", Err(Refusal::Private), Ok(())),
+            ("100.100.100.200", Err(Refusal::Metadata), Err(Refusal::Metadata)),
+            ("::ffff:100.100.100.200", Err(Refusal::Metadata), Err(Refusal::Metadata)),
+            ("fd00:ec2::254", Err(Refusal::Metadata), Err(Refusal::Metadata)),
             ("169.254.169.254", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),
             ("::ffff:169.254.169.254", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),
             ("fe80::1", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),

@@ -11,7 +11,6 @@ use super::ssrf::{DeliveryClient, DeliveryError};
 use crate::domain::Clock;
 use crate::store::{self, PgPool, webhooks::Claimed};
 use crate::vault::Vault;
-use futures_util::StreamExt;
 use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,14 +21,20 @@ pub const RETRY_FOR: time::Duration = time::Duration::hours(24);
 /// The first retry's delay (before jitter); each next one doubles, up to [`MAX_DELAY`].
 pub const FIRST_DELAY: time::Duration = time::Duration::seconds(5);
 pub const MAX_DELAY: time::Duration = time::Duration::hours(1);
-/// Deliveries one round claims (and sends at once).
-const BATCH: i64 = 16;
+/// Attempts in flight at once, per instance.
+const SLOTS: usize = 16;
+/// How often the backlog gauges are read.
+const BACKLOG_EVERY: Duration = Duration::from_secs(15);
 /// The most of an answer kept.
 pub const RESPONSE_KEPT: usize = 1024;
 
 /// Metric (catalogue: `telemetry::metrics`): attempts by `outcome` (`delivered`, `retry`,
 /// `failed`).
 pub const ATTEMPTS: &str = "mcp_connect_webhook_attempts_total";
+/// Metric: deliveries waiting (`pending`), every tenant's, as this instance last read them.
+pub const PENDING: &str = "mcp_connect_webhook_pending";
+/// Metric: the age of the oldest pending delivery.
+pub const OLDEST_PENDING: &str = "mcp_connect_webhook_oldest_pending_seconds";
 
 /// What follows an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +70,7 @@ pub struct Worker {
     pub pool: PgPool,
     pub vault: Arc<Vault>,
     pub client: DeliveryClient,
+    /// Moves the database's time for this worker (tests; the system clock moves nothing).
     pub clock: Arc<dyn Clock>,
     /// How often to look for due deliveries.
     pub poll: Duration,
@@ -73,46 +79,96 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+    /// Runs the worker for the life of the process; a worker that panicked is started
+    /// again (and says so).
+    pub fn spawn(self) {
+        let worker = Arc::new(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.poll);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
-                // A full batch: more may be due at once.
-                loop {
-                    match self.run_once().await {
-                        Ok(n) if n as i64 == BATCH => continue,
-                        Ok(_) => break,
+                let w = worker.clone();
+                match tokio::spawn(async move { w.run().await }).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the webhook delivery worker stopped; starting it again");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Every poll: claims as many due deliveries as there are free slots, and sends each in
+    /// a task of its own, so that a slow endpoint holds its own slots only.
+    async fn run(self: Arc<Self>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
+        let mut tick = tokio::time::interval(self.poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_backlog = std::time::Instant::now() - BACKLOG_EVERY;
+        loop {
+            tick.tick().await;
+            if last_backlog.elapsed() >= BACKLOG_EVERY {
+                last_backlog = std::time::Instant::now();
+                self.report_backlog().await;
+            }
+            // While a full batch came back, more may be due at once.
+            loop {
+                let free = slots.available_permits();
+                if free == 0 {
+                    break;
+                }
+                let claimed =
+                    match store::webhooks::claim_due(&self.pool, self.skew_us(), self.lease_us(), free as i64).await {
+                        Ok(c) => c,
                         Err(e) => {
                             tracing::warn!(error = %e, "webhook deliveries: the database failed; will retry");
                             break;
                         }
-                    }
+                    };
+                let full = claimed.len() == free;
+                for c in claimed {
+                    let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                    let w = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = w.deliver(c).await {
+                            tracing::warn!(error = %e, "a webhook attempt could not be recorded; it is sent again");
+                        }
+                        drop(permit);
+                    });
+                }
+                if !full {
+                    break;
                 }
             }
-        })
+        }
     }
 
-    /// One round: claims what is due and sends it. Returns how many were claimed.
-    pub async fn run_once(&self) -> Result<usize, sqlx::Error> {
-        let now = self.clock.wall();
-        let lease = time::Duration::try_from(self.lease).unwrap_or(time::Duration::MINUTE);
-        let claimed = store::webhooks::claim_due(&self.pool, now, now + lease, BATCH).await?;
-        let n = claimed.len();
-        let results: Vec<Result<(), sqlx::Error>> = futures_util::stream::iter(claimed)
-            .map(|c| self.deliver(c))
-            .buffer_unordered(BATCH as usize)
-            .collect()
-            .await;
-        results.into_iter().collect::<Result<(), _>>()?;
-        Ok(n)
+    /// How far the worker's clock is ahead of the real one, in microseconds.
+    fn skew_us(&self) -> i64 {
+        i64::try_from((self.clock.wall() - OffsetDateTime::now_utc()).whole_microseconds()).unwrap_or(0)
+    }
+
+    fn lease_us(&self) -> i64 {
+        i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    async fn report_backlog(&self) {
+        match store::webhooks::backlog(&self.pool, self.skew_us()).await {
+            Ok((n, age)) => {
+                metrics::gauge!(PENDING).set(n as f64);
+                metrics::gauge!(OLDEST_PENDING).set(age);
+            }
+            Err(e) => tracing::warn!(error = %e, "webhook backlog not read"),
+        }
     }
 
     async fn deliver(&self, c: Claimed) -> Result<(), sqlx::Error> {
+        let started = std::time::Instant::now();
         let sent_at = OffsetDateTime::now_utc();
         let outcome = self.send(&c, sent_at).await;
-        let now = self.clock.wall();
+        // Sent, not yet recorded: a crash here sends the event again (at least once).
+        crate::domain::failpoint::stop_here("webhooks.before_record").await;
+        // The database's time (as claimed, plus the attempt's length): the rows' own.
+        let now = c.claimed_at + started.elapsed();
         let next = next_after(outcome.delivered, c.attempts, c.created_at, now, rand::random::<f64>());
         let label = match next {
             Next::Delivered => "delivered",
@@ -133,7 +189,12 @@ impl Worker {
             Next::RetryAt(t) => Some(t),
             _ => None,
         };
-        store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at).await?;
+        let recorded =
+            store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at)
+                .await?;
+        if let (true, Some(t)) = (recorded, retry_at) {
+            store::webhooks::hold_stream_until(&self.pool, c.id, t).await?;
+        }
         Ok(())
     }
 
@@ -141,7 +202,7 @@ impl Worker {
     /// signed with every secret in force by the worker's clock.
     async fn send(&self, c: &Claimed, at: OffsetDateTime) -> Outcome {
         let Ok(url) = url::Url::parse(&c.url) else { return Outcome::error("bad_url") };
-        let secrets = match super::open_secrets(&self.vault, c, self.clock.wall()) {
+        let secrets = match super::open_secrets(&self.vault, c, c.claimed_at) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(webhook = %c.webhook_id, error = %e, "a webhook secret does not open");
@@ -175,7 +236,12 @@ impl Worker {
                     response: Some(response),
                 }
             }
-            Err(DeliveryError::Refused(r)) => Outcome::error(r.code()),
+            // One code for the tenant (which range a name resolves to is ours to know); the
+            // reason is in our log.
+            Err(DeliveryError::Refused(r)) => {
+                tracing::warn!(webhook = %c.webhook_id, refusal = r.code(), "a webhook address was refused");
+                Outcome::error("address_refused")
+            }
             Err(DeliveryError::Request(e)) if e.is_timeout() => Outcome::error("timeout"),
             Err(DeliveryError::Request(e)) if e.is_connect() => Outcome::error("connect"),
             Err(DeliveryError::Request(_)) => Outcome::error("request"),

@@ -227,3 +227,56 @@ async fn a_kill_with_handouts_queued_loses_at_most_their_audit_rows_and_never_a_
     assert_eq!(b["access_token"], "gho_kept", "the grant outlived the crash");
     assert_eq!(app.connection_count().await, 1);
 }
+
+#[tokio::test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature: scripts/test turns it on")]
+async fn a_kill_after_a_webhook_was_sent_and_before_it_was_recorded_sends_it_again_under_the_same_id() {
+    use crate::receiver::{Receiver, assert_verified, register};
+    // The in-process instance looks for deliveries once a minute: the served one sends.
+    let slow = vec![("poll_interval_ms = 200", "poll_interval_ms = 60000".to_owned())];
+    let app = crate::helpers::spawn_app_with(Options { patch: slow, ..Options::default() }).await;
+    let receiver = Receiver::start().await;
+    let (webhook, secret) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
+    let port = free_port();
+    let mut served = serve_on(&app, port, &[("FAILPOINTS", "webhooks.before_record=return")]).await;
+    let first: serde_json::Value =
+        post_token(&app, &served.base.clone(), json!({"subject": "alice", "provider": "testp"}))
+            .await
+            .json()
+            .await
+            .unwrap();
+    let id = first["elicitation"]["id"].as_str().unwrap();
+    let r = app
+        .client
+        .post(format!("{}/v1/elicitations/{id}/cancel", served.base))
+        .bearer_auth(&app.key)
+        .json(&json!({"reason": "cancel"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    kill_at(&mut served, "webhooks.before_record").await;
+    assert_eq!(receiver.all().len(), 1, "sent (and answered 204) before the kill");
+    let (status, attempts): (String, i32) =
+        sqlx::query_as("SELECT status, attempts FROM webhook_deliveries").fetch_one(&app.pool).await.unwrap();
+    assert_eq!((status.as_str(), attempts), ("pending", 1), "the outcome was never recorded");
+
+    // Restarted: once the dead process's claim has lapsed, the event is sent again under
+    // the same id (receivers drop the duplicate by it), and recorded.
+    let _served = serve_on(&app, port, &[]).await;
+    crate::helpers::eventually(Duration::from_secs(30), "the event is sent again", || async {
+        receiver.all().len() >= 2
+    })
+    .await;
+    let all = receiver.all();
+    assert_eq!(all[0].id, all[1].id);
+    assert_eq!(all[0].body, all[1].body, "the same body");
+    assert_eq!(receiver.accepted().len(), 1, "once after de-duplication");
+    assert_verified(&secret, &all).await;
+    crate::helpers::eventually(Duration::from_secs(10), "recorded as delivered", || async {
+        let r = app.admin(reqwest::Method::GET, &format!("/webhooks/{webhook}/deliveries"), None).await;
+        let b: serde_json::Value = r.json().await.unwrap();
+        b["deliveries"][0]["status"] == "delivered" && b["deliveries"][0]["attempts"] == 2
+    })
+    .await;
+}

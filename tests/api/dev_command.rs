@@ -37,11 +37,12 @@ fn read_env(path: &std::path::Path) -> Option<HashMap<String, String>> {
 }
 
 fn start_dev(with_database_url: Option<&str>) -> (Dev, HashMap<String, String>) {
-    start_dev_in(with_database_url, None)
+    start_dev_in(with_database_url, None, &[])
 }
 
 /// `dev` from a fresh folder (mode `mode` where given), with its defaults for the cluster.
-fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>) -> (Dev, HashMap<String, String>) {
+/// `extra` arguments are added; the command's output goes to `stdout.txt` in its folder.
+fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>, extra: &[&str]) -> (Dev, HashMap<String, String>) {
     let dir = std::env::temp_dir().join(format!("mcpc-dev-test-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     if let Some(mode) = mode {
@@ -50,10 +51,12 @@ fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>) -> (Dev, Has
     }
     let env_file = dir.join("dev.env");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-connect"));
+    let stdout = std::fs::File::create(dir.join("stdout.txt")).unwrap();
     cmd.args(["dev", "--port", "0", "--env-file"])
         .arg(&env_file)
+        .args(extra)
         .current_dir(&dir)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::null())
         .env_remove("DATABASE_URL");
     if let Some(url) = with_database_url {
@@ -170,7 +173,7 @@ async fn dev_mints_mcp_tokens_for_the_mcp_servers_url() {
 async fn dev_runs_from_a_folder_only_its_owner_can_enter_and_cleans_up() {
     // As root (the tests run as root in CI), the cluster runs as `postgres`, which cannot
     // enter this folder: dev must put the cluster elsewhere and run it from there.
-    let (dev, env) = start_dev_in(None, Some(0o700));
+    let (dev, env) = start_dev_in(None, Some(0o700), &[]);
     walkthrough(&env).await;
     // Ours is the cluster whose postmaster.pid names the port of the DATABASE_URL.
     let port = url::Url::parse(&env["DATABASE_URL"]).unwrap().port().unwrap().to_string();
@@ -199,6 +202,28 @@ async fn dev_uses_database_url_when_it_is_set() {
     assert_eq!(env["DATABASE_URL"], db.url);
     walkthrough(&env).await;
     assert!(!dev.dir.join(".mcp-connect-dev").exists());
+}
+
+#[tokio::test]
+async fn dev_with_webhook_echo_prints_each_event_it_verified() {
+    let db = crate::helpers::create_database().await;
+    let (dev, env) = start_dev_in(Some(&db.url), None, &["--webhook-echo"]);
+    walkthrough(&env).await;
+    let out = dev.dir.join("stdout.txt");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let verified: Vec<&str> = text.lines().filter(|l| l.starts_with("webhook (signature verified): ")).collect();
+        if verified.iter().any(|l| l.contains(r#""type":"connection.created""#)) {
+            assert!(text.contains("Webhooks: every event of the dev tenant goes to http://127.0.0.1:"), "{text}");
+            let created = verified.iter().find(|l| l.contains("connection.created")).unwrap();
+            assert!(created.contains(r#""subject":"alice""#) && created.contains(r#""account_login":"alice-at-dev""#));
+            assert!(!text.contains("REFUSED"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no verified connection.created printed: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]

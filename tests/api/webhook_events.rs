@@ -99,6 +99,7 @@ async fn an_endpoint_is_registered_once_with_its_secret_and_refused_where_it_may
         ("https://10.1.2.3/in", "invalid_webhook_url", "private_address"),
         ("https://169.254.169.254/latest/meta-data", "invalid_webhook_url", "link_local_address"),
         ("https://[::ffff:10.0.0.1]/in", "invalid_webhook_url", "private_address"),
+        ("https://100.100.100.200/latest", "invalid_webhook_url", "metadata_address"),
         ("https://user:pw@hooks.example.com/in", "invalid_webhook_url", "bad_url"),
         ("https://hooks.example.com/in#frag", "invalid_webhook_url", "fragment"),
         ("hooks.example.com", "invalid_webhook_url", "absolute URL"),
@@ -201,7 +202,7 @@ async fn without_allow_loopback_a_loopback_endpoint_is_refused_and_a_name_resolv
     })
     .await;
     let d = &deliveries(&app, &webhook).await[0];
-    assert_eq!(d["last_error"], "loopback_address", "{d}");
+    assert_eq!(d["last_error"], "address_refused", "one code: which range a name resolves to is not told, {d}");
     assert_eq!(d["status"], "pending", "it is retried (the name may move)");
     assert!(d["next_attempt_at"].is_string() && d["last_status"].is_null());
     assert!(receiver.all().is_empty(), "nothing reached the receiver");
@@ -365,6 +366,25 @@ async fn after_a_rotation_both_secrets_sign_for_a_day_then_only_the_new_one() {
     assert_eq!(got[1].signature.matches("v1,").count(), 1);
     assert_verified(&new, &got[1..]).await;
     assert_eq!(python_verdicts(&old, &got[1..]).await, ["WebhookVerificationError: No matching signature found"]);
+
+    // A secret that leaked stops at once.
+    let r =
+        app.admin(reqwest::Method::POST, &format!("/webhooks/{webhook}/rotate-secret?keep_previous=false"), None).await;
+    let rotated: Value = r.json().await.unwrap();
+    assert!(rotated["previous_secret_valid_until"].is_null());
+    let newest = rotated["secret"].as_str().unwrap().to_owned();
+    let id = app.elicit("alice", "testp").await.0;
+    cancel(&app, &id, "cancel").await;
+    let got = receiver.wait_for(3, WAIT).await;
+    assert_eq!(got[2].signature.matches("v1,").count(), 1);
+    assert_verified(&newest, &got[2..]).await;
+    assert_eq!(python_verdicts(&new, &got[2..]).await, ["WebhookVerificationError: No matching signature found"]);
+    assert_error(
+        app.admin(reqwest::Method::POST, &format!("/webhooks/{webhook}/rotate-secret?keep_previous=maybe"), None).await,
+        400,
+        "invalid_query",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -471,8 +491,50 @@ async fn a_global_kill_switch_from_the_cli_reaches_every_tenants_endpoints_that_
         assert_eq!(e["type"], "kill_switch.changed");
         assert_eq!(e["data"]["tenant"], Value::Null, "a global switch");
         assert_eq!((&e["data"]["provider"], &e["data"]["reason"]), (&json!("github"), &json!("no_token_handouts")));
-        assert_eq!((&e["data"]["by"], &e["data"]["note"]), (&json!("cli"), &json!("provider breach")));
+        assert_eq!(e["data"]["by"], "cli");
+        assert_eq!(e["data"]["note"], Value::Null, "a global switch's note stays with the operators");
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(deaf.all().is_empty(), "an endpoint that did not ask hears nothing");
+}
+
+#[tokio::test]
+async fn rotate_key_reseals_the_signing_secrets_and_the_new_key_alone_signs() {
+    use crate::helpers::{KEY_A, KEY_B, spawn_on};
+    // KEY_A. Its worker looks once a minute: the instance with the new key delivers (an
+    // instance without the key a secret is sealed under cannot sign; operators add the new
+    // key everywhere before they rotate).
+    let slow = vec![("poll_interval_ms = 200", "poll_interval_ms = 60000".to_owned())];
+    let app = spawn_app_with(Options { patch: slow, ..Options::default() }).await;
+    let receiver = Receiver::start().await;
+    let (webhook, old) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
+    let r = app.admin(reqwest::Method::POST, &format!("/webhooks/{webhook}/rotate-secret"), None).await;
+    let new = r.json::<Value>().await.unwrap()["secret"].as_str().unwrap().to_owned();
+    // Another endpoint whose previous secret's overlap is over: dropped, not re-sealed.
+    let (other, _) = register(&app, &app.admin_key, "https://hooks.example.com/in", &["elicitation.cancelled"]).await;
+    app.admin(reqwest::Method::POST, &format!("/webhooks/{other}/rotate-secret"), None).await;
+    sqlx::query("UPDATE webhooks SET previous_until = now() - interval '1 minute' WHERE id = $1::text::uuid")
+        .bind(&other)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let both = mcp_connect::vault::Vault::new(mcp_connect::vault::Keyring::parse(&format!("{KEY_B},{KEY_A}")).unwrap());
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |_, _| {}).await.unwrap();
+    assert_eq!((r.resealed, r.remaining), (2, 0));
+    let keys: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT id::text, key_id, previous_key_id FROM webhooks ORDER BY id = $1::text::uuid")
+            .bind(&webhook)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(keys[0], (other.clone(), "k-new".to_owned(), None), "the expired previous secret is gone");
+    assert_eq!(keys[1], (webhook.clone(), "k-new".to_owned(), Some("k-new".to_owned())));
+    assert_eq!(mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |_, _| {}).await.unwrap().resealed, 0);
+    // An instance with the new key alone signs with both secrets.
+    let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
+    let id = new_only.elicit("alice", "testp").await.0;
+    cancel(&new_only, &id, "cancel").await;
+    let got = receiver.wait_for(1, WAIT).await;
+    assert_verified(&new, &got).await;
+    assert_verified(&old, &got).await;
 }

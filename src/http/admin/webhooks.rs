@@ -170,18 +170,27 @@ pub async fn delete_webhook(
     Ok(HttpResponse::NoContent().finish())
 }
 
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RotateQuery {
+    /// Keep signing with the replaced secret for 24 hours (default `true`); `false` stops it
+    /// at once, for a secret that leaked.
+    keep_previous: Option<bool>,
+}
+
 /// A new signing secret, shown once. The one it replaces is still signed with for 24 hours
 /// (two signatures in `webhook-signature`), so receivers can switch without losing an
-/// event; a secret replaced before is dropped at once.
+/// event, unless `keep_previous=false`; a secret replaced before is dropped at once.
 #[utoipa::path(
     post,
     path = "/admin/v1/webhooks/{id}/rotate-secret",
     operation_id = "rotateWebhookSecret",
     tag = "admin",
-    params(WebhookPath),
+    params(WebhookPath, RotateQuery),
     responses(
         (status = 200, description = "The endpoint and its new secret.", body = WebhookWithSecret),
-        (status = 400, description = "`invalid_webhook_id`.", body = ErrorBody),
+        (status = 400, description = "`invalid_webhook_id` or `invalid_query`.", body = ErrorBody),
         (status = 404, description = "`webhook_not_found`: none of that id in this tenant.", body = ErrorBody),
     ),
     security(("admin_key" = [])),
@@ -190,12 +199,15 @@ pub async fn rotate_secret(
     caller: AdminCaller,
     state: web::Data<AppState>,
     path: web::Path<WebhookPath>,
+    q: web::Query<RotateQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
-    let (webhook, secret) = flow::rotate_secret(&state, caller.0.tenant.as_str(), id.as_uuid(), caller.0.id.as_str())
-        .await
-        .map_err(refused)?
-        .ok_or_else(not_found)?;
+    let keep = q.keep_previous.unwrap_or(true);
+    let (webhook, secret) =
+        flow::rotate_secret(&state, caller.0.tenant.as_str(), id.as_uuid(), keep, caller.0.id.as_str())
+            .await
+            .map_err(refused)?
+            .ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
