@@ -62,7 +62,12 @@ impl Receiver {
                             answered,
                         });
                         actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(answered).unwrap())
-                            .body(if answered == 503 { "down for maintenance" } else { "" })
+                            // A long answer: at most 1 KB of it may be kept.
+                            .body(if answered == 503 {
+                                format!("down for maintenance{}", "!".repeat(5000))
+                            } else {
+                                String::new()
+                            })
                     }
                 },
             ))
