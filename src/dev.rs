@@ -487,7 +487,9 @@ Try it (in another terminal):
   # Now try the phishing case: make a new link (step 1 with "subject":"carol"), open it,
   # and sign in as bob. The page refuses: the link was made for another account.
 
+  # People see and end their connections at {base}/connections (signed in as alice).
   # Operators: curl -s -H "Authorization: Bearer $MCP_CONNECT_ADMIN_KEY" $MCP_CONNECT_URL/admin/v1/audit
+  # Webhooks: start dev with --webhook-echo to see each event, verified, in this terminal.
   # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
 
 The MCP side: run the example MCP server against this demo (its resource is {mcp_url}):
