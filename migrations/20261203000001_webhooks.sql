@@ -16,6 +16,10 @@ CREATE TABLE webhooks (
     previous_secret_sealed bytea,
     previous_until timestamptz,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- Attempts that failed in a row; while one has, the endpoint rests until
+    -- `paused_until` (a dead endpoint takes one attempt per backoff, not one per event).
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    paused_until timestamptz,
     CHECK ((previous_secret_sealed IS NULL) = (previous_until IS NULL)
            AND (previous_secret_sealed IS NULL) = (previous_key_id IS NULL))
 );

@@ -80,6 +80,8 @@ pub async fn rotate_keys(
 /// connections.
 async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
+    // Overlaps end by the database's clock, as the worker reads them.
+    let now = store::webhooks::database_now(pool).await?;
     loop {
         let mut tx = pool.begin().await?;
         let rows = store::webhooks::lock_secrets_not_under_key(&mut *tx, current, batch).await?;
@@ -91,7 +93,7 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
             let secret =
                 crate::webhooks::open_secret(vault, row.id, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
             let sealed = crate::webhooks::seal_secret(vault, row.id, &secret).map_err(unopenable)?;
-            let in_overlap = row.previous_until.is_some_and(|u| u > time::OffsetDateTime::now_utc());
+            let in_overlap = row.previous_until.is_some_and(|u| u > now);
             let previous = match (&row.previous_key_id, &row.previous_secret_sealed) {
                 (Some(k), Some(ct)) if in_overlap => {
                     let old = crate::webhooks::open_secret(vault, row.id, k, ct).map_err(unopenable)?;

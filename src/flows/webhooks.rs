@@ -96,6 +96,12 @@ pub struct Webhook {
     /// signature in `webhook-signature`); `null` when there is none.
     #[serde(with = "time::serde::rfc3339::option")]
     pub previous_secret_valid_until: Option<OffsetDateTime>,
+    /// Attempts that failed in a row (0 once one succeeds).
+    pub consecutive_failures: i32,
+    /// While attempts fail, the endpoint rests until then (its deliveries wait; each keeps
+    /// its own schedule and its 24 h); `null` when it does not.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub paused_until: Option<OffsetDateTime>,
 }
 
 impl Webhook {
@@ -107,6 +113,8 @@ impl Webhook {
             description: row.description.clone(),
             created_at: row.created_at,
             previous_secret_valid_until: row.previous_until.filter(|u| *u > now),
+            consecutive_failures: row.consecutive_failures,
+            paused_until: row.paused_until.filter(|u| *u > now),
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct WebhookRow {
     pub previous_secret_sealed: Option<Vec<u8>>,
     pub previous_until: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
+    pub consecutive_failures: i32,
+    pub paused_until: Option<OffsetDateTime>,
 }
 
 pub struct NewWebhook<'a> {
@@ -37,7 +39,8 @@ pub async fn insert_webhook(db: impl PgExecutor<'_>, w: &NewWebhook<'_>) -> Resu
         r#"INSERT INTO webhooks (id, tenant_id, url, events, description, key_id, secret_sealed)
            VALUES ($1, $2, $3, $4, $5, $6, $7)
            RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
-                     previous_key_id, previous_secret_sealed, previous_until, created_at"#,
+                     previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until"#,
         w.id,
         w.tenant_id,
         w.url,
@@ -58,7 +61,8 @@ pub async fn list_webhooks(db: impl PgExecutor<'_>, tenant_id: &str) -> Result<V
     sqlx::query_as!(
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
-                  previous_key_id, previous_secret_sealed, previous_until, created_at
+                  previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until
            FROM webhooks WHERE tenant_id = $1 ORDER BY created_at, id"#,
         tenant_id
     )
@@ -74,7 +78,8 @@ pub async fn get_webhook(
     sqlx::query_as!(
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
-                  previous_key_id, previous_secret_sealed, previous_until, created_at
+                  previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until
            FROM webhooks WHERE tenant_id = $1 AND id = $2"#,
         tenant_id,
         id
@@ -110,7 +115,8 @@ pub async fn rotate_secret(
                key_id = $3, secret_sealed = $4
            WHERE tenant_id = $1 AND id = $2
            RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
-                     previous_key_id, previous_secret_sealed, previous_until, created_at"#,
+                     previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until"#,
         tenant_id,
         id,
         key_id,
@@ -174,6 +180,8 @@ pub struct Claimed {
     pub previous_until: Option<OffsetDateTime>,
     /// When it was claimed, by the database's clock (moved by the worker's skew).
     pub claimed_at: OffsetDateTime,
+    /// The endpoint's failed attempts in a row, as claimed.
+    pub consecutive_failures: i32,
 }
 
 /// Claims up to `limit` deliveries that are due, each the first pending one of its
@@ -192,8 +200,9 @@ pub async fn claim_due(
         Claimed,
         r#"WITH t AS (SELECT now() + $1::bigint * interval '1 microsecond' AS now),
            due AS (
-               SELECT d.id FROM webhook_deliveries d, t
+               SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id, t
                WHERE d.status = 'pending' AND d.next_attempt_at <= t.now
+                 AND (w.paused_until IS NULL OR w.paused_until <= t.now)
                  AND (d.claimed_until IS NULL OR d.claimed_until <= t.now)
                  AND NOT EXISTS (
                      SELECT 1 FROM webhook_deliveries e
@@ -210,7 +219,8 @@ pub async fn claim_due(
            )
            SELECT c.id AS "id!", c.event_id AS "event_id!", c.payload AS "payload!", c.attempts AS "attempts!",
                   c.created_at AS "created_at!", c.webhook_id AS "webhook_id!", w.url, w.key_id, w.secret_sealed,
-                  w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!"
+                  w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!",
+                  w.consecutive_failures
            FROM claimed c JOIN webhooks w ON w.id = c.webhook_id
            ORDER BY c.id"#,
         skew_us,
@@ -283,6 +293,27 @@ pub async fn record_attempt(
     Ok(r.rows_affected() > 0)
 }
 
+/// After an attempt to an endpoint: a success ends its failures; a failure counts one more
+/// and rests it until `pause_until` at least.
+pub async fn record_endpoint(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    pause_until: Option<OffsetDateTime>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"UPDATE webhooks
+           SET consecutive_failures = CASE WHEN $2::timestamptz IS NULL THEN 0 ELSE consecutive_failures + 1 END,
+               paused_until = CASE WHEN $2::timestamptz IS NULL THEN NULL
+                                   ELSE greatest(coalesce(paused_until, $2::timestamptz), $2::timestamptz) END
+           WHERE id = $1"#,
+        id,
+        pause_until
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// The later pending events of a delivery's stream wait at least until its next attempt
 /// (so a claim does not look at them before then).
 pub async fn hold_stream_until(db: impl PgExecutor<'_>, id: i64, until: OffsetDateTime) -> Result<(), sqlx::Error> {
@@ -323,7 +354,8 @@ pub struct DeliveryRow {
     /// The receiver's status code at the last attempt, if it answered.
     pub last_status: Option<i32>,
     /// Why the last attempt did not count: `status` (not 2xx), `timeout`, `connect`,
-    /// `request`, or an address refusal (`loopback_address`, `private_address`, …).
+    /// `request`, `address_refused` (the URL's name resolved to no address that may be
+    /// reached), `secret_unreadable` (this instance lacks the vault key of the secret).
     pub last_error: Option<String>,
     /// At most 1 KB of the receiver's last answer.
     pub last_response: Option<String>,
@@ -376,7 +408,8 @@ pub async fn lock_secrets_not_under_key(
     sqlx::query_as!(
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
-                  previous_key_id, previous_secret_sealed, previous_until, created_at
+                  previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until
            FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1
            ORDER BY id LIMIT $2 FOR UPDATE"#,
         key_id,
@@ -384,6 +417,11 @@ pub async fn lock_secrets_not_under_key(
     )
     .fetch_all(db)
     .await
+}
+
+/// The database's time (the one deliveries and secret overlaps are kept by).
+pub async fn database_now(db: impl PgExecutor<'_>) -> Result<OffsetDateTime, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT now() AS "now!""#).fetch_one(db).await
 }
 
 /// Key rotation: endpoints with a secret still sealed under another key than `key_id`.

@@ -93,7 +93,7 @@ pub struct EventData {
     /// The scopes granted (connection events).
     pub scopes: Option<Vec<String>>,
     /// What the provider said to our revocation (`connection.revoked`): `revoked`,
-    /// `no_revocation_endpoint` or `failed: <reason>`.
+    /// `no_revocation_endpoint` or `failed` (the reason is in the audit trail).
     pub provider_result: Option<String>,
     /// The tenant operator's note on its kill switch (`null` for a global one).
     pub note: Option<String>,

@@ -60,15 +60,17 @@ impl Refusal {
 }
 
 /// Cloud metadata services outside link-local space, refused whatever the policy allows:
-/// Alibaba's (in the shared range `allow_private` opens), AWS's IPv6 one (unique-local).
-/// (169.254.169.254 and fd00:ec2::254's link-local peers are refused as link-local.)
-const METADATA: &[IpAddr] =
-    &[IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)), IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254))];
+/// Alibaba's (in the shared range `allow_private` opens); AWS's IPv6 ones (instance
+/// metadata fd00:ec2::254, EKS Pod Identity fd00:ec2::23: all of fd00:ec2::/32 is refused).
+/// (169.254.169.254 and the like are refused as link-local.)
+const METADATA: &[IpAddr] = &[IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200))];
 
 /// Whether `ip` may be connected to. An IPv4-mapped IPv6 address is judged as the IPv4
 /// address it carries; the deprecated IPv4-compatible ones (`::/96`) are refused outright.
 pub fn check_ip(ip: IpAddr, policy: AddressPolicy) -> Result<(), Refusal> {
-    if METADATA.contains(&ip.to_canonical()) {
+    let canonical = ip.to_canonical();
+    let aws = matches!(canonical, IpAddr::V6(v6) if v6.segments()[..2] == [0xfd00, 0x0ec2]);
+    if aws || METADATA.contains(&canonical) {
         return Err(Refusal::Metadata);
     }
     match ip {
@@ -290,6 +292,8 @@ mod tests {
             ("100.100.100.200", Err(Refusal::Metadata), Err(Refusal::Metadata)),
             ("::ffff:100.100.100.200", Err(Refusal::Metadata), Err(Refusal::Metadata)),
             ("fd00:ec2::254", Err(Refusal::Metadata), Err(Refusal::Metadata)),
+            ("fd00:ec2::23", Err(Refusal::Metadata), Err(Refusal::Metadata)),
+            ("fd00:ec3::23", Err(Refusal::Private), Ok(())),
             ("169.254.169.254", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),
             ("::ffff:169.254.169.254", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),
             ("fe80::1", Err(Refusal::LinkLocal), Err(Refusal::LinkLocal)),

@@ -83,24 +83,26 @@ impl Worker {
     /// again (and says so).
     pub fn spawn(self) {
         let worker = Arc::new(self);
+        // One set of slots for the life of the process: attempts a crashed run started
+        // keep theirs until they end.
+        let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
         tokio::spawn(async move {
             loop {
-                let w = worker.clone();
-                match tokio::spawn(async move { w.run().await }).await {
-                    Ok(()) => return,
-                    Err(e) => {
-                        tracing::error!(error = %e, "the webhook delivery worker stopped; starting it again");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
+                let (w, s) = (worker.clone(), slots.clone());
+                let why = match tokio::spawn(async move { w.run(s).await }).await {
+                    Err(e) if e.is_panic() => "it panicked",
+                    _ => "it ended",
+                };
+                tracing::error!(why, "the webhook delivery worker stopped; starting it again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
     }
 
     /// Every poll: claims as many due deliveries as there are free slots, and sends each in
-    /// a task of its own, so that a slow endpoint holds its own slots only.
-    async fn run(self: Arc<Self>) {
-        let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
+    /// a task of its own, so that a slow endpoint holds its own slots only. While claims
+    /// come back full (a backlog), it goes on as soon as a slot is free.
+    async fn run(self: Arc<Self>, slots: Arc<tokio::sync::Semaphore>) {
         let mut tick = tokio::time::interval(self.poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_backlog = std::time::Instant::now() - BACKLOG_EVERY;
@@ -110,12 +112,10 @@ impl Worker {
                 last_backlog = std::time::Instant::now();
                 self.report_backlog().await;
             }
-            // While a full batch came back, more may be due at once.
             loop {
-                let free = slots.available_permits();
-                if free == 0 {
-                    break;
-                }
+                // At least one slot (waiting for it when all are busy), and all free ones.
+                let Ok(first) = slots.clone().acquire_owned().await else { return };
+                let free = 1 + slots.available_permits();
                 let claimed =
                     match store::webhooks::claim_due(&self.pool, self.skew_us(), self.lease_us(), free as i64).await {
                         Ok(c) => c,
@@ -125,8 +125,15 @@ impl Worker {
                         }
                     };
                 let full = claimed.len() == free;
+                let mut first = Some(first);
                 for c in claimed {
-                    let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                    let permit = match first.take() {
+                        Some(p) => p,
+                        None => match slots.clone().acquire_owned().await {
+                            Ok(p) => p,
+                            Err(_) => return,
+                        },
+                    };
                     let w = self.clone();
                     tokio::spawn(async move {
                         if let Err(e) = w.deliver(c).await {
@@ -192,10 +199,18 @@ impl Worker {
         let recorded =
             store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at)
                 .await?;
-        if let (true, Some(t)) = (recorded, retry_at) {
+        if !recorded {
+            return Ok(());
+        }
+        if let Some(t) = retry_at {
             store::webhooks::hold_stream_until(&self.pool, c.id, t).await?;
         }
-        Ok(())
+        // The endpoint rests after a failure, for the backoff of its failures in a row: a
+        // dead endpoint takes one attempt per wait, not one per event, and no other
+        // endpoint's slots.
+        let pause = (!outcome.delivered)
+            .then(|| now + backoff(c.consecutive_failures.saturating_add(1), rand::random::<f64>()));
+        store::webhooks::record_endpoint(&self.pool, c.webhook_id, pause).await
     }
 
     /// One attempt, stamped `at` (the real time: receivers check it against theirs) and

@@ -328,6 +328,8 @@ async fn a_delivery_that_fails_for_a_day_is_marked_failed_and_the_next_event_goe
         clock.advance(Duration::from_secs(3600));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // The endpoint rests after its last failure (at most an hour).
+    clock.advance(Duration::from_secs(2 * 3600));
     let got = receiver.wait_for(1, WAIT).await;
     assert_eq!(got[0].json()["data"]["elicitation_id"], second.as_str(), "later events go on");
     assert_verified(&secret, &receiver.all()).await;
@@ -542,4 +544,51 @@ async fn rotate_key_reseals_the_signing_secrets_and_the_new_key_alone_signs() {
     let got = receiver.wait_for(1, WAIT).await;
     assert_verified(&new, &got).await;
     assert_verified(&old, &got).await;
+}
+
+#[tokio::test]
+async fn a_failing_endpoint_rests_and_holds_back_no_other_endpoint() {
+    let clock = Arc::new(ManualClock::default());
+    let app = spawn_app_with(Options { clock: Some(clock.clone()), ..Options::default() }).await;
+    let (dead, live) = (Receiver::start().await, Receiver::start().await);
+    let (dead_hook, dead_secret) = register(&app, &app.admin_key, &dead.url, &["elicitation.cancelled"]).await;
+    let (_, live_secret) = register(&app, &app.admin_key, &live.url, &["elicitation.cancelled"]).await;
+    dead.set_down(true);
+    // It has failed ten times in a row already: its next failure rests it for most of an hour.
+    sqlx::query("UPDATE webhooks SET consecutive_failures = 10 WHERE id = $1::text::uuid")
+        .bind(&dead_hook)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let subjects = ["ann", "ben", "cid", "dee", "eve"];
+    for s in subjects {
+        let id = app.elicit(s, "testp").await.0;
+        cancel(&app, &id, "cancel").await;
+        if s == "ann" {
+            eventually(WAIT, "the dead endpoint's first attempt", || async { !dead.all().is_empty() }).await;
+        }
+    }
+    // The live endpoint hears all five (five connections: no order between them) ...
+    let got = live.wait_for(5, WAIT).await;
+    assert_verified(&live_secret, &got).await;
+    // ... while the dead one, resting, was tried once.
+    let b: Value = app.admin(reqwest::Method::GET, &format!("/webhooks/{dead_hook}"), None).await.json().await.unwrap();
+    assert_eq!(b["consecutive_failures"], 11, "{b}");
+    let rests = time::OffsetDateTime::parse(
+        b["paused_until"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert!(rests > time::OffsetDateTime::now_utc() + time::Duration::minutes(20), "{b}");
+    assert_eq!(dead.all().len(), 1, "one attempt while it rests, not one per event");
+    // Back, and past the rest: everything arrives, and its failures are forgotten.
+    dead.set_down(false);
+    clock.advance(Duration::from_secs(2 * 3600));
+    let got = dead.wait_for(5, WAIT).await;
+    assert_verified(&dead_secret, &dead.all()).await;
+    let mut heard: Vec<String> = got.iter().map(|d| d.json()["data"]["subject"].as_str().unwrap().to_owned()).collect();
+    heard.sort();
+    assert_eq!(heard, subjects);
+    let b: Value = app.admin(reqwest::Method::GET, &format!("/webhooks/{dead_hook}"), None).await.json().await.unwrap();
+    assert_eq!((&b["consecutive_failures"], &b["paused_until"]), (&json!(0), &Value::Null), "{b}");
 }
