@@ -293,20 +293,23 @@ pub async fn record_attempt(
     Ok(r.rows_affected() > 0)
 }
 
-/// After an attempt to an endpoint: a success ends its failures; a failure counts one more
-/// and rests it until `pause_until` at least.
+/// After an attempt to an endpoint: a success ends its failures; a failure sets them to
+/// `failures` at least (the count as claimed, plus one: attempts claimed together and
+/// failing together count once) and rests the endpoint until `pause_until` at least.
 pub async fn record_endpoint(
     db: impl PgExecutor<'_>,
     id: Uuid,
-    pause_until: Option<OffsetDateTime>,
+    failed: Option<(i32, OffsetDateTime)>,
 ) -> Result<(), sqlx::Error> {
+    let (failures, pause_until) = failed.unzip();
     sqlx::query!(
         r#"UPDATE webhooks
-           SET consecutive_failures = CASE WHEN $2::timestamptz IS NULL THEN 0 ELSE consecutive_failures + 1 END,
-               paused_until = CASE WHEN $2::timestamptz IS NULL THEN NULL
-                                   ELSE greatest(coalesce(paused_until, $2::timestamptz), $2::timestamptz) END
+           SET consecutive_failures = CASE WHEN $2::int IS NULL THEN 0 ELSE greatest(consecutive_failures, $2::int) END,
+               paused_until = CASE WHEN $3::timestamptz IS NULL THEN NULL
+                                   ELSE greatest(coalesce(paused_until, $3::timestamptz), $3::timestamptz) END
            WHERE id = $1"#,
         id,
+        failures,
         pause_until
     )
     .execute(db)

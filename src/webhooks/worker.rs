@@ -208,9 +208,9 @@ impl Worker {
         // The endpoint rests after a failure, for the backoff of its failures in a row: a
         // dead endpoint takes one attempt per wait, not one per event, and no other
         // endpoint's slots.
-        let pause = (!outcome.delivered)
-            .then(|| now + backoff(c.consecutive_failures.saturating_add(1), rand::random::<f64>()));
-        store::webhooks::record_endpoint(&self.pool, c.webhook_id, pause).await
+        let failures = c.consecutive_failures.saturating_add(1);
+        let failed = (!outcome.delivered).then(|| (failures, now + backoff(failures, rand::random::<f64>())));
+        store::webhooks::record_endpoint(&self.pool, c.webhook_id, failed).await
     }
 
     /// One attempt, stamped `at` (the real time: receivers check it against theirs) and

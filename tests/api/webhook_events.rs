@@ -592,3 +592,31 @@ async fn a_failing_endpoint_rests_and_holds_back_no_other_endpoint() {
     let b: Value = app.admin(reqwest::Method::GET, &format!("/webhooks/{dead_hook}"), None).await.json().await.unwrap();
     assert_eq!((&b["consecutive_failures"], &b["paused_until"]), (&json!(0), &Value::Null), "{b}");
 }
+
+#[tokio::test]
+async fn attempts_that_fail_together_count_once_toward_an_endpoints_rest() {
+    let clock = Arc::new(ManualClock::default());
+    let app = spawn_app_with(Options { clock: Some(clock.clone()), ..Options::default() }).await;
+    let dead = Receiver::start().await;
+    let (hook, _) = register(&app, &app.admin_key, &dead.url, &["elicitation.cancelled"]).await;
+    dead.set_down(true);
+    // Resting while five events of five connections come in; then all five are due at once.
+    sqlx::query("UPDATE webhooks SET paused_until = now() + interval '1 hour' WHERE id = $1::text::uuid")
+        .bind(&hook)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    for s in ["ann", "ben", "cid", "dee", "eve"] {
+        let id = app.elicit(s, "testp").await.0;
+        cancel(&app, &id, "cancel").await;
+    }
+    clock.advance(Duration::from_secs(2 * 3600));
+    eventually(WAIT, "five attempts", || async { dead.all().len() >= 5 }).await;
+    eventually(WAIT, "their outcome recorded", || async {
+        deliveries(&app, &hook).await.iter().all(|d| d["last_status"] == 503)
+    })
+    .await;
+    let b: Value = app.admin(reqwest::Method::GET, &format!("/webhooks/{hook}"), None).await.json().await.unwrap();
+    assert_eq!(b["consecutive_failures"], 1, "one failed round, not five failures: {b}");
+    assert!(b["paused_until"].is_string());
+}
