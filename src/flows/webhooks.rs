@@ -161,7 +161,7 @@ pub async fn register(
         },
     )
     .await?;
-    audit(&mut tx, "webhook_created", tenant, id, api_key_id, Some(&r.url)).await?;
+    audit(&mut tx, "webhook_created", tenant, id, api_key_id, serde_json::json!({ "host": r.url.host_str() })).await?;
     tx.commit().await?;
     Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
 }
@@ -182,7 +182,7 @@ pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) 
     if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
         return Ok(false);
     }
-    audit(&mut tx, "webhook_deleted", tenant, id, api_key_id, None).await?;
+    audit(&mut tx, "webhook_deleted", tenant, id, api_key_id, serde_json::json!({ "host": null })).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -206,11 +206,8 @@ pub async fn rotate_secret(
     let Some(row) = store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, overlap).await? else {
         return Ok(None);
     };
-    let mut ev = AuditEvent::new("webhook_secret_rotated");
-    ev.tenant_id = Some(tenant.to_owned());
-    ev.api_key_id = Some(api_key_id.to_owned());
-    ev.detail = serde_json::json!({ "webhook_id": id, "previous_kept": keep_previous });
-    store::audit::insert_event(&mut *tx, &ev).await?;
+    let detail = serde_json::json!({ "previous_kept": keep_previous });
+    audit(&mut tx, "webhook_secret_rotated", tenant, id, api_key_id, detail).await?;
     tx.commit().await?;
     Ok(Some((Webhook::of(&row, now), secret)))
 }
@@ -229,20 +226,23 @@ pub async fn deliveries(
     Ok(Some(store::webhooks::list_deliveries(&state.pool, id, before, limit).await?))
 }
 
-/// The audit event of a change to an endpoint: its id and, when made, the URL's host only
-/// (a path or query may hold the receiver's own secret).
+/// The audit event of a change to an endpoint: its id and `detail` (never the URL whole:
+/// a path or query may hold the receiver's own secret).
 async fn audit(
     tx: &mut store::Tx,
     kind: &'static str,
     tenant: &str,
     id: Uuid,
     api_key_id: &str,
-    url: Option<&Url>,
+    detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
     let mut ev = AuditEvent::new(kind);
     ev.tenant_id = Some(tenant.to_owned());
     ev.api_key_id = Some(api_key_id.to_owned());
-    ev.detail = serde_json::json!({ "webhook_id": id, "host": url.and_then(Url::host_str) });
+    ev.detail = serde_json::json!({ "webhook_id": id });
+    if let (Some(d), serde_json::Value::Object(extra)) = (ev.detail.as_object_mut(), detail) {
+        d.extend(extra);
+    }
     store::audit::insert_event(&mut **tx, &ev).await
 }
 
