@@ -48,6 +48,9 @@ pub struct AppState {
     pub detached: tokio_util::task::TaskTracker,
     /// Where a shutdown is (see `startup::Application::run_until_signalled`).
     pub shutdown: Arc<Shutdown>,
+    /// The `Strict-Transport-Security` value every answer carries: set when the public
+    /// base is https and `[hsts] max_age_seconds` is not 0.
+    pub hsts: Option<actix_web::http::header::HeaderValue>,
     /// The addresses webhook endpoints may have (`[webhooks]`).
     pub webhook_policy: crate::webhooks::ssrf::AddressPolicy,
 }

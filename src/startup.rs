@@ -262,6 +262,8 @@ async fn app_state(
         // Longer than an attempt can take (the timeout bounds the request, and again the
         // reading of its answer); a dead instance's claims lapse after it.
         lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(5),
+        slow_after: config.webhooks.timeout / 2,
+        max_pending_per_tenant: i64::try_from(config.webhooks.max_pending_per_tenant).unwrap_or(i64::MAX),
     }
     .spawn();
     let caches = Arc::new(crate::cache::Caches::with_clock(
@@ -291,6 +293,9 @@ async fn app_state(
         outbound,
         session_ttl: config.session_ttl,
         secure_cookies: config.public_base_url.scheme() == "https",
+        hsts: (config.public_base_url.scheme() == "https" && config.hsts_max_age > 0)
+            .then(|| format!("max-age={}", config.hsts_max_age))
+            .and_then(|v| actix_web::http::header::HeaderValue::from_str(&v).ok()),
         vault,
         webhook_policy,
         providers: config.providers,

@@ -54,6 +54,8 @@ pub struct WebhookSettings {
     pub timeout: Duration,
     /// How often each instance looks for due deliveries.
     pub poll_interval: Duration,
+    /// Pending deliveries a tenant may have (the oldest beyond it are dropped).
+    pub max_pending_per_tenant: u64,
 }
 
 /// Validated configuration.
@@ -97,6 +99,9 @@ pub struct Config {
     pub propagate_to_providers: bool,
     /// How long `/readyz` answers 503 while requests are still served, after SIGTERM.
     pub drain: Duration,
+    /// `Strict-Transport-Security: max-age=` on every answer when `public_base_url` is
+    /// https (`[hsts] max_age_seconds`, default a year; 0: not sent).
+    pub hsts_max_age: u64,
     /// Webhook deliveries (`[webhooks]`).
     pub webhooks: WebhookSettings,
     /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns

@@ -43,6 +43,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) webhooks: RawWebhooks,
     #[serde(default)]
+    pub(super) hsts: RawHsts,
+    #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
@@ -147,6 +149,13 @@ pub(super) struct RawWebhooks {
     pub(super) allow_private: Option<bool>,
     pub(super) timeout_seconds: Option<u64>,
     pub(super) poll_interval_ms: Option<u64>,
+    pub(super) max_pending_per_tenant: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHsts {
+    pub(super) max_age_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -206,6 +206,9 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         webhook_timeout = secs("webhooks.timeout_seconds", raw.webhooks.timeout_seconds, 5, 1..=30, "");
         webhook_poll = seconds("webhooks.poll_interval_ms", raw.webhooks.poll_interval_ms, 1000, 50..=60_000, "")
             .map(Duration::from_millis);
+        webhook_max_pending = seconds("webhooks.max_pending_per_tenant", raw.webhooks.max_pending_per_tenant,
+            10_000, 1..=1_000_000, "");
+        hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
     }
     // `MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS` and `MCP_CONNECT_METRICS_LISTEN` are in `raw`
     // already: `env::overlay` laid them over the file.
@@ -238,11 +241,13 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         otlp_endpoint,
         propagate_to_providers: raw.tracing.propagate_to_providers.unwrap_or(false),
         drain,
+        hsts_max_age,
         webhooks: super::WebhookSettings {
             allow_loopback: raw.webhooks.allow_loopback.unwrap_or(false),
             allow_private: raw.webhooks.allow_private.unwrap_or(false),
             timeout: webhook_timeout,
             poll_interval: webhook_poll,
+            max_pending_per_tenant: webhook_max_pending,
         },
         tenants,
         providers: registry,

@@ -19,8 +19,9 @@ pub async fn request_context(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = format!("{:016x}", rand::rng().next_u64());
-    let draining =
-        req.app_data::<actix_web::web::Data<crate::app::AppState>>().is_some_and(|s| s.shutdown.is_draining());
+    let state = req.app_data::<actix_web::web::Data<crate::app::AppState>>();
+    let draining = state.is_some_and(|s| s.shutdown.is_draining());
+    let hsts = state.and_then(|s| s.hsts.clone());
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.path().to_owned();
@@ -62,6 +63,11 @@ pub async fn request_context(
                 h.insert(HeaderName::from_static("x-request-id"), v);
             }
             secure_headers(h);
+            if let Some(v) = hsts {
+                // RFC 6797 §7.2: sent on https only; the public base says which we are
+                // behind a TLS-terminating proxy.
+                h.insert(actix_web::http::header::STRICT_TRANSPORT_SECURITY, v);
+            }
 
             if draining {
                 // Clients open their next request elsewhere instead of on a connection

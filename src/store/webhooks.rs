@@ -184,31 +184,82 @@ pub struct Claimed {
     pub consecutive_failures: i32,
 }
 
+/// How many attempts may be out at once, across every instance: per endpoint and per
+/// tenant (a claim counts the ones in flight). One tenant's slow or backlogged endpoints
+/// hold at most a tenant's share of the workers' slots.
+#[derive(Debug, Clone, Copy)]
+pub struct Shares {
+    pub per_endpoint: i64,
+    pub per_tenant: i64,
+}
+
 /// Claims up to `limit` deliveries that are due, each the first pending one of its
 /// endpoint's stream (a later event of a stream waits while an earlier one is retried), and
-/// holds them for `lease_us` microseconds. Time is the database's (every instance and the
-/// rows' own times agree on it), moved forward by `skew_us` (tests move it; 0 otherwise).
-/// Rows another worker is claiming are skipped (`FOR UPDATE SKIP LOCKED`); a claim whose
-/// worker died lapses.
+/// holds them for `lease_us` microseconds. Fair: no endpoint or tenant gets more than its
+/// [`Shares`] of attempts in flight, and the claim takes round-robin, each tenant's first
+/// (by its endpoints' first) before anyone's second, so one tenant's backlog does not
+/// queue another's event behind it. Deliveries of a tenant switched off end here as
+/// `failed` (`tenant_inactive`): nothing of it goes out, now or when it is switched on.
+/// Time is the database's (every instance and the rows' own times agree on it), moved
+/// forward by `skew_us` (tests move it; 0 otherwise). Rows another worker is claiming are
+/// skipped (`FOR UPDATE SKIP LOCKED`); a claim whose worker died lapses.
 pub async fn claim_due(
     db: impl PgExecutor<'_>,
     skew_us: i64,
     lease_us: i64,
     limit: i64,
+    shares: Shares,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
+    // FOR UPDATE cannot sit beside window functions: the fair order is chosen first
+    // (`fair`), the rows are locked after (`due`), with their state checked again.
+    // `stopped` runs whether or not it is read (a data-modifying WITH always does).
     sqlx::query_as!(
         Claimed,
         r#"WITH t AS (SELECT now() + $1::bigint * interval '1 microsecond' AS now),
+           stopped AS (
+               UPDATE webhook_deliveries d
+               SET status = 'failed', last_error = 'tenant_inactive', finished_at = t.now, claimed_until = NULL
+               FROM webhooks w JOIN tenants tn ON tn.id = w.tenant_id, t
+               WHERE d.webhook_id = w.id AND d.status = 'pending' AND NOT tn.active
+               RETURNING d.id
+           ),
+           busy AS (
+               SELECT d.webhook_id, w.tenant_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id, t
+               WHERE d.status = 'pending' AND d.claimed_until > t.now
+           ),
+           hooks AS (
+               SELECT w.id, w.tenant_id,
+                      $4::bigint - (SELECT count(*) FROM busy b WHERE b.webhook_id = w.id) AS hook_room,
+                      $5::bigint - (SELECT count(*) FROM busy b WHERE b.tenant_id = w.tenant_id) AS tenant_room
+               FROM webhooks w JOIN tenants tn ON tn.id = w.tenant_id, t
+               WHERE tn.active AND (w.paused_until IS NULL OR w.paused_until <= t.now)
+           ),
+           candidates AS (
+               SELECT c.id, h.tenant_id, c.next_attempt_at, c.hook_rank, h.tenant_room
+               FROM hooks h, t, LATERAL (
+                   SELECT d.id, d.next_attempt_at, row_number() OVER (ORDER BY d.next_attempt_at, d.id) AS hook_rank
+                   FROM webhook_deliveries d
+                   WHERE d.webhook_id = h.id AND d.status = 'pending' AND d.next_attempt_at <= t.now
+                     AND (d.claimed_until IS NULL OR d.claimed_until <= t.now)
+                     AND NOT EXISTS (
+                         SELECT 1 FROM webhook_deliveries e
+                         WHERE e.webhook_id = d.webhook_id AND e.stream = d.stream AND e.seq < d.seq
+                           AND e.status = 'pending')
+                   ORDER BY d.next_attempt_at, d.id
+                   LIMIT greatest(h.hook_room, 0)
+               ) c
+               WHERE h.hook_room > 0 AND h.tenant_room > 0
+           ),
+           fair AS (
+               SELECT id, next_attempt_at, tenant_room,
+                      row_number() OVER (PARTITION BY tenant_id ORDER BY hook_rank, next_attempt_at, id) AS tenant_rank
+               FROM candidates
+           ),
            due AS (
-               SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id, t
-               WHERE d.status = 'pending' AND d.next_attempt_at <= t.now
-                 AND (w.paused_until IS NULL OR w.paused_until <= t.now)
+               SELECT d.id FROM webhook_deliveries d JOIN fair f ON f.id = d.id, t
+               WHERE f.tenant_rank <= f.tenant_room AND d.status = 'pending'
                  AND (d.claimed_until IS NULL OR d.claimed_until <= t.now)
-                 AND NOT EXISTS (
-                     SELECT 1 FROM webhook_deliveries e
-                     WHERE e.webhook_id = d.webhook_id AND e.stream = d.stream AND e.seq < d.seq
-                       AND e.status = 'pending')
-               ORDER BY d.next_attempt_at, d.id
+               ORDER BY f.tenant_rank, f.next_attempt_at, d.id
                LIMIT $3
                FOR UPDATE OF d SKIP LOCKED
            ), claimed AS (
@@ -225,10 +276,34 @@ pub async fn claim_due(
            ORDER BY c.id"#,
         skew_us,
         lease_us,
-        limit
+        limit,
+        shares.per_endpoint,
+        shares.per_tenant
     )
     .fetch_all(db)
     .await
+}
+
+/// Each tenant keeps at most `cap` pending deliveries: the oldest beyond it end as `failed`
+/// (`backlog_dropped`). Returns how many ended, by tenant.
+pub async fn drop_beyond_cap(db: impl PgExecutor<'_>, cap: i64) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"WITH ranked AS (
+               SELECT d.id, w.tenant_id, row_number() OVER (PARTITION BY w.tenant_id ORDER BY d.id DESC) AS n
+               FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+               WHERE d.status = 'pending'
+           ), dropped AS (
+               UPDATE webhook_deliveries d
+               SET status = 'failed', last_error = 'backlog_dropped', finished_at = now(), claimed_until = NULL
+               FROM ranked r WHERE d.id = r.id AND r.n > $1 AND d.status = 'pending'
+               RETURNING r.tenant_id
+           )
+           SELECT tenant_id AS "tenant_id!", count(*) AS "n!" FROM dropped GROUP BY tenant_id ORDER BY tenant_id"#,
+        cap
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.tenant_id, r.n)).collect())
 }
 
 /// Deliveries waiting (`pending`) and the age of the oldest, in seconds, by the database's
@@ -356,9 +431,14 @@ pub struct DeliveryRow {
     pub last_attempt_at: Option<OffsetDateTime>,
     /// The receiver's status code at the last attempt, if it answered.
     pub last_status: Option<i32>,
-    /// Why the last attempt did not count: `status` (not 2xx), `timeout`, `connect`,
-    /// `request`, `address_refused` (the URL's name resolved to no address that may be
-    /// reached), `secret_unreadable` (this instance lacks the vault key of the secret).
+    /// Why the last attempt did not count: `status` (not 2xx), `timeout`, `connect` (the
+    /// address refused the connection), `request`, `address_refused` (the URL's name did
+    /// not resolve, or resolved to no address that may be reached: one code, so that a
+    /// tenant cannot learn which internal names exist), `secret_unreadable` (this instance
+    /// lacks the vault key of the secret); on a delivery that ended without being
+    /// delivered, `backlog_dropped` (the tenant had more pending deliveries than
+    /// `webhooks.max_pending_per_tenant`, and this was among the oldest) or
+    /// `tenant_inactive` (the tenant was switched off).
     pub last_error: Option<String>,
     /// At most 1 KB of the receiver's last answer.
     pub last_response: Option<String>,

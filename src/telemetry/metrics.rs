@@ -120,6 +120,10 @@ fn describe() {
         crate::webhooks::worker::ATTEMPTS,
         "webhook delivery attempts by outcome (delivered, retry, failed: given up after 24 h)"
     );
+    describe_counter!(
+        crate::webhooks::worker::DROPPED,
+        "webhook deliveries dropped, oldest first, because their tenant had more than webhooks.max_pending_per_tenant pending"
+    );
     describe_gauge!(crate::webhooks::worker::PENDING, "webhook deliveries waiting to be delivered (all tenants)");
     describe_gauge!(
         crate::webhooks::worker::OLDEST_PENDING,

@@ -178,7 +178,11 @@ impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let (lookup, policy, host) = (self.lookup.clone(), self.policy, name.as_str().to_owned());
         Box::pin(async move {
-            let found = lookup.lookup(host).await?;
+            // A name that does not resolve is refused as one that resolves only to refused
+            // addresses: two codes would tell a tenant which internal names exist.
+            let Ok(found) = lookup.lookup(host).await else {
+                return Err(Box::new(Refusal::NoAddress) as Box<dyn std::error::Error + Send + Sync>);
+            };
             let mut refusal = Refusal::NoAddress;
             let allowed: Vec<SocketAddr> = found
                 .into_iter()

@@ -23,6 +23,10 @@ pub const FIRST_DELAY: time::Duration = time::Duration::seconds(5);
 pub const MAX_DELAY: time::Duration = time::Duration::hours(1);
 /// Attempts in flight at once, per instance.
 const SLOTS: usize = 16;
+/// Attempts in flight at once for one endpoint and for one tenant, across every instance
+/// (see `store::webhooks::claim_due`): a tenant's endpoints hold at most half of one
+/// instance's slots, whatever their backlog or slowness.
+pub const SHARES: store::webhooks::Shares = store::webhooks::Shares { per_endpoint: 4, per_tenant: 8 };
 /// How often the backlog gauges are read.
 const BACKLOG_EVERY: Duration = Duration::from_secs(15);
 /// The most of an answer kept.
@@ -35,6 +39,9 @@ pub const ATTEMPTS: &str = "mcp_connect_webhook_attempts_total";
 pub const PENDING: &str = "mcp_connect_webhook_pending";
 /// Metric: the age of the oldest pending delivery.
 pub const OLDEST_PENDING: &str = "mcp_connect_webhook_oldest_pending_seconds";
+/// Metric: deliveries dropped because their tenant had more than
+/// `webhooks.max_pending_per_tenant` pending (the oldest go).
+pub const DROPPED: &str = "mcp_connect_webhook_dropped_total";
 
 /// What follows an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +83,12 @@ pub struct Worker {
     pub poll: Duration,
     /// How long a claim holds (longer than a send can take).
     pub lease: Duration,
+    /// An attempt that took this long counts against its endpoint as a failure does, even
+    /// when it was delivered: a receiver that is slow but answers 200 would otherwise hold
+    /// its slots for ever and never rest.
+    pub slow_after: Duration,
+    /// Pending deliveries a tenant may have; the oldest beyond it are dropped.
+    pub max_pending_per_tenant: i64,
 }
 
 impl Worker {
@@ -105,11 +118,14 @@ impl Worker {
     async fn run(self: Arc<Self>, slots: Arc<tokio::sync::Semaphore>) {
         let mut tick = tokio::time::interval(self.poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_backlog = std::time::Instant::now() - BACKLOG_EVERY;
+        // The backlog is trimmed and reported every ten polls (at most every 15 s).
+        let backlog_every = (self.poll * 10).min(BACKLOG_EVERY);
+        let mut last_backlog = std::time::Instant::now() - backlog_every;
         loop {
             tick.tick().await;
-            if last_backlog.elapsed() >= BACKLOG_EVERY {
+            if last_backlog.elapsed() >= backlog_every {
                 last_backlog = std::time::Instant::now();
+                self.trim_backlog().await;
                 self.report_backlog().await;
             }
             loop {
@@ -117,7 +133,9 @@ impl Worker {
                 let Ok(first) = slots.clone().acquire_owned().await else { return };
                 let free = 1 + slots.available_permits();
                 let claimed =
-                    match store::webhooks::claim_due(&self.pool, self.skew_us(), self.lease_us(), free as i64).await {
+                    match store::webhooks::claim_due(&self.pool, self.skew_us(), self.lease_us(), free as i64, SHARES)
+                        .await
+                    {
                         Ok(c) => c,
                         Err(e) => {
                             tracing::warn!(error = %e, "webhook deliveries: the database failed; will retry");
@@ -158,6 +176,20 @@ impl Worker {
         i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX)
     }
 
+    /// Drops the oldest pending deliveries of each tenant beyond its cap.
+    async fn trim_backlog(&self) {
+        match store::webhooks::drop_beyond_cap(&self.pool, self.max_pending_per_tenant).await {
+            Ok(dropped) => {
+                for (tenant, n) in dropped {
+                    metrics::counter!(DROPPED).increment(n.unsigned_abs());
+                    tracing::warn!(tenant = %tenant, dropped = n, cap = self.max_pending_per_tenant,
+                        "webhook deliveries dropped: the tenant's pending deliveries were over the cap");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "webhook backlog not trimmed"),
+        }
+    }
+
     async fn report_backlog(&self) {
         match store::webhooks::backlog(&self.pool, self.skew_us()).await {
             Ok((n, age)) => {
@@ -172,6 +204,7 @@ impl Worker {
         let started = std::time::Instant::now();
         let sent_at = OffsetDateTime::now_utc();
         let outcome = self.send(&c, sent_at).await;
+        let slow = started.elapsed() >= self.slow_after;
         // Sent, not yet recorded: a crash here sends the event again (at least once).
         crate::domain::failpoint::stop_here("webhooks.before_record").await;
         // The database's time (as claimed, plus the attempt's length): the rows' own.
@@ -205,11 +238,14 @@ impl Worker {
         if let Some(t) = retry_at {
             store::webhooks::hold_stream_until(&self.pool, c.id, t).await?;
         }
-        // The endpoint rests after a failure, for the backoff of its failures in a row: a
-        // dead endpoint takes one attempt per wait, not one per event, and no other
-        // endpoint's slots.
+        // The endpoint rests after a failure or a slow answer, for the backoff of those in a
+        // row: a dead or slow endpoint takes one attempt per wait, not one per event, and
+        // no other endpoint's slots.
         let failures = c.consecutive_failures.saturating_add(1);
-        let failed = (!outcome.delivered).then(|| (failures, now + backoff(failures, rand::random::<f64>())));
+        if slow {
+            tracing::warn!(webhook = %c.webhook_id, delivered = outcome.delivered, "a webhook endpoint answered slowly; it rests");
+        }
+        let failed = (!outcome.delivered || slow).then(|| (failures, now + backoff(failures, rand::random::<f64>())));
         store::webhooks::record_endpoint(&self.pool, c.webhook_id, failed).await
     }
 

@@ -786,3 +786,28 @@ async fn a_sign_out_post_without_a_session_ends_nothing_at_the_idp_and_sets_noth
         r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     assert!(cookies.iter().all(|c| !c.starts_with("mcpc_relogin")), "{cookies:?}");
 }
+
+#[tokio::test]
+async fn every_answer_carries_hsts_when_the_public_base_url_is_https_and_none_over_http() {
+    // Over http (the loopback demo) a browser ignores it, and localhost must not be pinned.
+    let app = spawn_app().await;
+    let r = app.client.get(format!("{}/connect/testp?e=x", app.base)).send().await.unwrap();
+    assert!(r.headers().get("strict-transport-security").is_none());
+
+    let https = |extra: &str| crate::helpers::Options {
+        env: vec![("MCP_CONNECT_PUBLIC_BASE_URL", "https://connect.example.test".to_owned())],
+        extra_toml: extra.to_owned(),
+        ..Default::default()
+    };
+    let app = crate::helpers::spawn_app_with(https("")).await;
+    for path in ["/connect/testp?e=x", "/login?return_to=/", "/connections", "/healthz", "/v1/token", "/nowhere"] {
+        let r = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
+        assert_eq!(r.headers()["strict-transport-security"], "max-age=31536000", "{path}");
+    }
+    let app = crate::helpers::spawn_app_with(https("[hsts]\nmax_age_seconds = 300\n")).await;
+    let r = app.client.get(format!("{}/connections", app.base)).send().await.unwrap();
+    assert_eq!(r.headers()["strict-transport-security"], "max-age=300");
+    let app = crate::helpers::spawn_app_with(https("[hsts]\nmax_age_seconds = 0\n")).await;
+    let r = app.client.get(format!("{}/connections", app.base)).send().await.unwrap();
+    assert!(r.headers().get("strict-transport-security").is_none(), "0 turns it off");
+}

@@ -228,3 +228,25 @@ async fn the_consent_page_and_the_result_page_link_to_the_connections_page() {
     let r = Browser::new().connect(&app, &url, "bob", "octo-bob").await;
     assert!(r.text().await.unwrap().contains(r#"<a href="/connections">Your connections</a>"#));
 }
+
+#[tokio::test]
+async fn disconnect_error_pages_speak_of_disconnecting_not_of_the_connect_link() {
+    let app = spawn_app().await;
+    let alices = app.insert_connection("acme", "alice", "github", "gho_alice", &["repo"], None).await;
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let (_, html) = page(&app, &browser).await;
+    let csrf = form_value(&html, "csrf");
+    for (what, (status, html)) in [
+        ("no such connection", disconnect(&app, &browser, &csrf, "not-an-id").await),
+        ("a forged form", disconnect(&app, &browser, "forged", &alices.to_string()).await),
+        ("no session", disconnect(&app, &Browser::new(), &csrf, &alices.to_string()).await),
+    ] {
+        assert!(status == 403 || status == 404, "{what}: {status}");
+        assert!(html.contains("Nothing was disconnected."), "{what}: {html}");
+        assert!(html.contains("Open your connections again"), "{what}: {html}");
+        assert!(!html.contains("Nothing was connected"), "{what}: the connect flow's words: {html}");
+        assert!(!html.contains("from your assistant"), "{what}: the connect flow's hint: {html}");
+    }
+    assert_eq!(status_of(&app, alices).await, "active");
+}

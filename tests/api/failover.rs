@@ -129,3 +129,19 @@ async fn the_change_listener_can_use_its_own_database_url() {
     .unwrap();
     assert_eq!(listening, vec!["mcpc-listener".to_owned()], "the listener is on its own URL");
 }
+
+#[tokio::test]
+async fn the_private_postgres_asks_for_its_password_and_refuses_a_login_without_it() {
+    let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start(None)).await.unwrap().unwrap();
+    let with = url::Url::parse(&pg.url).unwrap();
+    assert!(with.password().is_some_and(|p| p.len() >= 20), "a random password in the URL");
+    sqlx::PgConnection::connect(&pg.url).await.expect("with the password");
+    let mut without = with.clone();
+    without.set_password(None).unwrap();
+    let e = sqlx::PgConnection::connect(without.as_str()).await.expect_err("trust would let anyone on the host in");
+    assert!(e.to_string().contains("password"), "{e}");
+    let mut wrong = with.clone();
+    wrong.set_password(Some("not-the-password")).unwrap();
+    let e = sqlx::PgConnection::connect(wrong.as_str()).await.expect_err("a wrong password");
+    assert!(e.to_string().contains("password authentication failed"), "{e}");
+}

@@ -30,6 +30,8 @@ struct Shared {
     /// Answer 503 to bodies that hold this text.
     refusing: Mutex<Option<String>>,
     got: Mutex<Vec<Delivery>>,
+    /// Answer only after this long (a receiver that is slow but succeeds).
+    delay: Mutex<Duration>,
 }
 
 pub struct Receiver {
@@ -61,6 +63,8 @@ impl Receiver {
                             body: text,
                             answered,
                         });
+                        let delay = *s.delay.lock().unwrap();
+                        tokio::time::sleep(delay).await;
                         actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(answered).unwrap())
                             // A long answer: at most 1 KB of it may be kept.
                             .body(if answered == 503 {
@@ -83,6 +87,11 @@ impl Receiver {
 
     pub fn set_down(&self, down: bool) {
         self.shared.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Answers every request only after `delay` (recorded when it arrives).
+    pub fn set_delay(&self, delay: Duration) {
+        *self.shared.delay.lock().unwrap() = delay;
     }
 
     /// Answers 503 to every delivery whose body holds `text` (`None`: to none).

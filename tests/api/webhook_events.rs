@@ -620,3 +620,177 @@ async fn attempts_that_fail_together_count_once_toward_an_endpoints_rest() {
     assert_eq!(b["consecutive_failures"], 1, "one failed round, not five failures: {b}");
     assert!(b["paused_until"].is_string());
 }
+
+/// `POST /v1/token` for a subject of tenant `beta`, then the MCP client's cancel of the link:
+/// one `elicitation.cancelled` event of beta's.
+async fn beta_cancels(app: &TestApp, subject: &str) {
+    let r = app
+        .client
+        .post(format!("{}/v1/token", app.base))
+        .bearer_auth(&app.beta_key)
+        .json(&json!({"subject": subject, "provider": "github"}))
+        .send()
+        .await
+        .unwrap();
+    let b: Value = r.json().await.unwrap();
+    let id = b["elicitation"]["id"].as_str().unwrap_or_else(|| panic!("{b}")).to_owned();
+    let r = app
+        .client
+        .post(format!("{}/v1/elicitations/{id}/cancel", app.base))
+        .bearer_auth(&app.beta_key)
+        .json(&json!({"reason": "cancel"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// `n` due deliveries for each of `tenant`'s endpoints, each the head of a stream of its own.
+async fn backlog(app: &TestApp, tenant: &str, n: i32) {
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, stream, seq, payload)
+         SELECT w.id, gen_random_uuid(), 'elicitation.cancelled', 'backlog-' || g, 1, '{}'
+         FROM webhooks w, generate_series(1, $2) g WHERE w.tenant_id = $1",
+    )
+    .bind(tenant)
+    .bind(n)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_tenant_with_a_backlog_on_slow_endpoints_does_not_hold_up_another_tenants_event() {
+    // Attempts may take 6 s; acme's receiver answers (204) after 4.
+    let app = spawn_app_with(Options {
+        patch: vec![("timeout_seconds = 2\npoll", "timeout_seconds = 6\npoll".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    let slow = Receiver::start().await;
+    slow.set_delay(Duration::from_secs(4));
+    for i in 0..16 {
+        register(&app, &app.admin_key, &format!("{}/{i}", slow.url), &["elicitation.cancelled"]).await;
+    }
+    backlog(&app, "acme", 25).await;
+    // Acme's attempts are under way, holding what they may of the worker's 16 slots.
+    eventually(WAIT, "acme's attempts started", || async { slow.all().len() >= 4 }).await;
+    let fast = Receiver::start().await;
+    let beta_admin = admin_key_of(&app, "beta").await;
+    register(&app, &beta_admin, &fast.url, &["elicitation.cancelled"]).await;
+
+    let started = std::time::Instant::now();
+    beta_cancels(&app, "bob").await;
+    let got = fast.wait_for(1, Duration::from_secs(120)).await;
+    let took = started.elapsed();
+    eprintln!("beta's event arrived after {took:?}");
+    assert_eq!(got[0].json()["type"], "elicitation.cancelled");
+    // Poll interval (200 ms) + 2 s; today's claim served acme's 400 first: ~100 s.
+    assert!(took <= Duration::from_millis(2200), "beta's event took {took:?}");
+    let in_flight = slow.all().len();
+    assert!(in_flight <= 8, "acme had {in_flight} attempts out at once, more than its share");
+}
+
+#[tokio::test]
+async fn a_slow_answer_rests_the_endpoint_as_a_failure_does() {
+    let app = spawn_app_with(Options {
+        patch: vec![("timeout_seconds = 2\npoll", "timeout_seconds = 4\npoll".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    let slow = Receiver::start().await;
+    slow.set_delay(Duration::from_millis(2500));
+    let (webhook, _) = register(&app, &app.admin_key, &slow.url, &["elicitation.cancelled"]).await;
+    backlog(&app, "acme", 3).await;
+    let hook = || async {
+        let r = app.admin(reqwest::Method::GET, "/webhooks", None).await;
+        let b: Value = r.json().await.unwrap();
+        b["webhooks"].as_array().unwrap().iter().find(|w| w["id"] == webhook.as_str()).unwrap().clone()
+    };
+    eventually(WAIT, "a slow attempt was recorded", || async {
+        deliveries(&app, &webhook).await.iter().any(|d| d["status"] == "delivered")
+    })
+    .await;
+    let w = hook().await;
+    assert!(w["consecutive_failures"].as_i64() >= Some(1), "a slow success counts against it: {w}");
+    assert!(w["paused_until"].is_string(), "and it rests: {w}");
+    // Delivered all the same: the receiver took it.
+    assert!(deliveries(&app, &webhook).await.iter().any(|d| d["status"] == "delivered" && d["last_error"].is_null()));
+}
+
+#[tokio::test]
+async fn a_tenants_pending_deliveries_are_capped_by_dropping_the_oldest() {
+    let app = spawn_app_with(Options {
+        extra_toml: "[metrics]\nlisten = \"127.0.0.1:0\"\n".to_owned(),
+        patch: vec![("poll_interval_ms = 200", "poll_interval_ms = 200\nmax_pending_per_tenant = 5".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    let receiver = Receiver::start().await;
+    receiver.set_down(true);
+    let (webhook, _) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
+    backlog(&app, "acme", 8).await;
+    eventually(WAIT, "the backlog is trimmed to 5", || async {
+        let pending = deliveries(&app, &webhook).await.iter().filter(|d| d["status"] == "pending").count();
+        pending == 5
+    })
+    .await;
+    let all = deliveries(&app, &webhook).await;
+    let dropped: Vec<i64> =
+        all.iter().filter(|d| d["last_error"] == "backlog_dropped").map(|d| d["id"].as_i64().unwrap()).collect();
+    let kept: Vec<i64> = all.iter().filter(|d| d["status"] == "pending").map(|d| d["id"].as_i64().unwrap()).collect();
+    assert_eq!(dropped.len(), 3, "{all:?}");
+    assert!(dropped.iter().all(|d| kept.iter().all(|k| d < k)), "the oldest go: {dropped:?} {kept:?}");
+    assert!(all.iter().filter(|d| d["last_error"] == "backlog_dropped").all(|d| d["status"] == "failed"));
+    // Beta's endpoint is not touched by acme's cap.
+    let url = format!("http://127.0.0.1:{}/metrics", app.metrics_port.unwrap());
+    let text = app.client.get(url).send().await.unwrap().text().await.unwrap();
+    assert!(text.lines().any(|l| l.starts_with("mcp_connect_webhook_dropped_total") && l.ends_with(" 3")), "{text}");
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_reported_as_a_refused_address_is() {
+    let app = spawn_app().await;
+    // `.invalid` never resolves (RFC 6761 §6.4): today `connect`, which tells a tenant
+    // which internal names exist (those answer `address_refused`).
+    let (webhook, _) =
+        register(&app, &app.admin_key, "https://no-such-host.invalid/in", &["elicitation.cancelled"]).await;
+    let (id, _) = app.elicit("alice", "testp").await;
+    cancel(&app, &id, "cancel").await;
+    eventually(WAIT, "an attempt is recorded", || async {
+        deliveries(&app, &webhook).await.first().is_some_and(|d| !d["last_error"].is_null())
+    })
+    .await;
+    let d = &deliveries(&app, &webhook).await[0];
+    assert_eq!(d["last_error"], "address_refused", "{d}");
+}
+
+#[tokio::test]
+async fn pending_deliveries_of_a_tenant_switched_off_are_not_sent() {
+    let app = spawn_app().await;
+    let receiver = Receiver::start().await;
+    receiver.set_down(true);
+    let (webhook, _) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
+    backlog(&app, "acme", 2).await;
+    eventually(WAIT, "tried while the receiver is down", || async { !receiver.all().is_empty() }).await;
+    mcp_connect::store::tenants::set_tenant_active(&app.pool, "acme", false).await.unwrap();
+    // Due again now, and the receiver is back.
+    sqlx::raw_sql("UPDATE webhook_deliveries SET next_attempt_at = now(); UPDATE webhooks SET paused_until = NULL")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    receiver.set_down(false);
+    let before = receiver.all().len();
+    eventually(WAIT, "the deliveries are stopped", || async {
+        let statuses: Vec<(String, Option<String>)> =
+            sqlx::query_as("SELECT status, last_error FROM webhook_deliveries WHERE webhook_id = $1::text::uuid")
+                .bind(&webhook)
+                .fetch_all(&app.pool)
+                .await
+                .unwrap();
+        statuses.iter().all(|(s, e)| s == "failed" && e.as_deref() == Some("tenant_inactive"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(receiver.all().len(), before, "nothing more was sent for the switched-off tenant");
+}

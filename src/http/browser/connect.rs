@@ -40,7 +40,7 @@ fn entry_error(rid: &RequestId, r: EntryRefusal) -> PageError {
             HINT_RETRY,
         ),
         EntryRefusal::Finished(ElicitationStatus::Completed) => PageError {
-            nothing_connected: false,
+            outcome: None,
             ..PageError::new(
                 rid,
                 StatusCode::GONE,
@@ -195,7 +195,7 @@ pub async fn authorize(
         return Err(super::login::session_expired(&rid, "Open the link from your assistant again."));
     };
     if !session.csrf_matches(form.csrf.as_deref()) {
-        return Err(forbidden_csrf(&rid));
+        return Err(forbidden_csrf(&rid, "Open the link from your assistant again."));
     }
     let id = form.e.as_deref().and_then(|e| ElicitationId::parse(e).ok()).ok_or_else(|| unknown_link(&rid))?;
     let now = OffsetDateTime::now_utc();

@@ -149,20 +149,23 @@ pub async fn disconnect(
     form: web::Form<DisconnectForm>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
+    // The connect flow's words ("Nothing was connected", "the link from your assistant")
+    // mean nothing here.
+    let refused = |e: PageError| e.with_outcome(Some("Nothing was disconnected."));
     let Some(session) = session.0 else {
-        return Err(session_expired(&rid, "Open your connections again and sign in."));
+        return Err(refused(session_expired(&rid, "Open your connections again and sign in.")));
     };
     if !session.csrf_matches(form.csrf.as_deref()) {
-        return Err(forbidden_csrf(&rid));
+        return Err(refused(forbidden_csrf(&rid, "Open your connections again and retry.")));
     }
     let not_yours = || {
-        PageError::new(
+        refused(PageError::new(
             &rid,
             StatusCode::NOT_FOUND,
             "No such connection",
             "This connection does not exist or is not yours.",
             "Open your connections again.",
-        )
+        ))
     };
     let id = form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).ok_or_else(not_yours)?;
     let r = match held::disconnect(&state, &session.info.subject, id).await {

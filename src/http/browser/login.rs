@@ -143,7 +143,7 @@ pub async fn logout(
         return Ok(r);
     };
     if !s.csrf_matches(form.csrf.as_deref()) {
-        return Err(forbidden_csrf(&rid));
+        return Err(forbidden_csrf(&rid, "Open the link from your assistant again."));
     }
     crate::store::sessions::delete_session(&state.pool, &s.info.id_hash)
         .await
@@ -201,12 +201,12 @@ pub fn session_expired(rid: &crate::http::middleware::RequestId, hint: &'static 
     )
 }
 
-pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId) -> PageError {
+pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId, hint: &'static str) -> PageError {
     PageError::new(
         rid,
         StatusCode::FORBIDDEN,
         "This form has expired",
         "The page was not sent by this session (missing or wrong security token).",
-        "Open the link from your assistant again.",
+        hint,
     )
 }

@@ -13,7 +13,7 @@ struct ErrorPage<'a> {
     message: &'a str,
     hint: &'a str,
     request_id: &'a str,
-    nothing_connected: bool,
+    outcome: Option<&'a str>,
 }
 
 #[derive(Template)]
@@ -83,8 +83,10 @@ pub struct PageError {
     pub request_id: String,
     /// A page of its own (the identity-mismatch refusal) instead of the error template.
     pub page: Option<Box<OwnPage>>,
-    /// Whether to say "Nothing was connected" (false where a connection does exist).
-    pub nothing_connected: bool,
+    /// What the step left undone, said under the hint: "Nothing was connected." on the
+    /// connect flow's pages, "Nothing was disconnected." on the connections page's, `None`
+    /// where a connection does exist.
+    pub outcome: Option<&'static str>,
 }
 
 /// A rendered page of its own, for [`PageError::with_page`].
@@ -95,6 +97,8 @@ pub struct OwnPage {
     /// to the IdP's end-session endpoint): added to the CSP `form-action`.
     pub form_action: Option<String>,
 }
+
+pub const NOTHING_CONNECTED: &str = "Nothing was connected.";
 
 pub const HINT_RETRY: &str = "Go back to your assistant and try again; it will give you a new link.";
 
@@ -113,7 +117,7 @@ impl PageError {
             hint,
             request_id: rid.0.clone(),
             page: None,
-            nothing_connected: true,
+            outcome: Some(NOTHING_CONNECTED),
         }
     }
 
@@ -127,10 +131,16 @@ impl PageError {
                 hint: "",
                 request_id: rid.0.clone(),
                 page: Some(Box::new(OwnPage { html, form_action: None })),
-                nothing_connected: true,
+                outcome: Some(NOTHING_CONNECTED),
             },
             Err(e) => Self::internal(&rid.0, &e),
         }
+    }
+
+    /// The same page with another line for what the step left undone.
+    #[must_use]
+    pub fn with_outcome(self, outcome: Option<&'static str>) -> Self {
+        Self { outcome, ..self }
     }
 
     pub fn internal(rid: &str, detail: &dyn fmt::Display) -> Self {
@@ -142,7 +152,7 @@ impl PageError {
             hint: HINT_RETRY,
             request_id: rid.to_owned(),
             page: None,
-            nothing_connected: true,
+            outcome: Some(NOTHING_CONNECTED),
         }
     }
 }
@@ -167,7 +177,7 @@ impl ResponseError for PageError {
             message: &self.message,
             hint: self.hint,
             request_id: &self.request_id,
-            nothing_connected: self.nothing_connected,
+            outcome: self.outcome,
         };
         let mut r = match render(self.status, &page, None) {
             Ok(r) => r,
