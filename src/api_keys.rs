@@ -13,6 +13,14 @@
 //! Timing therefore tells whether an id exists, which is harmless: the id alone grants
 //! nothing. Waiting for one of the two argon2 slots is bounded in queue length and time;
 //! past either, the caller gets 503 + `Retry-After` instead of queueing without end.
+//!
+//! Nor can someone who knows a live id (ids are in audit rows and key prefixes) make
+//! argon2 run on every request with wrong secrets: one id is verified one request at a time
+//! (a burst waits for the first, and finds the key cached or the id throttled), and after
+//! [`FREE_FAILURES`] wrong secrets within [`FAILURE_WINDOW`] only one verification a
+//! second is let through for it; the rest are refused at once with 429 + `Retry-After`.
+//! A right secret verified before on this instance is served from the cache, throttled or
+//! not; one never seen here gets through within a second or so of retries.
 
 use crate::domain::{ApiKeyId, Clock, KeyScope, SystemClock, TenantId};
 use crate::store;
@@ -99,6 +107,9 @@ pub enum KeyRejection {
     Task,
     #[error("too many key verifications waiting; retry shortly")]
     Busy,
+    /// Several wrong secrets for this id just now: retry after the wait.
+    #[error("too many wrong secrets for this key id; retry shortly")]
+    Throttled(Duration),
 }
 
 struct Cached {
@@ -114,6 +125,19 @@ struct Cached {
 const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Longest wait for an argon2 slot before answering 503.
 const HASH_WAIT: Duration = Duration::from_secs(2);
+/// Wrong secrets for one id that are each verified, within [`FAILURE_WINDOW`]; past them,
+/// one verification per [`PASS_EVERY`].
+pub const FREE_FAILURES: u32 = 3;
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+pub const PASS_EVERY: Duration = Duration::from_secs(1);
+
+/// Wrong secrets presented for one id lately.
+struct Failures {
+    count: u32,
+    first_at: Instant,
+    /// When the next verification may run, once the free ones are spent.
+    next_pass: Instant,
+}
 
 /// Metrics (catalogue: `telemetry::metrics`): time waited for an argon2 slot (0 when one
 /// was free), and checks refused because the queue was full or the wait too long.
@@ -126,6 +150,10 @@ pub struct ApiKeyVerifier {
     cache: RwLock<HashMap<[u8; 32], Cached>>,
     /// Ids found missing, and when.
     missing: RwLock<HashMap<ApiKeyId, Instant>>,
+    /// Wrong secrets per live id (see the module doc).
+    failures: std::sync::Mutex<HashMap<ApiKeyId, Failures>>,
+    /// One verification per id at a time.
+    in_flight: std::sync::Mutex<HashMap<ApiKeyId, Arc<tokio::sync::Mutex<()>>>>,
     /// Whether the change listener is connected (negative entries are used only then).
     listening: AtomicBool,
     ttl: Duration,
@@ -164,6 +192,8 @@ impl ApiKeyVerifier {
             pool,
             cache: RwLock::new(HashMap::new()),
             missing: RwLock::new(HashMap::new()),
+            failures: std::sync::Mutex::new(HashMap::new()),
+            in_flight: std::sync::Mutex::new(HashMap::new()),
             listening: AtomicBool::new(false),
             ttl,
             capacity,
@@ -185,6 +215,29 @@ impl ApiKeyVerifier {
         }
         if self.known_missing(&id) {
             return Err(KeyRejection::Invalid);
+        }
+        let gate = self.gate_for(&id);
+        let held = gate.lock().await;
+        let r = self.verify_alone(&id, presented, fingerprint).await;
+        drop(held);
+        self.release_gate(&id, gate);
+        r
+    }
+
+    /// The rest of [`Self::verify`], for one request of this id at a time.
+    async fn verify_alone(
+        &self,
+        id: &ApiKeyId,
+        presented: &str,
+        fingerprint: [u8; 32],
+    ) -> Result<VerifiedKey, KeyRejection> {
+        let id = id.clone();
+        // The request before this one may have verified this very key.
+        if let Some(verified) = self.verified_before(&fingerprint).await? {
+            return Ok(verified);
+        }
+        if let Some(wait) = self.throttled(&id) {
+            return Err(KeyRejection::Throttled(wait));
         }
         let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), self.clock.now());
         let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
@@ -211,8 +264,10 @@ impl ApiKeyVerifier {
                 .map_err(|_| KeyRejection::Task)?;
         self.verifications.fetch_add(1, Ordering::Relaxed);
         if !matches {
+            self.record_failure(&id);
             return Err(KeyRejection::Invalid);
         }
+        self.clear_failures(&id);
         let key = VerifiedKey {
             id,
             tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
@@ -268,6 +323,66 @@ impl ApiKeyVerifier {
                 Err(KeyRejection::Invalid)
             }
         }
+    }
+
+    /// The lock that lets one verification of `id` run at a time.
+    fn gate_for(&self, id: &ApiKeyId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.entry(id.clone()).or_default().clone()
+    }
+
+    fn release_gate(&self, id: &ApiKeyId, gate: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Ours and the map's: nobody else waits for it, the entry can go.
+        if Arc::strong_count(&gate) <= 2 {
+            m.remove(id);
+        }
+    }
+
+    /// `Some(wait)` when `id` has had its free wrong secrets within the window and the
+    /// next verification may run only after `wait`; otherwise `None` (and, when throttled,
+    /// this caller takes the one pass of the second).
+    fn throttled(&self, id: &ApiKeyId) -> Option<Duration> {
+        let mut m = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let f = m.get_mut(id)?;
+        let now = self.clock.now();
+        if self.clock.since(f.first_at) >= FAILURE_WINDOW {
+            m.remove(id);
+            return None;
+        }
+        if f.count < FREE_FAILURES {
+            return None;
+        }
+        if now >= f.next_pass {
+            f.next_pass = now + PASS_EVERY;
+            return None;
+        }
+        Some(f.next_pass.saturating_duration_since(now))
+    }
+
+    fn record_failure(&self, id: &ApiKeyId) {
+        let mut m = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = self.clock.now();
+        if m.len() >= self.capacity && !m.contains_key(id) {
+            m.retain(|_, f| self.clock.since(f.first_at) < FAILURE_WINDOW);
+            if m.len() >= self.capacity {
+                // Still full: start over rather than grow (a flood over that many live ids
+                // is bounded by the argon2 slots' queue all the same).
+                m.clear();
+            }
+        }
+        let f = m.entry(id.clone()).or_insert(Failures { count: 0, first_at: now, next_pass: now });
+        if self.clock.since(f.first_at) >= FAILURE_WINDOW {
+            *f = Failures { count: 0, first_at: now, next_pass: now };
+        }
+        f.count = f.count.saturating_add(1);
+        if f.count >= FREE_FAILURES {
+            f.next_pass = f.next_pass.max(now + PASS_EVERY);
+        }
+    }
+
+    fn clear_failures(&self, id: &ApiKeyId) {
+        self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
     }
 
     /// One of the argon2 slots, waited for at most [`HASH_WAIT`] and only while fewer than

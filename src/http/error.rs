@@ -40,6 +40,8 @@ error_codes! {
     InsufficientScope = "insufficient_scope",
     /// The database or this instance is busy, unreachable or shutting down, or the request collided with a concurrent change (503, with Retry-After).
     TemporarilyUnavailable = "temporarily_unavailable",
+    /// Several wrong secrets were sent for this key id just now: it is verified again after `Retry-After` seconds (429).
+    TooManyAttempts = "too_many_attempts",
     /// A fault on our side (a bug or a vault key that is gone); never expected. Details are in the service log only.
     InternalError = "internal_error",
     /// The body is not JSON, or does not have the documented fields and types.

@@ -200,6 +200,14 @@ fn add_shared_responses(op: &mut Operation) {
         add("415", error_response("`unsupported_media_type`: send a body as `application/json`.", None));
     }
     add(
+        "429",
+        error_response(
+            "`too_many_attempts`: several wrong secrets were sent for this key id just now; one verification \
+             a second is let through for it. Retry after `Retry-After` seconds.",
+            Some(retry.clone()),
+        ),
+    );
+    add(
         "503",
         error_response(
             "`temporarily_unavailable`: the database is unreachable or busy, this instance is shutting down, \

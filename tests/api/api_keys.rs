@@ -19,6 +19,18 @@ async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
         .unwrap();
 }
 
+/// `n` live server keys of tenant acme (a flood of wrong secrets spread over many ids: one id
+/// is verified one at a time and throttled after a few failures).
+async fn live_keys(pool: &mcp_connect::store::PgPool, n: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        let k = NewApiKey::generate();
+        store_acme_key(pool, &k).await;
+        keys.push(k.key.expose_secret().to_owned());
+    }
+    keys
+}
+
 fn body() -> serde_json::Value {
     json!({"subject": "alice", "provider": "github"})
 }
@@ -132,10 +144,11 @@ async fn a_key_created_on_instance_a_works_at_once_on_instance_b() {
 #[tokio::test]
 async fn waiting_for_an_argon2_slot_is_bounded_and_answers_503_with_retry_after() {
     let app = spawn_app().await;
-    // Wrong secrets for the real id: each needs its own argon2 run (2 slots, 32 may wait).
+    // Wrong secrets for 40 live ids: each needs its own argon2 run (2 slots, 32 may wait).
+    let keys = live_keys(&app.pool, 40).await;
     let app = &app;
-    let calls = (0..120).map(|_| {
-        let forged = forged(&app.key);
+    let calls = (0..120).map(|i| {
+        let forged = forged(&keys[i % keys.len()]);
         async move { app.token(&forged, body()).await }
     });
     let mut busy = 0;
@@ -233,10 +246,11 @@ async fn verifications_given_up_while_waiting_for_a_slot_give_their_place_back()
     let app = spawn_app().await;
     let verifier =
         mcp_connect::api_keys::ApiKeyVerifier::new(app.pool.clone(), std::time::Duration::from_secs(5), 100, 8);
-    // Wrong secrets for the real id, each request dropped after 40 ms: most while they
+    // Wrong secrets for 24 live ids, each request dropped after 40 ms: most while they
     // wait for one of the two argon2 slots.
-    let calls = (0..24).map(|_| {
-        let forged = forged(&app.key);
+    let keys = live_keys(&app.pool, 24).await;
+    let calls = keys.iter().map(|k| {
+        let forged = forged(k);
         let verifier = verifier.clone();
         async move { tokio::time::timeout(std::time::Duration::from_millis(40), verifier.verify(&forged)).await }
     });
@@ -264,4 +278,63 @@ async fn an_unknown_id_is_remembered_for_a_few_seconds_only() {
     assert_error(app.token(key.key.expose_secret(), body()).await, 401, "invalid_api_key").await;
     clock.advance(std::time::Duration::from_secs(5));
     assert_eq!(app.token(key.key.expose_secret(), body()).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_flood_of_wrong_secrets_for_a_live_id_costs_a_handful_of_argon2_runs_and_holds_up_no_other_key() {
+    use futures_util::StreamExt;
+    let app = spawn_app().await;
+    let before = app.state.api_keys.hash_verifications();
+    let started = std::time::Instant::now();
+    let app = &app;
+    let flood = futures_util::stream::iter(0..300)
+        .map(|_| async move {
+            let r = app.token(&forged(&app.key), body()).await;
+            let status = r.status().as_u16();
+            if status == 429 {
+                assert!(r.headers().get("retry-after").is_some(), "429 says when");
+                assert_error(r, 429, "too_many_attempts").await;
+            }
+            status
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<u16>>();
+    // Meanwhile, a key of another tenant never used before (argon2 must run for it).
+    let other = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let t = std::time::Instant::now();
+        let r = app.token(&app.beta_key, body()).await;
+        (r.status().as_u16(), t.elapsed())
+    };
+    let (statuses, (other_status, other_took)) = tokio::join!(flood, other);
+    let took = started.elapsed();
+    let runs = app.state.api_keys.hash_verifications() - before;
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    eprintln!(
+        "300 wrong secrets: {runs} argon2 runs (1 for the other key), {refused} x 429, in {took:?}; other key in {other_took:?}"
+    );
+    assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
+    assert!(runs <= 7, "{runs} argon2 runs for 300 wrong secrets of one id");
+    assert!(took < std::time::Duration::from_secs(3), "the flood was answered in {took:?}");
+    assert_eq!(other_status, 200);
+    assert!(other_took < std::time::Duration::from_secs(1), "the other tenant's key waited {other_took:?}");
+    // The right secret of the flooded id, cached before or not, still gets through (one
+    // verification per second is let through for it).
+    let verifier =
+        mcp_connect::api_keys::ApiKeyVerifier::new(app.pool.clone(), std::time::Duration::from_secs(5), 100, 8);
+    for _ in 0..3 {
+        assert!(verifier.verify(&forged(&app.key)).await.is_err());
+    }
+    let mut ok = false;
+    for _ in 0..30 {
+        match verifier.verify(&app.key).await {
+            Ok(_) => {
+                ok = true;
+                break;
+            }
+            Err(mcp_connect::api_keys::KeyRejection::Throttled(wait)) => tokio::time::sleep(wait).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(ok, "the right secret verified within the throttle");
 }

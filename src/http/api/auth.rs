@@ -45,6 +45,15 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
         Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(&e)),
         Err(e @ KeyRejection::Task) => return Err(ApiError::internal(&e)),
+        Err(KeyRejection::Throttled(wait)) => {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::TooManyAttempts,
+                "several wrong secrets were sent for this key id just now; retry shortly",
+            );
+            e.retry_after = Some(wait.as_secs().max(1));
+            return Err(e);
+        }
         Err(KeyRejection::Busy) => {
             let mut e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
