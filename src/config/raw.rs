@@ -107,6 +107,8 @@ pub(super) struct RawIdp {
     #[serde(default)]
     pub(super) allow_idn_hosts: Vec<String>,
     pub(super) clock_skew_seconds: Option<u64>,
+    #[serde(default)]
+    pub(super) allow_private_endpoints: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -196,4 +198,6 @@ pub(super) struct RawProvider {
     #[serde(default)]
     pub(super) allow_idn_hosts: Vec<String>,
     pub(super) clock_skew_seconds: Option<u64>,
+    #[serde(default)]
+    pub(super) allow_private_endpoints: bool,
 }

@@ -350,6 +350,7 @@ pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<Id
         scopes: None,
         allow_idn_hosts: Vec::new(),
         clock_skew_seconds: None,
+        allow_private_endpoints: false,
     });
     let clock_skew =
         clock_skew("idp.clock_skew_seconds", env(&env_key("IDP_CLOCK_SKEW_SECONDS")), raw.clock_skew_seconds)?;
@@ -383,6 +384,7 @@ pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<Id
         scopes,
         allow_idn_hosts: raw.allow_idn_hosts,
         clock_skew,
+        allow_private_endpoints: raw.allow_private_endpoints,
     })
 }
 
@@ -423,6 +425,7 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) 
         allow_account_change: p.allow_account_change,
         allow_idn_hosts: p.allow_idn_hosts,
         clock_skew,
+        allow_private_endpoints: p.allow_private_endpoints,
     })
 }
 

@@ -1,6 +1,14 @@
 //! The one outbound HTTP client (token, discovery, JWKS, userinfo, revocation): redirects
 //! are never followed (a token endpoint that redirects is misconfigured or hostile),
-//! connect and total timeouts are short, and response bodies are bounded.
+//! connect and total timeouts are short, response bodies are bounded, and no proxy from the
+//! environment is used (`HTTPS_PROXY` would see every client secret and token we send).
+//!
+//! Origins the configuration names (an issuer, a configured endpoint) are reached as they
+//! are, private addresses included (an internal Keycloak). Any other origin came from a
+//! document someone else serves (a discovery document's `token_endpoint` on another host),
+//! and is reached only over https on a public address, checked on the address actually
+//! connected to (`crate::ssrf`): a discovery host cannot send our client secret to
+//! `http://127.0.0.1:…` or into the private network.
 
 use oauth2::{HttpRequest, HttpResponse};
 use std::future::Future;
@@ -22,6 +30,10 @@ pub enum OutboundError {
     Status(u16),
     #[error("response is not the expected JSON")]
     Json,
+    /// A URL on an origin the configuration does not name, that is not https on a public
+    /// address.
+    #[error("refused: {0}")]
+    Refused(crate::ssrf::Refusal),
 }
 
 impl OutboundError {
@@ -31,14 +43,20 @@ impl OutboundError {
         match self {
             OutboundError::Request(_) | OutboundError::Timeout => true,
             OutboundError::Status(s) => *s >= 500 || *s == 429,
-            OutboundError::TooLarge | OutboundError::Json => false,
+            OutboundError::TooLarge | OutboundError::Json | OutboundError::Refused(_) => false,
         }
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct Outbound {
+    /// For the origins in `trusted`.
     client: reqwest::Client,
+    /// For every other origin: public addresses only, checked by its resolver.
+    guarded: reqwest::Client,
+    /// Origins (`scheme://host:port`) the configuration names, and those of providers that
+    /// allow private endpoints (`allow_private_endpoints`).
+    trusted: std::sync::Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
     /// Send `traceparent` along (`tracing.propagate_to_providers`).
     propagate: bool,
 }
@@ -52,15 +70,56 @@ struct Answer {
 
 pub type BoxedResponse<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, OutboundError>> + Send + 'a>>;
 
+/// How long an idle pooled connection is kept: below the keep-alive of common servers and
+/// load balancers (gunicorn 2 s, Node and Apache 5 s), so that we seldom send on one the
+/// peer is closing. (reqwest's default is 90 s.)
+pub const POOL_IDLE: Duration = Duration::from_millis(1500);
+
 impl Outbound {
     pub fn new(timeout: Duration, propagate: bool) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(3).min(timeout))
-            .timeout(timeout)
-            .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
-            .build()?;
-        Ok(Self { client, propagate })
+        let builder = || {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_idle_timeout(POOL_IDLE)
+                .no_proxy()
+                .connect_timeout(Duration::from_secs(3).min(timeout))
+                .timeout(timeout)
+                .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
+        };
+        let guard = crate::ssrf::GuardedResolver::new(
+            std::sync::Arc::new(crate::ssrf::SystemLookup),
+            crate::ssrf::AddressPolicy::default(),
+        );
+        Ok(Self {
+            client: builder().build()?,
+            guarded: builder().dns_resolver(std::sync::Arc::new(guard)).build()?,
+            trusted: std::sync::Arc::default(),
+            propagate,
+        })
+    }
+
+    /// Reaches `url`'s origin as it is, private addresses included: for origins the
+    /// configuration names.
+    pub fn trust(&self, url: &url::Url) {
+        let mut t = self.trusted.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.insert(url.origin().ascii_serialization());
+    }
+
+    /// Whether `url`'s origin is reached as it is (see [`Self::trust`]).
+    pub fn is_trusted(&self, url: &url::Url) -> bool {
+        let t = self.trusted.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.contains(&url.origin().ascii_serialization())
+    }
+
+    /// The client for `url`: the plain one for a trusted origin; else the guarded one, after
+    /// the URL itself passed (an IP literal is never resolved, so the resolver alone would
+    /// not see it).
+    fn client_for(&self, url: &url::Url) -> Result<&reqwest::Client, OutboundError> {
+        if self.is_trusted(url) {
+            return Ok(&self.client);
+        }
+        crate::ssrf::check_url(url, crate::ssrf::AddressPolicy::default()).map_err(OutboundError::Refused)?;
+        Ok(&self.guarded)
     }
 
     /// Sends a request in a span of its own (a child of the request's: method and host,
@@ -79,7 +138,19 @@ impl Outbound {
             if self.propagate {
                 inject_traceparent(request.headers_mut());
             }
-            let resp = self.client.execute(request).await.map_err(classify)?;
+            let client = self.client_for(request.url())?;
+            let again = request.try_clone();
+            let resp = match (client.execute(request).await, again) {
+                (Ok(r), _) => r,
+                // Sent on a pooled connection the peer closed as we used it (its keep-alive
+                // ran out): nothing reached it, so nothing was used (not even a code), and
+                // the same request goes out once more, at once, on a new connection.
+                (Err(e), Some(again)) if closed_before_answer(&e) => {
+                    tracing::debug!("outbound request met a closed connection; sent again");
+                    client.execute(again).await.map_err(classify)?
+                }
+                (Err(e), _) => return Err(classify(e)),
+            };
             let (status, headers) = (resp.status(), resp.headers().clone());
             tracing::Span::current().record("http.response.status_code", status.as_u16());
             Ok(Answer { status, headers, body: read_bounded(resp).await? })
@@ -157,8 +228,37 @@ fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
         .inject_context(&context, &mut TraceparentOnly(headers));
 }
 
+/// Whether a request failed because its connection was closed or reset before any byte
+/// of an answer came: hyper's "connection closed before message completed", or a reset or
+/// broken pipe while sending. (A timeout or a refused connection is not this.)
+fn closed_before_answer(e: &reqwest::Error) -> bool {
+    if e.is_timeout() || e.is_connect() || e.is_status() || e.is_body() || e.is_decode() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn classify(e: reqwest::Error) -> OutboundError {
-    if e.is_timeout() {
+    if let Some(r) = crate::ssrf::refusal_of(&e) {
+        OutboundError::Refused(r)
+    } else if e.is_timeout() {
         OutboundError::Timeout
     } else {
         // reqwest's error text names the URL but never a body or header value.

@@ -178,6 +178,10 @@ pub struct Provider {
     pub allow_idn_hosts: Vec<String>,
     /// Tolerance for ID-token `exp` and `iat` (`clock_skew_seconds`).
     pub clock_skew: time::Duration,
+    /// Endpoints found by discovery on another origin than the issuer may be private or
+    /// loopback addresses, or plain http to loopback (`allow_private_endpoints`: an internal
+    /// IdP whose discovery the operator trusts).
+    pub allow_private_endpoints: bool,
 }
 
 /// All configured providers by id.

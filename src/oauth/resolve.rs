@@ -26,6 +26,9 @@ pub struct IdpConfig {
     pub allow_idn_hosts: Vec<String>,
     /// Tolerance for ID-token `exp` and `iat` (`idp.clock_skew_seconds`).
     pub clock_skew: time::Duration,
+    /// Discovered endpoints on another origin than the issuer may be private addresses
+    /// (`idp.allow_private_endpoints`).
+    pub allow_private_endpoints: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +66,29 @@ struct Discovered {
     id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
 }
 
-async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Result<Discovered, ResolveError> {
+/// Where a discovered endpoint that we call ourselves may be: on the issuer's origin
+/// (configured, so trusted), or over https on a public address (checked here for an IP
+/// literal, and by the outbound client's resolver on every connection for a name), or
+/// anywhere the configured rules allow when the operator said `allow_private_endpoints`.
+/// Otherwise the discovery host could point `token_endpoint` at `http://127.0.0.1:…` or an
+/// internal address and receive our client secret and the user's code.
+fn server_side(http: &Outbound, issuer: &Issuer, url: &Url, allow_private: bool) -> Result<(), crate::ssrf::Refusal> {
+    if http.is_trusted(url) || url.origin() == issuer.url().origin() {
+        return Ok(());
+    }
+    if allow_private {
+        http.trust(url);
+        return Ok(());
+    }
+    crate::ssrf::check_url(url, crate::ssrf::AddressPolicy::default())
+}
+
+async fn discover(
+    http: &Outbound,
+    issuer: &Issuer,
+    allow_idn: &[String],
+    allow_private: bool,
+) -> Result<Discovered, ResolveError> {
     let base = issuer.as_str();
     let doc_url = issuer.discovery_url().map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
     let raw = http
@@ -83,7 +108,22 @@ async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Res
         })
         .transpose()
     };
-    let jwks_uri = check("jwks_uri", doc.jwks_uri)?
+    // Endpoints we call ourselves (the browser goes to the others).
+    let ours = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
+        let u = check(what, u)?;
+        if let Some(url) = &u {
+            server_side(http, issuer, url, allow_private).map_err(|r| {
+                ResolveError::Invalid(
+                    base.to_owned(),
+                    format!(
+                        "{what} is on another origin than the issuer and {r} (set allow_private_endpoints to allow it)"
+                    ),
+                )
+            })?;
+        }
+        Ok(u)
+    };
+    let jwks_uri = ours("jwks_uri", doc.jwks_uri)?
         .ok_or_else(|| ResolveError::Invalid(base.to_owned(), "no jwks_uri".to_owned()))?;
     let jwks_raw = http
         .get_json(&jwks_uri, None)
@@ -94,9 +134,9 @@ async fn discover(http: &Outbound, issuer: &Issuer, allow_idn: &[String]) -> Res
     Ok(Discovered {
         issuer: doc.issuer,
         authorization_endpoint: check("authorization_endpoint", doc.authorization_endpoint)?,
-        token_endpoint: check("token_endpoint", doc.token_endpoint)?,
-        userinfo_endpoint: check("userinfo_endpoint", doc.userinfo_endpoint)?,
-        revocation_endpoint: check("revocation_endpoint", doc.revocation_endpoint)?,
+        token_endpoint: ours("token_endpoint", doc.token_endpoint)?,
+        userinfo_endpoint: ours("userinfo_endpoint", doc.userinfo_endpoint)?,
+        revocation_endpoint: ours("revocation_endpoint", doc.revocation_endpoint)?,
         end_session_endpoint: check("end_session_endpoint", doc.end_session_endpoint)?,
         jwks,
         iss_supported: doc.authorization_response_iss_parameter_supported,
@@ -192,7 +232,7 @@ impl Resolver {
     }
 
     async fn build_idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
-        let d = discover(http, &idp.issuer, &idp.allow_idn_hosts).await?;
+        let d = discover(http, &idp.issuer, &idp.allow_idn_hosts, idp.allow_private_endpoints).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
@@ -227,7 +267,7 @@ impl Resolver {
         let name = p.id.to_string();
         let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
         let discovered = match (&p.issuer, p.oidc) {
-            (Some(issuer), true) => Some(discover(http, issuer, &p.allow_idn_hosts).await?),
+            (Some(issuer), true) => Some(discover(http, issuer, &p.allow_idn_hosts, p.allow_private_endpoints).await?),
             _ => None,
         };
         let server = match discovered {

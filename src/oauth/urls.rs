@@ -59,6 +59,10 @@ impl Issuer {
         &self.exact
     }
 
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
     /// OpenID Connect Discovery §4: the issuer with any trailing `/` removed, then
     /// `/.well-known/openid-configuration`.
     pub fn discovery_url(&self) -> Result<Url, UrlRuleError> {

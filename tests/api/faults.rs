@@ -210,3 +210,70 @@ async fn an_idp_whose_jwks_is_down_gets_a_sign_in_unavailable_page_and_an_audit_
     let (_, url) = app.elicit("alice", "testp").await;
     assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
 }
+
+/// A TCP proxy in front of `upstream` that plays a peer whose keep-alive runs out as a
+/// connection is used again: a connection left idle for `idle` is closed the moment its next
+/// request arrives, which is passed on to nothing and answered with nothing. (A server that
+/// closes idle connections on a timer does this whenever its timer and the next request
+/// cross; here it happens every time, so the test does not hang on a race.)
+async fn closing_proxy(front: tokio::net::TcpListener, upstream: u16, idle: std::time::Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut client, _)) = front.accept().await else { return };
+        tokio::spawn(async move {
+            let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+            let (mut a, mut b) = ([0u8; 16384], [0u8; 16384]);
+            let mut last = std::time::Instant::now();
+            loop {
+                tokio::select! {
+                    n = client.read(&mut a) => {
+                        let Ok(n @ 1..) = n else { return };
+                        if last.elapsed() >= idle {
+                            return; // both sockets close, the request unread
+                        }
+                        if server.write_all(&a[..n]).await.is_err() { return }
+                    }
+                    n = server.read(&mut b) => {
+                        let Ok(n @ 1..) = n else { return };
+                        if client.write_all(&b[..n]).await.is_err() { return }
+                    }
+                }
+                last = std::time::Instant::now();
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn fifty_sign_ins_spaced_past_the_idps_keep_alive_all_succeed() {
+    use mcp_connect_devproviders::{DevProvider, DevProviderConfig, Role};
+    use std::sync::Arc;
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", front.local_addr().unwrap().port());
+    let idp = DevProvider::start(DevProviderConfig {
+        display_name: "IdP that closes idle connections after 1 s".to_owned(),
+        role: Role::IdentityProvider,
+        public_url: Some(url),
+        ..DevProviderConfig::default()
+    })
+    .await
+    .unwrap();
+    tokio::spawn(closing_proxy(front, idp.port(), std::time::Duration::from_secs(1)));
+    let provider =
+        DevProvider::start(DevProviderConfig { role: Role::Downstream, ..DevProviderConfig::default() }).await.unwrap();
+    let db = Arc::new(crate::helpers::create_database().await);
+    let app = TestApp::start_on(&db.url.clone(), Some(db), Arc::new(idp), Arc::new(provider), &Options::default())
+        .await
+        .unwrap();
+    for i in 0..50 {
+        // A new browser each time: its own connections are fresh (it is our client that
+        // keeps one to the IdP across sign-ins).
+        let browser = Browser::new();
+        let r = browser.get(&format!("{}/login?return_to=/", app.base)).await;
+        assert_eq!(r.status(), 303);
+        let back = browser.answer_authorize(&crate::browser::location(&r), "alice", "allow").await;
+        let r = browser.get(&back).await;
+        assert_eq!(r.status(), 303, "sign-in {i}: {}", r.text().await.unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+}

@@ -12,6 +12,7 @@ mod connect_flow;
 mod connections_page;
 mod crash;
 mod dev_command;
+mod discovery;
 mod e2e;
 mod failover;
 mod faults;

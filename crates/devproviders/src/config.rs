@@ -18,6 +18,9 @@ pub struct DevProviderConfig {
     /// When set, access tokens are RS256 JWTs (RFC 9068 style: iss, sub, aud = this value,
     /// client_id, exp, iat, jti, scope) instead of opaque random strings.
     pub jwt_access_token_audience: Option<String>,
+    /// The URL it is reached at, when that is not its own port (a proxy in front, in tests
+    /// of what lies between): the issuer and every endpoint in its metadata use it.
+    pub public_url: Option<String>,
 }
 
 impl Default for DevProviderConfig {
@@ -29,6 +32,7 @@ impl Default for DevProviderConfig {
             clients: Vec::new(),
             access_token_ttl: Duration::from_secs(3600),
             jwt_access_token_audience: None,
+            public_url: None,
         }
     }
 }

@@ -31,7 +31,8 @@ impl DevProvider {
             .map_err(|e| io::Error::other(e.to_string()))?;
         let listener = TcpListener::bind(("127.0.0.1", config.port))?;
         let port = listener.local_addr()?.port();
-        let state = web::Data::new(ProviderState::new(config, format!("http://127.0.0.1:{port}"), keys));
+        let url = config.public_url.clone().unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
+        let state = web::Data::new(ProviderState::new(config, url, keys));
         let server = build_server(state.clone(), listener)?;
         let handle = server.handle();
         let task = tokio::spawn(server);
@@ -39,9 +40,14 @@ impl DevProvider {
         Ok(DevProvider { state, handle, task: Some(task), port })
     }
 
-    /// `http://127.0.0.1:<port>`, without a trailing slash.
+    /// `http://127.0.0.1:<port>` (or the configured `public_url`), without a trailing slash.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.state.issuer.trim_end_matches('/').to_owned()
+    }
+
+    /// The port it listens on (behind a `public_url`, not the one in its URLs).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The issuer identifier: the same as [`Self::base_url`].

@@ -56,6 +56,7 @@ pub(crate) struct SwitchValues {
     pub rotate_refresh_tokens: bool,
     pub userinfo_override: Option<serde_json::Value>,
     pub jwks_unavailable: bool,
+    pub metadata_override: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for SwitchValues {
@@ -78,6 +79,7 @@ impl Default for SwitchValues {
             rotate_refresh_tokens: true,
             userinfo_override: None,
             jwks_unavailable: false,
+            metadata_override: serde_json::Map::new(),
         }
     }
 }
@@ -187,6 +189,12 @@ impl Switches {
     /// Answers `/jwks` with 503, as a key server that is down would.
     pub fn set_jwks_unavailable(&self, down: bool) {
         self.values().jwks_unavailable = down;
+    }
+
+    /// Puts these fields into the discovery document in place of its own (a discovery host
+    /// that points an endpoint elsewhere). Empty: its own document.
+    pub fn set_metadata_override(&self, fields: serde_json::Map<String, serde_json::Value>) {
+        self.values().metadata_override = fields;
     }
 
     /// Answers `/userinfo` with this JSON instead of the derived profile.

@@ -12,8 +12,9 @@ pub(crate) async fn metadata(state: web::Data<ProviderState>) -> HttpResponse {
     if state.role == Role::IdentityProvider {
         grant_types.push(DEV_SUBJECT_GRANT_TYPE);
     }
-    let advertise_iss = state.switches.snapshot().advertise_iss;
-    HttpResponse::Ok().json(json!({
+    let switches = state.switches.snapshot();
+    let advertise_iss = switches.advertise_iss;
+    let mut doc = json!({
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/authorize"),
         "token_endpoint": format!("{issuer}/token"),
@@ -34,7 +35,11 @@ pub(crate) async fn metadata(state: web::Data<ProviderState>) -> HttpResponse {
             "name", "preferred_username", "email"
         ],
         "authorization_response_iss_parameter_supported": advertise_iss,
-    }))
+    });
+    if let Some(fields) = doc.as_object_mut() {
+        fields.extend(switches.metadata_override);
+    }
+    HttpResponse::Ok().json(doc)
 }
 
 pub(crate) async fn jwks(state: web::Data<ProviderState>) -> HttpResponse {
