@@ -279,7 +279,7 @@ async fn app_state(
         config.cache_enabled,
         config.cache_max_age,
         config.cache_capacity,
-        clock,
+        clock.clone(),
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
     let listen_url = config.database_listen_url.clone();
@@ -298,7 +298,7 @@ async fn app_state(
             crate::store::handouts::system_wall_clock(),
         ),
         idp: Arc::new(config.idp),
-        resolver: Arc::default(),
+        resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
         outbound,
         session_ttl: config.session_ttl,
         secure_cookies: config.public_base_url.scheme() == "https",

@@ -13,7 +13,8 @@ use url::Url;
 const LOGIN_TTL: time::Duration = time::Duration::minutes(10);
 pub const LOGIN_PURPOSE: &str = "login_state";
 pub const SESSION_PURPOSE: &str = "session";
-const BINDING_PURPOSE: &str = "login_binding";
+/// The vault purpose of the login cookie's sealed contents (bound to the state's hash).
+const COOKIE_PURPOSE: &str = "login_cookie";
 
 /// Why a `return_to` is refused (the sign-in page says it points away from us).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,16 +57,39 @@ pub fn path_and_query(u: &Url) -> String {
     }
 }
 
+/// A sign-in in progress, sealed into its browser's login cookie: no row is written for
+/// it (`/login` needs no sign-in, and a row per request would let anyone fill a table). The
+/// sealing binds it to the OAuth `state` (associated data: the state's hash), so it opens
+/// only with the `state` the IdP sends back, in the browser that started it; it expires
+/// with `expires_at`, and a sign-in the IdP completed spends its state
+/// (`store::sessions::spend_login_state`), so the same answer is not used twice.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SealedLogin {
     verifier: String,
     nonce: String,
+    return_to: String,
+    /// Unix seconds.
+    expires_at: i64,
 }
 
-/// A started login: where to send the browser, and the binding cookie to set.
+/// A started login: where to send the browser, and the login cookie's value.
 pub struct LoginStart {
     pub authorize_url: Url,
-    pub binding: String,
+    /// `<key id>.<sealed, base64url>`.
+    pub cookie: String,
+}
+
+/// The login cookie's value: the key id and what it sealed.
+fn cookie_value(key_id: &str, sealed: &[u8]) -> String {
+    use base64::Engine;
+    format!("{key_id}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed))
+}
+
+/// The parts of a login cookie's value; `None` for anything we did not make.
+fn cookie_parts(value: &str) -> Option<(&str, Vec<u8>)> {
+    use base64::Engine;
+    let (key_id, sealed) = value.rsplit_once('.')?;
+    Some((key_id, base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(sealed).ok()?))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,25 +157,15 @@ pub async fn start(
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
     let req = flow::authorize(&server, &state.login_redirect_uri(), &state.idp.scopes.join(" "), extra, true);
-    let binding = crypto::random_token(32);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
-    let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, &binding);
-    let secret =
-        serde_json::to_vec(&SealedLogin { verifier: req.pkce_verifier, nonce: req.nonce.unwrap_or_default() })?;
-    let sealed = state.vault.seal_aux(LOGIN_PURPOSE, &state_hash, &secret)?;
-    store::sessions::insert_login_state(
-        &state.pool,
-        &store::sessions::NewLoginState {
-            state_hash: &state_hash,
-            binding_hash: &binding_hash,
-            key_id: state.vault.current_key_id().as_str(),
-            sealed: &sealed,
-            return_to,
-            expires_at: now + LOGIN_TTL,
-        },
-    )
-    .await?;
-    Ok(LoginStart { authorize_url: req.url, binding })
+    let secret = zeroize::Zeroizing::new(serde_json::to_vec(&SealedLogin {
+        verifier: req.pkce_verifier,
+        nonce: req.nonce.unwrap_or_default(),
+        return_to: return_to.to_owned(),
+        expires_at: (now + LOGIN_TTL).unix_timestamp(),
+    })?);
+    let sealed = state.vault.seal_aux(COOKIE_PURPOSE, &state_hash, &secret)?;
+    Ok(LoginStart { authorize_url: req.url, cookie: cookie_value(state.vault.current_key_id().as_str(), &sealed) })
 }
 
 /// OpenID Connect RP-Initiated Logout 1.0 §2: where to send the browser to end its session
@@ -181,19 +195,25 @@ pub struct LoginDone {
     pub expires_at: OffsetDateTime,
 }
 
+/// The sign-in the login cookie holds, if it opens with `state_hash` and has not expired.
+fn open_cookie(state: &AppState, cookie: &str, state_hash: &[u8], now: OffsetDateTime) -> Option<SealedLogin> {
+    let (key_id, sealed) = cookie_parts(cookie)?;
+    // Any failure is the browser's problem, never ours: a cookie of another sign-in, a
+    // changed byte, or one sealed under a key since removed.
+    let opened = state.vault.open_aux(key_id, COOKIE_PURPOSE, state_hash, &sealed).ok()?;
+    let login: SealedLogin = serde_json::from_slice(&opened).ok()?;
+    (login.expires_at > now.unix_timestamp()).then_some(login)
+}
+
 pub async fn complete(
     state: &AppState,
-    binding: Option<&str>,
+    cookie: Option<&str>,
     q: &crate::oauth::callback::CallbackQuery,
     now: OffsetDateTime,
 ) -> Result<LoginDone, LoginError> {
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
-    let binding = binding.filter(|b| crypto::looks_like_token(b)).ok_or(LoginError::StateUnusable)?;
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
-    let binding_hash = crypto::lookup_hash(BINDING_PURPOSE, binding);
-    let st = store::sessions::consume_login_state(&state.pool, &state_hash, &binding_hash, now)
-        .await?
-        .ok_or(LoginError::StateUnusable)?;
+    let secret = cookie.and_then(|c| open_cookie(state, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
     let server = idp(state).await?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
     if let Some(e) = &q.error {
@@ -201,8 +221,6 @@ pub async fn complete(
         return Err(LoginError::ProviderError(code));
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(LoginError::MissingCode)?;
-    let opened = state.vault.open_aux(&st.key_id, LOGIN_PURPOSE, &state_hash, &st.sealed)?;
-    let secret: SealedLogin = serde_json::from_slice(&opened)?;
     let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(), code, &secret.verifier)
         .await
         .map_err(LoginError::Flow)?;
@@ -221,6 +239,12 @@ pub async fn complete(
         .await
         .map_err(LoginError::Flow)?;
     crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;
+    // Spent only now, after the IdP completed it: a row per sign-in the IdP vouched for,
+    // never per request. (The IdP's own one-time code already refuses most replays.)
+    let expires = OffsetDateTime::from_unix_timestamp(secret.expires_at).unwrap_or(now);
+    if !store::sessions::spend_login_state(&state.pool, &state_hash, expires).await? {
+        return Err(LoginError::StateUnusable);
+    }
 
     let session_id = crypto::random_token(32);
     let ttl = time::Duration::try_from(state.session_ttl).unwrap_or(time::Duration::hours(1));
@@ -233,7 +257,7 @@ pub async fn complete(
         expires_at,
     )
     .await?;
-    Ok(LoginDone { session_id, return_to: st.return_to, expires_at })
+    Ok(LoginDone { session_id, return_to: secret.return_to, expires_at })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 const MAX_BODY: usize = 256 * 1024;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum OutboundError {
     #[error("request failed: {0}")]
     Request(String),

@@ -1,6 +1,8 @@
 //! Turns configuration into ready `AuthServer`s, fetching OIDC discovery documents and
-//! JWKS where needed and caching them for an hour (a failed fetch is not cached, so the
-//! next request tries again).
+//! JWKS where needed and caching them for an hour. One fetch per server at a time: callers
+//! that arrive while it runs wait for it and share its outcome; a failure is remembered for
+//! [`FAILURE_KEPT`], so an IdP that is down costs one fetch per few seconds, not one (of up
+//! to the outbound timeout) per `/login`.
 
 use super::flow::AuthServer;
 use super::http::{Outbound, OutboundError};
@@ -31,7 +33,7 @@ pub struct IdpConfig {
     pub allow_private_endpoints: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ResolveError {
     #[error("discovery at {url} failed: {source}")]
     Fetch { url: String, source: OutboundError },
@@ -144,12 +146,25 @@ async fn discover(
     })
 }
 
+/// How long a failed resolution is answered from memory.
+pub const FAILURE_KEPT: Duration = Duration::from_secs(5);
+
 /// Resolved servers by key (`idp` or `provider:<id>`), each with the time it was made.
-#[derive(Default)]
 pub struct Resolver {
     cache: RwLock<HashMap<String, (Arc<AuthServer>, Instant)>>,
+    /// The last failure of each server, and when.
+    failed: std::sync::Mutex<HashMap<String, (ResolveError, Instant)>>,
+    /// One resolution per server at a time.
+    building: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// When each server's keys were last fetched again for an unknown `kid`.
     refetched: std::sync::Mutex<HashMap<String, Instant>>,
+    clock: Arc<dyn crate::domain::Clock>,
+}
+
+impl Default for Resolver {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(crate::domain::SystemClock))
+    }
 }
 
 /// At most one JWKS fetch a minute per server for unknown key ids: a token naming a key
@@ -163,13 +178,75 @@ pub enum Source<'a> {
 }
 
 impl Resolver {
+    /// A resolver reading time from `clock` (tests move it instead of waiting).
+    pub fn with_clock(clock: Arc<dyn crate::domain::Clock>) -> Self {
+        Self {
+            cache: RwLock::default(),
+            failed: std::sync::Mutex::default(),
+            building: std::sync::Mutex::default(),
+            refetched: std::sync::Mutex::default(),
+            clock,
+        }
+    }
+
     async fn cached(&self, key: &str) -> Option<Arc<AuthServer>> {
         let c = self.cache.read().await;
-        c.get(key).filter(|(_, at)| at.elapsed() < CACHE_FOR).map(|(s, _)| s.clone())
+        c.get(key).filter(|(_, at)| self.clock.since(*at) < CACHE_FOR).map(|(s, _)| s.clone())
     }
 
     async fn store(&self, key: String, s: Arc<AuthServer>) {
-        self.cache.write().await.insert(key, (s, Instant::now()));
+        self.cache.write().await.insert(key, (s, self.clock.now()));
+    }
+
+    fn recent_failure(&self, key: &str) -> Option<ResolveError> {
+        let f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f.get(key).filter(|(_, at)| self.clock.since(*at) < FAILURE_KEPT).map(|(e, _)| e.clone())
+    }
+
+    /// The cached server, or the failure remembered, or one resolution by `build` (callers
+    /// that come meanwhile wait for it and take its outcome).
+    async fn resolve<F>(&self, key: &str, build: F) -> Result<Arc<AuthServer>, ResolveError>
+    where
+        F: std::future::Future<Output = Result<Arc<AuthServer>, ResolveError>>,
+    {
+        let known = || async {
+            if let Some(s) = self.cached(key).await {
+                return Some(Ok(s));
+            }
+            self.recent_failure(key).map(Err)
+        };
+        if let Some(r) = known().await {
+            return r;
+        }
+        let gate = {
+            let mut b = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            b.entry(key.to_owned()).or_default().clone()
+        };
+        let held = gate.lock().await;
+        let r = match known().await {
+            Some(r) => r,
+            None => {
+                let r = build.await;
+                match &r {
+                    Ok(s) => {
+                        self.store(key.to_owned(), s.clone()).await;
+                        self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+                    }
+                    Err(e) => {
+                        let mut f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        f.insert(key.to_owned(), (e.clone(), self.clock.now()));
+                    }
+                }
+                r
+            }
+        };
+        drop(held);
+        let mut b = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Ours and the map's: nobody else waits, the entry can go.
+        if Arc::strong_count(&gate) <= 2 {
+            b.remove(key);
+        }
+        r
     }
 
     /// Verifies an ID token against the server's keys. When the token names a key id that
@@ -214,21 +291,16 @@ impl Resolver {
     fn may_refetch(&self, key: &str) -> bool {
         let Ok(mut m) = self.refetched.lock() else { return false };
         match m.get(key) {
-            Some(at) if at.elapsed() < REFETCH_AT_MOST_EVERY => false,
+            Some(at) if self.clock.since(*at) < REFETCH_AT_MOST_EVERY => false,
             _ => {
-                m.insert(key.to_owned(), Instant::now());
+                m.insert(key.to_owned(), self.clock.now());
                 true
             }
         }
     }
 
     pub async fn idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
-        if let Some(s) = self.cached("idp").await {
-            return Ok(s);
-        }
-        let server = self.build_idp(http, idp).await?;
-        self.store("idp".to_owned(), server.clone()).await;
-        Ok(server)
+        self.resolve("idp", self.build_idp(http, idp)).await
     }
 
     async fn build_idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
@@ -255,12 +327,7 @@ impl Resolver {
     /// (endpoints not configured, JWKS, RFC 9207 support).
     pub async fn provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
         let key = format!("provider:{}", p.id);
-        if let Some(s) = self.cached(&key).await {
-            return Ok(s);
-        }
-        let server = self.build_provider(http, p).await?;
-        self.store(key, server.clone()).await;
-        Ok(server)
+        self.resolve(&key, self.build_provider(http, p)).await
     }
 
     async fn build_provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {

@@ -1,4 +1,5 @@
-//! `browser_sessions` and `login_states`: who is at the keyboard, and logins in progress.
+//! `browser_sessions` and `login_states_used`: who is at the keyboard, and the sign-ins that
+//! were completed (a sign-in in progress lives in its browser's login cookie).
 
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
@@ -50,64 +51,35 @@ pub async fn delete_session(db: impl PgExecutor<'_>, id_hash: &[u8]) -> Result<(
     Ok(())
 }
 
-pub struct NewLoginState<'a> {
-    pub state_hash: &'a [u8],
-    pub binding_hash: &'a [u8],
-    pub key_id: &'a str,
-    pub sealed: &'a [u8],
-    pub return_to: &'a str,
-    pub expires_at: OffsetDateTime,
-}
-
-pub async fn insert_login_state(db: impl PgExecutor<'_>, s: &NewLoginState<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        r#"INSERT INTO login_states (state_hash, binding_hash, key_id, sealed, return_to, expires_at)
-           VALUES ($1, $2, $3, $4, $5, $6)"#,
-        s.state_hash,
-        s.binding_hash,
-        s.key_id,
-        s.sealed,
-        s.return_to,
-        s.expires_at
+/// A sign-in the IdP completed spends its state: `true` the first time, `false` when it was
+/// spent before (the same answer used again). Kept until the state would have expired.
+pub async fn spend_login_state(
+    db: impl PgExecutor<'_>,
+    state_hash: &[u8],
+    expires_at: OffsetDateTime,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        "INSERT INTO login_states_used (state_hash, expires_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        state_hash,
+        expires_at
     )
     .execute(db)
     .await?;
-    Ok(())
+    Ok(r.rows_affected() == 1)
 }
 
-#[derive(Debug)]
-pub struct LoginStateRow {
-    pub key_id: String,
-    pub sealed: Vec<u8>,
-    pub return_to: String,
-}
-
-/// Consumes a login state in one statement: only an unused, unexpired state started by
-/// this browser is returned, and only once.
-pub async fn consume_login_state(
-    db: impl PgExecutor<'_>,
-    state_hash: &[u8],
-    binding_hash: &[u8],
-    now: OffsetDateTime,
-) -> Result<Option<LoginStateRow>, sqlx::Error> {
-    sqlx::query_as!(
-        LoginStateRow,
-        r#"UPDATE login_states SET used_at = $3
-           WHERE state_hash = $1 AND binding_hash = $2 AND used_at IS NULL AND expires_at > $3
-           RETURNING key_id, sealed, return_to"#,
-        state_hash,
-        binding_hash,
+/// Clean-up: spent states past their expiry, and what the previous release left in
+/// `login_states` (used or expired).
+pub async fn delete_spent_login_states(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
+    let n = sqlx::query_scalar!(
+        r#"WITH legacy AS (DELETE FROM login_states WHERE used_at IS NOT NULL OR expires_at <= $1 RETURNING 1),
+                spent AS (DELETE FROM login_states_used WHERE expires_at <= $1 RETURNING 1)
+           SELECT (SELECT count(*) FROM legacy) + (SELECT count(*) FROM spent) AS "n!""#,
         now
     )
-    .fetch_optional(db)
-    .await
-}
-
-/// Clean-up: login states used or expired, and expired sessions.
-pub async fn delete_spent_login_states(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {
-    let r =
-        sqlx::query!("DELETE FROM login_states WHERE used_at IS NOT NULL OR expires_at <= $1", now).execute(db).await?;
-    Ok(r.rows_affected())
+    .fetch_one(db)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 pub async fn delete_expired_sessions(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<u64, sqlx::Error> {

@@ -811,3 +811,46 @@ async fn every_answer_carries_hsts_when_the_public_base_url_is_https_and_none_ov
     let r = app.client.get(format!("{}/connections", app.base)).send().await.unwrap();
     assert!(r.headers().get("strict-transport-security").is_none(), "0 turns it off");
 }
+
+#[tokio::test]
+async fn a_login_callback_replayed_with_its_cookie_is_refused() {
+    let app = spawn_app().await;
+    let browser = Browser::new();
+    let r = browser.get(&format!("{}/login?return_to=/", app.base)).await;
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let back = browser.answer_authorize(&location(&r), "alice", "allow").await;
+    let replay = |back: String, cookie: String| async move {
+        let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        c.get(back).header("cookie", cookie).send().await.unwrap()
+    };
+    assert_eq!(replay(back.clone(), cookie.clone()).await.status(), 303, "the first use signs in");
+    let r = replay(back, cookie).await;
+    assert_eq!(r.status(), 400, "the same answer and cookie again");
+    assert!(r.headers().get("set-cookie").is_none_or(|c| !c.to_str().unwrap().contains("mcpc_session=")));
+    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM browser_sessions").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(sessions, 1, "one sign-in, one session");
+}
+
+#[tokio::test]
+async fn a_login_cookie_for_another_sign_in_or_tampered_is_refused() {
+    let app = spawn_app().await;
+    let one = Browser::new();
+    let r1 = one.get(&format!("{}/login?return_to=/", app.base)).await;
+    let cookie1 = r1.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let two = Browser::new();
+    let r2 = two.get(&format!("{}/login?return_to=/", app.base)).await;
+    let back2 = two.answer_authorize(&location(&r2), "alice", "allow").await;
+    let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    // The second sign-in's answer with the first sign-in's cookie.
+    let r = c.get(&back2).header("cookie", &cookie1).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    // A changed byte in the cookie.
+    let (name, value) = cookie1.split_once('=').unwrap();
+    let mut bytes = value.as_bytes().to_vec();
+    let i = bytes.len() - 5;
+    bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+    let tampered = format!("{name}={}", String::from_utf8(bytes).unwrap());
+    let r = c.get(&back2).header("cookie", tampered).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("This sign-in has expired"));
+}

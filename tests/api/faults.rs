@@ -202,11 +202,14 @@ async fn an_idp_whose_discovery_is_down_gets_a_sign_in_unavailable_page_and_an_a
 
 #[tokio::test]
 async fn an_idp_whose_jwks_is_down_gets_a_sign_in_unavailable_page_and_an_audit_reason() {
-    let app = spawn_app().await;
+    let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
+    let app = spawn_app_with(Options { clock: Some(clock.clone()), ..Options::default() }).await;
     app.idp.switches().set_jwks_unavailable(true);
     sign_in_is_unavailable(&app).await;
-    // Back up, the same link signs in and connects.
+    // Back up, and the failure no longer remembered (a few seconds), the same link signs in
+    // and connects.
     app.idp.switches().set_jwks_unavailable(false);
+    clock.advance(std::time::Duration::from_secs(5));
     let (_, url) = app.elicit("alice", "testp").await;
     assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
 }
@@ -276,4 +279,78 @@ async fn fifty_sign_ins_spaced_past_the_idps_keep_alive_all_succeed() {
         assert_eq!(r.status(), 303, "sign-in {i}: {}", r.text().await.unwrap());
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
+}
+
+/// A stand-in for an IdP whose discovery is down: answers every request 503, and counts them.
+async fn down_idp() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", l.local_addr().unwrap().port());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                if matches!(s.read(&mut buf).await, Ok(1..)) {
+                    c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = s
+                        .write_all(
+                            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                }
+            });
+        }
+    });
+    (url, count)
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_sign_ins_while_discovery_is_down_cause_one_fetch() {
+    let (issuer, fetches) = down_idp().await;
+    let app = spawn_app_with(Options { idp_issuer: Some(issuer), ..Options::default() }).await;
+    let app = &app;
+    let calls = (0..100).map(|_| async move {
+        let r = app.client.get(format!("{}/login?return_to=/", app.base)).send().await.unwrap();
+        r.status().as_u16()
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
+    let n = fetches.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!("100 concurrent sign-ins with discovery down: {n} outbound fetch(es)");
+    assert_eq!(n, 1, "one fetch for all of them, its failure remembered briefly");
+}
+
+#[tokio::test]
+async fn a_thousand_sign_in_starts_write_no_rows() {
+    use futures_util::StreamExt;
+    let app = spawn_app().await;
+    let rows = || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM login_states").fetch_one(&app.pool).await.unwrap();
+        let m: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_user_tables WHERE relname = 'login_states_used'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        let used: i64 = if m > 0 {
+            sqlx::query_scalar("SELECT count(*) FROM login_states_used").fetch_one(&app.pool).await.unwrap()
+        } else {
+            0
+        };
+        n + used
+    };
+    let before = rows().await;
+    let app = &app;
+    let statuses: Vec<u16> = futures_util::stream::iter(0..1000)
+        .map(|_| async move {
+            app.client.get(format!("{}/login?return_to=/", app.base)).send().await.unwrap().status().as_u16()
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 303));
+    let added = rows().await - before;
+    eprintln!("1000 sign-in starts added {added} rows");
+    assert!(added <= 100, "{added} rows for 1000 unauthenticated requests");
 }

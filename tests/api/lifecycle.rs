@@ -225,6 +225,11 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
         .execute(&app.pool)
         .await
         .unwrap();
+    // Alice's spent sign-in state is kept until it would have expired: past that, it goes.
+    sqlx::query("UPDATE login_states_used SET expires_at = now() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
     let r =
         mcp_connect::flows::cleanup::run_once(&app.pool, OffsetDateTime::now_utc(), Duration::from_secs(365 * 86_400))
             .await
@@ -236,7 +241,7 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
         .await
         .unwrap();
     assert_eq!(old, 0, "an event past retention is gone");
-    assert_eq!(r.login_states_deleted, 1, "the used login state");
+    assert_eq!(r.login_states_deleted, 1, "the spent login state");
     assert_eq!(r.states_deleted, 0, "the state in flight stays");
     let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM elicitations WHERE status = 'pending'")
         .fetch_one(&app.pool)

@@ -43,7 +43,7 @@ pub async fn login(
         .insert_header(("location", started.authorize_url.as_str()))
         .cookie(cookie(
             login_cookie_name(state.secure_cookies),
-            started.binding,
+            started.cookie,
             state.secure_cookies,
             time::Duration::minutes(10),
         ))
@@ -56,8 +56,8 @@ pub async fn callback(
     q: web::Query<CallbackQuery>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let binding = req.cookie(login_cookie_name(state.secure_cookies));
-    let done = login::complete(&state, binding.as_ref().map(|c| c.value()), &q, OffsetDateTime::now_utc())
+    let login_cookie = req.cookie(login_cookie_name(state.secure_cookies));
+    let done = login::complete(&state, login_cookie.as_ref().map(|c| c.value()), &q, OffsetDateTime::now_utc())
         .await
         .map_err(|e| login_page_error(&rid, e))?;
     let ttl = done.expires_at - OffsetDateTime::now_utc();
