@@ -38,6 +38,8 @@ pub struct CachedConnection {
     pub account_login: Option<Box<str>>,
     pub access_expires_at: Option<OffsetDateTime>,
     pub refreshed_at: Option<OffsetDateTime>,
+    /// The seal generation of the ciphertext (see `vault`).
+    pub seal_version: Option<i64>,
 }
 
 impl CachedConnection {
@@ -60,6 +62,7 @@ impl CachedConnection {
             account_login: row.account_login.as_deref().map(Into::into),
             access_expires_at: row.access_expires_at,
             refreshed_at: row.refreshed_at,
+            seal_version: row.seal_version,
         })
     }
 }
@@ -96,6 +99,8 @@ pub(super) struct Entry {
     /// Unix time in microseconds (PostgreSQL's precision), [`NONE`] for none.
     pub(super) access_expires_us: i64,
     pub(super) refreshed_us: i64,
+    /// The seal generation, [`NONE`] for none.
+    pub(super) seal_version: i64,
     /// When the read that last confirmed this content began, in ms since the cache began.
     pub(super) confirmed_ms: u64,
 }
@@ -146,6 +151,7 @@ impl Entry {
             shape,
             access_expires_us: to_us(c.access_expires_at),
             refreshed_us: to_us(c.refreshed_at),
+            seal_version: c.seal_version.unwrap_or(NONE),
             confirmed_ms,
         })
     }
@@ -195,6 +201,7 @@ impl Entry {
             account_login: self.account_login().map(Into::into),
             access_expires_at: from_us(self.access_expires_us),
             refreshed_at: from_us(self.refreshed_us),
+            seal_version: (self.seal_version != NONE).then_some(self.seal_version),
         }
     }
 }

@@ -417,6 +417,7 @@ mod tests {
             account_login: None,
             access_expires_at: None,
             refreshed_at: None,
+            seal_version: Some(1),
         }
     }
 

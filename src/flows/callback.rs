@@ -344,9 +344,13 @@ async fn attach(
     store::elicitations::mark_completed(&mut *tx, e.id, connection.as_uuid(), now).await?;
     let mut ev = AuditEvent::for_elicitation("connect_completed", e);
     ev.connection_id = Some(connection.as_uuid());
+    // The row's history stays in the trail: a reconnect reuses the row, and only a grant
+    // still held (active or needing re-consent) is replaced; a revoked one was gone already.
+    let previous = existing.as_ref().map(|c| c.status);
     ev.detail = serde_json::json!({
         "account_id": account_id,
-        "replaced": existing.is_some(),
+        "replaced": previous.is_some_and(|s| s != ConnectionStatus::Revoked),
+        "previous_status": previous.map(ConnectionStatus::as_str),
         "scopes": granted,
     });
     store::audit::insert_event(&mut *tx, &ev).await?;
@@ -391,11 +395,22 @@ async fn save_grant(
     let connection = existing.map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
     let subject = Subject::parse(&e.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
     let path_provider = &x.provider.id;
-    let row = RowBinding { tenant: &x.tenant, subject: &subject, provider: path_provider, connection };
+    // A reused row's next seal generation (its earlier grants' ciphertexts no longer open
+    // if put back), a new row's first.
+    let generation =
+        existing.and_then(|c| c.seal_version).map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1));
+    let row = RowBinding {
+        tenant: &x.tenant,
+        subject: &subject,
+        provider: path_provider,
+        connection,
+        generation: Some(generation),
+    };
     let tokens = &x.tokens;
     let sealed = Sealed::of(state, &row, tokens)?;
     let granted = granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {
+        generation,
         key_id: state.vault.current_key_id().as_str(),
         access_token_ct: &sealed.access,
         refresh_token_ct: sealed.refresh.as_deref(),

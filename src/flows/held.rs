@@ -58,7 +58,7 @@ pub async fn held_by(state: &AppState, subject: &Subject) -> Result<Vec<Group>, 
             provider_domain: domains.get(&row.meta.provider).cloned().flatten(),
             account_login: row.meta.account_login,
             scopes: row.meta.scopes,
-            connected_since: row.meta.created_at,
+            connected_since: row.meta.granted_at,
             last_used: row.meta.last_used_at,
             status: row.meta.status,
         };

@@ -28,6 +28,8 @@ pub struct RowIds {
     pub subject: Subject,
     pub provider: ProviderId,
     pub connection: ConnectionId,
+    /// The generation the row's ciphertexts are sealed at.
+    pub generation: Option<i64>,
 }
 
 impl RowIds {
@@ -37,15 +39,28 @@ impl RowIds {
             subject: Subject::parse(&row.subject).ok()?,
             provider: ProviderId::parse(&row.provider).ok()?,
             connection: ConnectionId::from_uuid(row.id),
+            generation: row.seal_version,
         })
     }
 
+    /// To open the row's ciphertexts.
     pub fn binding(&self) -> RowBinding<'_> {
         RowBinding {
             tenant: &self.tenant,
             subject: &self.subject,
             provider: &self.provider,
             connection: self.connection,
+            generation: self.generation,
         }
+    }
+
+    /// The row's next seal generation: what a write of new ciphertexts seals at.
+    pub fn next_generation(&self) -> i64 {
+        self.generation.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1))
+    }
+
+    /// To seal the row's next ciphertexts (see [`Self::next_generation`]).
+    pub fn next_binding(&self) -> RowBinding<'_> {
+        RowBinding { generation: Some(self.next_generation()), ..self.binding() }
     }
 }

@@ -209,6 +209,8 @@ async fn commit_refreshed(
 
 /// A refreshed grant, sealed under the current key and ready to store.
 struct Resealed {
+    /// The seal generation it was sealed at (the row's next).
+    generation: i64,
     access_ct: Vec<u8>,
     refresh_ct: Vec<u8>,
     id_ct: Option<Vec<u8>>,
@@ -219,6 +221,7 @@ struct Resealed {
 impl Resealed {
     fn grant<'a>(&'a self, state: &'a AppState) -> store::connections::SealedGrant<'a> {
         store::connections::SealedGrant {
+            generation: self.generation,
             key_id: state.vault.current_key_id().as_str(),
             access_token_ct: &self.access_ct,
             refresh_token_ct: Some(&self.refresh_ct),
@@ -239,6 +242,7 @@ impl Resealed {
             access_expires_at: self.expires_at,
             refreshed_at: Some(now),
             version: row.version + 1,
+            seal_version: Some(self.generation),
             xmin: 0,
             ..row
         }
@@ -257,20 +261,29 @@ fn seal_refreshed(
     tokens: &flow::TokenSet,
     now: OffsetDateTime,
 ) -> Result<Resealed, RefreshError> {
-    let binding = ids.binding();
-    let access_ct = state.vault.seal(&binding, Field::AccessToken, &tokens.access_token)?;
+    // Opened at the row's generation, sealed at its next: the ciphertexts this write
+    // replaces (a rotated-out refresh token) no longer open if put back.
+    let (current, next) = (ids.binding(), ids.next_binding());
+    let access_ct = state.vault.seal(&next, Field::AccessToken, &tokens.access_token)?;
     let keep = tokens.refresh_token.as_ref().unwrap_or(old_refresh);
-    let refresh_ct = state.vault.seal(&binding, Field::RefreshToken, keep)?;
+    let refresh_ct = state.vault.seal(&next, Field::RefreshToken, keep)?;
     let id_ct = match (&tokens.id_token, &row.id_token_ct) {
-        (Some(new), _) => Some(state.vault.seal(&binding, Field::IdToken, new)?),
+        (Some(new), _) => Some(state.vault.seal(&next, Field::IdToken, new)?),
         (None, Some(old)) => {
-            let t = state.vault.open(key_id, &binding, Field::IdToken, old)?;
-            Some(state.vault.seal(&binding, Field::IdToken, &t)?)
+            let t = state.vault.open(key_id, &current, Field::IdToken, old)?;
+            Some(state.vault.seal(&next, Field::IdToken, &t)?)
         }
         (None, None) => None,
     };
     let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
-    Ok(Resealed { access_ct, refresh_ct, id_ct, token_type: tokens.token_type.clone(), expires_at })
+    Ok(Resealed {
+        generation: ids.next_generation(),
+        access_ct,
+        refresh_ct,
+        id_ct,
+        token_type: tokens.token_type.clone(),
+        expires_at,
+    })
 }
 
 /// `invalid_grant`: the connection needs a new consent; its tokens go.
@@ -329,6 +342,7 @@ mod tests {
             created_at: OffsetDateTime::UNIX_EPOCH,
             refreshed_at,
             version: 0,
+            seal_version: Some(1),
             xmin: 1,
         }
     }

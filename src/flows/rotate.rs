@@ -40,12 +40,14 @@ pub async fn rotate_keys(
         }
         for row in &rows {
             let ids = RowIds::of(row).ok_or(RotateError::BadRow(row.id))?;
-            let binding = ids.binding();
+            // Opened at the row's generation, sealed at its next (a row sealed before
+            // generations gets its first here).
+            let (binding, next) = (ids.binding(), ids.next_binding());
             let old = row.key_id.as_deref().unwrap_or_default();
             let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
                 let Some(ct) = ct else { return Ok(None) };
                 let pt = vault.open(old, &binding, field, ct).map_err(|e| RotateError::Unopenable(row.id, e))?;
-                vault.seal(&binding, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id, e))
+                vault.seal(&next, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id, e))
             };
             let access = reseal(Field::AccessToken, &row.access_token_ct)?;
             let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
@@ -54,6 +56,7 @@ pub async fn rotate_keys(
                 &mut *tx,
                 row.id,
                 &current,
+                ids.next_generation(),
                 access.as_deref(),
                 refresh.as_deref(),
                 id_token.as_deref(),
@@ -89,19 +92,27 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
             return Ok(done);
         }
         for row in &rows {
+            use crate::webhooks::{Slot, open_secret, seal_secret};
             let unopenable = |e| RotateError::Unopenable(row.id, e);
+            // Opened at the endpoint's generation, sealed at its next (an endpoint sealed
+            // before generations gets its first here).
+            let (g, next) = (
+                row.secret_version,
+                row.secret_version.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1)),
+            );
             let secret =
-                crate::webhooks::open_secret(vault, row.id, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
-            let sealed = crate::webhooks::seal_secret(vault, row.id, &secret).map_err(unopenable)?;
+                open_secret(vault, row.id, g, Slot::Current, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
+            let sealed = seal_secret(vault, row.id, next, Slot::Current, &secret).map_err(unopenable)?;
             let in_overlap = row.previous_until.is_some_and(|u| u > now);
             let previous = match (&row.previous_key_id, &row.previous_secret_sealed) {
                 (Some(k), Some(ct)) if in_overlap => {
-                    let old = crate::webhooks::open_secret(vault, row.id, k, ct).map_err(unopenable)?;
-                    Some(crate::webhooks::seal_secret(vault, row.id, &old).map_err(unopenable)?)
+                    let old = open_secret(vault, row.id, g, Slot::Previous, k, ct).map_err(unopenable)?;
+                    Some(seal_secret(vault, row.id, next, Slot::Previous, &old).map_err(unopenable)?)
                 }
                 _ => None,
             };
-            store::webhooks::store_resealed_secrets(&mut *tx, row.id, current, &sealed, previous.as_deref()).await?;
+            store::webhooks::store_resealed_secrets(&mut *tx, row.id, current, &sealed, previous.as_deref(), next)
+                .await?;
         }
         tx.commit().await?;
         done += rows.len() as u64;

@@ -245,7 +245,8 @@ fn hand_out(
     c: &CachedConnection,
 ) -> Result<TokenOutcome, TokenError> {
     let connection = ConnectionId::from_uuid(c.id);
-    let row = RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection };
+    let row =
+        RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection, generation: c.seal_version };
     let access_token = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
     Ok(TokenOutcome::Connected {
         access_token,

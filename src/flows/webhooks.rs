@@ -3,7 +3,7 @@
 
 use crate::app::AppState;
 use crate::store::{self, audit::AuditEvent, webhooks::WebhookRow};
-use crate::webhooks::{self, EventKind, ssrf};
+use crate::webhooks::{self, EventKind, Slot, ssrf};
 use secrecy::SecretString;
 use time::OffsetDateTime;
 use url::Url;
@@ -140,7 +140,7 @@ pub async fn register(
 ) -> Result<(Webhook, SecretString), WebhookError> {
     let id = crate::domain::WebhookId::generate().as_uuid();
     let secret = webhooks::sign::new_secret();
-    let sealed = webhooks::seal_secret(&state.vault, id, &secret)?;
+    let sealed = webhooks::seal_secret(&state.vault, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
     let events: Vec<String> = r.events.iter().map(|e| e.as_str().to_owned()).collect();
     let mut tx = store::begin(&state.pool).await?;
     // One registration at a time per tenant, so the limit holds under concurrent calls.
@@ -197,13 +197,27 @@ pub async fn rotate_secret(
     keep_previous: bool,
     api_key_id: &str,
 ) -> Result<Option<(Webhook, SecretString)>, WebhookError> {
-    let secret = webhooks::sign::new_secret();
-    let sealed = webhooks::seal_secret(&state.vault, id, &secret)?;
     let now = OffsetDateTime::now_utc();
     let mut tx = store::begin(&state.pool).await?;
-    let key = state.vault.current_key_id().as_str();
-    let overlap = keep_previous.then(|| i64::try_from(ROTATION_OVERLAP.whole_microseconds()).unwrap_or(i64::MAX));
-    let Some(row) = store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, overlap).await? else {
+    let Some(old) = store::webhooks::lock_webhook(&mut *tx, tenant, id).await? else { return Ok(None) };
+    // Both secrets are sealed at the endpoint's next generation: the one in force now, kept
+    // as the previous one, is sealed anew, and every ciphertext of the generations before
+    // (a secret dropped because it leaked) no longer opens if put back.
+    let next = old.secret_version.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1));
+    let v = &state.vault;
+    let secret = webhooks::sign::new_secret();
+    let sealed = webhooks::seal_secret(v, id, next, Slot::Current, &secret)?;
+    let previous = if keep_previous {
+        let current = webhooks::open_secret(v, id, old.secret_version, Slot::Current, &old.key_id, &old.secret_sealed)?;
+        Some(webhooks::seal_secret(v, id, next, Slot::Previous, &current)?)
+    } else {
+        None
+    };
+    let key = v.current_key_id().as_str();
+    let overlap = i64::try_from(ROTATION_OVERLAP.whole_microseconds()).unwrap_or(i64::MAX);
+    let Some(row) =
+        store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, previous.as_deref(), overlap, next).await?
+    else {
         return Ok(None);
     };
     let detail = serde_json::json!({ "previous_kept": keep_previous });

@@ -25,6 +25,9 @@ pub struct ConnectionRow {
     pub created_at: OffsetDateTime,
     pub refreshed_at: Option<OffsetDateTime>,
     pub version: i64,
+    /// The seal generation its ciphertexts are bound to (`None`: sealed before generations;
+    /// see `vault`). Each write of new ciphertexts raises it.
+    pub seal_version: Option<i64>,
     /// The row version PostgreSQL gave it (`xmin`), as read: any write to the row changes
     /// it. A row changed in memory after the read carries 0, which no stored row has.
     pub xmin: i64,
@@ -40,7 +43,8 @@ pub async fn find_connection(
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
-                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+                  token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
+                  xmin::text::bigint AS "xmin!"
            FROM connections WHERE tenant_id = $1 AND subject = $2 AND provider = $3"#,
         tenant_id,
         subject,
@@ -66,6 +70,8 @@ pub async fn row_versions(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<R
 
 /// The sealed fields of a grant, written together.
 pub struct SealedGrant<'a> {
+    /// The seal generation they were sealed at (a new row's is 1; see `vault`).
+    pub generation: i64,
     pub key_id: &'a str,
     pub access_token_ct: &'a [u8],
     pub refresh_token_ct: Option<&'a [u8]>,
@@ -85,16 +91,16 @@ pub struct NewConnection<'a> {
     pub grant: SealedGrant<'a>,
 }
 
-/// Inserts a new active connection. The caller seals with `id` in the associated data, so
-/// the id is chosen by the caller. Returns false, inserting nothing, when a connection for
+/// Inserts a new active connection. The caller seals with `id` and
+/// `vault::FIRST_GENERATION` in the associated data, so the id is chosen by the caller. Returns false, inserting nothing, when a connection for
 /// the same (tenant, subject, provider) exists already (one committed meanwhile by a
 /// concurrent callback: the caller decides what becomes of its grant).
 pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
         r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
                                     key_id, access_token_ct, refresh_token_ct, id_token_ct, token_type,
-                                    access_expires_at, refreshed_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now())
+                                    access_expires_at, refreshed_at, seal_version)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now(), 1)
            ON CONFLICT (tenant_id, subject, provider) DO NOTHING"#,
         c.id,
         c.tenant_id,
@@ -128,7 +134,8 @@ pub async fn replace_grant(
         r#"UPDATE connections
            SET account_id = $2, account_login = $3, scopes = $4, status = 'active', key_id = $5,
                access_token_ct = $6, refresh_token_ct = $7, id_token_ct = $8, token_type = $9,
-               access_expires_at = $10, refreshed_at = now(), updated_at = now(), version = version + 1
+               access_expires_at = $10, refreshed_at = now(), granted_at = now(), updated_at = now(),
+               version = version + 1, seal_version = $11
            WHERE id = $1"#,
         id,
         account_id,
@@ -139,7 +146,8 @@ pub async fn replace_grant(
         grant.refresh_token_ct,
         grant.id_token_ct,
         grant.token_type,
-        grant.access_expires_at
+        grant.access_expires_at,
+        grant.generation
     )
     .execute(db)
     .await?;
@@ -152,7 +160,8 @@ pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
-                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+                  token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
+                  xmin::text::bigint AS "xmin!"
            FROM connections WHERE id = $1 FOR UPDATE"#,
         id
     )
@@ -171,7 +180,8 @@ pub async fn store_refreshed(
     let r = sqlx::query!(
         r#"UPDATE connections
            SET key_id = $3, access_token_ct = $4, refresh_token_ct = $5, id_token_ct = $6, token_type = $7,
-               access_expires_at = $8, refreshed_at = now(), updated_at = now(), version = version + 1
+               access_expires_at = $8, refreshed_at = now(), updated_at = now(), version = version + 1,
+               seal_version = $9
            WHERE id = $1 AND version = $2 AND status = 'active'"#,
         id,
         expected_version,
@@ -180,7 +190,8 @@ pub async fn store_refreshed(
         grant.refresh_token_ct,
         grant.id_token_ct,
         grant.token_type,
-        grant.access_expires_at
+        grant.access_expires_at,
+        grant.generation
     )
     .execute(db)
     .await?;
@@ -228,8 +239,13 @@ pub struct ConnectionMeta {
     pub account_login: Option<String>,
     pub scopes: Vec<String>,
     pub status: ConnectionStatus,
+    /// When the row was first made (its first connect).
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// When the grant in force was made: the last connect (a reconnect after a revocation
+    /// is a new grant on the same row).
+    #[serde(with = "time::serde::rfc3339")]
+    pub granted_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub refreshed_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -260,7 +276,7 @@ pub async fn list_connections(
     sqlx::query_as!(
         ConnectionMeta,
         r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
-                  c.status AS "status: ConnectionStatus", c.created_at,
+                  c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.tenant_id = $1
@@ -306,7 +322,7 @@ pub struct HeldRow {
 pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<Vec<HeldRow>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"SELECT c.tenant_id, c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
-                  c.status AS "status: ConnectionStatus", c.created_at,
+                  c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.subject = $1 AND c.status <> 'revoked'
@@ -328,6 +344,7 @@ pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<V
                 scopes: r.scopes,
                 status: r.status,
                 created_at: r.created_at,
+                granted_at: r.granted_at,
                 refreshed_at: r.refreshed_at,
                 last_used_at: r.last_used_at,
                 access_expires_at: r.access_expires_at,
@@ -361,8 +378,8 @@ pub async fn live_connection_ids(
     .await
 }
 
-/// A batch of rows sealed under another key than `current`, locked for re-sealing; rows
-/// another instance is working on are skipped, not waited for.
+/// A batch of rows sealed under another key than `current`, or before seal generations,
+/// locked for re-sealing; rows another instance is working on are skipped, not waited for.
 pub async fn lock_rows_not_under_key(
     db: impl PgExecutor<'_>,
     current: &str,
@@ -372,9 +389,10 @@ pub async fn lock_rows_not_under_key(
         ConnectionRow,
         r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
-                  token_type, access_expires_at, created_at, refreshed_at, version, xmin::text::bigint AS "xmin!"
+                  token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
+                  xmin::text::bigint AS "xmin!"
            FROM connections
-           WHERE key_id IS NOT NULL AND key_id <> $1
+           WHERE key_id IS NOT NULL AND (key_id <> $1 OR seal_version IS NULL)
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
            ORDER BY id
            LIMIT $2
@@ -389,7 +407,7 @@ pub async fn lock_rows_not_under_key(
 pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
     let n = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM connections
-           WHERE key_id IS NOT NULL AND key_id <> $1
+           WHERE key_id IS NOT NULL AND (key_id <> $1 OR seal_version IS NULL)
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#,
         current
     )
@@ -398,24 +416,27 @@ pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) ->
     Ok(n)
 }
 
-/// Re-sealed ciphertexts of the same tokens under the current key.
+/// Re-sealed ciphertexts of the same tokens under the current key, at seal generation
+/// `generation` (the row's next).
 pub async fn store_resealed(
     db: impl PgExecutor<'_>,
     id: Uuid,
     key_id: &str,
+    generation: i64,
     access_token_ct: Option<&[u8]>,
     refresh_token_ct: Option<&[u8]>,
     id_token_ct: Option<&[u8]>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"UPDATE connections SET key_id = $2, access_token_ct = $3, refresh_token_ct = $4, id_token_ct = $5,
-                                  updated_at = now()
+                                  seal_version = $6, updated_at = now()
            WHERE id = $1"#,
         id,
         key_id,
         access_token_ct,
         refresh_token_ct,
-        id_token_ct
+        id_token_ct,
+        generation
     )
     .execute(db)
     .await?;

@@ -21,6 +21,8 @@ pub struct WebhookRow {
     pub created_at: OffsetDateTime,
     pub consecutive_failures: i32,
     pub paused_until: Option<OffsetDateTime>,
+    /// The generation its secrets are sealed at (`None`: before generations; see `vault`).
+    pub secret_version: Option<i64>,
 }
 
 pub struct NewWebhook<'a> {
@@ -36,11 +38,11 @@ pub struct NewWebhook<'a> {
 pub async fn insert_webhook(db: impl PgExecutor<'_>, w: &NewWebhook<'_>) -> Result<WebhookRow, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"INSERT INTO webhooks (id, tenant_id, url, events, description, key_id, secret_sealed)
-           VALUES ($1, $2, $3, $4, $5, $6, $7)
+        r#"INSERT INTO webhooks (id, tenant_id, url, events, description, key_id, secret_sealed, secret_version)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
            RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
                      previous_key_id, previous_secret_sealed, previous_until, created_at,
-                  consecutive_failures, paused_until"#,
+                  consecutive_failures, paused_until, secret_version"#,
         w.id,
         w.tenant_id,
         w.url,
@@ -62,7 +64,7 @@ pub async fn list_webhooks(db: impl PgExecutor<'_>, tenant_id: &str) -> Result<V
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
-                  consecutive_failures, paused_until
+                  consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE tenant_id = $1 ORDER BY created_at, id"#,
         tenant_id
     )
@@ -79,7 +81,7 @@ pub async fn get_webhook(
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
-                  consecutive_failures, paused_until
+                  consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE tenant_id = $1 AND id = $2"#,
         tenant_id,
         id
@@ -94,34 +96,59 @@ pub async fn delete_webhook(db: impl PgExecutor<'_>, tenant_id: &str, id: Uuid) 
     Ok(r.rows_affected() > 0)
 }
 
-/// A new secret in force. The one before it keeps being signed with for `overlap_us`
+/// An endpoint of the tenant, locked for a change of its secrets.
+pub async fn lock_webhook(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    id: Uuid,
+) -> Result<Option<WebhookRow>, sqlx::Error> {
+    sqlx::query_as!(
+        WebhookRow,
+        r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
+                  previous_key_id, previous_secret_sealed, previous_until, created_at,
+                  consecutive_failures, paused_until, secret_version
+           FROM webhooks WHERE tenant_id = $1 AND id = $2 FOR UPDATE"#,
+        tenant_id,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// A new secret in force, sealed at generation `version`. The one before it, sealed anew
+/// at the same generation (`previous_sealed`), keeps being signed with for `overlap_us`
 /// microseconds by the database's clock (the one deliveries are scheduled by); with none,
 /// it is dropped at once (a secret that leaked). A secret rotated out earlier, still in
-/// its overlap, is dropped.
+/// its overlap, is dropped. Call with the row locked ([`lock_webhook`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn rotate_secret(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
     id: Uuid,
     key_id: &str,
     secret_sealed: &[u8],
-    overlap_us: Option<i64>,
+    previous_sealed: Option<&[u8]>,
+    overlap_us: i64,
+    version: i64,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
         r#"UPDATE webhooks
-           SET previous_key_id = CASE WHEN $5::bigint IS NULL THEN NULL ELSE key_id END,
-               previous_secret_sealed = CASE WHEN $5::bigint IS NULL THEN NULL ELSE secret_sealed END,
-               previous_until = now() + $5::bigint * interval '1 microsecond',
-               key_id = $3, secret_sealed = $4
+           SET previous_key_id = CASE WHEN $5::bytea IS NULL THEN NULL ELSE $3 END,
+               previous_secret_sealed = $5,
+               previous_until = CASE WHEN $5::bytea IS NULL THEN NULL ELSE now() + $6::bigint * interval '1 microsecond' END,
+               key_id = $3, secret_sealed = $4, secret_version = $7
            WHERE tenant_id = $1 AND id = $2
            RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
                      previous_key_id, previous_secret_sealed, previous_until, created_at,
-                  consecutive_failures, paused_until"#,
+                  consecutive_failures, paused_until, secret_version"#,
         tenant_id,
         id,
         key_id,
         secret_sealed,
-        overlap_us
+        previous_sealed,
+        overlap_us,
+        version
     )
     .fetch_optional(db)
     .await
@@ -182,6 +209,8 @@ pub struct Claimed {
     pub claimed_at: OffsetDateTime,
     /// The endpoint's failed attempts in a row, as claimed.
     pub consecutive_failures: i32,
+    /// The generation its secrets are sealed at.
+    pub secret_version: Option<i64>,
 }
 
 /// How many attempts may be out at once, across every instance: per endpoint and per
@@ -271,7 +300,7 @@ pub async fn claim_due(
            SELECT c.id AS "id!", c.event_id AS "event_id!", c.payload AS "payload!", c.attempts AS "attempts!",
                   c.created_at AS "created_at!", c.webhook_id AS "webhook_id!", w.url, w.key_id, w.secret_sealed,
                   w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!",
-                  w.consecutive_failures
+                  w.consecutive_failures, w.secret_version
            FROM claimed c JOIN webhooks w ON w.id = c.webhook_id
            ORDER BY c.id"#,
         skew_us,
@@ -481,8 +510,9 @@ pub async fn delete_finished_before(db: impl PgExecutor<'_>, before: OffsetDateT
     Ok(r.rows_affected())
 }
 
-/// Key rotation: endpoints with a secret sealed under another key than `key_id`, locked
-/// (waiting for a rotation of their secret in flight: there are few, and none is skipped).
+/// Key rotation: endpoints with a secret sealed under another key than `key_id`, or before
+/// seal generations, locked (waiting for a rotation of their secret in flight: there are
+/// few, and none is skipped).
 pub async fn lock_secrets_not_under_key(
     db: impl PgExecutor<'_>,
     key_id: &str,
@@ -492,8 +522,8 @@ pub async fn lock_secrets_not_under_key(
         WebhookRow,
         r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
-                  consecutive_failures, paused_until
-           FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1
+                  consecutive_failures, paused_until, secret_version
+           FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1 OR secret_version IS NULL
            ORDER BY id LIMIT $2 FOR UPDATE"#,
         key_id,
         limit
@@ -509,30 +539,36 @@ pub async fn database_now(db: impl PgExecutor<'_>) -> Result<OffsetDateTime, sql
 
 /// Key rotation: endpoints with a secret still sealed under another key than `key_id`.
 pub async fn count_secrets_not_under_key(db: impl PgExecutor<'_>, key_id: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1"#, key_id)
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1 OR secret_version IS NULL"#,
+        key_id
+    )
         .fetch_one(db)
         .await
 }
 
-/// Stores re-sealed secrets; `previous_secret_sealed: None` drops the previous secret (one
-/// whose overlap is over is not re-sealed).
+/// Stores re-sealed secrets, sealed at generation `version`; `previous_secret_sealed: None`
+/// drops the previous secret (one whose overlap is over is not re-sealed).
 pub async fn store_resealed_secrets(
     db: impl PgExecutor<'_>,
     id: Uuid,
     key_id: &str,
     secret_sealed: &[u8],
     previous_secret_sealed: Option<&[u8]>,
+    version: i64,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"UPDATE webhooks SET key_id = $2, secret_sealed = $3,
                previous_key_id = CASE WHEN $4::bytea IS NULL THEN NULL ELSE $2 END,
                previous_secret_sealed = $4,
-               previous_until = CASE WHEN $4::bytea IS NULL THEN NULL ELSE previous_until END
+               previous_until = CASE WHEN $4::bytea IS NULL THEN NULL ELSE previous_until END,
+               secret_version = $5
            WHERE id = $1"#,
         id,
         key_id,
         secret_sealed,
-        previous_secret_sealed
+        previous_secret_sealed,
+        version
     )
     .execute(db)
     .await?;

@@ -3,8 +3,12 @@
 //! XChaCha20-Poly1305 with a random 192-bit nonce per field; the nonce is stored in front
 //! of the ciphertext. The associated data binds each ciphertext to its row and field
 //! (tenant, subject, provider, connection id, field name), so a ciphertext copied to
-//! another row or another column fails to open. Every row names the key id it was sealed
-//! under, so keys rotate: the current key seals, older keys only open.
+//! another row or another column fails to open, and to the row's seal generation, which
+//! every write of new ciphertexts raises: an older ciphertext of the same row (a rotated-out
+//! refresh token) put back no longer opens, and the database refuses to lower the
+//! generation (a trigger). Rows sealed before generations existed (`None`) open under the
+//! first associated-data format until `rotate-key` re-seals them. Every row names the key
+//! id it was sealed under, so keys rotate: the current key seals, older keys only open.
 
 mod keyring;
 
@@ -36,17 +40,23 @@ impl Field {
     }
 }
 
-/// The row a ciphertext belongs to.
+/// The row a ciphertext belongs to, and its seal generation (`connections.seal_version`;
+/// `None` for a row sealed before generations existed).
 #[derive(Debug, Clone, Copy)]
 pub struct RowBinding<'a> {
     pub tenant: &'a TenantId,
     pub subject: &'a Subject,
     pub provider: &'a ProviderId,
     pub connection: ConnectionId,
+    pub generation: Option<i64>,
 }
 
+/// The generation a new row's ciphertexts are sealed at.
+pub const FIRST_GENERATION: i64 = 1;
+
 impl RowBinding<'_> {
-    /// Length-prefixed, so that no two different bindings encode to the same bytes.
+    /// Length-prefixed, so that no two different bindings encode to the same bytes; the
+    /// generation (v2) last, as 8 bytes.
     fn associated_data(&self, field: Field) -> Vec<u8> {
         let connection = self.connection.to_string();
         let parts: [&[u8]; 5] = [
@@ -56,10 +66,16 @@ impl RowBinding<'_> {
             connection.as_bytes(),
             field.as_str().as_bytes(),
         ];
-        let mut ad = b"mcp-connect/vault/v1".to_vec();
+        let mut ad = match self.generation {
+            Some(_) => b"mcp-connect/vault/v2".to_vec(),
+            None => b"mcp-connect/vault/v1".to_vec(),
+        };
         for p in parts {
             ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
             ad.extend_from_slice(p);
+        }
+        if let Some(g) = self.generation {
+            ad.extend_from_slice(&g.to_be_bytes());
         }
         ad
     }
@@ -188,7 +204,13 @@ mod tests {
     fn a_sealed_token_opens_for_its_own_row_and_field() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+        };
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("gho_secret")).unwrap();
         assert!(!ct.windows(10).any(|w| w == b"gho_secret"));
         let pt = v.open("k1", &row, Field::AccessToken, &ct).unwrap();
@@ -199,7 +221,13 @@ mod tests {
     fn a_ciphertext_does_not_open_for_another_row_or_field() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+        };
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         let other_conn = RowBinding { connection: ConnectionId::generate(), ..row };
         assert!(matches!(v.open("k1", &other_conn, Field::AccessToken, &ct), Err(VaultError::Open)));
@@ -216,10 +244,44 @@ mod tests {
     }
 
     #[test]
+    fn a_ciphertext_opens_only_at_the_generation_it_was_sealed_at() {
+        let (t, s, p) = ids();
+        let v = vault(K1);
+        let at = |g: Option<i64>| RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::from_uuid(uuid::Uuid::nil()),
+            generation: g,
+        };
+        let older = v.seal(&at(Some(2)), Field::RefreshToken, &SecretString::from("rotated-out")).unwrap();
+        let legacy = v.seal(&at(None), Field::RefreshToken, &SecretString::from("before generations")).unwrap();
+        assert_eq!(v.open("k1", &at(Some(2)), Field::RefreshToken, &older).unwrap().expose_secret(), "rotated-out");
+        // Put back into the row after a later write (generation 3): it does not open.
+        for g in [Some(3), Some(1), Some(i64::MAX), None] {
+            assert!(matches!(v.open("k1", &at(g), Field::RefreshToken, &older), Err(VaultError::Open)), "{g:?}");
+        }
+        // A row sealed before generations opens only as such.
+        assert_eq!(
+            v.open("k1", &at(None), Field::RefreshToken, &legacy).unwrap().expose_secret(),
+            "before generations"
+        );
+        for g in [Some(0), Some(1)] {
+            assert!(matches!(v.open("k1", &at(g), Field::RefreshToken, &legacy), Err(VaultError::Open)), "{g:?}");
+        }
+    }
+
+    #[test]
     fn a_tampered_ciphertext_does_not_open() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+        };
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         for i in 0..ct.len() {
             let mut bad = ct.clone();
@@ -232,7 +294,13 @@ mod tests {
     #[test]
     fn old_keys_open_and_the_current_key_seals() {
         let (t, s, p) = ids();
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+        };
         let old = vault(K1);
         let ct = old.seal(&row, Field::RefreshToken, &SecretString::from("r1")).unwrap();
         let rotated = vault(&format!("{K2},{K1}"));
@@ -255,7 +323,13 @@ mod tests {
     #[test]
     fn an_unknown_key_id_is_an_error_not_a_guess() {
         let (t, s, p) = ids();
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: ConnectionId::generate() };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+        };
         let v = vault(K1);
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         assert!(matches!(v.open("k9", &row, Field::AccessToken, &ct), Err(VaultError::UnknownKey(_))));

@@ -30,24 +30,63 @@ pub async fn emit(db: &mut sqlx::PgConnection, event: &Event) -> Result<u64, sql
     store::webhooks::enqueue(db, event.tenant.as_deref(), event.kind.as_str(), &event.stream, id, &body).await
 }
 
-/// Seals a signing secret for the endpoint `id` under the vault's current key.
-pub fn seal_secret(vault: &Vault, id: Uuid, secret: &SecretString) -> Result<Vec<u8>, VaultError> {
-    vault.seal_aux(SECRET_PURPOSE, id.as_bytes(), secrecy::ExposeSecret::expose_secret(secret).as_bytes())
+/// Which of an endpoint's two secrets: the one in force, or the one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Current,
+    Previous,
 }
 
-pub fn open_secret(vault: &Vault, id: Uuid, key_id: &str, sealed: &[u8]) -> Result<SecretString, VaultError> {
-    let pt = vault.open_aux(key_id, SECRET_PURPOSE, id.as_bytes(), sealed)?;
+/// The vault purpose and binding of a secret: the endpoint's id and the generation its
+/// secrets are sealed at (`webhooks.secret_version`), and the slot, so that a secret rotated
+/// away (even one dropped at once because it leaked) does not open if put back, in either
+/// slot. Secrets sealed before generations (`None`) were bound to the id alone.
+fn secret_binding(id: Uuid, generation: Option<i64>, slot: Slot) -> (&'static str, Vec<u8>) {
+    let Some(g) = generation else { return (SECRET_PURPOSE, id.as_bytes().to_vec()) };
+    let purpose = match slot {
+        Slot::Current => "webhook_secret/current",
+        Slot::Previous => "webhook_secret/previous",
+    };
+    let mut binding = id.as_bytes().to_vec();
+    binding.extend_from_slice(&g.to_be_bytes());
+    (purpose, binding)
+}
+
+/// Seals a signing secret for the endpoint `id`, in `slot`, at `generation`, under the
+/// vault's current key.
+pub fn seal_secret(
+    vault: &Vault,
+    id: Uuid,
+    generation: i64,
+    slot: Slot,
+    secret: &SecretString,
+) -> Result<Vec<u8>, VaultError> {
+    let (purpose, binding) = secret_binding(id, Some(generation), slot);
+    vault.seal_aux(purpose, &binding, secrecy::ExposeSecret::expose_secret(secret).as_bytes())
+}
+
+pub fn open_secret(
+    vault: &Vault,
+    id: Uuid,
+    generation: Option<i64>,
+    slot: Slot,
+    key_id: &str,
+    sealed: &[u8],
+) -> Result<SecretString, VaultError> {
+    let (purpose, binding) = secret_binding(id, generation, slot);
+    let pt = vault.open_aux(key_id, purpose, &binding, sealed)?;
     String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
 }
 
 /// The secrets a delivery is signed with at `at`: the current one, and the one before it
 /// while its overlap lasts.
 pub fn open_secrets(vault: &Vault, c: &Claimed, at: OffsetDateTime) -> Result<Vec<SecretString>, VaultError> {
-    let mut out = vec![open_secret(vault, c.webhook_id, &c.key_id, &c.secret_sealed)?];
+    let g = c.secret_version;
+    let mut out = vec![open_secret(vault, c.webhook_id, g, Slot::Current, &c.key_id, &c.secret_sealed)?];
     if let (Some(key), Some(sealed), Some(until)) = (&c.previous_key_id, &c.previous_secret_sealed, c.previous_until)
         && at < until
     {
-        out.push(open_secret(vault, c.webhook_id, key, sealed)?);
+        out.push(open_secret(vault, c.webhook_id, g, Slot::Previous, key, sealed)?);
     }
     Ok(out)
 }

@@ -229,24 +229,23 @@ impl Worker {
             Next::RetryAt(t) => Some(t),
             _ => None,
         };
-        let recorded =
-            store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at)
-                .await?;
-        if !recorded {
-            return Ok(());
-        }
-        if let Some(t) = retry_at {
-            store::webhooks::hold_stream_until(&self.pool, c.id, t).await?;
-        }
         // The endpoint rests after a failure or a slow answer, for the backoff of those in a
         // row: a dead or slow endpoint takes one attempt per wait, not one per event, and
-        // no other endpoint's slots.
+        // no other endpoint's slots. Written before the attempt lets go of its claim, so
+        // that no claim in between finds the endpoint free and not resting.
         let failures = c.consecutive_failures.saturating_add(1);
         if slow {
             tracing::warn!(webhook = %c.webhook_id, delivered = outcome.delivered, "a webhook endpoint answered slowly; it rests");
         }
         let failed = (!outcome.delivered || slow).then(|| (failures, now + backoff(failures, rand::random::<f64>())));
-        store::webhooks::record_endpoint(&self.pool, c.webhook_id, failed).await
+        store::webhooks::record_endpoint(&self.pool, c.webhook_id, failed).await?;
+        let recorded =
+            store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at)
+                .await?;
+        if recorded && let Some(t) = retry_at {
+            store::webhooks::hold_stream_until(&self.pool, c.id, t).await?;
+        }
+        Ok(())
     }
 
     /// One attempt, stamped `at` (the real time: receivers check it against theirs) and

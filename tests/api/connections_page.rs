@@ -250,3 +250,55 @@ async fn disconnect_error_pages_speak_of_disconnecting_not_of_the_connect_link()
     }
     assert_eq!(status_of(&app, alices).await, "active");
 }
+
+#[tokio::test]
+async fn a_reconnect_after_a_revocation_shows_when_the_new_grant_was_made_and_is_no_replacement() {
+    let app = spawn_app().await;
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    let first = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let id = first["connection_id"].as_str().unwrap().to_owned();
+    let r = app.admin(reqwest::Method::POST, &format!("/connections/{id}/revoke"), None).await;
+    assert_eq!(r.status(), 200);
+    // The first grant was made a day ago (as far as the row knows).
+    sqlx::query(
+        "UPDATE connections SET created_at = created_at - interval '1 day', granted_at = granted_at - interval '1 day'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    let again = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(again["connection_id"], id.as_str(), "the same row, reused");
+
+    // The admin API: when this grant was made, and when the row was first made.
+    let r = app.admin(reqwest::Method::GET, &format!("/connections/{id}"), None).await;
+    let c: serde_json::Value = r.json().await.unwrap();
+    let at = |k: &str| {
+        time::OffsetDateTime::parse(c[k].as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    let now = time::OffsetDateTime::now_utc();
+    assert!(now - at("granted_at") < time::Duration::minutes(5), "{c}");
+    assert!(now - at("created_at") > time::Duration::hours(23), "{c}");
+    // The page shows the new grant's time.
+    let browser = Browser::new();
+    browser.login(&app, "alice").await;
+    let (_, html) = page(&app, &browser).await;
+    let minute = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
+    let connected = html.split("<dt>Connected</dt><dd>").nth(1).unwrap().split("</dd>").next().unwrap();
+    assert_eq!(connected, at("granted_at").format(&minute).unwrap(), "this grant's time, not the row's");
+    assert_ne!(connected, at("created_at").format(&minute).unwrap());
+    // The audit trail keeps the row's history: the second connect replaced no grant.
+    let details: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT detail FROM audit_events WHERE kind = 'connect_completed' AND connection_id = $1::text::uuid ORDER BY id",
+    )
+    .bind(&id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(details.len(), 2);
+    assert_eq!(details[0]["replaced"], false);
+    assert_eq!(details[1]["replaced"], false, "the row it reused held a revoked grant: {}", details[1]);
+    assert_eq!(details[1]["previous_status"], "revoked");
+}

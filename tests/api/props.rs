@@ -653,6 +653,7 @@ fn row_ids((tenant, subject, provider, connection): &RowParts) -> RowIds {
         subject: Subject::parse(subject).unwrap(),
         provider: ProviderId::parse(provider).unwrap(),
         connection: ConnectionId::from_uuid(Uuid::from_u128(*connection)),
+        generation: Some(1),
     }
 }
 

@@ -30,8 +30,11 @@ async fn a_ciphertext_moved_to_another_row_is_never_handed_out() {
     let app = spawn_app().await;
     app.insert_connection("acme", "alice", "github", "gho_alice", &["read:user"], None).await;
     app.insert_connection("acme", "mallory", "github", "gho_mallory", &["read:user"], None).await;
-    sqlx::query(
-        "UPDATE connections SET access_token_ct = (SELECT access_token_ct FROM connections WHERE subject = 'alice')
+    // Both rows are at the same seal generation: with the guard on new ciphertexts switched
+    // off (someone who can change the schema), the row binding alone must refuse it.
+    sqlx::raw_sql(
+        "ALTER TABLE connections DISABLE TRIGGER connections_seal_version_guard;
+         UPDATE connections SET access_token_ct = (SELECT access_token_ct FROM connections WHERE subject = 'alice')
          WHERE subject = 'mallory'",
     )
     .execute(&app.pool)
@@ -50,8 +53,17 @@ async fn a_ciphertext_moved_to_another_row_is_never_handed_out() {
 async fn a_tampered_ciphertext_is_never_handed_out() {
     let app = spawn_app().await;
     app.insert_connection("acme", "alice", "github", "gho_alice", &["read:user"], None).await;
-    sqlx::query(
+    // The database refuses a changed ciphertext without a new generation; past that guard
+    // (switched off), the vault's tag refuses it.
+    let refused = sqlx::query(
         "UPDATE connections SET access_token_ct = set_byte(access_token_ct, 30, get_byte(access_token_ct, 30) # 1)",
+    )
+    .execute(&app.pool)
+    .await;
+    assert!(refused.expect_err("the guard").to_string().contains("need a new seal_version"));
+    sqlx::raw_sql(
+        "ALTER TABLE connections DISABLE TRIGGER connections_seal_version_guard;
+         UPDATE connections SET access_token_ct = set_byte(access_token_ct, 30, get_byte(access_token_ct, 30) # 1)",
     )
     .execute(&app.pool)
     .await
@@ -85,4 +97,109 @@ async fn a_row_under_a_key_no_longer_in_the_keyring_is_not_handed_out() {
     let r = only_new.token(&only_new.key, json!({"subject": "alice", "provider": "github"})).await;
     assert_eq!(r.status(), 500);
     assert!(!r.text().await.unwrap().contains("gho_old_key"));
+}
+
+#[tokio::test]
+async fn a_rotated_out_refresh_token_put_back_into_its_row_no_longer_opens() {
+    let app = spawn_app().await;
+    let past = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    app.insert_provider_grant("alice", "octo-alice", Some(past)).await;
+    let (old_at, old_rt, old_gen): (Vec<u8>, Vec<u8>, i64) =
+        sqlx::query_as("SELECT access_token_ct, refresh_token_ct, seal_version FROM connections")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    // The provider rotates the refresh token at this refresh.
+    let first = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(first["status"], "connected");
+    let refreshes = app.provider.stats().refresh_calls;
+    assert_eq!(refreshes, 1);
+    let now_gen: i64 = sqlx::query_scalar("SELECT seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(now_gen, old_gen + 1, "a write of new ciphertexts raises the generation");
+
+    // Someone who can write rows puts the rotated-out tokens back (expired, so the next call
+    // would refresh with the old refresh token, which the provider treats as a replay).
+    let put_back = |sql: &'static str| {
+        let (at, rt) = (old_at.clone(), old_rt.clone());
+        let pool = app.pool.clone();
+        async move { sqlx::query(sql).bind(at).bind(rt).bind(old_gen).execute(&pool).await }
+    };
+    let e = put_back(
+        "UPDATE connections SET access_token_ct = $1, refresh_token_ct = $2,
+                access_expires_at = now() - interval '1 minute' WHERE $3::bigint IS NOT NULL",
+    )
+    .await
+    .expect_err("new sealed values without a new generation");
+    assert!(e.to_string().contains("need a new seal_version"), "{e}");
+    let e = put_back(
+        "UPDATE connections SET access_token_ct = $1, refresh_token_ct = $2,
+                access_expires_at = now() - interval '1 minute', seal_version = $3",
+    )
+    .await
+    .expect_err("the generation set back");
+    assert!(e.to_string().contains("may only grow"), "{e}");
+    // A later generation is accepted by the database, and the old ciphertexts do not open.
+    put_back(
+        "UPDATE connections SET access_token_ct = $1, refresh_token_ct = $2,
+                access_expires_at = now() - interval '1 minute', seal_version = seal_version + 1
+         WHERE $3::bigint IS NOT NULL",
+    )
+    .await
+    .unwrap();
+    let r = app.token(&app.key, json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(r.status(), 500);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("internal_error") && !text.contains(first["access_token"].as_str().unwrap()), "{text}");
+    assert_eq!(
+        app.provider.stats().refresh_calls,
+        refreshes,
+        "the rotated-out refresh token never reached the provider"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_secret_dropped_at_rotation_and_put_back_signs_nothing() {
+    use crate::receiver::{Receiver, register};
+    let app = spawn_app().await;
+    let receiver = Receiver::start().await;
+    let (webhook, leaked) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
+    let (old_sealed, key_id): (Vec<u8>, String) =
+        sqlx::query_as("SELECT secret_sealed, key_id FROM webhooks").fetch_one(&app.pool).await.unwrap();
+    // The secret leaked: rotated with keep_previous=false, it stops at once.
+    let r =
+        app.admin(reqwest::Method::POST, &format!("/webhooks/{webhook}/rotate-secret?keep_previous=false"), None).await;
+    assert_eq!(r.status(), 200);
+    // Put back as it was, the database refuses; with a later generation, in either slot, it
+    // does not open.
+    let e = sqlx::query("UPDATE webhooks SET secret_sealed = $1").bind(&old_sealed).execute(&app.pool).await;
+    assert!(e.expect_err("same generation").to_string().contains("need a new secret_version"));
+    for statement in [
+        "UPDATE webhooks SET secret_sealed = $1, secret_version = secret_version + 1 WHERE $2::text IS NOT NULL",
+        "UPDATE webhooks SET previous_secret_sealed = $1, previous_key_id = $2,
+                previous_until = now() + interval '1 hour', secret_version = secret_version + 1",
+    ] {
+        sqlx::query(statement).bind(&old_sealed).bind(&key_id).execute(&app.pool).await.unwrap();
+        let (id, _) = app.elicit("alice", "testp").await;
+        let r = app
+            .client
+            .post(format!("{}/v1/elicitations/{id}/cancel", app.base))
+            .bearer_auth(&app.key)
+            .json(&json!({"reason": "cancel"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        crate::helpers::eventually(std::time::Duration::from_secs(20), "an attempt is recorded", || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE last_error IS NOT NULL")
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+            n >= 1
+        })
+        .await;
+        sqlx::query("DELETE FROM webhook_deliveries").execute(&app.pool).await.unwrap();
+    }
+    // Nothing the receiver got verifies under the leaked secret: it got nothing at all.
+    assert!(receiver.all().is_empty(), "{} deliveries", receiver.all().len());
+    let _ = leaked;
 }

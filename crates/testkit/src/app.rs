@@ -428,7 +428,13 @@ impl TestApp {
         let (t, s, p) =
             (TenantId::parse(tenant).unwrap(), Subject::parse(subject).unwrap(), ProviderId::parse(provider).unwrap());
         let id = ConnectionId::generate();
-        let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id };
+        let row = RowBinding {
+            tenant: &t,
+            subject: &s,
+            provider: &p,
+            connection: id,
+            generation: Some(mcp_connect::vault::FIRST_GENERATION),
+        };
         let vault = &self.state.vault;
         let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
         let rt =
@@ -445,6 +451,7 @@ impl TestApp {
                 account_login: Some("octo-alice"),
                 scopes: &scopes,
                 grant: store::connections::SealedGrant {
+                    generation: mcp_connect::vault::FIRST_GENERATION,
                     key_id: vault.current_key_id().as_str(),
                     access_token_ct: &at,
                     refresh_token_ct: rt.as_deref(),
