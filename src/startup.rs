@@ -242,15 +242,6 @@ async fn app_state(
     );
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
-    // What the configuration names is reached as it is; anything else only on public
-    // addresses (see `oauth::http`).
-    outbound.trust(config.idp.issuer.url());
-    for p in config.providers.iter() {
-        let configured = [p.token_url.as_ref(), p.userinfo_url.as_ref(), p.revocation_url.as_ref()];
-        for url in configured.into_iter().flatten().chain(p.issuer.as_ref().map(|i| i.url())) {
-            outbound.trust(url);
-        }
-    }
     crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     let webhook_policy = crate::webhooks::ssrf::AddressPolicy {
         allow_loopback: config.webhooks.allow_loopback,

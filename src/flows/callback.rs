@@ -506,6 +506,7 @@ async fn fetch_userinfo(
     let Some(url) = &server.userinfo_url else { return Ok(None) };
     let v = state
         .outbound
+        .with_guard(&server.guard)
         .get_json(url, Some(secrecy::ExposeSecret::expose_secret(access_token)))
         .await
         .map_err(|_| CallbackRefusal::Account)?;

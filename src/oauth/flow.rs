@@ -36,6 +36,9 @@ pub struct AuthServer {
     pub id_token_algs: Vec<CoreJwsSigningAlgorithm>,
     /// Tolerance for `exp` and `iat` against our clock.
     pub clock_skew: time::Duration,
+    /// The origins its discovery put endpoints on that are reached guarded (see
+    /// `oauth::http`); every request for this server goes through it.
+    pub guard: super::http::Guard,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -249,6 +252,7 @@ pub async fn exchange_code(
     pkce_verifier: &str,
 ) -> Result<TokenSet, FlowError> {
     let c = client(server, redirect_uri);
+    let http = http.with_guard(&server.guard);
     let resp = c
         .exchange_code(AuthorizationCode::new(code.to_owned()))
         .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()))
@@ -266,6 +270,7 @@ pub async fn refresh(
     refresh_token: &SecretString,
 ) -> Result<TokenSet, FlowError> {
     let c = client(server, redirect_uri);
+    let http = http.with_guard(&server.guard);
     let rt = RefreshToken::new(refresh_token.expose_secret().to_owned());
     let resp = c
         .exchange_refresh_token(&rt)
@@ -281,6 +286,7 @@ pub async fn refresh(
 /// `failed: <what>` (never a token).
 pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'static str, &SecretString)]) -> String {
     let Some(url) = &server.revocation_url else { return "no_revocation_endpoint".to_owned() };
+    let http = http.with_guard(&server.guard);
     let mut failures = Vec::new();
     for (hint, token) in tokens {
         let sent = http
@@ -409,6 +415,7 @@ mod tests {
             jwks: None,
             id_token_algs: id_token_algs(None),
             clock_skew: time::Duration::seconds(60),
+            guard: crate::oauth::http::Guard::default(),
         }
     }
 

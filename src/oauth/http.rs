@@ -3,12 +3,15 @@
 //! connect and total timeouts are short, response bodies are bounded, and no proxy from the
 //! environment is used (`HTTPS_PROXY` would see every client secret and token we send).
 //!
-//! Origins the configuration names (an issuer, a configured endpoint) are reached as they
-//! are, private addresses included (an internal Keycloak). Any other origin came from a
-//! document someone else serves (a discovery document's `token_endpoint` on another host),
-//! and is reached only over https on a public address, checked on the address actually
-//! connected to (`crate::ssrf`): a discovery host cannot send our client secret to
-//! `http://127.0.0.1:…` or into the private network.
+//! What the configuration names (an issuer, a configured endpoint) is reached as it is,
+//! private addresses included (an internal Keycloak). An endpoint a server's discovery
+//! document puts on another origin came from a document someone else serves, and is reached
+//! as that server's [`Reach`] says (`with_guard`): over https on a public address, checked
+//! on the address actually connected to (`crate::ssrf`), so a discovery host cannot send our
+//! client secret to `http://127.0.0.1:…` or into the private network; or, where the operator
+//! allowed private endpoints for it, private and loopback addresses too (never link-local
+//! ones or cloud metadata). The guard belongs to the one server: another provider's or
+//! the IdP's configured origins are not trusted for it.
 
 use oauth2::{HttpRequest, HttpResponse};
 use std::future::Future;
@@ -48,15 +51,38 @@ impl OutboundError {
     }
 }
 
+/// How an origin a discovery document named is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Over https, to public addresses only.
+    Public,
+    /// Private and loopback addresses too (`allow_private_endpoints`); never link-local or
+    /// cloud metadata ones.
+    Private,
+}
+
+impl Reach {
+    fn policy(self) -> crate::ssrf::AddressPolicy {
+        match self {
+            Reach::Public => crate::ssrf::AddressPolicy::default(),
+            Reach::Private => crate::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
+        }
+    }
+}
+
+/// The origins (`scheme://host:port`) of one server whose requests are guarded, and how.
+pub type Guard = std::sync::Arc<std::collections::HashMap<String, Reach>>;
+
 #[derive(Debug, Clone)]
 pub struct Outbound {
-    /// For the origins in `trusted`.
+    /// For what the configuration names.
     client: reqwest::Client,
-    /// For every other origin: public addresses only, checked by its resolver.
-    guarded: reqwest::Client,
-    /// Origins (`scheme://host:port`) the configuration names, and those of providers that
-    /// allow private endpoints (`allow_private_endpoints`).
-    trusted: std::sync::Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
+    /// For [`Reach::Public`] origins: public addresses only, checked by its resolver.
+    public: reqwest::Client,
+    /// For [`Reach::Private`] origins.
+    private: reqwest::Client,
+    /// The server's guarded origins this view sends for (see [`Self::with_guard`]).
+    guard: Guard,
     /// Send `traceparent` along (`tracing.propagate_to_providers`).
     propagate: bool,
 }
@@ -86,40 +112,36 @@ impl Outbound {
                 .timeout(timeout)
                 .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
         };
-        let guard = crate::ssrf::GuardedResolver::new(
-            std::sync::Arc::new(crate::ssrf::SystemLookup),
-            crate::ssrf::AddressPolicy::default(),
-        );
+        let guarded = |reach: Reach| {
+            let resolver = crate::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::ssrf::SystemLookup), reach.policy());
+            builder().dns_resolver(std::sync::Arc::new(resolver)).build()
+        };
         Ok(Self {
             client: builder().build()?,
-            guarded: builder().dns_resolver(std::sync::Arc::new(guard)).build()?,
-            trusted: std::sync::Arc::default(),
+            public: guarded(Reach::Public)?,
+            private: guarded(Reach::Private)?,
+            guard: Guard::default(),
             propagate,
         })
     }
 
-    /// Reaches `url`'s origin as it is, private addresses included: for origins the
-    /// configuration names.
-    pub fn trust(&self, url: &url::Url) {
-        let mut t = self.trusted.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        t.insert(url.origin().ascii_serialization());
+    /// This client as it sends for one server: requests to the origins in `guard` go
+    /// through the guarded clients (cheap: the clients are shared).
+    #[must_use]
+    pub fn with_guard(&self, guard: &Guard) -> Self {
+        Self { guard: guard.clone(), ..self.clone() }
     }
 
-    /// Whether `url`'s origin is reached as it is (see [`Self::trust`]).
-    pub fn is_trusted(&self, url: &url::Url) -> bool {
-        let t = self.trusted.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        t.contains(&url.origin().ascii_serialization())
-    }
-
-    /// The client for `url`: the plain one for a trusted origin; else the guarded one, after
-    /// the URL itself passed (an IP literal is never resolved, so the resolver alone would
-    /// not see it).
+    /// The client for `url`: the plain one unless its origin is guarded; else the guarded
+    /// one, after the URL itself passed (an IP literal is never resolved, so the resolver
+    /// alone would not see it).
     fn client_for(&self, url: &url::Url) -> Result<&reqwest::Client, OutboundError> {
-        if self.is_trusted(url) {
-            return Ok(&self.client);
-        }
-        crate::ssrf::check_url(url, crate::ssrf::AddressPolicy::default()).map_err(OutboundError::Refused)?;
-        Ok(&self.guarded)
+        let Some(reach) = self.guard.get(&url.origin().ascii_serialization()) else { return Ok(&self.client) };
+        crate::ssrf::check_url(url, reach.policy()).map_err(OutboundError::Refused)?;
+        Ok(match reach {
+            Reach::Public => &self.public,
+            Reach::Private => &self.private,
+        })
     }
 
     /// Sends a request in a span of its own (a child of the request's: method and host,

@@ -5,7 +5,7 @@
 //! to the outbound timeout) per `/login`.
 
 use super::flow::AuthServer;
-use super::http::{Outbound, OutboundError};
+use super::http::{Outbound, OutboundError, Reach};
 use super::providers::Provider;
 use super::urls::{self, Issuer};
 use openidconnect::core::CoreJsonWebKeySet;
@@ -66,31 +66,44 @@ struct Discovered {
     jwks: CoreJsonWebKeySet,
     iss_supported: bool,
     id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
+    guard: super::http::Guard,
 }
 
-/// Where a discovered endpoint that we call ourselves may be: on the issuer's origin
-/// (configured, so trusted), or over https on a public address (checked here for an IP
-/// literal, and by the outbound client's resolver on every connection for a name), or
-/// anywhere the configured rules allow when the operator said `allow_private_endpoints`.
-/// Otherwise the discovery host could point `token_endpoint` at `http://127.0.0.1:…` or an
-/// internal address and receive our client secret and the user's code.
-fn server_side(http: &Outbound, issuer: &Issuer, url: &Url, allow_private: bool) -> Result<(), crate::ssrf::Refusal> {
-    if http.is_trusted(url) || url.origin() == issuer.url().origin() {
-        return Ok(());
-    }
-    if allow_private {
-        http.trust(url);
-        return Ok(());
-    }
-    crate::ssrf::check_url(url, crate::ssrf::AddressPolicy::default())
-}
-
-async fn discover(
-    http: &Outbound,
-    issuer: &Issuer,
-    allow_idn: &[String],
+/// How a discovered endpoint that we call ourselves is reached: as it is on the issuer's
+/// origin or one the server's configuration names (`None`); else over https on a public
+/// address ([`Reach::Public`]: an IP literal checked here, a name by the outbound client's
+/// resolver on every connection), or, where the operator said `allow_private_endpoints`,
+/// on private and loopback addresses too ([`Reach::Private`]). Otherwise the discovery
+/// host could point `token_endpoint` at `http://127.0.0.1:…` or an internal address and
+/// receive our client secret and the user's code. The decision is this server's alone: an
+/// origin configured for another provider is not trusted for it.
+fn reach_of(
+    configured: &[url::Origin],
+    url: &Url,
     allow_private: bool,
-) -> Result<Discovered, ResolveError> {
+) -> Result<Option<Reach>, crate::ssrf::Refusal> {
+    if configured.contains(&url.origin()) {
+        return Ok(None);
+    }
+    let reach = if allow_private { Reach::Private } else { Reach::Public };
+    let policy = match reach {
+        Reach::Public => crate::ssrf::AddressPolicy::default(),
+        Reach::Private => crate::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
+    };
+    crate::ssrf::check_url(url, policy)?;
+    Ok(Some(reach))
+}
+
+/// What discovery is allowed to reach for one server: the origins its configuration names
+/// (the issuer's first), and whether private endpoints are allowed elsewhere.
+struct Allowed<'a> {
+    configured: Vec<url::Origin>,
+    allow_idn: &'a [String],
+    allow_private: bool,
+}
+
+async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Result<Discovered, ResolveError> {
+    let allow_idn = allowed.allow_idn;
     let base = issuer.as_str();
     let doc_url = issuer.discovery_url().map_err(|e| ResolveError::Invalid(base.to_owned(), e.to_string()))?;
     let raw = http
@@ -110,24 +123,30 @@ async fn discover(
         })
         .transpose()
     };
-    // Endpoints we call ourselves (the browser goes to the others).
-    let ours = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
+    // Endpoints we call ourselves (the browser goes to the others), and the guard they are
+    // reached through.
+    let mut guard = std::collections::HashMap::new();
+    let mut ours = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
         let u = check(what, u)?;
         if let Some(url) = &u {
-            server_side(http, issuer, url, allow_private).map_err(|r| {
-                ResolveError::Invalid(
-                    base.to_owned(),
-                    format!(
-                        "{what} is on another origin than the issuer and {r} (set allow_private_endpoints to allow it)"
-                    ),
-                )
+            let reach = reach_of(&allowed.configured, url, allowed.allow_private).map_err(|r| {
+                let hint = if allowed.allow_private { "" } else { " (set allow_private_endpoints to allow it)" };
+                ResolveError::Invalid(base.to_owned(), format!("{what} is on another origin than the issuer and {r}{hint}"))
             })?;
+            if let Some(reach) = reach {
+                guard.insert(url.origin().ascii_serialization(), reach);
+            }
         }
         Ok(u)
     };
     let jwks_uri = ours("jwks_uri", doc.jwks_uri)?
         .ok_or_else(|| ResolveError::Invalid(base.to_owned(), "no jwks_uri".to_owned()))?;
+    let token_endpoint = ours("token_endpoint", doc.token_endpoint)?;
+    let userinfo_endpoint = ours("userinfo_endpoint", doc.userinfo_endpoint)?;
+    let revocation_endpoint = ours("revocation_endpoint", doc.revocation_endpoint)?;
+    let guard = std::sync::Arc::new(guard);
     let jwks_raw = http
+        .with_guard(&guard)
         .get_json(&jwks_uri, None)
         .await
         .map_err(|source| ResolveError::Fetch { url: jwks_uri.to_string(), source })?;
@@ -136,13 +155,14 @@ async fn discover(
     Ok(Discovered {
         issuer: doc.issuer,
         authorization_endpoint: check("authorization_endpoint", doc.authorization_endpoint)?,
-        token_endpoint: ours("token_endpoint", doc.token_endpoint)?,
-        userinfo_endpoint: ours("userinfo_endpoint", doc.userinfo_endpoint)?,
-        revocation_endpoint: ours("revocation_endpoint", doc.revocation_endpoint)?,
+        token_endpoint,
+        userinfo_endpoint,
+        revocation_endpoint,
         end_session_endpoint: check("end_session_endpoint", doc.end_session_endpoint)?,
         jwks,
         iss_supported: doc.authorization_response_iss_parameter_supported,
         id_token_algs: super::flow::id_token_algs(doc.id_token_signing_alg_values_supported.as_deref()),
+        guard,
     })
 }
 
@@ -304,7 +324,12 @@ impl Resolver {
     }
 
     async fn build_idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
-        let d = discover(http, &idp.issuer, &idp.allow_idn_hosts, idp.allow_private_endpoints).await?;
+        let allowed = Allowed {
+            configured: vec![idp.issuer.url().origin()],
+            allow_idn: &idp.allow_idn_hosts,
+            allow_private: idp.allow_private_endpoints,
+        };
+        let d = discover(http, &idp.issuer, &allowed).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
@@ -319,6 +344,7 @@ impl Resolver {
             jwks: Some(d.jwks),
             id_token_algs: d.id_token_algs,
             clock_skew: idp.clock_skew,
+            guard: d.guard,
         });
         Ok(server)
     }
@@ -334,7 +360,17 @@ impl Resolver {
         let name = p.id.to_string();
         let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
         let discovered = match (&p.issuer, p.oidc) {
-            (Some(issuer), true) => Some(discover(http, issuer, &p.allow_idn_hosts, p.allow_private_endpoints).await?),
+            (Some(issuer), true) => {
+                let configured = [p.token_url.as_ref(), p.userinfo_url.as_ref(), p.revocation_url.as_ref()];
+                let allowed = Allowed {
+                    configured: std::iter::once(issuer.url().origin())
+                        .chain(configured.into_iter().flatten().map(Url::origin))
+                        .collect(),
+                    allow_idn: &p.allow_idn_hosts,
+                    allow_private: p.allow_private_endpoints,
+                };
+                Some(discover(http, issuer, &allowed).await?)
+            }
             _ => None,
         };
         let server = match discovered {
@@ -355,6 +391,7 @@ impl Resolver {
                 jwks: Some(d.jwks),
                 id_token_algs: d.id_token_algs,
                 clock_skew: p.clock_skew,
+                guard: d.guard,
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -369,6 +406,7 @@ impl Resolver {
                 jwks: None,
                 id_token_algs: Vec::new(),
                 clock_skew: p.clock_skew,
+                guard: super::http::Guard::default(),
             },
         };
         Ok(Arc::new(server))

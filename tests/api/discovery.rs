@@ -129,7 +129,29 @@ async fn the_outbound_client_ignores_a_proxy_from_the_environment() {
         }
     });
     let outbound = mcp_connect::oauth::http::Outbound::new(std::time::Duration::from_secs(3), false).unwrap();
-    outbound.trust(&url);
     let doc = outbound.get_json(&url, None).await.expect("fetched directly, not through the proxy");
     assert_eq!(doc, json!({"ok": true}));
+}
+
+#[tokio::test]
+async fn an_origin_configured_for_another_provider_is_not_trusted_for_a_discovered_endpoint() {
+    let c = catcher().await;
+    let p = c.port;
+    // An internal provider the operator configured on a loopback origin.
+    let app = spawn_app_with(Options {
+        extra_toml: format!(
+            "[providers.internal]\ntemplate = \"oauth2\"\nauthorize_url = \"http://127.0.0.1:{p}/authorize\"\n\
+             token_url = \"http://127.0.0.1:{p}/token\"\nclient_id = \"internal\"\n"
+        ),
+        env: vec![("MCP_CONNECT_PROVIDER_INTERNAL_CLIENT_SECRET", "internal-secret".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    // Another provider's discovery names it: testp's secret and the user's code must not go there.
+    let url = format!("http://127.0.0.1:{p}/token");
+    app.provider.switches().set_metadata_override(json!({ "token_endpoint": url }).as_object().unwrap().clone());
+    let (status, page) = attempt(&app).await;
+    assert_ne!(status, 200, "{page}");
+    assert_ne!(status, 500, "{page}");
+    assert_eq!(c.count.load(Ordering::SeqCst), 0, "another provider's origin was reached for testp");
 }
