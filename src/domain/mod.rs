@@ -3,6 +3,7 @@
 
 mod clock;
 pub mod failpoint;
+pub mod gate;
 mod ids;
 mod scopes;
 

@@ -29,15 +29,24 @@ pub async fn store_api_key(
     let hash =
         tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
     let mut tx = pool.begin().await?;
-    store::api_keys::insert_api_key(&mut *tx, key.id.as_str(), tenant.as_str(), scope.as_str(), &hash, label)
-        .await
-        .map_err(|e| match e.as_database_error().and_then(|d| d.code()).as_deref() {
-            Some("23503") => anyhow::anyhow!(
-                "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
+    let verifier = crate::api_keys::verifier_of(secrecy::ExposeSecret::expose_secret(&key.key));
+    store::api_keys::insert_api_key(
+        &mut *tx,
+        key.id.as_str(),
+        tenant.as_str(),
+        scope.as_str(),
+        &hash,
+        &verifier,
+        label,
+    )
+    .await
+    .map_err(|e| match e.as_database_error().and_then(|d| d.code()).as_deref() {
+        Some("23503") => anyhow::anyhow!(
+            "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
                  `mcp-connect migrate` (or start `serve`), which writes the configured tenants"
-            ),
-            _ => e.into(),
-        })?;
+        ),
+        _ => e.into(),
+    })?;
     let mut ev = AuditEvent::new("api_key_created");
     ev.tenant_id = Some(tenant.to_string());
     ev.api_key_id = Some(key.id.to_string());

@@ -113,7 +113,8 @@ impl Outbound {
                 .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
         };
         let guarded = |reach: Reach| {
-            let resolver = crate::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::ssrf::SystemLookup), reach.policy());
+            let resolver =
+                crate::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::ssrf::SystemLookup), reach.policy());
             builder().dns_resolver(std::sync::Arc::new(resolver)).build()
         };
         Ok(Self {

@@ -77,11 +77,7 @@ struct Discovered {
 /// host could point `token_endpoint` at `http://127.0.0.1:…` or an internal address and
 /// receive our client secret and the user's code. The decision is this server's alone: an
 /// origin configured for another provider is not trusted for it.
-fn reach_of(
-    configured: &[url::Origin],
-    url: &Url,
-    allow_private: bool,
-) -> Result<Option<Reach>, crate::ssrf::Refusal> {
+fn reach_of(configured: &[url::Origin], url: &Url, allow_private: bool) -> Result<Option<Reach>, crate::ssrf::Refusal> {
     if configured.contains(&url.origin()) {
         return Ok(None);
     }
@@ -131,7 +127,10 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
         if let Some(url) = &u {
             let reach = reach_of(&allowed.configured, url, allowed.allow_private).map_err(|r| {
                 let hint = if allowed.allow_private { "" } else { " (set allow_private_endpoints to allow it)" };
-                ResolveError::Invalid(base.to_owned(), format!("{what} is on another origin than the issuer and {r}{hint}"))
+                ResolveError::Invalid(
+                    base.to_owned(),
+                    format!("{what} is on another origin than the issuer and {r}{hint}"),
+                )
             })?;
             if let Some(reach) = reach {
                 guard.insert(url.origin().ascii_serialization(), reach);
@@ -175,7 +174,7 @@ pub struct Resolver {
     /// The last failure of each server, and when.
     failed: std::sync::Mutex<HashMap<String, (ResolveError, Instant)>>,
     /// One resolution per server at a time.
-    building: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    building: crate::domain::gate::Gates<String>,
     /// When each server's keys were last fetched again for an unknown `kid`.
     refetched: std::sync::Mutex<HashMap<String, Instant>>,
     clock: Arc<dyn crate::domain::Clock>,
@@ -238,12 +237,9 @@ impl Resolver {
         if let Some(r) = known().await {
             return r;
         }
-        let gate = {
-            let mut b = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            b.entry(key.to_owned()).or_default().clone()
-        };
-        let held = gate.lock().await;
-        let r = match known().await {
+        let gate = crate::domain::gate::Gate::new(&self.building, key.to_owned());
+        let _held = gate.lock.lock().await;
+        match known().await {
             Some(r) => r,
             None => {
                 let r = build.await;
@@ -259,14 +255,7 @@ impl Resolver {
                 }
                 r
             }
-        };
-        drop(held);
-        let mut b = self.building.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Ours and the map's: nobody else waits, the entry can go.
-        if Arc::strong_count(&gate) <= 2 {
-            b.remove(key);
         }
-        r
     }
 
     /// Verifies an ID token against the server's keys. When the token names a key id that

@@ -15,6 +15,9 @@ pub struct ApiKeyRow {
     pub revoked_at: Option<OffsetDateTime>,
     /// The key's tenant is still configured.
     pub tenant_active: bool,
+    /// The fast verifier (see `api_keys`); `None` for a key made before verifiers, until
+    /// its first verification by argon2.
+    pub verifier: Option<Vec<u8>>,
 }
 
 pub async fn insert_api_key(
@@ -23,14 +26,16 @@ pub async fn insert_api_key(
     tenant_id: &str,
     scope: &str,
     hash: &str,
+    verifier: &[u8],
     label: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "INSERT INTO api_keys (id, tenant_id, scope, hash, label) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO api_keys (id, tenant_id, scope, hash, verifier, label) VALUES ($1, $2, $3, $4, $5, $6)",
         id,
         tenant_id,
         scope,
         hash,
+        verifier,
         label
     )
     .execute(db)
@@ -42,7 +47,7 @@ pub async fn find_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<Ap
     sqlx::query_as!(
         ApiKeyRow,
         r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
-                  t.active AS tenant_active
+                  t.active AS tenant_active, k.verifier
            FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
            WHERE k.id = $1"#,
         id
@@ -68,7 +73,7 @@ pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> 
     sqlx::query_as!(
         ApiKeyRow,
         r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
-                  t.active AS tenant_active
+                  t.active AS tenant_active, k.verifier
            FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
            WHERE $1::text IS NULL OR k.tenant_id = $1
            ORDER BY k.created_at"#,
@@ -86,6 +91,14 @@ pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<
     )
     .fetch_optional(db)
     .await
+}
+
+/// Stores the fast verifier of a key made before verifiers, once argon2 has verified it.
+pub async fn set_verifier(db: impl PgExecutor<'_>, id: &str, verifier: &[u8]) -> Result<(), sqlx::Error> {
+    sqlx::query!("UPDATE api_keys SET verifier = $2 WHERE id = $1 AND verifier IS NULL", id, verifier)
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 pub async fn touch_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<(), sqlx::Error> {

@@ -19,13 +19,22 @@ async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
         .unwrap();
 }
 
-/// `n` live server keys of tenant acme (a flood of wrong secrets spread over many ids: one id
-/// is verified one at a time and throttled after a few failures).
+/// Makes a key as the previous release did: without a fast verifier (argon2 checks it
+/// until its first success).
+async fn without_verifier(pool: &mcp_connect::store::PgPool, key: &str) {
+    let id = mcp_connect::api_keys::parse_key(key).unwrap();
+    sqlx::query("UPDATE api_keys SET verifier = NULL WHERE id = $1").bind(id.as_str()).execute(pool).await.unwrap();
+}
+
+/// `n` live server keys of tenant acme made without a verifier, so that argon2 checks
+/// them (a flood of wrong secrets spread over many ids: one id is verified one at a time
+/// and throttled after a few failures).
 async fn live_keys(pool: &mcp_connect::store::PgPool, n: usize) -> Vec<String> {
     let mut keys = Vec::new();
     for _ in 0..n {
         let k = NewApiKey::generate();
         store_acme_key(pool, &k).await;
+        without_verifier(pool, k.key.expose_secret()).await;
         keys.push(k.key.expose_secret().to_owned());
     }
     keys
@@ -170,12 +179,29 @@ async fn waiting_for_an_argon2_slot_is_bounded_and_answers_503_with_retry_after(
 async fn a_wrong_secret_for_a_known_id_is_401() {
     let app = spawn_app().await;
     let before = app.state.api_keys.hash_verifications();
-    // Keep the real id, swap in another secret.
+    // Keep the real id, swap in another secret: refused by the fast verifier, no argon2.
     let forged = forged(&app.key);
     assert_ne!(forged, app.key);
     let r = app.token(&forged, body()).await;
     assert_error(r, 401, "invalid_api_key").await;
+    assert_eq!(app.state.api_keys.hash_verifications(), before);
+    // A key of the previous release (no verifier) is checked by argon2, and gets its
+    // verifier at its first success.
+    without_verifier(&app.pool, &app.beta_key).await;
+    assert_error(app.token(&forged_beta(&app), body()).await, 401, "invalid_api_key").await;
     assert_eq!(app.state.api_keys.hash_verifications(), before + 1);
+    assert_eq!(app.token(&app.beta_key, body()).await.status(), 200);
+    let id = mcp_connect::api_keys::parse_key(&app.beta_key).unwrap();
+    let filled: bool = sqlx::query_scalar("SELECT verifier IS NOT NULL FROM api_keys WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert!(filled, "the verifier is filled in");
+}
+
+fn forged_beta(app: &TestApp) -> String {
+    forged(&app.beta_key)
 }
 
 #[tokio::test]
@@ -206,6 +232,7 @@ async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
 #[tokio::test]
 async fn a_cached_key_is_not_hashed_again() {
     let app = spawn_app().await;
+    without_verifier(&app.pool, &app.key).await;
     assert_eq!(app.token(&app.key, body()).await.status(), 200);
     let after_first = app.state.api_keys.hash_verifications();
     for _ in 0..5 {
@@ -232,6 +259,7 @@ async fn a_key_of_a_deactivated_tenant_is_401() {
 #[tokio::test]
 async fn a_burst_of_first_requests_with_a_new_key_costs_few_hashes() {
     let app = spawn_app().await;
+    without_verifier(&app.pool, &app.key).await;
     let before = app.state.api_keys.hash_verifications();
     let calls = (0..16).map(|_| app.token(&app.key, body()));
     for r in futures_util::future::join_all(calls).await {
@@ -284,6 +312,9 @@ async fn an_unknown_id_is_remembered_for_a_few_seconds_only() {
 async fn a_flood_of_wrong_secrets_for_a_live_id_costs_a_handful_of_argon2_runs_and_holds_up_no_other_key() {
     use futures_util::StreamExt;
     let app = spawn_app().await;
+    // Keys of the previous release, checked by argon2 (see the next test for today's).
+    without_verifier(&app.pool, &app.key).await;
+    without_verifier(&app.pool, &app.beta_key).await;
     let before = app.state.api_keys.hash_verifications();
     let started = std::time::Instant::now();
     let app = &app;
@@ -337,4 +368,31 @@ async fn a_flood_of_wrong_secrets_for_a_live_id_costs_a_handful_of_argon2_runs_a
         }
     }
     assert!(ok, "the right secret verified within the throttle");
+}
+
+#[tokio::test]
+async fn a_flood_of_wrong_secrets_for_a_key_with_a_verifier_runs_no_argon2_and_locks_nobody_out() {
+    use futures_util::StreamExt;
+    let app = spawn_app().await;
+    let before = app.state.api_keys.hash_verifications();
+    let app = &app;
+    let flood = futures_util::stream::iter(0..300)
+        .map(|_| async move { app.token(&forged(&app.key), body()).await.status().as_u16() })
+        .buffer_unordered(16)
+        .collect::<Vec<u16>>();
+    // Meanwhile the right key, on an instance that never verified it (nothing cached): it
+    // works at once, every time, however many wrong secrets its id gets.
+    let fresh = mcp_connect::api_keys::ApiKeyVerifier::new(app.pool.clone(), std::time::Duration::from_secs(5), 100, 8);
+    let right = async {
+        for _ in 0..20 {
+            let fresh =
+                mcp_connect::api_keys::ApiKeyVerifier::new(app.pool.clone(), std::time::Duration::from_secs(5), 100, 8);
+            assert!(fresh.verify(&app.key).await.is_ok(), "the right key during the flood");
+        }
+        fresh.verify(&app.key).await.is_ok()
+    };
+    let (statuses, ok) = tokio::join!(flood, right);
+    assert!(ok);
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    assert_eq!(app.state.api_keys.hash_verifications(), before, "no argon2 run for any of it");
 }
