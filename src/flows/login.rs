@@ -42,6 +42,11 @@ pub fn safe_return_to(base: &Url, raw: &str) -> Result<Url, ReturnToRefusal> {
     }
     let mut joined = base.join(raw).map_err(|_| ReturnToRefusal::Malformed)?;
     joined.set_fragment(None);
+    // Measured again as it will be kept (percent-encoding can triple it): it travels in the
+    // login cookie, which a browser drops silently past 4 KB.
+    if path_and_query(&joined).len() > 2048 {
+        return Err(ReturnToRefusal::Malformed);
+    }
     let path = joined.path();
     if joined.origin() != base.origin() || path.starts_with("//") || path.starts_with("/\\") {
         return Err(ReturnToRefusal::LeavesOrigin);
@@ -295,6 +300,9 @@ mod tests {
             assert_eq!(safe_return_to(&base, raw), Err(why), "{raw:?}");
         }
         assert_eq!(safe_return_to(&base, &format!("/{}", "a".repeat(2048))), Err(Malformed));
+        // Within 2 KiB as sent, over it once percent-encoded (as the login cookie keeps it).
+        assert_eq!(safe_return_to(&base, &format!("/{}", "é".repeat(700))), Err(Malformed));
+        assert!(safe_return_to(&base, &format!("/{}", "é".repeat(300))).is_ok());
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub type BoxedResponse<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, Ou
 /// peer is closing. (reqwest's default is 90 s.)
 pub const POOL_IDLE: Duration = Duration::from_millis(1500);
 
+/// A request that failed on a closed connection within this long is sent again (see
+/// `send`).
+const RETRY_WITHIN: Duration = Duration::from_secs(1);
+
 impl Outbound {
     pub fn new(timeout: Duration, propagate: bool) -> Result<Self, reqwest::Error> {
         let builder = || {
@@ -163,12 +167,17 @@ impl Outbound {
             }
             let client = self.client_for(request.url())?;
             let again = request.try_clone();
+            let started = std::time::Instant::now();
             let resp = match (client.execute(request).await, again) {
                 (Ok(r), _) => r,
                 // Sent on a pooled connection the peer closed as we used it (its keep-alive
-                // ran out): nothing reached it, so nothing was used (not even a code), and
-                // the same request goes out once more, at once, on a new connection.
-                (Err(e), Some(again)) if closed_before_answer(&e) => {
+                // ran out as the request arrived, so it read none of it): the same request
+                // goes out once more, at once, on a new connection. Only when the failure
+                // came at once: a peer that took the request and died over it later may
+                // have acted on it, and the two tries together must stay within about one
+                // timeout (a refresh's row lock is fenced by it). A code sent twice is at
+                // worst refused the second time, never used twice.
+                (Err(e), Some(again)) if closed_before_answer(&e) && started.elapsed() < RETRY_WITHIN => {
                     tracing::debug!("outbound request met a closed connection; sent again");
                     client.execute(again).await.map_err(classify)?
                 }

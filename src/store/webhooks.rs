@@ -227,31 +227,26 @@ pub struct Shares {
 /// holds them for `lease_us` microseconds. Fair: no endpoint or tenant gets more than its
 /// [`Shares`] of attempts in flight, and the claim takes round-robin, each tenant's first
 /// (by its endpoints' first) before anyone's second, so one tenant's backlog does not
-/// queue another's event behind it. Deliveries of a tenant switched off end here as
-/// `failed` (`tenant_inactive`): nothing of it goes out, now or when it is switched on.
-/// Time is the database's (every instance and the rows' own times agree on it), moved
+/// queue another's event behind it. A tenant switched off gets nothing (see
+/// [`end_inactive`]). Claims of every instance take turns (a transaction-scoped advisory
+/// lock), so each counts the attempts the others claimed before it and the shares hold
+/// across instances. Time is the database's (every instance and the rows' own times agree on it), moved
 /// forward by `skew_us` (tests move it; 0 otherwise). Rows another worker is claiming are
 /// skipped (`FOR UPDATE SKIP LOCKED`); a claim whose worker died lapses.
 pub async fn claim_due(
-    db: impl PgExecutor<'_>,
+    pool: &sqlx::PgPool,
     skew_us: i64,
     lease_us: i64,
     limit: i64,
     shares: Shares,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", CLAIM_LOCK).execute(&mut *tx).await?;
     // FOR UPDATE cannot sit beside window functions: the fair order is chosen first
     // (`fair`), the rows are locked after (`due`), with their state checked again.
-    // `stopped` runs whether or not it is read (a data-modifying WITH always does).
-    sqlx::query_as!(
+    let claimed = sqlx::query_as!(
         Claimed,
         r#"WITH t AS (SELECT now() + $1::bigint * interval '1 microsecond' AS now),
-           stopped AS (
-               UPDATE webhook_deliveries d
-               SET status = 'failed', last_error = 'tenant_inactive', finished_at = t.now, claimed_until = NULL
-               FROM webhooks w JOIN tenants tn ON tn.id = w.tenant_id, t
-               WHERE d.webhook_id = w.id AND d.status = 'pending' AND NOT tn.active
-               RETURNING d.id
-           ),
            busy AS (
                SELECT d.webhook_id, w.tenant_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id, t
                WHERE d.status = 'pending' AND d.claimed_until > t.now
@@ -309,23 +304,52 @@ pub async fn claim_due(
         shares.per_endpoint,
         shares.per_tenant
     )
-    .fetch_all(db)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// The advisory lock the claims of every instance take turns on.
+const CLAIM_LOCK: i64 = 0x6d63_7063_7768_6b01; // "mcpcwhk" + 1
+
+/// Deliveries of a tenant that was switched off end as `failed` (`tenant_inactive`), so that
+/// nothing of it goes out, now or when it is switched on again. Rows in flight or locked by a
+/// claim are left to their attempt. Returns how many ended.
+pub async fn end_inactive(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE webhook_deliveries d
+           SET status = 'failed', last_error = 'tenant_inactive', finished_at = now(), claimed_until = NULL
+           WHERE d.id IN (
+               SELECT p.id FROM webhook_deliveries p
+               JOIN webhooks w ON w.id = p.webhook_id JOIN tenants tn ON tn.id = w.tenant_id
+               WHERE p.status = 'pending' AND NOT tn.active
+                 AND (p.claimed_until IS NULL OR p.claimed_until <= now())
+               FOR UPDATE OF p SKIP LOCKED)"#
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
 }
 
 /// Each tenant keeps at most `cap` pending deliveries: the oldest beyond it end as `failed`
-/// (`backlog_dropped`). Returns how many ended, by tenant.
+/// (`backlog_dropped`); rows in flight or locked by a claim are left to their attempt.
+/// Returns how many ended, by tenant.
 pub async fn drop_beyond_cap(db: impl PgExecutor<'_>, cap: i64) -> Result<Vec<(String, i64)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"WITH ranked AS (
                SELECT d.id, w.tenant_id, row_number() OVER (PARTITION BY w.tenant_id ORDER BY d.id DESC) AS n
                FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
                WHERE d.status = 'pending'
+           ), over_cap AS (
+               SELECT d.id, r.tenant_id FROM webhook_deliveries d JOIN ranked r ON r.id = d.id
+               WHERE r.n > $1 AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
+               FOR UPDATE OF d SKIP LOCKED
            ), dropped AS (
                UPDATE webhook_deliveries d
                SET status = 'failed', last_error = 'backlog_dropped', finished_at = now(), claimed_until = NULL
-               FROM ranked r WHERE d.id = r.id AND r.n > $1 AND d.status = 'pending'
-               RETURNING r.tenant_id
+               FROM over_cap o WHERE d.id = o.id
+               RETURNING o.tenant_id
            )
            SELECT tenant_id AS "tenant_id!", count(*) AS "n!" FROM dropped GROUP BY tenant_id ORDER BY tenant_id"#,
         cap

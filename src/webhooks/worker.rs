@@ -176,8 +176,14 @@ impl Worker {
         i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX)
     }
 
-    /// Drops the oldest pending deliveries of each tenant beyond its cap.
+    /// Ends the deliveries of switched-off tenants, and drops the oldest pending deliveries
+    /// of each tenant beyond its cap.
     async fn trim_backlog(&self) {
+        match store::webhooks::end_inactive(&self.pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(ended = n, "webhook deliveries of switched-off tenants ended"),
+            Err(e) => tracing::warn!(error = %e, "webhook deliveries of switched-off tenants not ended"),
+        }
         match store::webhooks::drop_beyond_cap(&self.pool, self.max_pending_per_tenant).await {
             Ok(dropped) => {
                 for (tenant, n) in dropped {
@@ -237,7 +243,15 @@ impl Worker {
         if slow {
             tracing::warn!(webhook = %c.webhook_id, delivered = outcome.delivered, "a webhook endpoint answered slowly; it rests");
         }
-        let failed = (!outcome.delivered || slow).then(|| (failures, now + backoff(failures, rand::random::<f64>())));
+        // A slow success rests it for the first backoff only, and adds no failure: a receiver
+        // that is slow but answers does not drift towards an hour's rest.
+        let failed = if !outcome.delivered {
+            Some((failures, now + backoff(failures, rand::random::<f64>())))
+        } else if slow {
+            Some((c.consecutive_failures, now + backoff(1, rand::random::<f64>())))
+        } else {
+            None
+        };
         store::webhooks::record_endpoint(&self.pool, c.webhook_id, failed).await?;
         let recorded =
             store::webhooks::record_attempt(&self.pool, c.id, c.attempts, &attempt, outcome.delivered, retry_at)
