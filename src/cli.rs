@@ -268,6 +268,9 @@ async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64
     if report.remaining > 0 {
         println!("rows were busy (being refreshed); run rotate-key again");
     }
+    if report.legacy_closed {
+        println!("every sealed value is bound to its row's generation; values without one are refused from now on");
+    }
     Ok(())
 }
 

@@ -21,6 +21,9 @@ pub enum RotateError {
 pub struct RotateReport {
     pub resealed: u64,
     pub remaining: i64,
+    /// Nothing remained: from now on the database refuses sealed values without a seal
+    /// generation (rows of the previous release; see `vault`).
+    pub legacy_closed: bool,
 }
 
 pub async fn rotate_keys(
@@ -75,7 +78,10 @@ pub async fn rotate_keys(
     done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
     let remaining = store::connections::count_rows_not_under_key(pool, &current).await?
         + store::webhooks::count_secrets_not_under_key(pool, &current).await?;
-    Ok(RotateReport { resealed: done, remaining })
+    // Every sealed value has a generation now: rows without one are refused from here on
+    // (run after every instance runs this release: an older one writes none).
+    let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
+    Ok(RotateReport { resealed: done, remaining, legacy_closed })
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose

@@ -416,6 +416,13 @@ pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) ->
     Ok(n)
 }
 
+/// Closes legacy writes (`vault_state`): sealed values without a seal generation are refused
+/// from now on, by the database's triggers. Whether they were open until now.
+pub async fn close_legacy_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!("UPDATE vault_state SET legacy_open = false WHERE legacy_open").execute(db).await?;
+    Ok(r.rows_affected() > 0)
+}
+
 /// Re-sealed ciphertexts of the same tokens under the current key, at seal generation
 /// `generation` (the row's next).
 pub async fn store_resealed(

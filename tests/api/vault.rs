@@ -203,3 +203,44 @@ async fn a_webhook_secret_dropped_at_rotation_and_put_back_signs_nothing() {
     assert!(receiver.all().is_empty(), "{} deliveries", receiver.all().len());
     let _ = leaked;
 }
+
+#[tokio::test]
+async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_any_without() {
+    use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
+    use mcp_connect::vault::{Field, RowBinding};
+    let app = spawn_app().await;
+    // A row as the previous release wrote it: sealed under the first associated-data
+    // format, no generation.
+    let (t, s, p) =
+        (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("github").unwrap());
+    let id = ConnectionId::generate();
+    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None };
+    let legacy = |token: &str| {
+        app.state.vault.seal(&row, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
+    };
+    let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type)
+                  VALUES ($1, 'acme', $2, 'github', '{}', 'active', 'k-old', $3, 'Bearer')";
+    sqlx::query(insert).bind(id.as_uuid()).bind("alice").bind(legacy("gho_legacy")).execute(&app.pool).await.unwrap();
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_legacy");
+
+    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.vault, 100, |_, _| {}).await.unwrap();
+    assert_eq!((report.resealed, report.remaining, report.legacy_closed), (1, 0, true), "{report:?}");
+    let generation: Option<i64> =
+        sqlx::query_scalar("SELECT seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(generation, Some(1));
+    app.state.caches.forget_connection("acme", "alice", "github");
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_legacy");
+
+    // From now on a row without a generation is refused, and so is taking one out to put
+    // it back with its generations started over.
+    let e = sqlx::query(insert)
+        .bind(uuid::Uuid::new_v4())
+        .bind("bob")
+        .bind(legacy("gho_bob"))
+        .execute(&app.pool)
+        .await
+        .expect_err("a sealed value without a generation");
+    assert!(e.to_string().contains("rotate-key closed legacy writes"), "{e}");
+    let e = sqlx::query("DELETE FROM connections").execute(&app.pool).await.expect_err("a delete");
+    assert!(e.to_string().contains("never deleted"), "{e}");
+}
