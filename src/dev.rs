@@ -251,44 +251,6 @@ fn start_private_postgres(data_dir: Option<&Path>) -> anyhow::Result<PrivatePost
     Ok(pg)
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::write_env_file;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn mode(p: &std::path::Path) -> u32 {
-        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn the_env_file_is_owner_only_even_when_it_existed_and_a_symlink_is_not_followed() {
-        let dir = std::env::temp_dir().join(format!("mcpc-envfile-{}", crate::crypto::random_token(6)));
-        std::fs::create_dir_all(&dir).unwrap();
-        // An existing file, readable by everyone: rewritten 0600.
-        let existing = dir.join("dev.env");
-        std::fs::write(&existing, "old").unwrap();
-        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
-        write_env_file(&existing, &[("K", "secret")]).unwrap();
-        assert_eq!(mode(&existing), 0o600);
-        assert!(std::fs::read_to_string(&existing).unwrap().contains("K=secret"));
-        // A symbolic link to another file: that file is not written; the link is replaced.
-        let target = dir.join("elsewhere");
-        std::fs::write(&target, "keep me").unwrap();
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let link = dir.join("linked.env");
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        write_env_file(&link, &[("K", "secret")]).unwrap();
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
-        assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
-        assert_eq!(mode(&link), 0o600);
-        // No temporary file is left.
-        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(left.len(), 3, "{left:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
@@ -582,4 +544,42 @@ The MCP side: run the example MCP server against this demo (its resource is {mcp
 Press Ctrl-C to stop (the private PostgreSQL stops with it).
 "#
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::write_env_file;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_env_file_is_owner_only_even_when_it_existed_and_a_symlink_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("mcpc-envfile-{}", crate::crypto::random_token(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        // An existing file, readable by everyone: rewritten 0600.
+        let existing = dir.join("dev.env");
+        std::fs::write(&existing, "old").unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_env_file(&existing, &[("K", "secret")]).unwrap();
+        assert_eq!(mode(&existing), 0o600);
+        assert!(std::fs::read_to_string(&existing).unwrap().contains("K=secret"));
+        // A symbolic link to another file: that file is not written; the link is replaced.
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "keep me").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = dir.join("linked.env");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_env_file(&link, &[("K", "secret")]).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(mode(&link), 0o600);
+        // No temporary file is left.
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 3, "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
