@@ -497,6 +497,9 @@ fn write_env_file(path: &Path, vars: &[(&str, &str)]) -> anyhow::Result<()> {
 
 fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url, metrics_url: &str) {
     let env = env_file.display();
+    // `.` needs a path with a slash to read a file rather than search PATH: `./` before a
+    // relative one, an absolute one as it is.
+    let source = if env_file.is_absolute() { env.to_string() } else { format!("./{env}") };
     let mcp_public = mcp_url.origin().ascii_serialization();
     let mcp_listen =
         format!("{}:{}", mcp_url.host_str().unwrap_or("127.0.0.1"), mcp_url.port_or_known_default().unwrap_or(8090));
@@ -507,7 +510,7 @@ Values for scripts are in {env}.
 
 Try it (in another terminal):
 
-  set -a; . ./{env}; set +a
+  set -a; . {source}; set +a
 
   # 1. An MCP server asks for alice's token at the dev provider:
   curl -s -H "Authorization: Bearer $MCP_CONNECT_SERVER_KEY" -H 'content-type: application/json' \
