@@ -162,8 +162,10 @@ pub struct ApiKeyVerifier {
     missing: RwLock<HashMap<ApiKeyId, Instant>>,
     /// Wrong secrets per live id (see the module doc).
     failures: std::sync::Mutex<HashMap<ApiKeyId, Failures>>,
-    /// One verification per id at a time.
+    /// One argon2 verification per id at a time.
     in_flight: crate::domain::gate::Gates<ApiKeyId>,
+    /// Verifiers seen, by id: a wrong secret for one of them is refused with no read.
+    verifiers: RwLock<HashMap<ApiKeyId, [u8; 32]>>,
     /// Whether the change listener is connected (negative entries are used only then).
     listening: AtomicBool,
     ttl: Duration,
@@ -204,6 +206,7 @@ impl ApiKeyVerifier {
             missing: RwLock::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
             in_flight: std::sync::Mutex::new(HashMap::new()),
+            verifiers: RwLock::new(HashMap::new()),
             listening: AtomicBool::new(false),
             ttl,
             capacity,
@@ -226,24 +229,10 @@ impl ApiKeyVerifier {
         if self.known_missing(&id) {
             return Err(KeyRejection::Invalid);
         }
-        // Its entry goes when the last holder is done, however the request ends (also when
-        // it is dropped while waiting).
-        let gate = crate::domain::gate::Gate::new(&self.in_flight, id.clone());
-        let _held = gate.lock.lock().await;
-        self.verify_alone(&id, presented, fingerprint).await
-    }
-
-    /// The rest of [`Self::verify`], for one request of this id at a time.
-    async fn verify_alone(
-        &self,
-        id: &ApiKeyId,
-        presented: &str,
-        fingerprint: [u8; 32],
-    ) -> Result<VerifiedKey, KeyRejection> {
-        let id = id.clone();
-        // The request before this one may have verified this very key.
-        if let Some(verified) = self.verified_before(&fingerprint).await? {
-            return Ok(verified);
+        // A wrong secret for an id whose verifier this instance has seen: refused with no
+        // read and no wait (keys never change, so a verifier seen once stays true).
+        if self.known_wrong(&id, presented) {
+            return Err(KeyRejection::Invalid);
         }
         let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), self.clock.now());
         let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
@@ -256,10 +245,48 @@ impl ApiKeyVerifier {
             return Err(KeyRejection::Invalid);
         }
         if let Some(verifier) = &row.verifier {
+            self.remember_verifier(&id, verifier);
             if !crate::crypto::constant_time_eq(verifier, &verifier_of(presented)) {
                 return Err(KeyRejection::Invalid);
             }
             return self.accept(id, &row, fingerprint, seen_changes, read_at).await;
+        }
+        // A key made before verifiers: argon2, one request of this id at a time. The gate's
+        // entry goes when the last holder is done, however the request ends (also when it is
+        // dropped while waiting).
+        let gate = crate::domain::gate::Gate::new(&self.in_flight, id.clone());
+        let _held = gate.acquire().await;
+        self.verify_by_argon2(id, &row, presented, fingerprint, (seen_changes, read_at)).await
+    }
+
+    /// A wrong secret for an id whose verifier is remembered.
+    fn known_wrong(&self, id: &ApiKeyId, presented: &str) -> bool {
+        let Ok(v) = self.verifiers.read() else { return false };
+        v.get(id).is_some_and(|known| !crate::crypto::constant_time_eq(known, &verifier_of(presented)))
+    }
+
+    fn remember_verifier(&self, id: &ApiKeyId, verifier: &[u8]) {
+        let Ok(known) = <[u8; 32]>::try_from(verifier) else { return };
+        if let Ok(mut v) = self.verifiers.write() {
+            if v.len() >= self.capacity && !v.contains_key(id) {
+                v.clear();
+            }
+            v.insert(id.clone(), known);
+        }
+    }
+
+    /// [`Self::verify`] of a key without a verifier, holding its id's gate.
+    async fn verify_by_argon2(
+        &self,
+        id: ApiKeyId,
+        row: &store::api_keys::ApiKeyRow,
+        presented: &str,
+        fingerprint: [u8; 32],
+        (seen_changes, read_at): (u64, Instant),
+    ) -> Result<VerifiedKey, KeyRejection> {
+        // The request before this one may have verified this very key.
+        if let Some(verified) = self.verified_before(&fingerprint).await? {
+            return Ok(verified);
         }
         if let Some(wait) = self.throttled(&id) {
             return Err(KeyRejection::Throttled(wait));
@@ -283,12 +310,13 @@ impl ApiKeyVerifier {
             return Err(KeyRejection::Invalid);
         }
         self.clear_failures(&id);
-        // A key made before verifiers: its verifier from now on (argon2 need not run for it
-        // again, on any instance).
-        if let Err(e) = store::api_keys::set_verifier(&self.pool, id.as_str(), &verifier_of(presented)).await {
+        // Its verifier from now on (argon2 need not run for it again, on any instance).
+        let verifier = verifier_of(presented);
+        if let Err(e) = store::api_keys::set_verifier(&self.pool, id.as_str(), &verifier).await {
             tracing::warn!(error = %e, "could not store an api key's verifier");
         }
-        let r = self.accept(id, &row, fingerprint, seen_changes, read_at).await;
+        self.remember_verifier(&id, &verifier);
+        let r = self.accept(id, row, fingerprint, seen_changes, read_at).await;
         // Released only now, so the next waiter finds the key in the cache.
         drop(permit);
         r

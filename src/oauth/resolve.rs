@@ -238,7 +238,7 @@ impl Resolver {
             return r;
         }
         let gate = crate::domain::gate::Gate::new(&self.building, key.to_owned());
-        let _held = gate.lock.lock().await;
+        let _held = gate.acquire().await;
         match known().await {
             Some(r) => r,
             None => {

@@ -416,10 +416,19 @@ pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) ->
     Ok(n)
 }
 
-/// Closes legacy writes (`vault_state`): sealed values without a seal generation are refused
-/// from now on, by the database's triggers. Whether they were open until now.
+/// Closes legacy writes (`vault_state`) when no sealed value without a seal generation is
+/// left (checked in the same statement): such values are refused from now on, by the
+/// database's triggers. Whether it closed them now.
 pub async fn close_legacy_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query!("UPDATE vault_state SET legacy_open = false WHERE legacy_open").execute(db).await?;
+    let r = sqlx::query!(
+        r#"UPDATE vault_state SET legacy_open = false
+           WHERE legacy_open
+             AND NOT EXISTS (SELECT 1 FROM connections WHERE seal_version IS NULL
+                             AND COALESCE(access_token_ct, refresh_token_ct, id_token_ct) IS NOT NULL)
+             AND NOT EXISTS (SELECT 1 FROM webhooks WHERE secret_version IS NULL)"#
+    )
+    .execute(db)
+    .await?;
     Ok(r.rows_affected() > 0)
 }
 

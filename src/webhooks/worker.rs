@@ -248,7 +248,8 @@ impl Worker {
         let failed = if !outcome.delivered {
             Some((failures, now + backoff(failures, rand::random::<f64>())))
         } else if slow {
-            Some((c.consecutive_failures, now + backoff(1, rand::random::<f64>())))
+            // 0: `greatest` keeps the count as it is now (a success since may have reset it).
+            Some((0, now + backoff(1, rand::random::<f64>())))
         } else {
             None
         };

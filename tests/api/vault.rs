@@ -243,4 +243,16 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
     assert!(e.to_string().contains("rotate-key closed legacy writes"), "{e}");
     let e = sqlx::query("DELETE FROM connections").execute(&app.pool).await.expect_err("a delete");
     assert!(e.to_string().contains("never deleted"), "{e}");
+    // Nor can the switch, the tombstones or whole tables be undone with plain statements.
+    sqlx::query("INSERT INTO webhooks_deleted (id) VALUES (gen_random_uuid())").execute(&app.pool).await.unwrap();
+    for (statement, why) in [
+        ("UPDATE vault_state SET legacy_open = true", "stay closed"),
+        ("DELETE FROM vault_state", "its one row"),
+        ("TRUNCATE connections CASCADE", "never deleted"),
+        ("TRUNCATE webhooks CASCADE", "remembered"),
+        ("DELETE FROM webhooks_deleted", "remembered"),
+    ] {
+        let e = sqlx::query(statement).execute(&app.pool).await.expect_err(statement);
+        assert!(e.to_string().contains(why), "{statement}: {e}");
+    }
 }
