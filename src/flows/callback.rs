@@ -397,8 +397,7 @@ async fn save_grant(
     let path_provider = &x.provider.id;
     // A reused row's next seal generation (its earlier grants' ciphertexts no longer open
     // if put back), a new row's first.
-    let generation =
-        existing.and_then(|c| c.seal_version).map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1));
+    let generation = crate::vault::next_generation(existing.and_then(|c| c.seal_version));
     let row = RowBinding {
         tenant: &x.tenant,
         subject: &subject,

@@ -56,7 +56,7 @@ impl RowIds {
 
     /// The row's next seal generation: what a write of new ciphertexts seals at.
     pub fn next_generation(&self) -> i64 {
-        self.generation.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1))
+        crate::vault::next_generation(self.generation)
     }
 
     /// To seal the row's next ciphertexts (see [`Self::next_generation`]).

@@ -102,10 +102,7 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
             let unopenable = |e| RotateError::Unopenable(row.id, e);
             // Opened at the endpoint's generation, sealed at its next (an endpoint sealed
             // before generations gets its first here).
-            let (g, next) = (
-                row.secret_version,
-                row.secret_version.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1)),
-            );
+            let (g, next) = (row.secret_version, crate::vault::next_generation(row.secret_version));
             let secret =
                 open_secret(vault, row.id, g, Slot::Current, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
             let sealed = seal_secret(vault, row.id, next, Slot::Current, &secret).map_err(unopenable)?;

@@ -203,7 +203,7 @@ pub async fn rotate_secret(
     // Both secrets are sealed at the endpoint's next generation: the one in force now, kept
     // as the previous one, is sealed anew, and every ciphertext of the generations before
     // (a secret dropped because it leaked) no longer opens if put back.
-    let next = old.secret_version.map_or(crate::vault::FIRST_GENERATION, |g| g.saturating_add(1));
+    let next = crate::vault::next_generation(old.secret_version);
     let v = &state.vault;
     let secret = webhooks::sign::new_secret();
     let sealed = webhooks::seal_secret(v, id, next, Slot::Current, &secret)?;

@@ -62,7 +62,7 @@ pub enum Reach {
 }
 
 impl Reach {
-    fn policy(self) -> crate::ssrf::AddressPolicy {
+    pub fn policy(self) -> crate::ssrf::AddressPolicy {
         match self {
             Reach::Public => crate::ssrf::AddressPolicy::default(),
             Reach::Private => crate::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },

@@ -82,11 +82,7 @@ fn reach_of(configured: &[url::Origin], url: &Url, allow_private: bool) -> Resul
         return Ok(None);
     }
     let reach = if allow_private { Reach::Private } else { Reach::Public };
-    let policy = match reach {
-        Reach::Public => crate::ssrf::AddressPolicy::default(),
-        Reach::Private => crate::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
-    };
-    crate::ssrf::check_url(url, policy)?;
+    crate::ssrf::check_url(url, reach.policy())?;
     Ok(Some(reach))
 }
 

@@ -54,6 +54,12 @@ pub struct RowBinding<'a> {
 /// The generation a new row's ciphertexts are sealed at.
 pub const FIRST_GENERATION: i64 = 1;
 
+/// The generation the next write of new ciphertexts seals at, after `current` (`None`: a
+/// new row, or one sealed before generations).
+pub fn next_generation(current: Option<i64>) -> i64 {
+    current.map_or(FIRST_GENERATION, |g| g.saturating_add(1))
+}
+
 impl RowBinding<'_> {
     /// Length-prefixed, so that no two different bindings encode to the same bytes; the
     /// generation (v2) last, as 8 bytes.
@@ -197,6 +203,11 @@ mod tests {
         Vault::new(Keyring::parse(spec).unwrap())
     }
 
+    /// A new row at the first generation.
+    fn row_of<'a>(t: &'a TenantId, s: &'a Subject, p: &'a ProviderId) -> RowBinding<'a> {
+        RowBinding { tenant: t, subject: s, provider: p, connection: ConnectionId::generate(), generation: Some(1) }
+    }
+
     const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     const K2: &str = "k2:HxwdHhscGRobGBcWFRQTEhEQDw4NDAsKCQgHBgUEAwI=";
 
@@ -204,13 +215,7 @@ mod tests {
     fn a_sealed_token_opens_for_its_own_row_and_field() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding {
-            tenant: &t,
-            subject: &s,
-            provider: &p,
-            connection: ConnectionId::generate(),
-            generation: Some(1),
-        };
+        let row = row_of(&t, &s, &p);
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("gho_secret")).unwrap();
         assert!(!ct.windows(10).any(|w| w == b"gho_secret"));
         let pt = v.open("k1", &row, Field::AccessToken, &ct).unwrap();
@@ -221,13 +226,7 @@ mod tests {
     fn a_ciphertext_does_not_open_for_another_row_or_field() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding {
-            tenant: &t,
-            subject: &s,
-            provider: &p,
-            connection: ConnectionId::generate(),
-            generation: Some(1),
-        };
+        let row = row_of(&t, &s, &p);
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         let other_conn = RowBinding { connection: ConnectionId::generate(), ..row };
         assert!(matches!(v.open("k1", &other_conn, Field::AccessToken, &ct), Err(VaultError::Open)));
@@ -275,13 +274,7 @@ mod tests {
     fn a_tampered_ciphertext_does_not_open() {
         let (t, s, p) = ids();
         let v = vault(K1);
-        let row = RowBinding {
-            tenant: &t,
-            subject: &s,
-            provider: &p,
-            connection: ConnectionId::generate(),
-            generation: Some(1),
-        };
+        let row = row_of(&t, &s, &p);
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         for i in 0..ct.len() {
             let mut bad = ct.clone();
@@ -294,13 +287,7 @@ mod tests {
     #[test]
     fn old_keys_open_and_the_current_key_seals() {
         let (t, s, p) = ids();
-        let row = RowBinding {
-            tenant: &t,
-            subject: &s,
-            provider: &p,
-            connection: ConnectionId::generate(),
-            generation: Some(1),
-        };
+        let row = row_of(&t, &s, &p);
         let old = vault(K1);
         let ct = old.seal(&row, Field::RefreshToken, &SecretString::from("r1")).unwrap();
         let rotated = vault(&format!("{K2},{K1}"));
@@ -323,13 +310,7 @@ mod tests {
     #[test]
     fn an_unknown_key_id_is_an_error_not_a_guess() {
         let (t, s, p) = ids();
-        let row = RowBinding {
-            tenant: &t,
-            subject: &s,
-            provider: &p,
-            connection: ConnectionId::generate(),
-            generation: Some(1),
-        };
+        let row = row_of(&t, &s, &p);
         let v = vault(K1);
         let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         assert!(matches!(v.open("k9", &row, Field::AccessToken, &ct), Err(VaultError::UnknownKey(_))));
