@@ -5,7 +5,9 @@
 //! associated data, so a state opens only for the same subject making the same tool call
 //! with the same arguments, under a key only the MCP server holds, before its expiry.
 //!
-//! Format: `mcs1.` + base64url(24-byte nonce ‖ ciphertext ‖ tag).
+//! Format `mcs2`, shared byte for byte with the Python and TypeScript libraries
+//! (`docs/request-state.md`, vectors in `clients/request-state-vectors.json`):
+//! `mcs2.<kid>.` + base64url(24-byte nonce ‖ ciphertext ‖ tag).
 
 use crate::api::ElicitationId;
 use base64::Engine;
@@ -17,19 +19,40 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use time::OffsetDateTime;
 
-const PREFIX: &str = "mcs1.";
+const PREFIX: &str = "mcs2.";
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
-/// Longer states are refused before decoding: ours are about 150 characters.
+/// Longer states are refused before decoding: ours are about 120 characters.
 const MAX_SEALED_LEN: usize = 2048;
-const AD_DOMAIN: &[u8] = b"mcp-connect-client/request-state/v1";
+const AD_DOMAIN: &[u8] = b"mcp-connect/request-state/v2";
+const KID_DOMAIN: &[u8] = b"mcp-connect/request-state/v2/key-id";
+/// The key id is this many bytes of the hash, 8 characters of base64url.
+const KID_BYTES: usize = 6;
 
-/// The AEAD key(s) for request states: the current one seals, every one opens (so a key
-/// can rotate without failing the calls in flight). Keep it out of the client's reach.
+/// One 32-byte key and its id.
+#[derive(Clone)]
+struct Key {
+    bytes: [u8; 32],
+    kid: String,
+}
+
+impl Key {
+    fn new(bytes: [u8; 32]) -> Self {
+        let mut h = Sha256::new();
+        h.update(KID_DOMAIN);
+        h.update(bytes);
+        let kid = URL_SAFE_NO_PAD.encode(&h.finalize()[..KID_BYTES]);
+        Self { bytes, kid }
+    }
+}
+
+/// The AEAD key(s) for request states: the current one seals, the one a state names by
+/// its key id opens it (so a key can rotate without failing the calls in flight). Keep it
+/// out of the client's reach.
 #[derive(Clone)]
 pub struct RequestStateKey {
-    current: [u8; 32],
-    previous: Vec<[u8; 32]>,
+    current: Key,
+    previous: Vec<Key>,
 }
 
 /// A key that is not 32 bytes of standard base64.
@@ -39,7 +62,7 @@ pub struct InvalidRequestStateKey;
 
 impl RequestStateKey {
     pub fn from_bytes(key: [u8; 32]) -> Self {
-        Self { current: key, previous: Vec::new() }
+        Self { current: Key::new(key), previous: Vec::new() }
     }
 
     /// 32 bytes in standard base64 (e.g. `openssl rand -base64 32`).
@@ -58,8 +81,17 @@ impl RequestStateKey {
 
     /// Also opens states sealed under `old` (key rotation).
     pub fn with_previous(mut self, old: &RequestStateKey) -> Self {
-        self.previous.push(old.current);
+        self.previous.push(old.current.clone());
         self
+    }
+
+    /// The current key's id, as it appears in the states it seals.
+    pub fn key_id(&self) -> &str {
+        &self.current.kid
+    }
+
+    fn by_kid(&self, kid: &str) -> Option<&Key> {
+        std::iter::once(&self.current).chain(self.previous.iter()).find(|k| k.kid == kid)
     }
 }
 
@@ -83,9 +115,9 @@ impl<'a> ToolCall<'a> {
         Self { subject, tool, arguments: arguments_digest(arguments) }
     }
 
-    fn associated_data(&self) -> Vec<u8> {
-        let mut ad = Vec::with_capacity(AD_DOMAIN.len() + self.subject.len() + self.tool.len() + 48);
-        for part in [AD_DOMAIN, self.subject.as_bytes(), self.tool.as_bytes(), &self.arguments] {
+    fn associated_data(&self, kid: &str) -> Vec<u8> {
+        let mut ad = Vec::with_capacity(AD_DOMAIN.len() + kid.len() + self.subject.len() + self.tool.len() + 72);
+        for part in [AD_DOMAIN, kid.as_bytes(), self.subject.as_bytes(), self.tool.as_bytes(), &self.arguments] {
             // Length-prefixed, so ("ab","c") and ("a","bc") differ.
             ad.extend_from_slice(&(part.len() as u64).to_be_bytes());
             ad.extend_from_slice(part);
@@ -94,45 +126,32 @@ impl<'a> ToolCall<'a> {
     }
 }
 
-/// SHA-256 over a canonical JSON form of the arguments (object keys sorted, no
-/// whitespace), so a client that reorders keys on the retry still matches.
+/// SHA-256 over the RFC 8785 canonical JSON of the arguments, so a client that reorders
+/// keys on the retry still matches.
 pub fn arguments_digest(arguments: &serde_json::Value) -> [u8; 32] {
-    let mut canonical = String::new();
-    match arguments {
-        serde_json::Value::Null => canonical.push_str("{}"),
-        v => write_canonical(v, &mut canonical),
-    }
-    Sha256::digest(canonical.as_bytes()).into()
+    Sha256::digest(canonical_json(arguments).as_bytes()).into()
 }
 
-fn write_canonical(v: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
+/// RFC 8785 (JCS) text of `v`, with every number first made the IEEE-754 double nearest
+/// to it: a TypeScript server parses arguments into doubles, so an integer beyond 2^53
+/// must digest as the double it rounds to in every language (docs/request-state.md).
+/// `null` (absent arguments) is `{}`.
+pub(crate) fn canonical_json(v: &serde_json::Value) -> String {
+    fn as_doubles(v: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Value::Number(n) => {
+                n.as_f64().and_then(serde_json::Number::from_f64).map_or_else(|| v.clone(), Value::Number)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(as_doubles).collect()),
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect()),
+            other => other.clone(),
+        }
+    }
     match v {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
+        serde_json::Value::Null => "{}".to_owned(),
+        // Serialising a JSON value fails only for non-finite numbers, which JSON has not.
+        v => serde_jcs::to_string(&as_doubles(v)).unwrap_or_default(),
     }
 }
 
@@ -158,6 +177,7 @@ pub enum RequestStateError {
     Expired,
 }
 
+/// The plaintext, `{"e":"<id>","x":<unix seconds>}`: field order is the wire format.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Plain {
     e: ElicitationId,
@@ -171,19 +191,24 @@ impl RequestState {
 
     /// Seals the state for `call` under the key's current key.
     pub fn seal(&self, key: &RequestStateKey, call: &ToolCall<'_>) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        self.seal_with_nonce(key, call, &nonce)
+    }
+
+    fn seal_with_nonce(&self, key: &RequestStateKey, call: &ToolCall<'_>, nonce: &[u8; NONCE_LEN]) -> String {
         let plain = Plain { e: self.elicitation_id.clone(), x: self.expires_at.unix_timestamp() };
         // Serialising two plain fields cannot fail; an empty plaintext would only fail to open.
         let msg = serde_json::to_vec(&plain).unwrap_or_default();
-        let mut nonce = [0u8; NONCE_LEN];
-        rand::rng().fill_bytes(&mut nonce);
-        let ad = call.associated_data();
-        let cipher = XChaCha20Poly1305::new((&key.current).into());
+        let kid = &key.current.kid;
+        let ad = call.associated_data(kid);
+        let cipher = XChaCha20Poly1305::new((&key.current.bytes).into());
         // XChaCha20-Poly1305 encryption fails only for messages beyond 256 GiB.
-        let ct = cipher.encrypt(XNonce::from_slice(&nonce), Payload { msg: &msg, aad: &ad }).unwrap_or_default();
+        let ct = cipher.encrypt(XNonce::from_slice(nonce), Payload { msg: &msg, aad: &ad }).unwrap_or_default();
         let mut raw = Vec::with_capacity(NONCE_LEN + ct.len());
-        raw.extend_from_slice(&nonce);
+        raw.extend_from_slice(nonce);
         raw.extend_from_slice(&ct);
-        format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(raw))
+        format!("{PREFIX}{kid}.{}", URL_SAFE_NO_PAD.encode(raw))
     }
 
     /// Opens a state the client returned, for `call`, at `now`.
@@ -196,19 +221,19 @@ impl RequestState {
         if sealed.len() > MAX_SEALED_LEN {
             return Err(RequestStateError::Malformed);
         }
-        let body = sealed.strip_prefix(PREFIX).ok_or(RequestStateError::Malformed)?;
+        let rest = sealed.strip_prefix(PREFIX).ok_or(RequestStateError::Malformed)?;
+        let (kid, body) = rest.split_once('.').ok_or(RequestStateError::Malformed)?;
         let raw = URL_SAFE_NO_PAD.decode(body).map_err(|_| RequestStateError::Malformed)?;
         if raw.len() < NONCE_LEN + TAG_LEN {
             return Err(RequestStateError::Malformed);
         }
+        // A key id we hold no key for looks like any other state that does not open.
+        let k = key.by_kid(kid).ok_or(RequestStateError::Invalid)?;
         let (nonce, ct) = raw.split_at(NONCE_LEN);
-        let ad = call.associated_data();
-        let msg = std::iter::once(&key.current)
-            .chain(key.previous.iter())
-            .find_map(|k| {
-                XChaCha20Poly1305::new(k.into()).decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: &ad }).ok()
-            })
-            .ok_or(RequestStateError::Invalid)?;
+        let ad = call.associated_data(kid);
+        let msg = XChaCha20Poly1305::new((&k.bytes).into())
+            .decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: &ad })
+            .map_err(|_| RequestStateError::Invalid)?;
         // Authenticated, so a parse failure means our own format changed: still refuse.
         let plain: Plain = serde_json::from_slice(&msg).map_err(|_| RequestStateError::Malformed)?;
         let expires_at = OffsetDateTime::from_unix_timestamp(plain.x).map_err(|_| RequestStateError::Malformed)?;
@@ -222,7 +247,7 @@ impl RequestState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use time::Duration;
 
     fn key() -> RequestStateKey {
@@ -240,15 +265,22 @@ mod tests {
         )
     }
 
-    fn args() -> serde_json::Value {
+    fn args() -> Value {
         json!({"provider": "github", "verbose": true})
+    }
+
+    /// The nonce ‖ ciphertext ‖ tag of a sealed state, and the text before it.
+    fn split(sealed: &str) -> (String, Vec<u8>) {
+        let (head, body) = sealed.rsplit_once('.').unwrap();
+        (format!("{head}."), URL_SAFE_NO_PAD.decode(body).unwrap())
     }
 
     #[test]
     fn a_sealed_state_opens_for_the_same_call() {
         let call = ToolCall::new("alice", "whoami_on", &args());
         let sealed = state().seal(&key(), &call);
-        assert!(sealed.starts_with("mcs1."));
+        assert!(sealed.starts_with(&format!("mcs2.{}.", key().key_id())), "{sealed}");
+        assert_eq!(key().key_id().len(), 8);
         assert_eq!(RequestState::open(&sealed, &key(), &call, now()).unwrap(), state());
     }
 
@@ -256,9 +288,8 @@ mod tests {
     fn the_state_hides_the_elicitation_id_and_the_subject() {
         let call = ToolCall::new("alice", "whoami_on", &args());
         let sealed = state().seal(&key(), &call);
-        let raw = URL_SAFE_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
-        let text = String::from_utf8_lossy(&raw);
-        assert!(!text.contains("3f2b8c1e") && !text.contains("alice"));
+        let text = String::from_utf8_lossy(&split(&sealed).1).into_owned();
+        assert!(!text.contains("3f2b8c1e") && !text.contains("alice") && !sealed.contains("alice"));
         assert_ne!(sealed, state().seal(&key(), &call), "a fresh nonce per seal");
     }
 
@@ -266,10 +297,10 @@ mod tests {
     fn a_tampered_state_is_invalid() {
         let call = ToolCall::new("alice", "whoami_on", &args());
         let sealed = state().seal(&key(), &call);
-        let mut raw = URL_SAFE_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
+        let (head, mut raw) = split(&sealed);
         for i in [0, NONCE_LEN, raw.len() - 1] {
             raw[i] ^= 0x01;
-            let tampered = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&raw));
+            let tampered = format!("{head}{}", URL_SAFE_NO_PAD.encode(&raw));
             assert_eq!(
                 RequestState::open(&tampered, &key(), &call, now()),
                 Err(RequestStateError::Invalid),
@@ -321,6 +352,9 @@ mod tests {
         assert_eq!(RequestState::open(&sealed, &key(), &call, now()), Err(RequestStateError::Invalid));
         let rotated = key().with_previous(&old);
         assert!(RequestState::open(&sealed, &rotated, &call, now()).is_ok());
+        // The key id picks the key; a state relabelled with the other key's id does not open.
+        let relabelled = sealed.replacen(old.key_id(), key().key_id(), 1);
+        assert_eq!(RequestState::open(&relabelled, &rotated, &call, now()), Err(RequestStateError::Invalid));
     }
 
     #[test]
@@ -329,15 +363,24 @@ mod tests {
             arguments_digest(&json!({"a": 1, "b": {"y": [1, 2], "x": "s"}})),
             arguments_digest(&json!({"b": {"x": "s", "y": [1, 2]}, "a": 1}))
         );
-        assert_eq!(arguments_digest(&serde_json::Value::Null), arguments_digest(&json!({})));
+        assert_eq!(arguments_digest(&Value::Null), arguments_digest(&json!({})));
         assert_ne!(arguments_digest(&json!({"a": 1})), arguments_digest(&json!({"a": "1"})));
     }
 
     #[test]
     fn malformed_states_are_refused_without_panicking() {
         let call = ToolCall::new("alice", "whoami_on", &args());
-        for s in ["", "mcs1.", "mcs1.!!!", "v0.abc", "mcs1.AAAA", &"x".repeat(5000)] {
-            assert_eq!(RequestState::open(s, &key(), &call, now()), Err(RequestStateError::Malformed), "{s:.20}");
+        let kid = key().key_id().to_owned();
+        for s in [
+            "".to_owned(),
+            "mcs2.".to_owned(),
+            format!("mcs2.{kid}"),
+            format!("mcs2.{kid}.!!!"),
+            format!("mcs2.{kid}.AAAA"),
+            "mcs1.AAAA".to_owned(),
+            "x".repeat(5000),
+        ] {
+            assert_eq!(RequestState::open(&s, &key(), &call, now()), Err(RequestStateError::Malformed), "{s:.20}");
         }
     }
 
@@ -357,7 +400,8 @@ mod tests {
             let call = ToolCall::new(&subject, &tool, &args);
             let sealed = state().seal(&key(), &call);
             proptest::prop_assert_eq!(RequestState::open(&sealed, &key(), &call, now()).unwrap(), state());
-            let other = json!({"n": n.wrapping_add(1)});
+            // A neighbour that is still another double (integers past 2^53 round together).
+            let other = json!({"n": (n as f64) * 2.0 + 1.0});
             let moved = ToolCall::new(&subject, &tool, &other);
             proptest::prop_assert!(matches!(RequestState::open(&sealed, &key(), &moved, now()), Err(RequestStateError::Invalid)));
         }
@@ -368,10 +412,10 @@ mod tests {
         fn any_change_to_a_sealed_state_is_refused(at in proptest::num::usize::ANY, mask in 1u8..=255, ch in proptest::char::range('-', 'z')) {
             let call = ToolCall::new("alice", "whoami_on", &args());
             let sealed = state().seal(&key(), &call);
-            let mut raw = URL_SAFE_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
+            let (head, mut raw) = split(&sealed);
             let i = at % raw.len();
             raw[i] ^= mask;
-            let forged = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&raw));
+            let forged = format!("{head}{}", URL_SAFE_NO_PAD.encode(&raw));
             proptest::prop_assert!(matches!(RequestState::open(&forged, &key(), &call, now()), Err(RequestStateError::Invalid)));
             let mut text: Vec<char> = sealed.chars().collect();
             let j = at % text.len();
@@ -379,6 +423,203 @@ mod tests {
             text[j] = ch;
             let edited: String = text.into_iter().collect();
             proptest::prop_assert!(RequestState::open(&edited, &key(), &call, now()).is_err());
+        }
+    }
+
+    // --- The shared vectors (clients/request-state-vectors.json) ---------------------------
+
+    const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/request-state-vectors.json");
+
+    fn vector_key(n: u8) -> (String, RequestStateKey) {
+        let bytes: [u8; 32] = std::array::from_fn(|i| i as u8 + 32 * n);
+        (STANDARD.encode(bytes), RequestStateKey::from_bytes(bytes))
+    }
+
+    fn keyring(names: &[&str]) -> RequestStateKey {
+        let pick = |name: &str| vector_key(name[1..].parse::<u8>().unwrap() - 1).1;
+        let mut ring = pick(names[0]);
+        for n in &names[1..] {
+            ring = ring.with_previous(&pick(n));
+        }
+        ring
+    }
+
+    fn nonce(n: u8) -> [u8; NONCE_LEN] {
+        std::array::from_fn(|i| 0xa0u8.wrapping_add(i as u8).wrapping_add(n))
+    }
+
+    /// Seals any plaintext (a state our format would not write), for the refusal of one.
+    fn seal_raw(key: &RequestStateKey, call: &ToolCall<'_>, msg: &[u8]) -> String {
+        let kid = key.key_id();
+        let ct = XChaCha20Poly1305::new((&key.current.bytes).into())
+            .encrypt(XNonce::from_slice(&nonce(9)), Payload { msg, aad: &call.associated_data(kid) })
+            .unwrap();
+        format!("{PREFIX}{kid}.{}", URL_SAFE_NO_PAD.encode([nonce(9).as_slice(), &ct].concat()))
+    }
+
+    /// Arguments written as JSON text, so the file carries `1.0`, `-0.0` and integers past
+    /// 2^53 as written.
+    fn parse(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn canonical_inputs() -> Vec<Value> {
+        [
+            r#"{"provider":"github"}"#,
+            "null",
+            "{}",
+            r#"{"b":{"y":[1,2],"x":"s"},"a":1}"#,
+            r#"{"n":[1.0,0.1,1e21,1e-7,-0.0,9007199254740993,123456789012345680000,5e-324,1.5e300,-12.5,100]}"#,
+            r#"{"s":"é\u0000\u001f\"\\/\n\t\u007f\u2028 😀","€":1,"\r":2,"😀":3,"ﬀ":4,"":0}"#,
+            r#"{"a":[true,false,null,{},[]],"A":"x"}"#,
+        ]
+        .into_iter()
+        .map(parse)
+        .collect()
+    }
+
+    struct Call {
+        subject: &'static str,
+        tool: &'static str,
+        arguments: Value,
+    }
+
+    impl Call {
+        fn tool_call(&self) -> ToolCall<'_> {
+            ToolCall::new(self.subject, self.tool, &self.arguments)
+        }
+    }
+
+    fn the_vectors() -> Value {
+        let keys: Vec<Value> = (0..2)
+            .map(|n| {
+                let (b64, k) = vector_key(n);
+                json!({"name": format!("k{}", n + 1), "key": b64, "kid": k.key_id()})
+            })
+            .collect();
+        let canonical: Vec<Value> = canonical_inputs()
+            .into_iter()
+            .map(|a| {
+                let text = canonical_json(&a);
+                let digest: String = arguments_digest(&a).iter().map(|b| format!("{b:02x}")).collect();
+                json!({"arguments": a, "canonical": text, "sha256": digest})
+            })
+            .collect();
+        let t0 = 1_900_000_000i64;
+        let ids = ["3f2b8c1e-0d4a-4e5b-9c6d-7e8f9a0b1c2d", "0b9e6a52-64c1-4f7e-8a3d-2c5b1e9f7a60"];
+        let github = || parse(r#"{"provider":"github"}"#);
+        let seals = [
+            ("k1", 0u8, Call { subject: "alice", tool: "whoami_on", arguments: github() }, ids[0]),
+            ("k1", 1, Call { subject: "Zoë 😀", tool: "list_repos", arguments: Value::Null }, ids[1]),
+            ("k2", 2, Call { subject: "alice", tool: "whoami_on", arguments: canonical_inputs()[4].clone() }, ids[0]),
+        ];
+        let mut seal = Vec::new();
+        let mut sealed_states = Vec::new();
+        for (k, n, call, id) in &seals {
+            let st = RequestState::new(
+                ElicitationId::parse(id).unwrap(),
+                OffsetDateTime::from_unix_timestamp(t0 + 600).unwrap(),
+            );
+            let s = st.seal_with_nonce(&keyring(&[k]), &call.tool_call(), &nonce(*n));
+            seal.push(json!({
+                "key": k, "nonce": nonce(*n).iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                "subject": call.subject, "tool": call.tool, "arguments": call.arguments,
+                "elicitation_id": id, "expires_at": t0 + 600, "now": t0, "state": s,
+            }));
+            sealed_states.push(s);
+        }
+        let [alice, _, under_k2] = &sealed_states[..] else { unreachable!() };
+        let open = vec![
+            json!({"name": "a state of a previous key opens after rotation", "keys": ["k1", "k2"], "state": under_k2,
+                   "subject": "alice", "tool": "whoami_on", "arguments": canonical_inputs()[4], "now": t0 + 599,
+                   "elicitation_id": ids[0], "expires_at": t0 + 600}),
+            json!({"name": "reordered arguments and one second before the deadline", "keys": ["k2", "k1"], "state": alice,
+                   "subject": "alice", "tool": "whoami_on", "arguments": parse(r#"{ "provider" : "github" }"#),
+                   "now": t0 + 599, "elicitation_id": ids[0], "expires_at": t0 + 600}),
+        ];
+        let (head, raw) = split(alice);
+        let flip = |i: usize| {
+            let mut r = raw.clone();
+            r[i] ^= 0x01;
+            format!("{head}{}", URL_SAFE_NO_PAD.encode(r))
+        };
+        let k1_kid = keyring(&["k1"]).key_id().to_owned();
+        let k2_kid = keyring(&["k2"]).key_id().to_owned();
+        let bad_plain = seal_raw(&keyring(&["k1"]), &seals[0].2.tool_call(), br#"{"e":1}"#);
+        let refuse_one = |name: &str, keys: &[&str], state: &str, subject: &str, tool: &str, args: Value, now: i64, error: &str| {
+            json!({"name": name, "keys": keys, "state": state, "subject": subject, "tool": tool,
+                   "arguments": args, "now": now, "error": error})
+        };
+        let r = |name: &str, state: &str, error: &str| refuse_one(name, &["k1"], state, "alice", "whoami_on", github(), t0, error);
+        let refuse = vec![
+            r("a changed nonce byte", &flip(0), "invalid"),
+            r("a changed ciphertext byte", &flip(NONCE_LEN), "invalid"),
+            r("a changed tag byte", &flip(raw.len() - 1), "invalid"),
+            refuse_one("another subject", &["k1"], alice, "bob", "whoami_on", github(), t0, "invalid"),
+            refuse_one("another tool", &["k1"], alice, "alice", "delete_repo", github(), t0, "invalid"),
+            refuse_one("other arguments", &["k1"], alice, "alice", "whoami_on", parse(r#"{"provider":"gitlab"}"#), t0, "invalid"),
+            refuse_one("a character moved from the subject to the tool", &["k1"], alice, "alic", "ewhoami_on", github(), t0, "invalid"),
+            refuse_one("no arguments instead of some", &["k1"], alice, "alice", "whoami_on", Value::Null, t0, "invalid"),
+            refuse_one("a key id the opener has no key for", &["k2"], alice, "alice", "whoami_on", github(), t0, "invalid"),
+            refuse_one("relabelled with another key's id", &["k1", "k2"], &alice.replacen(&k1_kid, &k2_kid, 1), "alice", "whoami_on", github(), t0, "invalid"),
+            refuse_one("at its deadline", &["k1"], alice, "alice", "whoami_on", github(), t0 + 600, "expired"),
+            refuse_one("past its deadline", &["k1"], alice, "alice", "whoami_on", github(), t0 + 86_400, "expired"),
+            refuse_one("past its deadline and for another subject", &["k1"], alice, "bob", "whoami_on", github(), t0 + 86_400, "invalid"),
+            r("the earlier format's prefix", &alice.replacen("mcs2.", "mcs1.", 1), "malformed"),
+            r("empty", "", "malformed"),
+            r("no key id", &format!("mcs2.{}", &alice[PREFIX.len() + 9..]), "malformed"),
+            r("a body that is not base64url", &format!("mcs2.{k1_kid}.!!!!"), "malformed"),
+            r("a body too short for a nonce and a tag", &format!("mcs2.{k1_kid}.{}", URL_SAFE_NO_PAD.encode([0u8; 39])), "malformed"),
+            r("longer than 2048 characters", &format!("{alice}{}", "A".repeat(2049 - alice.len())), "malformed"),
+            r("an authenticated plaintext that is not a state", &bad_plain, "malformed"),
+        ];
+        json!({
+            "format": "mcs2",
+            "about": "docs/request-state.md; written by crates/client request_state::tests::the_shared_vectors_hold with UPDATE_VECTORS=1",
+            "keys": keys, "canonical": canonical, "seal": seal, "open": open, "refuse": refuse,
+        })
+    }
+
+    fn at(v: &Value) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(v.as_i64().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_shared_vectors_hold() {
+        let made = serde_json::to_string_pretty(&the_vectors()).unwrap() + "\n";
+        if std::env::var_os("UPDATE_VECTORS").is_some() {
+            assert!(std::env::var_os("CI").is_none(), "vectors are written by a developer, never by CI");
+            std::fs::write(VECTORS, &made).unwrap();
+        }
+        let file = std::fs::read_to_string(VECTORS).unwrap();
+        let v: Value = serde_json::from_str(&file).unwrap();
+        // The file is what this code writes (a change of format shows here first)...
+        assert_eq!(file, made, "clients/request-state-vectors.json is stale: UPDATE_VECTORS=1 rewrites it");
+        // ...and this code reads it as the other libraries do.
+        for c in v["canonical"].as_array().unwrap() {
+            assert_eq!(canonical_json(&c["arguments"]), c["canonical"].as_str().unwrap());
+        }
+        for k in v["keys"].as_array().unwrap() {
+            assert_eq!(RequestStateKey::from_base64(k["key"].as_str().unwrap()).unwrap().key_id(), k["kid"]);
+        }
+        let keys_of = |e: &Value| keyring(&e["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect::<Vec<_>>());
+        let call_of = |e: &Value| (e["subject"].as_str().unwrap().to_owned(), e["tool"].as_str().unwrap().to_owned(), e["arguments"].clone());
+        for e in v["seal"].as_array().unwrap().iter().chain(v["open"].as_array().unwrap()) {
+            let ring = if e.get("keys").is_some() { keys_of(e) } else { keyring(&[e["key"].as_str().unwrap()]) };
+            let (s, t, a) = call_of(e);
+            let got = RequestState::open(e["state"].as_str().unwrap(), &ring, &ToolCall::new(&s, &t, &a), at(&e["now"])).unwrap();
+            assert_eq!(got.elicitation_id.as_str(), e["elicitation_id"]);
+            assert_eq!(got.expires_at, at(&e["expires_at"]));
+        }
+        for e in v["refuse"].as_array().unwrap() {
+            let (s, t, a) = call_of(e);
+            let got = RequestState::open(e["state"].as_str().unwrap(), &keys_of(e), &ToolCall::new(&s, &t, &a), at(&e["now"]));
+            let want = match e["error"].as_str().unwrap() {
+                "malformed" => RequestStateError::Malformed,
+                "invalid" => RequestStateError::Invalid,
+                _ => RequestStateError::Expired,
+            };
+            assert_eq!(got, Err(want), "{}", e["name"]);
         }
     }
 }
