@@ -31,6 +31,8 @@ pub struct AppState {
     pub api_keys: Arc<ApiKeyVerifier>,
     pub public_base_url: Url,
     pub elicitation_ttl: Duration,
+    /// The longest a request is held by `wait_seconds` (`elicitations.max_wait_seconds`).
+    pub max_wait: Duration,
     pub idp: Arc<IdpConfig>,
     pub resolver: Arc<Resolver>,
     pub outbound: Outbound,
@@ -111,6 +113,8 @@ impl RefreshGate {
 pub struct Shutdown {
     draining: std::sync::atomic::AtomicBool,
     stopping: std::sync::atomic::AtomicBool,
+    /// Wakes requests that wait (`wait_seconds`) when the drain begins.
+    drain_began: tokio::sync::Notify,
 }
 
 impl Shutdown {
@@ -128,6 +132,18 @@ impl Shutdown {
 
     pub fn begin_drain(&self) {
         self.draining.store(true, std::sync::atomic::Ordering::Release);
+        self.drain_began.notify_waiters();
+    }
+
+    /// Completes once the drain has begun (at once if it has).
+    pub async fn draining(&self) {
+        let notified = self.drain_began.notified();
+        tokio::pin!(notified);
+        // Armed before the flag is read, so a drain that begins in between still wakes it.
+        notified.as_mut().enable();
+        if !self.is_draining() {
+            notified.await;
+        }
     }
 
     pub fn begin_stop(&self) {

@@ -303,6 +303,7 @@ async fn app_state(
         api_keys,
         public_base_url: config.public_base_url,
         elicitation_ttl: config.elicitation_ttl,
+        max_wait: config.max_wait,
         detached: tokio_util::task::TaskTracker::new(),
         shutdown: Arc::default(),
         pool,

@@ -35,7 +35,7 @@ async fn listen(
         Some(url) => sqlx::postgres::PgListener::connect(secrecy::ExposeSecret::expose_secret(url)).await?,
         None => sqlx::postgres::PgListener::connect_with(pool).await?,
     };
-    listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, PING]).await?;
+    listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, ELICITATIONS, PING]).await?;
     // Prove the round trip before serving from the caches.
     let token = crate::crypto::random_token(16);
     sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool).await?;
@@ -45,6 +45,7 @@ async fn listen(
             Some(n) => match n.channel() {
                 CONNECTIONS => caches.invalidate_connection(n.payload()),
                 KILL_SWITCHES => caches.invalidate_kill_switches(),
+                ELICITATIONS => caches.waiters.changed(n.payload()),
                 API_KEYS => {
                     api_keys.on_notification(n.payload());
                     if n.payload().starts_with("tenant:") {

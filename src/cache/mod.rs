@@ -34,6 +34,7 @@ const CONNECTIONS: &str = "mcpc_connections";
 const KILL_SWITCHES: &str = "mcpc_kill_switches";
 const API_KEYS: &str = "mcpc_api_keys";
 const PING: &str = "mcpc_cache_ping";
+const ELICITATIONS: &str = "mcpc_elicitations";
 const SEP: u8 = 0x1f;
 /// Shapes kept for sharing; rows with rarer shapes get their own copy.
 const MAX_SHAPES: usize = 4096;
@@ -52,6 +53,7 @@ const KEEP_IDLE: Duration = Duration::from_secs(60);
 
 mod entry;
 mod listener;
+pub mod waiters;
 
 pub use entry::{CachedConnection, Shape};
 use entry::{Due, Entry};
@@ -78,6 +80,8 @@ pub struct Caches {
     keep_idle: Duration,
     kill_switches: RwLock<HashMap<(String, String), (KillState, Instant)>>,
     clock: Arc<dyn Clock>,
+    /// Requests waiting for an elicitation to change (woken by the same listener).
+    pub waiters: waiters::Waiters,
 }
 
 /// A snapshot of the invalidation counter and the time, taken before a database read.
@@ -109,6 +113,7 @@ impl Caches {
             shapes: Mutex::new(HashMap::new()),
             keep_idle: KEEP_IDLE,
             kill_switches: RwLock::new(HashMap::new()),
+            waiters: waiters::Waiters::default(),
         }
     }
 
@@ -291,6 +296,8 @@ impl Caches {
             // Stop serving first, then empty: nothing cached before the gap survives it.
             self.healthy.store(false, Ordering::Release);
             self.clear_all();
+            // Changes may now go unheard: every waiter reads again and answers.
+            self.waiters.wake_all();
         } else {
             self.clear_all();
             self.healthy.store(true, Ordering::Release);

@@ -32,7 +32,7 @@ const TOP: &[(&str, Kind)] = &[("public_base_url", Text), ("listen", Text), ("lo
 const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("database", &[("url", Text), ("listen_url", Text), ("max_connections", Number)]),
     ("vault", &[("keys_file", Text)]),
-    ("elicitations", &[("ttl_seconds", Number)]),
+    ("elicitations", &[("ttl_seconds", Number), ("max_wait_seconds", Number)]),
     ("api_keys", &[("cache_seconds", Number), ("cache_capacity", Number), ("hash_queue", Number)]),
     ("idp", &[("issuer", Text), ("client_id", Text), ("client_secret_file", Text), ("clock_skew_seconds", Number)]),
     ("sessions", &[("ttl_seconds", Number)]),

@@ -71,6 +71,8 @@ pub struct Config {
     pub database_listen_url: Option<SecretString>,
     pub keyring: Keyring,
     pub elicitation_ttl: Duration,
+    /// The longest a request is held by `wait_seconds` (a larger ask is held this long).
+    pub max_wait: Duration,
     pub api_key_cache_ttl: Duration,
     pub api_key_cache_capacity: usize,
     /// Callers that may wait for an argon2 slot at once; more get 503.

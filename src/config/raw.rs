@@ -87,6 +87,7 @@ pub(super) struct RawVault {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawElicitations {
     pub(super) ttl_seconds: Option<u64>,
+    pub(super) max_wait_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

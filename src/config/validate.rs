@@ -200,6 +200,8 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         session_ttl = secs("sessions.ttl_seconds", raw.sessions.ttl_seconds, 3600, 60..=86_400, "");
         outbound_timeout = secs("outbound.timeout_seconds", raw.outbound.timeout_seconds, 10, 1..=60, "");
         elicitation_ttl = secs("elicitations.ttl_seconds", raw.elicitations.ttl_seconds, 600, 30..=86_400, "");
+        max_wait = secs("elicitations.max_wait_seconds", raw.elicitations.max_wait_seconds, 30, 0..=30,
+            " (a load balancer's idle timeout should be longer)");
         api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
             " (revocation must take effect quickly)");
         otlp_endpoint = otlp_endpoint(raw.tracing.otlp_endpoint);
@@ -233,6 +235,7 @@ pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Con
         database_listen_url,
         keyring,
         elicitation_ttl,
+        max_wait,
         api_key_cache_ttl,
         api_key_cache_capacity: raw.api_keys.cache_capacity.unwrap_or(10_000).max(1),
         api_key_hash_queue: raw.api_keys.hash_queue.unwrap_or(32),

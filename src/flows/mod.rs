@@ -16,6 +16,7 @@ pub mod refresh;
 pub mod revoke;
 pub mod rotate;
 pub mod token;
+pub mod wait;
 pub mod webhooks;
 
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};

@@ -17,7 +17,7 @@ use secrecy::SecretString;
 use time::OffsetDateTime;
 
 /// A validated token request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TokenRequest {
     pub subject: Subject,
     pub provider: ProviderId,
@@ -117,6 +117,32 @@ pub async fn token_for(
     };
     let e = pending_elicitation(state, tenant, &req, &wanted, now).await?;
     Ok(TokenOutcome::ConnectRequired(e))
+}
+
+/// [`token_for`], and when its answer is the still pending elicitation the request named,
+/// held up to `wait` until that elicitation changes (`flows::wait`), then answered afresh:
+/// the token the moment the connect commits, or the same pending answer when the wait
+/// runs out.
+pub async fn token_waiting(
+    state: &AppState,
+    tenant: &TenantId,
+    api_key: &ApiKeyId,
+    req: TokenRequest,
+    wait: std::time::Duration,
+) -> Result<TokenOutcome, TokenError> {
+    let named = req.elicitation_id.clone();
+    let watch = named.as_ref().and_then(|id| super::wait::watch(state, id, wait));
+    // Armed before the first read, so a commit in between is not missed.
+    let changed = watch.as_ref().map(|w| w.changed());
+    let again = changed.is_some().then(|| req.clone());
+    let first = token_for(state, tenant, api_key, req, OffsetDateTime::now_utc()).await?;
+    let (Some(changed), Some(again), TokenOutcome::ConnectRequired(e)) = (changed, again, &first) else {
+        return Ok(first);
+    };
+    if named.is_none_or(|n| n.as_uuid() != e.id) || !super::wait::until(state, changed, e.expires_at, wait).await {
+        return Ok(first);
+    }
+    token_for(state, tenant, api_key, again, OffsetDateTime::now_utc()).await
 }
 
 /// The answer a retried call gets from its elicitation alone: still pending (the same

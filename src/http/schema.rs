@@ -101,6 +101,15 @@ pub fn opt_scopes() -> ArrayBuilder {
 }
 
 /// `mcp_session_id`: 1-256 characters, no control characters.
+/// `wait_seconds`: 0 to 30.
+pub fn opt_wait_seconds() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::Integer, Type::Null]))
+        .minimum(Some(0))
+        .maximum(Some(30))
+        .description(Some("Seconds to hold the answer while the named elicitation is pending (0 to 30)."))
+}
+
 pub fn opt_session_id() -> ObjectBuilder {
     nullable(string(1, 256, PRINTABLE, "The MCP session the call belongs to, kept with the elicitation for the audit."))
 }

@@ -109,6 +109,10 @@ fn describe() {
     );
     describe_counter!(cache::LOOKUPS, "connection lookups by cache result (hit, miss, bypass)");
     describe_gauge!(cache::LISTENER_UP, "1 while the change listener is connected (the cache serves only then)");
+    describe_gauge!(
+        cache::waiters::WAITING,
+        "requests held by wait_seconds until their elicitation changes (at most 10,000 an instance)"
+    );
     describe_gauge!(store::handouts::QUEUE_DEPTH, "hand-out audit events waiting to be written");
     describe_histogram!(
         store::handouts::QUEUE_WAIT,

@@ -31,5 +31,6 @@ mod serve;
 mod tenancy;
 mod token;
 mod vault;
+mod wait;
 mod webhook_events;
 mod webhooks;

@@ -5,7 +5,7 @@
 //! chain needs are made first by real connect flows through the dev IdP and provider.
 
 use crate::browser::Browser;
-use crate::helpers::spawn_app;
+use crate::helpers::{Options, spawn_app_with};
 
 /// Every check schemathesis has (the five, `negative_data_rejection`, `ignored_auth`,
 /// `missing_required_header`, `unsupported_method`, `use_after_free`, ...) but one:
@@ -16,7 +16,14 @@ const EXCLUDED_CHECKS: &str = "positive_data_acceptance";
 
 #[tokio::test]
 async fn schemathesis_finds_no_failure_in_a_thousand_generated_cases_and_follows_every_link() {
-    let app = spawn_app().await;
+    // Requests are not held (`wait_seconds` is answered at once): a generated retry of a
+    // pending elicitation would otherwise wait up to 30 s, past the request timeout.
+    // tests/api/wait.rs covers the wait itself.
+    let app = spawn_app_with(Options {
+        extra_toml: "[elicitations]\nmax_wait_seconds = 0\n".to_owned(),
+        ..Options::default()
+    })
+    .await;
     for subject in ["alice", "bob", "carol", "dave"] {
         let (_, url) = app.elicit(subject, "testp").await;
         let r = Browser::new().connect(&app, &url, subject, &format!("octo-{subject}")).await;

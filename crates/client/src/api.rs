@@ -56,7 +56,12 @@ pub struct TokenRequest {
     elicitation_id: Option<ElicitationId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mcp_session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait_seconds: Option<u64>,
 }
+
+/// The longest mcp-connect holds a retry (`wait_seconds`).
+pub const MAX_WAIT_SECONDS: u64 = 30;
 
 impl TokenRequest {
     /// `subject` is the `sub` of the validated MCP access token, never a tool argument.
@@ -67,7 +72,22 @@ impl TokenRequest {
             scopes: None,
             elicitation_id: None,
             mcp_session_id: None,
+            wait_seconds: None,
         }
+    }
+
+    /// With [`Self::elicitation_id`]: while that elicitation is pending, let mcp-connect
+    /// hold the answer up to `seconds` (at most 30) until the connect commits. The
+    /// retry after the client's `accept` then returns the token the moment the person
+    /// finishes, or the same pending answer when the wait runs out.
+    pub fn wait_seconds(mut self, seconds: u64) -> Self {
+        self.wait_seconds = Some(seconds.min(MAX_WAIT_SECONDS));
+        self
+    }
+
+    /// How long mcp-connect may hold this request.
+    pub fn wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(if self.elicitation_id.is_some() { self.wait_seconds.unwrap_or(0) } else { 0 })
     }
 
     /// Scopes beyond the provider's configured default.

@@ -113,7 +113,7 @@ impl ClientBuilder {
             .connect_timeout(self.connect_timeout)
             .build()
             .map_err(Error::Transport)?;
-        Ok(Client { http, base: self.base, key: self.key, retry: self.retry })
+        Ok(Client { http, base: self.base, key: self.key, retry: self.retry, timeout: self.timeout })
     }
 }
 
@@ -125,6 +125,7 @@ pub struct Client {
     base: Url,
     key: ApiKey,
     retry: RetryPolicy,
+    timeout: Duration,
 }
 
 impl Client {
@@ -147,7 +148,9 @@ impl Client {
     #[tracing::instrument(skip_all, fields(provider = req.provider()))]
     pub async fn token(&self, req: &TokenRequest) -> Result<TokenOutcome, Error> {
         let url = self.endpoint(&["v1", "token"])?;
-        let body = self.send(|| self.http.post(url.clone()).json(req)).await?;
+        // A request mcp-connect may hold (`wait_seconds`) gets that much more time.
+        let timeout = self.timeout + req.wait();
+        let body = self.send(|| self.http.post(url.clone()).timeout(timeout).json(req)).await?;
         let wire: TokenWire =
             serde_json::from_slice(&body).map_err(|e| Error::InvalidResponse(format!("token answer: {e}")))?;
         Ok(wire.into())

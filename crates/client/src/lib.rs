@@ -26,7 +26,7 @@ mod secret;
 
 pub use api::{
     Account, CancelReason, Elicitation, ElicitationId, ElicitationInfo, ElicitationStatus, InvalidElicitationId,
-    McpUrlElicitation, TokenOutcome, TokenRequest,
+    MAX_WAIT_SECONDS, McpUrlElicitation, TokenOutcome, TokenRequest,
 };
 pub use client::{Client, ClientBuilder, Error, RetryPolicy};
 pub use request_state::{

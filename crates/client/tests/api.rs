@@ -158,3 +158,27 @@ async fn a_retry_after_beyond_the_bound_is_not_waited_for() {
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn a_retry_that_waits_outlives_the_clients_timeout_and_returns_the_token_when_the_connect_commits() {
+    let stack = Stack::start("https://mcp.test/").await.unwrap();
+    // A timeout shorter than the wait: the wait is added to it for this request.
+    let c = Client::builder(stack.connect_base.parse().unwrap(), ApiKey::new(stack.api_key.clone()))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let TokenOutcome::ConnectRequired { elicitation, .. } = c.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap()
+    else {
+        panic!("expected connect_required")
+    };
+    let retry = TokenRequest::new("alice", PROVIDER).elicitation_id(elicitation.id.clone()).wait_seconds(20);
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.token(&retry).await }
+    });
+    // The person takes longer than the client's own timeout to finish.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    Browser::new().unwrap().connect(&elicitation.url, "alice", "octo-alice").await.unwrap();
+    let outcome = waiting.await.unwrap().unwrap();
+    assert!(matches!(outcome, TokenOutcome::Connected { .. }), "{outcome:?}");
+}

@@ -13,18 +13,29 @@ use actix_web::{HttpResponse, web};
 use futures_util::StreamExt;
 use time::OffsetDateTime;
 
+/// `?wait_seconds=`: hold the answer while the elicitation is pending.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// While the elicitation is pending, hold the answer up to this many seconds (0 to 30)
+    /// until its status changes.
+    #[param(minimum = 0, maximum = 30)]
+    wait_seconds: Option<u64>,
+}
+
 /// The status of one of the tenant's elicitations (a pending one past its deadline is
-/// reported `expired`).
+/// reported `expired`). With `wait_seconds`, a pending one is answered when it changes
+/// (woken by the change that commits it, on any instance) or when the wait runs out.
 #[utoipa::path(
     get,
     path = "/v1/elicitations/{id}",
     operation_id = "getElicitation",
     tag = "v1",
-    params(ElicitationPath),
+    params(ElicitationPath, WaitQuery),
     responses(
         (status = 200, description = "The elicitation.", body = Elicitation,
             links(("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/id")))))),
-        (status = 400, description = "`invalid_elicitation_id`.", body = ErrorBody),
+        (status = 400, description = "`invalid_elicitation_id`, `invalid_query`, or `invalid_request` (`wait_seconds` over 30).", body = ErrorBody),
         (status = 404, description = "`elicitation_not_found`: none of that id in this tenant.", body = ErrorBody),
     ),
     security(("server_key" = [])),
@@ -33,12 +44,28 @@ pub async fn get_elicitation(
     caller: ServerCaller,
     state: web::Data<AppState>,
     path: web::Path<ElicitationPath>,
+    q: web::Query<WaitQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
-    let e = crate::store::elicitations::find_for_tenant(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
-        .await
-        .map_err(|e| ApiError::from_db(&e))?
-        .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
+    let wait = super::token::wait_of(q.wait_seconds)?;
+    let tenant = caller.0.tenant.as_str();
+    let find = || async {
+        crate::store::elicitations::find_for_tenant(&state.pool, tenant, id.as_uuid())
+            .await
+            .map_err(|e| ApiError::from_db(&e))?
+            .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))
+    };
+    let watch = crate::flows::wait::watch(&state, &id, wait);
+    // Armed before the read, so a change that commits in between still wakes us.
+    let changed = watch.as_ref().map(|w| w.changed());
+    let mut e = find().await?;
+    if let Some(changed) = changed
+        && e.status == ElicitationStatus::Pending
+        && e.expires_at > OffsetDateTime::now_utc()
+        && crate::flows::wait::until(&state, changed, e.expires_at, wait).await
+    {
+        e = find().await?;
+    }
     // A pending record past its deadline is reported as what it is, before clean-up runs.
     let mut status = e.status;
     if status == ElicitationStatus::Pending && e.expires_at <= OffsetDateTime::now_utc() {

@@ -31,9 +31,34 @@ pub struct TokenBody {
     /// The MCP session the request belongs to, kept with the elicitation for the audit.
     #[schema(schema_with = crate::http::schema::opt_session_id)]
     mcp_session_id: Option<String>,
+    /// With `elicitation_id`: when that elicitation is still pending, hold the answer up to
+    /// this many seconds (at most 30) until the connect commits (or is declined or
+    /// cancelled), then answer: the token at once, or the same `connect_required` when the
+    /// wait runs out. 0 or absent: answer at once.
+    #[schema(schema_with = crate::http::schema::opt_wait_seconds)]
+    wait_seconds: Option<u64>,
 }
 
-fn parse(body: TokenBody) -> Result<TokenRequest, ApiError> {
+fn parse(body: TokenBody) -> Result<(TokenRequest, std::time::Duration), ApiError> {
+    let wait = wait_of(body.wait_seconds)?;
+    if !wait.is_zero() && body.elicitation_id.is_none() {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidRequest,
+            "wait_seconds needs an elicitation_id: a first call has nothing to wait for",
+        ));
+    }
+    Ok((request(body)?, wait))
+}
+
+/// `wait_seconds` as a duration: 0 to 30.
+pub fn wait_of(seconds: Option<u64>) -> Result<std::time::Duration, ApiError> {
+    match seconds.unwrap_or(0) {
+        s if s <= crate::flows::wait::MAX_WAIT_SECONDS => Ok(std::time::Duration::from_secs(s)),
+        _ => Err(ApiError::bad_request(ErrorCode::InvalidRequest, "wait_seconds is at most 30")),
+    }
+}
+
+fn request(body: TokenBody) -> Result<TokenRequest, ApiError> {
     let subject = Subject::parse(&body.subject).map_err(|e| ApiError::bad_request(ErrorCode::InvalidSubject, e.0))?;
     let provider =
         ProviderId::parse(&body.provider).map_err(|e| ApiError::bad_request(ErrorCode::UnknownProvider, e.0))?;
@@ -78,7 +103,8 @@ fn parse(body: TokenBody) -> Result<TokenRequest, ApiError> {
                 ("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/elicitation/id")))),
             )),
         (status = 400, description = "`invalid_json`, `invalid_subject`, `unknown_provider`, `invalid_scope`, \
-            `invalid_elicitation_id`, `elicitation_mismatch` or `invalid_request`.", body = ErrorBody),
+            `invalid_elicitation_id`, `elicitation_mismatch` or `invalid_request` (also: `wait_seconds` over 30 or \
+            without `elicitation_id`).", body = ErrorBody),
         (status = 403, description = "`provider_not_allowed` (this tenant may not use the provider), `provider_disabled` \
             (an operator's kill switch), or `insufficient_scope` (an admin key).", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "Only with `insufficient_scope`."))),
@@ -115,11 +141,10 @@ async fn answer(
     state: &AppState,
     body: TokenBody,
 ) -> Result<(HttpResponse, &'static str), ApiError> {
-    let req = parse(body)?;
+    let (req, wait) = parse(body)?;
     let tenant = caller.0.tenant.clone();
     let provider = req.provider.clone();
-    let now = OffsetDateTime::now_utc();
-    let outcome = tokens::token_for(state, &tenant, &caller.0.id, req, now).await.map_err(map_error)?;
+    let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await.map_err(map_error)?;
     Ok(match outcome {
         TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => (
             HttpResponse::Ok().json(TokenAnswer::Connected(Connected {

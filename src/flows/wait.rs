@@ -1,0 +1,41 @@
+//! `wait_seconds`: a retry that waits. A request naming a pending elicitation may be held
+//! until that elicitation changes (the connect commits, or a decline, cancel or expiry) or
+//! the wait runs out, and is then answered afresh. Woken by the change listener
+//! (`cache::waiters`), never by polling; without a listener that hears, nobody waits.
+
+use crate::app::AppState;
+use crate::cache::waiters::Watch;
+use crate::domain::ElicitationId;
+use std::future::Future;
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// The longest a request may be held (`wait_seconds` at most).
+pub const MAX_WAIT_SECONDS: u64 = 30;
+
+/// A registration for changes of `id`, made before the caller reads it; `None` when this
+/// request must not wait: the listener is not hearing changes, the instance is draining,
+/// or too many requests wait already.
+pub fn watch<'a>(state: &'a AppState, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
+    if wait.min(state.max_wait).is_zero() || !state.caches.is_listening() || state.shutdown.is_draining() {
+        return None;
+    }
+    state.caches.waiters.watch(id.as_uuid())
+}
+
+/// Waits for `changed`, for at most `wait` (and the configured maximum) and not past the
+/// elicitation's `expires_at`.
+/// `false`: the instance began to drain, and the caller answers what it has at once.
+pub async fn until(
+    state: &AppState,
+    changed: impl Future<Output = ()>,
+    expires_at: OffsetDateTime,
+    wait: Duration,
+) -> bool {
+    let to_expiry = Duration::try_from(expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
+    tokio::select! {
+        () = changed => true,
+        () = tokio::time::sleep(wait.min(state.max_wait).min(to_expiry)) => true,
+        () = state.shutdown.draining() => false,
+    }
+}
