@@ -1,0 +1,328 @@
+// The request and answer shapes of mcp-connect's /v1 API (openapi.json: postToken,
+// getElicitation, cancelElicitation). Each wire shape has a TypeScript type and, beside
+// it, a runtime description (WIRE) of its fields and their required-ness: the compiler
+// checks the two agree (the assertions at the end), and test/drift.test.mjs checks the
+// description against openapi.json, so the contract cannot drift unnoticed.
+
+import { AccessToken } from './secret.js';
+
+/** The stable `error` codes of the API (openapi.json `ErrorCode`). New codes may appear. */
+export const ERROR_CODES = [
+  'invalid_api_key',
+  'insufficient_scope',
+  'temporarily_unavailable',
+  'too_many_attempts',
+  'internal_error',
+  'invalid_json',
+  'unsupported_media_type',
+  'payload_too_large',
+  'invalid_path',
+  'invalid_query',
+  'invalid_request',
+  'invalid_subject',
+  'unknown_provider',
+  'invalid_scope',
+  'invalid_elicitation_id',
+  'elicitation_not_found',
+  'elicitation_mismatch',
+  'provider_not_allowed',
+  'provider_disabled',
+  'provider_unavailable',
+  'invalid_connection_id',
+  'connection_not_found',
+  'invalid_cursor',
+  'invalid_webhook_id',
+  'webhook_not_found',
+  'invalid_webhook_url',
+  'too_many_webhooks',
+  'not_found',
+  'method_not_allowed',
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** The `status` values of an elicitation (openapi.json `ElicitationStatus`). */
+export const ELICITATION_STATUSES = ['pending', 'completed', 'declined', 'expired', 'cancelled'] as const;
+export type ElicitationStatus = (typeof ELICITATION_STATUSES)[number];
+
+/** The `status` variants of a `/v1/token` answer (openapi.json `TokenAnswer`). */
+export const TOKEN_STATUSES = ['connected', 'connect_required', 'declined'] as const;
+
+// --- Wire shapes (snake_case, as sent and received) -----------------------------------
+
+export interface TokenBodyWire {
+  subject: string;
+  provider: string;
+  scopes?: string[] | null;
+  elicitation_id?: string | null;
+  wait_seconds?: number | null;
+  mcp_session_id?: string | null;
+}
+export interface AccountWire {
+  id: string;
+  login?: string | null;
+}
+export interface ConnectedWire {
+  access_token: string;
+  token_type: string;
+  expires_at?: string | null;
+  scopes: string[];
+  account?: AccountWire | null;
+  connection_id: string;
+}
+export interface ElicitationLinkWire {
+  id: string;
+  url: string;
+  expires_at: string;
+}
+export interface McpElicitationWire {
+  mode: string;
+  message: string;
+  url: string;
+  elicitationId: string;
+}
+export interface ConnectRequiredWire {
+  elicitation: ElicitationLinkWire;
+  mcp: McpElicitationWire;
+}
+export interface DeclinedWire {
+  elicitation_id: string;
+}
+export interface ElicitationWire {
+  id: string;
+  status: string;
+  subject: string;
+  provider: string;
+  scopes: string[];
+  created_at: string;
+  expires_at: string;
+  completed_at?: string | null;
+  cancel_reason?: string | null;
+}
+export interface CancelBodyWire {
+  reason?: 'cancel' | 'decline' | null;
+}
+export interface CancelledWire {
+  id: string;
+  status: string;
+  cancel_reason?: string | null;
+}
+export interface ErrorBodyWire {
+  error: string;
+  error_description: string;
+}
+
+/** Each shape's fields, `true` where required; keyed by the openapi.json schema name. */
+export const WIRE = {
+  TokenBody: { subject: true, provider: true, scopes: false, elicitation_id: false, wait_seconds: false, mcp_session_id: false },
+  Account: { id: true, login: false },
+  Connected: { access_token: true, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
+  ElicitationLink: { id: true, url: true, expires_at: true },
+  McpElicitation: { mode: true, message: true, url: true, elicitationId: true },
+  ConnectRequired: { elicitation: true, mcp: true },
+  Declined: { elicitation_id: true },
+  Elicitation: {
+    id: true,
+    status: true,
+    subject: true,
+    provider: true,
+    scopes: true,
+    created_at: true,
+    expires_at: true,
+    completed_at: false,
+    cancel_reason: false,
+  },
+  CancelBody: { reason: false },
+  Cancelled: { id: true, status: true, cancel_reason: false },
+  ErrorBody: { error: true, error_description: true },
+} as const;
+
+/** The query parameters the client sends, per operation. */
+export const QUERY = { getElicitation: ['wait_seconds'] } as const;
+
+// --- What the client hands its caller ------------------------------------------------
+
+/** A `POST /v1/token` request. `subject` is the validated MCP access token's `sub`. */
+export interface TokenRequest {
+  subject: string;
+  provider: string;
+  /** Scopes beyond the provider's configured default. */
+  scopes?: string[];
+  /** On a retried tool call: the elicitation the first round handed out. */
+  elicitationId?: string;
+  /** With `elicitationId`: hold the answer up to this long (0-30 s) while it is pending. */
+  waitSeconds?: number;
+  /** The MCP session the call belongs to (kept for the audit trail). */
+  mcpSessionId?: string;
+}
+
+export interface Account {
+  id: string;
+  login: string | null;
+}
+
+/** The URL-mode elicitation mcp-connect prepared for the MCP answer. */
+export interface McpUrlElicitation {
+  mode: 'url';
+  message: string;
+  url: string;
+  elicitationId: string;
+}
+
+export type TokenOutcome =
+  | {
+      status: 'connected';
+      /** Redacted in logs and JSON; `token.reveal()` for the provider call. */
+      token: AccessToken;
+      tokenType: string;
+      expiresAt: Date | null;
+      scopes: string[];
+      account: Account | null;
+      connectionId: string;
+    }
+  | {
+      status: 'connect_required';
+      elicitation: { id: string; url: string; expiresAt: Date };
+      mcp: McpUrlElicitation;
+    }
+  | { status: 'declined'; elicitationId: string };
+
+export interface ElicitationInfo {
+  id: string;
+  /** A status this version does not know arrives as it is. */
+  status: ElicitationStatus | (string & {});
+  subject: string;
+  provider: string;
+  scopes: string[];
+  createdAt: Date;
+  expiresAt: Date;
+  completedAt: Date | null;
+  cancelReason: string | null;
+}
+
+export interface CancelledInfo {
+  id: string;
+  status: ElicitationStatus | (string & {});
+  cancelReason: string | null;
+}
+
+/** What the MCP client answered to the URL elicitation when it did not accept it. */
+export type CancelReason = 'cancel' | 'decline';
+
+/** Elicitation ids are opaque to the client: 1 to 128 visible ASCII characters. */
+export function isElicitationId(s: unknown): s is string {
+  return typeof s === 'string' && /^[\x21-\x7e]{1,128}$/.test(s);
+}
+
+// --- Parsing answers (an answer that is not what the API documents is refused) -------
+
+/** Thrown by the parsers below; the client wraps it as InvalidResponseError. */
+export class ShapeError extends Error {
+  override readonly name = 'ShapeError';
+}
+
+type Obj = Record<string, unknown>;
+
+function obj(v: unknown, what: string): Obj {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new ShapeError(`${what} is not an object`);
+  return v as Obj;
+}
+function str(o: Obj, k: string, what: string): string {
+  const v = o[k];
+  if (typeof v !== 'string') throw new ShapeError(`${what}.${k} is not a string`);
+  return v;
+}
+function optStr(o: Obj, k: string, what: string): string | null {
+  return o[k] === undefined || o[k] === null ? null : str(o, k, what);
+}
+function strings(o: Obj, k: string, what: string): string[] {
+  const v = o[k];
+  if (!Array.isArray(v) || !v.every((s) => typeof s === 'string')) throw new ShapeError(`${what}.${k} is not a list of strings`);
+  return v as string[];
+}
+function date(o: Obj, k: string, what: string): Date {
+  const d = new Date(str(o, k, what));
+  if (Number.isNaN(d.getTime())) throw new ShapeError(`${what}.${k} is not a time`);
+  return d;
+}
+function optDate(o: Obj, k: string, what: string): Date | null {
+  return o[k] === undefined || o[k] === null ? null : date(o, k, what);
+}
+function id(o: Obj, k: string, what: string): string {
+  const v = str(o, k, what);
+  if (!isElicitationId(v)) throw new ShapeError(`${what}.${k} is not an elicitation id`);
+  return v;
+}
+
+export function parseTokenAnswer(body: unknown): TokenOutcome {
+  const o = obj(body, 'answer');
+  switch (o.status) {
+    case 'connected': {
+      const a = o.account === undefined || o.account === null ? null : obj(o.account, 'account');
+      return {
+        status: 'connected',
+        token: new AccessToken(str(o, 'access_token', 'answer')),
+        tokenType: str(o, 'token_type', 'answer'),
+        expiresAt: optDate(o, 'expires_at', 'answer'),
+        scopes: strings(o, 'scopes', 'answer'),
+        account: a === null ? null : { id: str(a, 'id', 'account'), login: optStr(a, 'login', 'account') },
+        connectionId: str(o, 'connection_id', 'answer'),
+      };
+    }
+    case 'connect_required': {
+      const e = obj(o.elicitation, 'elicitation');
+      const m = obj(o.mcp, 'mcp');
+      if (m.mode !== 'url') throw new ShapeError('mcp.mode is not "url"');
+      return {
+        status: 'connect_required',
+        elicitation: { id: id(e, 'id', 'elicitation'), url: str(e, 'url', 'elicitation'), expiresAt: date(e, 'expires_at', 'elicitation') },
+        mcp: { mode: 'url', message: str(m, 'message', 'mcp'), url: str(m, 'url', 'mcp'), elicitationId: id(m, 'elicitationId', 'mcp') },
+      };
+    }
+    case 'declined':
+      return { status: 'declined', elicitationId: id(o, 'elicitation_id', 'answer') };
+    default:
+      throw new ShapeError('answer.status is not one of connected, connect_required, declined');
+  }
+}
+
+export function parseElicitation(body: unknown): ElicitationInfo {
+  const o = obj(body, 'elicitation');
+  const w = 'elicitation';
+  return {
+    id: id(o, 'id', w),
+    status: str(o, 'status', w),
+    subject: str(o, 'subject', w),
+    provider: str(o, 'provider', w),
+    scopes: strings(o, 'scopes', w),
+    createdAt: date(o, 'created_at', w),
+    expiresAt: date(o, 'expires_at', w),
+    completedAt: optDate(o, 'completed_at', w),
+    cancelReason: optStr(o, 'cancel_reason', w),
+  };
+}
+
+export function parseCancelled(body: unknown): CancelledInfo {
+  const o = obj(body, 'cancelled');
+  return { id: id(o, 'id', 'cancelled'), status: str(o, 'status', 'cancelled'), cancelReason: optStr(o, 'cancel_reason', 'cancelled') };
+}
+
+// --- The compiler checks that WIRE and the wire types name the same fields -----------
+
+type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+type RequiredKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? never : K }[keyof T];
+type Described<D> = { all: keyof D; required: { [K in keyof D]: D[K] extends true ? K : never }[keyof D] };
+type Agrees<T, D> = Equal<keyof T, Described<D>['all']> extends true ? Equal<RequiredKeys<T>, Described<D>['required']> : false;
+type Check<T extends true> = T;
+export type WireChecks = [
+  Check<Agrees<TokenBodyWire, (typeof WIRE)['TokenBody']>>,
+  Check<Agrees<AccountWire, (typeof WIRE)['Account']>>,
+  Check<Agrees<ConnectedWire, (typeof WIRE)['Connected']>>,
+  Check<Agrees<ElicitationLinkWire, (typeof WIRE)['ElicitationLink']>>,
+  Check<Agrees<McpElicitationWire, (typeof WIRE)['McpElicitation']>>,
+  Check<Agrees<ConnectRequiredWire, (typeof WIRE)['ConnectRequired']>>,
+  Check<Agrees<DeclinedWire, (typeof WIRE)['Declined']>>,
+  Check<Agrees<ElicitationWire, (typeof WIRE)['Elicitation']>>,
+  Check<Agrees<CancelBodyWire, (typeof WIRE)['CancelBody']>>,
+  Check<Agrees<CancelledWire, (typeof WIRE)['Cancelled']>>,
+  Check<Agrees<ErrorBodyWire, (typeof WIRE)['ErrorBody']>>,
+];

@@ -1,0 +1,296 @@
+// The HTTP side: global fetch with redirects refused, a timeout on every exchange, bounded
+// answer bodies, the API key on every call (never anywhere else), JSON errors mapped to
+// ApiError with mcp-connect's stable code, and 503/429 with Retry-After retried within a
+// RetryPolicy. Retrying is safe: /v1/token is idempotent and the other calls are a GET and
+// a cancel that is harmless to repeat.
+
+import { inspect } from 'node:util';
+import {
+  type CancelReason,
+  type CancelledInfo,
+  type ElicitationInfo,
+  type TokenBodyWire,
+  type TokenOutcome,
+  type TokenRequest,
+  ShapeError,
+  isElicitationId,
+  parseCancelled,
+  parseElicitation,
+  parseTokenAnswer,
+} from './api.js';
+import { ApiKey } from './secret.js';
+
+/** The largest answer body read; mcp-connect's answers are a few hundred bytes. */
+export const MAX_BODY = 64 * 1024;
+
+/** How long the client waits for mcp-connect to become available again. */
+export interface RetryPolicy {
+  /** Retries after the first attempt. */
+  maxRetries: number;
+  /** A Retry-After longer than this is not waited for: UnavailableError at once. */
+  maxDelayMs: number;
+  /** The sum of all waits stays within this. */
+  maxTotalMs: number;
+  /** The wait when a 503/429 carries no usable Retry-After. */
+  defaultDelayMs: number;
+}
+
+export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
+  maxRetries: 2,
+  maxDelayMs: 10_000,
+  maxTotalMs: 15_000,
+  defaultDelayMs: 1_000,
+});
+
+/** Why a call did not produce an answer. `code` is what a tool may show (no secret). */
+export class ConnectError extends Error {
+  override readonly name: string = 'ConnectError';
+  constructor(
+    message: string,
+    readonly code: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** mcp-connect refused the request with a stable error code (e.g. `provider_not_allowed`). */
+export class ApiError extends ConnectError {
+  override readonly name = 'ApiError';
+  constructor(
+    readonly status: number,
+    code: string,
+    readonly description: string,
+  ) {
+    super(`mcp-connect answered ${status}: ${code}: ${description}`, code);
+  }
+}
+
+/** 503/429 and the retry budget is spent (or the server asked for a longer wait than allowed). */
+export class UnavailableError extends ConnectError {
+  override readonly name = 'UnavailableError';
+  constructor(
+    code: string,
+    /** The server's Retry-After, in milliseconds, when it sent one. */
+    readonly retryAfterMs: number | undefined,
+  ) {
+    super(`mcp-connect is temporarily unavailable (${code})`, code);
+  }
+}
+
+/** The request did not reach mcp-connect, its answer did not arrive, or it redirected. */
+export class TransportError extends ConnectError {
+  override readonly name = 'TransportError';
+  constructor(message: string, cause?: unknown) {
+    super(message, 'unavailable', { cause });
+  }
+}
+
+/** An answer that is not what the API documents (or is larger than MAX_BODY). */
+export class InvalidResponseError extends ConnectError {
+  override readonly name = 'InvalidResponseError';
+  constructor(message: string) {
+    super(`unexpected answer from mcp-connect: ${message}`, 'unavailable');
+  }
+}
+
+export interface ConnectClientOptions {
+  /** mcp-connect's public base URL, e.g. `https://connect.example.com`. */
+  baseUrl: string | URL;
+  /** The server-scope API key. A string is wrapped into an ApiKey at once. */
+  apiKey: ApiKey | string;
+  retry?: Partial<RetryPolicy>;
+  /** The time one HTTP exchange may take beyond any wait_seconds (default 15 s). */
+  timeoutMs?: number;
+  /** For tests or instrumentation; defaults to the global fetch. */
+  fetch?: typeof fetch;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** `Retry-After` as delay-seconds (RFC 9110 §10.2.3); an HTTP-date counts as absent. */
+function retryAfterMs(h: Headers): number | undefined {
+  const v = h.get('retry-after')?.trim();
+  return v !== undefined && /^\d{1,9}$/.test(v) ? Number(v) * 1000 : undefined;
+}
+
+async function readBounded(resp: Response): Promise<Uint8Array> {
+  const declared = Number(resp.headers.get('content-length'));
+  if (declared > MAX_BODY) {
+    await resp.body?.cancel();
+    throw new InvalidResponseError('answer body too large');
+  }
+  if (resp.body === null) return new Uint8Array();
+  const reader = resp.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > MAX_BODY) {
+      await reader.cancel();
+      throw new InvalidResponseError('answer body too large');
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks);
+}
+
+function json(body: Uint8Array): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(body));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The API's `{"error", "error_description"}`, or a stand-in naming the status. */
+function errorBody(body: Uint8Array, status: number): { code: string; description: string } {
+  const v = json(body) as { error?: unknown; error_description?: unknown } | undefined;
+  if (v && typeof v.error === 'string') {
+    return { code: v.error, description: typeof v.error_description === 'string' ? v.error_description : '' };
+  }
+  return { code: `http_${status}`, description: 'the answer carried no JSON error body' };
+}
+
+function checkWait(wait: number | undefined): number | undefined {
+  if (wait === undefined || wait === 0) return undefined;
+  if (!Number.isInteger(wait) || wait < 0 || wait > 30) throw new RangeError('waitSeconds is an integer from 0 to 30');
+  return wait;
+}
+
+/**
+ * A client of mcp-connect's /v1 API for one tenant (the API key decides which). It holds
+ * no per-call state; share one instance.
+ */
+export class ConnectClient {
+  readonly #base: URL;
+  readonly #key: ApiKey;
+  readonly #retry: RetryPolicy;
+  readonly #timeoutMs: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(options: ConnectClientOptions) {
+    const base = new URL(String(options.baseUrl));
+    if (base.protocol !== 'http:' && base.protocol !== 'https:') {
+      throw new TypeError('the mcp-connect base URL must be an http(s) URL');
+    }
+    if (base.username || base.password) throw new TypeError('the mcp-connect base URL must not carry credentials');
+    base.search = '';
+    base.hash = '';
+    if (!base.pathname.endsWith('/')) base.pathname += '/';
+    this.#base = base;
+    this.#key = options.apiKey instanceof ApiKey ? options.apiKey : new ApiKey(options.apiKey);
+    this.#retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.#timeoutMs = options.timeoutMs ?? 15_000;
+    this.#fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /** `POST /v1/token`: the token, an elicitation to send, or "declined". */
+  async token(req: TokenRequest, options: { signal?: AbortSignal } = {}): Promise<TokenOutcome> {
+    const wait = checkWait(req.waitSeconds);
+    if (wait !== undefined && req.elicitationId === undefined) {
+      throw new TypeError('waitSeconds needs an elicitationId: a first call has nothing to wait for');
+    }
+    const body: TokenBodyWire = { subject: req.subject, provider: req.provider };
+    if (req.scopes !== undefined) body.scopes = req.scopes;
+    if (req.elicitationId !== undefined) body.elicitation_id = req.elicitationId;
+    if (wait !== undefined) body.wait_seconds = wait;
+    if (req.mcpSessionId !== undefined) body.mcp_session_id = req.mcpSessionId;
+    const answer = await this.#send('POST', ['v1', 'token'], { body, waitSeconds: wait, signal: options.signal });
+    return this.#parse(() => parseTokenAnswer(answer));
+  }
+
+  /** `GET /v1/elicitations/{id}`; with `waitSeconds`, held while it is still pending. */
+  async elicitation(id: string, options: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<ElicitationInfo> {
+    const wait = checkWait(options.waitSeconds);
+    const query = wait === undefined ? undefined : `wait_seconds=${wait}`;
+    const answer = await this.#send('GET', ['v1', 'elicitations', this.#id(id)], { query, waitSeconds: wait, signal: options.signal });
+    return this.#parse(() => parseElicitation(answer));
+  }
+
+  /**
+   * `POST /v1/elicitations/{id}/cancel`: the MCP client answered the URL elicitation with
+   * `cancel` or `decline`, so the link must stop working. Harmless to repeat.
+   */
+  async cancelElicitation(id: string, reason: CancelReason, options: { signal?: AbortSignal } = {}): Promise<CancelledInfo> {
+    if (reason !== 'cancel' && reason !== 'decline') throw new TypeError('reason is cancel or decline');
+    const answer = await this.#send('POST', ['v1', 'elicitations', this.#id(id), 'cancel'], { body: { reason }, signal: options.signal });
+    return this.#parse(() => parseCancelled(answer));
+  }
+
+  toString(): string {
+    return `ConnectClient(${this.#base.origin})`;
+  }
+
+  toJSON(): string {
+    return this.toString();
+  }
+
+  [inspect.custom](): string {
+    return this.toString();
+  }
+
+  #id(id: string): string {
+    if (!isElicitationId(id)) throw new TypeError('not an elicitation id');
+    return id;
+  }
+
+  #parse<T>(f: () => T): T {
+    try {
+      return f();
+    } catch (e) {
+      if (e instanceof ShapeError) throw new InvalidResponseError(e.message);
+      throw e;
+    }
+  }
+
+  /** Sends, retrying 503/429 within the policy; returns the parsed JSON of a 200. */
+  async #send(
+    method: 'GET' | 'POST',
+    segments: string[],
+    opts: { body?: unknown; query?: string | undefined; waitSeconds?: number | undefined; signal?: AbortSignal | undefined },
+  ): Promise<unknown> {
+    const url = new URL(segments.map(encodeURIComponent).join('/'), this.#base);
+    if (opts.query) url.search = opts.query;
+    // The server may hold the answer for the wait; the timeout must outlast it.
+    const timeoutMs = this.#timeoutMs + (opts.waitSeconds ?? 0) * 1000;
+    let waited = 0;
+    for (let attempt = 0; ; attempt++) {
+      const signals = [AbortSignal.timeout(timeoutMs), ...(opts.signal ? [opts.signal] : [])];
+      const headers: Record<string, string> = { authorization: `Bearer ${this.#key.reveal()}`, accept: 'application/json' };
+      if (opts.body !== undefined) headers['content-type'] = 'application/json';
+      let resp: Response;
+      let body: Uint8Array;
+      try {
+        resp = await this.#fetch(url, {
+          method,
+          headers,
+          body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+          // Never follow: a redirect would carry the API key to wherever it points.
+          redirect: 'error',
+          signal: AbortSignal.any(signals),
+        });
+        body = await readBounded(resp);
+      } catch (e) {
+        if (e instanceof ConnectError) throw e;
+        const timedOut = e instanceof Error && (e.name === 'TimeoutError' || e.name === 'AbortError');
+        throw new TransportError(timedOut ? 'request to mcp-connect timed out or was aborted' : 'request to mcp-connect failed', e);
+      }
+      if (resp.status === 200) {
+        const v = json(body);
+        if (v === undefined) throw new InvalidResponseError('the answer is not JSON');
+        return v;
+      }
+      const { code, description } = errorBody(body, resp.status);
+      if (resp.status !== 503 && resp.status !== 429) throw new ApiError(resp.status, code, description);
+      const after = retryAfterMs(resp.headers);
+      const delay = after ?? this.#retry.defaultDelayMs;
+      const within = attempt < this.#retry.maxRetries && delay <= this.#retry.maxDelayMs && waited + delay <= this.#retry.maxTotalMs;
+      if (!within) throw new UnavailableError(code, after);
+      await sleep(delay);
+      waited += delay;
+    }
+  }
+}

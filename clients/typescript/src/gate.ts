@@ -1,0 +1,354 @@
+// The mcp-connect wiring of a tool that needs the user's downstream token, independent of
+// the MCP SDK (the adapters in server.ts and sdk.ts feed it). Same behaviour as the Rust
+// example's `downstream_token` (crates/example-mcp-server/src/whoami.rs):
+//
+// - a 2026-07-28 retry names the elicitation of round one in the sealed requestState; a
+//   2025-11-25 retry has none, so the id handed out with the -32042 is remembered per
+//   (session, subject, tool, arguments);
+// - `decline`/`cancel` in the client closes the link at mcp-connect and ends in a normal
+//   "not connected" result, no new prompt; `accept` only means the link was opened, so
+//   mcp-connect is asked (waiting a little for the connect to commit);
+// - connect_required becomes an `input_required` result (2026-07-28 with elicitation.url
+//   on the request), the -32042 error (2025-11-25 with elicitation.url declared at
+//   initialize), or a normal result naming the link (anything else; never a form).
+
+import type { AccessToken } from './secret.js';
+import type { TokenOutcome } from './api.js';
+import { ApiError, type ConnectClient, ConnectError } from './client.js';
+import { type RequestStateKey, RequestStateError, argumentsDigest, openRequestState, sealRequestState } from './requestState.js';
+
+/** Our key in `inputRequests` / `inputResponses`. */
+export const INPUT_KEY = 'connect';
+/** URLElicitationRequiredError (2025-11-25). */
+export const URL_ELICITATION_REQUIRED = -32042;
+export const INVALID_PARAMS = -32602;
+export const FIRST_MODERN_REVISION = '2026-07-28';
+export const URL_MODE_REVISION = '2025-11-25';
+
+/** How this request's client can be asked to open a URL. */
+export type UrlElicitation = 'input_required' | 'error_32042' | 'setup_link';
+
+/**
+ * The decision, from the revision this request is served on and the client capabilities
+ * that apply to it (2026-07-28: the request's own; before: those declared at initialize).
+ * An `elicitation` without `url` (form only) is not URL support, and 2025-06-18 and earlier
+ * had no URL mode whatever a client claims.
+ */
+export function urlElicitation(revision: string | undefined, capabilities: unknown): UrlElicitation {
+  const elicitation = (capabilities as { elicitation?: { url?: unknown } } | undefined)?.elicitation;
+  const urlCapable = typeof elicitation === 'object' && elicitation !== null && elicitation.url !== undefined && elicitation.url !== null;
+  if (!urlCapable || revision === undefined) return 'setup_link';
+  if (revision >= FIRST_MODERN_REVISION) return 'input_required';
+  return revision === URL_MODE_REVISION ? 'error_32042' : 'setup_link';
+}
+
+/** A tool result, in the shape both SDKs accept. */
+export interface ToolResult {
+  content: Array<{ type: 'text'; text: string }>;
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
+  [key: string]: unknown;
+}
+
+/** The results the adapter answers with when the tool body does not run. */
+export interface Results {
+  /** Declined on the page or in the client. */
+  notConnected(provider: string): ToolResult;
+  /** The client has no URL mode: the link to open outside the workflow. */
+  setupLink(provider: string, url: string): ToolResult;
+  /** mcp-connect could not answer (its stable error code; no secret). */
+  failed(provider: string, code: string): ToolResult;
+  /** The provider argument names a provider this server does not serve. */
+  unknownProvider(provider: string): ToolResult;
+}
+
+/** The default texts, the same as the Rust example's (the cross-language tests read them). */
+export const DEFAULT_RESULTS: Results = {
+  notConnected: (provider) => ({
+    content: [{ type: 'text', text: `Not connected to ${provider}: nothing was shared.` }],
+    structuredContent: { connected: false, provider, setup_url: null },
+  }),
+  setupLink: (provider, url) => ({
+    content: [
+      {
+        type: 'text',
+        text:
+          `Not connected to ${provider}. This client cannot open a connect page by itself: ` +
+          `open ${url} in your browser to connect the account, then ask again.`,
+      },
+    ],
+    structuredContent: { connected: false, provider, setup_url: url },
+  }),
+  failed: (_provider, code) => ({
+    content: [{ type: 'text', text: `The connection service could not answer (${code}); try again later.` }],
+    isError: true,
+  }),
+  unknownProvider: (provider) => ({
+    content: [{ type: 'text', text: `This server does not know the provider ${JSON.stringify(provider)}.` }],
+    isError: true,
+  }),
+};
+
+/** Where log lines go. Fields never hold a secret. */
+export interface Logger {
+  warn(message: string, fields?: Record<string, unknown>): void;
+}
+
+export interface GateOptions {
+  client: ConnectClient;
+  stateKey: RequestStateKey;
+  /** wait_seconds on the retry after `accept` (default 20; 0 disables). */
+  waitSeconds?: number;
+  /** A requestState lives at most this long, and never beyond its elicitation (default 600 s). */
+  stateTtlSeconds?: number;
+  /** Replace some or all of the default results. */
+  results?: Partial<Results>;
+  logger?: Logger;
+  /**
+   * The subject of a request, from the SDK's AuthInfo of the validated access token
+   * (default: `authInfo.extra.sub`). Never from tool arguments.
+   */
+  subjectOf?: (authInfo: AuthInfoLike | undefined) => string | undefined;
+  /** For tests: the clock, in Unix seconds. */
+  now?: () => number;
+}
+
+/** The part of the SDKs' AuthInfo the gate reads. */
+export interface AuthInfoLike {
+  extra?: Record<string, unknown> | undefined;
+}
+
+export function defaultSubjectOf(authInfo: AuthInfoLike | undefined): string | undefined {
+  const sub = authInfo?.extra?.sub;
+  return typeof sub === 'string' && sub.length > 0 ? sub : undefined;
+}
+
+/** How a connected tool names its provider. */
+export interface ConnectedToolOptions {
+  /** A fixed provider name, as configured in mcp-connect. */
+  provider?: string;
+  /** Or: the tool argument that names it (e.g. `provider` for `whoami_on(provider)`). */
+  providerArg?: string;
+  /** With providerArg: the providers this server serves; others get `unknownProvider`. */
+  knownProviders?: Iterable<string>;
+  /** Scopes beyond the provider's configured default. */
+  scopes?: string[];
+}
+
+/** The provider of a call, `undefined` when the arguments name none. */
+export function providerOf(options: ConnectedToolOptions, args: unknown): string | undefined {
+  if (options.provider !== undefined) return options.provider;
+  if (options.providerArg === undefined) throw new TypeError('a connected tool needs provider or providerArg');
+  const v = (args as Record<string, unknown> | null | undefined)?.[options.providerArg];
+  return typeof v === 'string' && v.length > 0 ? v : undefined;
+}
+
+export function isKnownProvider(options: ConnectedToolOptions, provider: string): boolean {
+  return options.knownProviders === undefined || new Set(options.knownProviders).has(provider);
+}
+
+/** One tools/call of a connected tool, with everything the decision needs. */
+export interface Call {
+  subject: string;
+  provider: string;
+  tool: string;
+  /** The arguments as the client sent them. */
+  arguments: unknown;
+  /** The client's `action` for our input request on a 2026-07-28 retry. */
+  answer?: string | undefined;
+  mode: UrlElicitation;
+  /** The MCP session (2025-11-25), if any. */
+  sessionId?: string | undefined;
+  scopes?: string[] | undefined;
+}
+
+/** What the adapter does about the downstream token. */
+export type Access =
+  | { kind: 'token'; token: AccessToken; outcome: Extract<TokenOutcome, { status: 'connected' }> }
+  | { kind: 'input_required'; message: string; url: string; requestState?: string }
+  | { kind: 'error_32042'; message: string; elicitations: Array<Record<string, string>>; elicitationId: string; expiresAt: number }
+  | { kind: 'result'; result: ToolResult };
+
+/** The elicitation an earlier round handed out, if this call resumes one. */
+export type Resumed = string | undefined;
+
+const CAPACITY = 10_000;
+
+/**
+ * 2025-11-25 has no requestState: after a -32042 the client simply repeats the call. The
+ * elicitation handed out is remembered per (session, subject, tool, arguments digest) and
+ * taken by the next identical call. Bounded and in memory (2025-11-25 sessions live in one
+ * instance anyway); when full even after dropping expired entries, nothing is remembered
+ * and the retry starts anew.
+ */
+export class PendingElicitations {
+  readonly #map = new Map<string, { id: string; expiresAt: number }>();
+
+  static key(sessionId: string | undefined, subject: string, tool: string, args: unknown): string | undefined {
+    try {
+      const digest = Buffer.from(argumentsDigest(args)).toString('hex');
+      return JSON.stringify([sessionId ?? '', subject, tool, digest]);
+    } catch {
+      return undefined; // arguments without a canonical form: nothing to reconcile with
+    }
+  }
+
+  remember(key: string, id: string, expiresAt: number, now: number): void {
+    if (this.#map.size >= CAPACITY) {
+      for (const [k, v] of this.#map) if (v.expiresAt <= now) this.#map.delete(k);
+    }
+    if (this.#map.size < CAPACITY || this.#map.has(key)) this.#map.set(key, { id, expiresAt });
+  }
+
+  /** The elicitation of an earlier round of this call, if still current; forgets it. */
+  take(key: string, now: number): string | undefined {
+    const v = this.#map.get(key);
+    this.#map.delete(key);
+    return v !== undefined && v.expiresAt > now ? v.id : undefined;
+  }
+
+  get size(): number {
+    return this.#map.size;
+  }
+}
+
+/** The SDK-independent part of the adapters: decides, asks mcp-connect, seals. */
+export class ConnectGate {
+  readonly client: ConnectClient;
+  readonly results: Results;
+  readonly #key: RequestStateKey;
+  readonly #wait: number;
+  readonly #ttl: number;
+  readonly #log: Logger;
+  readonly #now: () => number;
+  readonly subjectOf: (authInfo: AuthInfoLike | undefined) => string | undefined;
+  readonly legacy = new PendingElicitations();
+
+  constructor(options: GateOptions) {
+    this.client = options.client;
+    this.#key = options.stateKey;
+    this.#wait = options.waitSeconds ?? 20;
+    if (!Number.isInteger(this.#wait) || this.#wait < 0 || this.#wait > 30) throw new RangeError('waitSeconds is an integer from 0 to 30');
+    this.#ttl = options.stateTtlSeconds ?? 600;
+    this.results = { ...DEFAULT_RESULTS, ...options.results };
+    this.#log = options.logger ?? { warn: (m, f) => console.warn(`mcp-connect: ${m}`, f ?? '') };
+    this.#now = options.now ?? (() => Date.now() / 1000);
+    this.subjectOf = options.subjectOf ?? defaultSubjectOf;
+  }
+
+  now(): number {
+    return this.#now();
+  }
+
+  /**
+   * The elicitation this call resumes: from the requestState (2026-07-28), or remembered
+   * for the session (2025-11-25). Throws RequestStateError (malformed / invalid) for a
+   * state that must be refused with -32602; an expired one starts over.
+   */
+  resume(call: Pick<Call, 'subject' | 'tool' | 'arguments' | 'sessionId'>, requestState: unknown): Resumed {
+    if (requestState !== undefined && requestState !== null) {
+      if (typeof requestState !== 'string') throw new RequestStateError('malformed');
+      try {
+        return openRequestState(requestState, this.#key, call, this.#now()).elicitationId;
+      } catch (e) {
+        if (e instanceof RequestStateError && e.reason === 'expired') return undefined; // too old: start over
+        throw e;
+      }
+    }
+    const key = PendingElicitations.key(call.sessionId, call.subject, call.tool, call.arguments);
+    return key === undefined ? undefined : this.legacy.take(key, this.#now());
+  }
+
+  /** The token, or what to answer instead. */
+  async access(call: Call, resumed: Resumed): Promise<Access> {
+    const { answer, provider } = call;
+    // `decline`/`cancel` is an answer, not an error: no new prompt, and the link it
+    // answered is closed at mcp-connect (opened later, it connects nothing).
+    if (answer === 'decline' || answer === 'cancel') {
+      if (resumed !== undefined) {
+        try {
+          await this.client.cancelElicitation(resumed, answer);
+        } catch (e) {
+          this.#log.warn('could not close the link at mcp-connect', { code: e instanceof ConnectError ? e.code : 'error' });
+        }
+      }
+      return { kind: 'result', result: this.results.notConnected(provider) };
+    }
+    if (answer !== undefined && answer !== 'accept') return { kind: 'result', result: this.results.notConnected(provider) };
+    let outcome: TokenOutcome;
+    try {
+      // `accept` only means the user opened the link; mcp-connect knows the outcome.
+      outcome = await this.client.token({
+        subject: call.subject,
+        provider,
+        ...(call.scopes !== undefined && { scopes: call.scopes }),
+        ...(resumed !== undefined && { elicitationId: resumed }),
+        ...(resumed !== undefined && this.#wait > 0 && { waitSeconds: this.#wait }),
+        ...(call.sessionId !== undefined && { mcpSessionId: call.sessionId }),
+      });
+    } catch (e) {
+      const code = e instanceof ConnectError ? e.code : 'unavailable';
+      if (!(e instanceof ConnectError)) this.#log.warn('token request failed', { error: e instanceof Error ? e.name : 'error' });
+      return { kind: 'result', result: this.results.failed(provider, code) };
+    }
+    switch (outcome.status) {
+      case 'connected':
+        return { kind: 'token', token: outcome.token, outcome };
+      case 'declined':
+        return { kind: 'result', result: this.results.notConnected(provider) };
+      case 'connect_required':
+        break;
+    }
+    const { elicitation, mcp } = outcome;
+    const expiresAt = Math.floor(elicitation.expiresAt.getTime() / 1000);
+    const now = this.#now();
+    switch (call.mode) {
+      case 'input_required': {
+        // 2026-07-28's URL mode has no elicitationId: correlation is our sealed state.
+        try {
+          const deadline = Math.min(expiresAt, Math.floor(now + this.#ttl));
+          const requestState = sealRequestState(this.#key, call, { elicitationId: elicitation.id, expiresAt: deadline });
+          return { kind: 'input_required', message: mcp.message, url: mcp.url, requestState };
+        } catch {
+          // Arguments without a canonical form cannot be bound: ask again without a state.
+          return { kind: 'input_required', message: mcp.message, url: mcp.url };
+        }
+      }
+      case 'error_32042': {
+        const key = PendingElicitations.key(call.sessionId, call.subject, call.tool, call.arguments);
+        if (key !== undefined) this.legacy.remember(key, elicitation.id, expiresAt, now);
+        const params = { mode: 'url', message: mcp.message, url: mcp.url, elicitationId: mcp.elicitationId };
+        return { kind: 'error_32042', message: mcp.message, elicitations: [params], elicitationId: elicitation.id, expiresAt };
+      }
+      case 'setup_link':
+        return { kind: 'result', result: this.results.setupLink(provider, elicitation.url) };
+    }
+  }
+
+  /**
+   * 2025-11-25: waits (`GET /v1/elicitations/{id}?wait_seconds=30`, repeatedly) until the
+   * elicitation is no longer pending, then calls `notify` if it completed. Ends at the
+   * elicitation's expiry, when `signal` aborts (the session ended), or on a refusal.
+   */
+  async watchCompletion(id: string, expiresAt: number, notify: () => Promise<void>, signal: AbortSignal): Promise<void> {
+    while (!signal.aborted && this.#now() < expiresAt) {
+      let status: string;
+      try {
+        status = (await this.client.elicitation(id, { waitSeconds: 30, signal })).status;
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e instanceof ApiError) {
+          this.#log.warn('stopped watching an elicitation', { code: e.code });
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 2000)); // unavailable for now: try again
+        continue;
+      }
+      if (status === 'pending') continue;
+      if (status === 'completed') {
+        await notify().catch(() => this.#log.warn('could not send notifications/elicitation/complete (session gone?)'));
+      }
+      return;
+    }
+  }
+}

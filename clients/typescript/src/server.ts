@@ -1,0 +1,298 @@
+// The adapter for `@modelcontextprotocol/server` 2.4, which serves 2026-07-28 (per-request,
+// `input_required`) and 2025-11-25 (sessions, `-32042`) from one McpServer factory.
+//
+//   const connect = new McpConnect({ client, stateKey });
+//   const factory = () => {
+//     const server = new McpServer({ name: 'whoami', version: '1.0.0' });
+//     connect.registerTool(server, 'whoami_on', { inputSchema }, { providerArg: 'provider' },
+//       async (args, conn) => ({ content: [{ type: 'text', text: await whoami(conn.token.reveal()) }] }));
+//     return server;
+//   };
+//   const handler = createConnectHandler(factory); // handler.fetch(request, { authInfo })
+
+import { randomUUID } from 'node:crypto';
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  type AuthInfo,
+  type CallToolResult,
+  type McpServer,
+  type McpServerFactory,
+  PROTOCOL_VERSION_META_KEY,
+  ProtocolError,
+  ProtocolErrorCode,
+  type ServerContext,
+  UrlElicitationRequiredError,
+  WebStandardStreamableHTTPServerTransport,
+  createMcpHandler,
+  inputRequired,
+  isInitializeRequest,
+  isLegacyRequest,
+} from '@modelcontextprotocol/server';
+import {
+  type Access,
+  type Call,
+  ConnectGate,
+  type ConnectedToolOptions,
+  type GateOptions,
+  INPUT_KEY,
+  type Resumed,
+  type ToolResult,
+  isKnownProvider,
+  providerOf,
+  urlElicitation,
+} from './gate.js';
+import { RequestStateError } from './requestState.js';
+import type { AccessToken } from './secret.js';
+import type { TokenOutcome } from './api.js';
+
+/** What a connected tool's body gets besides its arguments. */
+export interface Connection {
+  provider: string;
+  /** The user's token at the provider: `token.reveal()` for the provider call only. */
+  token: AccessToken;
+  outcome: Extract<TokenOutcome, { status: 'connected' }>;
+}
+
+export type ConnectedToolHandler<Args> = (args: Args, conn: Connection, ctx: ServerContext) => CallToolResult | Promise<CallToolResult>;
+
+/** The second argument of McpServer.registerTool (title, description, inputSchema, ...). */
+export type ToolConfig = Parameters<McpServer['registerTool']>[1];
+
+/** One tools/call of a connected tool, prepared before McpServer runs the tool. */
+type Prepared = { call: Call; resumed: Resumed } | { result: ToolResult };
+
+interface ServerEntry {
+  tools: Map<string, { gate: McpConnect; options: ConnectedToolOptions }>;
+  /** 2025-11-25 completion watchers of this server's session, by elicitation id. */
+  watchers: Map<string, AbortController>;
+}
+
+const SERVERS = new WeakMap<McpServer, ServerEntry>();
+/** Keyed by the handler context, which McpServer hands on unchanged to the tool callback. */
+const PREPARED = new WeakMap<object, Prepared>();
+
+function revisionOf(server: McpServer, ctx: ServerContext): string | undefined {
+  const v = (ctx.mcpReq.envelope as Record<string, unknown> | undefined)?.[PROTOCOL_VERSION_META_KEY];
+  return typeof v === 'string' ? v : server.server.getNegotiatedProtocolVersion();
+}
+
+/** 2026-07-28: the request's own capabilities; 2025-11-25: those declared at initialize. */
+function capabilitiesOf(server: McpServer, ctx: ServerContext): unknown {
+  const envelope = ctx.mcpReq.envelope as Record<string, unknown> | undefined;
+  return envelope !== undefined ? envelope[CLIENT_CAPABILITIES_META_KEY] : server.server.getClientCapabilities();
+}
+
+/**
+ * Runs before McpServer's own tools/call handler, where a JSON-RPC error can still be
+ * answered: McpServer turns whatever a tool callback throws into an `isError` result (all
+ * but -32042), and a refused requestState must be a -32602 error. The SDK's own hook for
+ * this, ServerOptions.requestState.verify, sees neither the tool nor its arguments, which
+ * the mcs2 state is bound to. So the adapter wraps the one tools/call handler McpServer
+ * installs, on this server instance only, and hands the prepared call to the tool callback.
+ */
+function prepare(server: McpServer, entry: ServerEntry, request: { params: { name: string; arguments?: unknown } }, ctx: ServerContext): void {
+  const tool = entry.tools.get(request.params.name);
+  if (tool === undefined) return;
+  const { gate, options } = tool;
+  const subject = gate.subjectOf(ctx.http?.authInfo);
+  if (subject === undefined) throw new ProtocolError(ProtocolErrorCode.InternalError, 'no authenticated subject on the request');
+  const args = request.params.arguments ?? {};
+  const provider = providerOf(options, args);
+  if (provider === undefined) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `${options.providerArg} is required`);
+  if (!isKnownProvider(options, provider)) {
+    PREPARED.set(ctx, { result: gate.results.unknownProvider(provider) });
+    return;
+  }
+  const response = ctx.mcpReq.inputResponses?.[INPUT_KEY] as { action?: unknown } | undefined;
+  const call: Call = {
+    subject,
+    provider,
+    tool: request.params.name,
+    arguments: args,
+    answer: typeof response?.action === 'string' ? response.action : undefined,
+    mode: urlElicitation(revisionOf(server, ctx), capabilitiesOf(server, ctx)),
+    sessionId: ctx.sessionId,
+    scopes: options.scopes,
+  };
+  try {
+    PREPARED.set(ctx, { call, resumed: gate.resume(call, ctx.mcpReq.requestState()) });
+  } catch (e) {
+    if (e instanceof RequestStateError) throw new ProtocolError(ProtocolErrorCode.InvalidParams, e.message);
+    throw e;
+  }
+}
+
+function entryOf(server: McpServer): ServerEntry {
+  const known = SERVERS.get(server);
+  if (known !== undefined) return known;
+  const low = server.server;
+  try {
+    low.assertCanSetRequestHandler('tools/call');
+  } catch {
+    throw new Error('mcp-connect: register connected tools before this server\'s other tools (its tools/call handler must be wrapped as it is installed)');
+  }
+  const entry: ServerEntry = { tools: new Map(), watchers: new Map() };
+  SERVERS.set(server, entry);
+  const own = low.setRequestHandler;
+  const wrapping = function (this: typeof low, method: string, ...rest: unknown[]) {
+    if (method === 'tools/call' && typeof rest[0] === 'function') {
+      const inner = rest[0] as (request: never, ctx: ServerContext) => Promise<unknown>;
+      rest[0] = async (request: never, ctx: ServerContext) => {
+        prepare(server, entry, request, ctx);
+        return inner(request, ctx);
+      };
+      delete (low as { setRequestHandler?: unknown }).setRequestHandler; // once is enough
+    }
+    return (own as (...a: unknown[]) => unknown).call(this, method, ...rest);
+  };
+  (low as { setRequestHandler: unknown }).setRequestHandler = wrapping;
+  // A session's watchers end with it.
+  const onclose = low.onclose;
+  low.onclose = () => {
+    for (const w of entry.watchers.values()) w.abort();
+    entry.watchers.clear();
+    onclose?.();
+  };
+  return entry;
+}
+
+export class McpConnect extends ConnectGate {
+  constructor(options: GateOptions) {
+    super(options);
+  }
+
+  /**
+   * Registers `name` on `server` as a tool that needs the user's token at a provider.
+   * `handler` runs only once mcp-connect handed out the token; otherwise the adapter
+   * answers (input_required, -32042, or a "not connected" / setup-link result). Register
+   * connected tools before the server's other tools, and leave ServerOptions.requestState
+   * unset: the adapter opens its own mcs2 state.
+   */
+  registerTool<Args = Record<string, unknown>>(
+    server: McpServer,
+    name: string,
+    config: ToolConfig,
+    options: ConnectedToolOptions,
+    handler: ConnectedToolHandler<Args>,
+  ) {
+    providerOf(options, {}); // fails now, not at the first call, without provider or providerArg
+    const entry = entryOf(server);
+    entry.tools.set(name, { gate: this, options });
+    const callback = async (...a: unknown[]): Promise<CallToolResult> => {
+      // With an inputSchema the SDK calls (args, ctx), without one (ctx).
+      const [args, ctx] = (a.length >= 2 ? a : [{}, a[0]]) as [Args, ServerContext];
+      const prepared = PREPARED.get(ctx);
+      if (prepared === undefined) throw new Error('mcp-connect: the tools/call wrapper did not run');
+      if ('result' in prepared) return prepared.result as CallToolResult;
+      const access = await this.access(prepared.call, prepared.resumed);
+      return this.#answer(server, entry, prepared.call, access, args, ctx, handler);
+    };
+    return server.registerTool(name, config, callback as never);
+  }
+
+  async #answer<Args>(
+    server: McpServer,
+    entry: ServerEntry,
+    call: Call,
+    access: Access,
+    args: Args,
+    ctx: ServerContext,
+    handler: ConnectedToolHandler<Args>,
+  ): Promise<CallToolResult> {
+    switch (access.kind) {
+      case 'token':
+        return handler(args, { provider: call.provider, token: access.token, outcome: access.outcome }, ctx);
+      case 'result':
+        return access.result as CallToolResult;
+      case 'input_required':
+        return inputRequired({
+          inputRequests: { [INPUT_KEY]: inputRequired.elicitUrl({ message: access.message, url: access.url }) },
+          ...(access.requestState !== undefined && { requestState: access.requestState }),
+        }) as unknown as CallToolResult;
+      case 'error_32042': {
+        this.#watch(server, entry, access.elicitationId, access.expiresAt);
+        throw new UrlElicitationRequiredError(access.elicitations as never, access.message);
+      }
+    }
+  }
+
+  /** notifications/elicitation/complete on this session when the connect finishes. */
+  #watch(server: McpServer, entry: ServerEntry, id: string, expiresAt: number): void {
+    if (entry.watchers.has(id)) return;
+    const controller = new AbortController();
+    entry.watchers.set(id, controller);
+    const notify = server.server.createElicitationCompletionNotifier(id);
+    void this.watchCompletion(id, expiresAt, notify, controller.signal).finally(() => {
+      if (entry.watchers.get(id) === controller) entry.watchers.delete(id);
+    });
+  }
+}
+
+export interface ConnectHandlerOptions {
+  onerror?: (error: Error) => void;
+  /** 2025-11-25 sessions held at once (default 1,000); past that, 503. */
+  maxSessions?: number;
+  /** Who owns a session: the same subject as the gate's (default `authInfo.extra.sub`). */
+  subjectOf?: (authInfo: AuthInfo | undefined) => string | undefined;
+}
+
+export interface ConnectHandler {
+  fetch(request: Request, options?: { authInfo?: AuthInfo }): Promise<Response>;
+  close(): Promise<void>;
+}
+
+function jsonRpcError(status: number, code: number, message: string): Response {
+  return Response.json({ jsonrpc: '2.0', error: { code, message }, id: null }, { status });
+}
+
+/**
+ * One HTTP handler for both revisions. 2026-07-28 requests go to the SDK's per-request
+ * handler (createMcpHandler). 2025-era requests get real sessions, which URL elicitation
+ * needs there: the -32042 retry is reconciled per session, and
+ * notifications/elicitation/complete goes out on the session after the call has ended (the
+ * SDK's stateless 2025 fallback has neither). Each session belongs to the subject that
+ * opened it; another user presenting its id is answered as if it did not exist.
+ */
+export function createConnectHandler(factory: McpServerFactory, options: ConnectHandlerOptions = {}): ConnectHandler {
+  const modern = createMcpHandler(factory, { legacy: 'reject', ...(options.onerror && { onerror: options.onerror }) });
+  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; owner: string | undefined }>();
+  const max = options.maxSessions ?? 1000;
+  const ownerOf = (a: AuthInfo | undefined) => (options.subjectOf ?? ((x) => (typeof x?.extra?.sub === 'string' ? x.extra.sub : undefined)))(a);
+
+  async function legacy(request: Request, authInfo: AuthInfo | undefined): Promise<Response> {
+    const id = request.headers.get('mcp-session-id');
+    if (id !== null) {
+      const s = sessions.get(id);
+      if (s === undefined || s.owner !== ownerOf(authInfo)) return jsonRpcError(404, -32001, 'Session not found');
+      return s.transport.handleRequest(request, authInfo ? { authInfo } : {});
+    }
+    const body: unknown = request.method === 'POST' ? await request.clone().json().catch(() => undefined) : undefined;
+    if (!isInitializeRequest(body)) return jsonRpcError(400, -32000, 'Bad Request: No valid session ID provided');
+    if (sessions.size >= max) return jsonRpcError(503, -32000, 'Too many sessions');
+    const owner = ownerOf(authInfo);
+    const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      enableJsonResponse: true,
+      onsessioninitialized: (sid) => void sessions.set(sid, { transport, owner }),
+      onsessionclosed: (sid) => void sessions.delete(sid),
+    });
+    transport.onclose = () => {
+      if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
+    };
+    const server = await factory({ era: 'legacy', ...(authInfo && { authInfo }), requestInfo: request });
+    await server.connect(transport);
+    return transport.handleRequest(request, authInfo ? { authInfo } : {});
+  }
+
+  return {
+    async fetch(request, opts = {}) {
+      if (await isLegacyRequest(request)) return legacy(request, opts.authInfo);
+      return modern.fetch(request, opts.authInfo ? { authInfo: opts.authInfo } : {});
+    },
+    async close() {
+      await modern.close();
+      await Promise.all([...sessions.values()].map((s) => s.transport.close()));
+      sessions.clear();
+    },
+  };
+}

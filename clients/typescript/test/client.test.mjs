@@ -1,0 +1,153 @@
+// The token client against a real HTTP peer on 127.0.0.1:0 answering canned responses.
+
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { after, test } from 'node:test';
+import { ApiError, ConnectClient, InvalidResponseError, TransportError, UnavailableError } from '../dist/index.js';
+
+const KEY = 'mcpc_0123456789abcdef_supersecret';
+const ID = '0b5c2a1e-7c1d-4b8e-9a55-2f0e1c9d8a77';
+const connected = { status: 'connected', access_token: 'gho_tok', token_type: 'bearer', expires_at: null, scopes: ['repo'], account: { id: '42', login: 'octo' }, connection_id: 'c1' };
+
+/** A peer answering each request with the next canned answer; it records what it got. */
+async function peer(answers) {
+  const seen = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', async () => {
+      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body: body ? JSON.parse(body) : undefined });
+      const a = answers[Math.min(seen.length - 1, answers.length - 1)];
+      if (a.delayMs) await new Promise((r) => setTimeout(r, a.delayMs));
+      res.writeHead(a.status ?? 200, { 'content-type': 'application/json', ...a.headers });
+      res.end(typeof a.body === 'string' ? a.body : JSON.stringify(a.body ?? {}));
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  after(() => server.close());
+  return { url: `http://127.0.0.1:${server.address().port}`, seen };
+}
+
+const client = (url, extra = {}) => new ConnectClient({ baseUrl: url, apiKey: KEY, retry: { defaultDelayMs: 10 }, ...extra });
+const unavailable = (retryAfter) => ({ status: 503, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter }, body: { error: 'temporarily_unavailable', error_description: 'busy' } });
+
+test('a 200 answer parses, and the request carries the key and the documented body', async () => {
+  const p = await peer([{ body: connected }]);
+  const out = await client(`${p.url}/prefix`).token({ subject: 'alice', provider: 'github', elicitationId: ID, waitSeconds: 20, mcpSessionId: 's1' });
+  assert.equal(out.status, 'connected');
+  assert.equal(out.token.reveal(), 'gho_tok');
+  assert.deepEqual(out.account, { id: '42', login: 'octo' });
+  assert.deepEqual(p.seen[0], {
+    method: 'POST',
+    url: '/prefix/v1/token',
+    auth: `Bearer ${KEY}`,
+    body: { subject: 'alice', provider: 'github', elicitation_id: ID, wait_seconds: 20, mcp_session_id: 's1' },
+  });
+});
+
+test('503 and 429 are retried after Retry-After, within the budget', async () => {
+  const p = await peer([unavailable('0'), { status: 429, headers: { 'retry-after': '0' }, body: { error: 'too_many_attempts', error_description: '' } }, { body: connected }]);
+  assert.equal((await client(p.url).token({ subject: 'a', provider: 'p' })).status, 'connected');
+  assert.equal(p.seen.length, 3);
+});
+
+test('past the retries: UnavailableError with the code and the Retry-After', async () => {
+  const p = await peer([unavailable('0')]);
+  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof UnavailableError);
+  assert.equal(err.code, 'temporarily_unavailable');
+  assert.equal(err.retryAfterMs, 0);
+  assert.equal(p.seen.length, 3, 'the first attempt and two retries');
+});
+
+test('a Retry-After beyond the longest single wait is not waited for', async () => {
+  const p = await peer([unavailable('11'), { body: connected }]);
+  const started = Date.now();
+  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof UnavailableError && err.retryAfterMs === 11_000);
+  assert.equal(p.seen.length, 1);
+  assert.ok(Date.now() - started < 1000);
+});
+
+test('the waits stay within the total budget', async () => {
+  const p = await peer([unavailable('1'), unavailable('1'), { body: connected }]);
+  const err = await client(p.url, { retry: { maxTotalMs: 1500 } }).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof UnavailableError);
+  assert.equal(p.seen.length, 2, 'one wait of 1 s fits, a second does not');
+});
+
+test('an HTTP-date Retry-After counts as absent (the default delay)', async () => {
+  const p = await peer([unavailable('Wed, 21 Oct 2015 07:28:00 GMT'), { body: connected }]);
+  assert.equal((await client(p.url).token({ subject: 'a', provider: 'p' })).status, 'connected');
+  assert.equal(p.seen.length, 2);
+});
+
+test('other errors are ApiError with status, stable code and description, not retried', async () => {
+  const p = await peer([{ status: 403, body: { error: 'provider_not_allowed', error_description: 'not for this tenant' } }]);
+  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof ApiError);
+  assert.deepEqual([err.status, err.code, err.description], [403, 'provider_not_allowed', 'not for this tenant']);
+  assert.equal(p.seen.length, 1);
+  const q = await peer([{ status: 502, body: '<html>bad gateway</html>' }]);
+  const e2 = await client(q.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.equal(e2.code, 'http_502');
+});
+
+test('a redirect is not followed, so the key goes nowhere else', async () => {
+  const target = await peer([{ body: connected }]);
+  const p = await peer([{ status: 307, headers: { location: `${target.url}/v1/token` } }]);
+  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof TransportError, String(err));
+  assert.equal(target.seen.length, 0);
+});
+
+test('an answer larger than 64 KiB is refused', async () => {
+  const p = await peer([{ body: { ...connected, pad: 'x'.repeat(70_000) } }]);
+  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof InvalidResponseError && /too large/.test(err.message));
+});
+
+test('an answer that is not what the API documents is refused', async () => {
+  for (const body of [{ status: 'connected' }, { status: 'maybe' }, { status: 'connect_required', elicitation: {}, mcp: {} }, 'not json']) {
+    const p = await peer([{ body }]);
+    const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+    assert.ok(err instanceof InvalidResponseError, JSON.stringify(body));
+  }
+});
+
+test('each exchange has a timeout, which a wait_seconds extends', async () => {
+  const slow = await peer([{ delayMs: 600, body: connected }]);
+  const err = await client(slow.url, { timeoutMs: 200 }).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  assert.ok(err instanceof TransportError && /timed out/.test(err.message));
+  const held = await peer([{ delayMs: 600, body: connected }]);
+  const ok = await client(held.url, { timeoutMs: 200 }).token({ subject: 'a', provider: 'p', elicitationId: ID, waitSeconds: 1 });
+  assert.equal(ok.status, 'connected');
+});
+
+test('wait_seconds needs an elicitation id and is at most 30', async () => {
+  const c = client('http://127.0.0.1:9');
+  await assert.rejects(c.token({ subject: 'a', provider: 'p', waitSeconds: 5 }), TypeError);
+  await assert.rejects(c.token({ subject: 'a', provider: 'p', elicitationId: ID, waitSeconds: 31 }), RangeError);
+});
+
+test('elicitations: the id is escaped, wait_seconds goes in the query; cancel sends the reason', async () => {
+  const info = { id: ID, status: 'pending', subject: 'a', provider: 'p', scopes: [], created_at: '2030-01-01T00:00:00Z', expires_at: '2030-01-01T00:10:00Z', completed_at: null };
+  const p = await peer([{ body: info }, { body: { id: ID, status: 'cancelled', cancel_reason: 'decline' } }]);
+  const c = client(p.url);
+  const got = await c.elicitation(ID, { waitSeconds: 30 });
+  assert.equal(got.status, 'pending');
+  assert.equal(got.expiresAt.toISOString(), '2030-01-01T00:10:00.000Z');
+  const cancelled = await c.cancelElicitation(ID, 'decline');
+  assert.equal(cancelled.cancelReason, 'decline');
+  assert.deepEqual(p.seen.map((s) => [s.method, s.url, s.body]), [
+    ['GET', `/v1/elicitations/${ID}?wait_seconds=30`, undefined],
+    ['POST', `/v1/elicitations/${ID}/cancel`, { reason: 'decline' }],
+  ]);
+  await assert.rejects(c.elicitation('a/../b c'), TypeError);
+  await assert.rejects(c.cancelElicitation(ID, 'accept'), TypeError);
+});
+
+test('the base URL must be http(s) without credentials', () => {
+  assert.throws(() => new ConnectClient({ baseUrl: 'mailto:a@b', apiKey: KEY }), TypeError);
+  assert.throws(() => new ConnectClient({ baseUrl: 'https://u:p@c.example', apiKey: KEY }), TypeError);
+});

@@ -1,0 +1,77 @@
+// An MCP server with one tool, whoami_on(provider), that needs the user's token at a
+// downstream provider and gets it from mcp-connect. It serves 2026-07-28 clients
+// (input_required + a sealed requestState) and 2025-11-25 clients (the -32042 error in a
+// session, then notifications/elicitation/complete), both from @modelcontextprotocol/server
+// 2.4. Settings from the environment, as the Rust example (README).
+import { createServer } from 'node:http';
+import { ConnectClient, RequestStateKey } from '@mcp-connect/client';
+import { McpConnect, createConnectHandler } from '@mcp-connect/client/server';
+import { McpServer, OAuthError, OAuthErrorCode, fromJsonSchema, hostHeaderValidationResponse, requireBearerAuth } from '@modelcontextprotocol/server';
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import { createRemoteJWKSet, jwtVerify } from 'jose';
+
+const env = (name, fallback) => process.env[name] ?? fallback ?? fail(`${name} is not set`);
+const fail = (message) => { throw new Error(message); };
+const listen = env('MCP_LISTEN', '127.0.0.1:8090');
+const publicUrl = env('MCP_PUBLIC_URL', `http://${listen}`).replace(/\/$/, '');
+const issuer = env('MCP_ISSUER');
+const resource = env('MCP_RESOURCE', `${publicUrl}/mcp`);
+const providers = new Map(env('MCP_PROVIDERS').split(',').filter((p) => p.trim()).map((p) => p.split('=').map((s) => s.trim())));
+const metadataUrl = `${publicUrl}/.well-known/oauth-protected-resource`;
+
+// MCP authorization: the IdP's RS256/PS256/ES256 JWT access tokens, for this resource.
+const discovery = await (await fetch(`${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`, { redirect: 'error' })).json();
+if (discovery.issuer !== issuer) fail(`discovery names issuer ${discovery.issuer}, expected ${issuer}`);
+const jwks = createRemoteJWKSet(new URL(discovery.jwks_uri));
+const verifier = {
+  async verifyAccessToken(token) {
+    try {
+      const { payload, protectedHeader } = await jwtVerify(token, jwks, { issuer, audience: resource, algorithms: ['RS256', 'PS256', 'ES256'], requiredClaims: ['exp', 'sub'] });
+      if (protectedHeader.typ && !['at+jwt', 'application/at+jwt'].includes(protectedHeader.typ.toLowerCase())) fail('typ is not at+jwt');
+      return { token, clientId: String(payload.client_id ?? payload.azp ?? ''), scopes: String(payload.scope ?? '').split(' ').filter(Boolean), expiresAt: payload.exp, resource: new URL(resource), extra: { sub: payload.sub } };
+    } catch (e) {
+      console.error(`access token refused: ${e.code ?? e.message}`); // the reason, never the token
+      throw new OAuthError(OAuthErrorCode.InvalidToken, 'The access token is not valid for this server');
+    }
+  },
+};
+const authenticate = requireBearerAuth({ verifier, expectedResource: new URL(resource), resourceMetadataUrl: metadataUrl });
+
+// The mcp-connect wiring: a client, the requestState key, one connected tool.
+const client = new ConnectClient({ baseUrl: env('MCP_CONNECT_URL'), apiKey: env('MCP_CONNECT_API_KEY') });
+const connect = new McpConnect({ client, stateKey: RequestStateKey.fromBase64(env('MCP_STATE_KEY')) });
+const inputSchema = fromJsonSchema({ type: 'object', properties: { provider: { type: 'string', description: 'The provider to ask, as configured in mcp-connect (e.g. "github").' } }, required: ['provider'], additionalProperties: false });
+
+async function whoami(provider, token) {
+  const r = await fetch(providers.get(provider), { headers: { authorization: `Bearer ${token.reveal()}` }, redirect: 'error', signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
+  if (!r?.ok) return { content: [{ type: 'text', text: r ? `${provider} refused the request (${r.status}).` : `${provider} could not be reached.` }], isError: true };
+  const me = await r.json().catch(() => undefined);
+  if (me === undefined) return { content: [{ type: 'text', text: `${provider} answered something that is not JSON.` }], isError: true };
+  const login = me.login ?? me.preferred_username ?? null;
+  const id = me.id ?? me.sub ?? null;
+  return { content: [{ type: 'text', text: `On ${provider} you are ${login ?? '?'} (account id ${JSON.stringify(id)}).` }], structuredContent: { connected: true, provider, login, id } };
+}
+
+function factory() {
+  const server = new McpServer({ name: 'mcp-connect-example-typescript', version: '0.1.0' }, { instructions: 'whoami_on(provider) shows your account at a connected provider.' });
+  const description = 'Tells who you are at a provider, with your own account there. Asks you to connect the account first if needed.';
+  connect.registerTool(server, 'whoami_on', { description, inputSchema }, { providerArg: 'provider', knownProviders: [...providers.keys()] }, ({ provider }, conn) => whoami(provider, conn.token));
+  return server;
+}
+
+const mcp = createConnectHandler(factory, { onerror: (e) => console.error(`mcp: ${e.message}`) });
+const node = toNodeHandler({
+  async fetch(request) {
+    const rejected = hostHeaderValidationResponse(request, [new URL(publicUrl).hostname]); // DNS rebinding
+    if (rejected) return rejected;
+    const path = new URL(request.url).pathname;
+    if (path === '/.well-known/oauth-protected-resource') return Response.json({ resource, authorization_servers: [issuer], bearer_methods_supported: ['header'] });
+    if (path !== '/mcp') return new Response('not found', { status: 404 });
+    const auth = await authenticate(request);
+    return auth instanceof Response ? auth : mcp.fetch(request, { authInfo: auth });
+  },
+});
+const [host, port] = [listen.slice(0, listen.lastIndexOf(':')), Number(listen.slice(listen.lastIndexOf(':') + 1))];
+createServer(node).listen(port, host, function () {
+  console.log(`listening on ${host}:${this.address().port}`);
+});
