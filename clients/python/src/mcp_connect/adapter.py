@@ -1,0 +1,477 @@
+"""The official MCP SDK side: a decorator that gets a tool the user's downstream token
+from mcp-connect, or answers for it, the same way as the Rust example's
+`downstream_token`:
+
+- 2026-07-28 with `elicitation.url` in the request's capabilities: an `input_required`
+  result with a URL-mode `elicitation/create` under key `connect` and a sealed `mcs2`
+  `requestState`; the retry opens the state and asks mcp-connect about that elicitation.
+- 2025-11-25 with `elicitation.url` declared at `initialize`: the `-32042` error, the
+  elicitation remembered for the session's next identical call, and
+  `notifications/elicitation/complete` sent when the connect finishes.
+- anything else: a normal result naming the setup link, never a form.
+
+The SDK's `MCPServer` seals every `requestState` in its own envelope. `install()` puts a
+middleware in front of that boundary which takes our tools' states out of its way, so the
+`mcs2` state (the same in all three libraries) is what goes on the wire; every other tool
+keeps the SDK's protection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import math
+import re
+import time
+import typing
+from collections.abc import Awaitable, Callable, Collection
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateBoundary
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolResult,
+    ClientCapabilities,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    InputRequiredResult,
+)
+from mcp_types.version import is_version_at_least
+
+from .client import McpConnectClient, RetryPolicy
+from .errors import ApiError, McpConnectError
+from .models import Account, CancelReason, Connected, ConnectRequired, Declined, ElicitationStatus, TokenRequest
+from .pending import CallKey, PendingElicitations
+from .replies import Replies
+from .request_state import RequestState, RequestStateError, RequestStateKey, ToolCall, UnsealableCall
+from .secret import AccessToken, ApiKey
+
+__all__ = ["Connection", "McpConnect", "UrlElicitation", "url_elicitation"]
+
+logger = logging.getLogger("mcp_connect")
+
+# The key of our request in `inputRequests` / `inputResponses`.
+INPUT_KEY = "connect"
+# A `requestState` lives no longer than this (and never beyond its elicitation).
+STATE_TTL = 600
+# Background waits for 2025-11-25 completion notifications, at most this many at once.
+MAX_WATCHERS = 10_000
+_SESSION_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
+
+
+class UrlElicitation(Enum):
+    """How this request's client can be asked to open a URL."""
+
+    # 2026-07-28 (and later) with `elicitation.url` in this request's capabilities.
+    INPUT_REQUIRED = "input_required"
+    # 2025-11-25 with `elicitation.url` declared at `initialize`.
+    ERROR_32042 = "-32042"
+    # No URL mode (none, form only, or an older revision): a setup link in a normal result.
+    UNSUPPORTED = "setup_link"
+
+
+def url_elicitation(version: str | None, capabilities: ClientCapabilities | None) -> UrlElicitation:
+    """The decision, from the negotiated revision and the capabilities that apply to this
+    request (2026-07-28: the request's `_meta`; before: those declared at `initialize`).
+    An `elicitation` without `url` (form only) is not URL support; an unknown revision is
+    treated as an old one."""
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is None or elicitation.url is None or version is None:
+        return UrlElicitation.UNSUPPORTED
+    if is_version_at_least(version, "2026-07-28"):
+        return UrlElicitation.INPUT_REQUIRED
+    if version == "2025-11-25":
+        return UrlElicitation.ERROR_32042
+    return UrlElicitation.UNSUPPORTED
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What a decorated tool gets: the user's token at the provider. The token prints as
+    `[REDACTED]`; `connection.headers()` or `access_token.reveal()` reads it."""
+
+    provider: str
+    subject: str
+    access_token: AccessToken
+    token_type: str
+    scopes: tuple[str, ...]
+    expires_at: datetime | None
+    account: Account | None
+    connection_id: str
+
+    def headers(self) -> dict[str, str]:
+        """`Authorization: Bearer <token>` for calls to the provider's API."""
+        return {"Authorization": f"Bearer {self.access_token.reveal()}"}
+
+
+@dataclass
+class _Slot:
+    """One tools/call of one of our tools, as the middleware saw it on the wire."""
+
+    tool: str
+    arguments: Any
+    request_state: Any
+    outbound_state: str | None = None
+
+
+_SLOT: ContextVar[_Slot | None] = ContextVar("mcp_connect_slot", default=None)
+
+
+class _StateMiddleware:
+    """Takes our tools' `requestState` out of the SDK boundary's way, in and out."""
+
+    def __init__(self, tools: Collection[str]) -> None:
+        self._tools = tools
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if ctx.method != "tools/call" or not params or params.get("name") not in self._tools:
+            return await call_next(ctx)
+        rest = dict(params)
+        slot = _Slot(
+            tool=str(rest["name"]), arguments=rest.get("arguments"), request_state=rest.pop("requestState", None)
+        )
+        token = _SLOT.set(slot)
+        try:
+            result = await call_next(replace(ctx, params=rest))
+        finally:
+            _SLOT.reset(token)
+        if (
+            slot.outbound_state is not None
+            and isinstance(result, dict)
+            and result.get("resultType") == "input_required"
+        ):
+            return {**result, "requestState": slot.outbound_state}
+        return result
+
+
+@dataclass(frozen=True)
+class _Call:
+    subject: str
+    provider: str
+    tool: str
+    arguments: Any
+    scopes: tuple[str, ...] | None
+    request_state: Any
+    answer: str | None
+    mode: UrlElicitation
+    session_id: str | None
+    legacy: bool
+
+
+def _subject_from_auth(ctx: Context[Any, Any]) -> str | None:
+    """The `sub` of the access token the SDK's bearer middleware validated."""
+    token = get_access_token()
+    return token.subject if token is not None and token.subject else None
+
+
+class McpConnect:
+    """mcp-connect for the tools of one MCP server.
+
+    ```python
+    connect = McpConnect(os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"], state_key)
+    connect.install(server)
+
+    @server.tool()
+    @connect.requires_connection(provider_arg="provider")
+    async def whoami_on(provider: str, connection: Connection) -> CallToolResult: ...
+    ```
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: ApiKey | str,
+        state_key: RequestStateKey | str,
+        *,
+        wait_seconds: int = 20,
+        retry: RetryPolicy | None = None,
+        replies: Replies | None = None,
+        client: McpConnectClient | None = None,
+        subject: Callable[[Context[Any, Any]], str | None] = _subject_from_auth,
+    ) -> None:
+        if not 0 <= wait_seconds <= 30:
+            raise ValueError("wait_seconds is 0 (off) to 30")
+        self.client = client or McpConnectClient(url, api_key, retry=retry)
+        self.state_key = state_key if isinstance(state_key, RequestStateKey) else RequestStateKey.from_base64(state_key)
+        self.wait_seconds = wait_seconds
+        self.replies = replies or Replies()
+        self._subject = subject
+        self._tools: set[str] = set()
+        self._pending = PendingElicitations()
+        self._watchers: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def __repr__(self) -> str:
+        return f"McpConnect({self.client!r})"
+
+    async def aclose(self) -> None:
+        for task in list(self._watchers.values()):
+            task.cancel()
+        await self.client.aclose()
+
+    # --- Registration ---------------------------------------------------------------
+
+    def install(self, server: MCPServer[Any]) -> None:
+        """Puts the state middleware right outside the SDK's `RequestStateBoundary`
+        (idempotent). Required: a decorated tool refuses to run without it."""
+        chain = server.middleware
+        if any(isinstance(m, _StateMiddleware) and m._tools is self._tools for m in chain):
+            return
+        at = next((i for i, m in enumerate(chain) if isinstance(m, RequestStateBoundary)), len(chain))
+        chain.insert(at, _StateMiddleware(self._tools))
+
+    def tool(self, server: MCPServer[Any], *, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
+        """`install(server)`, `requires_connection(**options)` and `server.tool(name)` in one."""
+        self.install(server)
+        tool_options = {
+            k: options.pop(k) for k in ("title", "description", "annotations", "icons", "meta") if k in options
+        }
+
+        def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            wrapped = self.requires_connection(name=name, **options)(fn)
+            server.add_tool(wrapped, name=name, **tool_options)
+            return wrapped
+
+        return decorate
+
+    def requires_connection(
+        self,
+        provider: str | None = None,
+        *,
+        provider_arg: str | None = None,
+        scopes: Collection[str] | None = None,
+        providers: Collection[str] | None = None,
+        name: str | None = None,
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        """Decorates an `async def` tool with a `Connection`-typed parameter (or one named
+        `connection`). The provider is `provider`, or the tool argument `provider_arg`;
+        `providers` limits which names the argument may take; `scopes` go to mcp-connect;
+        `name` is the tool's registered name when it is not the function's."""
+        if (provider is None) == (provider_arg is None):
+            raise TypeError("give exactly one of provider= and provider_arg=")
+        fixed_scopes = tuple(scopes) if scopes is not None else None
+        allowed = frozenset(providers) if providers is not None else None
+
+        def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError("requires_connection decorates an async def tool")
+            sig = inspect.signature(fn, eval_str=True)
+            hints = typing.get_type_hints(fn, include_extras=True)
+            conn = next((p for p in sig.parameters if hints.get(p) is Connection), None)
+            conn = conn or ("connection" if "connection" in sig.parameters else None)
+            if conn is None:
+                raise TypeError(f"{fn.__name__} needs a parameter annotated Connection")
+            if provider_arg is not None and provider_arg not in sig.parameters:
+                raise TypeError(f"{fn.__name__} has no parameter {provider_arg!r}")
+            own_ctx = next((p for p, h in hints.items() if isinstance(h, type) and issubclass(h, Context)), None)
+            ctx_name = own_ctx or "mcp_connect_context"
+            params = [p for p in sig.parameters.values() if p.name != conn]
+            if own_ctx is None:
+                extra = inspect.Parameter(ctx_name, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+                tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+                params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD] + [extra, *tail]
+            tool_name = name or fn.__name__
+            self._tools.add(tool_name)
+
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                ctx = kwargs[ctx_name] if own_ctx else kwargs.pop(ctx_name)
+                prov = provider if provider is not None else kwargs.get(provider_arg or "")
+                if not isinstance(prov, str) or not prov:
+                    raise MCPError(code=INVALID_PARAMS, message=f"{provider_arg} is required")
+                if allowed is not None and prov not in allowed:
+                    return self.replies.unknown_provider(prov)
+                access = await self._access(ctx, prov, fixed_scopes)
+                if isinstance(access, Connection):
+                    return await fn(*args, **kwargs, **{conn: access})
+                return access
+
+            # The SDK reads the tool's schema from this signature: the tool's own
+            # parameters without the Connection, plus the Context the adapter needs.
+            wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+            wrapper.__annotations__ = {k: v for k, v in hints.items() if k != conn} | {ctx_name: Context}
+            return wrapper
+
+        return decorate
+
+    # --- One call ----------------------------------------------------------------------
+
+    async def _access(
+        self, ctx: Context[Any, Any], provider: str, scopes: tuple[str, ...] | None
+    ) -> Connection | CallToolResult | InputRequiredResult:
+        slot = _SLOT.get()
+        if slot is None:
+            logger.error("a requires_connection tool ran without McpConnect.install(server), or under another name")
+            raise MCPError(code=INTERNAL_ERROR, message="the tool is not wired to mcp-connect")
+        subject = self._subject(ctx)
+        if not subject:
+            raise MCPError(code=INTERNAL_ERROR, message="no authenticated subject on the request")
+        version = ctx.protocol_version
+        responses = ctx.input_responses or {}
+        answer = getattr(responses.get(INPUT_KEY), "action", None)
+        legacy = version is not None and not is_version_at_least(version, "2026-07-28")
+        session_id = None
+        if legacy:
+            sid = (ctx.headers or {}).get("mcp-session-id")
+            session_id = sid if sid is not None and _SESSION_ID.fullmatch(sid) else None
+        call = _Call(
+            subject=subject,
+            provider=provider,
+            tool=slot.tool,
+            arguments=slot.arguments,
+            scopes=scopes,
+            request_state=slot.request_state,
+            answer=answer if isinstance(answer, str) else None,
+            mode=url_elicitation(version, ctx.client_capabilities),
+            session_id=session_id,
+            legacy=legacy,
+        )
+        return await self._downstream_token(call, slot, ctx)
+
+    async def _downstream_token(
+        self, call: _Call, slot: _Slot, ctx: Context[Any, Any]
+    ) -> Connection | CallToolResult | InputRequiredResult:
+        """The user's token for the provider, or what to answer instead."""
+        now = time.time()
+        try:
+            tool_call: ToolCall | None = ToolCall.of(call.subject, call.tool, call.arguments)
+        except UnsealableCall:
+            tool_call = None
+        legacy_key: CallKey | None = None
+        if call.legacy and tool_call is not None:
+            legacy_key = (call.session_id or "", call.subject, call.tool, tool_call.digest)
+        # A retry names the elicitation of round one: in the sealed requestState
+        # (2026-07-28), or remembered for this session (2025-11-25, which has no state).
+        resumed: str | None = None
+        if call.request_state is not None:
+            try:
+                if tool_call is None:
+                    raise RequestStateError("invalid")
+                resumed = RequestState.open(call.request_state, self.state_key, tool_call, now).elicitation_id
+            except RequestStateError as e:
+                if e.reason != "expired":  # too old: start over; anything else is refused
+                    raise MCPError(code=INVALID_PARAMS, message=str(e)) from None
+        elif legacy_key is not None:
+            resumed = self._pending.take(legacy_key, now)
+        # `decline` or `cancel` in the client is an answer, not an error: no new prompt,
+        # and the link it answered is closed at mcp-connect (opened later, it connects nothing).
+        reason = CancelReason.from_action(call.answer)
+        if reason is not None:
+            if resumed is not None:
+                try:
+                    await self.client.cancel_elicitation(resumed, reason)
+                except McpConnectError as e:
+                    logger.warning("could not close the link at mcp-connect (%s)", e.code or type(e).__name__)
+            return self.replies.not_connected(call.provider)
+        if call.answer is not None and call.answer != "accept":
+            return self.replies.not_connected(call.provider)
+        # `accept` only means the user opened the link: mcp-connect knows the outcome, and
+        # may hold the answer a little while the connect is still under way.
+        wait = self.wait_seconds if resumed is not None and call.answer == "accept" and self.wait_seconds else None
+        request = TokenRequest(
+            subject=call.subject,
+            provider=call.provider,
+            scopes=list(call.scopes) if call.scopes is not None else None,
+            elicitation_id=resumed,
+            wait_seconds=wait,
+            mcp_session_id=call.session_id,
+        )
+        try:
+            outcome = await self.client.token(request)
+        except McpConnectError as e:
+            logger.warning("mcp-connect could not answer (%s)", e.code or type(e).__name__)
+            return self.replies.failed(call.provider, e.code or "unavailable")
+        if isinstance(outcome, Connected):
+            return Connection(
+                provider=call.provider,
+                subject=call.subject,
+                access_token=outcome.access_token,
+                token_type=outcome.token_type,
+                scopes=tuple(outcome.scopes),
+                expires_at=outcome.expires_at,
+                account=outcome.account,
+                connection_id=outcome.connection_id,
+            )
+        if isinstance(outcome, Declined):
+            return self.replies.not_connected(call.provider)
+        return self._ask(call, outcome, tool_call, legacy_key, slot, ctx, now)
+
+    def _ask(
+        self,
+        call: _Call,
+        outcome: ConnectRequired,
+        tool_call: ToolCall | None,
+        legacy_key: CallKey | None,
+        slot: _Slot,
+        ctx: Context[Any, Any],
+        now: float,
+    ) -> CallToolResult | InputRequiredResult:
+        link, mcp = outcome.elicitation, outcome.mcp
+        expires_at = link.expires_at.timestamp()
+        if call.mode is UrlElicitation.INPUT_REQUIRED:
+            if tool_call is not None:
+                deadline = math.floor(min(expires_at, now + STATE_TTL))
+                slot.outbound_state = RequestState(link.id, deadline).seal(self.state_key, tool_call)
+            # Without a state (arguments with no canonical form) the retry simply asks again.
+            params = ElicitRequestURLParams(message=mcp.message, url=mcp.url)
+            return InputRequiredResult(input_requests={INPUT_KEY: ElicitRequest(params=params)})
+        if call.mode is UrlElicitation.ERROR_32042:
+            if legacy_key is not None:
+                self._pending.remember(legacy_key, link.id, expires_at, now)
+            if call.session_id is not None:
+                self._watch(ctx, call.session_id, link.id, expires_at)
+            params = ElicitRequestURLParams(message=mcp.message, url=mcp.url, elicitation_id=mcp.elicitation_id)
+            raise UrlElicitationRequiredError([params], message=mcp.message)
+        return self.replies.setup_link(call.provider, link.url)
+
+    # --- 2025-11-25: notifications/elicitation/complete ----------------------------------
+
+    def _watch(self, ctx: Context[Any, Any], session_id: str, elicitation_id: str, expires_at: float) -> None:
+        """One background wait per elicitation and session, ended by the session's end or
+        the elicitation's expiry, that notifies the client when the connect completed."""
+        key = (session_id, elicitation_id)
+        if key in self._watchers or len(self._watchers) >= MAX_WATCHERS:
+            return
+        session = ctx.session
+        task = asyncio.get_running_loop().create_task(self._wait_and_notify(session, elicitation_id, expires_at))
+        self._watchers[key] = task
+        task.add_done_callback(lambda _: self._watchers.pop(key, None))
+        # The SDK unwinds a connection's exit stack when the session ends; the session
+        # object does not expose its connection publicly, hence the guarded lookup.
+        stack = getattr(getattr(session, "_connection", None), "exit_stack", None)
+        if stack is not None:
+            stack.callback(task.cancel)
+
+    async def _wait_and_notify(self, session: Any, elicitation_id: str, expires_at: float) -> None:
+        while (left := expires_at - time.time()) > 0:
+            started = time.monotonic()
+            try:
+                info = await self.client.elicitation(elicitation_id, wait_seconds=max(1, min(30, math.ceil(left))))
+            except ApiError as e:
+                logger.info("stopped waiting for an elicitation (%s)", e.code)
+                return
+            except McpConnectError:
+                await asyncio.sleep(5)
+                continue
+            if info.status == ElicitationStatus.COMPLETED:
+                try:
+                    await session.send_elicit_complete(elicitation_id)
+                except Exception as e:  # noqa: BLE001 - the session may be gone; nothing to tell
+                    logger.debug("elicitation/complete not delivered (%s)", type(e).__name__)
+                return
+            if info.status != ElicitationStatus.PENDING:
+                return
+            # A service that does not hold the answer must not be polled in a tight loop.
+            if time.monotonic() - started < 1:
+                await asyncio.sleep(2)

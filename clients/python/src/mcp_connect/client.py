@@ -1,0 +1,236 @@
+"""The HTTP side: one `httpx2.AsyncClient` (redirects off, a total deadline per exchange,
+answer bodies capped at 64 KiB), the API key on every call, JSON errors mapped to
+`ApiError` with mcp-connect's stable code, and `503`/`429` with `Retry-After` retried
+within a `RetryPolicy`. Retrying is safe: `/v1/token` is idempotent and the elicitation
+lookup is a GET."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import httpx2
+
+from .errors import ApiError, InvalidResponse, McpConnectError, TransportError, Unavailable
+from .models import (
+    Cancelled,
+    CancelReason,
+    Connected,
+    ConnectRequired,
+    Declined,
+    ElicitationInfo,
+    TokenRequest,
+    parse_token_answer,
+    valid_elicitation_id,
+)
+from .secret import ApiKey
+
+__all__ = ["McpConnectClient", "RetryPolicy"]
+
+logger = logging.getLogger("mcp_connect")
+
+# mcp-connect's answers are a few hundred bytes; anything past this is not one.
+MAX_BODY = 64 * 1024
+# The deadline of one exchange without a wait; a waiting request gets its wait on top.
+BASE_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long the client waits for mcp-connect to become available again."""
+
+    # Retries after the first attempt.
+    max_retries: int = 2
+    # A `Retry-After` longer than this is not waited for: the caller gets `Unavailable`
+    # at once (a tool call should not hang for minutes).
+    max_delay: float = 10.0
+    # The sum of all waits stays within this.
+    max_total: float = 15.0
+    # The wait when a 503/429 carries no usable `Retry-After`.
+    default_delay: float = 1.0
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        return cls(max_retries=0)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """`Retry-After` as delay-seconds (RFC 9110 §10.2.3). An HTTP-date counts as absent:
+    mcp-connect sends seconds, and a clock-skewed date is worse than the default delay."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(int(value.strip()))
+
+
+def _error_body(body: bytes, status: int) -> tuple[str, str]:
+    """The API's `{"error", "error_description"}`, or a stand-in naming the status."""
+    try:
+        data = json.loads(body)
+        code = data["error"]
+        if isinstance(code, str) and code:
+            description = data.get("error_description")
+            return code, description if isinstance(description, str) else ""
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return f"http_{status}", "the answer carried no JSON error body"
+
+
+class McpConnectClient:
+    """A client of mcp-connect's `/v1` API for one tenant (the API key decides which).
+
+    `base_url` is mcp-connect's public base URL, e.g. `https://connect.example.com` (a
+    path prefix is kept). Use as `async with`, or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: ApiKey | str,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float = BASE_TIMEOUT,
+        connect_timeout: float = 5.0,
+        http: httpx2.AsyncClient | None = None,
+    ) -> None:
+        url = httpx2.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("the mcp-connect base URL must be an http(s) URL")
+        self._base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
+        self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
+        self.retry = retry or RetryPolicy()
+        self._timeout = timeout
+        self._owns_http = http is None
+        # Redirects off: a redirect would carry the API key to wherever it points.
+        self._http = http or httpx2.AsyncClient(
+            follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout)
+        )
+
+    def __repr__(self) -> str:
+        return f"McpConnectClient({self._base!r}, {self._key!r})"
+
+    async def __aenter__(self) -> McpConnectClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def token(self, request: TokenRequest) -> Connected | ConnectRequired | Declined:
+        """`POST /v1/token`: the token, or an elicitation to send, or "declined"."""
+        body = await self._send("POST", ("v1", "token"), json_body=request.body(), wait=request.wait_seconds)
+        try:
+            return parse_token_answer(body)
+        except ValueError as e:
+            # pydantic's message quotes the input, and the input may hold a token.
+            raise InvalidResponse(f"token answer: {_fields_of(e)}") from None
+
+    async def elicitation(self, elicitation_id: str, *, wait_seconds: int | None = None) -> ElicitationInfo:
+        """`GET /v1/elicitations/{id}`; with `wait_seconds` (0-30) a pending one is answered
+        when it changes or when the wait runs out."""
+        query = None if wait_seconds is None else {"wait_seconds": str(int(wait_seconds))}
+        body = await self._send("GET", ("v1", "elicitations", self._id(elicitation_id)), query=query, wait=wait_seconds)
+        try:
+            return ElicitationInfo.model_validate_json(body)
+        except ValueError as e:
+            raise InvalidResponse(f"elicitation answer: {_fields_of(e)}") from None
+
+    async def cancel_elicitation(self, elicitation_id: str, reason: CancelReason) -> Cancelled:
+        """`POST /v1/elicitations/{id}/cancel`: the MCP client answered the URL elicitation
+        with `cancel` or `decline`, so the link must stop working. Harmless to repeat."""
+        path = ("v1", "elicitations", self._id(elicitation_id), "cancel")
+        body = await self._send("POST", path, json_body={"reason": CancelReason(reason).value})
+        try:
+            return Cancelled.model_validate_json(body)
+        except ValueError as e:
+            raise InvalidResponse(f"cancel answer: {_fields_of(e)}") from None
+
+    @staticmethod
+    def _id(elicitation_id: str) -> str:
+        if not valid_elicitation_id(elicitation_id):
+            raise ValueError("not an elicitation id")
+        return elicitation_id
+
+    def _url(self, segments: tuple[str, ...]) -> str:
+        # Each segment escaped whole, so an id can never add a path segment or a query.
+        return self._base + "/" + "/".join(quote(s, safe="") for s in segments)
+
+    async def _send(
+        self,
+        method: str,
+        segments: tuple[str, ...],
+        *,
+        json_body: dict[str, Any] | None = None,
+        query: dict[str, str] | None = None,
+        wait: int | None = None,
+    ) -> bytes:
+        """Sends, retrying 503/429 within the policy; returns the body of a 200."""
+        url = self._url(segments)
+        deadline = self._timeout + (wait or 0)
+        waited = 0.0
+        attempt = 0
+        while True:
+            status, retry_after, body = await self._exchange(method, url, json_body, query, deadline)
+            if status == 200:
+                return body
+            code, description = _error_body(body, status)
+            if status not in (429, 503):
+                raise ApiError(status, code, description)
+            delay = self.retry.default_delay if retry_after is None else retry_after
+            within = (
+                attempt < self.retry.max_retries
+                and delay <= self.retry.max_delay
+                and waited + delay <= self.retry.max_total
+            )
+            if not within:
+                raise Unavailable(status, code, retry_after)
+            logger.info("mcp-connect asked to retry (status %d, %s) in %.1f s", status, code, delay)
+            await anyio.sleep(delay)
+            waited += delay
+            attempt += 1
+
+    async def _exchange(
+        self, method: str, url: str, json_body: dict[str, Any] | None, query: dict[str, str] | None, deadline: float
+    ) -> tuple[int, float | None, bytes]:
+        headers = {"Authorization": f"Bearer {self._key.reveal()}", "Accept": "application/json"}
+        timeout = httpx2.Timeout(deadline, connect=min(deadline, 5.0))
+        try:
+            # One deadline for the whole exchange, body included (httpx2's timeouts are
+            # per read, so a server trickling bytes would otherwise hold the call).
+            with anyio.fail_after(deadline):
+                async with self._http.stream(
+                    method, url, json=json_body, params=query, headers=headers, timeout=timeout, follow_redirects=False
+                ) as resp:
+                    body = bytearray()
+                    async for chunk in resp.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_BODY:
+                            raise InvalidResponse("answer body too large")
+                    return resp.status_code, _retry_after(resp.headers.get("retry-after")), bytes(body)
+        except McpConnectError:
+            raise
+        except TimeoutError:
+            raise TransportError(f"no answer from mcp-connect within {deadline:.0f} s") from None
+        except httpx2.HTTPError as e:
+            # The exception's text may quote the request; only its kind is kept.
+            raise TransportError(f"request to mcp-connect failed ({type(e).__name__})") from None
+
+
+def _fields_of(e: ValueError) -> str:
+    """The locations of a pydantic error, never the values."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            return ", ".join(".".join(str(p) for p in err["loc"]) + f" ({err['type']})" for err in errors())
+        except Exception:  # noqa: BLE001 - only describing an error
+            pass
+    return type(e).__name__

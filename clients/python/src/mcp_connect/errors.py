@@ -1,0 +1,54 @@
+"""Why a call to mcp-connect did not produce an answer. No error carries a secret: the API
+key, tokens and request bodies never go into a message."""
+
+from __future__ import annotations
+
+__all__ = ["ApiError", "InvalidResponse", "McpConnectError", "TransportError", "Unavailable"]
+
+
+class McpConnectError(Exception):
+    """Base of every error of the token client."""
+
+    @property
+    def code(self) -> str | None:
+        """mcp-connect's stable error code, where it sent one."""
+        return None
+
+
+class ApiError(McpConnectError):
+    """mcp-connect refused the request with a stable code (e.g. `provider_not_allowed`,
+    `elicitation_mismatch`, `invalid_api_key`)."""
+
+    def __init__(self, status: int, code: str, description: str) -> None:
+        super().__init__(f"mcp-connect answered {status}: {code}: {description}")
+        self.status = status
+        self._code = code
+        self.description = description
+
+    @property
+    def code(self) -> str:
+        return self._code
+
+
+class Unavailable(McpConnectError):
+    """mcp-connect or the provider is temporarily unavailable (503 or 429) and the retry
+    budget is spent, or the server asked for a longer wait than the policy allows.
+    `retry_after` is the server's `Retry-After` in seconds, when it sent one."""
+
+    def __init__(self, status: int, code: str, retry_after: float | None) -> None:
+        super().__init__(f"mcp-connect is temporarily unavailable ({code})")
+        self.status = status
+        self._code = code
+        self.retry_after = retry_after
+
+    @property
+    def code(self) -> str:
+        return self._code
+
+
+class TransportError(McpConnectError):
+    """The request did not reach mcp-connect, or its answer did not arrive in time."""
+
+
+class InvalidResponse(McpConnectError):
+    """An answer that is not what the API documents (or larger than 64 KiB)."""

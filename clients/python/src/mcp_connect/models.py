@@ -1,0 +1,238 @@
+"""The request and answer types of mcp-connect's `/v1` API (`openapi.json` components).
+
+Field names are the wire names; `tests/test_drift.py` checks them, their required-ness,
+the `status` variants and the enums against `openapi.json`. Answers are parsed into
+`Connected | ConnectRequired | Declined`, so a caller matches on what happened instead of
+reading a `status` string. Unknown fields are ignored (the API may add some).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, TypeAdapter, field_validator
+
+from .secret import AccessToken
+
+__all__ = [
+    "Account",
+    "CancelReason",
+    "Cancelled",
+    "ConnectRequired",
+    "Connected",
+    "Declined",
+    "ElicitationInfo",
+    "ElicitationLink",
+    "ElicitationStatus",
+    "ErrorBody",
+    "ErrorCode",
+    "McpElicitation",
+    "TokenAnswer",
+    "TokenRequest",
+    "parse_token_answer",
+    "valid_elicitation_id",
+]
+
+# mcp-connect's ids are UUIDs, but the client treats them as opaque: 1-128 visible ASCII
+# characters, so one can never carry a path, a query or a control character.
+_ELICITATION_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def valid_elicitation_id(value: str) -> bool:
+    return isinstance(value, str) and _ELICITATION_ID.fullmatch(value) is not None
+
+
+def _check_id(value: str) -> str:
+    if not valid_elicitation_id(value):
+        raise ValueError("not an elicitation id")
+    return value
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class ErrorCode(StrEnum):
+    """The stable `error` codes of `/v1` this package names. New codes may appear: an
+    error's `code` stays a plain string."""
+
+    INVALID_API_KEY = "invalid_api_key"
+    INSUFFICIENT_SCOPE = "insufficient_scope"
+    TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
+    TOO_MANY_ATTEMPTS = "too_many_attempts"
+    INTERNAL_ERROR = "internal_error"
+    INVALID_JSON = "invalid_json"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    INVALID_QUERY = "invalid_query"
+    INVALID_REQUEST = "invalid_request"
+    INVALID_SUBJECT = "invalid_subject"
+    UNKNOWN_PROVIDER = "unknown_provider"
+    INVALID_SCOPE = "invalid_scope"
+    INVALID_ELICITATION_ID = "invalid_elicitation_id"
+    ELICITATION_NOT_FOUND = "elicitation_not_found"
+    ELICITATION_MISMATCH = "elicitation_mismatch"
+    PROVIDER_NOT_ALLOWED = "provider_not_allowed"
+    PROVIDER_DISABLED = "provider_disabled"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+
+
+class ElicitationStatus(StrEnum):
+    PENDING = "pending"
+    COMPLETED = "completed"
+    DECLINED = "declined"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class CancelReason(StrEnum):
+    """What the MCP client answered to a URL elicitation when it did not accept it."""
+
+    CANCEL = "cancel"
+    DECLINE = "decline"
+
+    @classmethod
+    def from_action(cls, action: str | None) -> CancelReason | None:
+        """From an MCP `ElicitResult.action`; `accept` (or anything else) is not a cancel."""
+        return {"cancel": cls.CANCEL, "decline": cls.DECLINE}.get(action or "")
+
+
+class TokenRequest(_Wire):
+    """The body of `POST /v1/token`. `subject` is the `sub` of the validated MCP access
+    token, never a tool argument."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subject: str
+    provider: str
+    scopes: list[str] | None = None
+    # On a retried tool call: the elicitation the first round handed out, so mcp-connect
+    # reconciles it (pending, completed, declined) instead of starting anew.
+    elicitation_id: str | None = None
+    # With `elicitation_id`: hold the answer up to this long while it is still pending.
+    wait_seconds: Annotated[int, Field(ge=0, le=30)] | None = None
+    mcp_session_id: str | None = None
+
+    @field_validator("elicitation_id")
+    @classmethod
+    def _id(cls, v: str | None) -> str | None:
+        return None if v is None else _check_id(v)
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class Account(_Wire):
+    """The downstream account a connection belongs to."""
+
+    id: str
+    login: str | None = None
+
+
+class ElicitationLink(_Wire):
+    """The elicitation mcp-connect made (or reused) for a `connect_required` answer."""
+
+    id: str
+    # The connect page: an opaque handle, no secret, useless to anyone but the subject.
+    url: str
+    expires_at: datetime
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return _check_id(v)
+
+
+class McpElicitation(_Wire):
+    """The `params` of a URL-mode `elicitation/create`, as mcp-connect wrote them."""
+
+    mode: str
+    message: str
+    url: str
+    elicitation_id: str = Field(alias="elicitationId")
+
+
+def _redacted(_: AccessToken) -> str:
+    return "[REDACTED]"
+
+
+class Connected(_Wire):
+    """A usable token (refreshed first if it was about to expire)."""
+
+    status: Literal["connected"] = "connected"
+    # Never printed, and dumped as "[REDACTED]": `access_token.reveal()` reads it.
+    access_token: Annotated[AccessToken, PlainSerializer(_redacted, return_type=str)]
+    token_type: str
+    expires_at: datetime | None = None
+    scopes: list[str]
+    account: Account | None = None
+    connection_id: str
+
+    model_config = ConfigDict(extra="ignore", frozen=True, arbitrary_types_allowed=True)
+
+    @field_validator("access_token", mode="before")
+    @classmethod
+    def _wrap(cls, v: Any) -> AccessToken:
+        if isinstance(v, AccessToken):
+            return v
+        if not isinstance(v, str):
+            raise ValueError("access_token must be a string")
+        return AccessToken(v)
+
+
+class ConnectRequired(_Wire):
+    """The user has to connect: show `mcp` as a URL-mode elicitation, keep
+    `elicitation.id` for the retry."""
+
+    status: Literal["connect_required"] = "connect_required"
+    elicitation: ElicitationLink
+    mcp: McpElicitation
+
+
+class Declined(_Wire):
+    """The user declined the elicitation named in the request: a normal outcome."""
+
+    status: Literal["declined"] = "declined"
+    elicitation_id: str
+
+
+TokenAnswer = Annotated[Connected | ConnectRequired | Declined, Field(discriminator="status")]
+_TOKEN_ANSWER: TypeAdapter[Connected | ConnectRequired | Declined] = TypeAdapter(TokenAnswer)
+
+
+def parse_token_answer(data: bytes) -> Connected | ConnectRequired | Declined:
+    return _TOKEN_ANSWER.validate_json(data)
+
+
+class ElicitationInfo(_Wire):
+    """`GET /v1/elicitations/{id}`. `status` is a plain string for statuses this version
+    does not know; compare it with `ElicitationStatus` members."""
+
+    id: str
+    status: str
+    subject: str
+    provider: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime
+    completed_at: datetime | None = None
+    # For an elicitation the MCP client closed: `cancel` or `decline`.
+    cancel_reason: str | None = None
+
+
+class Cancelled(_Wire):
+    """`POST /v1/elicitations/{id}/cancel`: the elicitation's status afterwards."""
+
+    id: str
+    status: str
+    cancel_reason: str | None = None
+
+
+class ErrorBody(_Wire):
+    """Every error of `/v1`: a stable code and a text for people."""
+
+    error: str
+    error_description: str

@@ -1,0 +1,47 @@
+"""The results the adapter answers with itself (the tool body does not run for them). The
+defaults are the Rust example server's texts and structured content; change the texts
+with the constructor's arguments, or subclass and override a method for other content."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+
+__all__ = ["Replies"]
+
+
+def _result(text: str, structured: dict[str, Any] | None = None, *, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured, is_error=error)
+
+
+@dataclass(frozen=True)
+class Replies:
+    # Declined or cancelled (on the page or in the client): a normal result, no new prompt.
+    not_connected_text: str = "Not connected to {provider}: nothing was shared."
+    # The client has no URL elicitation: the link to open outside the MCP workflow.
+    setup_link_text: str = (
+        "Not connected to {provider}. This client cannot open a connect page by itself: "
+        "open {url} in your browser to connect the account, then ask again."
+    )
+    # mcp-connect could not answer: its stable code, nothing secret.
+    failed_text: str = "The connection service could not answer ({code}); try again later."
+    # A provider name outside the tool's allow-list (`providers=`).
+    unknown_provider_text: str = "This server does not know the provider {provider_json}."
+
+    def not_connected(self, provider: str) -> CallToolResult:
+        text = self.not_connected_text.format(provider=provider)
+        return _result(text, {"connected": False, "provider": provider, "setup_url": None})
+
+    def setup_link(self, provider: str, url: str) -> CallToolResult:
+        text = self.setup_link_text.format(provider=provider, url=url)
+        return _result(text, {"connected": False, "provider": provider, "setup_url": url})
+
+    def failed(self, provider: str, code: str) -> CallToolResult:
+        return _result(self.failed_text.format(provider=provider, code=code), error=True)
+
+    def unknown_provider(self, provider: str) -> CallToolResult:
+        text = self.unknown_provider_text.format(provider=provider, provider_json=json.dumps(provider))
+        return _result(text, error=True)

@@ -1,0 +1,452 @@
+"""The adapter on the official SDK: a real `MCPServer` over Streamable HTTP with the SDK's
+bearer auth, driven by the SDK's own `Client` in both revisions, against a local HTTP
+stand-in for mcp-connect's `/v1` (answers as openapi.json describes them)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from conftest import serve
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.auth.provider import AccessToken as SdkAccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import CallToolResult, ClientCapabilities, InputRequiredResult, TextContent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from mcp_connect import Connection, McpConnect, RequestState, RequestStateKey, ToolCall, UrlElicitation, url_elicitation
+
+pytestmark = pytest.mark.anyio
+
+EID = "3f2b8c1e-0d4a-4e5b-9c6d-7e8f9a0b1c2d"
+URL = f"https://connect.example/connect/dev?e={EID}"
+MESSAGE = "Acme Assistant needs access to your Dev account."
+
+# --- The decision, as a table ---------------------------------------------------------
+
+BOTH = {"elicitation": {"form": {}, "url": {}}}
+URL_ONLY = {"elicitation": {"url": {}}}
+FORM_ONLY = {"elicitation": {"form": {}}}
+BARE = {"elicitation": {}}
+NONE: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize(
+    ("version", "capabilities", "expected"),
+    [
+        ("2026-07-28", BOTH, UrlElicitation.INPUT_REQUIRED),
+        ("2026-07-28", URL_ONLY, UrlElicitation.INPUT_REQUIRED),
+        ("2026-07-28", FORM_ONLY, UrlElicitation.UNSUPPORTED),
+        ("2026-07-28", BARE, UrlElicitation.UNSUPPORTED),
+        ("2026-07-28", NONE, UrlElicitation.UNSUPPORTED),
+        ("2026-07-28", None, UrlElicitation.UNSUPPORTED),
+        ("2025-11-25", BOTH, UrlElicitation.ERROR_32042),
+        ("2025-11-25", URL_ONLY, UrlElicitation.ERROR_32042),
+        ("2025-11-25", FORM_ONLY, UrlElicitation.UNSUPPORTED),
+        ("2025-11-25", None, UrlElicitation.UNSUPPORTED),
+        # Before 2025-11-25 there was no URL mode, whatever a client claims.
+        ("2025-06-18", BOTH, UrlElicitation.UNSUPPORTED),
+        ("2025-03-26", BOTH, UrlElicitation.UNSUPPORTED),
+        ("2024-11-05", BOTH, UrlElicitation.UNSUPPORTED),
+        # A revision the SDK does not know is treated as an old one.
+        ("2099-01-01", BOTH, UrlElicitation.UNSUPPORTED),
+        (None, BOTH, UrlElicitation.UNSUPPORTED),
+    ],
+)
+def test_the_decision(version: str | None, capabilities: dict[str, Any] | None, expected: UrlElicitation) -> None:
+    caps = None if capabilities is None else ClientCapabilities.model_validate(capabilities)
+    assert url_elicitation(version, caps) is expected
+
+
+# --- A stand-in for mcp-connect -----------------------------------------------------------
+
+
+@dataclass
+class Service:
+    """Answers `/v1/token` with `answer` ("connect_required", "connected", "declined" or an
+    error code), and `GET /v1/elicitations/{id}` with `status`; records every request."""
+
+    answer: str = "connect_required"
+    # When set, the answer to a retry that names the elicitation.
+    on_retry: str | None = None
+    status: str = "pending"
+    seen: list[tuple[str, str, Any]] = field(default_factory=list)
+
+    async def token(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.seen.append(("POST", request.url.path, body))
+        answer = self.on_retry if self.on_retry and "elicitation_id" in body else self.answer
+        if answer == "connected":
+            return JSONResponse(
+                {
+                    "status": "connected",
+                    "access_token": f"gho-{body['subject']}",
+                    "token_type": "bearer",
+                    "expires_at": None,
+                    "scopes": ["read"],
+                    "account": {"id": "7", "login": "octo"},
+                    "connection_id": "c-1",
+                }
+            )
+        if answer == "declined":
+            return JSONResponse({"status": "declined", "elicitation_id": EID})
+        if answer != "connect_required":
+            return JSONResponse({"error": answer, "error_description": "no"}, status_code=403)
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 300))
+        return JSONResponse(
+            {
+                "status": "connect_required",
+                "elicitation": {"id": EID, "url": URL, "expires_at": expires},
+                "mcp": {"mode": "url", "message": MESSAGE, "url": URL, "elicitationId": EID},
+            }
+        )
+
+    async def elicitation(self, request: Request) -> JSONResponse:
+        self.seen.append(("GET", request.url.path, dict(request.query_params)))
+        await anyio.sleep(0.2)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return JSONResponse(
+            {
+                "id": EID,
+                "status": self.status,
+                "subject": "alice",
+                "provider": "dev",
+                "scopes": [],
+                "created_at": now,
+                "expires_at": now,
+            }
+        )
+
+    async def cancel(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.seen.append(("POST", request.url.path, body))
+        return JSONResponse({"id": EID, "status": "cancelled", "cancel_reason": body["reason"]})
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/token", self.token, methods=["POST"]),
+                Route("/v1/elicitations/{id}", self.elicitation, methods=["GET"]),
+                Route("/v1/elicitations/{id}/cancel", self.cancel, methods=["POST"]),
+            ]
+        )
+
+    def tokens(self) -> list[Any]:
+        return [body for method, path, body in self.seen if path == "/v1/token"]
+
+
+class Bearer:
+    """A `TokenVerifier` (the SDK's protocol): `tok-<sub>` is the subject `<sub>`."""
+
+    async def verify_token(self, token: str) -> SdkAccessToken | None:
+        if not token.startswith("tok-"):
+            return None
+        return SdkAccessToken(token=token, client_id="c", scopes=[], subject=token[4:] or None)
+
+
+@dataclass
+class Env:
+    service: Service
+    connect: McpConnect
+    mcp_url: str
+
+
+@asynccontextmanager
+async def started(**connect_options: Any) -> AsyncIterator[Env]:
+    service = Service()
+    async with serve(service.app()) as connect_base:
+        key = RequestStateKey.generate()
+        connect = McpConnect(connect_base, "mcpc_test_key", key, **connect_options)
+        auth = AuthSettings(
+            issuer_url="https://idp.example", resource_server_url="http://127.0.0.1/mcp", validate_token_resource=False
+        )
+        server = MCPServer("t", token_verifier=Bearer(), auth=auth)
+
+        @connect.tool(server, provider_arg="provider", providers={"dev", "otherp"})
+        async def whoami_on(provider: str, connection: Connection) -> CallToolResult:
+            """The token reaches the body, and only the body."""
+            text = f"{connection.subject} at {provider}: {connection.access_token.reveal()}"
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"connected": True})
+
+        # The stacked form, with a fixed provider.
+        @server.tool()
+        @connect.requires_connection("dev")
+        async def fixed(n: int, connection: Connection) -> CallToolResult:
+            return CallToolResult(content=[TextContent(type="text", text=f"{n} {connection.provider}")])
+
+        # A tool of another McpConnect that was never installed.
+        other = McpConnect(connect_base, "k", key)
+
+        @server.tool()
+        @other.requires_connection("dev")
+        async def unwired(connection: Connection) -> str:
+            return "never"
+
+        # Another tool's requestState stays the SDK's to seal.
+        @server.tool()
+        async def plain(x: int) -> CallToolResult | InputRequiredResult:
+            return InputRequiredResult(request_state="plain", input_requests={"q": types.ListRootsRequest()})
+
+        async with serve(server.streamable_http_app(json_response=True)) as base:
+            yield Env(service, connect, f"{base}/mcp")
+        await connect.aclose()
+        await other.aclose()
+
+
+@asynccontextmanager
+async def client(
+    env: Env, subject: str, mode: str, url_mode: bool, notes: list[Any] | None = None
+) -> AsyncIterator[Client]:
+    async def on_elicit(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept")
+
+    async def on_message(message: Any) -> None:
+        if notes is not None:
+            notes.append(message)
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer tok-{subject}"})
+    c = Client(
+        streamable_http_client(env.mcp_url, http_client=http),
+        mode=mode,  # type: ignore[arg-type]
+        elicitation_callback=on_elicit if url_mode else None,
+        message_handler=on_message,
+        read_timeout_seconds=30,
+    )
+    async with c:
+        yield c
+
+
+ARGS = {"provider": "dev"}
+
+
+async def once(c: Client, **kw: Any) -> Any:
+    name = kw.pop("name", "whoami_on")
+    args = kw.pop("arguments", ARGS)
+    return await c.session.call_tool(name, args, allow_input_required=True, **kw)
+
+
+def accept(action: str = "accept") -> dict[str, Any]:
+    return {"connect": types.ElicitResult(action=action)}  # type: ignore[arg-type]
+
+
+# --- 2026-07-28 ---------------------------------------------------------------------------
+
+
+async def test_modern_input_required_carries_an_mcs2_state_bound_to_the_call() -> None:
+    async with started() as env, client(env, "alice", "auto", True) as c:
+        r = await once(c)
+    assert isinstance(r, InputRequiredResult)
+    params = r.input_requests["connect"].params  # type: ignore[index]
+    wire = params.model_dump(by_alias=True, exclude_none=True)
+    assert wire == {"mode": "url", "message": MESSAGE, "url": URL}, "no elicitationId in 2026-07-28"
+    state = r.request_state or ""
+    assert state.startswith(f"mcs2.{env.connect.state_key.key_id}."), "our format on the wire, not the SDK's"
+    opened = RequestState.open(state, env.connect.state_key, ToolCall.of("alice", "whoami_on", ARGS))
+    assert opened.elicitation_id == EID
+    assert time.time() + 290 <= opened.expires_at <= time.time() + 301, "the elicitation's expiry, under 10 min"
+    assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}]
+
+
+async def test_modern_accept_asks_mcp_connect_with_the_elicitation_and_a_wait_then_runs_the_tool() -> None:
+    async with started() as env, client(env, "alice", "auto", True) as c:
+        state = (await once(c)).request_state
+        env.service.answer = "connected"
+        r = await once(c, request_state=state, input_responses=accept())
+    assert isinstance(r, CallToolResult) and not r.is_error
+    assert r.content[0].text == "alice at dev: gho-alice"  # type: ignore[union-attr]
+    assert env.service.tokens()[1] == {"subject": "alice", "provider": "dev", "elicitation_id": EID, "wait_seconds": 20}
+
+
+async def test_modern_the_sdks_own_retry_loop_gets_the_account() -> None:
+    async with started() as env, client(env, "alice", "auto", True) as c:
+        env.service.on_retry = "connected"
+        # The SDK client answers the prompt (accept) and retries with the state by itself.
+        r = await c.call_tool("whoami_on", ARGS)
+    assert r.content[0].text == "alice at dev: gho-alice"  # type: ignore[union-attr]
+    first, retry = env.service.tokens()
+    assert "elicitation_id" not in first and retry["elicitation_id"] == EID
+
+
+async def test_modern_wait_seconds_0_sends_no_wait() -> None:
+    async with started(wait_seconds=0) as env, client(env, "alice", "auto", True) as c:
+        env.service.on_retry = "connected"
+        await c.call_tool("whoami_on", ARGS)
+    assert "wait_seconds" not in env.service.tokens()[1]
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_modern_decline_or_cancel_closes_the_link_and_is_a_normal_not_connected(action: str) -> None:
+    async with started() as env, client(env, "carol", "auto", True) as c:
+        state = (await once(c)).request_state
+        r = await once(c, request_state=state, input_responses=accept(action))
+    assert isinstance(r, CallToolResult) and not r.is_error
+    assert r.content[0].text.startswith("Not connected to dev")  # type: ignore[union-attr]
+    assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": None}
+    assert env.service.seen[-1] == ("POST", f"/v1/elicitations/{EID}/cancel", {"reason": action})
+    assert len(env.service.tokens()) == 1, "no new prompt asked for"
+
+
+async def test_modern_a_declined_answer_is_not_connected() -> None:
+    async with started() as env, client(env, "bob", "auto", True) as c:
+        state = (await once(c)).request_state
+        env.service.answer = "declined"
+        r = await once(c, request_state=state, input_responses=accept())
+    assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": None}
+
+
+async def test_modern_a_tampered_foreign_or_moved_state_is_invalid_params_and_nothing_is_asked() -> None:
+    async with started() as env:
+        async with client(env, "alice", "auto", True) as alice:
+            state = (await once(alice)).request_state or ""
+            i = len(state) // 2
+            tampered = state[:i] + ("B" if state[i] == "A" else "A") + state[i + 1 :]
+            for bad, message in [
+                (tampered, "requestState does not belong to this call"),
+                ("not-a-state", "requestState is malformed"),
+                # The SDK's own format is not ours: refused by us, not unsealed by the SDK.
+                ("v1.AAAA", "requestState is malformed"),
+            ]:
+                with pytest.raises(MCPError) as e:
+                    await once(alice, request_state=bad, input_responses=accept())
+                assert (e.value.code, e.value.message) == (-32602, message)
+            with pytest.raises(MCPError) as e:
+                await once(alice, arguments={"provider": "otherp"}, request_state=state, input_responses=accept())
+            assert e.value.code == -32602
+        async with client(env, "mallory", "auto", True) as mallory:
+            with pytest.raises(MCPError) as e:
+                await once(mallory, request_state=state, input_responses=accept())
+            assert (e.value.code, e.value.message) == (-32602, "requestState does not belong to this call")
+    assert [b["subject"] for b in env.service.tokens()] == ["alice"], "refused states ask mcp-connect nothing"
+
+
+async def test_modern_an_expired_state_starts_over() -> None:
+    async with started() as env, client(env, "alice", "auto", True) as c:
+        old = RequestState(EID, int(time.time()) - 1).seal(
+            env.connect.state_key, ToolCall.of("alice", "whoami_on", ARGS)
+        )
+        r = await once(c, request_state=old, input_responses=accept())
+    assert isinstance(r, InputRequiredResult)
+    assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}], "a first round: no elicitation id"
+
+
+async def test_modern_without_url_elicitation_gets_the_setup_link() -> None:
+    async with started() as env, client(env, "dave", "auto", False) as c:
+        r = await once(c)
+    assert isinstance(r, CallToolResult) and not r.is_error
+    assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": URL}
+    assert URL in r.content[0].text and r.content[0].text.startswith("Not connected to dev")  # type: ignore[union-attr]
+
+
+# --- 2025-11-25 ---------------------------------------------------------------------------
+
+
+async def test_legacy_gets_32042_then_the_retry_names_the_elicitation_and_completion_is_notified() -> None:
+    notes: list[Any] = []
+    async with started() as env, client(env, "alice", "legacy", True, notes) as c:
+        assert c.protocol_version == "2025-11-25"
+        with pytest.raises(MCPError) as e:
+            await c.call_tool("whoami_on", ARGS)
+        assert e.value.code == -32042
+        assert e.value.message == MESSAGE
+        assert e.value.data == {"elicitations": [{"mode": "url", "message": MESSAGE, "url": URL, "elicitationId": EID}]}
+        # The connect finishes: the background wait sees it and tells the client.
+        env.service.status = "completed"
+        with anyio.fail_after(10):
+            while not any(getattr(getattr(n, "params", None), "elicitation_id", None) == EID for n in notes):
+                await anyio.sleep(0.05)
+        waits = [b for m, p, b in env.service.seen if m == "GET"]
+        assert waits and waits[0] == {"wait_seconds": "30"}
+        env.service.answer = "connected"
+        r = await c.call_tool("whoami_on", ARGS)
+    assert r.content[0].text == "alice at dev: gho-alice"  # type: ignore[union-attr]
+    retry = env.service.tokens()[1]
+    assert retry["elicitation_id"] == EID and "wait_seconds" not in retry
+    assert retry["mcp_session_id"], "the session goes along for the audit"
+
+
+async def test_legacy_the_remembered_elicitation_is_per_session_and_per_call() -> None:
+    async with started() as env:
+        async with client(env, "alice", "legacy", True) as c:
+            with pytest.raises(MCPError):
+                await c.call_tool("whoami_on", ARGS)
+            with pytest.raises(MCPError):
+                await c.call_tool("whoami_on", {"provider": "otherp"})
+        async with client(env, "alice", "legacy", True) as c2:
+            with pytest.raises(MCPError):
+                await c2.call_tool("whoami_on", ARGS)
+    assert ["elicitation_id" in b for b in env.service.tokens()] == [False, False, False]
+
+
+async def test_legacy_without_url_elicitation_gets_the_setup_link_and_no_error() -> None:
+    async with started() as env, client(env, "dave", "legacy", False) as c:
+        r = await c.call_tool("whoami_on", ARGS)
+    assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": URL}
+
+
+# --- Both -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_connected_runs_the_body_with_the_token_of_the_requests_subject(mode: str) -> None:
+    async with started() as env, client(env, "erin", mode, True) as c:
+        env.service.answer = "connected"
+        r = await c.call_tool("whoami_on", ARGS)
+        fixed = await c.call_tool("fixed", {"n": 3})
+    assert r.content[0].text == "erin at dev: gho-erin"  # type: ignore[union-attr]
+    assert fixed.content[0].text == "3 dev"  # type: ignore[union-attr]
+    last = env.service.tokens()[-1]
+    assert (last["subject"], last["provider"], "elicitation_id" in last) == ("erin", "dev", False)
+
+
+async def test_an_mcp_connect_error_is_a_tool_error_naming_the_code() -> None:
+    async with started() as env, client(env, "erin", "auto", True) as c:
+        env.service.answer = "provider_not_allowed"
+        r = await c.call_tool("whoami_on", ARGS)
+    assert r.is_error
+    assert r.content[0].text == "The connection service could not answer (provider_not_allowed); try again later."  # type: ignore[union-attr]
+
+
+async def test_a_provider_outside_the_allow_list_is_refused_without_asking() -> None:
+    async with started() as env, client(env, "erin", "auto", True) as c:
+        r = await c.call_tool("whoami_on", {"provider": "nope"})
+    assert r.is_error and r.content[0].text == 'This server does not know the provider "nope".'  # type: ignore[union-attr]
+    assert env.service.seen == []
+
+
+async def test_without_an_authenticated_subject_the_call_is_an_error() -> None:
+    async with started() as env, client(env, "", "auto", True) as c:
+        with pytest.raises(MCPError) as e:
+            await c.call_tool("whoami_on", ARGS)
+    assert "no authenticated subject" in e.value.message
+    assert env.service.seen == []
+
+
+async def test_a_tool_of_an_uninstalled_mcp_connect_refuses_to_run() -> None:
+    async with started() as env, client(env, "erin", "auto", True) as c:
+        with pytest.raises(MCPError) as e:
+            await c.call_tool("unwired", {})
+    assert e.value.message == "the tool is not wired to mcp-connect"
+
+
+async def test_other_tools_keep_the_sdks_request_state_protection_and_the_schema_hides_the_connection() -> None:
+    async with started() as env, client(env, "erin", "auto", True) as c:
+        r = await once(c, name="plain", arguments={"x": 1})
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+    assert isinstance(r, InputRequiredResult)
+    assert (r.request_state or "").startswith("v1."), "sealed by the SDK's boundary"
+    assert set(tools["whoami_on"].input_schema["properties"]) == {"provider"}
+    assert set(tools["fixed"].input_schema["properties"]) == {"n"}
+    assert json.dumps(tools["whoami_on"].input_schema).find("connection") == -1

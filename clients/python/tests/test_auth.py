@@ -1,0 +1,135 @@
+"""The JWT access-token verifier against a real local IdP (discovery document + JWKS)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jwt
+import pytest
+from conftest import serve
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from mcp_connect import JwtVerifier
+
+pytestmark = pytest.mark.anyio
+
+AUD = "http://127.0.0.1:8090/mcp"
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EC_KEY = ec.generate_private_key(ec.SECP256R1())
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+class Idp:
+    def __init__(self) -> None:
+        self.issuer = ""
+        self.jwks_fetches = 0
+        self.claimed_issuer: str | None = None
+
+    async def discovery(self, _: Request) -> JSONResponse:
+        issuer = self.claimed_issuer or self.issuer
+        return JSONResponse({"issuer": issuer, "jwks_uri": f"{self.issuer}/jwks"})
+
+    async def jwks(self, _: Request) -> JSONResponse:
+        self.jwks_fetches += 1
+        rsa_jwk = RSAAlgorithm.to_jwk(RSA_KEY.public_key(), as_dict=True) | {"kid": "r1", "alg": "RS256", "use": "sig"}
+        ec_jwk = ECAlgorithm.to_jwk(EC_KEY.public_key(), as_dict=True) | {"kid": "e1"}
+        return JSONResponse({"keys": [rsa_jwk, ec_jwk]})
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/.well-known/openid-configuration", self.discovery), Route("/jwks", self.jwks)])
+
+
+@pytest.fixture
+async def idp() -> AsyncIterator[Idp]:
+    idp = Idp()
+    async with serve(idp.app()) as base:
+        idp.issuer = base
+        yield idp
+
+
+def token(
+    idp: Idp, *, key: Any = RSA_KEY, alg: str = "RS256", kid: str = "r1", typ: str | None = "at+jwt", **claims: Any
+) -> str:
+    now = int(time.time())
+    body = {"iss": idp.issuer, "aud": AUD, "sub": "alice", "exp": now + 300, "iat": now, "client_id": "c1"} | claims
+    body = {k: v for k, v in body.items() if v is not None}
+    # PyJWT drops a typ given as None (it would otherwise write "JWT").
+    headers: dict[str, Any] = {"kid": kid, "typ": typ}
+    return jwt.encode(body, key, algorithm=alg, headers=headers)
+
+
+async def test_a_genuine_token_gives_its_subject(idp: Idp) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    got = await v.verify_token(token(idp, scope="a b"))
+    assert got is not None
+    assert (got.subject, got.client_id, got.scopes, got.resource) == ("alice", "c1", ["a", "b"], AUD)
+    ec_token = token(idp, key=EC_KEY, alg="ES256", kid="e1", typ=None)
+    assert (await v.verify_token(ec_token)) is not None, "ES256, and no typ is accepted"
+
+
+@pytest.mark.parametrize(
+    ("why", "make"),
+    [
+        ("another audience", lambda idp: token(idp, aud="https://other.example/mcp")),
+        ("another issuer", lambda idp: token(idp, iss="https://evil.example")),
+        ("expired", lambda idp: token(idp, exp=int(time.time()) - 120)),
+        ("not yet valid", lambda idp: token(idp, nbf=int(time.time()) + 600)),
+        ("no exp", lambda idp: token(idp, exp=None)),
+        ("no sub", lambda idp: token(idp, sub=None)),
+        ("empty sub", lambda idp: token(idp, sub="")),
+        ("typ JWT (an ID token)", lambda idp: token(idp, typ="JWT")),
+        ("signed by another key", lambda idp: token(idp, key=OTHER_KEY)),
+        ("unknown kid", lambda idp: token(idp, kid="nope")),
+        ("PS256 with a key published for RS256", lambda idp: token(idp, alg="PS256")),
+        ("RS512", lambda idp: token(idp, alg="RS512")),
+        ("HS256 keyed with the public key", lambda idp: hs256_with_public_key(idp)),
+        ("alg none", lambda idp: jwt.encode({"sub": "alice", "iss": idp.issuer, "aud": AUD}, None, algorithm="none")),
+        ("garbage", lambda idp: "a.b.c"),
+    ],
+)
+async def test_refused(idp: Idp, why: str, make: Any) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    assert await v.verify_token(make(idp)) is None, why
+
+
+def hs256_with_public_key(idp: Idp) -> str:
+    import base64
+    import hashlib
+    import hmac
+    import json
+
+    pem = RSA_KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    def b64(d: bytes) -> str:
+        return base64.urlsafe_b64encode(d).decode().rstrip("=")
+
+    head = b64(json.dumps({"alg": "HS256", "kid": "r1", "typ": "at+jwt"}).encode())
+    claims = {"iss": idp.issuer, "aud": AUD, "sub": "alice", "exp": int(time.time()) + 300}
+    body = b64(json.dumps(claims).encode())
+    sig = b64(hmac.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest())
+    return f"{head}.{body}.{sig}"
+
+
+async def test_an_unknown_kid_refetches_the_jwks_at_most_every_30_seconds(idp: Idp) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    assert idp.jwks_fetches == 1
+    for _ in range(5):
+        assert await v.verify_token(token(idp, kid="rotated")) is None
+    assert idp.jwks_fetches == 1, "within 30 s of the last fetch: no refetch"
+    v._fetched -= 31
+    assert await v.verify_token(token(idp, kid="rotated")) is None
+    assert idp.jwks_fetches == 2
+
+
+async def test_a_discovery_document_naming_another_issuer_is_refused(idp: Idp) -> None:
+    idp.claimed_issuer = "https://evil.example"
+    with pytest.raises(ValueError, match="issuer"):
+        await JwtVerifier.discover(idp.issuer, AUD)
