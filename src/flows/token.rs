@@ -130,7 +130,7 @@ pub async fn token_waiting(
     req: TokenRequest,
     wait: std::time::Duration,
 ) -> Result<TokenOutcome, TokenError> {
-    let named = req.elicitation_id.clone();
+    let named = req.elicitation_id;
     let watch = named.as_ref().and_then(|id| super::wait::watch(state, id, wait));
     // Armed before the first read, so a commit in between is not missed.
     let changed = watch.as_ref().map(|w| w.changed());

@@ -21,7 +21,7 @@ async fn retry(app: &TestApp, subject: &str, id: &str) -> serde_json::Value {
 
 /// Opens the connect link in a browser without a session: it lands on the IdP's login
 /// page, where the person types `username` and clicks "Sign in".
-async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &str) {
+pub(crate) async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &str) {
     chrome.goto(url).await;
     chrome.wait_for_url(&format!("{}/authorize?", app.idp.base_url())).await;
     assert!(chrome.page_text().await.contains("asks you to sign in"));
@@ -31,14 +31,14 @@ async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &
 }
 
 /// Waits for our consent page for elicitation `id`; returns its text.
-async fn on_the_consent_page(chrome: &Chrome, app: &TestApp, id: &str) -> String {
+pub(crate) async fn on_the_consent_page(chrome: &Chrome, app: &TestApp, id: &str) -> String {
     chrome.wait_for_url(&format!("{}/connect/testp?e={id}", app.base)).await;
     chrome.find("button[name=decision][value=connect]").await;
     chrome.assert_our_page().await
 }
 
 /// On the provider's consent page: names the account and clicks Allow or Deny.
-async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, decision: &str) {
+pub(crate) async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, decision: &str) {
     chrome.wait_for_url(&format!("{}/authorize?", app.provider.base_url())).await;
     chrome.screenshot("provider-consent").await;
     chrome.type_into("input[name=username]", account).await;
@@ -46,7 +46,7 @@ async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, d
 }
 
 /// Waits for our callback page and returns its heading.
-async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
+pub(crate) async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
     chrome.wait_for_url(&format!("{}/connect/testp/callback?", app.base)).await;
     chrome.assert_our_page().await;
     chrome.text("h1").await

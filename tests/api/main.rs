@@ -27,6 +27,7 @@ mod ops;
 mod props;
 mod receiver;
 mod schemathesis;
+mod sdks;
 mod serve;
 mod tenancy;
 mod token;

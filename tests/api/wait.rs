@@ -138,16 +138,26 @@ async fn nothing_waits_for_an_elicitation_that_is_no_longer_pending() {
 async fn wait_seconds_over_thirty_or_without_an_elicitation_id_is_refused() {
     let app = spawn_app_with(Options::default()).await;
     let (id, _) = app.elicit("alice", "testp").await;
-    let over = app.token(&app.key, json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": 31})).await;
+    let over = app
+        .token(&app.key, json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": 31}))
+        .await;
     let b = assert_error(over, 400, "invalid_request").await;
     assert!(b["error_description"].as_str().unwrap().contains("at most 30"), "{b}");
     let first = app.token(&app.key, json!({"subject": "alice", "provider": "testp", "wait_seconds": 5})).await;
     let b = assert_error(first, 400, "invalid_request").await;
     assert!(b["error_description"].as_str().unwrap().contains("elicitation_id"), "{b}");
-    let negative = app.token(&app.key, json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": -1})).await;
+    let negative = app
+        .token(&app.key, json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": -1}))
+        .await;
     assert_error(negative, 400, "invalid_json").await;
     for q in ["wait_seconds=31", "wait_seconds=x"] {
-        let r = app.client.get(format!("{}/v1/elicitations/{id}?{q}", app.base)).bearer_auth(&app.key).send().await.unwrap();
+        let r = app
+            .client
+            .get(format!("{}/v1/elicitations/{id}?{q}", app.base))
+            .bearer_auth(&app.key)
+            .send()
+            .await
+            .unwrap();
         let code = if q.ends_with('x') { "invalid_query" } else { "invalid_request" };
         assert_error(r, 400, code).await;
     }
@@ -158,10 +168,16 @@ async fn wait_seconds_over_thirty_or_without_an_elicitation_id_is_refused() {
 
 #[tokio::test]
 async fn an_operator_can_hold_requests_for_less_than_thirty_seconds() {
-    let app = spawn_app_with(Options { extra_toml: format!("{METRICS}[elicitations]\nmax_wait_seconds = 1\n"), ..Options::default() })
-        .await;
+    let app = spawn_app_with(Options {
+        extra_toml: format!("{METRICS}[elicitations]\nmax_wait_seconds = 1\n"),
+        ..Options::default()
+    })
+    .await;
     let (id, _) = app.elicit("alice", "testp").await;
     let (answer, took) = waiting_retry(&app.base, &app.key, &id, 30).await.unwrap();
     assert_eq!(answer["status"], "connect_required");
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "held for the operator's maximum: {took:?}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(10),
+        "held for the operator's maximum: {took:?}"
+    );
 }

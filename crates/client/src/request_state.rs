@@ -546,30 +546,91 @@ mod tests {
         let k1_kid = keyring(&["k1"]).key_id().to_owned();
         let k2_kid = keyring(&["k2"]).key_id().to_owned();
         let bad_plain = seal_raw(&keyring(&["k1"]), &seals[0].2.tool_call(), br#"{"e":1}"#);
-        let refuse_one = |name: &str, keys: &[&str], state: &str, subject: &str, tool: &str, args: Value, now: i64, error: &str| {
-            json!({"name": name, "keys": keys, "state": state, "subject": subject, "tool": tool,
+        let refuse_one =
+            |name: &str, keys: &[&str], state: &str, subject: &str, tool: &str, args: Value, now: i64, error: &str| {
+                json!({"name": name, "keys": keys, "state": state, "subject": subject, "tool": tool,
                    "arguments": args, "now": now, "error": error})
+            };
+        let r = |name: &str, state: &str, error: &str| {
+            refuse_one(name, &["k1"], state, "alice", "whoami_on", github(), t0, error)
         };
-        let r = |name: &str, state: &str, error: &str| refuse_one(name, &["k1"], state, "alice", "whoami_on", github(), t0, error);
         let refuse = vec![
             r("a changed nonce byte", &flip(0), "invalid"),
             r("a changed ciphertext byte", &flip(NONCE_LEN), "invalid"),
             r("a changed tag byte", &flip(raw.len() - 1), "invalid"),
             refuse_one("another subject", &["k1"], alice, "bob", "whoami_on", github(), t0, "invalid"),
             refuse_one("another tool", &["k1"], alice, "alice", "delete_repo", github(), t0, "invalid"),
-            refuse_one("other arguments", &["k1"], alice, "alice", "whoami_on", parse(r#"{"provider":"gitlab"}"#), t0, "invalid"),
-            refuse_one("a character moved from the subject to the tool", &["k1"], alice, "alic", "ewhoami_on", github(), t0, "invalid"),
-            refuse_one("no arguments instead of some", &["k1"], alice, "alice", "whoami_on", Value::Null, t0, "invalid"),
-            refuse_one("a key id the opener has no key for", &["k2"], alice, "alice", "whoami_on", github(), t0, "invalid"),
-            refuse_one("relabelled with another key's id", &["k1", "k2"], &alice.replacen(&k1_kid, &k2_kid, 1), "alice", "whoami_on", github(), t0, "invalid"),
+            refuse_one(
+                "other arguments",
+                &["k1"],
+                alice,
+                "alice",
+                "whoami_on",
+                parse(r#"{"provider":"gitlab"}"#),
+                t0,
+                "invalid",
+            ),
+            refuse_one(
+                "a character moved from the subject to the tool",
+                &["k1"],
+                alice,
+                "alic",
+                "ewhoami_on",
+                github(),
+                t0,
+                "invalid",
+            ),
+            refuse_one(
+                "no arguments instead of some",
+                &["k1"],
+                alice,
+                "alice",
+                "whoami_on",
+                Value::Null,
+                t0,
+                "invalid",
+            ),
+            refuse_one(
+                "a key id the opener has no key for",
+                &["k2"],
+                alice,
+                "alice",
+                "whoami_on",
+                github(),
+                t0,
+                "invalid",
+            ),
+            refuse_one(
+                "relabelled with another key's id",
+                &["k1", "k2"],
+                &alice.replacen(&k1_kid, &k2_kid, 1),
+                "alice",
+                "whoami_on",
+                github(),
+                t0,
+                "invalid",
+            ),
             refuse_one("at its deadline", &["k1"], alice, "alice", "whoami_on", github(), t0 + 600, "expired"),
             refuse_one("past its deadline", &["k1"], alice, "alice", "whoami_on", github(), t0 + 86_400, "expired"),
-            refuse_one("past its deadline and for another subject", &["k1"], alice, "bob", "whoami_on", github(), t0 + 86_400, "invalid"),
+            refuse_one(
+                "past its deadline and for another subject",
+                &["k1"],
+                alice,
+                "bob",
+                "whoami_on",
+                github(),
+                t0 + 86_400,
+                "invalid",
+            ),
             r("the earlier format's prefix", &alice.replacen("mcs2.", "mcs1.", 1), "malformed"),
             r("empty", "", "malformed"),
             r("no key id", &format!("mcs2.{}", &alice[PREFIX.len() + 9..]), "malformed"),
             r("a body that is not base64url", &format!("mcs2.{k1_kid}.!!!!"), "malformed"),
-            r("a body too short for a nonce and a tag", &format!("mcs2.{k1_kid}.{}", URL_SAFE_NO_PAD.encode([0u8; 39])), "malformed"),
+            r(
+                "a body too short for a nonce and a tag",
+                &format!("mcs2.{k1_kid}.{}", URL_SAFE_NO_PAD.encode([0u8; 39])),
+                "malformed",
+            ),
             r("longer than 2048 characters", &format!("{alice}{}", "A".repeat(2049 - alice.len())), "malformed"),
             r("an authenticated plaintext that is not a state", &bad_plain, "malformed"),
         ];
@@ -602,18 +663,28 @@ mod tests {
         for k in v["keys"].as_array().unwrap() {
             assert_eq!(RequestStateKey::from_base64(k["key"].as_str().unwrap()).unwrap().key_id(), k["kid"]);
         }
-        let keys_of = |e: &Value| keyring(&e["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect::<Vec<_>>());
-        let call_of = |e: &Value| (e["subject"].as_str().unwrap().to_owned(), e["tool"].as_str().unwrap().to_owned(), e["arguments"].clone());
+        let keys_of =
+            |e: &Value| keyring(&e["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect::<Vec<_>>());
+        let call_of = |e: &Value| {
+            (e["subject"].as_str().unwrap().to_owned(), e["tool"].as_str().unwrap().to_owned(), e["arguments"].clone())
+        };
         for e in v["seal"].as_array().unwrap().iter().chain(v["open"].as_array().unwrap()) {
             let ring = if e.get("keys").is_some() { keys_of(e) } else { keyring(&[e["key"].as_str().unwrap()]) };
             let (s, t, a) = call_of(e);
-            let got = RequestState::open(e["state"].as_str().unwrap(), &ring, &ToolCall::new(&s, &t, &a), at(&e["now"])).unwrap();
+            let got =
+                RequestState::open(e["state"].as_str().unwrap(), &ring, &ToolCall::new(&s, &t, &a), at(&e["now"]))
+                    .unwrap();
             assert_eq!(got.elicitation_id.as_str(), e["elicitation_id"]);
             assert_eq!(got.expires_at, at(&e["expires_at"]));
         }
         for e in v["refuse"].as_array().unwrap() {
             let (s, t, a) = call_of(e);
-            let got = RequestState::open(e["state"].as_str().unwrap(), &keys_of(e), &ToolCall::new(&s, &t, &a), at(&e["now"]));
+            let got = RequestState::open(
+                e["state"].as_str().unwrap(),
+                &keys_of(e),
+                &ToolCall::new(&s, &t, &a),
+                at(&e["now"]),
+            );
             let want = match e["error"].as_str().unwrap() {
                 "malformed" => RequestStateError::Malformed,
                 "invalid" => RequestStateError::Invalid,

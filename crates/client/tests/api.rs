@@ -167,7 +167,8 @@ async fn a_retry_that_waits_outlives_the_clients_timeout_and_returns_the_token_w
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let TokenOutcome::ConnectRequired { elicitation, .. } = c.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap()
+    let TokenOutcome::ConnectRequired { elicitation, .. } =
+        c.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap()
     else {
         panic!("expected connect_required")
     };
