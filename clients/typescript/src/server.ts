@@ -37,6 +37,7 @@ import {
   INPUT_KEY,
   type Resumed,
   type ToolResult,
+  defaultSubjectOf,
   isKnownProvider,
   providerOf,
   urlElicitation,
@@ -232,6 +233,11 @@ export interface ConnectHandlerOptions {
   onerror?: (error: Error) => void;
   /** 2025-11-25 sessions held at once (default 1,000); past that, 503. */
   maxSessions?: number;
+  /**
+   * A 2025-11-25 session without a request for this long is closed when room is needed
+   * (default 30 minutes): clients rarely end their sessions with DELETE.
+   */
+  idleTimeoutMs?: number;
   /** Who owns a session: the same subject as the gate's (default `authInfo.extra.sub`). */
   subjectOf?: (authInfo: AuthInfo | undefined) => string | undefined;
 }
@@ -255,25 +261,38 @@ function jsonRpcError(status: number, code: number, message: string): Response {
  */
 export function createConnectHandler(factory: McpServerFactory, options: ConnectHandlerOptions = {}): ConnectHandler {
   const modern = createMcpHandler(factory, { legacy: 'reject', ...(options.onerror && { onerror: options.onerror }) });
-  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; owner: string | undefined }>();
+  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; owner: string | undefined; seen: number }>();
   const max = options.maxSessions ?? 1000;
-  const ownerOf = (a: AuthInfo | undefined) => (options.subjectOf ?? ((x) => (typeof x?.extra?.sub === 'string' ? x.extra.sub : undefined)))(a);
+  const idle = options.idleTimeoutMs ?? 30 * 60_000;
+  const ownerOf = options.subjectOf ?? defaultSubjectOf;
+
+  function evictIdle(): void {
+    const before = Date.now() - idle;
+    for (const [id, s] of sessions) {
+      if (s.seen <= before) {
+        sessions.delete(id);
+        void s.transport.close().catch(() => {});
+      }
+    }
+  }
 
   async function legacy(request: Request, authInfo: AuthInfo | undefined): Promise<Response> {
     const id = request.headers.get('mcp-session-id');
     if (id !== null) {
       const s = sessions.get(id);
       if (s === undefined || s.owner !== ownerOf(authInfo)) return jsonRpcError(404, -32001, 'Session not found');
+      s.seen = Date.now();
       return s.transport.handleRequest(request, authInfo ? { authInfo } : {});
     }
     const body: unknown = request.method === 'POST' ? await request.clone().json().catch(() => undefined) : undefined;
     if (!isInitializeRequest(body)) return jsonRpcError(400, -32000, 'Bad Request: No valid session ID provided');
+    if (sessions.size >= max) evictIdle();
     if (sessions.size >= max) return jsonRpcError(503, -32000, 'Too many sessions');
     const owner = ownerOf(authInfo);
     const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       enableJsonResponse: true,
-      onsessioninitialized: (sid) => void sessions.set(sid, { transport, owner }),
+      onsessioninitialized: (sid) => void sessions.set(sid, { transport, owner, seen: Date.now() }),
       onsessionclosed: (sid) => void sessions.delete(sid),
     });
     transport.onclose = () => {

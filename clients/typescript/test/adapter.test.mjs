@@ -109,7 +109,7 @@ function authOf(headers) {
   return m ? { token: 'opaque', clientId: 'test', scopes: [], expiresAt: 4e9, extra: { sub: m[1] } } : undefined;
 }
 
-async function mcpServer(extra = {}) {
+async function mcpServer(extra = {}, handlerOptions = {}) {
   const connect = await fakeConnect();
   const gate = new McpConnect({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
   const factory = () => {
@@ -117,7 +117,7 @@ async function mcpServer(extra = {}) {
     gate.registerTool(server, 'whoami_on', { inputSchema }, { providerArg: 'provider', knownProviders: ['dev'] }, body);
     return server;
   };
-  const handler = createConnectHandler(factory);
+  const handler = createConnectHandler(factory, handlerOptions);
   after(() => handler.close());
   const wire = [];
   /** The transports' fetch: straight into the handler, as the bearer check would hand it on. */
@@ -328,6 +328,21 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
       });
     assert.equal((await call('bob')).status, 404);
     assert.equal((await call('alice')).status, 200);
+  });
+});
+
+describe('2025-11-25 sessions are bounded', () => {
+  test('past maxSessions a new session is refused while the others are in use', async () => {
+    const s = await mcpServer({}, { maxSessions: 1 });
+    await legacyClient(s.fetch);
+    await assert.rejects(legacyClient(s.fetch, { sub: 'bob' }), /503|Too many sessions/);
+  });
+
+  test('an idle session makes room, and is gone afterwards', async () => {
+    const s = await mcpServer({}, { maxSessions: 1, idleTimeoutMs: 0 });
+    const first = await legacyClient(s.fetch);
+    await legacyClient(s.fetch, { sub: 'bob' });
+    await assert.rejects(first.client.listTools(), /404|Session not found/);
   });
 });
 
