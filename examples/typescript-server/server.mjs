@@ -3,7 +3,7 @@
 // (input_required + a sealed requestState) and 2025-11-25 clients (the -32042 error in a
 // session, then notifications/elicitation/complete), both from @modelcontextprotocol/server
 // 2.4. Settings from the environment, as the Rust example (README).
-import { createServer } from 'node:http';
+import { STATUS_CODES, createServer } from 'node:http';
 import { ConnectClient, RequestStateKey } from '@mcp-connect/client';
 import { McpConnect, createConnectHandler } from '@mcp-connect/client/server';
 import { McpServer, OAuthError, OAuthErrorCode, fromJsonSchema, hostHeaderValidationResponse, requireBearerAuth } from '@modelcontextprotocol/server';
@@ -44,12 +44,12 @@ const inputSchema = fromJsonSchema({ type: 'object', properties: { provider: { t
 
 async function whoami(provider, token) {
   const r = await fetch(providers.get(provider), { headers: { authorization: `Bearer ${token.reveal()}` }, redirect: 'error', signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
-  if (!r?.ok) return { content: [{ type: 'text', text: r ? `${provider} refused the request (${r.status}).` : `${provider} could not be reached.` }], isError: true };
+  if (!r?.ok) return { content: [{ type: 'text', text: r ? `${provider} refused the request (${r.status} ${STATUS_CODES[r.status] ?? ''}).` : `${provider} could not be reached.` }], isError: true };
   const me = await r.json().catch(() => undefined);
   if (me === undefined) return { content: [{ type: 'text', text: `${provider} answered something that is not JSON.` }], isError: true };
   const login = me.login ?? me.preferred_username ?? null;
   const id = me.id ?? me.sub ?? null;
-  return { content: [{ type: 'text', text: `On ${provider} you are ${login ?? '?'} (account id ${JSON.stringify(id)}).` }], structuredContent: { connected: true, provider, login, id } };
+  return { content: [{ type: 'text', text: `On ${provider} you are ${typeof login === 'string' ? login : '?'} (account id ${JSON.stringify(id)}).` }], structuredContent: { connected: true, provider, login, id } };
 }
 
 function factory() {
