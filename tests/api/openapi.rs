@@ -85,3 +85,50 @@ async fn the_cancel_body_is_json_of_at_most_16_kib_or_nothing() {
     let r: serde_json::Value = null.json().await.unwrap();
     assert_eq!(r["status"], "cancelled");
 }
+
+/// utoipa names a schema after its type and keeps one of two types of the same name
+/// without a word: the client's cancel body once stood in the contract as the admin's
+/// (`{subject, provider}`, no other field), and generated clients sent the wrong body.
+#[test]
+fn no_two_schema_types_share_a_name_and_each_cancel_body_is_its_own() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    let mut seen: std::collections::HashMap<String, std::path::PathBuf> = std::collections::HashMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mut derives_schema = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[derive(") && line.contains("ToSchema") {
+                derives_schema = true;
+            } else if derives_schema && !line.starts_with("#[") && !line.starts_with("//") {
+                let words: Vec<&str> = line.split(|c: char| !c.is_alphanumeric() && c != '_').collect();
+                if let Some(i) = words.iter().position(|w| *w == "struct" || *w == "enum") {
+                    let name = words[i + 1].to_owned();
+                    if let Some(other) = seen.insert(name.clone(), f.clone()) {
+                        panic!("two schema types named {name}: {} and {}", other.display(), f.display());
+                    }
+                }
+                derives_schema = false;
+            }
+        }
+    }
+    let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
+    let body = |path: &str| {
+        let op = &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"];
+        let name = serde_json::to_string(op).unwrap();
+        let name = name.split("#/components/schemas/").nth(1).unwrap().split('"').next().unwrap().to_owned();
+        doc["components"]["schemas"][name]["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(body("/v1/elicitations/{id}/cancel"), ["reason"]);
+    assert_eq!(body("/admin/v1/elicitations/cancel"), ["provider", "subject"]);
+}

@@ -115,7 +115,7 @@ pub struct Cancelled {
 /// The MCP client's answer to the URL elicitation. The body may be left out.
 #[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CancelBody {
+pub struct ClientCancelBody {
     /// What the MCP client answered: `cancel` or `decline`. Recorded, never acted on as a
     /// business decision (a cancel is not a "no").
     #[schema(value_type = Option<CancelReason>)]
@@ -124,7 +124,7 @@ pub struct CancelBody {
 
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "snake_case")]
-#[allow(dead_code)] // The schema of `CancelBody::reason`; the handler reads a string.
+#[allow(dead_code)] // The schema of `ClientCancelBody::reason`; the handler reads a string.
 enum CancelReason {
     Cancel,
     Decline,
@@ -170,7 +170,7 @@ async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Res
     operation_id = "cancelElicitation",
     tag = "v1",
     params(ElicitationPath),
-    request_body(content = Option<CancelBody>, description = "Optional.", content_type = "application/json"),
+    request_body(content = Option<ClientCancelBody>, description = "Optional.", content_type = "application/json"),
     responses(
         (status = 200, description = "The elicitation's status afterwards (a repeat is harmless; a finished one keeps its status).", body = Cancelled),
         (status = 400, description = "`invalid_elicitation_id`, `invalid_json` or `invalid_request`.", body = ErrorBody),
@@ -193,7 +193,7 @@ pub async fn cancel_elicitation(
         None
     } else {
         // `null` is the same as no body.
-        serde_json::from_slice::<Option<CancelBody>>(&body)
+        serde_json::from_slice::<Option<ClientCancelBody>>(&body)
             // serde's message may quote the body: say where, never what.
             .map_err(|e| {
                 ApiError::bad_request(
