@@ -81,11 +81,6 @@ def test_the_operations_the_client_calls_exist() -> None:
     assert paths["/v1/elicitations/{id}/cancel"]["post"]["operationId"] == "cancelElicitation"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="openapi.json names the admin CancelBody (subject, provider) as the body of "
-    "POST /v1/elicitations/{id}/cancel, which takes {reason}: remove this mark once fixed",
-)
 def test_the_cancel_body_is_a_reason() -> None:
     op = SPEC["paths"]["/v1/elicitations/{id}/cancel"]["post"]
     refs = [s["$ref"] for s in op["requestBody"]["content"]["application/json"]["schema"]["oneOf"] if "$ref" in s]

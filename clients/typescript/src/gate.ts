@@ -283,7 +283,10 @@ export class ConnectGate {
         provider,
         ...(call.scopes !== undefined && { scopes: call.scopes }),
         ...(resumed !== undefined && { elicitationId: resumed }),
-        ...(resumed !== undefined && this.#wait > 0 && { waitSeconds: this.#wait }),
+        // Wait only on the 2026-07-28 retry after `accept`: a 2025-11-25 call has no
+        // answer, and its client learns of the end from notifications/elicitation/complete
+        // (a host asking again later must not stall on a link the user left).
+        ...(resumed !== undefined && answer === 'accept' && this.#wait > 0 && { waitSeconds: this.#wait }),
         ...(call.sessionId !== undefined && { mcpSessionId: call.sessionId }),
       });
     } catch (e) {

@@ -306,7 +306,9 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
     assert.equal(text(r), 'dev: tok-alice');
     const retry = s.connect.tokenCalls().at(-1).body;
     assert.equal(retry.elicitation_id, uuid(1), 'the session remembered the elicitation');
-    assert.equal(retry.wait_seconds, 20);
+    // No wait on 2025-11-25: the notification tells the client, and a host asking again
+    // later must not stall on a link the user left.
+    assert.equal(retry.wait_seconds, undefined);
     assert.match(retry.mcp_session_id, /^[0-9a-f-]{36}$/);
   });
 

@@ -58,11 +58,7 @@ test('cancelElicitation: the answer', () => {
   assert.deepEqual(deref(c.properties.status).enum, [...ELICITATION_STATUSES]);
 });
 
-// openapi.json names two schemas `CancelBody` (this one, `{reason}`, and the admin
-// endpoint's `{subject, provider}`), and the admin one is what the document holds, so the
-// contract documents the wrong body here. The service reads `reason`
-// (src/http/api/elicitations.rs). Remove `todo` once the schema names differ.
-test('cancelElicitation: the request body', { todo: 'openapi.json: the v1 and admin CancelBody schemas collide' }, () => {
+test('cancelElicitation: the request body', () => {
   agrees('CancelBody', json(cancelElicitation.requestBody));
 });
 
