@@ -15,43 +15,62 @@ use uuid::Uuid;
 /// once, as without `wait_seconds` (a waiting request costs a socket and a few hundred
 /// bytes, no database connection).
 pub const MAX_WAITERS: usize = 10_000;
+/// One tenant (one leaked key) may hold no more than this share of the slots...
+pub const MAX_WAITERS_PER_TENANT: usize = MAX_WAITERS / 10;
+/// ...and one elicitation no more than this many: its MCP server retries one call at a
+/// time, and a commit must not wake a stampede of reads.
+pub const MAX_WAITERS_PER_ELICITATION: usize = 8;
 
 /// Metric (catalogue: `telemetry::metrics`): requests waiting now.
 pub const WAITING: &str = "mcp_connect_waiting_requests";
 
 #[derive(Default)]
 pub struct Waiters {
-    by_id: Mutex<HashMap<Uuid, (Arc<Notify>, usize)>>,
-    total: Mutex<usize>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<Uuid, (Arc<Notify>, usize)>,
+    by_tenant: HashMap<String, usize>,
+    total: usize,
 }
 
 /// One request's registration; dropping it unregisters.
 pub struct Watch<'a> {
     waiters: &'a Waiters,
+    tenant: String,
     id: Uuid,
     notify: Arc<Notify>,
 }
 
 impl Waiters {
-    /// Registers a waiter for `id`, or `None` when [`MAX_WAITERS`] already wait.
-    pub fn watch(&self, id: Uuid) -> Option<Watch<'_>> {
-        let mut total = self.total.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *total >= MAX_WAITERS {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a waiter of `tenant` for elicitation `id`, or `None` when the instance,
+    /// the tenant or the elicitation has all the waiters it may have.
+    pub fn watch(&self, tenant: &str, id: Uuid) -> Option<Watch<'_>> {
+        let mut inner = self.lock();
+        let of_tenant = inner.by_tenant.get(tenant).copied().unwrap_or(0);
+        let of_id = inner.by_id.get(&id).map_or(0, |(_, n)| *n);
+        if inner.total >= MAX_WAITERS || of_tenant >= MAX_WAITERS_PER_TENANT || of_id >= MAX_WAITERS_PER_ELICITATION {
             return None;
         }
-        *total += 1;
-        metrics::gauge!(WAITING).set(*total as f64);
-        let mut map = self.by_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (notify, count) = map.entry(id).or_insert_with(|| (Arc::new(Notify::new()), 0));
+        inner.total += 1;
+        *inner.by_tenant.entry(tenant.to_owned()).or_insert(0) += 1;
+        let (notify, count) = inner.by_id.entry(id).or_insert_with(|| (Arc::new(Notify::new()), 0));
         *count += 1;
-        Some(Watch { waiters: self, id, notify: notify.clone() })
+        let notify = notify.clone();
+        metrics::gauge!(WAITING).set(inner.total as f64);
+        Some(Watch { waiters: self, tenant: tenant.to_owned(), id, notify })
     }
 
     /// The listener heard that `payload` (an elicitation id) changed.
     pub fn changed(&self, payload: &str) {
         let Ok(id) = Uuid::parse_str(payload) else { return };
-        let map = self.by_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((notify, _)) = map.get(&id) {
+        if let Some((notify, _)) = self.lock().by_id.get(&id) {
             notify.notify_waiters();
         }
     }
@@ -59,14 +78,13 @@ impl Waiters {
     /// Wakes every waiter: the listener lost its connection, so changes may go unheard;
     /// each waiter reads again and answers what it finds.
     pub fn wake_all(&self) {
-        let map = self.by_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (notify, _) in map.values() {
+        for (notify, _) in self.lock().by_id.values() {
             notify.notify_waiters();
         }
     }
 
     pub fn waiting(&self) -> usize {
-        *self.total.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lock().total
     }
 }
 
@@ -83,17 +101,21 @@ impl Watch<'_> {
 
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
-        let mut map = self.waiters.by_id.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, count)) = map.get_mut(&self.id) {
+        let mut inner = self.waiters.lock();
+        if let Some((_, count)) = inner.by_id.get_mut(&self.id) {
             *count -= 1;
             if *count == 0 {
-                map.remove(&self.id);
+                inner.by_id.remove(&self.id);
             }
         }
-        drop(map);
-        let mut total = self.waiters.total.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *total = total.saturating_sub(1);
-        metrics::gauge!(WAITING).set(*total as f64);
+        if let Some(n) = inner.by_tenant.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                inner.by_tenant.remove(&self.tenant);
+            }
+        }
+        inner.total = inner.total.saturating_sub(1);
+        metrics::gauge!(WAITING).set(inner.total as f64);
     }
 }
 
@@ -106,7 +128,7 @@ mod tests {
     async fn a_change_heard_after_the_watch_wakes_it_even_before_the_wait_began() {
         let w = Waiters::default();
         let id = Uuid::new_v4();
-        let watch = w.watch(id).unwrap();
+        let watch = w.watch("t", id).unwrap();
         let changed = watch.changed();
         // The change arrives while the caller is still reading, before it awaits.
         w.changed(&id.to_string());
@@ -116,7 +138,7 @@ mod tests {
     #[tokio::test]
     async fn another_elicitations_change_wakes_nobody() {
         let w = Waiters::default();
-        let watch = w.watch(Uuid::new_v4()).unwrap();
+        let watch = w.watch("t", Uuid::new_v4()).unwrap();
         let changed = watch.changed();
         w.changed(&Uuid::new_v4().to_string());
         w.changed("not an id");
@@ -124,20 +146,35 @@ mod tests {
     }
 
     #[test]
-    fn entries_go_with_their_last_watch_and_the_total_is_capped() {
+    fn entries_go_with_their_last_watch() {
         let w = Waiters::default();
         let id = Uuid::new_v4();
-        let a = w.watch(id).unwrap();
-        let b = w.watch(id).unwrap();
+        let a = w.watch("t", id).unwrap();
+        let b = w.watch("t", id).unwrap();
         assert_eq!(w.waiting(), 2);
         drop(a);
-        assert!(w.by_id.lock().unwrap().contains_key(&id));
+        assert!(w.lock().by_id.contains_key(&id));
         drop(b);
-        assert!(w.by_id.lock().unwrap().is_empty());
-        assert_eq!(w.waiting(), 0);
-        let held: Vec<_> = (0..MAX_WAITERS).map(|_| w.watch(Uuid::new_v4()).unwrap()).collect();
-        assert!(w.watch(id).is_none(), "past the cap nobody else waits");
-        drop(held);
-        assert!(w.watch(id).is_some());
+        let inner = w.lock();
+        assert!(inner.by_id.is_empty() && inner.by_tenant.is_empty());
+        assert_eq!(inner.total, 0);
+    }
+
+    #[test]
+    fn an_elicitation_a_tenant_and_the_instance_each_have_a_cap() {
+        let w = Waiters::default();
+        let id = Uuid::new_v4();
+        let same: Vec<_> = (0..MAX_WAITERS_PER_ELICITATION).map(|_| w.watch("a", id).unwrap()).collect();
+        assert!(w.watch("a", id).is_none(), "one elicitation has 8 waiters at most");
+        drop(same);
+        let tenant_a: Vec<_> = (0..MAX_WAITERS_PER_TENANT).map(|_| w.watch("a", Uuid::new_v4()).unwrap()).collect();
+        assert!(w.watch("a", Uuid::new_v4()).is_none(), "one tenant holds a tenth of the slots at most");
+        assert!(w.watch("b", Uuid::new_v4()).is_some(), "and another tenant still waits");
+        let others: Vec<_> = (0..MAX_WAITERS - MAX_WAITERS_PER_TENANT)
+            .map(|i| w.watch(&format!("t{}", i % 20), Uuid::new_v4()).unwrap())
+            .collect();
+        assert!(w.watch("z", Uuid::new_v4()).is_none(), "past the instance's cap nobody else waits");
+        drop((tenant_a, others));
+        assert!(w.watch("a", id).is_some());
     }
 }

@@ -131,7 +131,7 @@ pub async fn token_waiting(
     wait: std::time::Duration,
 ) -> Result<TokenOutcome, TokenError> {
     let named = req.elicitation_id;
-    let watch = named.as_ref().and_then(|id| super::wait::watch(state, id, wait));
+    let watch = named.as_ref().and_then(|id| super::wait::watch(state, tenant.as_str(), id, wait));
     // Armed before the first read, so a commit in between is not missed.
     let changed = watch.as_ref().map(|w| w.changed());
     let again = changed.is_some().then(|| req.clone());
@@ -140,6 +140,11 @@ pub async fn token_waiting(
         return Ok(first);
     };
     if named.is_none_or(|n| n.as_uuid() != e.id) || !super::wait::until(state, changed, e.expires_at, wait).await {
+        return Ok(first);
+    }
+    // Up to 30 s have passed since the key was verified: a key revoked (or a tenant
+    // switched off) meanwhile gets no token, only what it was answered before the wait.
+    if !store::api_keys::api_key_usable(&state.pool, api_key.as_str()).await? {
         return Ok(first);
     }
     token_for(state, tenant, api_key, again, OffsetDateTime::now_utc()).await

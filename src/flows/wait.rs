@@ -16,22 +16,28 @@ pub const MAX_WAIT_SECONDS: u64 = 30;
 /// A registration for changes of `id`, made before the caller reads it; `None` when this
 /// request must not wait: the listener is not hearing changes, the instance is draining,
 /// or too many requests wait already.
-pub fn watch<'a>(state: &'a AppState, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
+pub fn watch<'a>(state: &'a AppState, tenant: &str, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
     if wait.min(state.max_wait).is_zero() || !state.caches.is_listening() || state.shutdown.is_draining() {
         return None;
     }
-    state.caches.waiters.watch(id.as_uuid())
+    state.caches.waiters.watch(tenant, id.as_uuid())
 }
 
 /// Waits for `changed`, for at most `wait` (and the configured maximum) and not past the
-/// elicitation's `expires_at`.
-/// `false`: the instance began to drain, and the caller answers what it has at once.
+/// elicitation's `expires_at`. `true`: read again (a change, the end of the wait, or a
+/// listener that no longer hears); `false`: the instance began to drain, and the caller
+/// answers what it has at once.
 pub async fn until(
     state: &AppState,
     changed: impl Future<Output = ()>,
     expires_at: OffsetDateTime,
     wait: Duration,
 ) -> bool {
+    // Checked again now that `changed` is armed: a listener lost between `watch` and the
+    // arming woke nobody (this waiter was not yet registered), and changes since go unheard.
+    if !state.caches.is_listening() {
+        return true;
+    }
     let to_expiry = Duration::try_from(expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
     tokio::select! {
         () = changed => true,

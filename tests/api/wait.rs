@@ -150,7 +150,7 @@ async fn wait_seconds_over_thirty_or_without_an_elicitation_id_is_refused() {
         .token(&app.key, json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": -1}))
         .await;
     assert_error(negative, 400, "invalid_json").await;
-    for q in ["wait_seconds=31", "wait_seconds=x"] {
+    for q in ["wait_seconds=31", "wait_seconds=x", "wait=5"] {
         let r = app
             .client
             .get(format!("{}/v1/elicitations/{id}?{q}", app.base))
@@ -158,7 +158,7 @@ async fn wait_seconds_over_thirty_or_without_an_elicitation_id_is_refused() {
             .send()
             .await
             .unwrap();
-        let code = if q.ends_with('x') { "invalid_query" } else { "invalid_request" };
+        let code = if q == "wait_seconds=31" { "invalid_request" } else { "invalid_query" };
         assert_error(r, 400, code).await;
     }
     // 0 is "answer at once", with or without an id.
@@ -180,4 +180,22 @@ async fn an_operator_can_hold_requests_for_less_than_thirty_seconds() {
         took >= Duration::from_secs(1) && took < Duration::from_secs(10),
         "held for the operator's maximum: {took:?}"
     );
+}
+
+#[tokio::test]
+async fn a_key_revoked_while_its_retry_waits_gets_no_token() {
+    let app = spawn_app_with(with_metrics()).await;
+    let (id, url) = app.elicit("alice", "testp").await;
+    let waiting = waiting_retry(&app.base, &app.key, &id, 30);
+    held(&app, 1).await;
+    let key_id = mcp_connect::api_keys::parse_key(&app.key).unwrap();
+    sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1")
+        .bind(key_id.as_str())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    let (answer, _) = waiting.await.unwrap();
+    assert_eq!(answer["status"], "connect_required", "the answer it had before the wait, no token: {answer}");
+    assert!(answer.get("access_token").is_none());
 }

@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 /// `?wait_seconds=`: hold the answer while the elicitation is pending.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct WaitQuery {
     /// While the elicitation is pending, hold the answer up to this many seconds (0 to 30)
     /// until its status changes.
@@ -55,7 +56,7 @@ pub async fn get_elicitation(
             .map_err(|e| ApiError::from_db(&e))?
             .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))
     };
-    let watch = crate::flows::wait::watch(&state, &id, wait);
+    let watch = crate::flows::wait::watch(&state, tenant, &id, wait);
     // Armed before the read, so a change that commits in between still wakes us.
     let changed = watch.as_ref().map(|w| w.changed());
     let mut e = find().await?;
