@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from mcp_connect import Connection, McpConnect, RequestState, RequestStateKey, ToolCall, UrlElicitation, url_elicitation
+from mcp_connect import adapter as adapter_module
 
 pytestmark = pytest.mark.anyio
 
@@ -83,6 +85,15 @@ class Service:
     # When set, the answer to a retry that names the elicitation.
     on_retry: str | None = None
     status: str = "pending"
+    # A new elicitation id for every connect_required (else always EID).
+    distinct: bool = False
+    # Hold each GET for its whole wait_seconds (or until `release`), as mcp-connect does
+    # while the elicitation stays pending.
+    hold: bool = False
+    release: anyio.Event = field(default_factory=anyio.Event)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    handed_out: list[str] = field(default_factory=list)
     seen: list[tuple[str, str, Any]] = field(default_factory=list)
 
     async def token(self, request: Request) -> JSONResponse:
@@ -106,21 +117,33 @@ class Service:
         if answer != "connect_required":
             return JSONResponse({"error": answer, "error_description": "no"}, status_code=403)
         expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 300))
+        eid = str(uuid.uuid4()) if self.distinct else EID
+        url = f"https://connect.example/connect/dev?e={eid}"
+        self.handed_out.append(eid)
         return JSONResponse(
             {
                 "status": "connect_required",
-                "elicitation": {"id": EID, "url": URL, "expires_at": expires},
-                "mcp": {"mode": "url", "message": MESSAGE, "url": URL, "elicitationId": EID},
+                "elicitation": {"id": eid, "url": url, "expires_at": expires},
+                "mcp": {"mode": "url", "message": MESSAGE, "url": url, "elicitationId": eid},
             }
         )
 
     async def elicitation(self, request: Request) -> JSONResponse:
         self.seen.append(("GET", request.url.path, dict(request.query_params)))
-        await anyio.sleep(0.2)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.hold:
+                with anyio.move_on_after(float(request.query_params.get("wait_seconds", "0"))):
+                    await self.release.wait()
+            else:
+                await anyio.sleep(0.2)
+        finally:
+            self.in_flight -= 1
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return JSONResponse(
             {
-                "id": EID,
+                "id": request.path_params["id"],
                 "status": self.status,
                 "subject": "alice",
                 "provider": "dev",
@@ -147,6 +170,9 @@ class Service:
     def tokens(self) -> list[Any]:
         return [body for method, path, body in self.seen if path == "/v1/token"]
 
+    def polls(self) -> list[str]:
+        return [path for method, path, _ in self.seen if method == "GET"]
+
 
 class Bearer:
     """A `TokenVerifier` (the SDK's protocol): `tok-<sub>` is the subject `<sub>`."""
@@ -165,8 +191,8 @@ class Env:
 
 
 @asynccontextmanager
-async def started(**connect_options: Any) -> AsyncIterator[Env]:
-    service = Service()
+async def started(service: Service | None = None, **connect_options: Any) -> AsyncIterator[Env]:
+    service = service or Service()
     async with serve(service.app()) as connect_base:
         key = RequestStateKey.generate()
         connect = McpConnect(connect_base, "mcpc_test_key", key, **connect_options)
@@ -201,7 +227,10 @@ async def started(**connect_options: Any) -> AsyncIterator[Env]:
             return InputRequiredResult(request_state="plain", input_requests={"q": types.ListRootsRequest()})
 
         async with serve(server.streamable_http_app(json_response=True)) as base:
-            yield Env(service, connect, f"{base}/mcp")
+            try:
+                yield Env(service, connect, f"{base}/mcp")
+            finally:
+                service.release.set()  # held GETs end, so the servers can stop
         await connect.aclose()
         await other.aclose()
 
@@ -342,6 +371,30 @@ async def test_modern_an_expired_state_starts_over() -> None:
     assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}], "a first round: no elicitation id"
 
 
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_modern_decline_or_cancel_after_the_states_deadline_still_closes_the_link(action: str) -> None:
+    # The state lives 10 minutes, the elicitation up to 24 hours: a decline answered after
+    # the state's deadline must still stop the link from working.
+    async with started() as env, client(env, "carol", "auto", True) as c:
+        old = RequestState(EID, int(time.time()) - 1).seal(
+            env.connect.state_key, ToolCall.of("carol", "whoami_on", ARGS)
+        )
+        r = await once(c, request_state=old, input_responses=accept(action))
+        assert isinstance(r, CallToolResult) and not r.is_error
+        assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": None}
+        assert env.service.seen == [("POST", f"/v1/elicitations/{EID}/cancel", {"reason": action})], (
+            "the expired state's elicitation is closed at mcp-connect, and no new prompt is asked for"
+        )
+        # Only an authentic state names what to close: another subject's expired state is refused.
+        with pytest.raises(MCPError) as e:
+            other = RequestState(EID, int(time.time()) - 1).seal(
+                env.connect.state_key, ToolCall.of("mallory", "whoami_on", ARGS)
+            )
+            await once(c, request_state=other, input_responses=accept(action))
+        assert (e.value.code, e.value.message) == (-32602, "requestState does not belong to this call")
+    assert len(env.service.seen) == 1
+
+
 async def test_modern_without_url_elicitation_gets_the_setup_link() -> None:
     async with started() as env, client(env, "dave", "auto", False) as c:
         r = await once(c)
@@ -388,6 +441,147 @@ async def test_legacy_the_remembered_elicitation_is_per_session_and_per_call() -
             with pytest.raises(MCPError):
                 await c2.call_tool("whoami_on", ARGS)
     assert ["elicitation_id" in b for b in env.service.tokens()] == [False, False, False]
+
+
+async def asked_in_time(c: Client, name: str, arguments: dict[str, Any]) -> str | None:
+    """None when the call is answered with -32042 within 5 s, else what happened. The call
+    is never cut short (an answer arriving after the client closed would fail the close)."""
+    started_at = time.monotonic()
+    with anyio.fail_after(60):
+        try:
+            r = await c.call_tool(name, arguments)
+            outcome: str | None = f"a result: {r.content[0].text}"  # type: ignore[union-attr]
+        except MCPError as e:
+            outcome = None if e.code == -32042 else f"error {e.code}"
+    took = time.monotonic() - started_at
+    if took > 5:
+        return f"answered after {took:.1f} s" + (f" with {outcome}" if outcome else "")
+    return outcome
+
+
+async def prompted(c: Client, name: str, arguments: dict[str, Any], what: str) -> None:
+    """The call is answered with -32042, and promptly."""
+    problem = await asked_in_time(c, name, arguments)
+    assert problem is None, f"{what}: {problem}"
+
+
+async def test_legacy_completion_watchers_never_starve_the_token_calls() -> None:
+    # More pending elicitations than the token client's pool has connections (100), each
+    # watched while mcp-connect holds the long poll for its whole wait. The assertions
+    # come after the 30 sessions have closed (inside, they would be buried in their task
+    # groups' exception groups).
+    service = Service(distinct=True, hold=True)
+    starved: str | None = None
+    late_answer: str | None = None
+    elapsed = 0.0
+    async with started(service) as env, AsyncExitStack() as stack:
+        for i in range(30):
+            c = await stack.enter_async_context(client(env, f"user{i}", "legacy", True))
+            for n in range(4):
+                problem = await asked_in_time(c, "fixed", {"n": n})
+                if problem is not None and starved is None:
+                    starved = f"token() call {4 * i + n + 1} with {service.in_flight} polls held: {problem}"
+            if starved is not None:
+                break
+        watched = len(env.connect._watchers)
+        if starved is None:
+            with anyio.fail_after(5):
+                while service.in_flight < adapter_module.WATCH_CONNECTIONS:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.3)
+            service.answer = "connected"
+            late = await stack.enter_async_context(client(env, "zed", "legacy", True))
+            started_at = time.monotonic()
+            with anyio.fail_after(60):
+                r = await late.call_tool("whoami_on", ARGS)
+            late_answer = r.content[0].text  # type: ignore[union-attr]
+            elapsed = time.monotonic() - started_at
+        separate_pools = getattr(env.connect, "watch_client", env.connect.client)._http is not env.connect.client._http
+    assert starved is None, f"a token() call waited behind the watchers' long polls: {starved}"
+    assert watched == 120
+    assert elapsed < 2, f"token() waited {elapsed:.1f} s behind the watchers' long polls"
+    assert late_answer == "zed at dev: gho-zed"
+    assert service.max_in_flight <= adapter_module.WATCH_CONNECTIONS, "the long polls run on their own small pool"
+    assert separate_pools
+
+
+async def test_legacy_one_long_poll_per_elicitation_is_fanned_out_to_every_waiting_session() -> None:
+    service = Service(hold=True)  # every call is handed the same elicitation
+    notes: dict[str, list[Any]] = {"a": [], "b": []}
+    async with (
+        started(service) as env,
+        client(env, "alice", "legacy", True, notes["a"]) as a,
+        client(env, "alice", "legacy", True, notes["b"]) as b,
+    ):
+        await prompted(a, "whoami_on", ARGS, "session a")
+        await prompted(b, "whoami_on", ARGS, "session b")
+        assert len(env.connect._watchers) == 2, "both sessions wait"
+        with anyio.fail_after(5):
+            while service.in_flight < 1:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.3)
+        assert service.polls() == [f"/v1/elicitations/{EID}"], "one long poll for the elicitation, not one per session"
+        service.status = "completed"
+        service.release.set()
+
+        def told(n: list[Any]) -> bool:
+            return any(getattr(getattr(m, "params", None), "elicitation_id", None) == EID for m in n)
+
+        with anyio.fail_after(10):
+            while not (told(notes["a"]) and told(notes["b"])):
+                await anyio.sleep(0.05)
+        assert len(service.polls()) == 1
+        assert len(env.connect._watchers) == 0, "a finished watch leaves nothing behind"
+
+
+async def test_legacy_a_watch_ends_with_its_session_and_the_poll_with_the_last_one() -> None:
+    service = Service(hold=True)
+    async with started(service) as env:
+        async with client(env, "alice", "legacy", True) as a:
+            async with client(env, "alice", "legacy", True) as b:
+                await prompted(a, "whoami_on", ARGS, "session a")
+                await prompted(b, "whoami_on", ARGS, "session b")
+                assert (len(env.connect._watchers), env.connect._watchers.polls) == (2, 1)
+            with anyio.fail_after(5):
+                while len(env.connect._watchers) != 1:
+                    await anyio.sleep(0.05)
+            assert env.connect._watchers.polls == 1, "the other session still waits on the poll"
+        with anyio.fail_after(5):
+            while env.connect._watchers.polls:
+                await anyio.sleep(0.05)
+        assert len(env.connect._watchers) == 0
+
+
+async def test_legacy_watchers_are_capped_per_subject_and_past_the_cap_the_next_call_still_gets_the_account() -> None:
+    service = Service(distinct=True, hold=True)
+    async with (
+        started(service) as env,
+        client(env, "mallory", "legacy", True) as m,
+        client(env, "alice", "legacy", True) as a,
+    ):
+        for n in range(6):
+            await prompted(m, "fixed", {"n": n}, f"mallory's call {n}")
+        assert len(env.connect._watchers) == 4, "one subject gets no more than 4 watches"
+        await prompted(a, "fixed", {"n": 0}, "alice's call")
+        assert len(env.connect._watchers) == 5, "another subject still gets its watch"
+        # The unwatched call is still remembered: its retry names its elicitation.
+        service.answer = "connected"
+        r = await m.call_tool("fixed", {"n": 5})
+    assert r.content[0].text == "5 dev"  # type: ignore[union-attr]
+    assert service.tokens()[-1]["elicitation_id"] == service.handed_out[5]
+
+
+async def test_legacy_watchers_keep_a_global_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(adapter_module, "MAX_WATCHERS", 3)
+    async with (
+        started(Service(distinct=True, hold=True)) as env,
+        client(env, "alice", "legacy", True) as a,
+        client(env, "bob", "legacy", True) as b,
+    ):
+        for c, who in ((a, "alice"), (b, "bob")):
+            for n in range(2):
+                await prompted(c, "fixed", {"n": n}, who)
+        assert len(env.connect._watchers) == 3
 
 
 async def test_legacy_without_url_elicitation_gets_the_setup_link_and_no_error() -> None:

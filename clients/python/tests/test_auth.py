@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2
 import jwt
 import pytest
 from conftest import serve
@@ -14,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from starlette.applications import Starlette
 from starlette.requests import Request
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -32,6 +36,7 @@ class Idp:
         self.issuer = ""
         self.jwks_fetches = 0
         self.claimed_issuer: str | None = None
+        self.jwks_status = 200
 
     async def discovery(self, _: Request) -> JSONResponse:
         issuer = self.claimed_issuer or self.issuer
@@ -39,6 +44,8 @@ class Idp:
 
     async def jwks(self, _: Request) -> JSONResponse:
         self.jwks_fetches += 1
+        if self.jwks_status != 200:
+            return JSONResponse({"error": "server_error"}, status_code=self.jwks_status)
         rsa_jwk = RSAAlgorithm.to_jwk(RSA_KEY.public_key(), as_dict=True) | {"kid": "r1", "alg": "RS256", "use": "sig"}
         ec_jwk = ECAlgorithm.to_jwk(EC_KEY.public_key(), as_dict=True) | {"kid": "e1"}
         return JSONResponse({"keys": [rsa_jwk, ec_jwk]})
@@ -133,3 +140,42 @@ async def test_a_discovery_document_naming_another_issuer_is_refused(idp: Idp) -
     idp.claimed_issuer = "https://evil.example"
     with pytest.raises(ValueError, match="issuer"):
         await JwtVerifier.discover(idp.issuer, AUD)
+
+
+async def resource_server_status(v: JwtVerifier, tok: str) -> int:
+    """What the SDK's bearer middleware answers for `tok`, with `v` as its verifier."""
+    auth = AuthSettings(issuer_url=v.issuer, resource_server_url=AUD, validate_token_resource=False)
+    server = MCPServer("t", token_verifier=v, auth=auth)
+    async with serve(server.streamable_http_app(json_response=True)) as base, httpx2.AsyncClient() as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        headers = {"Authorization": f"Bearer {tok}", "Accept": "application/json, text/event-stream"}
+        return (await http.post(f"{base}/mcp", json=body, headers=headers)).status_code
+
+
+@pytest.mark.parametrize("idp_state", ["down", "answers 500"])
+async def test_an_unknown_kid_while_the_jwks_cannot_be_fetched_is_a_401_not_a_server_error(
+    idp_state: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    idp = Idp()
+    async with serve(idp.app()) as base:
+        idp.issuer = base
+        v = await JwtVerifier.discover(idp.issuer, AUD)
+        rotated, genuine = token(idp, kid="rotated"), token(idp)
+        if idp_state == "answers 500":
+            idp.jwks_status = 500
+            v._fetched -= 31
+            with caplog.at_level(logging.INFO, logger="mcp_connect.auth"):
+                assert await v.verify_token(rotated) is None
+            assert idp.jwks_fetches == 2, "the refetch was tried"
+            v._fetched -= 31
+            assert await resource_server_status(v, rotated) == 401
+    if idp_state == "down":  # the IdP's server has stopped: the refetch cannot connect
+        v._fetched -= 31
+        with caplog.at_level(logging.INFO, logger="mcp_connect.auth"):
+            assert await v.verify_token(rotated) is None, "the refetch failed: refused, not raised"
+        assert "the JWKS could not be fetched (ConnectError)" in caplog.text
+        v._fetched -= 31
+        assert await resource_server_status(v, rotated) == 401, "the SDK answers 401, not 500"
+    assert rotated not in caplog.text and rotated.split(".")[2] not in caplog.text, "the token is not logged"
+    got = await v.verify_token(genuine)
+    assert got is not None and got.subject == "alice", "known keys keep working while the IdP is away"

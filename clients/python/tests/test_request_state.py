@@ -83,6 +83,27 @@ def test_refusals_give_exactly_the_reason(e: dict[str, Any]) -> None:
     assert "requestState" in str(err.value)
 
 
+@pytest.mark.parametrize("e", V["refuse"], ids=lambda e: e["name"])
+def test_open_even_expired_returns_only_an_authentic_expired_state_and_refuses_the_rest(e: dict[str, Any]) -> None:
+    if e["error"] != "expired":
+        with pytest.raises(RequestStateError) as err:
+            RequestState.open_even_expired(e["state"], ring(e["keys"]), call_of(e), e["now"])
+        assert err.value.reason == e["error"]
+        return
+    state, expired = RequestState.open_even_expired(e["state"], ring(e["keys"]), call_of(e), e["now"])
+    assert expired and state.expires_at <= e["now"]
+    assert state.elicitation_id == EID
+
+
+def test_open_even_expired_flags_a_live_state_as_not_expired() -> None:
+    sealed, call = alices_state()
+    assert RequestState.open_even_expired(sealed, KEYS["k1"], call, NOW) == (RequestState(EID, NOW + 600), False)
+    assert RequestState.open_even_expired(sealed, KEYS["k1"], call, NOW + 600) == (RequestState(EID, NOW + 600), True)
+    with pytest.raises(RequestStateError) as err:
+        RequestState.open(sealed, KEYS["k1"], call, NOW + 600)
+    assert err.value.reason == "expired", "open itself still refuses it"
+
+
 def alices_state() -> tuple[str, ToolCall]:
     call = ToolCall.of("alice", "whoami_on", {"provider": "github"})
     return RequestState(EID, NOW + 600).seal(KEYS["k1"], call), call

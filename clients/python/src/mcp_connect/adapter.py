@@ -18,7 +18,6 @@ keeps the SDK's protection.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -50,12 +49,13 @@ from mcp_types import (
 from mcp_types.version import is_version_at_least
 
 from .client import McpConnectClient, RetryPolicy
-from .errors import ApiError, McpConnectError
-from .models import Account, CancelReason, Connected, ConnectRequired, Declined, ElicitationStatus, TokenRequest
+from .errors import McpConnectError
+from .models import Account, CancelReason, Connected, ConnectRequired, Declined, TokenRequest
 from .pending import CallKey, PendingElicitations
 from .replies import Replies
 from .request_state import RequestState, RequestStateError, RequestStateKey, ToolCall, UnsealableCall
 from .secret import AccessToken, ApiKey
+from .watch import CompletionWatchers
 
 __all__ = ["Connection", "McpConnect", "UrlElicitation", "url_elicitation"]
 
@@ -65,8 +65,13 @@ logger = logging.getLogger("mcp_connect")
 INPUT_KEY = "connect"
 # A `requestState` lives no longer than this (and never beyond its elicitation).
 STATE_TTL = 600
-# Background waits for 2025-11-25 completion notifications, at most this many at once.
+# Background waits for 2025-11-25 completion notifications (one session waiting on one
+# elicitation each), at most this many at once, and this many for one subject.
 MAX_WATCHERS = 10_000
+MAX_WATCHERS_PER_SUBJECT = 4
+# Their long polls (one per elicitation) run on a connection pool of their own, this many
+# at a time: the token calls never wait behind them.
+WATCH_CONNECTIONS = 8
 _SESSION_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
 
 
@@ -200,24 +205,33 @@ class McpConnect:
         replies: Replies | None = None,
         client: McpConnectClient | None = None,
         subject: Callable[[Context[Any, Any]], str | None] = _subject_from_auth,
+        watch_client: McpConnectClient | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 30:
             raise ValueError("wait_seconds is 0 (off) to 30")
         self.client = client or McpConnectClient(url, api_key, retry=retry)
+        # The 2025-11-25 completion watchers' long polls: never on the token calls' pool.
+        if watch_client is None:
+            watch_client = self.client.with_own_pool(WATCH_CONNECTIONS)
+        elif watch_client is self.client or watch_client._http is self.client._http:
+            raise ValueError("watch_client must have a connection pool of its own, not the token client's")
+        self.watch_client = watch_client
         self.state_key = state_key if isinstance(state_key, RequestStateKey) else RequestStateKey.from_base64(state_key)
         self.wait_seconds = wait_seconds
         self.replies = replies or Replies()
         self._subject = subject
         self._tools: set[str] = set()
         self._pending = PendingElicitations()
-        self._watchers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._watchers = CompletionWatchers(
+            watch_client, connections=WATCH_CONNECTIONS, total=MAX_WATCHERS, per_subject=MAX_WATCHERS_PER_SUBJECT
+        )
 
     def __repr__(self) -> str:
         return f"McpConnect({self.client!r})"
 
     async def aclose(self) -> None:
-        for task in list(self._watchers.values()):
-            task.cancel()
+        await self._watchers.aclose()
+        await self.watch_client.aclose()
         await self.client.aclose()
 
     # --- Registration ---------------------------------------------------------------
@@ -351,26 +365,34 @@ class McpConnect:
         legacy_key: CallKey | None = None
         if call.legacy and tool_call is not None:
             legacy_key = (call.session_id or "", call.subject, call.tool, tool_call.digest)
+        reason = CancelReason.from_action(call.answer)
         # A retry names the elicitation of round one: in the sealed requestState
         # (2026-07-28), or remembered for this session (2025-11-25, which has no state).
         resumed: str | None = None
+        # The elicitation of an authentic state past its deadline: never resumed, but a
+        # decline or cancel still closes its link (an elicitation outlives its state).
+        stale: str | None = None
         if call.request_state is not None:
             try:
                 if tool_call is None:
                     raise RequestStateError("invalid")
-                resumed = RequestState.open(call.request_state, self.state_key, tool_call, now).elicitation_id
+                state, expired = RequestState.open_even_expired(call.request_state, self.state_key, tool_call, now)
             except RequestStateError as e:
-                if e.reason != "expired":  # too old: start over; anything else is refused
-                    raise MCPError(code=INVALID_PARAMS, message=str(e)) from None
+                raise MCPError(code=INVALID_PARAMS, message=str(e)) from None
+            if not expired:
+                resumed = state.elicitation_id
+            elif reason is not None:
+                stale = state.elicitation_id
+            # An expired state with any other answer: too old, start over.
         elif legacy_key is not None:
             resumed = self._pending.take(legacy_key, now)
         # `decline` or `cancel` in the client is an answer, not an error: no new prompt,
         # and the link it answered is closed at mcp-connect (opened later, it connects nothing).
-        reason = CancelReason.from_action(call.answer)
         if reason is not None:
-            if resumed is not None:
+            answered = resumed or stale
+            if answered is not None:
                 try:
-                    await self.client.cancel_elicitation(resumed, reason)
+                    await self.client.cancel_elicitation(answered, reason)
                 except McpConnectError as e:
                     logger.warning("could not close the link at mcp-connect (%s)", e.code or type(e).__name__)
             return self.replies.not_connected(call.provider)
@@ -430,48 +452,26 @@ class McpConnect:
             if legacy_key is not None:
                 self._pending.remember(legacy_key, link.id, expires_at, now)
             if call.session_id is not None:
-                self._watch(ctx, call.session_id, link.id, expires_at)
+                self._watch(ctx, call.session_id, call.subject, link.id, expires_at)
             params = ElicitRequestURLParams(message=mcp.message, url=mcp.url, elicitation_id=mcp.elicitation_id)
             raise UrlElicitationRequiredError([params], message=mcp.message)
         return self.replies.setup_link(call.provider, link.url)
 
     # --- 2025-11-25: notifications/elicitation/complete ----------------------------------
 
-    def _watch(self, ctx: Context[Any, Any], session_id: str, elicitation_id: str, expires_at: float) -> None:
-        """One background wait per elicitation and session, ended by the session's end or
-        the elicitation's expiry, that notifies the client when the connect completed."""
-        key = (session_id, elicitation_id)
-        if key in self._watchers or len(self._watchers) >= MAX_WATCHERS:
-            return
+    def _watch(
+        self, ctx: Context[Any, Any], session_id: str, subject: str, elicitation_id: str, expires_at: float
+    ) -> None:
+        """Waits in the background for the elicitation to complete, then notifies the
+        session; ended by the session's end or the elicitation's expiry. One long poll per
+        elicitation, on its own pool, however many sessions wait on it; capped per subject
+        and in all (past a cap the client is not told, but its next call gets the account)."""
         session = ctx.session
-        task = asyncio.get_running_loop().create_task(self._wait_and_notify(session, elicitation_id, expires_at))
-        self._watchers[key] = task
-        task.add_done_callback(lambda _: self._watchers.pop(key, None))
+        watch = self._watchers.watch(session, session_id, subject, elicitation_id, expires_at)
+        if watch is None:
+            return
         # The SDK unwinds a connection's exit stack when the session ends; the session
         # object does not expose its connection publicly, hence the guarded lookup.
         stack = getattr(getattr(session, "_connection", None), "exit_stack", None)
         if stack is not None:
-            stack.callback(task.cancel)
-
-    async def _wait_and_notify(self, session: Any, elicitation_id: str, expires_at: float) -> None:
-        while (left := expires_at - time.time()) > 0:
-            started = time.monotonic()
-            try:
-                info = await self.client.elicitation(elicitation_id, wait_seconds=max(1, min(30, math.ceil(left))))
-            except ApiError as e:
-                logger.info("stopped waiting for an elicitation (%s)", e.code)
-                return
-            except McpConnectError:
-                await asyncio.sleep(5)
-                continue
-            if info.status == ElicitationStatus.COMPLETED:
-                try:
-                    await session.send_elicit_complete(elicitation_id)
-                except Exception as e:  # noqa: BLE001 - the session may be gone; nothing to tell
-                    logger.debug("elicitation/complete not delivered (%s)", type(e).__name__)
-                return
-            if info.status != ElicitationStatus.PENDING:
-                return
-            # A service that does not hold the answer must not be polled in a tight loop.
-            if time.monotonic() - started < 1:
-                await asyncio.sleep(2)
+            stack.callback(self._watchers.unwatch, session_id, elicitation_id, watch)

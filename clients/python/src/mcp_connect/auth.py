@@ -79,6 +79,12 @@ class JwtVerifier:
         except (jwt.PyJWTError, ValueError, TypeError, KeyError) as e:
             logger.info("access token refused: %s", type(e).__name__ if isinstance(e, KeyError) else e)
             return None
+        except httpx2.HTTPError as e:
+            # The JWKS refetch for an unknown kid failed (the IdP is down or unreachable):
+            # the token cannot be verified, so it is refused (401), not a server error.
+            # Only the error's kind is logged: its text may quote the request.
+            logger.warning("access token refused: the JWKS could not be fetched (%s)", type(e).__name__)
+            return None
 
     async def _verify(self, token: str) -> AccessToken:
         header = jwt.get_unverified_header(token)

@@ -96,18 +96,40 @@ class McpConnectClient:
         timeout: float = BASE_TIMEOUT,
         connect_timeout: float = 5.0,
         http: httpx2.AsyncClient | None = None,
+        max_connections: int | None = None,
     ) -> None:
         url = httpx2.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("the mcp-connect base URL must be an http(s) URL")
+        if max_connections is not None and (http is not None or max_connections < 1):
+            raise ValueError("max_connections (at least 1) sizes the client's own pool, not a given http client")
         self._base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
         self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
         self.retry = retry or RetryPolicy()
         self._timeout = timeout
+        self._connect_timeout = connect_timeout
         self._owns_http = http is None
         # Redirects off: a redirect would carry the API key to wherever it points.
+        limits = (
+            httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            if max_connections is not None
+            else httpx2.Limits(max_connections=100, max_keepalive_connections=20)
+        )
         self._http = http or httpx2.AsyncClient(
-            follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout)
+            follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout), limits=limits
+        )
+
+    def with_own_pool(self, max_connections: int) -> McpConnectClient:
+        """A client of the same service, API key, retry policy and timeouts on a connection
+        pool of its own, of at most `max_connections`: for long polls, which must never hold
+        the connections the token calls need. Close it separately."""
+        return McpConnectClient(
+            self._base,
+            self._key,
+            retry=self.retry,
+            timeout=self._timeout,
+            connect_timeout=self._connect_timeout,
+            max_connections=max_connections,
         )
 
     def __repr__(self) -> str:

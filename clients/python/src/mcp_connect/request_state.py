@@ -269,6 +269,20 @@ class RequestState:
     def open(cls, sealed: str, key: RequestStateKey, call: ToolCall, now: float | None = None) -> RequestState:
         """Opens a state the client returned, for `call`, at `now` (Unix seconds; default
         the current time). Raises `RequestStateError`."""
+        state, expired = cls.open_even_expired(sealed, key, call, now)
+        if expired:
+            raise RequestStateError("expired")
+        return state
+
+    @classmethod
+    def open_even_expired(
+        cls, sealed: str, key: RequestStateKey, call: ToolCall, now: float | None = None
+    ) -> tuple[RequestState, bool]:
+        """As `open`, except that an authentic state past its deadline is returned too:
+        `(state, expired)`. Only for closing the link of an elicitation the client
+        declined or cancelled after the deadline (an elicitation outlives its state);
+        never for resuming a call. Every other refusal raises `RequestStateError` as
+        `open` does."""
         now = time.time() if now is None else now
         if not isinstance(sealed, str) or len(sealed.encode("utf-8", "surrogatepass")) > MAX_SEALED_LEN:
             raise RequestStateError("malformed")
@@ -300,6 +314,4 @@ class RequestState:
             raise RequestStateError("malformed")
         if not _MIN_UNIX <= x <= _MAX_UNIX:
             raise RequestStateError("malformed")
-        if now >= x:
-            raise RequestStateError("expired")
-        return cls(e, x)
+        return cls(e, x), now >= x
