@@ -6,7 +6,7 @@
 import { STATUS_CODES, createServer } from 'node:http';
 import { ConnectClient, RequestStateKey } from '@mcp-connect/client';
 import { McpConnect, createConnectHandler } from '@mcp-connect/client/server';
-import { McpServer, OAuthError, OAuthErrorCode, fromJsonSchema, hostHeaderValidationResponse, requireBearerAuth } from '@modelcontextprotocol/server';
+import { McpServer, OAuthError, OAuthErrorCode, fromJsonSchema, hostHeaderValidationResponse, originValidationResponse, requireBearerAuth } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
 
@@ -18,6 +18,7 @@ const issuer = env('MCP_ISSUER');
 const resource = env('MCP_RESOURCE', `${publicUrl}/mcp`);
 const providers = new Map(env('MCP_PROVIDERS').split(',').filter((p) => p.trim()).map((p) => p.split('=').map((s) => s.trim())));
 const metadataUrl = `${publicUrl}/.well-known/oauth-protected-resource`;
+const publicOrigin = new URL(publicUrl);
 
 // MCP authorization: the IdP's RS256/PS256/ES256 JWT access tokens, for this resource.
 const discovery = await (await fetch(`${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`, { redirect: 'error' })).json();
@@ -59,10 +60,20 @@ function factory() {
   return server;
 }
 
+// The SDK's Origin check compares the hostname only; a page on another port or scheme of
+// the same host is another origin too.
+function sameOrigin(request) {
+  const origin = request.headers.get('origin');
+  if (!origin || new URL(origin).origin === publicOrigin.origin) return undefined;
+  return Response.json({ jsonrpc: '2.0', error: { code: -32000, message: `Invalid Origin: ${origin}` }, id: null }, { status: 403 });
+}
+
 const mcp = createConnectHandler(factory, { onerror: (e) => console.error(`mcp: ${e.message}`) });
 const node = toNodeHandler({
   async fetch(request) {
-    const rejected = hostHeaderValidationResponse(request, [new URL(publicUrl).hostname]); // DNS rebinding
+    // DNS rebinding and cross-site requests: the Host must be ours, and so must the Origin
+    // when there is one (browsers send it; other MCP clients do not, and pass).
+    const rejected = hostHeaderValidationResponse(request, [publicOrigin.hostname]) ?? originValidationResponse(request, [publicOrigin.hostname]) ?? sameOrigin(request);
     if (rejected) return rejected;
     const path = new URL(request.url).pathname;
     if (path === '/.well-known/oauth-protected-resource') return Response.json({ resource, authorization_servers: [issuer], bearer_methods_supported: ['header'] });

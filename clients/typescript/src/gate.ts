@@ -109,6 +109,13 @@ export interface GateOptions {
    * (default: `authInfo.extra.sub`). Never from tool arguments.
    */
   subjectOf?: (authInfo: AuthInfoLike | undefined) => string | undefined;
+  /**
+   * 2025-11-25 completion watchers (one long poll per elicitation, shared by the sessions
+   * waiting on it) held at once (default 10,000); past that, a new one is not started.
+   */
+  maxWatchers?: number;
+  /** Of those, one subject's at most (default 4); past that, the subject's oldest stops. */
+  maxWatchersPerSubject?: number;
   /** For tests: the clock, in Unix seconds. */
   now?: () => number;
 }
@@ -172,17 +179,32 @@ export type Access =
 /** The elicitation an earlier round handed out, if this call resumes one. */
 export type Resumed = string | undefined;
 
-const CAPACITY = 10_000;
+/** Entries the 2025-11-25 session memory holds in all. */
+export const PENDING_CAPACITY = 10_000;
+/** Entries one subject may hold in it (past that, its oldest goes). */
+export const PENDING_PER_SUBJECT = 32;
 
 /**
  * 2025-11-25 has no requestState: after a -32042 the client simply repeats the call. The
  * elicitation handed out is remembered per (session, subject, tool, arguments digest) and
  * taken by the next identical call. Bounded and in memory (2025-11-25 sessions live in one
- * instance anyway); when full even after dropping expired entries, nothing is remembered
- * and the retry starts anew.
+ * instance anyway), twice: `capacity` entries in all (when full even after dropping
+ * expired entries, nothing is remembered and the retry starts anew), and `perSubject`
+ * entries for one subject (past that, that subject's oldest entry goes). A user varying
+ * free-form arguments thus only pushes out their own entries, never another user's.
  */
 export class PendingElicitations {
-  readonly #map = new Map<string, { id: string; expiresAt: number }>();
+  readonly #map = new Map<string, { id: string; expiresAt: number; subject: string }>();
+  /** Each subject's keys, oldest first (a Set keeps insertion order). */
+  readonly #bySubject = new Map<string, Set<string>>();
+  readonly #capacity: number;
+  readonly #perSubject: number;
+
+  constructor(options: { capacity?: number; perSubject?: number } = {}) {
+    this.#capacity = options.capacity ?? PENDING_CAPACITY;
+    this.#perSubject = options.perSubject ?? PENDING_PER_SUBJECT;
+    if (!(this.#capacity >= 1 && this.#perSubject >= 1)) throw new RangeError('capacity and perSubject are at least 1');
+  }
 
   static key(sessionId: string | undefined, subject: string, tool: string, args: unknown): string | undefined {
     try {
@@ -193,23 +215,91 @@ export class PendingElicitations {
     }
   }
 
-  remember(key: string, id: string, expiresAt: number, now: number): void {
-    if (this.#map.size >= CAPACITY) {
-      for (const [k, v] of this.#map) if (v.expiresAt <= now) this.#map.delete(k);
+  /**
+   * Remembers the elicitation handed out for `key` (made by `key()` for `subject`) until
+   * `expiresAt`. A subject at its quota loses its oldest entry.
+   */
+  remember(key: string, id: string, expiresAt: number, now: number, subject: string = PendingElicitations.#subjectOf(key)): void {
+    if (this.#map.has(key)) {
+      this.#forget(key);
+    } else {
+      const own = this.#bySubject.get(subject);
+      if (own !== undefined && own.size >= this.#perSubject) this.#forget(own.values().next().value as string);
+      if (this.#map.size >= this.#capacity) {
+        for (const [k, v] of this.#map) if (v.expiresAt <= now) this.#forget(k);
+      }
+      if (this.#map.size >= this.#capacity) return;
     }
-    if (this.#map.size < CAPACITY || this.#map.has(key)) this.#map.set(key, { id, expiresAt });
+    this.#map.set(key, { id, expiresAt, subject });
+    let own = this.#bySubject.get(subject);
+    if (own === undefined) this.#bySubject.set(subject, (own = new Set()));
+    own.add(key);
   }
 
   /** The elicitation of an earlier round of this call, if still current; forgets it. */
   take(key: string, now: number): string | undefined {
-    const v = this.#map.get(key);
-    this.#map.delete(key);
+    const v = this.#forget(key);
     return v !== undefined && v.expiresAt > now ? v.id : undefined;
   }
 
   get size(): number {
     return this.#map.size;
   }
+
+  #forget(key: string): { id: string; expiresAt: number } | undefined {
+    const v = this.#map.get(key);
+    if (v === undefined) return undefined;
+    this.#map.delete(key);
+    const own = this.#bySubject.get(v.subject);
+    own?.delete(key);
+    if (own?.size === 0) this.#bySubject.delete(v.subject);
+    return v;
+  }
+
+  /** The subject inside a key made by `key()`. */
+  static #subjectOf(key: string): string {
+    try {
+      const v: unknown = JSON.parse(key);
+      if (Array.isArray(v) && typeof v[1] === 'string') return v[1];
+    } catch {
+      // not one of ours: one bucket for all such keys
+    }
+    return '';
+  }
+}
+
+/** Completion watchers (one long poll per elicitation) held at once, in all. */
+export const MAX_WATCHERS = 10_000;
+/** Completion watchers one subject may hold at once (past that, its oldest stops). */
+export const MAX_WATCHERS_PER_SUBJECT = 4;
+/** A pending answer quicker than this means mcp-connect did not hold the request. */
+const QUICK_ANSWER_MS = 1_000;
+/** The first pause before asking again after such an answer (or an error), doubled up to the max. */
+const FIRST_PAUSE_MS = 2_000;
+const MAX_PAUSE_MS = 30_000;
+
+/** One long poll of an elicitation, and the sessions waiting on it. */
+interface Poll {
+  id: string;
+  subject: string;
+  expiresAt: number;
+  controller: AbortController;
+  waiting: Set<{ notify: () => Promise<void>; done: () => void }>;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    timer.unref?.();
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 /** The SDK-independent part of the adapters: decides, asks mcp-connect, seals. */
@@ -223,6 +313,12 @@ export class ConnectGate {
   readonly #now: () => number;
   readonly subjectOf: (authInfo: AuthInfoLike | undefined) => string | undefined;
   readonly legacy = new PendingElicitations();
+  readonly #maxWatchers: number;
+  readonly #maxWatchersPerSubject: number;
+  /** The running long polls, by elicitation id. */
+  readonly #polls = new Map<string, Poll>();
+  /** Each subject's polls (elicitation ids), oldest first. */
+  readonly #pollsBySubject = new Map<string, Set<string>>();
 
   constructor(options: GateOptions) {
     this.client = options.client;
@@ -234,6 +330,9 @@ export class ConnectGate {
     this.#log = options.logger ?? { warn: (m, f) => console.warn(`mcp-connect: ${m}`, f ?? '') };
     this.#now = options.now ?? (() => Date.now() / 1000);
     this.subjectOf = options.subjectOf ?? defaultSubjectOf;
+    this.#maxWatchers = options.maxWatchers ?? MAX_WATCHERS;
+    this.#maxWatchersPerSubject = options.maxWatchersPerSubject ?? MAX_WATCHERS_PER_SUBJECT;
+    if (!(this.#maxWatchers >= 1 && this.#maxWatchersPerSubject >= 1)) throw new RangeError('maxWatchers and maxWatchersPerSubject are at least 1');
   }
 
   now(): number {
@@ -243,15 +342,22 @@ export class ConnectGate {
   /**
    * The elicitation this call resumes: from the requestState (2026-07-28), or remembered
    * for the session (2025-11-25). Throws RequestStateError (malformed / invalid) for a
-   * state that must be refused with -32602; an expired one starts over.
+   * state that must be refused with -32602; an expired one starts over, except that a
+   * `decline`/`cancel` answering it still names its elicitation (which may outlive the
+   * state by hours), so that the link is closed at mcp-connect.
    */
-  resume(call: Pick<Call, 'subject' | 'tool' | 'arguments' | 'sessionId'>, requestState: unknown): Resumed {
+  resume(call: Pick<Call, 'subject' | 'tool' | 'arguments' | 'sessionId'> & Partial<Pick<Call, 'answer'>>, requestState: unknown): Resumed {
     if (requestState !== undefined && requestState !== null) {
       if (typeof requestState !== 'string') throw new RequestStateError('malformed');
       try {
         return openRequestState(requestState, this.#key, call, this.#now()).elicitationId;
       } catch (e) {
-        if (e instanceof RequestStateError && e.reason === 'expired') return undefined; // too old: start over
+        if (e instanceof RequestStateError && e.reason === 'expired') {
+          // Authentic (it opened), only too old. An accept starts over; a decline/cancel
+          // has nothing to start, but its link must stop working.
+          const closing = call.answer === 'decline' || call.answer === 'cancel';
+          return closing ? e.expiredState?.elicitationId : undefined;
+        }
         throw e;
       }
     }
@@ -319,7 +425,7 @@ export class ConnectGate {
       }
       case 'error_32042': {
         const key = PendingElicitations.key(call.sessionId, call.subject, call.tool, call.arguments);
-        if (key !== undefined) this.legacy.remember(key, elicitation.id, expiresAt, now);
+        if (key !== undefined) this.legacy.remember(key, elicitation.id, expiresAt, now, call.subject);
         const params = { mode: 'url', message: mcp.message, url: mcp.url, elicitationId: mcp.elicitationId };
         return { kind: 'error_32042', message: mcp.message, elicitations: [params], elicitationId: elicitation.id, expiresAt };
       }
@@ -329,29 +435,122 @@ export class ConnectGate {
   }
 
   /**
-   * 2025-11-25: waits (`GET /v1/elicitations/{id}?wait_seconds=30`, repeatedly) until the
-   * elicitation is no longer pending, then calls `notify` if it completed. Ends at the
-   * elicitation's expiry, when `signal` aborts (the session ended), or on a refusal.
+   * 2025-11-25: waits (`GET /v1/elicitations/{id}?wait_seconds=30`, or less when the
+   * elicitation expires sooner; repeatedly) until the elicitation is no longer pending,
+   * then calls `notify` if it completed. Ends at the elicitation's expiry, when `signal`
+   * aborts (the session ended), or on a refusal. `subject` is whose elicitation it is.
+   *
+   * One long poll per elicitation id, whatever the number of sessions waiting on it: a
+   * second watch of the same id joins the first and is notified with it; the poll stops
+   * when the last of them aborts. When mcp-connect answers `pending` at once (it does
+   * not hold requests just now), the next ask waits: about 2 s, doubling up to 30 s,
+   * with jitter. Bounded: `maxWatchersPerSubject` polls of one subject (past that, the
+   * subject's oldest stops) and `maxWatchers` in all (past that, none is started; the
+   * client can still repeat the call).
    */
-  async watchCompletion(id: string, expiresAt: number, notify: () => Promise<void>, signal: AbortSignal): Promise<void> {
-    while (!signal.aborted && this.#now() < expiresAt) {
+  watchCompletion(id: string, expiresAt: number, notify: () => Promise<void>, signal: AbortSignal, subject: string): Promise<void> {
+    if (signal.aborted || this.#now() >= expiresAt) return Promise.resolve();
+    let poll = this.#polls.get(id);
+    if (poll === undefined) {
+      const own = this.#pollsBySubject.get(subject);
+      if (own !== undefined && own.size >= this.#maxWatchersPerSubject) {
+        const oldest = this.#polls.get(own.values().next().value as string);
+        if (oldest !== undefined) this.#endPoll(oldest);
+      }
+      if (this.#polls.size >= this.#maxWatchers) {
+        this.#log.warn('too many completion watchers: this one is not started');
+        return Promise.resolve();
+      }
+      poll = { id, subject, expiresAt, controller: new AbortController(), waiting: new Set() };
+      this.#polls.set(id, poll);
+      let mine = this.#pollsBySubject.get(subject);
+      if (mine === undefined) this.#pollsBySubject.set(subject, (mine = new Set()));
+      mine.add(id);
+      const started = poll;
+      void this.#runPoll(started).finally(() => this.#endPoll(started));
+    } else if (expiresAt > poll.expiresAt) {
+      poll.expiresAt = expiresAt;
+    }
+    const joined = poll;
+    return new Promise<void>((resolve) => {
+      const waiter = {
+        notify,
+        done: () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        },
+      };
+      const onAbort = () => {
+        joined.waiting.delete(waiter);
+        waiter.done();
+        if (joined.waiting.size === 0) this.#endPoll(joined); // nobody left to tell
+      };
+      joined.waiting.add(waiter);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** The number of running completion polls (for tests and metrics). */
+  get watching(): number {
+    return this.#polls.size;
+  }
+
+  async #runPoll(poll: Poll): Promise<void> {
+    const { id, controller } = poll;
+    const signal = controller.signal;
+    let backoff = 0;
+    // Waits before the next ask: about 2 s, then doubling up to 30 s, with jitter (so
+    // watchers that met the same outage do not come back together); never past the
+    // elicitation's expiry, and cut short by the abort.
+    const wait = async () => {
+      backoff = backoff === 0 ? FIRST_PAUSE_MS : Math.min(backoff * 2, MAX_PAUSE_MS);
+      const jittered = backoff * (0.75 + Math.random() * 0.5);
+      await pause(Math.min(jittered, (poll.expiresAt - this.#now()) * 1000), signal);
+    };
+    while (!signal.aborted && this.#now() < poll.expiresAt) {
+      const waitSeconds = Math.max(1, Math.min(30, Math.ceil(poll.expiresAt - this.#now())));
+      const asked = performance.now();
       let status: string;
       try {
-        status = (await this.client.elicitation(id, { waitSeconds: 30, signal })).status;
+        status = (await this.client.elicitation(id, { waitSeconds, signal })).status;
       } catch (e) {
         if (signal.aborted) return;
         if (e instanceof ApiError) {
           this.#log.warn('stopped watching an elicitation', { code: e.code });
           return;
         }
-        await new Promise((r) => setTimeout(r, 2000)); // unavailable for now: try again
+        await wait(); // unavailable for now: try again
         continue;
       }
-      if (status === 'pending') continue;
+      if (status === 'pending') {
+        // Held for a while: mcp-connect is waiting for us, ask again at once. Answered at
+        // once: it does not hold requests now (its listener down, draining, waits off or
+        // its waiter cap full), and asking again at once would hammer it until expiry.
+        if (performance.now() - asked < QUICK_ANSWER_MS) await wait();
+        else backoff = 0;
+        continue;
+      }
       if (status === 'completed') {
-        await notify().catch(() => this.#log.warn('could not send notifications/elicitation/complete (session gone?)'));
+        for (const w of [...poll.waiting]) {
+          await Promise.resolve()
+            .then(w.notify)
+            .catch(() => this.#log.warn('could not send notifications/elicitation/complete (session gone?)'));
+        }
       }
       return;
     }
+  }
+
+  /** Stops a poll and releases everyone waiting on it. */
+  #endPoll(poll: Poll): void {
+    if (this.#polls.get(poll.id) === poll) {
+      this.#polls.delete(poll.id);
+      const own = this.#pollsBySubject.get(poll.subject);
+      own?.delete(poll.id);
+      if (own?.size === 0) this.#pollsBySubject.delete(poll.subject);
+    }
+    poll.controller.abort();
+    for (const w of poll.waiting) w.done();
+    poll.waiting.clear();
   }
 }

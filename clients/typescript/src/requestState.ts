@@ -209,8 +209,19 @@ const MESSAGES: Record<RequestStateRefusal, string> = {
 
 export class RequestStateError extends Error {
   override readonly name = 'RequestStateError';
-  constructor(readonly reason: RequestStateRefusal) {
+  /**
+   * With `expired` only: what the state held. It opened under our key for this call, so
+   * it is authentic, only too old (a `decline` answering it still closes its link). Not
+   * enumerable: logging the error does not print the elicitation id the state hid.
+   */
+  declare readonly expiredState?: RequestState;
+
+  constructor(
+    readonly reason: RequestStateRefusal,
+    expiredState?: RequestState,
+  ) {
     super(MESSAGES[reason]);
+    if (expiredState !== undefined) Object.defineProperty(this, 'expiredState', { value: expiredState, enumerable: false });
   }
 }
 
@@ -260,6 +271,6 @@ export function openRequestState(sealed: string, key: RequestStateKey, call: Too
   // Authenticated, so a parse failure means our own format changed: still refuse.
   const state = parsePlain(msg);
   if (state === undefined) throw new RequestStateError('malformed');
-  if (nowSeconds >= state.expiresAt) throw new RequestStateError('expired');
+  if (nowSeconds >= state.expiresAt) throw new RequestStateError('expired', state);
   return state;
 }

@@ -123,7 +123,7 @@ export class McpConnect extends ConnectGate {
         case 'input_required':
           throw new McpError(ErrorCode.InternalError, 'input_required is not available on this SDK');
         case 'error_32042': {
-          this.#watch(server, access.elicitationId, access.expiresAt);
+          this.#watch(server, subject, access.elicitationId, access.expiresAt);
           throw new UrlElicitationRequiredError(access.elicitations as never, access.message);
         }
       }
@@ -131,13 +131,13 @@ export class McpConnect extends ConnectGate {
     return server.registerTool(name, config, callback as never);
   }
 
-  #watch(server: McpServer, id: string, expiresAt: number): void {
+  #watch(server: McpServer, subject: string, id: string, expiresAt: number): void {
     const watchers = watchersOf(server);
     if (watchers.has(id)) return;
     const controller = new AbortController();
     watchers.set(id, controller);
     const notify = server.server.createElicitationCompletionNotifier(id);
-    void this.watchCompletion(id, expiresAt, notify, controller.signal).finally(() => {
+    void this.watchCompletion(id, expiresAt, notify, controller.signal, subject).finally(() => {
       if (watchers.get(id) === controller) watchers.delete(id);
     });
   }

@@ -157,6 +157,21 @@ function entryOf(server: McpServer): ServerEntry {
   return entry;
 }
 
+/** The validated arguments name another provider than the token would be fetched for. */
+function providerChanged(sent: string, validated: string | undefined): CallToolResult {
+  return {
+    content: [
+      {
+        type: 'text',
+        text:
+          `The tool's input schema changed the provider argument (${JSON.stringify(sent)} became ${JSON.stringify(validated ?? null)}): ` +
+          'refused, so that no provider\'s token is handed to a call for another.',
+      },
+    ],
+    isError: true,
+  };
+}
+
 export class McpConnect extends ConnectGate {
   constructor(options: GateOptions) {
     super(options);
@@ -185,6 +200,14 @@ export class McpConnect extends ConnectGate {
       const prepared = PREPARED.get(ctx);
       if (prepared === undefined) throw new Error('mcp-connect: the tools/call wrapper did not run');
       if ('result' in prepared) return prepared.result as CallToolResult;
+      // The wrapper read the provider from the arguments as sent; the body gets them as
+      // the inputSchema made them. A schema that coerces, defaults or transforms could
+      // make the two name different providers: the body would get one provider's token
+      // for a call to another. Refuse, before anything is asked.
+      if (a.length >= 2 && options.providerArg !== undefined) {
+        const validated = providerOf(options, args);
+        if (validated !== prepared.call.provider) return providerChanged(prepared.call.provider, validated);
+      }
       const access = await this.access(prepared.call, prepared.resumed);
       return this.#answer(server, entry, prepared.call, access, args, ctx, handler);
     };
@@ -211,19 +234,19 @@ export class McpConnect extends ConnectGate {
           ...(access.requestState !== undefined && { requestState: access.requestState }),
         }) as unknown as CallToolResult;
       case 'error_32042': {
-        this.#watch(server, entry, access.elicitationId, access.expiresAt);
+        this.#watch(server, entry, call.subject, access.elicitationId, access.expiresAt);
         throw new UrlElicitationRequiredError(access.elicitations as never, access.message);
       }
     }
   }
 
   /** notifications/elicitation/complete on this session when the connect finishes. */
-  #watch(server: McpServer, entry: ServerEntry, id: string, expiresAt: number): void {
+  #watch(server: McpServer, entry: ServerEntry, subject: string, id: string, expiresAt: number): void {
     if (entry.watchers.has(id)) return;
     const controller = new AbortController();
     entry.watchers.set(id, controller);
     const notify = server.server.createElicitationCompletionNotifier(id);
-    void this.watchCompletion(id, expiresAt, notify, controller.signal).finally(() => {
+    void this.watchCompletion(id, expiresAt, notify, controller.signal, subject).finally(() => {
       if (entry.watchers.get(id) === controller) entry.watchers.delete(id);
     });
   }
@@ -233,6 +256,12 @@ export interface ConnectHandlerOptions {
   onerror?: (error: Error) => void;
   /** 2025-11-25 sessions held at once (default 1,000); past that, 503. */
   maxSessions?: number;
+  /**
+   * 2025-11-25 sessions one owner (subject) holds at once (default 16); past that, that
+   * owner's least recently used session is closed to make room. Sessions without an
+   * owner (no authenticated subject) are bounded by maxSessions only.
+   */
+  maxSessionsPerOwner?: number;
   /**
    * A 2025-11-25 session without a request for this long is closed when room is needed
    * (default 30 minutes): clients rarely end their sessions with DELETE.
@@ -251,6 +280,16 @@ function jsonRpcError(status: number, code: number, message: string): Response {
   return Response.json({ jsonrpc: '2.0', error: { code, message }, id: null }, { status });
 }
 
+/** A 2025-11-25 session, from the moment its initialize took a slot. */
+interface Session {
+  owner: string | undefined;
+  /** Set once the transport has initialized it; until then the slot is only reserved. */
+  id?: string;
+  transport?: WebStandardStreamableHTTPServerTransport;
+  /** Date.now() of its last request. */
+  seen: number;
+}
+
 /**
  * One HTTP handler for both revisions. 2026-07-28 requests go to the SDK's per-request
  * handler (createMcpHandler). 2025-era requests get real sessions, which URL elicitation
@@ -258,49 +297,106 @@ function jsonRpcError(status: number, code: number, message: string): Response {
  * notifications/elicitation/complete goes out on the session after the call has ended (the
  * SDK's stateless 2025 fallback has neither). Each session belongs to the subject that
  * opened it; another user presenting its id is answered as if it did not exist.
+ *
+ * The table is bounded: maxSessions in all, maxSessionsPerOwner per subject (one user
+ * cannot fill it). An initialize takes its slot before the server is made and connected,
+ * so concurrent initializes cannot go past either limit.
  */
 export function createConnectHandler(factory: McpServerFactory, options: ConnectHandlerOptions = {}): ConnectHandler {
   const modern = createMcpHandler(factory, { legacy: 'reject', ...(options.onerror && { onerror: options.onerror }) });
-  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; owner: string | undefined; seen: number }>();
+  /** Initialized sessions, by id. */
+  const sessions = new Map<string, Session>();
+  /** Every session holding a slot (initialized or still opening). */
+  const slots = new Set<Session>();
+  /** Each owner's sessions, least recently used first (a Set keeps insertion order). */
+  const byOwner = new Map<string, Set<Session>>();
   const max = options.maxSessions ?? 1000;
+  const perOwner = options.maxSessionsPerOwner ?? 16;
+  if (!(max >= 1 && perOwner >= 1)) throw new RangeError('maxSessions and maxSessionsPerOwner are at least 1');
   const idle = options.idleTimeoutMs ?? 30 * 60_000;
   const ownerOf = options.subjectOf ?? defaultSubjectOf;
 
+  function reserve(owner: string | undefined): Session {
+    const s: Session = { owner, seen: Date.now() };
+    slots.add(s);
+    if (owner !== undefined) {
+      let own = byOwner.get(owner);
+      if (own === undefined) byOwner.set(owner, (own = new Set()));
+      own.add(s);
+    }
+    return s;
+  }
+
+  /** Gives the slot back; closes the session's transport (if it has one and is not closing it already). */
+  function release(s: Session, close: boolean): void {
+    if (!slots.delete(s)) return;
+    if (s.id !== undefined && sessions.get(s.id) === s) sessions.delete(s.id);
+    if (s.owner !== undefined) {
+      const own = byOwner.get(s.owner);
+      own?.delete(s);
+      if (own?.size === 0) byOwner.delete(s.owner);
+    }
+    if (close) void s.transport?.close().catch(() => {});
+  }
+
+  function touch(s: Session): void {
+    s.seen = Date.now();
+    if (s.owner === undefined) return;
+    const own = byOwner.get(s.owner);
+    if (own?.delete(s)) own.add(s); // now the most recently used
+  }
+
   function evictIdle(): void {
     const before = Date.now() - idle;
-    for (const [id, s] of sessions) {
-      if (s.seen <= before) {
-        sessions.delete(id);
-        void s.transport.close().catch(() => {});
-      }
-    }
+    for (const s of sessions.values()) if (s.seen <= before) release(s, true);
   }
 
   async function legacy(request: Request, authInfo: AuthInfo | undefined): Promise<Response> {
     const id = request.headers.get('mcp-session-id');
     if (id !== null) {
       const s = sessions.get(id);
-      if (s === undefined || s.owner !== ownerOf(authInfo)) return jsonRpcError(404, -32001, 'Session not found');
-      s.seen = Date.now();
+      if (s === undefined || s.transport === undefined || s.owner !== ownerOf(authInfo)) return jsonRpcError(404, -32001, 'Session not found');
+      touch(s);
       return s.transport.handleRequest(request, authInfo ? { authInfo } : {});
     }
     const body: unknown = request.method === 'POST' ? await request.clone().json().catch(() => undefined) : undefined;
     if (!isInitializeRequest(body)) return jsonRpcError(400, -32000, 'Bad Request: No valid session ID provided');
-    if (sessions.size >= max) evictIdle();
-    if (sessions.size >= max) return jsonRpcError(503, -32000, 'Too many sessions');
     const owner = ownerOf(authInfo);
-    const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      enableJsonResponse: true,
-      onsessioninitialized: (sid) => void sessions.set(sid, { transport, owner, seen: Date.now() }),
-      onsessionclosed: (sid) => void sessions.delete(sid),
-    });
-    transport.onclose = () => {
-      if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
-    };
-    const server = await factory({ era: 'legacy', ...(authInfo && { authInfo }), requestInfo: request });
-    await server.connect(transport);
-    return transport.handleRequest(request, authInfo ? { authInfo } : {});
+    // From here to reserve() nothing awaits: the checks and the reservation are one step.
+    const own = owner === undefined ? undefined : byOwner.get(owner);
+    if (own !== undefined && own.size >= perOwner) {
+      // The owner's least recently used session that is open (one still opening cannot
+      // be closed; if all are, the owner is refused).
+      const lru = [...own].find((s) => s.transport !== undefined && s.id !== undefined);
+      if (lru === undefined) return jsonRpcError(503, -32000, 'Too many sessions');
+      release(lru, true);
+    }
+    if (slots.size >= max) evictIdle();
+    if (slots.size >= max) return jsonRpcError(503, -32000, 'Too many sessions');
+    const slot = reserve(owner);
+    try {
+      const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        enableJsonResponse: true,
+        onsessioninitialized: (sid) => {
+          if (!slots.has(slot)) return; // evicted while opening
+          slot.id = sid;
+          slot.seen = Date.now();
+          sessions.set(sid, slot);
+        },
+        onsessionclosed: () => release(slot, false),
+      });
+      slot.transport = transport;
+      transport.onclose = () => release(slot, false);
+      const server = await factory({ era: 'legacy', ...(authInfo && { authInfo }), requestInfo: request });
+      await server.connect(transport);
+      const response = await transport.handleRequest(request, authInfo ? { authInfo } : {});
+      if (slot.id === undefined) release(slot, true); // the initialize failed: no session
+      return response;
+    } catch (e) {
+      release(slot, true);
+      throw e;
+    }
   }
 
   return {
@@ -310,8 +406,11 @@ export function createConnectHandler(factory: McpServerFactory, options: Connect
     },
     async close() {
       await modern.close();
-      await Promise.all([...sessions.values()].map((s) => s.transport.close()));
+      const all = [...slots];
+      slots.clear();
       sessions.clear();
+      byOwner.clear();
+      await Promise.all(all.map((s) => s.transport?.close().catch(() => {})));
     },
   };
 }

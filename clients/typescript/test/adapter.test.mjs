@@ -15,7 +15,7 @@ import { McpServer as McpServer132 } from '@modelcontextprotocol/sdk/server/mcp.
 import { WebStandardStreamableHTTPServerTransport as Transport132 } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { ConnectClient, RequestStateKey, openRequestState, sealRequestState, urlElicitation } from '../dist/index.js';
+import { ConnectClient, PendingElicitations, RequestStateKey, openRequestState, sealRequestState, urlElicitation } from '../dist/index.js';
 import { McpConnect, createConnectHandler } from '../dist/server.js';
 import { McpConnect as McpConnect132 } from '../dist/sdk.js';
 
@@ -81,13 +81,19 @@ async function fakeConnect() {
         return send(200, { id: e.id, status: e.status, cancel_reason: e.cancel_reason ?? null });
       }
       const until = Date.now() + Number(url.searchParams.get('wait_seconds') ?? 0) * 1000;
-      while (e.status === 'pending' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      let gone = false;
+      res.on('close', () => (gone = true)); // the watcher stopped asking
+      while (e.status === 'pending' && Date.now() < until && !gone) await new Promise((r) => setTimeout(r, 20));
+      if (gone) return;
       const t = new Date().toISOString();
       send(200, { id: e.id, status: e.status, subject: e.subject, provider: e.provider, scopes: [], created_at: t, expires_at: t, completed_at: null });
     });
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  after(() => server.close());
+  after(() => {
+    server.closeAllConnections(); // also the keep-alive ones that fall idle later
+    server.close();
+  });
   const tokenCalls = () => state.calls.filter((c) => c.path === '/v1/token');
   const complete = (id) => {
     const e = state.elicitations.get(id);
@@ -109,12 +115,13 @@ function authOf(headers) {
   return m ? { token: 'opaque', clientId: 'test', scopes: [], expiresAt: 4e9, extra: { sub: m[1] } } : undefined;
 }
 
-async function mcpServer(extra = {}, handlerOptions = {}) {
+async function mcpServer(extra = {}, handlerOptions = {}, { schema = inputSchema, knownProviders = ['dev'], factoryDelayMs = 0 } = {}) {
   const connect = await fakeConnect();
   const gate = new McpConnect({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
-  const factory = () => {
+  const factory = async () => {
+    if (factoryDelayMs > 0) await new Promise((r) => setTimeout(r, factoryDelayMs));
     const server = new McpServer({ name: 'test', version: '1' });
-    gate.registerTool(server, 'whoami_on', { inputSchema }, { providerArg: 'provider', knownProviders: ['dev'] }, body);
+    gate.registerTool(server, 'whoami_on', { inputSchema: schema }, { providerArg: 'provider', knownProviders }, body);
     return server;
   };
   const handler = createConnectHandler(factory, handlerOptions);
@@ -127,7 +134,7 @@ async function mcpServer(extra = {}, handlerOptions = {}) {
     const authInfo = authOf(init?.headers);
     return handler.fetch(request, authInfo ? { authInfo } : {});
   };
-  return { connect, fetch, wire, complete: connect.complete };
+  return { connect, fetch, wire, complete: connect.complete, gate };
 }
 
 async function modernClient(fetch, { sub = 'alice', capabilities = { elicitation: { form: {}, url: {} } }, answer } = {}) {
@@ -196,6 +203,63 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
       assert.equal(s.connect.tokenCalls().length, 1, 'mcp-connect is not asked again');
     });
   }
+
+  for (const action of ['decline', 'cancel']) {
+    test(`${action} after the state's deadline still closes the link at mcp-connect (the elicitation outlives the state)`, async () => {
+      let now = Date.now() / 1000;
+      const s = await mcpServer({ now: () => now });
+      const { client, prompts } = await modernClient(s.fetch, {
+        answer: async () => {
+          now += 601; // the user answers after the state's 10 minutes; the link is still good
+          return action;
+        },
+      });
+      const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+      assert.equal(text(r), 'Not connected to dev: nothing was shared.');
+      assert.equal(prompts.length, 1);
+      const cancel = s.connect.state.calls.find((c) => c.path.endsWith('/cancel'));
+      assert.ok(cancel, 'the link of the expired state is closed at mcp-connect');
+      assert.equal(cancel.path, `/v1/elicitations/${uuid(1)}/cancel`);
+      assert.deepEqual(cancel.body, { reason: action });
+      assert.equal(s.connect.state.elicitations.get(uuid(1)).status, 'cancelled');
+      assert.equal(s.connect.tokenCalls().length, 1, 'no new round');
+    });
+  }
+
+  test('an expired state from another user or key still refuses, even with decline', async () => {
+    let now = Date.now() / 1000;
+    const s = await mcpServer({ now: () => now });
+    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    const first = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    now += 601;
+    const bob = await modernClient(s.fetch, { sub: 'bob', answer: async () => 'accept' });
+    const err = await bob.client
+      .callTool({ name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'decline' } } }, { allowInputRequired: true })
+      .catch((e) => e);
+    assert.equal(err.code, -32602);
+    assert.ok(!s.connect.state.calls.some((c) => c.path.endsWith('/cancel')), "bob cannot close alice's link");
+  });
+
+  test('the validated arguments name another provider than the token was asked for: refused, nothing asked', async () => {
+    // A schema that transforms the provider: the raw arguments say dev, the body would get prod.
+    const schema = z.object({ provider: z.string().transform((p) => (p === 'dev' ? 'prod' : p)) });
+    const s = await mcpServer({}, {}, { schema, knownProviders: ['dev', 'prod'] });
+    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    s.connect.state.connected.add('alice/dev'); // a dev token would be handed out at once
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(r.isError, true);
+    assert.equal(text(r), 'The tool\'s input schema changed the provider argument ("dev" became "prod"): refused, so that no provider\'s token is handed to a call for another.');
+    assert.equal(s.connect.tokenCalls().length, 0, 'no token was fetched');
+  });
+
+  test('a schema that transforms other arguments but not the provider still runs the body', async () => {
+    const schema = z.object({ provider: z.string(), n: z.string().default('x').transform((v) => v.length) });
+    const s = await mcpServer({}, {}, { schema });
+    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    s.connect.state.connected.add('alice/dev');
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'dev: tok-alice');
+  });
 
   test('a pending retry answers input_required again with a fresh state', async () => {
     const s = await mcpServer({ waitSeconds: 1 });
@@ -345,6 +409,111 @@ describe('2025-11-25 sessions are bounded', () => {
     const first = await legacyClient(s.fetch);
     await legacyClient(s.fetch, { sub: 'bob' });
     await assert.rejects(first.client.listTools(), /404|Session not found/);
+  });
+});
+
+const initialize = (fetch, sub) =>
+  fetch('http://mcp.test/mcp', {
+    method: 'POST',
+    headers: { authorization: `Bearer as-${sub}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } } }),
+  });
+
+describe('2025-11-25 sessions are bounded per owner', () => {
+  test('past maxSessionsPerOwner, the owner\'s least recently used session is closed', async () => {
+    const s = await mcpServer({}, { maxSessionsPerOwner: 2 });
+    const a1 = await legacyClient(s.fetch);
+    const a2 = await legacyClient(s.fetch);
+    const bob = await legacyClient(s.fetch, { sub: 'bob' });
+    await a1.client.listTools(); // a2 is now alice's least recently used
+    const a3 = await legacyClient(s.fetch);
+    await assert.rejects(a2.client.listTools(), /404|Session not found/);
+    await a1.client.listTools();
+    await a3.client.listTools();
+    await bob.client.listTools();
+  });
+
+  test('one subject cannot fill the table: another still gets a session', async () => {
+    const s = await mcpServer({}, { maxSessions: 3, maxSessionsPerOwner: 2 });
+    for (let i = 0; i < 5; i++) await legacyClient(s.fetch); // alice keeps opening sessions
+    const bob = await legacyClient(s.fetch, { sub: 'bob' });
+    await bob.client.listTools();
+  });
+
+  test('the default is 16 sessions per owner', async () => {
+    const s = await mcpServer();
+    const alice = [];
+    for (let i = 0; i < 17; i++) alice.push(await legacyClient(s.fetch));
+    await assert.rejects(alice[0].client.listTools(), /404|Session not found/);
+    for (const a of alice.slice(1)) await a.client.listTools();
+  });
+
+  test('concurrent initializes cannot go past maxSessions: the slot is taken before the server is made', async () => {
+    const s = await mcpServer({}, { maxSessions: 2 }, { factoryDelayMs: 100 });
+    const statuses = (await Promise.all(['a', 'b', 'c', 'd', 'e'].map((sub) => initialize(s.fetch, sub)))).map((r) => r.status);
+    assert.deepEqual(statuses.filter((x) => x === 200).length, 2, String(statuses));
+    assert.deepEqual(statuses.filter((x) => x === 503).length, 3, String(statuses));
+  });
+
+  test('concurrent initializes of one owner cannot go past maxSessionsPerOwner', async () => {
+    const s = await mcpServer({}, { maxSessionsPerOwner: 2 }, { factoryDelayMs: 100 });
+    const answers = await Promise.all([1, 2, 3, 4].map(() => initialize(s.fetch, 'alice')));
+    const ok = answers.filter((r) => r.status === 200);
+    assert.equal(ok.length, 2, String(answers.map((r) => r.status)));
+    for (const r of answers.filter((r) => r.status !== 200)) {
+      assert.equal(r.status, 503);
+      assert.equal((await r.json()).error.message, 'Too many sessions');
+    }
+    // Once open, a new one replaces alice's least recently used instead.
+    assert.equal((await initialize(s.fetch, 'alice')).status, 200);
+  });
+});
+
+describe('the 2025-11-25 session memory is bounded per subject', () => {
+  test('past 32 entries of one subject, its oldest goes; another subject\'s stay', () => {
+    const pending = new PendingElicitations();
+    const key = (sub, n) => PendingElicitations.key('s1', sub, 'whoami_on', { provider: 'dev', n });
+    pending.remember(key('bob', 0), uuid(100), 2e9, 1e9, 'bob');
+    for (let n = 1; n <= 33; n++) pending.remember(key('alice', n), uuid(n), 2e9, 1e9, 'alice');
+    assert.equal(pending.size, 33, "alice's 32 and bob's 1");
+    assert.equal(pending.take(key('alice', 1), 1e9), undefined, "alice's oldest went");
+    assert.equal(pending.take(key('alice', 2), 1e9), uuid(2));
+    assert.equal(pending.take(key('alice', 33), 1e9), uuid(33));
+    assert.equal(pending.take(key('bob', 0), 1e9), uuid(100), "bob's is untouched");
+  });
+
+  test('one subject cannot fill the whole memory; remembering a key again refreshes it', () => {
+    const pending = new PendingElicitations({ capacity: 4, perSubject: 2 });
+    const key = (sub, n) => PendingElicitations.key(undefined, sub, 't', { n });
+    for (let n = 1; n <= 10; n++) pending.remember(key('alice', n), uuid(n), 2e9, 1e9, 'alice');
+    pending.remember(key('bob', 1), uuid(101), 2e9, 1e9, 'bob');
+    pending.remember(key('carol', 1), uuid(201), 2e9, 1e9, 'carol');
+    assert.equal(pending.size, 4);
+    pending.remember(key('alice', 9), uuid(9), 2e9, 1e9, 'alice'); // 9 is now alice's newest
+    pending.remember(key('alice', 11), uuid(11), 2e9, 1e9, 'alice'); // 10 goes, not 9
+    assert.equal(pending.take(key('alice', 10), 1e9), undefined);
+    assert.equal(pending.take(key('alice', 9), 1e9), uuid(9));
+    assert.equal(pending.take(key('bob', 1), 1e9), uuid(101));
+    assert.equal(pending.take(key('carol', 1), 1e9), uuid(201));
+  });
+
+  test('through the adapter: a user varying the arguments pushes out only their own entries', async () => {
+    const s = await mcpServer();
+    const bob = await legacyClient(s.fetch, { sub: 'bob' });
+    const bobErr = await bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
+    assert.equal(bobErr.code, -32042);
+    const alice = await legacyClient(s.fetch);
+    for (let n = 0; n < 33; n++) {
+      const err = await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n } }).catch((e) => e);
+      assert.equal(err.code, -32042);
+    }
+    assert.equal(s.gate.legacy.size, 33, "alice's 32 and bob's 1");
+    await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 1 } }).catch((e) => e);
+    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, uuid(3), 'the second is remembered');
+    await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 0 } }).catch((e) => e);
+    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, undefined, "alice's oldest was forgotten: a new round");
+    await bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
+    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, uuid(1), "bob's entry survived");
   });
 });
 
