@@ -49,37 +49,23 @@ enum Lang {
 impl Lang {
     /// The example server's command.
     fn server(self) -> Command {
-        let mut c = match self {
-            Lang::Python => {
-                let mut c = Command::new(python());
-                c.arg(repo().join("examples/python-server/server.py"));
-                c
-            }
-            Lang::TypeScript => {
-                let mut c = Command::new("node");
-                c.arg(node_script("examples/typescript-server", "server.mjs"));
-                c
-            }
-        };
-        c.kill_on_drop(true);
-        c
+        self.run("examples/python-server/server.py", ("examples/typescript-server", "server.mjs"))
     }
 
     /// The MCP client driver's command (one line protocol, see `mcp_client.py`).
     fn client(self) -> Command {
-        let mut c = match self {
-            Lang::Python => {
-                let mut c = Command::new(python());
-                c.arg(repo().join("crates/example-mcp-server/tests/mcp_client.py"));
-                c
-            }
-            Lang::TypeScript => {
-                let mut c = Command::new("node");
-                c.arg(node_script("tests/sdk/ts-client", "mcp_client.mjs"));
-                c
-            }
+        self.run("crates/example-mcp-server/tests/mcp_client.py", ("tests/sdk/ts-client", "mcp_client.mjs"))
+    }
+
+    /// The Python script under `.venv-mcp`'s python, or the Node script of a package
+    /// whose `node_modules` scripts/test installed; ended with the test.
+    fn run(self, python_script: &str, (node_dir, node_file): (&str, &str)) -> Command {
+        let (program, script) = match self {
+            Lang::Python => (python(), repo().join(python_script)),
+            Lang::TypeScript => (PathBuf::from("node"), node_script(node_dir, node_file)),
         };
-        c.kill_on_drop(true);
+        let mut c = Command::new(program);
+        c.arg(script).kill_on_drop(true);
         c
     }
 }
