@@ -24,8 +24,6 @@ pub mod flows;
 pub mod http;
 /// Providers, discovery, and the OAuth code flow.
 pub mod oauth;
-/// Guards against server-side request forgery: address and URL checks, a checking resolver.
-pub mod ssrf;
 /// Application assembly shared by `serve` and the tests.
 pub mod startup;
 /// SQL, one function per query.

@@ -7,7 +7,7 @@
 //! private addresses included (an internal Keycloak). An endpoint a server's discovery
 //! document puts on another origin came from a document someone else serves, and is reached
 //! as that server's [`Reach`] says (`with_guard`): over https on a public address, checked
-//! on the address actually connected to (`crate::ssrf`), so a discovery host cannot send our
+//! on the address actually connected to (`crate::oauth::ssrf`), so a discovery host cannot send our
 //! client secret to `http://127.0.0.1:…` or into the private network; or, where the operator
 //! allowed private endpoints for it, private and loopback addresses too (never link-local
 //! ones or cloud metadata). The guard belongs to the one server: another provider's or
@@ -36,7 +36,7 @@ pub enum OutboundError {
     /// A URL on an origin the configuration does not name, that is not https on a public
     /// address.
     #[error("refused: {0}")]
-    Refused(crate::ssrf::Refusal),
+    Refused(crate::oauth::ssrf::Refusal),
 }
 
 impl OutboundError {
@@ -62,10 +62,10 @@ pub enum Reach {
 }
 
 impl Reach {
-    pub fn policy(self) -> crate::ssrf::AddressPolicy {
+    pub fn policy(self) -> crate::oauth::ssrf::AddressPolicy {
         match self {
-            Reach::Public => crate::ssrf::AddressPolicy::default(),
-            Reach::Private => crate::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
+            Reach::Public => crate::oauth::ssrf::AddressPolicy::default(),
+            Reach::Private => crate::oauth::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
         }
     }
 }
@@ -118,7 +118,7 @@ impl Outbound {
         };
         let guarded = |reach: Reach| {
             let resolver =
-                crate::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::ssrf::SystemLookup), reach.policy());
+                crate::oauth::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::oauth::ssrf::SystemLookup), reach.policy());
             builder().dns_resolver(std::sync::Arc::new(resolver)).build()
         };
         Ok(Self {
@@ -142,7 +142,7 @@ impl Outbound {
     /// alone would not see it).
     fn client_for(&self, url: &url::Url) -> Result<&reqwest::Client, OutboundError> {
         let Some(reach) = self.guard.get(&url.origin().ascii_serialization()) else { return Ok(&self.client) };
-        crate::ssrf::check_url(url, reach.policy()).map_err(OutboundError::Refused)?;
+        crate::oauth::ssrf::check_url(url, reach.policy()).map_err(OutboundError::Refused)?;
         Ok(match reach {
             Reach::Public => &self.public,
             Reach::Private => &self.private,
@@ -288,7 +288,7 @@ fn closed_before_answer(e: &reqwest::Error) -> bool {
 }
 
 fn classify(e: reqwest::Error) -> OutboundError {
-    if let Some(r) = crate::ssrf::refusal_of(&e) {
+    if let Some(r) = crate::oauth::ssrf::refusal_of(&e) {
         OutboundError::Refused(r)
     } else if e.is_timeout() {
         OutboundError::Timeout

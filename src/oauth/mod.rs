@@ -6,6 +6,9 @@ pub mod flow;
 pub mod http;
 pub mod providers;
 pub mod resolve;
+/// Guards against server-side request forgery (provider discovery here, and the webhook
+/// deliveries' client): address and URL checks, a checking resolver.
+pub mod ssrf;
 pub mod urls;
 
 pub use providers::{Provider, ProviderKind, ProviderRegistry};
