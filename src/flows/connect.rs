@@ -85,13 +85,10 @@ pub enum ConnectError {
     ProviderDisabled,
     #[error("provider configuration could not be resolved: {0}")]
     Resolve(#[source] crate::oauth::resolve::ResolveError),
-    #[error("sealed state: {0}")]
-    Encoding(#[from] serde_json::Error),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("vault: {0}")]
-    Vault(#[from] crate::vault::VaultError),
+    #[error(transparent)]
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(ConnectError);
 
 async fn load_for_session(
     state: &AppState,
@@ -136,20 +133,27 @@ pub fn authority(url: &Url) -> String {
     }
 }
 
-/// Everything needed to render the consent page, after every check.
+/// The connect link opened: everything needed to render the consent page, after every
+/// check; `None` when the link is good but nobody is signed in (the page sends the person
+/// to sign in first, and the checks that need the person run when they come back).
 pub async fn consent_view(
     state: &AppState,
     id: ElicitationId,
     path_provider: &ProviderId,
-    session: &SessionInfo,
+    session: Option<&SessionInfo>,
     now: OffsetDateTime,
-) -> Result<ConsentView, ConnectError> {
+) -> Result<Option<ConsentView>, ConnectError> {
+    let Some(session) = session else {
+        let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
+        check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
+        return Ok(None);
+    };
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
-    Ok(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })
+    Ok(Some(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin }))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -96,8 +96,9 @@ pub enum DisconnectError {
     #[error("no such connection of this subject")]
     NotYours,
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(DisconnectError);
 
 /// Whether `subject` may end the connection whose owner is `owner`. The one rule of the
 /// page: a person ends their own connections only, in any tenant.

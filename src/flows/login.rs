@@ -101,8 +101,6 @@ fn cookie_parts(value: &str) -> Option<(&str, Vec<u8>)> {
 pub enum LoginError {
     #[error("the identity provider is not reachable: {0}")]
     Unavailable(#[source] crate::oauth::resolve::ResolveError),
-    #[error("sealed login: {0}")]
-    Encoding(#[from] serde_json::Error),
     #[error("the login link is unknown, used, expired or from another browser")]
     StateUnusable,
     #[error("the identity provider reported an error: {0}")]
@@ -115,11 +113,10 @@ pub enum LoginError {
     Flow(FlowError),
     #[error("the subject from the identity provider is not usable")]
     BadSubject,
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("vault: {0}")]
-    Vault(#[from] crate::vault::VaultError),
+    #[error(transparent)]
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(LoginError);
 
 /// The IdP's metadata and keys; when they cannot be had, the failure is in the audit trail
 /// (`login_failed`, reason `idp_unavailable`) as well as on the page.

@@ -9,6 +9,7 @@ pub mod cancel;
 pub mod cleanup;
 pub mod connect;
 pub mod events;
+pub mod fault;
 pub mod held;
 pub mod login;
 pub mod policy;
@@ -18,6 +19,8 @@ pub mod rotate;
 pub mod token;
 pub mod wait;
 pub mod webhooks;
+
+pub use fault::Fault;
 
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use crate::store::connections::ConnectionRow;

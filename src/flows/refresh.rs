@@ -64,13 +64,10 @@ pub enum RefreshError {
     Gone,
     #[error("this instance is shutting down")]
     ShuttingDown,
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("vault: {0}")]
-    Vault(#[from] crate::vault::VaultError),
-    #[error("the refresh task ended abnormally: {0}")]
-    Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(RefreshError);
 
 /// Refreshes `observed` unless someone else already did; returns the row to hand out from.
 ///

@@ -11,7 +11,7 @@ use crate::domain::{
     Subject, TenantId,
 };
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
-use crate::vault::{Field, RowBinding, VaultError};
+use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -52,19 +52,17 @@ pub enum TokenError {
     ElicitationMismatch,
     #[error("the provider is disabled by the operator")]
     ProviderDisabled,
-    #[error("the provider is temporarily unavailable: {0}")]
-    ProviderUnavailable(String),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("vault: {0}")]
-    Vault(#[from] VaultError),
+    /// The refresh the hand-out needed did not happen: the provider is down, this
+    /// instance is stopping, or a fault (a dead grant is not an error: it asks for a new
+    /// consent).
+    #[error("refresh: {0}")]
+    Refresh(#[from] RefreshError),
     #[error("a pending elicitation kept appearing and vanishing; retry")]
     ElicitationRace,
-    #[error("refresh task: {0}")]
-    Task(tokio::task::JoinError),
-    #[error("this instance is shutting down; another one answers the retry")]
-    ShuttingDown,
+    #[error(transparent)]
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(TokenError);
 
 pub async fn token_for(
     state: &AppState,
@@ -245,11 +243,7 @@ async fn usable_token(
                     &refreshed
                 }
                 Err(RefreshError::NeedsReauth | RefreshError::Gone) => return Ok(None),
-                Err(RefreshError::Transient(why)) => return Err(TokenError::ProviderUnavailable(why)),
-                Err(RefreshError::ShuttingDown) => return Err(TokenError::ShuttingDown),
-                Err(RefreshError::Database(e)) => return Err(TokenError::Database(e)),
-                Err(RefreshError::Vault(e)) => return Err(TokenError::Vault(e)),
-                Err(RefreshError::Task(e)) => return Err(TokenError::Task(e)),
+                Err(e) => return Err(e.into()),
             }
         }
     } else {

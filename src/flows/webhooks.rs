@@ -125,11 +125,10 @@ pub enum WebhookError {
     Refused(#[from] WebhookRefusal),
     #[error("a tenant may have at most 16 endpoints")]
     TooMany,
-    #[error("vault: {0}")]
-    Vault(#[from] crate::vault::VaultError),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Fault(#[from] super::Fault),
 }
+super::fault::wraps_fault!(WebhookError);
 
 /// Registers an endpoint; returns it and its signing secret (shown this once).
 pub async fn register(

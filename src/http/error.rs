@@ -1,14 +1,18 @@
 //! The JSON error of the API surfaces: `{"error": code, "error_description": text}` with
 //! a stable code. Internal detail goes to the log, never into the body.
+//!
+//! The one place where the API surfaces turn a flow's refusal or fault into a code, its
+//! status and Retry-After: the `From` impls at the end. Handlers use `?`.
 
+use crate::flows::Fault;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use std::fmt;
 
 /// Declares the error codes once: the enum (its OpenAPI schema lists every value, each
-/// with its meaning) and the string each is sent and counted as.
+/// with its meaning), the string each is sent and counted as, and its HTTP status.
 macro_rules! error_codes {
-    ($($(#[doc = $doc:literal])* $variant:ident = $code:literal,)*) => {
+    ($($(#[doc = $doc:literal])* $variant:ident = $code:literal => $status:ident,)*) => {
         /// The stable `error` codes of the API. New codes may be added; a code's meaning
         /// never changes.
         // Sent as the variant's name in snake case; the test of the served document checks
@@ -29,74 +33,82 @@ macro_rules! error_codes {
                     $(ErrorCode::$variant => $code,)*
                 }
             }
+
+            /// The one HTTP status each code is answered with: a code's status never
+            /// depends on which handler or flow refused.
+            pub const fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => StatusCode::$status,)*
+                }
+            }
         }
     };
 }
 
 error_codes! {
     /// The API key is missing, malformed, unknown, wrong or revoked (401, with WWW-Authenticate).
-    InvalidApiKey = "invalid_api_key",
+    InvalidApiKey = "invalid_api_key" => UNAUTHORIZED,
     /// The key is valid but of the other scope (server vs admin) (403, with WWW-Authenticate).
-    InsufficientScope = "insufficient_scope",
+    InsufficientScope = "insufficient_scope" => FORBIDDEN,
     /// The database or this instance is busy, unreachable or shutting down, or the request collided with a concurrent change (503, with Retry-After).
-    TemporarilyUnavailable = "temporarily_unavailable",
+    TemporarilyUnavailable = "temporarily_unavailable" => SERVICE_UNAVAILABLE,
     /// Several wrong secrets were sent for this key id just now: it is verified again after `Retry-After` seconds (429).
-    TooManyAttempts = "too_many_attempts",
+    TooManyAttempts = "too_many_attempts" => TOO_MANY_REQUESTS,
     /// A fault on our side (a bug or a vault key that is gone); never expected. Details are in the service log only.
-    InternalError = "internal_error",
+    InternalError = "internal_error" => INTERNAL_SERVER_ERROR,
     /// The body is not JSON, or does not have the documented fields and types.
-    InvalidJson = "invalid_json",
+    InvalidJson = "invalid_json" => BAD_REQUEST,
     /// The body was not sent as application/json.
-    UnsupportedMediaType = "unsupported_media_type",
+    UnsupportedMediaType = "unsupported_media_type" => UNSUPPORTED_MEDIA_TYPE,
     /// The body is larger than 16 KiB.
-    PayloadTooLarge = "payload_too_large",
+    PayloadTooLarge = "payload_too_large" => PAYLOAD_TOO_LARGE,
     /// A path parameter is malformed.
-    InvalidPath = "invalid_path",
+    InvalidPath = "invalid_path" => BAD_REQUEST,
     /// The query string is malformed.
-    InvalidQuery = "invalid_query",
+    InvalidQuery = "invalid_query" => BAD_REQUEST,
     /// A field or parameter is out of its documented range.
-    InvalidRequest = "invalid_request",
+    InvalidRequest = "invalid_request" => BAD_REQUEST,
     /// The subject is not 1-255 printable characters.
-    InvalidSubject = "invalid_subject",
+    InvalidSubject = "invalid_subject" => BAD_REQUEST,
     /// No provider of that name is configured.
-    UnknownProvider = "unknown_provider",
+    UnknownProvider = "unknown_provider" => BAD_REQUEST,
     /// A scope is empty, too long, or holds a space or a control character.
-    InvalidScope = "invalid_scope",
+    InvalidScope = "invalid_scope" => BAD_REQUEST,
     /// The elicitation id is not one this service gives out.
-    InvalidElicitationId = "invalid_elicitation_id",
+    InvalidElicitationId = "invalid_elicitation_id" => BAD_REQUEST,
     /// No elicitation of that id belongs to the caller's tenant.
-    ElicitationNotFound = "elicitation_not_found",
+    ElicitationNotFound = "elicitation_not_found" => NOT_FOUND,
     /// The elicitation belongs to another subject or provider.
-    ElicitationMismatch = "elicitation_mismatch",
+    ElicitationMismatch = "elicitation_mismatch" => BAD_REQUEST,
     /// The tenant may not use that provider.
-    ProviderNotAllowed = "provider_not_allowed",
+    ProviderNotAllowed = "provider_not_allowed" => FORBIDDEN,
     /// An operator has switched the provider off (kill switch).
-    ProviderDisabled = "provider_disabled",
+    ProviderDisabled = "provider_disabled" => FORBIDDEN,
     /// The provider could not refresh the token just now; the connection is kept (503, with Retry-After).
-    ProviderUnavailable = "provider_unavailable",
+    ProviderUnavailable = "provider_unavailable" => SERVICE_UNAVAILABLE,
     /// The connection id is not a UUID.
-    InvalidConnectionId = "invalid_connection_id",
+    InvalidConnectionId = "invalid_connection_id" => BAD_REQUEST,
     /// No connection of that id belongs to the caller's tenant.
-    ConnectionNotFound = "connection_not_found",
+    ConnectionNotFound = "connection_not_found" => NOT_FOUND,
     /// The cursor is not one this API gave out.
-    InvalidCursor = "invalid_cursor",
+    InvalidCursor = "invalid_cursor" => BAD_REQUEST,
     /// The webhook id is not a UUID.
-    InvalidWebhookId = "invalid_webhook_id",
+    InvalidWebhookId = "invalid_webhook_id" => BAD_REQUEST,
     /// No webhook endpoint of that id belongs to the caller's tenant.
-    WebhookNotFound = "webhook_not_found",
+    WebhookNotFound = "webhook_not_found" => NOT_FOUND,
     /// The webhook URL is malformed, not https (http only to a loopback address where `webhooks.allow_loopback` is set), or names an address that may not be reached; the description says which.
-    InvalidWebhookUrl = "invalid_webhook_url",
+    InvalidWebhookUrl = "invalid_webhook_url" => BAD_REQUEST,
     /// The tenant has as many webhook endpoints as it may (16).
-    TooManyWebhooks = "too_many_webhooks",
+    TooManyWebhooks = "too_many_webhooks" => CONFLICT,
     /// No such endpoint.
-    NotFound = "not_found",
+    NotFound = "not_found" => NOT_FOUND,
     /// The endpoint does not take that method (405, with `Allow`).
-    MethodNotAllowed = "method_not_allowed",
+    MethodNotAllowed = "method_not_allowed" => METHOD_NOT_ALLOWED,
 }
 
+/// An answer of `/v1` or `/admin/v1` that is not a success: its code decides the status.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
     pub code: ErrorCode,
     pub description: String,
     pub www_authenticate: Option<String>,
@@ -106,44 +118,36 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: ErrorCode, description: impl Into<String>) -> Self {
-        Self { status, code, description: description.into(), www_authenticate: None, retry_after: None, allow: None }
+    /// Answered with the code's status; a code that asks for a retry says when (1 s,
+    /// `provider_unavailable` 5 s) unless [`Self::retry_after`] sets another wait.
+    pub fn new(code: ErrorCode, description: impl Into<String>) -> Self {
+        let retry_after = match code {
+            ErrorCode::TemporarilyUnavailable | ErrorCode::TooManyAttempts => Some(1),
+            ErrorCode::ProviderUnavailable => Some(5),
+            _ => None,
+        };
+        Self { code, description: description.into(), www_authenticate: None, retry_after, allow: None }
     }
 
-    pub fn bad_request(code: ErrorCode, description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, description)
-    }
-
-    pub fn not_found(code: ErrorCode, description: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, description)
+    #[must_use]
+    pub fn retry_after(self, seconds: u64) -> Self {
+        Self { retry_after: Some(seconds), ..self }
     }
 
     /// Logs `detail` with the error level and answers a generic 500.
     pub fn internal(detail: &dyn fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, "internal error; see the service log")
+        Self::new(ErrorCode::InternalError, "internal error; see the service log")
     }
 
-    /// The database is unreachable or overloaded: worth a retry.
+    /// A passing fault (the database unreachable or overloaded): worth a retry.
     pub fn unavailable(detail: &dyn fmt::Display) -> Self {
         tracing::error!(error = %detail, "dependency unavailable");
-        let mut e = Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::TemporarilyUnavailable,
-            "temporarily unavailable; retry later",
-        );
-        e.retry_after = Some(2);
-        e
+        Self::new(ErrorCode::TemporarilyUnavailable, "temporarily unavailable; retry later").retry_after(2)
     }
 
-    pub fn from_db(e: &sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Self::unavailable(e),
-            e if crate::store::lookup::connection_lost(e) || crate::store::lookup::server_busy(e) => {
-                Self::unavailable(e)
-            }
-            _ => Self::internal(e),
-        }
+    pub fn from_db(e: sqlx::Error) -> Self {
+        Fault::from(e).into()
     }
 }
 
@@ -165,11 +169,11 @@ pub struct ErrorBody<'a> {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        self.status
+        self.code.status()
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut r = HttpResponse::build(self.status);
+        let mut r = HttpResponse::build(self.code.status());
         if let Some(w) = &self.www_authenticate {
             r.insert_header(("WWW-Authenticate", w.as_str()));
         }
@@ -190,11 +194,7 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 /// method gets a 405 `method_not_allowed` with `Allow` (RFC 9110 §15.5.6).
 pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
     actix_web::web::resource(path).default_service(actix_web::web::to(move || async move {
-        let mut e = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::MethodNotAllowed,
-            format!("this endpoint takes {allow}"),
-        );
+        let mut e = ApiError::new(ErrorCode::MethodNotAllowed, format!("this endpoint takes {allow}"));
         e.allow = Some(allow);
         Err::<HttpResponse, _>(e)
     }))
@@ -205,31 +205,108 @@ pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
 pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
     use actix_web::error::JsonPayloadError as J;
     let e = match &err {
-        J::ContentType => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::UnsupportedMediaType,
-            "send the body as application/json",
-        ),
+        J::ContentType => ApiError::new(ErrorCode::UnsupportedMediaType, "send the body as application/json"),
         J::Overflow { .. } | J::OverflowKnownLength { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge, "the body is too large")
+            ApiError::new(ErrorCode::PayloadTooLarge, "the body is too large")
         }
         J::Deserialize(de) => {
             let what = if de.is_data() { "does not match the expected fields and types" } else { "is not valid JSON" };
-            ApiError::bad_request(
+            ApiError::new(
                 ErrorCode::InvalidJson,
                 format!("the body {what} (line {}, column {})", de.line(), de.column()),
             )
         }
-        _ => ApiError::bad_request(ErrorCode::InvalidJson, "the body could not be read"),
+        _ => ApiError::new(ErrorCode::InvalidJson, "the body could not be read"),
     };
     e.into()
 }
 
 /// Path and query extractor errors.
 pub fn path_error(_err: actix_web::error::PathError, _req: &actix_web::HttpRequest) -> actix_web::Error {
-    ApiError::bad_request(ErrorCode::InvalidPath, "a path parameter is malformed").into()
+    ApiError::new(ErrorCode::InvalidPath, "a path parameter is malformed").into()
 }
 
 pub fn query_error(_err: actix_web::error::QueryPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
-    ApiError::bad_request(ErrorCode::InvalidQuery, "the query string is malformed").into()
+    ApiError::new(ErrorCode::InvalidQuery, "the query string is malformed").into()
+}
+
+// --- What each flow error is answered with ------------------------------------------------
+
+impl From<Fault> for ApiError {
+    fn from(f: Fault) -> Self {
+        if f.is_transient() { Self::unavailable(&f) } else { Self::internal(&f) }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        Fault::from(e).into()
+    }
+}
+
+impl From<crate::flows::policy::PolicyError> for ApiError {
+    fn from(e: crate::flows::policy::PolicyError) -> Self {
+        use crate::flows::policy::PolicyError as P;
+        match e {
+            P::UnknownProvider => Self::new(ErrorCode::UnknownProvider, "no provider of that name is configured"),
+            P::ProviderNotAllowed => {
+                Self::new(ErrorCode::ProviderNotAllowed, "this MCP server may not use that provider")
+            }
+        }
+    }
+}
+
+impl From<crate::flows::token::TokenError> for ApiError {
+    fn from(e: crate::flows::token::TokenError) -> Self {
+        use crate::flows::refresh::RefreshError as R;
+        use crate::flows::token::TokenError as T;
+        match e {
+            T::Policy(p) => p.into(),
+            T::ElicitationNotFound => Self::new(ErrorCode::ElicitationNotFound, "no such elicitation"),
+            T::ElicitationMismatch => {
+                Self::new(ErrorCode::ElicitationMismatch, "the elicitation belongs to another subject or provider")
+            }
+            T::ProviderDisabled => {
+                Self::new(ErrorCode::ProviderDisabled, "the operator has disabled this provider for now")
+            }
+            T::Refresh(R::Transient(why)) => {
+                tracing::warn!(reason = %why, "refresh failed transiently");
+                Self::new(
+                    ErrorCode::ProviderUnavailable,
+                    "the provider could not refresh the token right now; the connection is kept, retry later",
+                )
+            }
+            T::Refresh(R::ShuttingDown) => {
+                Self::new(ErrorCode::TemporarilyUnavailable, "this instance is shutting down; retry")
+            }
+            // The flow answers these itself (a new consent); should one get here, the
+            // connection changed under the request, and a retry sees it as it is now.
+            T::Refresh(R::NeedsReauth | R::Gone) | T::ElicitationRace => {
+                Self::new(ErrorCode::TemporarilyUnavailable, "the request collided with concurrent changes; retry")
+            }
+            T::Refresh(R::Fault(f)) | T::Fault(f) => f.into(),
+        }
+    }
+}
+
+impl From<crate::flows::webhooks::WebhookRefusal> for ApiError {
+    fn from(r: crate::flows::webhooks::WebhookRefusal) -> Self {
+        use crate::flows::webhooks::WebhookRefusal as R;
+        match r {
+            R::MalformedUrl | R::Fragment => Self::new(ErrorCode::InvalidWebhookUrl, r.to_string()),
+            R::Address(a) => Self::new(ErrorCode::InvalidWebhookUrl, format!("url refused ({}): {a}", a.code())),
+            _ => Self::new(ErrorCode::InvalidRequest, r.to_string()),
+        }
+    }
+}
+
+impl From<crate::flows::webhooks::WebhookError> for ApiError {
+    fn from(e: crate::flows::webhooks::WebhookError) -> Self {
+        use crate::flows::webhooks::WebhookError as W;
+        match e {
+            W::Refused(r) => r.into(),
+            W::TooMany => Self::new(ErrorCode::TooManyWebhooks, e.to_string()),
+            W::Fault(f) => f.into(),
+        }
+    }
 }

@@ -117,8 +117,10 @@ impl Outbound {
                 .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
         };
         let guarded = |reach: Reach| {
-            let resolver =
-                crate::oauth::ssrf::GuardedResolver::new(std::sync::Arc::new(crate::oauth::ssrf::SystemLookup), reach.policy());
+            let resolver = crate::oauth::ssrf::GuardedResolver::new(
+                std::sync::Arc::new(crate::oauth::ssrf::SystemLookup),
+                reach.policy(),
+            );
             builder().dns_resolver(std::sync::Arc::new(resolver)).build()
         };
         Ok(Self {

@@ -77,7 +77,11 @@ struct Discovered {
 /// host could point `token_endpoint` at `http://127.0.0.1:…` or an internal address and
 /// receive our client secret and the user's code. The decision is this server's alone: an
 /// origin configured for another provider is not trusted for it.
-fn reach_of(configured: &[url::Origin], url: &Url, allow_private: bool) -> Result<Option<Reach>, crate::oauth::ssrf::Refusal> {
+fn reach_of(
+    configured: &[url::Origin],
+    url: &Url,
+    allow_private: bool,
+) -> Result<Option<Reach>, crate::oauth::ssrf::Refusal> {
     if configured.contains(&url.origin()) {
         return Ok(None);
     }

@@ -60,17 +60,14 @@ pub struct AuditPage {
 
 fn cursor_param(name: &'static str, v: &str) -> Result<Cursor, ApiError> {
     Cursor::parse(v).ok_or_else(|| {
-        ApiError::bad_request(
-            ErrorCode::InvalidRequest,
-            format!("{name} must be a cursor from an earlier page (or 0-0)"),
-        )
+        ApiError::new(ErrorCode::InvalidRequest, format!("{name} must be a cursor from an earlier page (or 0-0)"))
     })
 }
 
 fn time_param(name: &'static str, v: Option<&str>) -> Result<Option<OffsetDateTime>, ApiError> {
     v.map(|s| {
         OffsetDateTime::parse(s, &Rfc3339)
-            .map_err(|_| ApiError::bad_request(ErrorCode::InvalidRequest, format!("{name} must be RFC 3339")))
+            .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, format!("{name} must be RFC 3339")))
     })
     .transpose()
 }
@@ -97,10 +94,10 @@ pub async fn audit(
     let s = q.subject.as_deref().map(subject).transpose()?;
     let kind = q.kind.as_deref();
     if kind.is_some_and(|k| k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')) {
-        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "kind must be a lower-case event name"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "kind must be a lower-case event name"));
     }
     if q.provider.as_deref().is_some_and(|p| crate::domain::ProviderId::parse(p).is_err()) {
-        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "provider must be a provider name"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "provider must be a provider name"));
     }
     let filter = store::audit::AuditFilter {
         subject: s.as_ref().map(Subject::as_str),
@@ -110,7 +107,7 @@ pub async fn audit(
         until: time_param("until", q.until.as_deref())?,
         page: match (q.before.as_deref(), q.after.as_deref()) {
             (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "give before or after, not both"));
+                return Err(ApiError::new(ErrorCode::InvalidRequest, "give before or after, not both"));
             }
             (Some(b), None) => Page::Before(Some(cursor_param("before", b)?)),
             (None, Some(a)) => Page::After(cursor_param("after", a)?),

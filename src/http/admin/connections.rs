@@ -59,9 +59,12 @@ pub async fn list_connections(
 ) -> Result<HttpResponse, ApiError> {
     let subject = q.subject.as_deref().map(subject).transpose()?;
     let provider = q.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
-    let status = q.status.as_deref().map(crate::domain::ConnectionStatus::parse).transpose().map_err(|_| {
-        ApiError::bad_request(ErrorCode::InvalidRequest, "status must be active, needs_reauth or revoked")
-    })?;
+    let status = q
+        .status
+        .as_deref()
+        .map(crate::domain::ConnectionStatus::parse)
+        .transpose()
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "status must be active, needs_reauth or revoked"))?;
     let limit = limit(q.limit)?;
     let after = q.after.as_deref().map(decode_cursor).transpose()?;
     let filter = store::connections::ConnectionFilter {
@@ -86,7 +89,7 @@ fn encode_cursor(subject: &str, provider: &str) -> String {
 
 fn decode_cursor(c: &str) -> Result<(String, String), ApiError> {
     use base64::Engine;
-    let bad = || ApiError::bad_request(ErrorCode::InvalidCursor, "the cursor is not one this API gave out");
+    let bad = || ApiError::new(ErrorCode::InvalidCursor, "the cursor is not one this API gave out");
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).map_err(|_| bad())?;
     serde_json::from_slice::<(String, String)>(&raw).map_err(|_| bad())
 }
@@ -115,7 +118,7 @@ pub async fn get_connection(
     let row = store::connections::connection_meta(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
         .await
         .map_err(db)?
-        .ok_or_else(|| ApiError::not_found(ErrorCode::ConnectionNotFound, "no such connection"))?;
+        .ok_or_else(|| ApiError::new(ErrorCode::ConnectionNotFound, "no such connection"))?;
     Ok(HttpResponse::Ok().json(row))
 }
 
@@ -145,7 +148,7 @@ pub async fn revoke_one(
     let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor, revoke::RevokedBy::Admin)
         .await
         .map_err(db)?
-        .ok_or_else(|| ApiError::not_found(ErrorCode::ConnectionNotFound, "no such connection"))?;
+        .ok_or_else(|| ApiError::new(ErrorCode::ConnectionNotFound, "no such connection"))?;
     Ok(HttpResponse::Ok().json(r))
 }
 

@@ -48,7 +48,7 @@ pub async fn cancel_elicitations(
     let s = body.subject.as_deref().map(subject).transpose()?;
     let p = body.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
     if s.is_none() && p.is_none() {
-        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "name a subject, a provider, or both"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "name a subject, a provider, or both"));
     }
     let actor = format!("api_key:{}", caller.0.id);
     let by = cancel::Closer {

@@ -85,17 +85,11 @@ pub async fn set_kill_switch(
 ) -> Result<HttpResponse, ApiError> {
     let p = provider(&state, &path.provider)?;
     if !matches!(body.mode.as_str(), "no_new_elicitations" | "no_token_handouts") {
-        return Err(ApiError::bad_request(
-            ErrorCode::InvalidRequest,
-            "mode must be no_new_elicitations or no_token_handouts",
-        ));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "mode must be no_new_elicitations or no_token_handouts"));
     }
     let reason = body.reason.as_deref().filter(|r| r.chars().count() <= 500 && !r.chars().any(char::is_control));
     if body.reason.is_some() && reason.is_none() {
-        return Err(ApiError::bad_request(
-            ErrorCode::InvalidRequest,
-            "reason must be at most 500 printable characters",
-        ));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be at most 500 printable characters"));
     }
     policy::change_kill_switch(&state, &caller.0.tenant, &p, Some(&body.mode), reason, caller.0.id.as_str())
         .await

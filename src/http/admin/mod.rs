@@ -50,29 +50,29 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 fn db(e: sqlx::Error) -> ApiError {
-    ApiError::from_db(&e)
+    ApiError::from_db(e)
 }
 
 fn subject(s: &str) -> Result<Subject, ApiError> {
-    Subject::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::InvalidSubject, e.0))
+    Subject::parse(s).map_err(|e| ApiError::new(ErrorCode::InvalidSubject, e.0))
 }
 
 fn provider(state: &AppState, s: &str) -> Result<ProviderId, ApiError> {
-    let p = ProviderId::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::UnknownProvider, e.0))?;
+    let p = ProviderId::parse(s).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
     if state.providers.get(&p).is_none() {
-        return Err(ApiError::bad_request(ErrorCode::UnknownProvider, "no provider of that name is configured"));
+        return Err(ApiError::new(ErrorCode::UnknownProvider, "no provider of that name is configured"));
     }
     Ok(p)
 }
 
 fn connection_id(s: &str) -> Result<ConnectionId, ApiError> {
-    ConnectionId::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::InvalidConnectionId, e.0))
+    ConnectionId::parse(s).map_err(|e| ApiError::new(ErrorCode::InvalidConnectionId, e.0))
 }
 
 fn limit(l: Option<i64>) -> Result<i64, ApiError> {
     match l {
         None => Ok(100),
         Some(n) if (1..=1000).contains(&n) => Ok(n),
-        Some(_) => Err(ApiError::bad_request(ErrorCode::InvalidRequest, "limit must be 1-1000")),
+        Some(_) => Err(ApiError::new(ErrorCode::InvalidRequest, "limit must be 1-1000")),
     }
 }

@@ -3,12 +3,11 @@
 use super::{db, limit};
 use crate::app::AppState;
 use crate::domain::WebhookId;
-use crate::flows::webhooks::{self as flow, Webhook, WebhookError, WebhookRefusal};
+use crate::flows::webhooks::{self as flow, Webhook};
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::http::schema::WebhookPath;
 use crate::store;
-use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
 
@@ -52,26 +51,11 @@ pub struct Webhooks {
 }
 
 fn webhook_id(s: &str) -> Result<WebhookId, ApiError> {
-    WebhookId::parse(s).map_err(|e| ApiError::bad_request(ErrorCode::InvalidWebhookId, e.0))
+    WebhookId::parse(s).map_err(|e| ApiError::new(ErrorCode::InvalidWebhookId, e.0))
 }
 
 fn not_found() -> ApiError {
-    ApiError::not_found(ErrorCode::WebhookNotFound, "no such webhook")
-}
-
-fn refused(e: WebhookError) -> ApiError {
-    match e {
-        WebhookError::Refused(r @ (WebhookRefusal::MalformedUrl | WebhookRefusal::Fragment)) => {
-            ApiError::bad_request(ErrorCode::InvalidWebhookUrl, r.to_string())
-        }
-        WebhookError::Refused(WebhookRefusal::Address(a)) => {
-            ApiError::bad_request(ErrorCode::InvalidWebhookUrl, format!("url refused ({}): {a}", a.code()))
-        }
-        WebhookError::Refused(r) => ApiError::bad_request(ErrorCode::InvalidRequest, r.to_string()),
-        WebhookError::TooMany => ApiError::new(StatusCode::CONFLICT, ErrorCode::TooManyWebhooks, e.to_string()),
-        WebhookError::Vault(v) => ApiError::internal(&v),
-        WebhookError::Database(d) => db(d),
-    }
+    ApiError::new(ErrorCode::WebhookNotFound, "no such webhook")
 }
 
 /// Registers an endpoint for the tenant. The answer holds the signing secret, once.
@@ -99,10 +83,8 @@ pub async fn create_webhook(
     state: web::Data<AppState>,
     body: web::Json<NewWebhookBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let r = flow::check_registration(&body.url, &body.events, body.description.as_deref(), state.webhook_policy)
-        .map_err(|e| refused(e.into()))?;
-    let (webhook, secret) =
-        flow::register(&state, caller.0.tenant.as_str(), &r, caller.0.id.as_str()).await.map_err(refused)?;
+    let r = flow::check_registration(&body.url, &body.events, body.description.as_deref(), state.webhook_policy)?;
+    let (webhook, secret) = flow::register(&state, caller.0.tenant.as_str(), &r, caller.0.id.as_str()).await?;
     Ok(HttpResponse::Created().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -205,8 +187,7 @@ pub async fn rotate_secret(
     let keep = q.keep_previous.unwrap_or(true);
     let (webhook, secret) =
         flow::rotate_secret(&state, caller.0.tenant.as_str(), id.as_uuid(), keep, caller.0.id.as_str())
-            .await
-            .map_err(refused)?
+            .await?
             .ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
@@ -255,7 +236,7 @@ pub async fn list_deliveries(
     let id = webhook_id(&path.id)?;
     let limit = limit(q.limit)?;
     if q.before.is_some_and(|b| b < 1) {
-        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "before must be a delivery id"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "before must be a delivery id"));
     }
     let deliveries = flow::deliveries(&state, caller.0.tenant.as_str(), id.as_uuid(), q.before, limit)
         .await

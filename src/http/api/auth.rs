@@ -5,7 +5,6 @@ use crate::api_keys::{KeyRejection, VerifiedKey};
 use crate::app::AppState;
 use crate::domain::KeyScope;
 use crate::http::error::{ApiError, ErrorCode};
-use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
@@ -20,7 +19,7 @@ pub struct ServerCaller(pub VerifiedKey);
 pub struct AdminCaller(pub VerifiedKey);
 
 fn unauthorized(description: &str, with_error: bool) -> ApiError {
-    let mut e = ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::InvalidApiKey, description);
+    let mut e = ApiError::new(ErrorCode::InvalidApiKey, description);
     // RFC 6750 §3: no error code when no credentials were sent.
     e.www_authenticate = Some(if with_error { format!("{REALM}, error=\"invalid_token\"") } else { REALM.to_owned() });
     e
@@ -43,33 +42,25 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         Ok(k) => k,
         Err(KeyRejection::Malformed) => return Err(unauthorized("malformed api key", true)),
         Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
-        Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(&e)),
+        Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(e)),
         Err(e @ KeyRejection::Task) => return Err(ApiError::internal(&e)),
         Err(KeyRejection::Throttled(wait)) => {
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
+            return Err(ApiError::new(
                 ErrorCode::TooManyAttempts,
                 "several wrong secrets were sent for this key id just now; retry shortly",
-            );
-            e.retry_after = Some(wait.as_secs().max(1));
-            return Err(e);
+            )
+            .retry_after(wait.as_secs().max(1)));
         }
         Err(KeyRejection::Busy) => {
-            let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return Err(ApiError::new(
                 ErrorCode::TemporarilyUnavailable,
                 "too many api keys are being verified at once; retry shortly",
-            );
-            e.retry_after = Some(1);
-            return Err(e);
+            ));
         }
     };
     if key.scope != scope {
-        let mut e = ApiError::new(
-            StatusCode::FORBIDDEN,
-            ErrorCode::InsufficientScope,
-            format!("this endpoint needs a {} key", scope.as_str()),
-        );
+        let mut e =
+            ApiError::new(ErrorCode::InsufficientScope, format!("this endpoint needs a {} key", scope.as_str()));
         e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));
         return Err(e);
     }

@@ -8,7 +8,6 @@ use crate::http::error::{ApiError, BODY_LIMIT, ErrorBody, ErrorCode};
 use crate::http::schema::ElicitationPath;
 use actix_web::HttpMessage;
 use actix_web::HttpRequest;
-use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use futures_util::StreamExt;
 use time::OffsetDateTime;
@@ -47,14 +46,13 @@ pub async fn get_elicitation(
     path: web::Path<ElicitationPath>,
     q: web::Query<WaitQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::new(ErrorCode::InvalidElicitationId, e.0))?;
     let wait = super::token::wait_of(q.wait_seconds)?;
     let tenant = caller.0.tenant.as_str();
     let find = || async {
         crate::store::elicitations::find_for_tenant(&state.pool, tenant, id.as_uuid())
-            .await
-            .map_err(|e| ApiError::from_db(&e))?
-            .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))
+            .await?
+            .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))
     };
     let watch = crate::flows::wait::watch(&state, tenant, &id, wait);
     // Armed before the read, so a change that commits in between still wakes us.
@@ -137,13 +135,9 @@ enum CancelReason {
 async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Result<web::BytesMut, ApiError> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| ApiError::bad_request(ErrorCode::InvalidJson, "the body could not be read"))?;
+        let chunk = chunk.map_err(|_| ApiError::new(ErrorCode::InvalidJson, "the body could not be read"))?;
         if body.len() + chunk.len() > BODY_LIMIT {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::PayloadTooLarge,
-                "the body is too large",
-            ));
+            return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is too large"));
         }
         body.extend_from_slice(&chunk);
     }
@@ -153,11 +147,7 @@ async fn optional_json_body(req: &HttpRequest, mut payload: web::Payload) -> Res
         .flatten()
         .is_some_and(|m| m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"));
     if !json && !body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::UnsupportedMediaType,
-            "send the body as application/json",
-        ));
+        return Err(ApiError::new(ErrorCode::UnsupportedMediaType, "send the body as application/json"));
     }
     Ok(body)
 }
@@ -186,7 +176,7 @@ pub async fn cancel_elicitation(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+    let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::new(ErrorCode::InvalidElicitationId, e.0))?;
     let body = optional_json_body(&req, payload).await?;
     // The body is optional, but one that is sent must be the documented object: a
     // malformed one is a 400, not a cancel without a reason.
@@ -197,7 +187,7 @@ pub async fn cancel_elicitation(
         serde_json::from_slice::<Option<ClientCancelBody>>(&body)
             // serde's message may quote the body: say where, never what.
             .map_err(|e| {
-                ApiError::bad_request(
+                ApiError::new(
                     ErrorCode::InvalidJson,
                     format!("the body is not a cancel request (line {}, column {})", e.line(), e.column()),
                 )
@@ -205,7 +195,7 @@ pub async fn cancel_elicitation(
             .and_then(|b| b.reason)
     };
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
-        return Err(ApiError::bad_request(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));
     }
     let e = crate::flows::cancel::cancel_by_client(
         &state,
@@ -214,8 +204,7 @@ pub async fn cancel_elicitation(
         reason.as_deref(),
         caller.0.id.as_str(),
     )
-    .await
-    .map_err(|e| ApiError::from_db(&e))?
-    .ok_or_else(|| ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
+    .await?
+    .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
     Ok(HttpResponse::Ok().json(Cancelled { id: id.to_string(), status: e.status, cancel_reason: e.cancel_reason }))
 }

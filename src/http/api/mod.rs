@@ -27,5 +27,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 pub async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::not_found(ErrorCode::NotFound, "no such endpoint"))
+    Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"))
 }

@@ -4,8 +4,7 @@ use super::ServerCaller;
 use crate::app::AppState;
 use crate::domain::Account;
 use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
-use crate::flows::policy::PolicyError;
-use crate::flows::token::{self as tokens, TokenError, TokenOutcome, TokenRequest};
+use crate::flows::token::{self as tokens, TokenOutcome, TokenRequest};
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store::elicitations::ElicitationRow;
 use crate::telemetry::metrics::TOKEN_REQUESTS;
@@ -42,7 +41,7 @@ pub struct TokenBody {
 fn parse(body: TokenBody) -> Result<(TokenRequest, std::time::Duration), ApiError> {
     let wait = wait_of(body.wait_seconds)?;
     if !wait.is_zero() && body.elicitation_id.is_none() {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::InvalidRequest,
             "wait_seconds needs an elicitation_id: a first call has nothing to wait for",
         ));
@@ -54,34 +53,27 @@ fn parse(body: TokenBody) -> Result<(TokenRequest, std::time::Duration), ApiErro
 pub fn wait_of(seconds: Option<u64>) -> Result<std::time::Duration, ApiError> {
     match seconds.unwrap_or(0) {
         s if s <= crate::flows::wait::MAX_WAIT_SECONDS => Ok(std::time::Duration::from_secs(s)),
-        _ => Err(ApiError::bad_request(ErrorCode::InvalidRequest, "wait_seconds is at most 30")),
+        _ => Err(ApiError::new(ErrorCode::InvalidRequest, "wait_seconds is at most 30")),
     }
 }
 
 fn request(body: TokenBody) -> Result<TokenRequest, ApiError> {
-    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::bad_request(ErrorCode::InvalidSubject, e.0))?;
-    let provider =
-        ProviderId::parse(&body.provider).map_err(|e| ApiError::bad_request(ErrorCode::UnknownProvider, e.0))?;
-    let scopes = body
-        .scopes
-        .map(|s| Scopes::parse(&s))
-        .transpose()
-        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidScope, e.0))?;
+    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::new(ErrorCode::InvalidSubject, e.0))?;
+    let provider = ProviderId::parse(&body.provider).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
+    let scopes =
+        body.scopes.map(|s| Scopes::parse(&s)).transpose().map_err(|e| ApiError::new(ErrorCode::InvalidScope, e.0))?;
     let elicitation_id = body
         .elicitation_id
         .map(|s| ElicitationId::parse(&s))
         .transpose()
-        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidElicitationId, e.0))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidElicitationId, e.0))?;
     let mcp_context = match body.mcp_session_id {
         None => serde_json::json!({}),
         Some(s) if !s.is_empty() && s.chars().count() <= 256 && !s.chars().any(char::is_control) => {
             serde_json::json!({ "mcp_session_id": s })
         }
         Some(_) => {
-            return Err(ApiError::bad_request(
-                ErrorCode::InvalidRequest,
-                "mcp_session_id must be 1-256 printable characters",
-            ));
+            return Err(ApiError::new(ErrorCode::InvalidRequest, "mcp_session_id must be 1-256 printable characters"));
         }
     };
     Ok(TokenRequest { subject, provider, scopes, elicitation_id, mcp_context })
@@ -144,7 +136,7 @@ async fn answer(
     let (req, wait) = parse(body)?;
     let tenant = caller.0.tenant.clone();
     let provider = req.provider.clone();
-    let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await.map_err(map_error)?;
+    let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
     Ok(match outcome {
         TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => (
             HttpResponse::Ok().json(TokenAnswer::Connected(Connected {
@@ -166,60 +158,6 @@ async fn answer(
             (HttpResponse::Ok().json(TokenAnswer::Declined(Declined { elicitation_id: id.to_string() })), "declined")
         }
     })
-}
-
-fn map_error(e: TokenError) -> ApiError {
-    match e {
-        TokenError::Policy(PolicyError::UnknownProvider) => {
-            ApiError::bad_request(ErrorCode::UnknownProvider, "no provider of that name is configured")
-        }
-        TokenError::Policy(PolicyError::ProviderNotAllowed) => ApiError::new(
-            actix_web::http::StatusCode::FORBIDDEN,
-            ErrorCode::ProviderNotAllowed,
-            "this MCP server may not use that provider",
-        ),
-        TokenError::ElicitationNotFound => ApiError::not_found(ErrorCode::ElicitationNotFound, "no such elicitation"),
-        TokenError::ElicitationMismatch => ApiError::bad_request(
-            ErrorCode::ElicitationMismatch,
-            "the elicitation belongs to another subject or provider",
-        ),
-        TokenError::ProviderDisabled => ApiError::new(
-            actix_web::http::StatusCode::FORBIDDEN,
-            ErrorCode::ProviderDisabled,
-            "the operator has disabled this provider for now",
-        ),
-        TokenError::ProviderUnavailable(why) => {
-            tracing::warn!(reason = %why, "refresh failed transiently");
-            let mut e = ApiError::new(
-                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::ProviderUnavailable,
-                "the provider could not refresh the token right now; the connection is kept, retry later",
-            );
-            e.retry_after = Some(5);
-            e
-        }
-        TokenError::Database(e) => ApiError::from_db(&e),
-        TokenError::Vault(e) => ApiError::internal(&e),
-        TokenError::Task(e) => ApiError::internal(&e),
-        TokenError::ShuttingDown => {
-            let mut e = ApiError::new(
-                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::TemporarilyUnavailable,
-                "this instance is shutting down; retry",
-            );
-            e.retry_after = Some(1);
-            e
-        }
-        TokenError::ElicitationRace => {
-            let mut e = ApiError::new(
-                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::TemporarilyUnavailable,
-                "the request collided with concurrent changes; retry",
-            );
-            e.retry_after = Some(1);
-            e
-        }
-    }
 }
 
 pub fn rfc3339(t: OffsetDateTime) -> String {

@@ -1,12 +1,11 @@
 //! `GET /connections` ("Your connections") and `POST /connections/disconnect`: a signed-in
 //! person sees every connection held for them, by assistant, and ends one of theirs.
 
-use super::login::{forbidden_csrf, session_expired};
-use super::pages::{PageError, render};
+use super::pages::{PageError, PageKind, render};
+use super::refusals::{forbidden_csrf, session_expired};
 use super::session::{MaybeSession, request_id};
 use crate::app::AppState;
 use crate::flows::held::{self, DisconnectError, Group};
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use askama::Template;
 use time::OffsetDateTime;
@@ -93,7 +92,7 @@ async fn page(
         groups: view(groups),
         notice,
     };
-    render(StatusCode::OK, &page, None)
+    render(&page, None)
 }
 
 /// What the page says after a disconnect (the POST redirects here: a reload repeats
@@ -161,7 +160,7 @@ pub async fn disconnect(
     let not_yours = || {
         refused(PageError::new(
             &rid,
-            StatusCode::NOT_FOUND,
+            PageKind::NotFound,
             "No such connection",
             "This connection does not exist or is not yours.",
             "Open your connections again.",
@@ -171,7 +170,7 @@ pub async fn disconnect(
     let r = match held::disconnect(&state, &session.info.subject, id).await {
         Ok(r) => r,
         Err(DisconnectError::NotYours) => return Err(not_yours()),
-        Err(DisconnectError::Database(e)) => return Err(PageError::internal(&rid.0, &e)),
+        Err(DisconnectError::Fault(f)) => return Err(refused(super::refusals::fault(&rid, &f))),
     };
     let mut back = state.public_base_url.clone();
     back.set_path("/connections");

@@ -1,13 +1,13 @@
 //! `/login`, `/login/callback`, `/logout`.
 
-use super::pages::{HINT_RETRY, PageError, SignedOutPage, render};
+use super::pages::{HINT_RETRY, PageError, PageKind, SignedOutPage, render};
+use super::refusals::forbidden_csrf;
 use super::session::{
     MaybeSession, cookie, login_cookie_name, relogin_cookie_name, removal, request_id, session_cookie_name,
 };
 use crate::app::AppState;
-use crate::flows::login::{self, LoginError};
+use crate::flows::login;
 use crate::oauth::callback::CallbackQuery;
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use time::OffsetDateTime;
 
@@ -28,7 +28,7 @@ pub async fn login(
             tracing::warn!(reason = ?why, "sign-in link refused");
             PageError::new(
                 &rid,
-                StatusCode::BAD_REQUEST,
+                PageKind::Refused,
                 "This sign-in link is not valid",
                 "It points away from this service, which sign-in links never do.",
                 HINT_RETRY,
@@ -38,7 +38,7 @@ pub async fn login(
     let choose_account = req.cookie(relogin_cookie_name(state.secure_cookies)).is_some();
     let started = login::start(&state, &return_to, choose_account, OffsetDateTime::now_utc())
         .await
-        .map_err(|e| login_page_error(&rid, e))?;
+        .map_err(|e| super::refusals::login_error(&rid, e))?;
     Ok(HttpResponse::SeeOther()
         .insert_header(("location", started.authorize_url.as_str()))
         .cookie(cookie(
@@ -59,7 +59,7 @@ pub async fn callback(
     let login_cookie = req.cookie(login_cookie_name(state.secure_cookies));
     let done = login::complete(&state, login_cookie.as_ref().map(|c| c.value()), &q, OffsetDateTime::now_utc())
         .await
-        .map_err(|e| login_page_error(&rid, e))?;
+        .map_err(|e| super::refusals::login_error(&rid, e))?;
     let ttl = done.expires_at - OffsetDateTime::now_utc();
     // Checked again as it leaves (the stored value is ours, but a Location is only ever an
     // absolute URL on our origin), falling back to the start page.
@@ -71,50 +71,6 @@ pub async fn callback(
         .cookie(removal(login_cookie_name(state.secure_cookies), state.secure_cookies))
         .cookie(removal(relogin_cookie_name(state.secure_cookies), state.secure_cookies))
         .finish())
-}
-
-fn login_page_error(rid: &crate::http::middleware::RequestId, e: LoginError) -> PageError {
-    tracing::warn!(reason = %e, "login refused");
-    match e {
-        LoginError::Unavailable(_) => PageError::new(
-            rid,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Sign-in is unavailable",
-            "The identity provider could not be reached.",
-            "Try again in a minute.",
-        ),
-        LoginError::StateUnusable => PageError::new(
-            rid,
-            StatusCode::BAD_REQUEST,
-            "This sign-in has expired",
-            "The sign-in was started in another browser, was already finished, or took too long.",
-            HINT_RETRY,
-        ),
-        LoginError::ProviderError(_) | LoginError::MissingCode => PageError::new(
-            rid,
-            StatusCode::BAD_REQUEST,
-            "Sign-in was not completed",
-            "The identity provider did not sign you in.",
-            HINT_RETRY,
-        ),
-        LoginError::Flow(crate::oauth::flow::FlowError::Transient(_)) => PageError::new(
-            rid,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Sign-in is unavailable",
-            "The identity provider could not be reached.",
-            "Try again in a minute.",
-        ),
-        LoginError::Iss(_) | LoginError::Flow(_) | LoginError::BadSubject => PageError::new(
-            rid,
-            StatusCode::BAD_REQUEST,
-            "Sign-in was refused",
-            "The answer from the identity provider did not pass the security checks.",
-            HINT_RETRY,
-        ),
-        LoginError::Database(e) => PageError::internal(&rid.0, &e),
-        LoginError::Vault(e) => PageError::internal(&rid.0, &e),
-        LoginError::Encoding(e) => PageError::internal(&rid.0, &e),
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -138,7 +94,7 @@ pub async fn logout(
     let Some(s) = &session.0 else {
         // No session (expired, or a cross-site post, which carries no cookie): nothing to
         // end, and nothing is set or sent to the IdP on a stranger's behalf.
-        let mut r = render(StatusCode::OK, &SignedOutPage { sign_in_again: None }, None)?;
+        let mut r = render(&SignedOutPage { sign_in_again: None }, None)?;
         r.add_cookie(&removal(session_cookie_name(secure), secure)).map_err(|e| PageError::internal(&rid.0, &e))?;
         return Ok(r);
     };
@@ -159,7 +115,7 @@ pub async fn logout(
     let relogin = cookie(relogin_cookie_name(secure), encoded, secure, time::Duration::minutes(30));
     let mut r = match login::idp_logout_url(&state).await {
         Some(url) => HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish(),
-        None => render(StatusCode::OK, &SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back)) }, None)?,
+        None => render(&SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back)) }, None)?,
     };
     for c in [removal(session_cookie_name(secure), secure), relogin] {
         r.add_cookie(&c).map_err(|e| PageError::internal(&rid.0, &e))?;
@@ -179,7 +135,7 @@ pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result
         })
         .map(|u| login::path_and_query(&u));
     let again = back.map(|b| sign_in_url(&state, &b));
-    render(StatusCode::OK, &SignedOutPage { sign_in_again: again.as_deref() }, None)
+    render(&SignedOutPage { sign_in_again: again.as_deref() }, None)
 }
 
 /// `<base>/login?return_to=<path>`, absolute on our origin.
@@ -188,25 +144,4 @@ fn sign_in_url(state: &AppState, back: &str) -> String {
     u.set_path("/login");
     u.query_pairs_mut().clear().append_pair("return_to", back);
     u.to_string()
-}
-
-/// A form posted without a live session.
-pub fn session_expired(rid: &crate::http::middleware::RequestId, hint: &'static str) -> PageError {
-    PageError::new(
-        rid,
-        StatusCode::FORBIDDEN,
-        "Your sign-in has expired",
-        "This form belongs to a session that is no longer active.",
-        hint,
-    )
-}
-
-pub fn forbidden_csrf(rid: &crate::http::middleware::RequestId, hint: &'static str) -> PageError {
-    PageError::new(
-        rid,
-        StatusCode::FORBIDDEN,
-        "This form has expired",
-        "The page was not sent by this session (missing or wrong security token).",
-        hint,
-    )
 }

@@ -6,6 +6,7 @@ mod connect;
 mod connections;
 mod login;
 mod pages;
+mod refusals;
 mod session;
 
 pub use pages::PageError;

@@ -55,11 +55,55 @@ pub struct SignedOutPage<'a> {
     pub sign_in_again: Option<&'a str>,
 }
 
-/// Renders a page. `form_action` extends the CSP `form-action` for a form whose POST
+/// Renders a page (200). `form_action` extends the CSP `form-action` for a form whose POST
 /// answers with a redirect to another origin (the provider).
-pub fn render(status: StatusCode, page: &impl Template, form_action: Option<&str>) -> Result<HttpResponse, PageError> {
+pub fn render(page: &impl Template, form_action: Option<&str>) -> Result<HttpResponse, PageError> {
     let html = page.render().map_err(|e| PageError::internal("-", &e))?;
-    Ok(respond(status, html, form_action))
+    Ok(respond(StatusCode::OK, html, form_action))
+}
+
+/// What kind of refusal a page is: it decides the page's status, in this one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    /// The request or the provider's answer is not acceptable (400).
+    Refused,
+    /// It belongs to another session or account, or lacks its CSRF token (403).
+    Forbidden,
+    /// No such link or connection (404).
+    NotFound,
+    /// It conflicts with what is held: another window connected, another account (409).
+    Conflict,
+    /// The link was good once and is not any more (410).
+    Gone,
+    /// The provider answered with an error or an answer that failed the checks (502).
+    ProviderFailed,
+    /// Paused, restarting or unreachable: try again later (503, with Retry-After).
+    Unavailable,
+    /// A fault on our side (500); the detail is in the log.
+    Internal,
+}
+
+impl PageKind {
+    pub const fn status(self) -> StatusCode {
+        match self {
+            PageKind::Refused => StatusCode::BAD_REQUEST,
+            PageKind::Forbidden => StatusCode::FORBIDDEN,
+            PageKind::NotFound => StatusCode::NOT_FOUND,
+            PageKind::Conflict => StatusCode::CONFLICT,
+            PageKind::Gone => StatusCode::GONE,
+            PageKind::ProviderFailed => StatusCode::BAD_GATEWAY,
+            PageKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            PageKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The page asks to try again in a minute; so does the header, for what reads it.
+    const fn retry_after(self) -> Option<&'static str> {
+        match self {
+            PageKind::Unavailable => Some("60"),
+            _ => None,
+        }
+    }
 }
 
 fn respond(status: StatusCode, html: String, form_action: Option<&str>) -> HttpResponse {
@@ -76,7 +120,7 @@ fn respond(status: StatusCode, html: String, form_action: Option<&str>) -> HttpR
 /// A page that says what happened in plain words and what to do, with a request id.
 #[derive(Debug)]
 pub struct PageError {
-    pub status: StatusCode,
+    pub kind: PageKind,
     pub title: &'static str,
     pub message: String,
     pub hint: &'static str,
@@ -105,13 +149,13 @@ pub const HINT_RETRY: &str = "Go back to your assistant and try again; it will g
 impl PageError {
     pub fn new(
         rid: &RequestId,
-        status: StatusCode,
+        kind: PageKind,
         title: &'static str,
         message: impl Into<String>,
         hint: &'static str,
     ) -> Self {
         Self {
-            status,
+            kind,
             title,
             message: message.into(),
             hint,
@@ -122,10 +166,10 @@ impl PageError {
     }
 
     /// An error answered with its own template.
-    pub fn with_page(rid: &RequestId, status: StatusCode, title: &'static str, page: &impl Template) -> Self {
+    pub fn with_page(rid: &RequestId, kind: PageKind, title: &'static str, page: &impl Template) -> Self {
         match page.render() {
             Ok(html) => Self {
-                status,
+                kind,
                 title,
                 message: String::new(),
                 hint: "",
@@ -146,7 +190,7 @@ impl PageError {
     pub fn internal(rid: &str, detail: &dyn fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error on a page");
         Self {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: PageKind::Internal,
             title: "Something went wrong",
             message: "The service could not finish this step.".to_owned(),
             hint: HINT_RETRY,
@@ -159,18 +203,19 @@ impl PageError {
 
 impl fmt::Display for PageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.status, self.title)
+        write!(f, "{}: {}", self.kind.status(), self.title)
     }
 }
 
 impl ResponseError for PageError {
     fn status_code(&self) -> StatusCode {
-        self.status
+        self.kind.status()
     }
 
     fn error_response(&self) -> HttpResponse {
+        let status = self.kind.status();
         if let Some(p) = &self.page {
-            return respond(self.status, p.html.clone(), p.form_action.as_deref());
+            return respond(status, p.html.clone(), p.form_action.as_deref());
         }
         let page = ErrorPage {
             title: self.title,
@@ -179,14 +224,13 @@ impl ResponseError for PageError {
             request_id: &self.request_id,
             outcome: self.outcome,
         };
-        let mut r = match render(self.status, &page, None) {
-            Ok(r) => r,
-            Err(_) => HttpResponse::build(self.status).content_type("text/plain; charset=utf-8").body(self.title),
+        let mut r = match page.render() {
+            Ok(html) => respond(status, html, None),
+            Err(_) => HttpResponse::build(status).content_type("text/plain; charset=utf-8").body(self.title),
         };
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            // The page asks to try again in a minute; so does the header, for what reads it.
+        if let Some(wait) = self.kind.retry_after() {
             r.headers_mut()
-                .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("60"));
+                .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static(wait));
         }
         r
     }
