@@ -306,7 +306,8 @@ impl Caches {
 
     /// Drops this instance's copy at once (read-your-writes on the instance that made the
     /// change; the others hear the notification).
-    pub fn forget_connection(&self, tenant: &str, subject: &str, provider: &str) {
+    pub fn forget_connection(&self, key: &crate::domain::ConnectionKey) {
+        let (tenant, subject, provider) = (key.tenant.as_str(), key.subject.as_str(), key.provider.as_str());
         let hash = self.hash_parts(tenant, subject, provider);
         if let Ok(mut table) = self.shard(hash).write() {
             self.bump();

@@ -7,8 +7,11 @@ use std::fmt;
 
 /// The MCP subject: the `sub` the primary IdP puts in the MCP access token. Opaque to us;
 /// compared byte for byte, never normalised, never matched against names or e-mails.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+// `sqlx(transparent)`: read back as the TEXT it was written as, unchecked: every value in
+// the database was parsed on its way in (only this service writes these columns).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, sqlx::Type)]
 #[serde(transparent)]
+#[sqlx(transparent)]
 pub struct Subject(String);
 
 impl Subject {
@@ -42,8 +45,9 @@ impl fmt::Display for Subject {
 macro_rules! slug_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, sqlx::Type)]
         #[serde(transparent)]
+        #[sqlx(transparent)]
         pub struct $name(String);
 
         impl $name {
@@ -84,6 +88,15 @@ slug_id!(
     ProviderId,
     "provider"
 );
+
+/// What a connection is the connection of: one per tenant, subject and provider (the
+/// table's unique key), as the store reads and writes it and the caches key it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnectionKey {
+    pub tenant: TenantId,
+    pub subject: Subject,
+    pub provider: ProviderId,
+}
 
 /// The public lookup part of an API key (`mcpc_<id>_<secret>`): 16 lower-case hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]

@@ -8,7 +8,7 @@ mod ids;
 mod scopes;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use ids::{ApiKeyId, ConnectionId, ElicitationId, ProviderId, Subject, TenantId, WebhookId};
+pub use ids::{ApiKeyId, ConnectionId, ConnectionKey, ElicitationId, ProviderId, Subject, TenantId, WebhookId};
 pub use scopes::Scopes;
 
 /// What the operator's kill switches allow for a tenant's provider right now.

@@ -23,7 +23,11 @@ pub async fn connection(
         provider_result: provider_result.map(str::to_owned),
         ..EventData::default()
     };
-    webhooks::emit(db, &Event::connection(kind, &row.tenant_id, &row.subject, &row.provider, data)).await?;
+    webhooks::emit(
+        db,
+        &Event::connection(kind, row.tenant_id.as_str(), row.subject.as_str(), row.provider.as_str(), data),
+    )
+    .await?;
     Ok(())
 }
 

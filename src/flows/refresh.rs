@@ -9,7 +9,6 @@
 //! new access token; an omitted refresh token keeps the old one; an omitted `expires_in`
 //! stores an unknown expiry (NULL), which is refreshed after `unknown_expiry_refresh`.
 
-use super::RowIds;
 use crate::app::AppState;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow::{self, FlowError};
@@ -128,25 +127,24 @@ async fn refresh_locked(
         tx.commit().await?;
         return Ok(row);
     }
-    let ids = RowIds::of(&row).ok_or(RefreshError::Gone)?;
-    let binding = ids.binding();
+    let binding = row.binding();
     let (Some(key_id), Some(rt_ct)) = (&row.key_id, &row.refresh_token_ct) else {
         return Err(RefreshError::NeedsReauth);
     };
     let refresh_token = state.vault.open(key_id, &binding, Field::RefreshToken, rt_ct)?;
-    let provider = state.providers.get(&ids.provider).ok_or(RefreshError::Gone)?.clone();
+    let provider = state.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
     let server = state
         .resolver
         .provider(&state.outbound, &provider)
         .await
         .map_err(|e| RefreshError::Transient(e.to_string()))?;
-    let redirect = state.provider_redirect_uri(&ids.provider);
+    let redirect = state.provider_redirect_uri(&row.provider);
     let answer = flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await;
     metrics::counter!(REFRESHES, "outcome" => answer.as_ref().map_or_else(FlowError::reason, |_| "succeeded"))
         .increment(1);
     match answer {
         Ok(tokens) => {
-            let stored = seal_refreshed(state, &row, &ids, key_id, &refresh_token, &tokens, now)?;
+            let stored = seal_refreshed(state, &row, key_id, &refresh_token, &tokens, now)?;
             commit_refreshed(state, tx, &row, &stored, &tokens).await?;
             Ok(stored.into_row(state, row, now))
         }
@@ -200,7 +198,7 @@ async fn commit_refreshed(
     store::audit::insert_event(&mut *tx, &ev).await?;
     crate::domain::failpoint::stop_here("refresh.before_commit").await;
     tx.commit().await?;
-    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    state.caches.forget_connection(&row.key());
     Ok(())
 }
 
@@ -252,7 +250,6 @@ impl Resealed {
 fn seal_refreshed(
     state: &AppState,
     row: &ConnectionRow,
-    ids: &RowIds,
     key_id: &str,
     old_refresh: &secrecy::SecretString,
     tokens: &flow::TokenSet,
@@ -260,7 +257,7 @@ fn seal_refreshed(
 ) -> Result<Resealed, RefreshError> {
     // Opened at the row's generation, sealed at its next: the ciphertexts this write
     // replaces (a rotated-out refresh token) no longer open if put back.
-    let (current, next) = (ids.binding(), ids.next_binding());
+    let (current, next) = (row.binding(), row.next_binding());
     let access_ct = state.vault.seal(&next, Field::AccessToken, &tokens.access_token)?;
     let keep = tokens.refresh_token.as_ref().unwrap_or(old_refresh);
     let refresh_ct = state.vault.seal(&next, Field::RefreshToken, keep)?;
@@ -274,7 +271,7 @@ fn seal_refreshed(
     };
     let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
     Ok(Resealed {
-        generation: ids.next_generation(),
+        generation: row.next_generation(),
         access_ct,
         refresh_ct,
         id_ct,
@@ -294,7 +291,7 @@ async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow)
     super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "provider", "invalid_grant", None)
         .await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    state.caches.forget_connection(&row.key());
     Ok(())
 }
 
@@ -312,7 +309,7 @@ pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Re
     let reason = "expired_without_refresh_token";
     super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "service", reason, None).await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    state.caches.forget_connection(&row.key());
     Ok(true)
 }
 
@@ -323,9 +320,9 @@ mod tests {
     fn row(exp: Option<OffsetDateTime>, refresh: bool, refreshed_at: Option<OffsetDateTime>) -> ConnectionRow {
         ConnectionRow {
             id: uuid::Uuid::nil(),
-            tenant_id: "t".into(),
-            subject: "s".into(),
-            provider: "p".into(),
+            tenant_id: crate::domain::TenantId::parse("t").unwrap(),
+            subject: crate::domain::Subject::parse("s").unwrap(),
+            provider: crate::domain::ProviderId::parse("p").unwrap(),
             account_id: None,
             account_login: None,
             scopes: vec![],

@@ -3,7 +3,6 @@
 //! most providers, then the access token), and the ciphertexts are deleted whatever the
 //! provider said. The row stays as a `revoked` tombstone for the audit trail.
 
-use super::RowIds;
 use crate::app::AppState;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
@@ -87,13 +86,13 @@ pub async fn revoke_connection(
     let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
-    if row.tenant_id != tenant {
+    if row.tenant_id.as_str() != tenant {
         return Ok(None);
     }
     let mut out = Revoked {
         connection_id: row.id,
-        subject: row.subject.clone(),
-        provider: row.provider.clone(),
+        subject: row.subject.as_str().to_owned(),
+        provider: row.provider.as_str().to_owned(),
         provider_result: String::new(),
         cancelled_elicitations,
     };
@@ -110,14 +109,13 @@ pub async fn revoke_connection(
     let result = out.provider_result.split(':').next();
     super::events::connection(&mut tx, EventKind::ConnectionRevoked, &row, by.as_str(), "revoked", result).await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.tenant_id, &row.subject, &row.provider);
+    state.caches.forget_connection(&row.key());
     Ok(Some(out))
 }
 
 /// Calls the provider's revocation endpoint; never fails the local revocation.
 async fn revoke_at_provider(state: &AppState, row: &store::connections::ConnectionRow) -> String {
-    let Some(ids) = RowIds::of(row) else { return "failed: bad row".to_owned() };
-    let Some(provider) = state.providers.get(&ids.provider).cloned() else {
+    let Some(provider) = state.providers.get(&row.provider).cloned() else {
         return "failed: provider no longer configured".to_owned();
     };
     let server = match state.resolver.provider(&state.outbound, &provider).await {
@@ -131,7 +129,7 @@ async fn revoke_at_provider(state: &AppState, row: &store::connections::Connecti
         return "no_revocation_endpoint".to_owned();
     }
     let Some(key_id) = &row.key_id else { return "failed: nothing to revoke".to_owned() };
-    let binding = ids.binding();
+    let binding = row.binding();
     let mut unreadable = Vec::new();
     let mut opened = Vec::new();
     for (field, ct, hint) in [

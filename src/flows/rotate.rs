@@ -3,7 +3,6 @@
 //! beside live instances (rows they are refreshing are skipped and picked up later).
 //! Old keys keep opening until this has finished; then they can be removed.
 
-use super::RowIds;
 use crate::store::{self, PgPool};
 use crate::vault::{Field, Vault};
 
@@ -13,8 +12,6 @@ pub enum RotateError {
     Database(#[from] sqlx::Error),
     #[error("connection or webhook {0} does not open with the keyring ({1}); add the key it was sealed under")]
     Unopenable(uuid::Uuid, crate::vault::VaultError),
-    #[error("connection {0} has an invalid identity")]
-    BadRow(uuid::Uuid),
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +39,9 @@ pub async fn rotate_keys(
             break;
         }
         for row in &rows {
-            let ids = RowIds::of(row).ok_or(RotateError::BadRow(row.id))?;
             // Opened at the row's generation, sealed at its next (a row sealed before
             // generations gets its first here).
-            let (binding, next) = (ids.binding(), ids.next_binding());
+            let (binding, next) = (row.binding(), row.next_binding());
             let old = row.key_id.as_deref().unwrap_or_default();
             let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
                 let Some(ct) = ct else { return Ok(None) };
@@ -59,7 +55,7 @@ pub async fn rotate_keys(
                 &mut *tx,
                 row.id,
                 &current,
-                ids.next_generation(),
+                row.next_generation(),
                 access.as_deref(),
                 refresh.as_deref(),
                 id_token.as_deref(),

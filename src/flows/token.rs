@@ -7,8 +7,8 @@ use super::refresh::{self, RefreshError};
 use crate::app::AppState;
 use crate::cache::CachedConnection;
 use crate::domain::{
-    Account, ApiKeyId, ConnectionId, ConnectionStatus, ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes,
-    Subject, TenantId,
+    Account, ApiKeyId, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationId, ElicitationStatus, KillState,
+    ProviderId, Scopes, Subject, TenantId,
 };
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
@@ -89,7 +89,8 @@ pub async fn token_for(
 
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     let epoch = state.caches.epoch();
-    let conn = state.lookups.find_connection(t, s, p).await?;
+    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
+    let conn = state.lookups.find_connection(&key).await?;
     if let Some(row) = &conn
         && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
         && let Some(entry) = CachedConnection::of(row)
@@ -217,14 +218,7 @@ async fn usable_token(
                     return Ok(None);
                 }
                 // Changed since it was read (a reconnect): serve the row as it is now.
-                let Some(now_row) = store::connections::find_connection(
-                    &state.pool,
-                    tenant.as_str(),
-                    req.subject.as_str(),
-                    req.provider.as_str(),
-                )
-                .await?
-                else {
+                let Some(now_row) = store::connections::find_connection(&state.pool, &c.key()).await? else {
                     return Ok(None);
                 };
                 if now_row.status != ConnectionStatus::Active

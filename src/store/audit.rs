@@ -24,9 +24,9 @@ impl AuditEvent {
     /// An event about a connection: its tenant, subject, provider and id.
     pub fn for_connection(kind: &'static str, row: &super::connections::ConnectionRow) -> Self {
         Self {
-            tenant_id: Some(row.tenant_id.clone()),
-            subject: Some(row.subject.clone()),
-            provider: Some(row.provider.clone()),
+            tenant_id: Some(row.tenant_id.as_str().to_owned()),
+            subject: Some(row.subject.as_str().to_owned()),
+            provider: Some(row.provider.as_str().to_owned()),
             connection_id: Some(row.id),
             ..Self::new(kind)
         }

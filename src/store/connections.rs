@@ -1,6 +1,7 @@
 //! `connections`: one sealed downstream grant per (tenant, subject, provider).
 
-use crate::domain::ConnectionStatus;
+use crate::domain::{ConnectionId, ConnectionKey, ConnectionStatus, ProviderId, Subject, TenantId};
+use crate::vault::RowBinding;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -9,9 +10,9 @@ use uuid::Uuid;
 #[derive(Debug, Clone)]
 pub struct ConnectionRow {
     pub id: Uuid,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
+    pub tenant_id: TenantId,
+    pub subject: Subject,
+    pub provider: ProviderId,
     pub account_id: Option<String>,
     pub account_login: Option<String>,
     pub scopes: Vec<String>,
@@ -33,22 +34,48 @@ pub struct ConnectionRow {
     pub xmin: i64,
 }
 
+impl ConnectionRow {
+    pub fn key(&self) -> ConnectionKey {
+        ConnectionKey { tenant: self.tenant_id.clone(), subject: self.subject.clone(), provider: self.provider.clone() }
+    }
+
+    /// To open the row's ciphertexts: the vault's associated data.
+    pub fn binding(&self) -> RowBinding<'_> {
+        RowBinding {
+            tenant: &self.tenant_id,
+            subject: &self.subject,
+            provider: &self.provider,
+            connection: ConnectionId::from_uuid(self.id),
+            generation: self.seal_version,
+        }
+    }
+
+    /// The row's next seal generation: what a write of new ciphertexts seals at.
+    pub fn next_generation(&self) -> i64 {
+        crate::vault::next_generation(self.seal_version)
+    }
+
+    /// To seal the row's next ciphertexts (see [`Self::next_generation`]).
+    pub fn next_binding(&self) -> RowBinding<'_> {
+        RowBinding { generation: Some(self.next_generation()), ..self.binding() }
+    }
+}
+
 pub async fn find_connection(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    subject: &str,
-    provider: &str,
+    key: &ConnectionKey,
 ) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!"
            FROM connections WHERE tenant_id = $1 AND subject = $2 AND provider = $3"#,
-        tenant_id,
-        subject,
-        provider
+        key.tenant.as_str(),
+        key.subject.as_str(),
+        key.provider.as_str()
     )
     .fetch_optional(db)
     .await
@@ -158,7 +185,8 @@ pub async fn replace_grant(
 pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!"
@@ -387,7 +415,8 @@ pub async fn lock_rows_not_under_key(
 ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id, subject, provider, account_id, account_login, scopes,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!"

@@ -8,6 +8,7 @@
 //! query, which then runs once more on a new connection: the caller does not see it.
 //! Prepared statements stay cached per connection.
 
+use crate::domain::ConnectionKey;
 use crate::store::connections::{self, ConnectionRow};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -29,12 +30,7 @@ impl LookupConnections {
     }
 
     /// [`connections::find_connection`] on one of these connections.
-    pub async fn find_connection(
-        &self,
-        tenant_id: &str,
-        subject: &str,
-        provider: &str,
-    ) -> Result<Option<ConnectionRow>, sqlx::Error> {
+    pub async fn find_connection(&self, key: &ConnectionKey) -> Result<Option<ConnectionRow>, sqlx::Error> {
         let started = std::time::Instant::now();
         let slot = tokio::time::timeout(WAIT, self.slots.acquire()).await;
         metrics::histogram!(super::POOL_WAIT, "pool" => "lookup").record(started.elapsed().as_secs_f64());
@@ -45,10 +41,10 @@ impl LookupConnections {
             Some(conn) => conn,
             None => self.connect().await?,
         };
-        let row = match connections::find_connection(&mut conn, tenant_id, subject, provider).await {
+        let row = match connections::find_connection(&mut conn, key).await {
             Err(e) if reused && connection_lost(&e) => {
                 conn = self.connect().await?;
-                connections::find_connection(&mut conn, tenant_id, subject, provider).await?
+                connections::find_connection(&mut conn, key).await?
             }
             r => r?,
         };

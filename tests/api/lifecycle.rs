@@ -263,8 +263,10 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
 async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
     let app = spawn_app().await;
     let id = app.insert_sealed("acme", "alice", "testp", "old-access", None, &["openid"], past()).await;
-    let observed =
-        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
+    let observed = mcp_connect::store::connections::find_connection(&app.pool, &key("acme", "alice", "testp"))
+        .await
+        .unwrap()
+        .unwrap();
     // A reconnect commits a fresh grant between the lookup and the expiry decision.
     sqlx::query(
         "UPDATE connections SET access_expires_at = now() + interval '1 hour', version = version + 1 WHERE id = $1",
@@ -282,8 +284,10 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
             .unwrap();
     assert_eq!((status.as_str(), has_token), ("active", true), "the stale observation must not mark the row");
     // An observation that is still current marks it as before.
-    let fresh =
-        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
+    let fresh = mcp_connect::store::connections::find_connection(&app.pool, &key("acme", "alice", "testp"))
+        .await
+        .unwrap()
+        .unwrap();
     mcp_connect::flows::refresh::expire_without_refresh(&app.state, &fresh).await.unwrap();
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "needs_reauth");
@@ -293,8 +297,10 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
 async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_token() {
     let app = spawn_app().await;
     let (_, old_access, _) = app.insert_provider_grant("alice", "octo-alice", past()).await;
-    let row =
-        mcp_connect::store::connections::find_connection(&app.pool, "acme", "alice", "testp").await.unwrap().unwrap();
+    let row = mcp_connect::store::connections::find_connection(&app.pool, &key("acme", "alice", "testp"))
+        .await
+        .unwrap()
+        .unwrap();
     // The provider rotates the refresh token, then takes 800 ms to answer.
     app.provider.switches().set_answer_delay(Duration::from_millis(800));
     let state = app.state.get_ref().clone();
@@ -324,4 +330,12 @@ async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_to
     assert_ne!(token, old_access);
     assert_eq!(userinfo_login(&app, token).await, 200, "the grant was not killed by a replay");
     assert_eq!(app.provider.stats().refresh_calls, 1, "the old refresh token was never presented again");
+}
+
+fn key(tenant: &str, subject: &str, provider: &str) -> mcp_connect::domain::ConnectionKey {
+    mcp_connect::domain::ConnectionKey {
+        tenant: mcp_connect::domain::TenantId::parse(tenant).unwrap(),
+        subject: mcp_connect::domain::Subject::parse(subject).unwrap(),
+        provider: mcp_connect::domain::ProviderId::parse(provider).unwrap(),
+    }
 }

@@ -12,7 +12,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mcp_connect::api_keys::parse_key;
 use mcp_connect::crypto;
 use mcp_connect::domain::{ApiKeyId, ConnectionId, ElicitationId, ProviderId, Scopes, Subject, TenantId};
-use mcp_connect::flows::RowIds;
 use mcp_connect::flows::connect::STATE_PURPOSE;
 use mcp_connect::flows::login::{LOGIN_PURPOSE, path_and_query, safe_return_to};
 use mcp_connect::oauth::callback::CallbackQuery;
@@ -645,6 +644,27 @@ type RowParts = (String, String, String, u128);
 
 fn row_parts() -> impl Strategy<Value = RowParts> {
     (slug_text(), subject_text(), slug_text(), any::<u128>())
+}
+
+/// A row's typed identity, owned, for the vault's associated data.
+struct RowIds {
+    tenant: TenantId,
+    subject: Subject,
+    provider: ProviderId,
+    connection: ConnectionId,
+    generation: Option<i64>,
+}
+
+impl RowIds {
+    fn binding(&self) -> mcp_connect::vault::RowBinding<'_> {
+        mcp_connect::vault::RowBinding {
+            tenant: &self.tenant,
+            subject: &self.subject,
+            provider: &self.provider,
+            connection: self.connection,
+            generation: self.generation,
+        }
+    }
 }
 
 fn row_ids((tenant, subject, provider, connection): &RowParts) -> RowIds {

@@ -228,7 +228,11 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
     let generation: Option<i64> =
         sqlx::query_scalar("SELECT seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(generation, Some(1));
-    app.state.caches.forget_connection("acme", "alice", "github");
+    app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
+        tenant: mcp_connect::domain::TenantId::parse("acme").unwrap(),
+        subject: mcp_connect::domain::Subject::parse("alice").unwrap(),
+        provider: mcp_connect::domain::ProviderId::parse("github").unwrap(),
+    });
     assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_legacy");
 
     // From now on a row without a generation is refused, and so is taking one out to put

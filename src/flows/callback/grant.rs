@@ -4,7 +4,7 @@
 
 use super::{CallbackError, CallbackRefusal, Exchanged};
 use crate::app::AppState;
-use crate::domain::{Account, ConnectionId, Subject};
+use crate::domain::{Account, ConnectionId};
 use crate::oauth::flow;
 use crate::store::{self, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
@@ -42,13 +42,12 @@ pub async fn save(
     now: OffsetDateTime,
 ) -> Result<(ConnectionId, Vec<String>), CallbackError> {
     let connection = existing.map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
-    let subject = Subject::parse(&e.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
     // A reused row's next seal generation (its earlier grants' ciphertexts no longer open
     // if put back), a new row's first.
     let generation = crate::vault::next_generation(existing.and_then(|c| c.seal_version));
     let row = RowBinding {
         tenant: &x.tenant,
-        subject: &subject,
+        subject: &x.subject,
         provider: &x.provider.id,
         connection,
         generation: Some(generation),

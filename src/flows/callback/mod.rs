@@ -16,7 +16,9 @@ use super::connect::{STATE_PURPOSE, SealedState, SessionInfo};
 use super::policy;
 use crate::app::AppState;
 use crate::crypto;
-use crate::domain::{Account, ConnectionStatus, ElicitationStatus, KillState, ProviderId, TenantId};
+use crate::domain::{
+    Account, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
+};
 use crate::oauth::Provider;
 use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
@@ -142,10 +144,17 @@ failure_from!(CallbackError, CallbackRefusal, Fault);
 /// What a successful code exchange produced, before any of it is kept.
 pub(crate) struct Exchanged {
     tenant: TenantId,
+    subject: Subject,
     provider: Arc<Provider>,
     server: Arc<AuthServer>,
     tokens: flow::TokenSet,
     nonce: Option<String>,
+}
+
+impl Exchanged {
+    fn key(&self) -> ConnectionKey {
+        ConnectionKey { tenant: self.tenant.clone(), subject: self.subject.clone(), provider: self.provider.id.clone() }
+    }
 }
 
 /// `GET /connect/{provider}/callback`. Every refusal after the state was consumed is
@@ -228,6 +237,7 @@ async fn consumed(
     let expected_redirect = state.provider_redirect_uri(path_provider);
     checks::state_binding(st, path_provider, session, &expected_redirect)?;
     let tenant = TenantId::parse(&st.tenant_id).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let subject = Subject::parse(&st.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
     let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
     if policy::kill_state(state, &st.tenant_id, &st.provider).await.map_err(Fault::from)? != KillState::Open {
         return Err(CallbackRefusal::ProviderDisabled.into());
@@ -264,7 +274,7 @@ async fn consumed(
     let tokens = flow::exchange_code(&server, &state.outbound, &expected_redirect, code, &secret.verifier)
         .await
         .map_err(CallbackRefusal::Exchange)?;
-    let x = Exchanged { tenant, provider, server, tokens, nonce: secret.nonce };
+    let x = Exchanged { tenant, subject, provider, server, tokens, nonce: secret.nonce };
 
     // From here a grant exists at the provider: kept only if it is written and committed.
     let kept = match keep(state, &mut tx, &e, &x, now).await {
@@ -286,7 +296,7 @@ async fn consumed(
     };
     match kept {
         Ok(account) => {
-            state.caches.forget_connection(&e.tenant_id, &e.subject, &e.provider);
+            state.caches.forget_connection(&x.key());
             crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
             Ok(CallbackOutcome::Connected { tenant_name, account: account.and_then(|a| a.login) })
         }
@@ -327,7 +337,7 @@ async fn keep(
 ) -> Result<Kept, CallbackError> {
     // The time of the check, not of the request: the exchange took a while.
     let account = account::verified(state, x, OffsetDateTime::now_utc()).await?;
-    let existing = match store::connections::find_connection(&mut **tx, &e.tenant_id, &e.subject, &e.provider).await? {
+    let existing = match store::connections::find_connection(&mut **tx, &x.key()).await? {
         // Under its lock: a revoke that commits meanwhile is seen (its status decides the
         // event, and the grant is stored over the row as it is then).
         Some(found) => store::connections::lock_connection(&mut **tx, found.id).await?,
