@@ -143,12 +143,10 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditRow {
     pub id: i64,
-    #[serde(skip)]
     pub recorded: i64,
-    #[serde(with = "time::serde::rfc3339")]
     pub at: time::OffsetDateTime,
     pub subject: Option<String>,
     pub provider: Option<String>,
@@ -157,15 +155,11 @@ pub struct AuditRow {
     pub connection_id: Option<Uuid>,
     pub api_key_id: Option<String>,
     /// What else the event carries (a reason, the actor); never a token, code or secret.
-    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
     /// Events this row stands for: the hand-outs of its minute, 1 for every other kind.
     pub count: i32,
-    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub first_at: Option<time::OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub last_at: Option<time::OffsetDateTime>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
 }
 

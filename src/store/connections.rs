@@ -258,7 +258,7 @@ pub async fn mark_revoked(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx:
 }
 
 /// Connection metadata for operators: never a ciphertext.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct ConnectionMeta {
     pub id: Uuid,
     pub subject: String,
@@ -268,17 +268,12 @@ pub struct ConnectionMeta {
     pub scopes: Vec<String>,
     pub status: ConnectionStatus,
     /// When the row was first made (its first connect).
-    #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// When the grant in force was made: the last connect (a reconnect after a revocation
     /// is a new grant on the same row).
-    #[serde(with = "time::serde::rfc3339")]
     pub granted_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339::option")]
     pub refreshed_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
     pub last_used_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
     pub access_expires_at: Option<OffsetDateTime>,
 }
 

@@ -461,26 +461,19 @@ pub async fn hold_stream_until(db: impl PgExecutor<'_>, id: i64, until: OffsetDa
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct DeliveryRow {
     /// The delivery's number (newest first; `before` pages on it).
     pub id: i64,
     /// The event's id: the `webhook-id` header and the payload's `id`.
-    #[serde(serialize_with = "event_id")]
-    #[schema(value_type = String, example = "evt_0193a0c4e1b27c5e8f0a1b2c3d4e5f60")]
     pub event_id: Uuid,
-    #[schema(example = "connection.revoked")]
     pub event_type: String,
     /// `pending` (waiting or being retried), `delivered`, or `failed` (retried for 24 h).
-    #[schema(example = "delivered")]
     pub status: String,
     pub attempts: i32,
-    #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// When the next attempt is due (pending deliveries).
-    #[serde(with = "time::serde::rfc3339::option")]
     pub next_attempt_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
     pub last_attempt_at: Option<OffsetDateTime>,
     /// The receiver's status code at the last attempt, if it answered.
     pub last_status: Option<i32>,
@@ -495,12 +488,7 @@ pub struct DeliveryRow {
     pub last_error: Option<String>,
     /// At most 1 KB of the receiver's last answer.
     pub last_response: Option<String>,
-    #[serde(with = "time::serde::rfc3339::option")]
     pub finished_at: Option<OffsetDateTime>,
-}
-
-fn event_id<S: serde::Serializer>(id: &Uuid, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("evt_{}", id.simple()))
 }
 
 /// An endpoint's deliveries, newest first, before the delivery `before` where given.

@@ -14,6 +14,7 @@ use crate::store::{
 use actix_web::{HttpResponse, web};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
 
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -44,10 +45,54 @@ pub struct AuditQuery {
     limit: Option<i64>,
 }
 
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct AuditRow {
+    id: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    at: time::OffsetDateTime,
+    subject: Option<String>,
+    provider: Option<String>,
+    kind: String,
+    elicitation_id: Option<Uuid>,
+    connection_id: Option<Uuid>,
+    api_key_id: Option<String>,
+    /// What else the event carries (a reason, the actor); never a token, code or secret.
+    #[schema(value_type = Object)]
+    detail: serde_json::Value,
+    /// Events this row stands for: the hand-outs of its minute, 1 for every other kind.
+    count: i32,
+    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    first_at: Option<time::OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    last_at: Option<time::OffsetDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<String>,
+}
+
+impl From<store::audit::AuditRow> for AuditRow {
+    fn from(r: store::audit::AuditRow) -> Self {
+        Self {
+            id: r.id,
+            at: r.at,
+            subject: r.subject,
+            provider: r.provider,
+            kind: r.kind,
+            elicitation_id: r.elicitation_id,
+            connection_id: r.connection_id,
+            api_key_id: r.api_key_id,
+            detail: r.detail,
+            count: r.count,
+            first_at: r.first_at,
+            last_at: r.last_at,
+            instance: r.instance,
+        }
+    }
+}
+
 /// A page of the audit trail.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
-    events: Vec<store::audit::AuditRow>,
+    events: Vec<AuditRow>,
     /// With `before` (or neither): the cursor of the next older page; null when this page
     /// was not full.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,12 +166,20 @@ pub async fn audit(
         // A full page may have more behind it.
         Page::Before(_) => {
             let next = last.filter(|_| rows.len() as i64 == filter.limit);
-            AuditPage { events: rows, next_before: Some(next), next_after: None }
+            AuditPage {
+                events: rows.into_iter().map(AuditRow::from).collect(),
+                next_before: Some(next),
+                next_after: None,
+            }
         }
         // Where to ask next; the same cursor when nothing new was listable yet.
         Page::After(from) => {
             let next = last.unwrap_or_else(|| from.to_string());
-            AuditPage { events: rows, next_before: None, next_after: Some(next) }
+            AuditPage {
+                events: rows.into_iter().map(AuditRow::from).collect(),
+                next_before: None,
+                next_after: Some(next),
+            }
         }
     };
     Ok(HttpResponse::Ok().json(body))

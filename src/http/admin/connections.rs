@@ -9,6 +9,8 @@ use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::http::schema::ConnectionPath;
 use crate::store;
 use actix_web::{HttpResponse, web};
+use time::OffsetDateTime;
+use uuid::Uuid;
 
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -27,10 +29,54 @@ pub struct ListQuery {
     limit: Option<i64>,
 }
 
+/// Connection metadata for operators: never a ciphertext.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectionMeta {
+    id: Uuid,
+    subject: String,
+    provider: String,
+    account_id: Option<String>,
+    account_login: Option<String>,
+    scopes: Vec<String>,
+    status: ConnectionStatus,
+    /// When the row was first made (its first connect).
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    /// When the grant in force was made: the last connect (a reconnect after a revocation
+    /// is a new grant on the same row).
+    #[serde(with = "time::serde::rfc3339")]
+    granted_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    refreshed_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    last_used_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    access_expires_at: Option<OffsetDateTime>,
+}
+
+impl From<store::connections::ConnectionMeta> for ConnectionMeta {
+    fn from(r: store::connections::ConnectionMeta) -> Self {
+        Self {
+            id: r.id,
+            subject: r.subject,
+            provider: r.provider,
+            account_id: r.account_id,
+            account_login: r.account_login,
+            scopes: r.scopes,
+            status: r.status,
+            created_at: r.created_at,
+            granted_at: r.granted_at,
+            refreshed_at: r.refreshed_at,
+            last_used_at: r.last_used_at,
+            access_expires_at: r.access_expires_at,
+        }
+    }
+}
+
 /// A page of connections, by subject and provider.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ConnectionPage {
-    connections: Vec<store::connections::ConnectionMeta>,
+    connections: Vec<ConnectionMeta>,
     /// The `after` of the next page; null on the last page.
     next: Option<String>,
 }
@@ -79,7 +125,8 @@ pub async fn list_connections(
         .map_err(db)?;
     let next =
         (rows.len() as i64 == limit).then(|| rows.last().map(|r| encode_cursor(&r.subject, &r.provider))).flatten();
-    Ok(HttpResponse::Ok().json(ConnectionPage { connections: rows, next }))
+    Ok(HttpResponse::Ok()
+        .json(ConnectionPage { connections: rows.into_iter().map(ConnectionMeta::from).collect(), next }))
 }
 
 fn encode_cursor(subject: &str, provider: &str) -> String {
@@ -102,7 +149,7 @@ fn decode_cursor(c: &str) -> Result<(String, String), ApiError> {
     tag = "admin",
     params(ConnectionPath),
     responses(
-        (status = 200, description = "The connection.", body = store::connections::ConnectionMeta,
+        (status = 200, description = "The connection.", body = ConnectionMeta,
             links(("RevokeConnection" = (operation_id = "revokeConnection", parameters(("id" = "$response.body#/id")))))),
         (status = 400, description = "`invalid_connection_id`.", body = ErrorBody),
         (status = 404, description = "`connection_not_found`: none of that id in this tenant.", body = ErrorBody),
@@ -119,7 +166,7 @@ pub async fn get_connection(
         .await
         .map_err(db)?
         .ok_or_else(|| ApiError::new(ErrorCode::ConnectionNotFound, "no such connection"))?;
-    Ok(HttpResponse::Ok().json(row))
+    Ok(HttpResponse::Ok().json(ConnectionMeta::from(row)))
 }
 
 /// Revokes a connection: at the provider (RFC 7009) where it can, then the stored tokens

@@ -10,6 +10,8 @@ use crate::http::schema::WebhookPath;
 use crate::store;
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
+use time::OffsetDateTime;
+use uuid::Uuid;
 
 /// An endpoint to register.
 #[derive(serde::Deserialize, utoipa::ToSchema)]
@@ -204,10 +206,71 @@ pub struct DeliveriesQuery {
     limit: Option<i64>,
 }
 
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct DeliveryRow {
+    /// The delivery's number (newest first; `before` pages on it).
+    id: i64,
+    /// The event's id: the `webhook-id` header and the payload's `id`.
+    #[serde(serialize_with = "event_id")]
+    #[schema(value_type = String, example = "evt_0193a0c4e1b27c5e8f0a1b2c3d4e5f60")]
+    event_id: Uuid,
+    #[schema(example = "connection.revoked")]
+    event_type: String,
+    /// `pending` (waiting or being retried), `delivered`, or `failed` (retried for 24 h).
+    #[schema(example = "delivered")]
+    status: String,
+    attempts: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    /// When the next attempt is due (pending deliveries).
+    #[serde(with = "time::serde::rfc3339::option")]
+    next_attempt_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    last_attempt_at: Option<OffsetDateTime>,
+    /// The receiver's status code at the last attempt, if it answered.
+    last_status: Option<i32>,
+    /// Why the last attempt did not count: `status` (not 2xx), `timeout`, `connect` (the
+    /// address refused the connection), `request`, `address_refused` (the URL's name did
+    /// not resolve, or resolved to no address that may be reached: one code, so that a
+    /// tenant cannot learn which internal names exist), `secret_unreadable` (this instance
+    /// lacks the vault key of the secret); on a delivery that ended without being
+    /// delivered, `backlog_dropped` (the tenant had more pending deliveries than
+    /// `webhooks.max_pending_per_tenant`, and this was among the oldest) or
+    /// `tenant_inactive` (the tenant was switched off).
+    last_error: Option<String>,
+    /// At most 1 KB of the receiver's last answer.
+    last_response: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    finished_at: Option<OffsetDateTime>,
+}
+
+impl From<store::webhooks::DeliveryRow> for DeliveryRow {
+    fn from(r: store::webhooks::DeliveryRow) -> Self {
+        Self {
+            id: r.id,
+            event_id: r.event_id,
+            event_type: r.event_type,
+            status: r.status,
+            attempts: r.attempts,
+            created_at: r.created_at,
+            next_attempt_at: r.next_attempt_at,
+            last_attempt_at: r.last_attempt_at,
+            last_status: r.last_status,
+            last_error: r.last_error,
+            last_response: r.last_response,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+fn event_id<S: serde::Serializer>(id: &uuid::Uuid, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("evt_{}", id.simple()))
+}
+
 /// A page of an endpoint's deliveries, newest first.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Deliveries {
-    deliveries: Vec<store::webhooks::DeliveryRow>,
+    deliveries: Vec<DeliveryRow>,
     /// Where the next older page starts; null when this page was not full.
     next_before: Option<i64>,
 }
@@ -243,5 +306,6 @@ pub async fn list_deliveries(
         .map_err(db)?
         .ok_or_else(not_found)?;
     let next_before = (deliveries.len() as i64 == limit).then(|| deliveries.last().map(|d| d.id)).flatten();
+    let deliveries = deliveries.into_iter().map(DeliveryRow::from).collect();
     Ok(HttpResponse::Ok().json(Deliveries { deliveries, next_before }))
 }
