@@ -1,6 +1,7 @@
 //! The `mcp-connect` command line. `main.rs` only calls `run`.
 
 use crate::config::{CommandConfig, Config};
+use crate::domain::AuditKind;
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::startup::{Application, sync_tenants};
 use crate::store::{self, audit::AuditEvent};
@@ -310,7 +311,7 @@ pub async fn set_tenant_active(
         return Ok(None);
     };
     if was != active {
-        let mut ev = AuditEvent::new(if active { "tenant_activated" } else { "tenant_deactivated" });
+        let mut ev = AuditEvent::new(if active { AuditKind::TenantActivated } else { AuditKind::TenantDeactivated });
         ev.tenant_id = Some(tenant.to_string());
         ev.detail = serde_json::json!({ "by": actor });
         store::audit::insert_event(&mut *tx, &ev).await?;
@@ -360,7 +361,7 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
             let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
                 anyhow::bail!("no active key with id {id}");
             };
-            let mut ev = AuditEvent::new("api_key_revoked");
+            let mut ev = AuditEvent::new(AuditKind::ApiKeyRevoked);
             ev.tenant_id = Some(tenant);
             ev.api_key_id = Some(id.to_string());
             store::audit::insert_event(&mut *tx, &ev).await?;
@@ -403,7 +404,7 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
             store::kill_switches::clear_kill_switch(&mut *tx, tenant_str, provider.as_str()).await?;
         }
     }
-    let mut ev = AuditEvent::new("kill_switch_changed");
+    let mut ev = AuditEvent::new(AuditKind::KillSwitchChanged);
     ev.tenant_id = tenant_str.map(str::to_owned);
     ev.provider = Some(provider.to_string());
     ev.detail = serde_json::json!({ "mode": mode.as_deref().unwrap_or("off"), "reason": reason, "by": "cli" });

@@ -1,12 +1,14 @@
 //! Values from outside parsed into types once, at the edge: a `Subject` or `Scopes` in hand
 //! is known to be well formed, so the code behind the edge never re-validates strings.
 
+mod audit;
 mod clock;
 pub mod failpoint;
 pub mod gate;
 mod ids;
 mod scopes;
 
+pub use audit::AuditKind;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{ApiKeyId, ConnectionId, ConnectionKey, ElicitationId, ProviderId, Subject, TenantId, WebhookId};
 pub use scopes::Scopes;

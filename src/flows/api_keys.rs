@@ -2,6 +2,7 @@
 //! key, its argon2 hash stored with an audit event; the key itself is shown once.
 
 use crate::api_keys::{NewApiKey, hash_key};
+use crate::domain::AuditKind;
 use crate::domain::{KeyScope, TenantId};
 use crate::store::{self, audit::AuditEvent};
 
@@ -47,7 +48,7 @@ pub async fn store_api_key(
         ),
         _ => e.into(),
     })?;
-    let mut ev = AuditEvent::new("api_key_created");
+    let mut ev = AuditEvent::new(AuditKind::ApiKeyCreated);
     ev.tenant_id = Some(tenant.to_string());
     ev.api_key_id = Some(key.id.to_string());
     ev.detail = serde_json::json!({ "scope": scope.as_str() });

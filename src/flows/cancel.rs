@@ -4,6 +4,7 @@
 //! later finds nothing to complete.
 
 use crate::app::AppState;
+use crate::domain::AuditKind;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
 use crate::webhooks::EventKind;
 use time::OffsetDateTime;
@@ -55,7 +56,7 @@ pub async fn cancel_pending(
     super::events::links_closed(&mut tx, EventKind::ElicitationCancelled, &closed, by.by, by.because.as_str()).await?;
     crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, ids.len() as u64);
     if !ids.is_empty() || by.because == Because::Operator {
-        let mut ev = AuditEvent::new("elicitations_cancelled");
+        let mut ev = AuditEvent::new(AuditKind::ElicitationsCancelled);
         ev.tenant_id = Some(tenant.to_owned());
         ev.subject = subject.map(str::to_owned);
         ev.provider = provider.map(str::to_owned);
@@ -90,7 +91,7 @@ pub async fn cancel_by_client(
     };
     if changed {
         crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, 1);
-        let mut ev = AuditEvent::for_elicitation("elicitation_cancelled", &e);
+        let mut ev = AuditEvent::for_elicitation(AuditKind::ElicitationCancelled, &e);
         ev.api_key_id = Some(api_key_id.to_owned());
         ev.detail = serde_json::json!({ "client_answer": reason });
         store::audit::insert_event(&mut *tx, &ev).await?;

@@ -5,6 +5,7 @@
 use super::policy::{self, kill_state};
 use crate::app::AppState;
 use crate::crypto;
+use crate::domain::AuditKind;
 use crate::domain::{ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject, TenantId};
 use crate::oauth::Provider;
 use crate::oauth::flow;
@@ -67,7 +68,7 @@ pub async fn record_identity_mismatch(
     session: &SessionInfo,
 ) -> Result<(), sqlx::Error> {
     metrics::counter!(crate::telemetry::metrics::IDENTITY_MISMATCHES).increment(1);
-    let mut ev = AuditEvent::for_elicitation("identity_mismatch", e);
+    let mut ev = AuditEvent::for_elicitation(AuditKind::IdentityMismatch, e);
     // The intended subject is in the row already; the other one is kept for the operator.
     ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
     store::audit::insert_event(&state.pool, &ev).await
@@ -203,7 +204,7 @@ pub async fn start_authorization(
         },
     )
     .await?;
-    store::audit::insert_event(&mut *tx, &AuditEvent::for_elicitation("connect_started", &e)).await?;
+    store::audit::insert_event(&mut *tx, &AuditEvent::for_elicitation(AuditKind::ConnectStarted, &e)).await?;
     tx.commit().await?;
     Ok(req.url)
 }
@@ -220,7 +221,7 @@ pub async fn decline(
     let mut tx = store::begin(&state.pool).await?;
     if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
         crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
-        let mut ev = AuditEvent::for_elicitation("consent_declined", &e);
+        let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
         store::audit::insert_event(&mut *tx, &ev).await?;
         super::events::elicitation(&mut tx, EventKind::ElicitationDeclined, &e, "consent_page", "declined").await?;

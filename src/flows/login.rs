@@ -4,6 +4,7 @@
 
 use crate::app::AppState;
 use crate::crypto;
+use crate::domain::AuditKind;
 use crate::oauth::flow::{self, FlowError};
 use crate::oauth::resolve::Source;
 use crate::store;
@@ -139,7 +140,7 @@ async fn record_failure(state: &AppState, reason: &'static str) {
     if LAST_MINUTE.swap(minute, std::sync::atomic::Ordering::AcqRel) == minute {
         return;
     }
-    let mut ev = store::audit::AuditEvent::new("login_failed");
+    let mut ev = store::audit::AuditEvent::new(AuditKind::LoginFailed);
     ev.detail = serde_json::json!({ "reason": reason });
     if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
         tracing::warn!(error = %e, "login_failed not recorded");

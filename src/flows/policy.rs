@@ -2,6 +2,7 @@
 //! stopped by an operator's kill switch (cached, invalidated across instances).
 
 use crate::app::AppState;
+use crate::domain::AuditKind;
 use crate::domain::{KillState, ProviderId, TenantId};
 use crate::oauth::Provider;
 use crate::store::{self, audit::AuditEvent};
@@ -61,7 +62,7 @@ pub async fn change_kill_switch(
             store::kill_switches::clear_kill_switch(&mut *tx, Some(tenant.as_str()), provider.as_str()).await?;
         }
     }
-    let mut ev = AuditEvent::new("kill_switch_changed");
+    let mut ev = AuditEvent::new(AuditKind::KillSwitchChanged);
     ev.tenant_id = Some(tenant.to_string());
     ev.provider = Some(provider.to_string());
     ev.api_key_id = Some(api_key_id.to_owned());

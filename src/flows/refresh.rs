@@ -10,6 +10,7 @@
 //! stores an unknown expiry (NULL), which is refreshed after `unknown_expiry_refresh`.
 
 use crate::app::AppState;
+use crate::domain::AuditKind;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
@@ -155,7 +156,7 @@ async fn refresh_locked(
         Err(e) => {
             // The grant is kept as it was: roll back, report, let the caller retry.
             drop(tx);
-            let mut ev = AuditEvent::for_connection("refresh_failed", &row);
+            let mut ev = AuditEvent::for_connection(AuditKind::RefreshFailed, &row);
             ev.detail = serde_json::json!({ "reason": e.reason() });
             store::audit::insert_event(&state.pool, &ev).await?;
             Err(RefreshError::Transient(e.reason().to_owned()))
@@ -190,7 +191,7 @@ async fn commit_refreshed(
         // Cannot happen under the row lock; if it does, hand out nothing stale.
         return Err(RefreshError::Transient("concurrent write".to_owned()));
     }
-    let mut ev = AuditEvent::for_connection("refresh_succeeded", row);
+    let mut ev = AuditEvent::for_connection(AuditKind::RefreshSucceeded, row);
     ev.detail = serde_json::json!({
         "rotated": tokens.refresh_token.is_some(),
         "expiry_known": tokens.expires_in.is_some(),
@@ -284,10 +285,10 @@ fn seal_refreshed(
 async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow) -> Result<(), RefreshError> {
     // Under the row lock: the version is the one just read.
     store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
-    let mut ev = AuditEvent::for_connection("refresh_failed", row);
+    let mut ev = AuditEvent::for_connection(AuditKind::RefreshFailed, row);
     ev.detail = serde_json::json!({ "reason": "invalid_grant" });
     store::audit::insert_event(&mut *tx, &ev).await?;
-    store::audit::insert_event(&mut *tx, &AuditEvent::for_connection("reauth_needed", row)).await?;
+    store::audit::insert_event(&mut *tx, &AuditEvent::for_connection(AuditKind::ReauthNeeded, row)).await?;
     super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "provider", "invalid_grant", None)
         .await?;
     tx.commit().await?;
@@ -303,7 +304,7 @@ pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Re
     if !store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await? {
         return Ok(false);
     }
-    let mut ev = AuditEvent::for_connection("reauth_needed", row);
+    let mut ev = AuditEvent::for_connection(AuditKind::ReauthNeeded, row);
     ev.detail = serde_json::json!({ "reason": "expired_without_refresh_token" });
     store::audit::insert_event(&mut *tx, &ev).await?;
     let reason = "expired_without_refresh_token";

@@ -4,6 +4,7 @@
 //! provider said. The row stays as a `revoked` tombstone for the audit trail.
 
 use crate::app::AppState;
+use crate::domain::AuditKind;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent};
@@ -102,7 +103,7 @@ pub async fn revoke_connection(
     }
     out.provider_result = revoke_at_provider(state, &row).await;
     store::connections::mark_revoked(&mut *tx, row.id).await?;
-    let mut ev = AuditEvent::for_connection("connection_revoked", &row);
+    let mut ev = AuditEvent::for_connection(AuditKind::ConnectionRevoked, &row);
     ev.detail = serde_json::json!({ "provider_result": out.provider_result, "by": actor });
     store::audit::insert_event(&mut *tx, &ev).await?;
     // The code only (`failed: <detail>` names internals; the detail stays in the audit).

@@ -6,6 +6,7 @@ use super::policy::{PolicyError, kill_state, provider_for};
 use super::refresh::{self, RefreshError};
 use crate::app::AppState;
 use crate::cache::CachedConnection;
+use crate::domain::AuditKind;
 use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationId, ElicitationStatus, KillState,
     ProviderId, Scopes, Subject, TenantId,
@@ -319,7 +320,7 @@ async fn pending_elicitation(
         };
         let mut tx = store::begin(&state.pool).await?;
         if store::elicitations::insert_pending(&mut *tx, &new).await? {
-            let mut ev = AuditEvent::new("elicitation_created");
+            let mut ev = AuditEvent::new(AuditKind::ElicitationCreated);
             ev.tenant_id = Some(t.to_owned());
             ev.subject = Some(s.to_owned());
             ev.provider = Some(p.to_owned());

@@ -2,6 +2,7 @@
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
 use crate::app::AppState;
+use crate::domain::AuditKind;
 use crate::store::{self, audit::AuditEvent, webhooks::WebhookRow};
 use crate::webhooks::{self, EventKind, Slot, ssrf};
 use secrecy::SecretString;
@@ -160,7 +161,8 @@ pub async fn register(
         },
     )
     .await?;
-    audit(&mut tx, "webhook_created", tenant, id, api_key_id, serde_json::json!({ "host": r.url.host_str() })).await?;
+    audit(&mut tx, AuditKind::WebhookCreated, tenant, id, api_key_id, serde_json::json!({ "host": r.url.host_str() }))
+        .await?;
     tx.commit().await?;
     Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
 }
@@ -181,7 +183,7 @@ pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) 
     if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
         return Ok(false);
     }
-    audit(&mut tx, "webhook_deleted", tenant, id, api_key_id, serde_json::json!({ "host": null })).await?;
+    audit(&mut tx, AuditKind::WebhookDeleted, tenant, id, api_key_id, serde_json::json!({ "host": null })).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -220,7 +222,7 @@ pub async fn rotate_secret(
         return Ok(None);
     };
     let detail = serde_json::json!({ "previous_kept": keep_previous });
-    audit(&mut tx, "webhook_secret_rotated", tenant, id, api_key_id, detail).await?;
+    audit(&mut tx, AuditKind::WebhookSecretRotated, tenant, id, api_key_id, detail).await?;
     tx.commit().await?;
     Ok(Some((Webhook::of(&row, now), secret)))
 }
@@ -243,7 +245,7 @@ pub async fn deliveries(
 /// a path or query may hold the receiver's own secret).
 async fn audit(
     tx: &mut store::Tx,
-    kind: &'static str,
+    kind: AuditKind,
     tenant: &str,
     id: Uuid,
     api_key_id: &str,

@@ -1,12 +1,13 @@
 //! `audit_events`: who did what to which grant. Details hold ids and reason codes only.
 
+use crate::domain::AuditKind;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
 /// One audit event. Build with `AuditEvent::new(kind)` and the setters you need.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AuditEvent {
-    pub kind: &'static str,
+    pub kind: AuditKind,
     pub tenant_id: Option<String>,
     pub subject: Option<String>,
     pub provider: Option<String>,
@@ -17,12 +18,21 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    pub fn new(kind: &'static str) -> Self {
-        Self { kind, detail: serde_json::json!({}), ..Self::default() }
+    pub fn new(kind: AuditKind) -> Self {
+        Self {
+            kind,
+            tenant_id: None,
+            subject: None,
+            provider: None,
+            elicitation_id: None,
+            connection_id: None,
+            api_key_id: None,
+            detail: serde_json::json!({}),
+        }
     }
 
     /// An event about a connection: its tenant, subject, provider and id.
-    pub fn for_connection(kind: &'static str, row: &super::connections::ConnectionRow) -> Self {
+    pub fn for_connection(kind: AuditKind, row: &super::connections::ConnectionRow) -> Self {
         Self {
             tenant_id: Some(row.tenant_id.as_str().to_owned()),
             subject: Some(row.subject.as_str().to_owned()),
@@ -33,7 +43,7 @@ impl AuditEvent {
     }
 
     /// An event about an elicitation: its tenant, subject, provider and id.
-    pub fn for_elicitation(kind: &'static str, e: &super::elicitations::ElicitationRow) -> Self {
+    pub fn for_elicitation(kind: AuditKind, e: &super::elicitations::ElicitationRow) -> Self {
         Self {
             tenant_id: Some(e.tenant_id.clone()),
             subject: Some(e.subject.clone()),
@@ -51,7 +61,7 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
         e.tenant_id,
         e.subject,
         e.provider,
-        e.kind,
+        e.kind as AuditKind,
         e.elicitation_id,
         e.connection_id,
         e.api_key_id,
@@ -78,7 +88,7 @@ pub struct HandoutRow {
 }
 
 /// The kind of the hand-out rows.
-pub const HANDED_OUT: &str = "token_handed_out";
+pub const HANDED_OUT: AuditKind = AuditKind::TokenHandedOut;
 
 /// Rows per statement of [`insert_handouts_paced`]: about 1-2 ms of the backend's work.
 pub const CHUNK: usize = 64;
@@ -129,7 +139,7 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
                 AS u(at, id, key, n, first_at, last_at)
            LEFT JOIN connections c ON c.id = u.id
            ON CONFLICT DO NOTHING"#,
-        HANDED_OUT,
+        HANDED_OUT as AuditKind,
         instance,
         &cols.0,
         &cols.1,

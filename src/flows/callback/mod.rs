@@ -16,6 +16,7 @@ use super::connect::{STATE_PURPOSE, SealedState, SessionInfo};
 use super::policy;
 use crate::app::AppState;
 use crate::crypto;
+use crate::domain::AuditKind;
 use crate::domain::{
     Account, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
 };
@@ -181,7 +182,7 @@ pub async fn complete(
 }
 
 async fn audit_failure(state: &AppState, st: &OauthStateRow, failure: &CallbackFailure) {
-    let mut ev = AuditEvent::new("connect_failed");
+    let mut ev = AuditEvent::new(AuditKind::ConnectFailed);
     ev.tenant_id = Some(st.tenant_id.clone());
     ev.subject = Some(st.subject.clone());
     ev.provider = Some(st.provider.clone());
@@ -312,7 +313,7 @@ async fn consumed(
 async fn declined_at_provider(tx: &mut store::Tx, e: &ElicitationRow, now: OffsetDateTime) -> Result<(), sqlx::Error> {
     store::elicitations::mark_declined(&mut **tx, e.id, &e.subject, now).await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
-    let mut ev = AuditEvent::for_elicitation("consent_declined", e);
+    let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, e);
     ev.detail = serde_json::json!({ "where": "provider" });
     store::audit::insert_event(&mut **tx, &ev).await?;
     super::events::elicitation(tx, EventKind::ElicitationDeclined, e, "provider", "access_denied").await
@@ -345,7 +346,7 @@ async fn keep(
     };
     let held = existing.as_ref().map(|c| (c.status, c.account_id.as_deref()));
     if checks::account_pinning(held, account.as_ref(), x.provider.allow_account_change).is_err() {
-        let mut ev = AuditEvent::for_elicitation("account_mismatch", e);
+        let mut ev = AuditEvent::for_elicitation(AuditKind::AccountMismatch, e);
         ev.connection_id = existing.as_ref().map(|c| c.id);
         store::audit::insert_event(&mut **tx, &ev).await?;
         return Ok(Kept::AccountMismatch);
@@ -357,7 +358,7 @@ async fn keep(
     // The row's history stays in the trail: a reconnect reuses the row, and only a grant
     // still held (active or needing re-consent) is replaced; a revoked one was gone already.
     let previous = existing.as_ref().map(|c| c.status);
-    let mut ev = AuditEvent::for_elicitation("connect_completed", e);
+    let mut ev = AuditEvent::for_elicitation(AuditKind::ConnectCompleted, e);
     ev.connection_id = Some(id);
     ev.detail = serde_json::json!({
         "account_id": account.as_ref().map(|a| &a.id),
