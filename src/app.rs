@@ -82,8 +82,8 @@ impl AppState {
     }
 
     /// The name users see for a tenant (its id if it is no longer configured).
-    pub fn tenant_name(&self, tenant: &str) -> String {
-        TenantId::parse(tenant).ok().and_then(|t| self.tenants.display_name(&t)).unwrap_or_else(|| tenant.to_owned())
+    pub fn tenant_name(&self, tenant: &TenantId) -> String {
+        self.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned())
     }
 }
 

@@ -9,7 +9,7 @@ use std::fmt;
 /// compared byte for byte, never normalised, never matched against names or e-mails.
 // `sqlx(transparent)`: read back as the TEXT it was written as, unchecked: every value in
 // the database was parsed on its way in (only this service writes these columns).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, sqlx::Type)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, sqlx::Type)]
 #[serde(transparent)]
 #[sqlx(transparent)]
 pub struct Subject(String);

@@ -6,7 +6,7 @@ use super::policy::{self, kill_state};
 use crate::app::AppState;
 use crate::crypto;
 use crate::domain::AuditKind;
-use crate::domain::{ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject, TenantId};
+use crate::domain::{ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject};
 use crate::oauth::Provider;
 use crate::oauth::flow;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
@@ -44,7 +44,7 @@ pub fn check_entry(
     now: OffsetDateTime,
 ) -> Result<(), EntryRefusal> {
     let e = e.ok_or(EntryRefusal::NotFound)?;
-    if e.provider != path_provider.as_str() {
+    if e.provider != *path_provider {
         return Err(EntryRefusal::ProviderMismatch);
     }
     match e.status {
@@ -58,7 +58,7 @@ pub fn check_entry(
 /// The one identity check: the browser user is the subject the link was made for. Byte
 /// equality of the IdP's `sub`; names and e-mails play no part.
 pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
-    crypto::constant_time_eq(e.subject.as_bytes(), session.subject.as_str().as_bytes())
+    crypto::constant_time_eq(e.subject.as_str().as_bytes(), session.subject.as_str().as_bytes())
 }
 
 /// Records that someone else opened a link (the refusal page is the caller's).
@@ -105,9 +105,9 @@ async fn load_for_session(
         record_identity_mismatch(state, &e, session).await?;
         return Err(ConnectError::IdentityMismatch);
     }
-    let tenant = TenantId::parse(&e.tenant_id).map_err(|_| ConnectError::ProviderNotAllowed)?;
-    let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
-    if kill_state(state, &e.tenant_id, &e.provider).await? != KillState::Open {
+    let provider =
+        policy::provider_for(state, &e.tenant_id, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
+    if kill_state(state, e.tenant_id.as_str(), e.provider.as_str()).await? != KillState::Open {
         return Err(ConnectError::ProviderDisabled);
     }
     Ok((e, provider))
@@ -194,9 +194,9 @@ pub async fn start_authorization(
             state_hash: &state_hash,
             elicitation_id: e.id,
             session_hash: &session.id_hash,
-            tenant_id: &e.tenant_id,
-            subject: &e.subject,
-            provider: &e.provider,
+            tenant_id: e.tenant_id.as_str(),
+            subject: e.subject.as_str(),
+            provider: e.provider.as_str(),
             redirect_uri: redirect.as_str(),
             key_id: state.vault.current_key_id().as_str(),
             sealed: &sealed,
@@ -219,7 +219,7 @@ pub async fn decline(
 ) -> Result<String, ConnectError> {
     let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
     let mut tx = store::begin(&state.pool).await?;
-    if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
+    if store::elicitations::mark_declined(&mut *tx, e.id, e.subject.as_str(), now).await? {
         crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
         let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
@@ -238,9 +238,9 @@ mod tests {
         let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
         ElicitationRow {
             id: uuid::Uuid::nil(),
-            tenant_id: "acme".into(),
-            subject: "alice".into(),
-            provider: provider.into(),
+            tenant_id: crate::domain::TenantId::parse("acme").unwrap(),
+            subject: Subject::parse("alice").unwrap(),
+            provider: ProviderId::parse(provider).unwrap(),
             scopes: vec![],
             status: ElicitationStatus::parse(status).unwrap(),
             created_at: now,

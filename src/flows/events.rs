@@ -46,7 +46,8 @@ pub async fn elicitation(
         reason: reason.to_owned(),
         ..EventData::default()
     };
-    webhooks::emit(db, &Event::connection(kind, &e.tenant_id, &e.subject, &e.provider, data)).await?;
+    webhooks::emit(db, &Event::connection(kind, e.tenant_id.as_str(), e.subject.as_str(), e.provider.as_str(), data))
+        .await?;
     Ok(())
 }
 
@@ -70,7 +71,11 @@ pub async fn links_closed(
             reason: reason.to_owned(),
             ..EventData::default()
         };
-        webhooks::emit(&mut *db, &Event::connection(kind, &c.tenant_id, &c.subject, &c.provider, data)).await?;
+        webhooks::emit(
+            &mut *db,
+            &Event::connection(kind, c.tenant_id.as_str(), c.subject.as_str(), c.provider.as_str(), data),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -98,6 +103,7 @@ pub async fn connected(
         reason: reason.to_owned(),
         ..EventData::default()
     };
-    webhooks::emit(db, &Event::connection(kind, &e.tenant_id, &e.subject, &e.provider, data)).await?;
+    webhooks::emit(db, &Event::connection(kind, e.tenant_id.as_str(), e.subject.as_str(), e.provider.as_str(), data))
+        .await?;
     Ok(())
 }

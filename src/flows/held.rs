@@ -50,7 +50,7 @@ pub async fn held_by(state: &AppState, subject: &Subject) -> Result<Vec<Group>, 
     });
     let domains: std::collections::HashMap<String, Option<String>> =
         futures_util::future::join_all(lookups).await.into_iter().collect();
-    let mut groups: Vec<(String, Group)> = Vec::new();
+    let mut groups: Vec<(crate::domain::TenantId, Group)> = Vec::new();
     for row in rows {
         let held = Held {
             id: row.meta.id,

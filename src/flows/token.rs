@@ -163,7 +163,7 @@ async fn elicitation_answer(
     let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
         .await?
         .ok_or(TokenError::ElicitationNotFound)?;
-    if e.subject != req.subject.as_str() || e.provider != req.provider.as_str() {
+    if e.subject != req.subject || e.provider != req.provider {
         return Err(TokenError::ElicitationMismatch);
     }
     Ok(match e.status {

@@ -45,9 +45,9 @@ impl AuditEvent {
     /// An event about an elicitation: its tenant, subject, provider and id.
     pub fn for_elicitation(kind: AuditKind, e: &super::elicitations::ElicitationRow) -> Self {
         Self {
-            tenant_id: Some(e.tenant_id.clone()),
-            subject: Some(e.subject.clone()),
-            provider: Some(e.provider.clone()),
+            tenant_id: Some(e.tenant_id.as_str().to_owned()),
+            subject: Some(e.subject.as_str().to_owned()),
+            provider: Some(e.provider.as_str().to_owned()),
             elicitation_id: Some(e.id),
             ..Self::new(kind)
         }

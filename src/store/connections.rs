@@ -336,7 +336,7 @@ pub async fn connection_meta(
 /// A connection as its owner sees it on "Your connections", with its tenant.
 #[derive(Debug, Clone)]
 pub struct HeldRow {
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     pub meta: ConnectionMeta,
 }
 
@@ -344,7 +344,7 @@ pub struct HeldRow {
 /// provider. The subject is the person's `sub` at the primary IdP, the same in each tenant.
 pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<Vec<HeldRow>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT c.tenant_id, c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
+        r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id

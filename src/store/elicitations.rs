@@ -1,6 +1,6 @@
 //! `elicitations`: the records connect URLs point to.
 
-use crate::domain::ElicitationStatus;
+use crate::domain::{ElicitationStatus, ProviderId, Subject, TenantId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -8,9 +8,9 @@ use uuid::Uuid;
 #[derive(Debug, Clone)]
 pub struct ElicitationRow {
     pub id: Uuid,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
+    pub tenant_id: TenantId,
+    pub subject: Subject,
+    pub provider: ProviderId,
     pub scopes: Vec<String>,
     pub status: ElicitationStatus,
     pub created_at: OffsetDateTime,
@@ -62,7 +62,7 @@ pub async fn find_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
                   expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
@@ -83,7 +83,7 @@ pub async fn find_for_tenant(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
                   expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
         id,
@@ -106,7 +106,7 @@ pub async fn expire_overdue_for(
         Closed,
         r#"UPDATE elicitations SET status = 'expired'
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending' AND expires_at <= $4
-           RETURNING id, tenant_id, subject, provider"#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
         tenant_id,
         subject,
         provider,
@@ -125,7 +125,7 @@ pub async fn lock_pending(
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
                   expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
            FOR UPDATE"#,
@@ -141,7 +141,7 @@ pub async fn lock_pending(
 pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id, subject, provider, scopes, status AS "status: ElicitationStatus", created_at,
+        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
                   expires_at, completed_at, connection_id, cancel_reason
            FROM elicitations WHERE id = $1"#,
         id
@@ -201,7 +201,7 @@ pub async fn cancel_pending(
         r#"UPDATE elicitations SET status = 'cancelled', completed_at = $4
            WHERE tenant_id = $1 AND status = 'pending'
              AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
-           RETURNING id, tenant_id, subject, provider"#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
         tenant_id,
         subject,
         provider,
@@ -220,9 +220,9 @@ pub async fn cancel_pending(
 #[derive(Debug, Clone)]
 pub struct Closed {
     pub id: Uuid,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
+    pub tenant_id: TenantId,
+    pub subject: Subject,
+    pub provider: ProviderId,
 }
 
 /// Clean-up: every pending elicitation past its deadline becomes `expired`.
@@ -231,7 +231,7 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
         Closed,
         r#"UPDATE elicitations SET status = 'expired'
            WHERE status = 'pending' AND expires_at <= $1
-           RETURNING id, tenant_id, subject, provider"#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
         now
     )
     .fetch_all(db)

@@ -1,5 +1,6 @@
 //! `oauth_states`: one-time provider authorizations in progress.
 
+use crate::domain::{ProviderId, Subject, TenantId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -42,9 +43,9 @@ pub async fn insert_state(db: impl PgExecutor<'_>, s: &NewOauthState<'_>) -> Res
 pub struct OauthStateRow {
     pub elicitation_id: Uuid,
     pub session_hash: Vec<u8>,
-    pub tenant_id: String,
-    pub subject: String,
-    pub provider: String,
+    pub tenant_id: TenantId,
+    pub subject: Subject,
+    pub provider: ProviderId,
     pub redirect_uri: String,
     pub key_id: String,
     pub sealed: Vec<u8>,
@@ -63,7 +64,7 @@ pub async fn consume_state(
         OauthStateRow,
         r#"UPDATE oauth_states SET used_at = $2
            WHERE state_hash = $1 AND used_at IS NULL AND expires_at > $2
-           RETURNING elicitation_id, session_hash, tenant_id, subject, provider, redirect_uri, key_id, sealed,
+           RETURNING elicitation_id, session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
                      expires_at, used_at"#,
         state_hash,
         now
@@ -76,7 +77,7 @@ pub async fn consume_state(
 pub async fn find_state(db: impl PgExecutor<'_>, state_hash: &[u8]) -> Result<Option<OauthStateRow>, sqlx::Error> {
     sqlx::query_as!(
         OauthStateRow,
-        r#"SELECT elicitation_id, session_hash, tenant_id, subject, provider, redirect_uri, key_id, sealed,
+        r#"SELECT elicitation_id, session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
                   expires_at, used_at
            FROM oauth_states WHERE state_hash = $1"#,
         state_hash

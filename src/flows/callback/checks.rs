@@ -32,11 +32,11 @@ pub fn state_binding(
     session: &SessionInfo,
     expected_redirect: &Url,
 ) -> Result<(), CallbackRefusal> {
-    if s.provider != path_provider.as_str() {
+    if s.provider != *path_provider {
         return Err(CallbackRefusal::ProviderMismatch);
     }
     if !crypto::constant_time_eq(&s.session_hash, &session.id_hash)
-        || !crypto::constant_time_eq(s.subject.as_bytes(), session.subject.as_str().as_bytes())
+        || !crypto::constant_time_eq(s.subject.as_str().as_bytes(), session.subject.as_str().as_bytes())
     {
         return Err(CallbackRefusal::SessionMismatch);
     }
@@ -114,7 +114,7 @@ pub fn granted_scopes(response_scope: Option<&str>, asked: &[String]) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Subject;
+    use crate::domain::{Subject, TenantId};
     use uuid::Uuid;
 
     fn now() -> OffsetDateTime {
@@ -133,9 +133,9 @@ mod tests {
         OauthStateRow {
             elicitation_id: Uuid::nil(),
             session_hash: vec![1; 32],
-            tenant_id: "acme".to_owned(),
-            subject: "alice".to_owned(),
-            provider: "github".to_owned(),
+            tenant_id: TenantId::parse("acme").unwrap(),
+            subject: Subject::parse("alice").unwrap(),
+            provider: ProviderId::parse("github").unwrap(),
             redirect_uri: redirect().to_string(),
             key_id: "k1".to_owned(),
             sealed: vec![],
@@ -158,9 +158,17 @@ mod tests {
         };
         let cases: [(&str, OauthStateRow, Option<CallbackRefusal>); 6] = [
             ("all bound", state_row(), None),
-            ("another provider", other(|s| s.provider = "google".into()), Some(CallbackRefusal::ProviderMismatch)),
+            (
+                "another provider",
+                other(|s| s.provider = ProviderId::parse("google").unwrap()),
+                Some(CallbackRefusal::ProviderMismatch),
+            ),
             ("another session", other(|s| s.session_hash = vec![2; 32]), Some(CallbackRefusal::SessionMismatch)),
-            ("another subject", other(|s| s.subject = "bob".into()), Some(CallbackRefusal::SessionMismatch)),
+            (
+                "another subject",
+                other(|s| s.subject = Subject::parse("bob").unwrap()),
+                Some(CallbackRefusal::SessionMismatch),
+            ),
             (
                 "another redirect",
                 other(|s| s.redirect_uri = "https://evil.example/cb".into()),
@@ -246,9 +254,9 @@ mod tests {
     fn the_elicitation_must_be_the_states_own() {
         let e = |tenant: &str, subject: &str, provider: &str| ElicitationRow {
             id: Uuid::nil(),
-            tenant_id: tenant.to_owned(),
-            subject: subject.to_owned(),
-            provider: provider.to_owned(),
+            tenant_id: TenantId::parse(tenant).unwrap(),
+            subject: Subject::parse(subject).unwrap(),
+            provider: ProviderId::parse(provider).unwrap(),
             scopes: vec![],
             status: crate::domain::ElicitationStatus::Pending,
             created_at: now(),

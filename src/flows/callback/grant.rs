@@ -80,9 +80,9 @@ pub async fn save(
         None => {
             let new = store::connections::NewConnection {
                 id: connection.as_uuid(),
-                tenant_id: &e.tenant_id,
-                subject: &e.subject,
-                provider: &e.provider,
+                tenant_id: e.tenant_id.as_str(),
+                subject: e.subject.as_str(),
+                provider: e.provider.as_str(),
                 account_id,
                 account_login,
                 scopes: &granted,

@@ -183,9 +183,9 @@ pub async fn complete(
 
 async fn audit_failure(state: &AppState, st: &OauthStateRow, failure: &CallbackFailure) {
     let mut ev = AuditEvent::new(AuditKind::ConnectFailed);
-    ev.tenant_id = Some(st.tenant_id.clone());
-    ev.subject = Some(st.subject.clone());
-    ev.provider = Some(st.provider.clone());
+    ev.tenant_id = Some(st.tenant_id.as_str().to_owned());
+    ev.subject = Some(st.subject.as_str().to_owned());
+    ev.provider = Some(st.provider.as_str().to_owned());
     ev.elicitation_id = Some(st.elicitation_id);
     let reason = failure.error.code();
     ev.detail = match &failure.provider_revocation {
@@ -237,10 +237,11 @@ async fn consumed(
 ) -> Result<CallbackOutcome, CallbackFailure> {
     let expected_redirect = state.provider_redirect_uri(path_provider);
     checks::state_binding(st, path_provider, session, &expected_redirect)?;
-    let tenant = TenantId::parse(&st.tenant_id).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    let subject = Subject::parse(&st.subject).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let (tenant, subject) = (st.tenant_id.clone(), st.subject.clone());
     let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    if policy::kill_state(state, &st.tenant_id, &st.provider).await.map_err(Fault::from)? != KillState::Open {
+    if policy::kill_state(state, st.tenant_id.as_str(), st.provider.as_str()).await.map_err(Fault::from)?
+        != KillState::Open
+    {
         return Err(CallbackRefusal::ProviderDisabled.into());
     }
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(CallbackRefusal::Resolve)?;
@@ -311,7 +312,7 @@ async fn consumed(
 
 /// The person declined at the provider (`access_denied`).
 async fn declined_at_provider(tx: &mut store::Tx, e: &ElicitationRow, now: OffsetDateTime) -> Result<(), sqlx::Error> {
-    store::elicitations::mark_declined(&mut **tx, e.id, &e.subject, now).await?;
+    store::elicitations::mark_declined(&mut **tx, e.id, e.subject.as_str(), now).await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
     let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, e);
     ev.detail = serde_json::json!({ "where": "provider" });

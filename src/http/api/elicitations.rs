@@ -73,8 +73,8 @@ pub async fn get_elicitation(
     Ok(HttpResponse::Ok().json(Elicitation {
         id: id.to_string(),
         status,
-        subject: e.subject,
-        provider: e.provider,
+        subject: e.subject.as_str().to_owned(),
+        provider: e.provider.as_str().to_owned(),
         scopes: e.scopes,
         created_at: rfc3339(e.created_at),
         expires_at: rfc3339(e.expires_at),
