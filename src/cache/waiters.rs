@@ -21,12 +21,14 @@ pub const MAX_WAITERS_PER_TENANT: usize = MAX_WAITERS / 10;
 /// time, and a commit must not wake a stampede of reads.
 pub const MAX_WAITERS_PER_ELICITATION: usize = 8;
 
-/// Metric (catalogue: `telemetry::metrics`): requests waiting now.
+/// Metric (catalogue: `telemetry::metrics`): requests held now (past their first read and
+/// waiting for a change; a registration alone is not counted).
 pub const WAITING: &str = "mcp_connect_waiting_requests";
 
 #[derive(Default)]
 pub struct Waiters {
     inner: Mutex<Inner>,
+    held: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -63,7 +65,6 @@ impl Waiters {
         let (notify, count) = inner.by_id.entry(id).or_insert_with(|| (Arc::new(Notify::new()), 0));
         *count += 1;
         let notify = notify.clone();
-        metrics::gauge!(WAITING).set(inner.total as f64);
         Some(Watch { waiters: self, tenant: tenant.to_owned(), id, notify })
     }
 
@@ -115,7 +116,26 @@ impl Drop for Watch<'_> {
             }
         }
         inner.total = inner.total.saturating_sub(1);
-        metrics::gauge!(WAITING).set(inner.total as f64);
+    }
+}
+
+/// A request held while it waits for a change ([`Waiters::holding`]); counted in
+/// [`WAITING`] until dropped.
+pub struct Holding<'a>(&'a Waiters);
+
+impl Waiters {
+    /// Counts a request as held from now until the guard drops.
+    pub fn holding(&self) -> Holding<'_> {
+        let n = self.held.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        metrics::gauge!(WAITING).set(n as f64);
+        Holding(self)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let n = self.0.held.fetch_sub(1, std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
+        metrics::gauge!(WAITING).set(n as f64);
     }
 }
 

@@ -39,6 +39,7 @@ pub async fn until(
         return true;
     }
     let to_expiry = Duration::try_from(expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
+    let _held = state.caches.waiters.holding();
     tokio::select! {
         () = changed => true,
         () = tokio::time::sleep(wait.min(state.max_wait).min(to_expiry)) => true,
