@@ -449,6 +449,14 @@ mod tests {
         c
     }
 
+    /// [`healthy`] on a clock the test moves.
+    fn healthy_on_a_clock(max_age: Duration) -> (Caches, Arc<crate::domain::ManualClock>) {
+        let clock = Arc::new(crate::domain::ManualClock::default());
+        let c = Caches::with_clock(true, max_age, 1000, clock.clone());
+        c.set_healthy(true);
+        (c, clock)
+    }
+
     #[test]
     fn an_entry_comes_back_as_stored_and_only_under_its_own_key() {
         let c = healthy(Duration::from_secs(5));
@@ -507,19 +515,24 @@ mod tests {
 
     #[test]
     fn entries_expire_after_the_maximum_age() {
-        let c = healthy(Duration::from_millis(20));
+        let (c, clock) = healthy_on_a_clock(Duration::from_millis(20));
         c.store_connection(c.epoch(), "t", "s", "p", &entry());
-        std::thread::sleep(Duration::from_millis(30));
+        clock.advance(Duration::from_millis(19));
+        assert!(c.connection("t", "s", "p").is_some(), "younger than the maximum age");
+        clock.advance(Duration::from_millis(1));
         assert!(c.connection("t", "s", "p").is_none());
     }
 
     #[test]
     fn the_age_counts_from_before_the_read() {
-        let c = healthy(Duration::from_millis(40));
+        let (c, clock) = healthy_on_a_clock(Duration::from_millis(40));
         let before_read = c.epoch();
-        std::thread::sleep(Duration::from_millis(50));
+        clock.advance(Duration::from_millis(50));
         c.store_connection(before_read, "t", "s", "p", &entry());
         assert!(c.connection("t", "s", "p").is_none());
+        // The same store from a read just made is served.
+        c.store_connection(c.epoch(), "t", "s", "p", &entry());
+        assert!(c.connection("t", "s", "p").is_some());
     }
 
     #[test]
@@ -568,15 +581,15 @@ mod tests {
 
     #[test]
     fn a_confirmed_entry_is_served_past_its_first_maximum_age() {
-        let c = healthy(Duration::from_millis(100));
+        let (c, clock) = healthy_on_a_clock(Duration::from_millis(100));
         let e = entry();
         c.store_connection(c.epoch(), "t", "s", "p", &e);
-        std::thread::sleep(Duration::from_millis(60));
+        clock.advance(Duration::from_millis(60));
         let read_ms = c.now_ms();
         assert_eq!(c.confirm(read_ms, &asked(&c, e.id), &[row_of(&e)]), (1, 0));
-        std::thread::sleep(Duration::from_millis(60));
+        clock.advance(Duration::from_millis(60));
         assert!(c.connection("t", "s", "p").is_some(), "120 ms after the store, 60 ms after the re-read");
-        std::thread::sleep(Duration::from_millis(60));
+        clock.advance(Duration::from_millis(60));
         assert!(c.connection("t", "s", "p").is_none(), "the re-read is as old as the maximum age");
     }
 

@@ -15,7 +15,7 @@
 //! convention the project already had. Generic layered-config crates map
 //! `SECTION_KEY` ambiguously when keys themselves contain `_`.
 
-use super::validate::read_secret_file;
+use super::validate::{read_secret_file, upper};
 use super::{ConfigError, EnvLookup, err};
 
 #[derive(Clone, Copy)]
@@ -67,11 +67,6 @@ const PROVIDER: &[(&str, Kind)] = &[
 /// Secrets read from the file a `…_FILE` variable names (trimmed).
 const SECRET_FILES: &[(&str, &str, &str)] =
     &[("DATABASE_URL_FILE", "database", "url"), ("DATABASE_LISTEN_URL_FILE", "database", "listen_url")];
-
-/// A name as it stands in a variable: capitals, `-` as `_`.
-pub(super) fn upper(s: &str) -> String {
-    s.to_ascii_uppercase().replace('-', "_")
-}
 
 fn value(var: &str, raw: &str, kind: Kind) -> Result<toml::Value, ConfigError> {
     match kind {

@@ -18,7 +18,12 @@ pub(super) fn env_key(suffix: &str) -> String {
 }
 
 pub(super) fn provider_env(id: &ProviderId, what: &str) -> String {
-    env_key(&format!("PROVIDER_{}_{}", super::env::upper(id.as_str()), what))
+    env_key(&format!("PROVIDER_{}_{}", upper(id.as_str()), what))
+}
+
+/// A name as it stands in a variable: capitals, `-` as `_`.
+pub(super) fn upper(s: &str) -> String {
+    s.to_ascii_uppercase().replace('-', "_")
 }
 
 /// A clock skew for ID tokens: the environment, else the file, else 60 s; at most 5 min.

@@ -107,7 +107,11 @@ async fn a_whole_flow_logs_no_secret() {
         ("api key", app.key.clone()),
         ("api key secret", app.key[22..].to_owned()),
     ];
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The request log line of the callback is written as its response goes out.
+    crate::helpers::eventually(std::time::Duration::from_secs(10), "the callback's log line", || async {
+        String::from_utf8_lossy(&buf.lock().unwrap()).contains("/connect/testp/callback")
+    })
+    .await;
     let logs = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("/connect/testp/callback"), "the capture works: {} bytes", logs.len());
     for (what, value) in &secrets {

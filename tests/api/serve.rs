@@ -213,7 +213,11 @@ async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
     let out = healthcheck(&format!("0.0.0.0:{port}"));
     assert_eq!(out.status.code(), Some(0), "ready, asked on 127.0.0.1: {}", String::from_utf8_lossy(&out.stderr));
     sigterm(&served.child);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the signal is handled the drain begins (3 s), and the check says not ready.
+    crate::helpers::eventually(Duration::from_secs(3), "the healthcheck failing while draining", || async {
+        healthcheck(&format!("127.0.0.1:{port}")).status.code() != Some(0)
+    })
+    .await;
     let out = healthcheck(&format!("127.0.0.1:{port}"));
     assert_eq!(out.status.code(), Some(1), "draining is not ready");
     assert!(String::from_utf8_lossy(&out.stderr).contains("503"), "{}", String::from_utf8_lossy(&out.stderr));
