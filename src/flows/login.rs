@@ -227,7 +227,10 @@ pub async fn complete(
     let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(), code, &secret.verifier)
         .await
         .map_err(LoginError::Flow)?;
-    let raw = tokens.id_token.as_ref().ok_or(LoginError::Flow(FlowError::IdToken("no id_token".to_owned())))?;
+    let raw = tokens
+        .id_token
+        .as_ref()
+        .ok_or(LoginError::Flow(FlowError::IdToken(crate::oauth::id_token::IdTokenRefusal::Missing)))?;
     let claims = state
         .resolver
         // The time of the check, not of the request: the exchange took a while.

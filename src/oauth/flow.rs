@@ -3,6 +3,7 @@
 //! exchanging the code, refreshing, and verifying OIDC ID tokens (OIDC Core §3.1.3.7).
 
 use super::http::{Outbound, OutboundError};
+use super::id_token::IdTokenRefusal;
 use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenType};
 use oauth2::{
     AuthUrl, AuthorizationCode, Client, CsrfToken, EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier,
@@ -88,7 +89,7 @@ pub enum FlowError {
     #[error("provider answered outside the protocol: {0}")]
     Protocol(String),
     #[error("ID token rejected: {0}")]
-    IdToken(String),
+    IdToken(super::id_token::IdTokenRefusal),
 }
 
 impl FlowError {
@@ -98,7 +99,7 @@ impl FlowError {
             FlowError::InvalidGrant => "invalid_grant",
             FlowError::Transient(_) => "provider_unavailable",
             FlowError::Protocol(_) => "provider_protocol_error",
-            FlowError::IdToken(_) => "id_token_invalid",
+            FlowError::IdToken(r) => r.code(),
         }
     }
 }
@@ -335,30 +336,39 @@ pub fn verify_id_token(
     now: time::OffsetDateTime,
 ) -> Result<VerifiedIdToken, FlowError> {
     let (Some(issuer), Some(jwks)) = (&server.issuer, &server.jwks) else {
-        return Err(FlowError::IdToken("no issuer or keys to verify against".to_owned()));
+        return Err(FlowError::IdToken(IdTokenRefusal::NotVerifiable));
     };
     if server.id_token_algs.is_empty() {
-        return Err(FlowError::IdToken("the server signs with no algorithm we accept".to_owned()));
+        return Err(FlowError::IdToken(IdTokenRefusal::NotVerifiable));
     }
-    let issuer_url = IssuerUrl::new(issuer.clone()).map_err(|_| FlowError::IdToken("bad issuer".to_owned()))?;
+    let issuer_url = IssuerUrl::new(issuer.clone()).map_err(|_| FlowError::IdToken(IdTokenRefusal::NotVerifiable))?;
     let to_chrono = |t: time::OffsetDateTime| {
         chrono::DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond())
-            .ok_or_else(|| FlowError::IdToken("the clock is out of range".to_owned()))
+            .ok_or(FlowError::IdToken(IdTokenRefusal::Other))
     };
     // exp: valid while `now - skew < exp`. iat: not later than `now + skew`.
     let (lenient_now, latest_iat) = (to_chrono(now - server.clock_skew)?, to_chrono(now + server.clock_skew)?);
+    // openidconnect reports a refused `iat` as `Expired`; this tells the two apart.
+    let iat_refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = iat_refused.clone();
     let verifier =
         CoreIdTokenVerifier::new_public_client(ClientId::new(server.client_id.clone()), issuer_url, jwks.clone())
             .set_allowed_algs(server.id_token_algs.clone())
             .set_time_fn(move || lenient_now)
             .set_issue_time_verifier_fn(move |iat| {
-                if iat > latest_iat { Err(format!("issued in the future ({iat})")) } else { Ok(()) }
+                if iat > latest_iat {
+                    seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                    Err(format!("issued in the future ({iat})"))
+                } else {
+                    Ok(())
+                }
             });
-    let token: CoreIdToken = raw.expose_secret().parse().map_err(|_| FlowError::IdToken("not a JWT".to_owned()))?;
-    let claims =
-        token.claims(&verifier, &Nonce::new(nonce.to_owned())).map_err(|e| FlowError::IdToken(e.to_string()))?;
+    let token: CoreIdToken = raw.expose_secret().parse().map_err(|_| FlowError::IdToken(IdTokenRefusal::Malformed))?;
+    let claims = token.claims(&verifier, &Nonce::new(nonce.to_owned())).map_err(|e| {
+        FlowError::IdToken(IdTokenRefusal::of(&e, iat_refused.load(std::sync::atomic::Ordering::Relaxed)))
+    })?;
     check_authorized_party(&server.client_id, claims.audiences().len(), claims.authorized_party().map(|a| a.as_str()))
-        .map_err(|why| FlowError::IdToken(why.to_owned()))?;
+        .map_err(|_| FlowError::IdToken(IdTokenRefusal::Azp))?;
     Ok(VerifiedIdToken { subject: claims.subject().as_str().to_owned(), issuer: claims.issuer().as_str().to_owned() })
 }
 

@@ -4,6 +4,7 @@
 pub mod callback;
 pub mod flow;
 pub mod http;
+pub mod id_token;
 pub mod providers;
 pub mod resolve;
 /// Guards against server-side request forgery (provider discovery here, and the webhook

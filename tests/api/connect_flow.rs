@@ -320,21 +320,21 @@ async fn a_missing_iss_is_accepted_where_the_provider_does_not_use_rfc9207() {
 async fn an_id_token_for_another_audience_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_audience(Some("someone-else".into()));
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_audience").await;
 }
 
 #[tokio::test]
 async fn an_id_token_with_a_wrong_nonce_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_nonce(Some("replayed-nonce".into()));
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_nonce").await;
 }
 
 #[tokio::test]
 async fn an_expired_id_token_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_expired(true);
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_expired").await;
 }
 
 #[tokio::test]
@@ -349,14 +349,14 @@ async fn an_id_token_expired_within_the_clock_skew_is_accepted() {
 async fn an_id_token_expired_beyond_the_clock_skew_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_times(-180, -90);
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_expired").await;
 }
 
 #[tokio::test]
 async fn an_id_token_issued_in_the_future_beyond_the_clock_skew_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_times(300, 3_900);
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_iat_in_future").await;
 }
 
 #[tokio::test]
@@ -370,21 +370,21 @@ async fn an_id_token_issued_a_little_in_the_future_is_accepted() {
 async fn an_id_token_whose_azp_is_another_client_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_azp(Some("another-client".into()));
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_azp").await;
 }
 
 #[tokio::test]
 async fn an_id_token_signed_with_an_unknown_key_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_wrong_key(true);
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_signature").await;
 }
 
 #[tokio::test]
 async fn an_id_token_from_another_issuer_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_issuer(Some("http://evil.example".into()));
-    refused_callback(&app, "testp", "id_token_invalid").await;
+    refused_callback(&app, "testp", "id_token_issuer").await;
 }
 
 #[tokio::test]
@@ -641,7 +641,7 @@ fn revoked_refresh_then_access(app: &TestApp) {
 async fn a_callback_refused_for_its_id_token_revokes_the_grant_the_exchange_made() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_audience(Some("someone-else".into()));
-    let detail = refused_callback(&app, "testp", "id_token_invalid").await;
+    let detail = refused_callback(&app, "testp", "id_token_audience").await;
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
     revoked_refresh_then_access(&app);
     assert_eq!(detail["provider_revocation"], "revoked", "{detail}");

@@ -15,11 +15,10 @@ use time::OffsetDateTime;
 pub async fn verified(state: &AppState, x: &Exchanged, now: OffsetDateTime) -> Result<Option<Account>, CallbackError> {
     let mut id_subject = None;
     if let Some(nonce) = &x.nonce {
-        let raw = x
-            .tokens
-            .id_token
-            .as_ref()
-            .ok_or(CallbackRefusal::Exchange(FlowError::IdToken("no id_token".to_owned())))?;
+        let raw =
+            x.tokens.id_token.as_ref().ok_or(CallbackRefusal::Exchange(FlowError::IdToken(
+                crate::oauth::id_token::IdTokenRefusal::Missing,
+            )))?;
         let v = state
             .resolver
             .verify_id_token(&state.outbound, Source::Provider(&x.provider), x.server.clone(), raw, nonce, now)
