@@ -6,10 +6,6 @@ use crate::helpers::{TestApp, spawn_app};
 use mcp_connect_devproviders::{IssMode, TokenFailure, TokenKind};
 use serde_json::json;
 
-async fn audit_kinds(app: &TestApp) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM audit_events ORDER BY id").fetch_all(&app.pool).await.unwrap()
-}
-
 #[tokio::test]
 async fn the_whole_flow_connects_and_the_retry_gets_the_token() {
     let app = spawn_app().await;
@@ -47,7 +43,7 @@ async fn the_whole_flow_connects_and_the_retry_gets_the_token() {
         .unwrap();
     assert_eq!(me["login"], "octo-alice");
     assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
-    let kinds = audit_kinds(&app).await;
+    let kinds = app.audit_kinds().await;
     for k in ["elicitation_created", "connect_started", "connect_completed"] {
         assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
     }
@@ -97,7 +93,7 @@ async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
     assert_eq!(app.elicitation_status(&id).await, "pending");
     assert_eq!(app.connection_count().await, 0);
     assert_eq!(app.provider.stats().authorize_requests, 0);
-    assert!(audit_kinds(&app).await.iter().any(|k| k == "identity_mismatch"));
+    assert!(app.audit_kinds().await.iter().any(|k| k == "identity_mismatch"));
 
     let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
     assert_eq!(r.status(), 200);
@@ -408,7 +404,7 @@ async fn a_failing_token_endpoint_leaves_the_elicitation_pending() {
     app.provider.switches().set_token_failure(Some(TokenFailure::ServerError));
     refused_callback(&app, "testp", "provider_unavailable").await;
     app.provider.switches().set_token_failure(None);
-    assert!(audit_kinds(&app).await.iter().any(|k| k == "connect_failed"));
+    assert!(app.audit_kinds().await.iter().any(|k| k == "connect_failed"));
 }
 
 #[tokio::test]
@@ -544,7 +540,7 @@ async fn a_different_upstream_account_on_reconnect_is_refused_and_the_old_one_ke
     assert!(r.text().await.unwrap().contains("different account"));
     let login: String = sqlx::query_scalar("SELECT account_login FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(login, "octo-alice");
-    assert!(audit_kinds(&app).await.iter().any(|k| k == "account_mismatch"));
+    assert!(app.audit_kinds().await.iter().any(|k| k == "account_mismatch"));
 }
 
 #[tokio::test]

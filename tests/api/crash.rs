@@ -21,10 +21,6 @@ async fn post_token(app: &TestApp, base: &str, body: serde_json::Value) -> reqwe
     app.client.post(format!("{base}/v1/token")).bearer_auth(&app.key).json(&body).send().await.unwrap()
 }
 
-async fn audit_kinds(app: &TestApp) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM audit_events ORDER BY id").fetch_all(&app.pool).await.unwrap()
-}
-
 #[tokio::test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature: scripts/test turns it on")]
 async fn a_kill_between_the_code_exchange_and_its_commit_stores_no_grant_shows_a_clear_page_and_the_retry_connects() {
@@ -123,7 +119,7 @@ async fn a_kill_after_a_rotating_refresh_answered_asks_for_a_reconnect_with_reau
     // The provider retired the refresh token we held when it answered; the new one died
     // with the process. Our next refresh replays the old one: invalid_grant.
     assert_eq!(body["status"], "connect_required", "{body}");
-    assert!(audit_kinds(&app).await.contains(&"reauth_needed".to_owned()));
+    assert!(app.audit_kinds().await.contains(&"reauth_needed".to_owned()));
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "needs_reauth");
 }

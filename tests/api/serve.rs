@@ -33,9 +33,7 @@ impl Drop for Served {
     }
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub(crate) use mcp_connect_testkit::free_port;
 
 async fn serve(app: &TestApp, extra_env: &[(&str, &str)]) -> Served {
     serve_on(app, free_port(), extra_env).await

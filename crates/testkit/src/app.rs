@@ -335,6 +335,11 @@ impl TestApp {
         sqlx::query_scalar("SELECT count(*) FROM connections").fetch_one(&self.pool).await.unwrap()
     }
 
+    /// The audit trail's kinds, oldest first.
+    pub async fn audit_kinds(&self) -> Vec<String> {
+        sqlx::query_scalar("SELECT kind FROM audit_events ORDER BY id").fetch_all(&self.pool).await.unwrap()
+    }
+
     pub async fn elicitation_status(&self, id: &str) -> String {
         sqlx::query_scalar("SELECT status FROM elicitations WHERE id = $1::uuid")
             .bind(id)
@@ -480,6 +485,11 @@ pub async fn assert_error(r: reqwest::Response, status: u16, code: &str) -> serd
 /// Waits until `check` holds, looking every 10 ms, and panics naming `what` if it does not
 /// within `within`: for effects that happen off the request path (batched audit writes, a
 /// detached task, a terminated backend), instead of sleeping a guessed time.
+/// A port free on loopback just now (another process may take it before it is used).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 pub async fn eventually<F, Fut>(within: std::time::Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,

@@ -123,10 +123,7 @@ fn require(path: &str) {
     );
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use mcp_connect_testkit::free_port;
 
 /// Starts chromedriver on a free port and waits until it says it is ready.
 async fn start_driver(profile: PathBuf) -> (Driver, u16) {
