@@ -29,8 +29,8 @@ pub enum IdTokenRefusal {
     Expired,
     #[error("the ID token was issued in the future (beyond the clock skew)")]
     IssuedInFuture,
-    #[error("the ID token's subject is missing or malformed")]
-    Subject,
+    /// Anything else openidconnect refuses: a `typ`, `cty` or `crit` header, an encrypted
+    /// token, a time out of range. (A token without `sub` does not parse: `Malformed`.)
     #[error("the ID token failed another check")]
     Other,
 }
@@ -50,7 +50,6 @@ impl IdTokenRefusal {
             IdTokenRefusal::Nonce => "id_token_nonce",
             IdTokenRefusal::Expired => "id_token_expired",
             IdTokenRefusal::IssuedInFuture => "id_token_iat_in_future",
-            IdTokenRefusal::Subject => "id_token_subject",
             IdTokenRefusal::Other => "id_token_invalid",
         }
     }
@@ -66,7 +65,6 @@ impl IdTokenRefusal {
             C::InvalidAudience(_) => IdTokenRefusal::Audience,
             C::InvalidIssuer(_) => IdTokenRefusal::Issuer,
             C::InvalidNonce(_) => IdTokenRefusal::Nonce,
-            C::InvalidSubject(_) => IdTokenRefusal::Subject,
             C::SignatureVerification(S::DisallowedAlg(_) | S::UnsupportedAlg(_) | S::NoSignature) => {
                 IdTokenRefusal::Algorithm
             }
@@ -91,7 +89,8 @@ mod tests {
             (C::InvalidAudience(s()), false, "id_token_audience"),
             (C::InvalidIssuer(s()), false, "id_token_issuer"),
             (C::InvalidNonce(s()), false, "id_token_nonce"),
-            (C::InvalidSubject(s()), false, "id_token_subject"),
+            (C::InvalidSubject(s()), false, "id_token_invalid"),
+            (C::Unsupported(s()), false, "id_token_invalid"),
             (C::SignatureVerification(S::DisallowedAlg(s())), false, "id_token_algorithm"),
             (C::SignatureVerification(S::NoSignature), false, "id_token_algorithm"),
             (C::SignatureVerification(S::NoMatchingKey), false, "id_token_unknown_key"),
