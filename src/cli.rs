@@ -1,10 +1,10 @@
 //! The `mcp-connect` command line. `main.rs` only calls `run`.
 
 use crate::config::{CommandConfig, Config};
-use crate::domain::AuditKind;
-use crate::domain::{ApiKeyId, KeyScope, TenantId};
+use crate::domain::{ApiKeyId, KeyScope, KillMode, ProviderId, TenantId};
+use crate::flows::kill_switches::{KillSwitchChange, Operator, change_kill_switch};
 use crate::startup::{Application, sync_tenants};
-use crate::store::{self, audit::AuditEvent};
+use crate::store;
 use crate::vault::Keyring;
 use clap::{Parser, Subcommand};
 use secrecy::ExposeSecret;
@@ -75,8 +75,8 @@ pub enum KillAction {
     /// Stop a provider: `no_new_elicitations` or `no_token_handouts`.
     Set {
         provider: String,
-        #[arg(value_parser = ["no_new_elicitations", "no_token_handouts"])]
-        mode: String,
+        #[arg(value_enum)]
+        mode: KillMode,
         /// Only for this tenant (default: every tenant).
         #[arg(long)]
         tenant: Option<String>,
@@ -288,7 +288,7 @@ async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()
         TenantAction::Activate { id } => (id, true),
     };
     let tenant = TenantId::parse(&id).map_err(|e| anyhow::anyhow!("tenant id: {e}"))?;
-    let changed = set_tenant_active(pool, &tenant, active, "cli").await?;
+    let changed = crate::flows::tenants::set_tenant_active(pool, &tenant, active, "cli").await?;
     let word = if active { "active" } else { "inactive" };
     match changed {
         None => anyhow::bail!("no tenant {tenant}"),
@@ -296,28 +296,6 @@ async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()
         Some(false) => println!("tenant {tenant} was {word} already"),
     }
     Ok(())
-}
-
-/// Switches a tenant on or off, with an audit event when it changed. `None`: no such
-/// tenant; `Some(changed)`.
-pub async fn set_tenant_active(
-    pool: &store::PgPool,
-    tenant: &TenantId,
-    active: bool,
-    actor: &str,
-) -> anyhow::Result<Option<bool>> {
-    let mut tx = pool.begin().await?;
-    let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant.as_str(), active).await? else {
-        return Ok(None);
-    };
-    if was != active {
-        let mut ev = AuditEvent::new(if active { AuditKind::TenantActivated } else { AuditKind::TenantDeactivated });
-        ev.tenant_id = Some(tenant.to_string());
-        ev.detail = serde_json::json!({ "by": actor });
-        store::audit::insert_event(&mut *tx, &ev).await?;
-    }
-    tx.commit().await?;
-    Ok(Some(was != active))
 }
 
 async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()> {
@@ -357,15 +335,9 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
         }
         ApikeyAction::Revoke { id } => {
             let id = ApiKeyId::parse(&id).map_err(|e| anyhow::anyhow!("id: {e}"))?;
-            let mut tx = pool.begin().await?;
-            let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
+            if crate::flows::api_keys::revoke_api_key(pool, &id).await?.is_none() {
                 anyhow::bail!("no active key with id {id}");
-            };
-            let mut ev = AuditEvent::new(AuditKind::ApiKeyRevoked);
-            ev.tenant_id = Some(tenant);
-            ev.api_key_id = Some(id.to_string());
-            store::audit::insert_event(&mut *tx, &ev).await?;
-            tx.commit().await?;
+            }
             println!("revoked {id}");
             Ok(())
         }
@@ -382,8 +354,8 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
                 println!(
                     "{}\t{}\t{}\t{}\t{}",
                     k.provider,
-                    k.tenant_id.as_deref().unwrap_or("(all tenants)"),
-                    k.mode,
+                    k.tenant_id.as_ref().map_or("(all tenants)", TenantId::as_str),
+                    k.mode.as_str(),
                     k.updated_at,
                     k.reason.unwrap_or_default()
                 );
@@ -393,26 +365,10 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
         KillAction::Set { provider, mode, tenant, reason } => (provider, parse_tenant(tenant)?, Some(mode), reason),
         KillAction::Clear { provider, tenant } => (provider, parse_tenant(tenant)?, None, None),
     };
-    let provider = crate::domain::ProviderId::parse(&provider).map_err(|e| anyhow::anyhow!("provider: {e}"))?;
-    let tenant_str = tenant.as_ref().map(TenantId::as_str);
-    let mut tx = pool.begin().await?;
-    match &mode {
-        Some(m) => {
-            store::kill_switches::set_kill_switch(&mut *tx, tenant_str, provider.as_str(), m, reason.as_deref()).await?
-        }
-        None => {
-            store::kill_switches::clear_kill_switch(&mut *tx, tenant_str, provider.as_str()).await?;
-        }
-    }
-    let mut ev = AuditEvent::new(AuditKind::KillSwitchChanged);
-    ev.tenant_id = tenant_str.map(str::to_owned);
-    ev.provider = Some(provider.to_string());
-    ev.detail = serde_json::json!({ "mode": mode.as_deref().unwrap_or("off"), "reason": reason, "by": "cli" });
-    store::audit::insert_event(&mut *tx, &ev).await?;
-    let mode_now = mode.as_deref().unwrap_or("off");
-    let event = crate::webhooks::Event::kill_switch(tenant_str, provider.as_str(), mode_now, "cli", reason.as_deref());
-    crate::webhooks::emit(&mut tx, &event).await?;
-    tx.commit().await?;
-    println!("{provider}: {}", mode.as_deref().unwrap_or("off"));
+    let provider = ProviderId::parse(&provider).map_err(|e| anyhow::anyhow!("provider: {e}"))?;
+    let change = KillSwitchChange { tenant: tenant.as_ref(), provider: &provider, mode, reason: reason.as_deref() };
+    // No cache here: every serving instance hears of the change from the database.
+    change_kill_switch(pool, None, change, Operator::Cli).await?;
+    println!("{provider}: {}", KillMode::or_off(mode));
     Ok(())
 }

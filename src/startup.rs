@@ -131,7 +131,7 @@ impl Application {
 }
 
 /// SIGTERM (orchestrators) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -3,7 +3,13 @@
 //!   level), e.g. `MCP_CONNECT_CACHE_MAX_AGE_SECONDS`;
 //! - provider settings as `MCP_CONNECT_PROVIDER_<NAME>_<KEY>` for providers the file names;
 //! - the database URLs also from a file: `MCP_CONNECT_DATABASE_URL_FILE`,
-//!   `MCP_CONNECT_DATABASE_LISTEN_URL_FILE`.
+//!   `MCP_CONNECT_DATABASE_LISTEN_URL_FILE` (the variable itself wins over its file), and
+//!   the pool's from `DATABASE_URL` when neither is set;
+//! - the secrets that have no place in the file: `MCP_CONNECT_VAULT_KEYS`,
+//!   `MCP_CONNECT_IDP_CLIENT_SECRET`, `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`.
+//!
+//! This is the one place the environment is read: validation sees the file with the
+//! variables laid over it, and the secrets.
 //!
 //! The other secrets have their own `…_FILE` settings, which this table covers as
 //! ordinary keys: `vault.keys_file`, `idp.client_secret_file` and
@@ -15,6 +21,7 @@
 //! convention the project already had. Generic layered-config crates map
 //! `SECTION_KEY` ambiguously when keys themselves contain `_`.
 
+use super::raw::EnvSecrets;
 use super::validate::{read_secret_file, upper};
 use super::{ConfigError, EnvLookup, err};
 
@@ -104,10 +111,15 @@ fn set(t: &mut toml::Table, key: &str, var: &str, kind: Kind, env: EnvLookup<'_>
     }
 }
 
-/// Lays the environment over the parsed file. Returns the errors of every variable that
-/// does not fit, all at once.
-pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<(), Vec<ConfigError>> {
+/// Lays the environment over the parsed file and returns the secrets it gives. Returns the
+/// errors of every variable that does not fit, all at once.
+pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<EnvSecrets, Vec<ConfigError>> {
     let mut errors = Vec::new();
+    let mut secrets = EnvSecrets {
+        vault_keys: env("MCP_CONNECT_VAULT_KEYS"),
+        idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET"),
+        provider_client_secrets: Default::default(),
+    };
     for (key, kind) in TOP {
         set(table, key, &format!("MCP_CONNECT_{}", upper(key)), *kind, env, &mut errors);
     }
@@ -132,12 +144,18 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<(),
                     let var = format!("MCP_CONNECT_PROVIDER_{}_{}", upper(name), upper(key));
                     set(t, key, &var, *kind, env, &mut errors);
                 }
+                if let Some(secret) = env(&format!("MCP_CONNECT_PROVIDER_{}_CLIENT_SECRET", upper(name))) {
+                    secrets.provider_client_secrets.insert(name.clone(), secret);
+                }
             }
         }
     }
     for (var, sec, key) in SECRET_FILES {
         let var = format!("MCP_CONNECT_{var}");
         let Some(path) = env(&var) else { continue };
+        if env(var.trim_end_matches("_FILE")).is_some() {
+            continue;
+        }
         match read_secret_file(&var, std::path::Path::new(&path)).and_then(|v| Ok((v, section(table, sec)?))) {
             Ok((secret, t)) => {
                 t.insert((*key).to_owned(), toml::Value::String(secret));
@@ -145,7 +163,16 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<(),
             Err(e) => errors.push(e),
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors) }
+    let url_set = ["MCP_CONNECT_DATABASE_URL", "MCP_CONNECT_DATABASE_URL_FILE"].iter().any(|v| env(v).is_some());
+    if let Some(url) = env("DATABASE_URL").filter(|_| !url_set) {
+        match section(table, "database") {
+            Ok(t) => {
+                t.insert("url".to_owned(), toml::Value::String(url));
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() { Ok(secrets) } else { Err(errors) }
 }
 
 #[cfg(test)]
@@ -196,5 +223,45 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let e = over("", &[("MCP_CONNECT_DATABASE_URL_FILE", "/nonexistent/db-url")]).unwrap_err();
         assert_eq!(e[0].field, "MCP_CONNECT_DATABASE_URL_FILE");
+    }
+
+    #[test]
+    fn the_pools_url_comes_from_its_variable_then_its_file_then_database_url_then_the_file() {
+        let path = std::env::temp_dir().join(format!("mcpc-db-url-order-{}", std::process::id()));
+        std::fs::write(&path, "postgres://from-file-var/x\n").unwrap();
+        let file_var = path.to_str().unwrap();
+        let file = "[database]\nurl = \"postgres://from-toml/x\"\n";
+        let url = |vars: &[(&str, &str)]| over(file, vars).unwrap()["database"]["url"].as_str().unwrap().to_owned();
+        assert_eq!(url(&[]), "postgres://from-toml/x");
+        assert_eq!(url(&[("DATABASE_URL", "postgres://generic/x")]), "postgres://generic/x");
+        let both = [("DATABASE_URL", "postgres://generic/x"), ("MCP_CONNECT_DATABASE_URL_FILE", file_var)];
+        assert_eq!(url(&both), "postgres://from-file-var/x");
+        let all = [
+            ("DATABASE_URL", "postgres://generic/x"),
+            ("MCP_CONNECT_DATABASE_URL_FILE", file_var),
+            ("MCP_CONNECT_DATABASE_URL", "postgres://own/x"),
+        ];
+        assert_eq!(url(&all), "postgres://own/x");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn the_secrets_without_a_place_in_the_file_come_back_beside_it() {
+        let m: HashMap<String, String> = [
+            ("MCP_CONNECT_VAULT_KEYS", "k1:AAAA"),
+            ("MCP_CONNECT_IDP_CLIENT_SECRET", "idp-secret"),
+            ("MCP_CONNECT_PROVIDER_MY_GH_CLIENT_SECRET", "gh-secret"),
+            ("MCP_CONNECT_PROVIDER_UNNAMED_CLIENT_SECRET", "not for a provider the file has"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let mut t: toml::Table = toml::from_str("[providers.my-gh]\ntemplate = \"github\"\n").unwrap();
+        let secrets = overlay(&mut t, &|k| m.get(k).cloned()).unwrap();
+        assert_eq!(secrets.vault_keys.as_deref(), Some("k1:AAAA"));
+        assert_eq!(secrets.idp_client_secret.as_deref(), Some("idp-secret"));
+        assert_eq!(secrets.provider_client_secrets.len(), 1);
+        assert_eq!(secrets.provider_client_secrets["my-gh"], "gh-secret");
+        assert!(!toml::to_string(&t).unwrap().contains("secret"), "no secret is written into the settings");
     }
 }

@@ -121,7 +121,8 @@ impl Config {
 
     /// Parses TOML text and applies overrides from `env`.
     pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
-        validate::validate(read_raw(text, env)?, env)
+        let (raw, secrets) = read_raw(text, env)?;
+        validate::validate(raw, secrets)
     }
 }
 
@@ -147,22 +148,22 @@ impl CommandConfig {
     }
 
     pub fn from_toml(text: &str, env: EnvLookup<'_>, keyring: bool) -> Result<Self, ConfigError> {
-        validate::validate_for_command(read_raw(text, env)?, env, keyring)
+        let (raw, secrets) = read_raw(text, env)?;
+        validate::validate_for_command(raw, secrets, keyring)
     }
 }
 
-/// The file, parsed, with the environment laid over it.
-fn read_raw(text: &str, env: EnvLookup<'_>) -> Result<raw::RawConfig, ConfigError> {
+/// The file, parsed, with the environment laid over it, and the secrets the environment
+/// gives.
+fn read_raw(text: &str, env: EnvLookup<'_>) -> Result<(raw::RawConfig, raw::EnvSecrets), ConfigError> {
     let toml_error = |e: toml::de::Error| {
         let at = e.span().map(|s| line_col(text, s.start)).map(|(l, c)| format!("line {l}, column {c}: "));
         err("toml", format!("{}{}", at.unwrap_or_default(), e.message()))
     };
     let mut table: toml::Table = toml::from_str(text).map_err(toml_error)?;
-    env::overlay(&mut table, env).map_err(all_of)?;
-    toml::Value::Table(table).try_into().map_err(toml_error)
+    let secrets = env::overlay(&mut table, env).map_err(all_of)?;
+    Ok((toml::Value::Table(table).try_into().map_err(toml_error)?, secrets))
 }
-
-impl Config {}
 
 /// One error for several: each named on a line of its own.
 pub(super) fn all_of(mut errors: Vec<ConfigError>) -> ConfigError {

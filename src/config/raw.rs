@@ -202,3 +202,15 @@ pub(super) struct RawProvider {
     #[serde(default)]
     pub(super) allow_private_endpoints: bool,
 }
+
+/// The secrets only the environment gives (they have no place in the file, only their
+/// `…_file` settings do), read by `env::overlay` with every other variable.
+#[derive(Debug, Default)]
+pub(super) struct EnvSecrets {
+    /// `MCP_CONNECT_VAULT_KEYS`.
+    pub vault_keys: Option<String>,
+    /// `MCP_CONNECT_IDP_CLIENT_SECRET`.
+    pub idp_client_secret: Option<String>,
+    /// `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`, by the provider's name in the file.
+    pub provider_client_secrets: BTreeMap<String, String>,
+}

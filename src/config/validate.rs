@@ -1,7 +1,8 @@
 //! From raw settings to a checked `Config` of ready objects: every error names its field.
 
+use super::raw::EnvSecrets;
 use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
-use super::{Config, ConfigError, EnvLookup, LogFormat, TenantConfig, err};
+use super::{Config, ConfigError, LogFormat, TenantConfig, err};
 use crate::domain::{ProviderId, Scopes, TenantId};
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
@@ -26,16 +27,9 @@ pub(super) fn upper(s: &str) -> String {
     s.to_ascii_uppercase().replace('-', "_")
 }
 
-/// A clock skew for ID tokens: the environment, else the file, else 60 s; at most 5 min.
-pub(super) fn clock_skew(
-    field: &str,
-    env_value: Option<String>,
-    raw: Option<u64>,
-) -> Result<time::Duration, ConfigError> {
-    let secs = match env_value {
-        Some(v) => v.trim().parse::<u64>().map_err(|_| err(field, format!("{v:?} is not a number of seconds")))?,
-        None => raw.unwrap_or(60),
-    };
+/// A clock skew for ID tokens: the setting, else 60 s; at most 5 min.
+pub(super) fn clock_skew(field: &str, raw: Option<u64>) -> Result<time::Duration, ConfigError> {
+    let secs = raw.unwrap_or(60);
     if secs > 300 {
         return Err(err(field, "must be at most 300 (a larger skew keeps expired ID tokens alive)"));
     }
@@ -90,12 +84,12 @@ fn otlp_endpoint(raw: Option<String>) -> Result<Option<Url>, ConfigError> {
     Ok(Some(url))
 }
 
-/// The pool's URL (`MCP_CONNECT_DATABASE_URL`, then `DATABASE_URL`, then the file), its
-/// size, and the change listener's own URL if it has one.
-fn database(raw: RawDatabase, env: EnvLookup<'_>) -> Result<(String, u32, Option<SecretString>), ConfigError> {
-    let url = database_url(env(&env_key("DATABASE_URL")).or_else(|| env("DATABASE_URL")).or(raw.url))?;
-    let listen_url = env(&env_key("DATABASE_LISTEN_URL"))
-        .or(raw.listen_url)
+/// The pool's URL (the environment laid over the file: `env::overlay`), its size, and the
+/// change listener's own URL if it has one.
+fn database(raw: RawDatabase) -> Result<(String, u32, Option<SecretString>), ConfigError> {
+    let url = database_url(raw.url)?;
+    let listen_url = raw
+        .listen_url
         .map(|u| database_url(Some(u)).map_err(|e| err("database.listen_url", e.message)))
         .transpose()?
         .map(SecretString::from);
@@ -123,21 +117,16 @@ fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
 
 pub(super) fn validate_for_command(
     raw: RawConfig,
-    env: EnvLookup<'_>,
+    secrets: EnvSecrets,
     with_keyring: bool,
 ) -> Result<super::CommandConfig, ConfigError> {
-    let (database_url, _, _) = database(raw.database, env)?;
-    let keyring = if with_keyring {
-        let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
-        Some(keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref())?)
-    } else {
-        None
-    };
+    let (database_url, _, _) = database(raw.database)?;
+    let keyring = if with_keyring { Some(keyring(secrets.vault_keys, raw.vault.keys_file.as_deref())?) } else { None };
     Ok(super::CommandConfig {
         database_url: SecretString::from(database_url),
         audit_retention: audit_retention(raw.audit.retention_days)?,
         keyring,
-        listen: listen(env(&env_key("LISTEN")).or(raw.listen))?,
+        listen: listen(raw.listen)?,
     })
 }
 
@@ -151,12 +140,13 @@ fn audit_retention(days: Option<u64>) -> Result<Duration, ConfigError> {
 fn providers_and_tenants(
     raw: std::collections::BTreeMap<String, RawProvider>,
     raw_tenants: Vec<super::raw::RawTenant>,
-    env: EnvLookup<'_>,
+    secrets: &mut EnvSecrets,
     errors: &mut Vec<ConfigError>,
 ) -> (ProviderRegistry, Result<Vec<TenantConfig>, ConfigError>) {
     let mut providers = Vec::new();
     for (name, p) in raw {
-        match validate_provider(&name, p, env) {
+        let secret = secrets.provider_client_secrets.remove(&name);
+        match validate_provider(&name, p, secret) {
             Ok(p) => providers.push(p),
             Err(e) => errors.push(e),
         }
@@ -178,23 +168,23 @@ macro_rules! all_checks {
     };
 }
 
-pub(super) fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config, ConfigError> {
     let mut errors = Vec::new();
-    let (registry, tenants) = providers_and_tenants(raw.providers, raw.tenants, env, &mut errors);
-    let keys_file = env(&env_key("VAULT_KEYS_FILE")).map(PathBuf::from).or(raw.vault.keys_file);
+    let (registry, tenants) = providers_and_tenants(raw.providers, raw.tenants, &mut secrets, &mut errors);
+    let keys_file = raw.vault.keys_file;
     let secs = |field: &str, value: Option<u64>, default: u64, range, why: &str| {
         seconds(field, value, default, range, why).map(Duration::from_secs)
     };
     all_checks! { errors;
-        public_base_url = public_base_url(env(&env_key("PUBLIC_BASE_URL")).or(raw.public_base_url));
-        listen = listen(env(&env_key("LISTEN")).or(raw.listen));
+        public_base_url = public_base_url(raw.public_base_url);
+        listen = listen(raw.listen);
         drain = drain(raw.shutdown.drain_seconds);
-        log_format = log_format(env(&env_key("LOG_FORMAT")).or(raw.log_format));
-        database = database(raw.database, env);
-        keyring = keyring(env(&env_key("VAULT_KEYS")), keys_file.as_deref());
-        idp = validate_idp(raw.idp, env);
+        log_format = log_format(raw.log_format);
+        database = database(raw.database);
+        keyring = keyring(secrets.vault_keys, keys_file.as_deref());
+        idp = validate_idp(raw.idp, secrets.idp_client_secret);
         tenants = tenants;
-        cache_enabled = cache_enabled(env(&env_key("CACHE_ENABLED")).as_deref(), raw.cache.enabled);
+        cache_enabled = Ok::<_, ConfigError>(raw.cache.enabled.unwrap_or(true));
         cache_max_age = secs("cache.max_age_seconds", raw.cache.max_age_seconds, 5, 1..=60,
             " (a lost notification must not live long)");
         refresh_margin = secs("refresh.margin_seconds", raw.refresh.margin_seconds, 60, 0..=3600, "");
@@ -311,17 +301,6 @@ fn keyring(spec: Option<String>, file: Option<&Path>) -> Result<Keyring, ConfigE
     Keyring::parse(&spec).map_err(|e| err("vault keys", e.to_string()))
 }
 
-fn cache_enabled(env_value: Option<&str>, raw: Option<bool>) -> Result<bool, ConfigError> {
-    match env_value {
-        None => Ok(raw.unwrap_or(true)),
-        Some("true" | "1") => Ok(true),
-        Some("false" | "0") => Ok(false),
-        Some(other) => {
-            Err(err("cache.enabled", format!("MCP_CONNECT_CACHE_ENABLED={other:?}: expected true or false")))
-        }
-    }
-}
-
 fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Result<Vec<TenantConfig>, ConfigError> {
     let mut tenants: Vec<TenantConfig> = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
@@ -350,7 +329,8 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
     Ok(tenants)
 }
 
-pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<IdpConfig, ConfigError> {
+/// The primary IdP; its client secret from the environment (`secret`), else the file named.
+pub(super) fn validate_idp(raw: Option<RawIdp>, secret: Option<String>) -> Result<IdpConfig, ConfigError> {
     let raw = raw.unwrap_or(RawIdp {
         issuer: None,
         client_id: None,
@@ -360,17 +340,14 @@ pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<Id
         clock_skew_seconds: None,
         allow_private_endpoints: false,
     });
-    let clock_skew =
-        clock_skew("idp.clock_skew_seconds", env(&env_key("IDP_CLOCK_SKEW_SECONDS")), raw.clock_skew_seconds)?;
-    let issuer = env(&env_key("IDP_ISSUER")).or(raw.issuer).ok_or_else(|| {
+    let clock_skew = clock_skew("idp.clock_skew_seconds", raw.clock_skew_seconds)?;
+    let issuer = raw.issuer.ok_or_else(|| {
         err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
     })?;
     let issuer =
         urls::Issuer::parse(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
-    let client_id = env(&env_key("IDP_CLIENT_ID"))
-        .or(raw.client_id)
-        .ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
-    let client_secret = match (env(&env_key("IDP_CLIENT_SECRET")), &raw.client_secret_file) {
+    let client_id = raw.client_id.ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
+    let client_secret = match (secret, &raw.client_secret_file) {
         (Some(s), _) => s,
         (None, Some(path)) => read_secret_file("idp.client_secret_file", path)?,
         (None, None) => {
@@ -396,18 +373,18 @@ pub(super) fn validate_idp(raw: Option<RawIdp>, env: EnvLookup<'_>) -> Result<Id
     })
 }
 
-pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) -> Result<Provider, ConfigError> {
+/// A provider; its client secret from the environment (`secret`), else the file named.
+pub(super) fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, ConfigError> {
     let field = format!("providers.{name}");
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
     let t = p.template.template();
-    let (client_id, client_secret) = provider_client(&id, &f, &p, env)?;
+    let (client_id, client_secret) = provider_client(&id, &f, &p, secret)?;
     let ends = endpoints(&f, &p, &t)?;
     let (default_scopes, scope_separator) = provider_scopes(&f, &p, &t)?;
     let extra =
         extra_authorize_params(&f("extra_authorize_params"), t.extra_authorize_params, p.extra_authorize_params)?;
-    let clock_skew =
-        clock_skew(&f("clock_skew_seconds"), env(&provider_env(&id, "CLOCK_SKEW_SECONDS")), p.clock_skew_seconds)?;
+    let clock_skew = clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
     let display_name = p
         .display_name
         .unwrap_or_else(|| if t.display_name.is_empty() { name.to_owned() } else { t.display_name.to_owned() });
@@ -437,21 +414,21 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, env: EnvLookup<'_>) 
     })
 }
 
-/// The client id (environment first) and secret (environment, else the file named).
+/// The client id and secret (environment, else the file named).
 fn provider_client(
     id: &ProviderId,
     f: &dyn Fn(&str) -> String,
     p: &RawProvider,
-    env: EnvLookup<'_>,
+    secret: Option<String>,
 ) -> Result<(String, String), ConfigError> {
-    let client_id = env(&provider_env(id, "CLIENT_ID"))
-        .or_else(|| p.client_id.clone())
+    let client_id = p
+        .client_id
+        .clone()
         .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(id, "CLIENT_ID"))))?;
     let secret_env = provider_env(id, "CLIENT_SECRET");
-    let client_secret =
-        client_secret(&f("client_secret_file"), env(&secret_env), &p.client_secret_file)?.ok_or_else(|| {
-            err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
-        })?;
+    let client_secret = client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?.ok_or_else(|| {
+        err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
+    })?;
     Ok((client_id, client_secret))
 }
 

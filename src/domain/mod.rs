@@ -21,6 +21,55 @@ pub enum KillState {
     NoTokenHandouts,
 }
 
+impl KillState {
+    /// What the switches in force (a tenant's own and the global one) allow together: the
+    /// stricter wins.
+    pub fn of(modes: &[KillMode]) -> Self {
+        if modes.contains(&KillMode::NoTokenHandouts) {
+            Self::NoTokenHandouts
+        } else if modes.is_empty() {
+            Self::Open
+        } else {
+            Self::NoNewElicitations
+        }
+    }
+}
+
+/// An operator's kill switch for a provider. `no_new_elicitations` stops new links and
+/// connects in flight; `no_token_handouts` also stops handing out stored tokens.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+#[schema(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum KillMode {
+    NoNewElicitations,
+    NoTokenHandouts,
+}
+
+impl KillMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoNewElicitations => "no_new_elicitations",
+            Self::NoTokenHandouts => "no_token_handouts",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, ParseError> {
+        match s {
+            "no_new_elicitations" => Ok(Self::NoNewElicitations),
+            "no_token_handouts" => Ok(Self::NoTokenHandouts),
+            _ => Err(ParseError("unknown kill switch mode")),
+        }
+    }
+
+    /// The mode's text, or `off` for no switch (as audit rows and webhooks say it).
+    pub fn or_off(mode: Option<Self>) -> &'static str {
+        mode.map_or("off", Self::as_str)
+    }
+}
+
 /// The account at the provider a connection belongs to.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Account {
@@ -135,6 +184,7 @@ macro_rules! text_column {
 }
 text_column!(ElicitationStatus);
 text_column!(ConnectionStatus);
+text_column!(KillMode);
 
 /// Scope of an API key: MCP servers call `/v1`, operators call `/admin/v1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]

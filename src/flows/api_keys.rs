@@ -3,7 +3,7 @@
 
 use crate::api_keys::{NewApiKey, hash_key};
 use crate::domain::AuditKind;
-use crate::domain::{KeyScope, TenantId};
+use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::store::{self, audit::AuditEvent};
 
 /// Makes a key, stores its hash and an audit event, and returns it (shown once).
@@ -55,4 +55,20 @@ pub async fn store_api_key(
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Revokes an active key, with an audit event; every instance refuses it within the API-key
+/// cache's bound (the change is announced from the database). `None`: no active key with
+/// that id.
+pub async fn revoke_api_key(pool: &store::PgPool, id: &ApiKeyId) -> Result<Option<TenantId>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
+        return Ok(None);
+    };
+    let mut ev = AuditEvent::new(AuditKind::ApiKeyRevoked);
+    ev.tenant_id = Some(tenant.to_string());
+    ev.api_key_id = Some(id.to_string());
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(Some(tenant))
 }

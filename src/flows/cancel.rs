@@ -3,9 +3,8 @@
 //! Their in-flight states are spent in the same transaction, so a callback that arrives
 //! later finds nothing to complete.
 
-use crate::app::AppState;
 use crate::domain::AuditKind;
-use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
+use crate::store::{self, PgPool, audit::AuditEvent, elicitations::ElicitationRow};
 use crate::webhooks::EventKind;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -43,13 +42,13 @@ impl Because {
 /// Cancels a tenant's pending links (of one subject and/or provider), with one audit event.
 /// Returns their ids.
 pub async fn cancel_pending(
-    state: &AppState,
+    pool: &PgPool,
     tenant: &str,
     subject: Option<&str>,
     provider: Option<&str>,
     by: &Closer<'_>,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let mut tx = store::begin(&state.pool).await?;
+    let mut tx = store::begin(pool).await?;
     let closed =
         store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
     let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
@@ -77,13 +76,13 @@ pub async fn cancel_pending(
 /// closed and the answer kept as `cancel_reason`. Returns the row as it is afterwards
 /// (`None`: not this tenant's); a repeat changes nothing and writes no second event.
 pub async fn cancel_by_client(
-    state: &AppState,
+    pool: &PgPool,
     tenant: &str,
     id: Uuid,
     reason: Option<&str>,
     api_key_id: &str,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
-    let mut tx = store::begin(&state.pool).await?;
+    let mut tx = store::begin(pool).await?;
     let Some((changed, e)) =
         store::elicitations::cancel_one(&mut tx, tenant, id, reason, OffsetDateTime::now_utc()).await?
     else {

@@ -107,7 +107,7 @@ async fn load_for_session(
     }
     let provider =
         policy::provider_for(state, &e.tenant_id, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
-    if kill_state(state, e.tenant_id.as_str(), e.provider.as_str()).await? != KillState::Open {
+    if kill_state(&state.pool, &state.caches, &e.tenant_id, &e.provider).await? != KillState::Open {
         return Err(ConnectError::ProviderDisabled);
     }
     Ok((e, provider))

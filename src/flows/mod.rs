@@ -1,7 +1,8 @@
 //! The use cases, one file each, named after what a caller does: ask for a token, open a
 //! connect link, come back from the provider, sign in, refresh, revoke, rotate the vault
-//! key, clean up; and the policy (provider allowed, kill switches) they share. Handlers in
-//! `http` parse, call one of these, and render.
+//! key, clean up, switch a provider or a tenant off, issue or revoke an API key; and the
+//! policy (provider allowed, kill switches) they share. Handlers in `http` and commands in
+//! `cli` parse, call one of these, and render.
 
 pub mod api_keys;
 pub mod callback;
@@ -11,11 +12,13 @@ pub mod connect;
 pub mod events;
 pub mod fault;
 pub mod held;
+pub mod kill_switches;
 pub mod login;
 pub mod policy;
 pub mod refresh;
 pub mod revoke;
 pub mod rotate;
+pub mod tenants;
 pub mod token;
 pub mod wait;
 pub mod webhooks;

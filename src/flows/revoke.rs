@@ -59,7 +59,7 @@ pub async fn cancel_links(
 ) -> Result<usize, sqlx::Error> {
     let by =
         super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation, by: by.as_str() };
-    Ok(super::cancel::cancel_pending(state, tenant, Some(subject), provider, &by).await?.len())
+    Ok(super::cancel::cancel_pending(&state.pool, tenant, Some(subject), provider, &by).await?.len())
 }
 
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.

@@ -73,7 +73,7 @@ pub async fn token_for(
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
     let provider = provider_for(state, tenant, &req.provider)?;
-    let killed = kill_state(state, tenant.as_str(), req.provider.as_str()).await?;
+    let killed = kill_state(&state.pool, &state.caches, tenant, &req.provider).await?;
     if killed == KillState::NoTokenHandouts {
         return Err(TokenError::ProviderDisabled);
     }

@@ -1,9 +1,9 @@
 //! An operator registers, lists, rotates and deletes a tenant's webhook endpoints, and reads
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
-use crate::app::AppState;
 use crate::domain::AuditKind;
-use crate::store::{self, audit::AuditEvent, webhooks::WebhookRow};
+use crate::store::{self, PgPool, audit::AuditEvent, webhooks::WebhookRow};
+use crate::vault::Vault;
 use crate::webhooks::{self, EventKind, Slot, ssrf};
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -133,16 +133,17 @@ super::fault::wraps_fault!(WebhookError);
 
 /// Registers an endpoint; returns it and its signing secret (shown this once).
 pub async fn register(
-    state: &AppState,
+    pool: &PgPool,
+    vault: &Vault,
     tenant: &str,
     r: &Registration,
     api_key_id: &str,
 ) -> Result<(Webhook, SecretString), WebhookError> {
     let id = crate::domain::WebhookId::generate().as_uuid();
     let secret = webhooks::sign::new_secret();
-    let sealed = webhooks::seal_secret(&state.vault, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
+    let sealed = webhooks::seal_secret(vault, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
     let events: Vec<String> = r.events.iter().map(|e| e.as_str().to_owned()).collect();
-    let mut tx = store::begin(&state.pool).await?;
+    let mut tx = store::begin(pool).await?;
     // One registration at a time per tenant, so the limit holds under concurrent calls.
     store::tenants::lock_tenant(&mut *tx, tenant).await?;
     if store::webhooks::count_webhooks(&mut *tx, tenant).await? >= MAX_WEBHOOKS {
@@ -156,7 +157,7 @@ pub async fn register(
             url: r.url.as_str(),
             events: &events,
             description: &r.description,
-            key_id: state.vault.current_key_id().as_str(),
+            key_id: vault.current_key_id().as_str(),
             secret_sealed: &sealed,
         },
     )
@@ -167,19 +168,19 @@ pub async fn register(
     Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
 }
 
-pub async fn list(state: &AppState, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
+pub async fn list(pool: &PgPool, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
     let now = OffsetDateTime::now_utc();
-    Ok(store::webhooks::list_webhooks(&state.pool, tenant).await?.iter().map(|r| Webhook::of(r, now)).collect())
+    Ok(store::webhooks::list_webhooks(pool, tenant).await?.iter().map(|r| Webhook::of(r, now)).collect())
 }
 
-pub async fn get(state: &AppState, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
-    let row = store::webhooks::get_webhook(&state.pool, tenant, id).await?;
+pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
+    let row = store::webhooks::get_webhook(pool, tenant, id).await?;
     Ok(row.map(|r| Webhook::of(&r, OffsetDateTime::now_utc())))
 }
 
 /// Deletes an endpoint and its deliveries (pending ones are not sent). Whether it existed.
-pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
-    let mut tx = store::begin(&state.pool).await?;
+pub async fn delete(pool: &PgPool, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
+    let mut tx = store::begin(pool).await?;
     if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
         return Ok(false);
     }
@@ -192,20 +193,21 @@ pub async fn delete(state: &AppState, tenant: &str, id: Uuid, api_key_id: &str) 
 /// `keep_previous` is false (a leaked secret stops at once). `None`: no such endpoint in
 /// this tenant.
 pub async fn rotate_secret(
-    state: &AppState,
+    pool: &PgPool,
+    vault: &Vault,
     tenant: &str,
     id: Uuid,
     keep_previous: bool,
     api_key_id: &str,
 ) -> Result<Option<(Webhook, SecretString)>, WebhookError> {
     let now = OffsetDateTime::now_utc();
-    let mut tx = store::begin(&state.pool).await?;
+    let mut tx = store::begin(pool).await?;
     let Some(old) = store::webhooks::lock_webhook(&mut *tx, tenant, id).await? else { return Ok(None) };
     // Both secrets are sealed at the endpoint's next generation: the one in force now, kept
     // as the previous one, is sealed anew, and every ciphertext of the generations before
     // (a secret dropped because it leaked) no longer opens if put back.
     let next = crate::vault::next_generation(old.secret_version);
-    let v = &state.vault;
+    let v = vault;
     let secret = webhooks::sign::new_secret();
     let sealed = webhooks::seal_secret(v, id, next, Slot::Current, &secret)?;
     let previous = if keep_previous {
@@ -229,16 +231,16 @@ pub async fn rotate_secret(
 
 /// An endpoint's deliveries, newest first. `None`: no such endpoint in this tenant.
 pub async fn deliveries(
-    state: &AppState,
+    pool: &PgPool,
     tenant: &str,
     id: Uuid,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Option<Vec<store::webhooks::DeliveryRow>>, sqlx::Error> {
-    if store::webhooks::get_webhook(&state.pool, tenant, id).await?.is_none() {
+    if store::webhooks::get_webhook(pool, tenant, id).await?.is_none() {
         return Ok(None);
     }
-    Ok(Some(store::webhooks::list_deliveries(&state.pool, id, before, limit).await?))
+    Ok(Some(store::webhooks::list_deliveries(pool, id, before, limit).await?))
 }
 
 /// The audit event of a change to an endpoint: its id and `detail` (never the URL whole:

@@ -1,5 +1,6 @@
 //! `api_keys`: public id, scope, argon2id hash. The key itself is never stored.
 
+use crate::domain::TenantId;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 
@@ -83,10 +84,11 @@ pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> 
     .await
 }
 
-/// Revokes a key; returns false when there is no such unrevoked key.
-pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<String>, sqlx::Error> {
+/// Revokes a key; returns its tenant, or `None` when there is no such unrevoked key.
+pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<TenantId>, sqlx::Error> {
     sqlx::query_scalar!(
-        "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING tenant_id",
+        r#"UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
+           RETURNING tenant_id AS "tenant_id: TenantId""#,
         id
     )
     .fetch_optional(db)

@@ -71,14 +71,17 @@ async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
     let beta = mcp_connect::domain::TenantId::parse("beta").unwrap();
     let body = json!({"subject": "alice", "provider": "github"});
     assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
-    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(true));
+    assert_eq!(mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(true));
     assert!(b.state.caches.barrier(&b.pool).await);
     assert_error(b.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
     // Restarting an instance whose file names beta does not bring it back.
     let c = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
     assert_error(c.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
-    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(false));
-    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &beta, true, "cli").await.unwrap(), Some(true));
+    assert_eq!(
+        mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(),
+        Some(false)
+    );
+    assert_eq!(mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, true, "cli").await.unwrap(), Some(true));
     assert!(b.state.caches.barrier(&b.pool).await);
     assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
     let kinds: Vec<String> = sqlx::query_scalar(
@@ -89,5 +92,5 @@ async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
     .unwrap();
     assert_eq!(kinds, ["tenant_deactivated", "tenant_activated"]);
     let unknown = mcp_connect::domain::TenantId::parse("nobody").unwrap();
-    assert_eq!(mcp_connect::cli::set_tenant_active(&a.pool, &unknown, false, "cli").await.unwrap(), None);
+    assert_eq!(mcp_connect::flows::tenants::set_tenant_active(&a.pool, &unknown, false, "cli").await.unwrap(), None);
 }

@@ -239,7 +239,7 @@ async fn consumed(
     checks::state_binding(st, path_provider, session, &expected_redirect)?;
     let (tenant, subject) = (st.tenant_id.clone(), st.subject.clone());
     let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
-    if policy::kill_state(state, st.tenant_id.as_str(), st.provider.as_str()).await.map_err(Fault::from)?
+    if policy::kill_state(&state.pool, &state.caches, &st.tenant_id, &st.provider).await.map_err(Fault::from)?
         != KillState::Open
     {
         return Err(CallbackRefusal::ProviderDisabled.into());

@@ -58,7 +58,7 @@ pub async fn cancel_elicitations(
         by: "admin",
     };
     let ids = cancel::cancel_pending(
-        &state,
+        &state.pool,
         caller.0.tenant.as_str(),
         s.as_ref().map(Subject::as_str),
         p.as_ref().map(ProviderId::as_str),

@@ -2,8 +2,8 @@
 
 use super::{db, provider};
 use crate::app::AppState;
-use crate::domain::ProviderId;
-use crate::flows::policy;
+use crate::domain::{KillMode, ProviderId, TenantId};
+use crate::flows::kill_switches::{KillSwitchChange, Operator, change_kill_switch};
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::http::schema::ProviderPath;
@@ -13,7 +13,33 @@ use actix_web::{HttpResponse, web};
 /// The tenant's kill switches, and the global ones.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct KillSwitches {
-    kill_switches: Vec<store::kill_switches::KillSwitchRow>,
+    kill_switches: Vec<KillSwitch>,
+}
+
+/// One switch in force.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct KillSwitch {
+    /// `null`: set by the operator for every tenant.
+    #[schema(value_type = Option<String>)]
+    tenant_id: Option<TenantId>,
+    #[schema(value_type = String)]
+    provider: ProviderId,
+    mode: KillMode,
+    reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    updated_at: time::OffsetDateTime,
+}
+
+impl From<store::kill_switches::KillSwitchRow> for KillSwitch {
+    fn from(r: store::kill_switches::KillSwitchRow) -> Self {
+        KillSwitch {
+            tenant_id: r.tenant_id,
+            provider: r.provider,
+            mode: r.mode,
+            reason: r.reason,
+            updated_at: r.updated_at,
+        }
+    }
 }
 
 /// The kill switches that apply to this tenant (its own and the global ones).
@@ -26,9 +52,8 @@ pub struct KillSwitches {
     security(("admin_key" = [])),
 )]
 pub async fn list_kill_switches(caller: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let rows =
-        store::kill_switches::list_kill_switches(&state.pool, Some(caller.0.tenant.as_str())).await.map_err(db)?;
-    Ok(HttpResponse::Ok().json(KillSwitches { kill_switches: rows }))
+    let rows = store::kill_switches::list_kill_switches(&state.pool, Some(&caller.0.tenant)).await.map_err(db)?;
+    Ok(HttpResponse::Ok().json(KillSwitches { kill_switches: rows.into_iter().map(KillSwitch::from).collect() }))
 }
 
 /// What to stop, and why (shown to operators, never to people).
@@ -36,21 +61,12 @@ pub async fn list_kill_switches(caller: AdminCaller, state: web::Data<AppState>)
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"mode": "no_token_handouts", "reason": "incident 42"}))]
 pub struct KillBody {
+    /// Read as a string so that an unknown mode is `invalid_request`, not `invalid_json`.
     #[schema(value_type = KillMode)]
     mode: String,
     /// At most 500 characters, no control characters.
     #[schema(value_type = Option<String>, max_length = 500, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     reason: Option<String>,
-}
-
-/// `no_new_elicitations` stops new links and connects in flight; `no_token_handouts` also
-/// stops handing out stored tokens.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)] // The schema of `KillBody::mode`; the handler reads a string.
-enum KillMode {
-    NoNewElicitations,
-    NoTokenHandouts,
 }
 
 /// The provider's switch for this tenant afterwards.
@@ -60,7 +76,7 @@ pub struct KillSwitchState {
     provider: ProviderId,
     /// `no_new_elicitations`, `no_token_handouts`, or `off`.
     #[schema(example = "no_token_handouts")]
-    mode: String,
+    mode: &'static str,
 }
 
 /// Sets the tenant's switch for a provider; every instance obeys within a second.
@@ -84,17 +100,16 @@ pub async fn set_kill_switch(
     body: web::Json<KillBody>,
 ) -> Result<HttpResponse, ApiError> {
     let p = provider(&state, &path.provider)?;
-    if !matches!(body.mode.as_str(), "no_new_elicitations" | "no_token_handouts") {
-        return Err(ApiError::new(ErrorCode::InvalidRequest, "mode must be no_new_elicitations or no_token_handouts"));
-    }
+    let mode = KillMode::parse(&body.mode).map_err(|_| {
+        ApiError::new(ErrorCode::InvalidRequest, "mode must be no_new_elicitations or no_token_handouts")
+    })?;
     let reason = body.reason.as_deref().filter(|r| r.chars().count() <= 500 && !r.chars().any(char::is_control));
     if body.reason.is_some() && reason.is_none() {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be at most 500 printable characters"));
     }
-    policy::change_kill_switch(&state, &caller.0.tenant, &p, Some(&body.mode), reason, caller.0.id.as_str())
-        .await
-        .map_err(db)?;
-    Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: body.into_inner().mode }))
+    let change = KillSwitchChange { tenant: Some(&caller.0.tenant), provider: &p, mode: Some(mode), reason };
+    change_kill_switch(&state.pool, Some(&state.caches), change, Operator::AdminKey(&caller.0.id)).await?;
+    Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: mode.as_str() }))
 }
 
 /// Lifts the tenant's switch for a provider (a global one stays).
@@ -116,6 +131,7 @@ pub async fn clear_kill_switch(
     path: web::Path<ProviderPath>,
 ) -> Result<HttpResponse, ApiError> {
     let p = provider(&state, &path.provider)?;
-    policy::change_kill_switch(&state, &caller.0.tenant, &p, None, None, caller.0.id.as_str()).await.map_err(db)?;
-    Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: "off".to_owned() }))
+    let change = KillSwitchChange { tenant: Some(&caller.0.tenant), provider: &p, mode: None, reason: None };
+    change_kill_switch(&state.pool, Some(&state.caches), change, Operator::AdminKey(&caller.0.id)).await?;
+    Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: KillMode::or_off(None) }))
 }

@@ -86,7 +86,8 @@ pub async fn create_webhook(
     body: web::Json<NewWebhookBody>,
 ) -> Result<HttpResponse, ApiError> {
     let r = flow::check_registration(&body.url, &body.events, body.description.as_deref(), state.webhook_policy)?;
-    let (webhook, secret) = flow::register(&state, caller.0.tenant.as_str(), &r, caller.0.id.as_str()).await?;
+    let (webhook, secret) =
+        flow::register(&state.pool, &state.vault, caller.0.tenant.as_str(), &r, caller.0.id.as_str()).await?;
     Ok(HttpResponse::Created().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -100,7 +101,7 @@ pub async fn create_webhook(
     security(("admin_key" = [])),
 )]
 pub async fn list_webhooks(caller: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let webhooks = flow::list(&state, caller.0.tenant.as_str()).await.map_err(db)?;
+    let webhooks = flow::list(&state.pool, caller.0.tenant.as_str()).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(Webhooks { webhooks }))
 }
 
@@ -124,7 +125,7 @@ pub async fn get_webhook(
     path: web::Path<WebhookPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
-    let w = flow::get(&state, caller.0.tenant.as_str(), id.as_uuid()).await.map_err(db)?.ok_or_else(not_found)?;
+    let w = flow::get(&state.pool, caller.0.tenant.as_str(), id.as_uuid()).await.map_err(db)?.ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(w))
 }
 
@@ -148,7 +149,7 @@ pub async fn delete_webhook(
     path: web::Path<WebhookPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
-    if !flow::delete(&state, caller.0.tenant.as_str(), id.as_uuid(), caller.0.id.as_str()).await.map_err(db)? {
+    if !flow::delete(&state.pool, caller.0.tenant.as_str(), id.as_uuid(), caller.0.id.as_str()).await.map_err(db)? {
         return Err(not_found());
     }
     Ok(HttpResponse::NoContent().finish())
@@ -187,10 +188,16 @@ pub async fn rotate_secret(
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
     let keep = q.keep_previous.unwrap_or(true);
-    let (webhook, secret) =
-        flow::rotate_secret(&state, caller.0.tenant.as_str(), id.as_uuid(), keep, caller.0.id.as_str())
-            .await?
-            .ok_or_else(not_found)?;
+    let (webhook, secret) = flow::rotate_secret(
+        &state.pool,
+        &state.vault,
+        caller.0.tenant.as_str(),
+        id.as_uuid(),
+        keep,
+        caller.0.id.as_str(),
+    )
+    .await?
+    .ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -301,7 +308,7 @@ pub async fn list_deliveries(
     if q.before.is_some_and(|b| b < 1) {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "before must be a delivery id"));
     }
-    let deliveries = flow::deliveries(&state, caller.0.tenant.as_str(), id.as_uuid(), q.before, limit)
+    let deliveries = flow::deliveries(&state.pool, caller.0.tenant.as_str(), id.as_uuid(), q.before, limit)
         .await
         .map_err(db)?
         .ok_or_else(not_found)?;

@@ -198,7 +198,7 @@ pub async fn cancel_elicitation(
         return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));
     }
     let e = crate::flows::cancel::cancel_by_client(
-        &state,
+        &state.pool,
         caller.0.tenant.as_str(),
         id.as_uuid(),
         reason.as_deref(),

@@ -1,0 +1,125 @@
+//! `mcp-connect dev`: everything on loopback for a first try. A private PostgreSQL (unless
+//! `DATABASE_URL` is set), throwaway development keys, a built-in dev identity provider and
+//! dev downstream provider (real OAuth/OIDC servers on their own ports), a dev tenant with
+//! fresh API keys, a dotenv file for scripts, and a printed walkthrough. Nothing here is
+//! reachable from `serve`.
+//!
+//! One file per job: `postgres` (the private cluster), `demo_config` (the service's and
+//! the dev providers' configuration), `webhook_echo`, `env_file`, `walkthrough`.
+
+mod demo_config;
+mod env_file;
+mod postgres;
+mod walkthrough;
+mod webhook_echo;
+
+pub use postgres::PrivatePostgres;
+
+use crate::config::Config;
+use crate::domain::{KeyScope, TenantId};
+use crate::startup::{Application, shutdown_signal};
+use crate::vault::Keyring;
+use demo_config::{dev_toml, start_dev_providers};
+use env_file::write_env_file;
+use secrecy::ExposeSecret;
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use walkthrough::print_walkthrough;
+use webhook_echo::start_webhook_echo;
+
+/// Where the example MCP server listens by default; the dev IdP's access tokens name it
+/// as their audience, the protected resource's identifier (RFC 9728 §1.2: a URL).
+pub const DEFAULT_MCP_URL: &str = "http://127.0.0.1:8090/mcp";
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Port of the service on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Where to write the values a script needs (service URL, keys, provider URLs).
+    #[arg(long, default_value = ".mcp-connect-dev.env")]
+    pub env_file: PathBuf,
+    /// Folder for the private PostgreSQL cluster (made anew on every start). Default: a
+    /// folder of its own under the system's temp directory, removed on exit, so it works
+    /// from any checkout (also as root from a folder the `postgres` user cannot enter).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The MCP server's URL (its RFC 9728 resource identifier): the dev IdP mints MCP
+    /// access tokens for this audience.
+    #[arg(long, default_value = DEFAULT_MCP_URL)]
+    pub mcp_url: url::Url,
+    /// Run a webhook receiver on loopback, registered for every event of the dev tenant:
+    /// it checks each delivery's signature (the official `standardwebhooks` crate) and
+    /// prints the event.
+    #[arg(long)]
+    pub webhook_echo: bool,
+}
+
+pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
+    let _logs = crate::telemetry::init(crate::config::LogFormat::Text, None);
+    let private_pg;
+    let database_url = match crate::config::process_env("DATABASE_URL") {
+        Some(url) => url,
+        None => {
+            private_pg = PrivatePostgres::start(args.data_dir.as_deref())?;
+            eprintln!("started a private PostgreSQL in {}", private_pg.data.display());
+            private_pg.url.clone()
+        }
+    };
+
+    let listener = TcpListener::bind(("127.0.0.1", args.port))
+        .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{}: {e} (try --port 0)", args.port))?;
+    let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
+    let secret = crate::crypto::random_token(32);
+    let (idp, provider) = start_dev_providers(&base, &secret, &args.mcp_url).await?;
+
+    // Development keys: random, in memory only, gone when this process ends.
+    let vault_keys = Keyring::generate_entry("dev-only");
+    let env: HashMap<&str, String> = HashMap::from([
+        ("MCP_CONNECT_DATABASE_URL", database_url.clone()),
+        ("MCP_CONNECT_VAULT_KEYS", vault_keys),
+        ("MCP_CONNECT_IDP_CLIENT_SECRET", secret.clone()),
+        ("MCP_CONNECT_PROVIDER_DEV_CLIENT_SECRET", secret.clone()),
+    ]);
+    let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer()), &|k| env.get(k).cloned())?;
+    let app = Application::build_with_listener(config, listener).await?;
+    let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
+    let key = |scope| dev_key(&app, scope);
+    let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
+    let echo = if args.webhook_echo { Some(start_webhook_echo(&app).await?) } else { None };
+
+    write_env_file(
+        &args.env_file,
+        &[
+            ("MCP_CONNECT_URL", base.as_str()),
+            ("MCP_CONNECT_SERVER_KEY", &server_key),
+            ("MCP_CONNECT_ADMIN_KEY", &admin_key),
+            ("MCP_CONNECT_DEV_IDP_URL", &idp.base_url()),
+            ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
+            ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
+            ("MCP_CONNECT_DEV_MCP_URL", args.mcp_url.as_str()),
+            ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
+            ("MCP_CONNECT_METRICS_URL", &metrics_url),
+            ("DATABASE_URL", &database_url),
+        ],
+    )?;
+    print_walkthrough(&base, &args.env_file, &args.mcp_url, &metrics_url);
+    if let Some(url) = &echo {
+        println!("Webhooks: every event of the dev tenant goes to {url}; verified ones are printed here.\n");
+    }
+    tokio::select! {
+        r = app.run_until_stopped() => r?,
+        _ = shutdown_signal() => eprintln!("\nshutting down"),
+    }
+    drop(provider);
+    drop(idp);
+    Ok(())
+}
+
+/// A fresh API key of the dev tenant.
+async fn dev_key(app: &Application, scope: KeyScope) -> anyhow::Result<String> {
+    let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = crate::flows::api_keys::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
+    Ok(key.key.expose_secret().to_owned())
+}

@@ -1,0 +1,57 @@
+//! What `dev` prints once it runs: how to try it, step by step.
+
+use std::path::Path;
+
+pub(super) fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url, metrics_url: &str) {
+    let env = env_file.display();
+    // `.` needs a path with a slash to read a file rather than search PATH: `./` before a
+    // relative one, an absolute one as it is.
+    let source = if env_file.is_absolute() { env.to_string() } else { format!("./{env}") };
+    let mcp_public = mcp_url.origin().ascii_serialization();
+    let mcp_listen =
+        format!("{}:{}", mcp_url.host_str().unwrap_or("127.0.0.1"), mcp_url.port_or_known_default().unwrap_or(8090));
+    println!(
+        r#"
+mcp-connect dev is running on {base}  (development keys: nothing here is for real use)
+Values for scripts are in {env}.
+
+Try it (in another terminal):
+
+  set -a; . {source}; set +a
+
+  # 1. An MCP server asks for alice's token at the dev provider:
+  curl -s -H "Authorization: Bearer $MCP_CONNECT_SERVER_KEY" -H 'content-type: application/json' \
+       -d '{{"subject":"alice","provider":"dev"}}' $MCP_CONNECT_URL/v1/token
+
+  # 2. Open the "url" it printed in a browser. Sign in at the Dev Identity Provider as: alice
+  #    Click Connect on the consent page, then Allow at the Dev Provider.
+
+  # 3. The retried tool call asks again, with the elicitation id from step 1:
+  curl -s -H "Authorization: Bearer $MCP_CONNECT_SERVER_KEY" -H 'content-type: application/json' \
+       -d '{{"subject":"alice","provider":"dev","elicitation_id":"<id from step 1>"}}' $MCP_CONNECT_URL/v1/token
+  #    -> "status":"connected" with the token.
+
+  # Now try the phishing case: make a new link (step 1 with "subject":"carol"), open it,
+  # and sign in as bob. The page refuses: the link was made for another account.
+
+  # People see and end their connections at {base}/connections (signed in as alice).
+  # Operators: curl -s -H "Authorization: Bearer $MCP_CONNECT_ADMIN_KEY" $MCP_CONNECT_URL/admin/v1/audit
+  # Webhooks: start dev with --webhook-echo to see each event, verified, in this terminal.
+  # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
+
+The MCP side: run the example MCP server against this demo (its resource is {mcp_url}):
+
+  MCP_LISTEN={mcp_listen} MCP_PUBLIC_URL={mcp_public} MCP_ISSUER=$MCP_CONNECT_DEV_IDP_URL \
+  MCP_CONNECT_URL=$MCP_CONNECT_URL MCP_CONNECT_API_KEY=$MCP_CONNECT_SERVER_KEY \
+  MCP_STATE_KEY=$(openssl rand -base64 32) MCP_PROVIDERS=dev=$MCP_CONNECT_DEV_PROVIDER_URL/userinfo \
+    cargo run -p mcp-connect-example-server
+
+  # An MCP access token for alice (the dev IdP's dev-only grant; its audience is {mcp_url}):
+  curl -s -u mcp-connect-dev:$MCP_CONNECT_DEV_IDP_CLIENT_SECRET \
+       -d grant_type=urn:mcp-connect:dev:subject -d subject=alice $MCP_CONNECT_DEV_IDP_URL/token
+  #    Give its access_token to your MCP client as the bearer token for {mcp_url}.
+
+Press Ctrl-C to stop (the private PostgreSQL stops with it).
+"#
+    );
+}
