@@ -32,7 +32,8 @@ pub struct ApiKeyResult {
     /// Unknown-key checks per second offered during the flood phase, and how many ran.
     pub flood_rate: u32,
     pub flood_requests: u64,
-    /// argon2 runs the flood caused (unknown ids must cost none).
+    /// argon2 runs during the flood phase, the new keys' first verifications included (unknown
+    /// ids must cost none: at most `flood_first_keys`).
     pub flood_argon2_runs: u64,
     /// A cached valid key, checked during the flood.
     pub flood_cached_p99_us: f64,
@@ -205,7 +206,9 @@ async fn flood(pool: &PgPool, tenant: &TenantId, valid: &str, rate: u32, run: Du
     let first = first_keys.await?;
     Ok(Flood {
         requests,
-        argon2_runs: verifier.hash_verifications() - before - first.len() as u64,
+        // Every argon2 run in the phase, the new keys' first verifications included: a
+        // first verification may or may not need one, so subtracting them underflowed.
+        argon2_runs: verifier.hash_verifications() - before,
         cached_p99_us: median_and_p99(cached).1,
         first,
     })

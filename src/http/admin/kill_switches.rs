@@ -61,7 +61,7 @@ pub async fn list_kill_switches(caller: AdminCaller, state: web::Data<AppState>)
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"mode": "no_token_handouts", "reason": "incident 42"}))]
 pub struct KillBody {
-    /// Read as a string so that an unknown mode is `invalid_request`, not `invalid_json`.
+    // Read as a string so that an unknown mode is `invalid_request`, not `invalid_json`.
     #[schema(value_type = KillMode)]
     mode: String,
     /// At most 500 characters, no control characters.
