@@ -2,7 +2,7 @@
 
 use crate::config::{CommandConfig, Config};
 use crate::domain::{ApiKeyId, KeyScope, KillMode, ProviderId, TenantId};
-use crate::flows::kill_switches::{KillSwitchChange, Operator, change_kill_switch};
+use crate::flows::kill_switches::{KillSwitchChange, KillSwitchError, Operator, change_kill_switch};
 use crate::startup::{Application, sync_tenants};
 use crate::store;
 use crate::vault::Keyring;
@@ -366,9 +366,43 @@ async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<
         KillAction::Clear { provider, tenant } => (provider, parse_tenant(tenant)?, None, None),
     };
     let provider = ProviderId::parse(&provider).map_err(|e| anyhow::anyhow!("provider: {e}"))?;
-    let change = KillSwitchChange { tenant: tenant.as_ref(), provider: &provider, mode, reason: reason.as_deref() };
+    if let Some(t) = &tenant
+        && !store::tenants::tenant_exists(pool, t.as_str()).await?
+    {
+        anyhow::bail!("--tenant: no tenant {t} in the database");
+    }
+    let change = KillSwitchChange { provider: &provider, mode, reason: reason.as_deref() };
     // No cache here: every serving instance hears of the change from the database.
-    change_kill_switch(pool, None, change, Operator::Cli).await?;
+    change_kill_switch(pool, None, Operator::Cli { tenant: tenant.as_ref() }, change).await.map_err(|e| match e {
+        // The fault's text already holds its source: said once, not twice by `{:#}`.
+        KillSwitchError::Fault(f) => anyhow::anyhow!("{f}"),
+        refused => anyhow::anyhow!("--reason: {refused}"),
+    })?;
     println!("{provider}: {}", KillMode::or_off(mode));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::{Cli, Command, KillAction};
+    use crate::domain::KillMode;
+    use clap::Parser;
+
+    #[test]
+    fn a_kill_mode_is_spelled_as_the_admin_api_spells_it_and_nothing_else() {
+        let set = |word: &str| Cli::try_parse_from(["mcp-connect", "killswitch", "set", "github", word]);
+        for (word, mode) in
+            [("no_new_elicitations", KillMode::NoNewElicitations), ("no_token_handouts", KillMode::NoTokenHandouts)]
+        {
+            let cli = set(word).unwrap();
+            assert!(
+                matches!(cli.command, Command::Killswitch { action: KillAction::Set { mode: m, .. } } if m == mode),
+                "{word}"
+            );
+        }
+        for bad in ["no-new-elicitations", "NO_TOKEN_HANDOUTS", "off", ""] {
+            assert_eq!(set(bad).unwrap_err().kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+        }
+    }
 }

@@ -4,12 +4,14 @@
 //! - provider settings as `MCP_CONNECT_PROVIDER_<NAME>_<KEY>` for providers the file names;
 //! - the database URLs also from a file: `MCP_CONNECT_DATABASE_URL_FILE`,
 //!   `MCP_CONNECT_DATABASE_LISTEN_URL_FILE` (the variable itself wins over its file), and
-//!   the pool's from `DATABASE_URL` when neither is set;
+//!   the pool's from `DATABASE_URL`, which wins over `MCP_CONNECT_DATABASE_URL_FILE` (as it
+//!   always has);
 //! - the secrets that have no place in the file: `MCP_CONNECT_VAULT_KEYS`,
 //!   `MCP_CONNECT_IDP_CLIENT_SECRET`, `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`.
 //!
-//! This is the one place the environment is read: validation sees the file with the
-//! variables laid over it, and the secrets.
+//! This is the one place settings are read from the environment: validation sees the file
+//! with the variables laid over it, and the secrets. (The log filter `MCP_CONNECT_LOG`, the
+//! configuration file's path and `dev`'s own variables are not settings of the file.)
 //!
 //! The other secrets have their own `…_FILE` settings, which this table covers as
 //! ordinary keys: `vault.keys_file`, `idp.client_secret_file` and
@@ -24,6 +26,7 @@
 use super::raw::EnvSecrets;
 use super::validate::{read_secret_file, upper};
 use super::{ConfigError, EnvLookup, err};
+use secrecy::SecretString;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -116,8 +119,8 @@ fn set(t: &mut toml::Table, key: &str, var: &str, kind: Kind, env: EnvLookup<'_>
 pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<EnvSecrets, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut secrets = EnvSecrets {
-        vault_keys: env("MCP_CONNECT_VAULT_KEYS"),
-        idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET"),
+        vault_keys: env("MCP_CONNECT_VAULT_KEYS").map(SecretString::from),
+        idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET").map(SecretString::from),
         provider_client_secrets: Default::default(),
     };
     for (key, kind) in TOP {
@@ -145,7 +148,7 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
                     set(t, key, &var, *kind, env, &mut errors);
                 }
                 if let Some(secret) = env(&format!("MCP_CONNECT_PROVIDER_{}_CLIENT_SECRET", upper(name))) {
-                    secrets.provider_client_secrets.insert(name.clone(), secret);
+                    secrets.provider_client_secrets.insert(name.clone(), SecretString::from(secret));
                 }
             }
         }
@@ -153,18 +156,18 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
     for (var, sec, key) in SECRET_FILES {
         let var = format!("MCP_CONNECT_{var}");
         let Some(path) = env(&var) else { continue };
-        if env(var.trim_end_matches("_FILE")).is_some() {
-            continue;
-        }
-        match read_secret_file(&var, std::path::Path::new(&path)).and_then(|v| Ok((v, section(table, sec)?))) {
-            Ok((secret, t)) => {
+        // Read even when the variable itself wins, so that a wrong path is still an error.
+        let read = read_secret_file(&var, std::path::Path::new(&path));
+        let own_variable_set = env(var.trim_end_matches("_FILE")).is_some();
+        match read.and_then(|v| Ok((v, section(table, sec)?))) {
+            Ok((secret, t)) if !own_variable_set => {
                 t.insert((*key).to_owned(), toml::Value::String(secret));
             }
+            Ok(_) => {}
             Err(e) => errors.push(e),
         }
     }
-    let url_set = ["MCP_CONNECT_DATABASE_URL", "MCP_CONNECT_DATABASE_URL_FILE"].iter().any(|v| env(v).is_some());
-    if let Some(url) = env("DATABASE_URL").filter(|_| !url_set) {
+    if let Some(url) = env("DATABASE_URL").filter(|_| env("MCP_CONNECT_DATABASE_URL").is_none()) {
         match section(table, "database") {
             Ok(t) => {
                 t.insert("url".to_owned(), toml::Value::String(url));
@@ -226,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pools_url_comes_from_its_variable_then_its_file_then_database_url_then_the_file() {
+    fn the_pools_url_comes_from_its_variable_then_database_url_then_its_file_then_the_file() {
         let path = std::env::temp_dir().join(format!("mcpc-db-url-order-{}", std::process::id()));
         std::fs::write(&path, "postgres://from-file-var/x\n").unwrap();
         let file_var = path.to_str().unwrap();
@@ -234,8 +237,9 @@ mod tests {
         let url = |vars: &[(&str, &str)]| over(file, vars).unwrap()["database"]["url"].as_str().unwrap().to_owned();
         assert_eq!(url(&[]), "postgres://from-toml/x");
         assert_eq!(url(&[("DATABASE_URL", "postgres://generic/x")]), "postgres://generic/x");
+        assert_eq!(url(&[("MCP_CONNECT_DATABASE_URL_FILE", file_var)]), "postgres://from-file-var/x");
         let both = [("DATABASE_URL", "postgres://generic/x"), ("MCP_CONNECT_DATABASE_URL_FILE", file_var)];
-        assert_eq!(url(&both), "postgres://from-file-var/x");
+        assert_eq!(url(&both), "postgres://generic/x");
         let all = [
             ("DATABASE_URL", "postgres://generic/x"),
             ("MCP_CONNECT_DATABASE_URL_FILE", file_var),
@@ -243,6 +247,12 @@ mod tests {
         ];
         assert_eq!(url(&all), "postgres://own/x");
         let _ = std::fs::remove_file(&path);
+        // A file that cannot be read is an error even when the variable itself wins.
+        let gone = [
+            ("MCP_CONNECT_DATABASE_URL_FILE", "/nonexistent/db-url"),
+            ("MCP_CONNECT_DATABASE_URL", "postgres://own/x"),
+        ];
+        assert_eq!(over(file, &gone).unwrap_err()[0].field, "MCP_CONNECT_DATABASE_URL_FILE");
     }
 
     #[test]
@@ -258,10 +268,13 @@ mod tests {
         .collect();
         let mut t: toml::Table = toml::from_str("[providers.my-gh]\ntemplate = \"github\"\n").unwrap();
         let secrets = overlay(&mut t, &|k| m.get(k).cloned()).unwrap();
-        assert_eq!(secrets.vault_keys.as_deref(), Some("k1:AAAA"));
-        assert_eq!(secrets.idp_client_secret.as_deref(), Some("idp-secret"));
+        let shown = |s: &Option<SecretString>| s.as_ref().map(|s| secrecy::ExposeSecret::expose_secret(s).to_owned());
+        assert_eq!(shown(&secrets.vault_keys).as_deref(), Some("k1:AAAA"));
+        assert_eq!(shown(&secrets.idp_client_secret).as_deref(), Some("idp-secret"));
         assert_eq!(secrets.provider_client_secrets.len(), 1);
-        assert_eq!(secrets.provider_client_secrets["my-gh"], "gh-secret");
+        assert_eq!(shown(&secrets.provider_client_secrets.get("my-gh").cloned()).as_deref(), Some("gh-secret"));
+        let debug = format!("{secrets:?}");
+        assert!(!debug.contains("idp-secret") && !debug.contains("k1:AAAA"), "{debug}");
         assert!(!toml::to_string(&t).unwrap().contains("secret"), "no secret is written into the settings");
     }
 }

@@ -2,6 +2,7 @@
 //! misspelt setting is an error and not silently ignored.
 
 use crate::oauth::providers::ProviderKind;
+use secrecy::SecretString;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -205,12 +206,13 @@ pub(super) struct RawProvider {
 
 /// The secrets only the environment gives (they have no place in the file, only their
 /// `…_file` settings do), read by `env::overlay` with every other variable.
+/// `SecretString`s, so that a `{:?}` of them shows none.
 #[derive(Debug, Default)]
 pub(super) struct EnvSecrets {
     /// `MCP_CONNECT_VAULT_KEYS`.
-    pub vault_keys: Option<String>,
+    pub vault_keys: Option<SecretString>,
     /// `MCP_CONNECT_IDP_CLIENT_SECRET`.
-    pub idp_client_secret: Option<String>,
+    pub idp_client_secret: Option<SecretString>,
     /// `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`, by the provider's name in the file.
-    pub provider_client_secrets: BTreeMap<String, String>,
+    pub provider_client_secrets: BTreeMap<String, SecretString>,
 }

@@ -22,6 +22,12 @@ pub(super) fn provider_env(id: &ProviderId, what: &str) -> String {
     env_key(&format!("PROVIDER_{}_{}", upper(id.as_str()), what))
 }
 
+/// A secret from the environment as the checks below read it (each ends in a `SecretString`
+/// or the keyring again).
+fn exposed(secret: Option<SecretString>) -> Option<String> {
+    secret.map(|s| secrecy::ExposeSecret::expose_secret(&s).to_owned())
+}
+
 /// A name as it stands in a variable: capitals, `-` as `_`.
 pub(super) fn upper(s: &str) -> String {
     s.to_ascii_uppercase().replace('-', "_")
@@ -121,7 +127,8 @@ pub(super) fn validate_for_command(
     with_keyring: bool,
 ) -> Result<super::CommandConfig, ConfigError> {
     let (database_url, _, _) = database(raw.database)?;
-    let keyring = if with_keyring { Some(keyring(secrets.vault_keys, raw.vault.keys_file.as_deref())?) } else { None };
+    let keyring =
+        if with_keyring { Some(keyring(exposed(secrets.vault_keys), raw.vault.keys_file.as_deref())?) } else { None };
     Ok(super::CommandConfig {
         database_url: SecretString::from(database_url),
         audit_retention: audit_retention(raw.audit.retention_days)?,
@@ -145,7 +152,7 @@ fn providers_and_tenants(
 ) -> (ProviderRegistry, Result<Vec<TenantConfig>, ConfigError>) {
     let mut providers = Vec::new();
     for (name, p) in raw {
-        let secret = secrets.provider_client_secrets.remove(&name);
+        let secret = exposed(secrets.provider_client_secrets.remove(&name));
         match validate_provider(&name, p, secret) {
             Ok(p) => providers.push(p),
             Err(e) => errors.push(e),
@@ -181,8 +188,8 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         drain = drain(raw.shutdown.drain_seconds);
         log_format = log_format(raw.log_format);
         database = database(raw.database);
-        keyring = keyring(secrets.vault_keys, keys_file.as_deref());
-        idp = validate_idp(raw.idp, secrets.idp_client_secret);
+        keyring = keyring(exposed(secrets.vault_keys), keys_file.as_deref());
+        idp = validate_idp(raw.idp, exposed(secrets.idp_client_secret));
         tenants = tenants;
         cache_enabled = Ok::<_, ConfigError>(raw.cache.enabled.unwrap_or(true));
         cache_max_age = secs("cache.max_age_seconds", raw.cache.max_age_seconds, 5, 1..=60,
@@ -207,8 +214,6 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
             10_000, 1..=1_000_000, "");
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
     }
-    // `MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS` and `MCP_CONNECT_METRICS_LISTEN` are in `raw`
-    // already: `env::overlay` laid them over the file.
     let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
     let (database_url, database_max_connections, database_listen_url) = database;
     Ok(Config {
@@ -280,7 +285,9 @@ fn public_base_url(raw: Option<String>) -> Result<Url, ConfigError> {
 }
 
 fn database_url(raw: Option<String>) -> Result<String, ConfigError> {
-    let url = raw.ok_or_else(|| err("database.url", "missing (or set MCP_CONNECT_DATABASE_URL / DATABASE_URL)"))?;
+    let url = raw.ok_or_else(|| {
+        err("database.url", "missing (or set MCP_CONNECT_DATABASE_URL, MCP_CONNECT_DATABASE_URL_FILE or DATABASE_URL)")
+    })?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(err("database.url", "must be a postgres:// URL"));
     }

@@ -35,11 +35,9 @@ impl KillState {
     }
 }
 
-/// An operator's kill switch for a provider. `no_new_elicitations` stops new links and
-/// connects in flight; `no_token_handouts` also stops handing out stored tokens.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema, clap::ValueEnum,
-)]
+/// What a kill switch stops: `no_new_elicitations` stops new links and connects in
+/// flight; `no_token_handouts` also stops handing out stored tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 #[schema(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]

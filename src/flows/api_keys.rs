@@ -61,7 +61,7 @@ pub async fn store_api_key(
 /// cache's bound (the change is announced from the database). `None`: no active key with
 /// that id.
 pub async fn revoke_api_key(pool: &store::PgPool, id: &ApiKeyId) -> Result<Option<TenantId>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = store::begin(pool).await?;
     let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
         return Ok(None);
     };

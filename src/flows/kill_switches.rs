@@ -10,33 +10,60 @@ use crate::domain::{ApiKeyId, AuditKind, KillMode, ProviderId, TenantId};
 use crate::store::{self, PgPool, audit::AuditEvent};
 use crate::webhooks::{self, Event};
 
+/// Who changes a switch, and so for whom: a tenant's admin key only ever its own tenant's.
+#[derive(Debug, Clone, Copy)]
+pub enum Operator<'a> {
+    /// `mcp-connect killswitch` on the operator's machine: one tenant, or every tenant
+    /// (`None`).
+    Cli { tenant: Option<&'a TenantId> },
+    /// A tenant's admin API key.
+    AdminKey { key: &'a ApiKeyId, tenant: &'a TenantId },
+}
+
+impl Operator<'_> {
+    fn tenant(&self) -> Option<&TenantId> {
+        match *self {
+            Operator::Cli { tenant } => tenant,
+            Operator::AdminKey { tenant, .. } => Some(tenant),
+        }
+    }
+}
+
 /// What to change: `mode` `None` lifts the switch.
 #[derive(Debug, Clone, Copy)]
 pub struct KillSwitchChange<'a> {
-    /// `None`: the switch for every tenant (only the CLI sets those).
-    pub tenant: Option<&'a TenantId>,
     pub provider: &'a ProviderId,
     pub mode: Option<KillMode>,
-    /// Shown to operators, never to people.
+    /// Shown to operators (the audit trail, the webhook's `note`), never to people.
     pub reason: Option<&'a str>,
 }
 
-/// Who changed it, as the audit trail and the webhook event name them.
-#[derive(Debug, Clone, Copy)]
-pub enum Operator<'a> {
-    /// `mcp-connect killswitch` on the operator's machine.
-    Cli,
-    /// A tenant's admin API key.
-    AdminKey(&'a ApiKeyId),
+#[derive(Debug, thiserror::Error)]
+pub enum KillSwitchError {
+    #[error("reason must be at most 500 printable characters")]
+    Reason,
+    #[error(transparent)]
+    Fault(#[from] Fault),
+}
+super::fault::wraps_fault!(KillSwitchError);
+
+/// A reason an operator may write into the audit trail and webhooks: at most 500
+/// characters, no control characters (a line break would forge a log line in a receiver).
+fn reason_ok(reason: &str) -> bool {
+    reason.chars().count() <= 500 && !reason.chars().any(char::is_control)
 }
 
 pub async fn change_kill_switch(
     pool: &PgPool,
     caches: Option<&Caches>,
-    change: KillSwitchChange<'_>,
     by: Operator<'_>,
-) -> Result<(), Fault> {
-    let KillSwitchChange { tenant, provider, mode, reason } = change;
+    change: KillSwitchChange<'_>,
+) -> Result<(), KillSwitchError> {
+    let KillSwitchChange { provider, mode, reason } = change;
+    if reason.is_some_and(|r| !reason_ok(r)) {
+        return Err(KillSwitchError::Reason);
+    }
+    let tenant = by.tenant();
     let mut tx = store::begin(pool).await?;
     match mode {
         Some(m) => store::kill_switches::set_kill_switch(&mut *tx, tenant, provider, m, reason).await?,
@@ -49,12 +76,12 @@ pub async fn change_kill_switch(
     ev.tenant_id = tenant.map(TenantId::to_string);
     ev.provider = Some(provider.to_string());
     let by_name = match by {
-        Operator::Cli => {
+        Operator::Cli { .. } => {
             ev.detail = serde_json::json!({ "mode": mode_now, "reason": reason, "by": "cli" });
             "cli"
         }
-        Operator::AdminKey(id) => {
-            ev.api_key_id = Some(id.to_string());
+        Operator::AdminKey { key, .. } => {
+            ev.api_key_id = Some(key.to_string());
             ev.detail = serde_json::json!({ "mode": mode_now, "reason": reason });
             "admin"
         }
@@ -67,4 +94,19 @@ pub async fn change_kill_switch(
         caches.forget_kill_switches();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason_ok;
+
+    #[test]
+    fn a_reason_is_at_most_500_printable_characters() {
+        assert!(reason_ok("incident 42"));
+        assert!(reason_ok(&"é".repeat(500)), "characters, not bytes");
+        assert!(!reason_ok(&"x".repeat(501)));
+        for bad in ["two\nlines", "tab\there", "nul\u{0}", "c1\u{85}"] {
+            assert!(!reason_ok(bad), "{bad:?}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use crate::app::AppState;
 use crate::domain::AuditKind;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
-use crate::store::{self, audit::AuditEvent};
+use crate::store::{self, PgPool, audit::AuditEvent};
 use crate::vault::Field;
 use crate::webhooks::EventKind;
 use uuid::Uuid;
@@ -50,7 +50,7 @@ impl RevokedBy {
 /// lock finishes first (and its grant is then revoked with the rest), and one that comes
 /// later finds its link cancelled. Returns how many links were closed.
 pub async fn cancel_links(
-    state: &AppState,
+    pool: &PgPool,
     tenant: &str,
     subject: &str,
     provider: Option<&str>,
@@ -59,7 +59,7 @@ pub async fn cancel_links(
 ) -> Result<usize, sqlx::Error> {
     let by =
         super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation, by: by.as_str() };
-    Ok(super::cancel::cancel_pending(&state.pool, tenant, Some(subject), provider, &by).await?.len())
+    Ok(super::cancel::cancel_pending(pool, tenant, Some(subject), provider, &by).await?.len())
 }
 
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.
@@ -84,7 +84,8 @@ pub async fn revoke_connection(
             cancelled_elicitations: 0,
         }));
     }
-    let cancelled_elicitations = cancel_links(state, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
+    let cancelled_elicitations =
+        cancel_links(&state.pool, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
     if row.tenant_id.as_str() != tenant {
@@ -171,7 +172,7 @@ pub async fn revoke_subject(
     actor: &str,
 ) -> Result<OffBoarded, sqlx::Error> {
     let by = RevokedBy::Offboarding;
-    let mut cancelled = cancel_links(state, tenant, subject, provider, actor, by).await?;
+    let mut cancelled = cancel_links(&state.pool, tenant, subject, provider, actor, by).await?;
     let ids = store::connections::live_connection_ids(&state.pool, tenant, subject, provider).await?;
     let mut revoked = Vec::with_capacity(ids.len());
     for id in ids {

@@ -12,7 +12,7 @@ pub async fn set_tenant_active(
     active: bool,
     by: &str,
 ) -> Result<Option<bool>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = store::begin(pool).await?;
     let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant.as_str(), active).await? else {
         return Ok(None);
     };

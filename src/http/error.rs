@@ -310,3 +310,13 @@ impl From<crate::flows::webhooks::WebhookError> for ApiError {
         }
     }
 }
+
+impl From<crate::flows::kill_switches::KillSwitchError> for ApiError {
+    fn from(e: crate::flows::kill_switches::KillSwitchError) -> Self {
+        use crate::flows::kill_switches::KillSwitchError as K;
+        match e {
+            K::Reason => Self::new(ErrorCode::InvalidRequest, e.to_string()),
+            K::Fault(f) => f.into(),
+        }
+    }
+}

@@ -203,6 +203,15 @@ impl Results {
                 met: self.api_key.first_argon2_runs == 1,
             },
             Target {
+                name: "unknown API-key ids under a flood",
+                target: "no argon2 run".into(),
+                measured: format!(
+                    "{} argon2 run(s) for {} first verifications of new keys",
+                    self.api_key.flood_argon2_runs, self.api_key.flood_first_keys
+                ),
+                met: self.api_key.flood_argon2_runs <= self.api_key.flood_first_keys as u64,
+            },
+            Target {
                 name: "peak RSS, 100,000 connections cached",
                 target: "≤ 64 MiB".into(),
                 measured: format!("{:.1} MiB", self.peak_rss_mib),

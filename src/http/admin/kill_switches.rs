@@ -103,12 +103,9 @@ pub async fn set_kill_switch(
     let mode = KillMode::parse(&body.mode).map_err(|_| {
         ApiError::new(ErrorCode::InvalidRequest, "mode must be no_new_elicitations or no_token_handouts")
     })?;
-    let reason = body.reason.as_deref().filter(|r| r.chars().count() <= 500 && !r.chars().any(char::is_control));
-    if body.reason.is_some() && reason.is_none() {
-        return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be at most 500 printable characters"));
-    }
-    let change = KillSwitchChange { tenant: Some(&caller.0.tenant), provider: &p, mode: Some(mode), reason };
-    change_kill_switch(&state.pool, Some(&state.caches), change, Operator::AdminKey(&caller.0.id)).await?;
+    let by = Operator::AdminKey { key: &caller.0.id, tenant: &caller.0.tenant };
+    let change = KillSwitchChange { provider: &p, mode: Some(mode), reason: body.reason.as_deref() };
+    change_kill_switch(&state.pool, Some(&state.caches), by, change).await?;
     Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: mode.as_str() }))
 }
 
@@ -131,7 +128,8 @@ pub async fn clear_kill_switch(
     path: web::Path<ProviderPath>,
 ) -> Result<HttpResponse, ApiError> {
     let p = provider(&state, &path.provider)?;
-    let change = KillSwitchChange { tenant: Some(&caller.0.tenant), provider: &p, mode: None, reason: None };
-    change_kill_switch(&state.pool, Some(&state.caches), change, Operator::AdminKey(&caller.0.id)).await?;
+    let by = Operator::AdminKey { key: &caller.0.id, tenant: &caller.0.tenant };
+    let change = KillSwitchChange { provider: &p, mode: None, reason: None };
+    change_kill_switch(&state.pool, Some(&state.caches), by, change).await?;
     Ok(HttpResponse::Ok().json(KillSwitchState { provider: p, mode: KillMode::or_off(None) }))
 }
