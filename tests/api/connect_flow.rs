@@ -3,7 +3,7 @@
 
 use crate::browser::{Browser, location};
 use crate::helpers::{TestApp, spawn_app};
-use mcp_connect_devproviders::{IssMode, TokenFailure, TokenKind};
+use mcp_connect_devproviders::{IdTokenAlg, IssMode, TokenFailure, TokenKind};
 use serde_json::json;
 
 #[tokio::test]
@@ -381,6 +381,58 @@ async fn an_id_token_from_another_issuer_is_refused() {
     let app = spawn_app().await;
     app.provider.switches().set_id_token_issuer(Some("http://evil.example".into()));
     refused_callback(&app, "testp", "id_token_issuer").await;
+}
+
+#[tokio::test]
+async fn a_token_response_without_an_id_token_is_refused_where_the_provider_is_oidc() {
+    let app = spawn_app().await;
+    app.provider.switches().set_omit_id_token(true);
+    refused_callback(&app, "testp", "id_token_missing").await;
+    assert_eq!(app.provider.stats().authorization_code_exchanges, 1);
+}
+
+#[tokio::test]
+async fn an_id_token_that_is_not_a_jwt_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_malformed(true);
+    refused_callback(&app, "testp", "id_token_malformed").await;
+}
+
+#[tokio::test]
+async fn an_unsigned_id_token_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_alg(Some(IdTokenAlg::Unsigned));
+    refused_callback(&app, "testp", "id_token_algorithm").await;
+}
+
+#[tokio::test]
+async fn an_id_token_signed_hs256_with_the_client_secret_is_refused() {
+    let app = spawn_app().await;
+    app.provider.switches().set_id_token_alg(Some(IdTokenAlg::Hs256ClientSecret));
+    refused_callback(&app, "testp", "id_token_algorithm").await;
+}
+
+#[tokio::test]
+async fn an_id_token_naming_a_kid_the_jwks_lacks_is_refused_after_one_more_fetch_of_the_keys() {
+    let app = spawn_app().await;
+    // Signed with the published key, but under a kid the provider never published.
+    app.provider.switches().set_id_token_kid(Some("rotated-away".into()));
+    refused_callback(&app, "testp", "id_token_unknown_key").await;
+    let fetched = app.provider.stats().jwks_requests;
+    assert_eq!(fetched, 2, "once at discovery, once more for the unknown kid");
+    // The same again within the minute: refused the same way, and the keys are not fetched.
+    refused_callback(&app, "testp", "id_token_unknown_key").await;
+    assert_eq!(app.provider.stats().jwks_requests, fetched);
+}
+
+#[tokio::test]
+async fn an_id_token_with_an_untrusted_second_audience_and_no_azp_is_refused_for_its_audience() {
+    let app = spawn_app().await;
+    // aud = [our client, another]: openidconnect trusts no other audience, so this is refused
+    // for `aud` before the azp rule (several audiences need an azp) is reached.
+    app.provider.switches().set_id_token_extra_audience(Some("another-client".into()));
+    app.provider.switches().set_omit_id_token_azp(true);
+    refused_callback(&app, "testp", "id_token_audience").await;
 }
 
 #[tokio::test]

@@ -27,4 +27,4 @@ pub mod switches;
 pub use config::{ClientRegistration, DEV_SUBJECT_GRANT_TYPE, DevProviderConfig, Role};
 pub use server::DevProvider;
 pub use stats::{Revocation, Stats, TokenKind};
-pub use switches::{IssMode, Switches, TokenFailure};
+pub use switches::{IdTokenAlg, IssMode, Switches, TokenFailure};

@@ -4,9 +4,9 @@
 use crate::config::{ClientRegistration, DevProviderConfig, Role};
 use crate::crypto::{random_token, token_hash};
 use crate::grants::{GrantId, GrantStore};
-use crate::keys::{SignError, SigningKeys};
+use crate::keys::{SignError, Signing, SigningKeys};
 use crate::stats::Stats;
-use crate::switches::{SwitchValues, Switches};
+use crate::switches::{IdTokenAlg, SwitchValues, Switches};
 use serde_json::json;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -36,6 +36,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// An ID token's inputs that come from the grant.
 pub(crate) struct IdTokenSubject<'a> {
     pub client_id: &'a str,
+    /// The key of an HS256 ID token (the tampering switch).
+    pub client_secret: &'a str,
     pub username: &'a str,
     pub nonce: Option<&'a str>,
     pub auth_time: OffsetDateTime,
@@ -117,7 +119,7 @@ impl ProviderState {
                     "jti": random_token(),
                     "scope": scope,
                 });
-                self.keys.sign("at+jwt", &claims, false)?
+                self.keys.sign("at+jwt", &claims, Signing::Published, None)?
             }
         };
         self.grants().add_access_token(token_hash(&token), grant, expires_at);
@@ -144,24 +146,39 @@ impl ProviderState {
         switches: &SwitchValues,
         now: OffsetDateTime,
     ) -> Result<String, SignError> {
+        if switches.id_token_malformed {
+            return Ok(random_token());
+        }
         let (iat, exp) = match (switches.id_token_times, switches.id_token_expired) {
             (Some((iat, exp)), _) => (now + time::Duration::seconds(iat), now + time::Duration::seconds(exp)),
             // Well past any clock skew a client allows.
             (None, true) => (now - ID_TOKEN_TTL - time::Duration::minutes(10), now - time::Duration::minutes(10)),
             (None, false) => (now, now + ID_TOKEN_TTL),
         };
+        let audience = switches.id_token_audience.as_deref().unwrap_or(subject.client_id);
         let mut claims = json!({
             "iss": switches.id_token_issuer.as_deref().unwrap_or(&self.issuer),
             "sub": subject.username,
-            "aud": switches.id_token_audience.as_deref().unwrap_or(subject.client_id),
-            "azp": switches.id_token_azp.as_deref().unwrap_or(subject.client_id),
+            "aud": match &switches.id_token_extra_audience {
+                Some(extra) => json!([audience, extra]),
+                None => json!(audience),
+            },
             "exp": exp.unix_timestamp(),
             "iat": iat.unix_timestamp(),
             "auth_time": subject.auth_time.unix_timestamp(),
         });
+        if !switches.omit_id_token_azp {
+            claims["azp"] = json!(switches.id_token_azp.as_deref().unwrap_or(subject.client_id));
+        }
         if let Some(nonce) = switches.id_token_nonce.as_deref().or(subject.nonce) {
             claims["nonce"] = json!(nonce);
         }
-        self.keys.sign("JWT", &claims, switches.id_token_wrong_key)
+        let signing = match switches.id_token_alg {
+            Some(IdTokenAlg::Unsigned) => Signing::Unsigned,
+            Some(IdTokenAlg::Hs256ClientSecret) => Signing::Hs256(subject.client_secret.as_bytes()),
+            None if switches.id_token_wrong_key => Signing::WrongKey,
+            None => Signing::Published,
+        };
+        self.keys.sign("JWT", &claims, signing, switches.id_token_kid.as_deref())
     }
 }

@@ -16,6 +16,8 @@ pub struct Stats {
     pub userinfo_calls: u64,
     /// Every `/revoke` call by an authenticated client, in order.
     pub revocations: Vec<Revocation>,
+    /// `GET /jwks` requests, answered or not.
+    pub jwks_requests: u64,
     /// `GET /authorize` requests, valid or not.
     pub authorize_requests: u64,
     /// The query of the last `GET /authorize` (first value of a repeated name).

@@ -33,6 +33,16 @@ pub enum TokenFailure {
     NoAccessToken,
 }
 
+/// How an ID token is signed in place of RS256 with the published key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdTokenAlg {
+    /// `alg: none` and an empty signature (an Unsecured JWT, RFC 7519 §6).
+    Unsigned,
+    /// HS256 keyed with the client's secret (OIDC Core §10.1): a MAC that anyone holding the
+    /// secret can make.
+    Hs256ClientSecret,
+}
+
 /// The value the mix-up switch puts into `iss`.
 pub(crate) const WRONG_ISSUER: &str = "http://evil.example";
 
@@ -48,6 +58,12 @@ pub(crate) struct SwitchValues {
     pub id_token_azp: Option<String>,
     pub id_token_issuer: Option<String>,
     pub id_token_wrong_key: bool,
+    pub id_token_kid: Option<String>,
+    pub id_token_alg: Option<IdTokenAlg>,
+    pub id_token_extra_audience: Option<String>,
+    pub omit_id_token_azp: bool,
+    pub id_token_malformed: bool,
+    pub omit_id_token: bool,
     pub token_delay: Duration,
     pub answer_delay: Duration,
     pub token_failure: Option<TokenFailure>,
@@ -71,6 +87,12 @@ impl Default for SwitchValues {
             id_token_azp: None,
             id_token_issuer: None,
             id_token_wrong_key: false,
+            id_token_kid: None,
+            id_token_alg: None,
+            id_token_extra_audience: None,
+            omit_id_token_azp: false,
+            id_token_malformed: false,
+            omit_id_token: false,
             token_delay: Duration::ZERO,
             answer_delay: Duration::ZERO,
             token_failure: None,
@@ -149,6 +171,37 @@ impl Switches {
     /// Signs ID tokens with a key that is not in the JWKS (under the published `kid`).
     pub fn set_id_token_wrong_key(&self, wrong_key: bool) {
         self.values().id_token_wrong_key = wrong_key;
+    }
+
+    /// Names this `kid` in the ID token's header instead of the published one (the token is
+    /// still signed with the published key): a key the JWKS does not have.
+    pub fn set_id_token_kid(&self, kid: Option<String>) {
+        self.values().id_token_kid = kid;
+    }
+
+    /// Signs ID tokens this way instead of RS256. Overrides [`Self::set_id_token_wrong_key`].
+    pub fn set_id_token_alg(&self, alg: Option<IdTokenAlg>) {
+        self.values().id_token_alg = alg;
+    }
+
+    /// Makes the ID token's `aud` an array: the usual audience, then this one.
+    pub fn set_id_token_extra_audience(&self, audience: Option<String>) {
+        self.values().id_token_extra_audience = audience;
+    }
+
+    /// Leaves `azp` out of ID tokens. Overrides [`Self::set_id_token_azp`].
+    pub fn set_omit_id_token_azp(&self, omit: bool) {
+        self.values().omit_id_token_azp = omit;
+    }
+
+    /// Answers with an `id_token` that is not a JWT (an opaque random string).
+    pub fn set_id_token_malformed(&self, malformed: bool) {
+        self.values().id_token_malformed = malformed;
+    }
+
+    /// Leaves `id_token` out of the code exchange's answer even when `openid` was asked for.
+    pub fn set_omit_id_token(&self, omit: bool) {
+        self.values().omit_id_token = omit;
     }
 
     /// Sleeps this long before answering authorization_code and refresh_token requests.

@@ -43,6 +43,7 @@ pub(crate) async fn metadata(state: web::Data<ProviderState>) -> HttpResponse {
 }
 
 pub(crate) async fn jwks(state: web::Data<ProviderState>) -> HttpResponse {
+    state.record(|stats| stats.jwks_requests += 1);
     if state.switches.snapshot().jwks_unavailable {
         return HttpResponse::ServiceUnavailable().finish();
     }

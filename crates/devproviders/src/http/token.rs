@@ -136,7 +136,7 @@ async fn exchange_code(
     switches: &SwitchValues,
 ) -> Result<TokenResponse, OAuthError> {
     let code = form.params.get("code").ok_or(OAuthError::invalid_request("code is missing"))?;
-    if switches.id_token_wrong_key {
+    if switches.id_token_wrong_key && switches.id_token_alg.is_none() {
         // Generating the second key takes a moment; keep it off the async threads.
         let keys_owner = state.clone();
         web::block(move || keys_owner.keys.prepare_wrong_key())
@@ -165,9 +165,10 @@ async fn exchange_code(
         response.refresh_token = Some(state.mint_refresh_token(redeemed.grant));
     }
     // OIDC Core §3.1.3.3: an ID token only when the openid scope was asked for.
-    if redeemed.scope.split_whitespace().any(|s| s == "openid") {
+    if redeemed.scope.split_whitespace().any(|s| s == "openid") && !switches.omit_id_token {
         let subject = IdTokenSubject {
             client_id,
+            client_secret: &form.client.client_secret,
             username: &redeemed.username,
             nonce: redeemed.nonce.as_deref(),
             auth_time: redeemed.auth_time,
