@@ -1,8 +1,8 @@
 //! The admin API: connections, revocation (invariant 9), off-boarding, cancellation,
 //! kill switches, the audit trail.
 
-use crate::browser::{Browser, location};
-use crate::helpers::{Options, assert_error, spawn_app, spawn_on};
+use crate::support::browser::{Browser, location};
+use crate::support::{Options, assert_error, spawn_app, spawn_on};
 use mcp_connect_devproviders::TokenKind;
 use reqwest::Method;
 use serde_json::json;

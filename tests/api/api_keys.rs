@@ -1,6 +1,6 @@
 //! Every way a request can fail to authenticate, and the cache that makes a good key cheap.
 
-use crate::helpers::{TestApp, assert_error, spawn_app};
+use crate::support::{TestApp, assert_error, spawn_app};
 use mcp_connect::api_keys::NewApiKey;
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -140,7 +140,7 @@ async fn a_revocation_of_key_a_leaves_key_b_cached() {
 #[tokio::test]
 async fn a_key_created_on_instance_a_works_at_once_on_instance_b() {
     let a = spawn_app().await;
-    let b = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    let b = crate::support::spawn_on(&a, &crate::support::Options::default()).await;
     assert!(b.state.caches.barrier(&b.pool).await, "listener up");
     let key = NewApiKey::generate();
     // B sees the id before it exists and remembers it as unknown.
@@ -217,7 +217,7 @@ async fn a_revoked_key_is_401() {
 async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
     let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
     let app =
-        crate::helpers::spawn_app_with(crate::helpers::Options { clock: Some(clock.clone()), ..Default::default() })
+        crate::support::spawn_app_with(crate::support::Options { clock: Some(clock.clone()), ..Default::default() })
             .await;
     assert_eq!(app.token(&app.key, body()).await.status(), 200);
     // Revoked without the change notification (as if it were lost): only the re-check
@@ -294,7 +294,7 @@ async fn verifications_given_up_while_waiting_for_a_slot_give_their_place_back()
 async fn an_unknown_id_is_remembered_for_a_few_seconds_only() {
     let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
     let app =
-        crate::helpers::spawn_app_with(crate::helpers::Options { clock: Some(clock.clone()), ..Default::default() })
+        crate::support::spawn_app_with(crate::support::Options { clock: Some(clock.clone()), ..Default::default() })
             .await;
     assert!(app.state.caches.barrier(&app.pool).await, "listener up");
     let key = NewApiKey::generate();

@@ -2,7 +2,7 @@
 //! counted per minute and written once it closes, and paging that a late commit cannot
 //! slip behind.
 
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 use mcp_connect::domain::ApiKeyId;
 use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
 use mcp_connect::store::handouts::{HandoutAudit, WallClock};
@@ -133,7 +133,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     // The minute closes (a hand-out of the next minute comes in, and time moves on).
     *now.lock().unwrap() = minute + Duration::from_secs(61);
     audit.record(alice, &k1).await;
-    crate::helpers::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
+    crate::support::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
         tallies(&app.pool).await.len() == 3
     })
     .await;
@@ -179,7 +179,7 @@ fn ours(page: &serde_json::Value) -> Vec<String> {
 }
 
 /// One page after `from`: this test's events on it, and where to ask next.
-async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, String) {
+async fn follow(app: &crate::support::TestApp, from: &str) -> (Vec<String>, String) {
     let page: serde_json::Value =
         app.admin(Method::GET, &format!("/audit?after={from}&limit=100"), None).await.json().await.unwrap();
     (ours(&page), page["next_after"].as_str().unwrap().to_owned())
@@ -187,7 +187,7 @@ async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, Stri
 
 /// Follows the trail from `from`, page after page, until it has seen `n` of this test's
 /// events or 5 s have passed: what it saw, in order, and where it stopped.
-async fn follow_until(app: &crate::helpers::TestApp, from: &str, n: usize) -> (Vec<String>, String) {
+async fn follow_until(app: &crate::support::TestApp, from: &str, n: usize) -> (Vec<String>, String) {
     let (mut seen, mut cursor) = (Vec::new(), from.to_owned());
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while seen.len() < n && std::time::Instant::now() < deadline {

@@ -1,7 +1,7 @@
 //! The lookup cache may never serve what was revoked: notifications from the changing
 //! transaction reach every instance; a cut listener empties and bypasses the cache.
 
-use crate::helpers::{Options, TestApp, spawn_app, spawn_on};
+use crate::support::{Options, TestApp, spawn_app, spawn_on};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -58,7 +58,7 @@ async fn a_cut_listener_empties_the_cache_and_nothing_stale_is_handed_out() {
     .unwrap();
     assert!(!cut.is_empty(), "found the listener connection");
     let stopped = || async { !app.state.caches.is_serving() };
-    crate::helpers::eventually(Duration::from_secs(5), "the cache stops serving when its listener is gone", stopped)
+    crate::support::eventually(Duration::from_secs(5), "the cache stops serving when its listener is gone", stopped)
         .await;
     assert!(app.state.caches.is_empty());
     // A change made while nobody listens (its notification is lost)...
@@ -86,7 +86,7 @@ async fn a_kill_switch_set_elsewhere_reaches_a_cached_instance() {
 
 #[tokio::test]
 async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
-    let app = crate::helpers::spawn_app_with(Options {
+    let app = crate::support::spawn_app_with(Options {
         extra_toml: String::new(),
         cache_enabled: false,
         ..Options::default()
@@ -105,7 +105,7 @@ async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
 /// version would keep this one alive for ever.
 #[tokio::test]
 async fn a_revocation_whose_notification_is_lost_ends_hand_outs_within_the_maximum_age() {
-    let app = crate::helpers::spawn_app_with(Options {
+    let app = crate::support::spawn_app_with(Options {
         extra_toml: "[cache]\nmax_age_seconds = 2\n".to_owned(),
         ..Options::default()
     })
@@ -147,7 +147,7 @@ async fn a_revocation_whose_notification_is_lost_ends_hand_outs_within_the_maxim
 /// ended while it sat idle is replaced on the spot, and the caller never notices.
 #[tokio::test]
 async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_noticing() {
-    let app = crate::helpers::spawn_app_with(Options { cache_enabled: false, ..Options::default() }).await;
+    let app = crate::support::spawn_app_with(Options { cache_enabled: false, ..Options::default() }).await;
     app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
     assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     let ended: Vec<bool> = sqlx::query_scalar(
@@ -173,7 +173,7 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
         .unwrap()
             == 0
     };
-    crate::helpers::eventually(Duration::from_secs(5), "the ended backend is gone", gone).await;
+    crate::support::eventually(Duration::from_secs(5), "the ended backend is gone", gone).await;
     for _ in 0..3 {
         assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     }

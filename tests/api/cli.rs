@@ -1,36 +1,9 @@
 //! Commands that never surprise: exit codes, messages that say where and what to do, and no
 //! command but `migrate` (and `serve`, `dev`) changing the schema.
 
-use crate::helpers::{Options, TestDatabase, config_env, config_text};
+use crate::support::TestDatabase;
+use crate::support::binary::{run, run_without};
 use std::process::{Command, Output};
-
-/// Runs the binary with the test configuration on `db_url` (providers are never contacted
-/// by these commands, so their URLs point nowhere).
-pub(crate) fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
-    run_without(db_url, toml, args, &[])
-}
-
-/// [`run`] with some of the test configuration's variables left out.
-fn run_without(db_url: &str, toml: Option<&str>, args: &[&str], left_out: &[&str]) -> Output {
-    let opts = Options::default();
-    let nowhere = "http://127.0.0.1:9";
-    let text = match toml {
-        Some(t) => t.to_owned(),
-        None => config_text("http://127.0.0.1:8080", nowhere, nowhere, &opts).unwrap(),
-    };
-    let config = std::env::temp_dir().join(format!("mcpc-cli-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&config, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-        .args(args)
-        .arg("--config")
-        .arg(&config)
-        .env_remove("DATABASE_URL")
-        .envs(config_env(db_url, &opts).into_iter().filter(|(k, _)| !left_out.contains(k)))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&config);
-    out
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -72,7 +45,7 @@ async fn an_unreachable_database_exits_69_and_says_where_without_the_password() 
     assert!(stderr(&o).contains(&format!("no PostgreSQL answers at 127.0.0.1:{port}")), "{}", stderr(&o));
     assert!(!stderr(&o).contains("hunter2secret"));
     // A server that answers, without the database.
-    let mut url = url::Url::parse(&crate::helpers::database_server_url()).unwrap();
+    let mut url = url::Url::parse(&crate::support::database_server_url()).unwrap();
     url.set_path("/mcpc_no_such_database");
     let o = run(url.as_str(), None, &["migrate"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));

@@ -1,7 +1,7 @@
 //! `mcp-connect dev`, run as a newcomer would: the real binary, its private PostgreSQL,
 //! its built-in IdP and provider, and the walkthrough it prints, followed over HTTP.
 
-use crate::browser::Browser;
+use crate::support::browser::Browser;
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,7 +90,7 @@ async fn walkthrough(env: &HashMap<String, String>) {
     let first = ask(serde_json::json!({"subject": "alice", "provider": "dev"})).await;
     assert_eq!(first["status"], "connect_required");
     let url = first["elicitation"]["url"].as_str().unwrap();
-    let app = crate::helpers::BaseOnly(base.clone());
+    let app = crate::support::BaseOnly(base.clone());
     let r = Browser::new().connect(&app, url, "alice", "alice-at-dev").await;
     assert_eq!(r.status(), 200);
     let again =
@@ -159,7 +159,7 @@ async fn mcp_token_audience(env: &HashMap<String, String>) -> String {
 
 #[tokio::test]
 async fn dev_mints_mcp_tokens_for_the_mcp_servers_url() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (_dev, env) = start_dev(Some(&db.url));
     assert_eq!(env["MCP_CONNECT_DEV_MCP_URL"], "http://127.0.0.1:8090/mcp");
     let aud = mcp_token_audience(&env).await;
@@ -197,7 +197,7 @@ async fn dev_runs_from_a_folder_only_its_owner_can_enter_and_cleans_up() {
 
 #[tokio::test]
 async fn dev_uses_database_url_when_it_is_set() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (dev, env) = start_dev(Some(&db.url));
     assert_eq!(env["DATABASE_URL"], db.url);
     walkthrough(&env).await;
@@ -206,7 +206,7 @@ async fn dev_uses_database_url_when_it_is_set() {
 
 #[tokio::test]
 async fn dev_with_webhook_echo_prints_each_event_it_verified() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (dev, env) = start_dev_in(Some(&db.url), None, &["--webhook-echo"]);
     walkthrough(&env).await;
     let out = dev.dir.join("stdout.txt");

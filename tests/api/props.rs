@@ -5,7 +5,7 @@
 //! and never panics; a seal opens to what was sealed, and only unchanged and for its own
 //! binding.
 
-use crate::helpers::KEY_A;
+use crate::support::KEY_A;
 use actix_web::web::Query;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

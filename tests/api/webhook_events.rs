@@ -3,9 +3,9 @@
 //! receiver, verified by PyPI's `standardwebhooks`, retried while the receiver is down
 //! (time moved by the worker's clock, not waited for), in order per connection.
 
-use crate::browser::Browser;
-use crate::helpers::{Options, TestApp, assert_error, eventually, spawn_app, spawn_app_with};
-use crate::receiver::{Receiver, assert_verified, python_verdicts, register};
+use crate::support::browser::Browser;
+use crate::support::{Options, TestApp, assert_error, eventually, spawn_app, spawn_app_with};
+use crate::support::receiver::{Receiver, assert_verified, python_verdicts, register};
 use mcp_connect::domain::{KeyScope, ManualClock, TenantId};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
@@ -53,7 +53,7 @@ async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
 }
 
 /// `(type, subject)` of each event, and the `data` of each.
-fn kinds(events: &[crate::receiver::Delivery]) -> Vec<(String, String)> {
+fn kinds(events: &[crate::support::receiver::Delivery]) -> Vec<(String, String)> {
     events
         .iter()
         .map(|d| {
@@ -491,7 +491,7 @@ async fn a_global_kill_switch_from_the_cli_reaches_every_tenants_endpoints_that_
     register(&app, &app.admin_key, &deaf.url, &["connection.revoked"]).await;
     let db = app.db_url.clone();
     let out = tokio::task::spawn_blocking(move || {
-        crate::cli::run(&db, None, &["killswitch", "set", "github", "no_token_handouts", "--reason", "provider breach"])
+        crate::support::binary::run(&db, None, &["killswitch", "set", "github", "no_token_handouts", "--reason", "provider breach"])
     })
     .await
     .unwrap();
@@ -512,7 +512,7 @@ async fn a_global_kill_switch_from_the_cli_reaches_every_tenants_endpoints_that_
 
 #[tokio::test]
 async fn rotate_key_reseals_the_signing_secrets_and_the_new_key_alone_signs() {
-    use crate::helpers::{KEY_A, KEY_B, spawn_on};
+    use crate::support::{KEY_A, KEY_B, spawn_on};
     // KEY_A. Its worker looks once a minute: the instance with the new key delivers (an
     // instance without the key a secret is sealed under cannot sign; operators add the new
     // key everywhere before they rotate).

@@ -3,6 +3,7 @@
 //! the browser and the profile are gone when the `Chrome` is dropped, also when the test
 //! fails half-way.
 
+use super::{TestApp, free_port};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
 use fantoccini::key::Key;
@@ -123,7 +124,6 @@ fn require(path: &str) {
     );
 }
 
-use mcp_connect_testkit::free_port;
 
 /// Starts chromedriver on a free port and waits until it says it is ready.
 async fn start_driver(profile: PathBuf) -> (Driver, u16) {
@@ -347,4 +347,40 @@ impl Chrome {
         assert!(self.all("script").await.is_empty(), "a script on {url}");
         text
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The connect flow's steps, as a person takes them in Chromium.
+
+/// Opens the connect link in a browser without a session: it lands on the IdP's login
+/// page, where the person types `username` and clicks "Sign in".
+pub async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &str) {
+    chrome.goto(url).await;
+    chrome.wait_for_url(&format!("{}/authorize?", app.idp.base_url())).await;
+    assert!(chrome.page_text().await.contains("asks you to sign in"));
+    chrome.screenshot("idp-login").await;
+    chrome.type_into("input[name=username]", username).await;
+    chrome.click("button[name=decision][value=allow]").await;
+}
+
+/// Waits for our consent page for elicitation `id`; returns its text.
+pub async fn on_the_consent_page(chrome: &Chrome, app: &TestApp, id: &str) -> String {
+    chrome.wait_for_url(&format!("{}/connect/testp?e={id}", app.base)).await;
+    chrome.find("button[name=decision][value=connect]").await;
+    chrome.assert_our_page().await
+}
+
+/// On the provider's consent page: names the account and clicks Allow or Deny.
+pub async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, decision: &str) {
+    chrome.wait_for_url(&format!("{}/authorize?", app.provider.base_url())).await;
+    chrome.screenshot("provider-consent").await;
+    chrome.type_into("input[name=username]", account).await;
+    chrome.click(&format!("button[name=decision][value={decision}]")).await;
+}
+
+/// Waits for our callback page and returns its heading.
+pub async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
+    chrome.wait_for_url(&format!("{}/connect/testp/callback?", app.base)).await;
+    chrome.assert_our_page().await;
+    chrome.text("h1").await
 }

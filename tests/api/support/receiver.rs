@@ -2,7 +2,7 @@
 //! delivery (headers, body, when) and answers 204, or 503 while it is "down"; and the
 //! check of deliveries with PyPI's official `standardwebhooks` verifier.
 
-use crate::helpers::TestApp;
+use crate::support::TestApp;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
