@@ -2,7 +2,7 @@
 //! kill switches, the audit trail.
 
 use crate::support::browser::{Browser, location};
-use crate::support::{Options, assert_error, spawn_app, spawn_on};
+use crate::support::{Options, assert_error, eventually_ok, spawn_app, spawn_on};
 use mcp_connect_devproviders::TokenKind;
 use reqwest::Method;
 use serde_json::json;
@@ -281,15 +281,11 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     let listed = |path: &'static str, n: usize| {
         let app = &app;
         async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            loop {
+            eventually_ok(std::time::Duration::from_secs(5), &format!("{path}: {n} events"), || async {
                 let page: serde_json::Value = app.admin(Method::GET, path, None).await.json().await.unwrap();
-                if page["events"].as_array().is_some_and(|e| e.len() >= n) {
-                    return page;
-                }
-                assert!(std::time::Instant::now() < deadline, "{path}: fewer than {n} events: {page}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+                if page["events"].as_array().is_some_and(|e| e.len() >= n) { Ok(page) } else { Err(page) }
+            })
+            .await
         }
     };
     let r = app.admin(Method::GET, "/audit?kind=token_handed_out&subject=alice&limit=2", None).await;
@@ -332,16 +328,12 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
         assert_error(app.admin(Method::GET, &format!("/audit?{bad}"), None).await, 400, "invalid_request").await;
     }
     // The connection's last use is recorded, and the admin API shows it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
+    eventually_ok(std::time::Duration::from_secs(5), "the last use is recorded", || async {
         let list: serde_json::Value =
             app.admin(Method::GET, "/connections?subject=alice", None).await.json().await.unwrap();
-        if list["connections"][0]["last_used_at"].is_string() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "last use not recorded: {list}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        if list["connections"][0]["last_used_at"].is_string() { Ok(()) } else { Err(list) }
+    })
+    .await;
     // Every event of the trail is secret-free.
     let all: Vec<String> = sqlx::query_scalar("SELECT a::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));

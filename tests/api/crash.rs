@@ -201,9 +201,10 @@ async fn a_kill_with_handouts_queued_loses_at_most_their_audit_rows_and_never_a_
     let mut served = serve_on(&app, port, &[]).await;
     let base = served.base.clone();
     // Early in a minute, so that the minute is still open (nothing written) at the kill.
-    while OffsetDateTime::now_utc().second() > 40 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::support::eventually(Duration::from_secs(25), "the first 40 seconds of a minute", || async {
+        OffsetDateTime::now_utc().second() <= 40
+    })
+    .await;
     let mut answered = 0;
     for _ in 0..50 {
         let r = post_token(&app, &base, json!({"subject": "alice", "provider": "github"})).await;

@@ -1,7 +1,7 @@
 //! The `mcp-connect` binary run as operators run it, on a test's database and providers:
 //! a one-shot command ([`run`]), or `serve` as a process of its own ([`Served`]).
 
-use super::{Options, TestApp, config_env, config_text, free_port, register};
+use super::{Options, TestApp, config_env, config_text, free_port, poll, register};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -91,14 +91,8 @@ pub(crate) async fn serve_on(app: &TestApp, port: u16, extra_env: &[(&str, &str)
 }
 
 pub(crate) async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "serve did not exit within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let exited = poll(within, || std::future::ready(child.try_wait().unwrap().ok_or(()))).await;
+    exited.unwrap_or_else(|()| panic!("serve did not exit within {within:?}"))
 }
 
 pub(crate) async fn handouts(app: &TestApp) -> i64 {
