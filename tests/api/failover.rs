@@ -50,11 +50,17 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
                     *last_ok.lock().unwrap() = Instant::now();
                 }
                 *answers.lock().unwrap().entry(status).or_default() += 1;
+                // Fixed sleep kept: it paces the load (one caller, a request every few ms,
+                // not a busy loop of instant 503s during the outage); it waits for nothing.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load is under way before the outage.
+    crate::support::eventually(Duration::from_secs(5), "20 answers of the load", || async {
+        answers.lock().unwrap().get(&200).is_some_and(|n| *n >= 20)
+    })
+    .await;
 
     // The outage: a fast shutdown ends every session, as a failover does.
     let pg = tokio::task::spawn_blocking(move || {

@@ -277,6 +277,8 @@ async fn fifty_sign_ins_spaced_past_the_idps_keep_alive_all_succeed() {
         let back = browser.answer_authorize(&crate::support::browser::location(&r), "alice", "allow").await;
         let r = browser.get(&back).await;
         assert_eq!(r.status(), 303, "sign-in {i}: {}", r.text().await.unwrap());
+        // Fixed sleep kept: the connection must sit idle past the IdP's keep-alive, which
+        // is what this test is about.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
 }

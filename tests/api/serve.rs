@@ -1,10 +1,10 @@
 //! The `mcp-connect` binary as operators run it: `serve` draining on SIGTERM, and
 //! `healthcheck`.
 
-use crate::support::TestApp;
-use crate::support::binary::{Served, serve, wait_exit, handouts};
+use crate::support::binary::{Served, handouts, serve, wait_exit};
+use crate::support::{TestApp, eventually, eventually_ok};
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,20 +40,18 @@ async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load is under way before the signal: the 50 answers that count as load below.
+    eventually(Duration::from_secs(10), "50 answers of the load", || async { ok.load(Ordering::Acquire) > 50 }).await;
     sigterm(&served.child);
     let signalled = std::time::Instant::now();
     let readyz = format!("{}/readyz", served.base);
     let watcher = reqwest::Client::new();
-    loop {
+    let flipped_to = eventually_ok(Duration::from_secs(1), "readyz flips at once", || async {
         let r = watcher.get(&readyz).send().await.unwrap();
-        if r.status() == 503 {
-            assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "draining");
-            break;
-        }
-        assert!(signalled.elapsed() < Duration::from_secs(1), "readyz flips at once");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        if r.status() == 503 { Ok(r.json::<serde_json::Value>().await.unwrap()) } else { Err(r.status()) }
+    })
+    .await;
+    assert_eq!(flipped_to["status"], "draining");
     let flipped_after = signalled.elapsed();
     flipped.store(true, Ordering::Release);
     for c in clients {
