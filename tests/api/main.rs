@@ -22,7 +22,6 @@ mod logs;
 mod metrics;
 mod openapi;
 mod ops;
-mod props;
 mod schemathesis;
 mod sdks;
 mod serve;
