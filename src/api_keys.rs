@@ -595,6 +595,9 @@ impl ApiKeyVerifier {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -35,6 +35,9 @@ pub fn looks_like_token(s: &str) -> bool {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -6,6 +6,8 @@ mod clock;
 pub mod failpoint;
 pub mod gate;
 mod ids;
+#[cfg(test)]
+pub(crate) mod props;
 mod scopes;
 
 pub use audit::AuditKind;

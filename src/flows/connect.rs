@@ -231,6 +231,9 @@ pub async fn decline(
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

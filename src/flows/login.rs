@@ -267,6 +267,9 @@ pub async fn complete(
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -28,3 +28,6 @@ impl CallbackQuery {
         )
     }
 }
+
+#[cfg(test)]
+mod props;

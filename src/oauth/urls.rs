@@ -91,6 +91,9 @@ pub fn check_endpoint(url: &Url, allow_idn_hosts: &[String]) -> Result<(), UrlRu
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -192,6 +192,9 @@ fn aux_ad(purpose: &str, binding: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

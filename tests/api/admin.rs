@@ -1,8 +1,8 @@
 //! The admin API: connections, revocation (invariant 9), off-boarding, cancellation,
 //! kill switches, the audit trail.
 
-use crate::browser::{Browser, location};
-use crate::helpers::{Options, assert_error, spawn_app, spawn_on};
+use crate::support::browser::{Browser, location};
+use crate::support::{Options, assert_error, eventually_ok, spawn_app, spawn_on};
 use mcp_connect_devproviders::TokenKind;
 use reqwest::Method;
 use serde_json::json;
@@ -248,6 +248,16 @@ async fn the_kill_switch_stops_new_elicitations_then_handouts_and_is_reversible(
         "unknown_provider",
     )
     .await;
+    // A reason that could forge a line in a receiver's log, or is too long: refused by the
+    // flow (the CLI shares the check), and nothing changes.
+    for reason in [json!("ok\nFORGED LINE"), json!("x".repeat(501))] {
+        let body = json!({"mode": "no_token_handouts", "reason": reason});
+        let r = app.admin(Method::PUT, "/kill-switches/github", Some(body)).await;
+        let e = assert_error(r, 400, "invalid_request").await;
+        assert!(e["error_description"].as_str().unwrap().contains("500 printable characters"), "{e}");
+    }
+    let list: serde_json::Value = app.admin(Method::GET, "/kill-switches", None).await.json().await.unwrap();
+    assert_eq!(list["kill_switches"], json!([]), "nothing was set");
 }
 
 #[tokio::test]
@@ -281,15 +291,11 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
     let listed = |path: &'static str, n: usize| {
         let app = &app;
         async move {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            loop {
+            eventually_ok(std::time::Duration::from_secs(5), &format!("{path}: {n} events"), || async {
                 let page: serde_json::Value = app.admin(Method::GET, path, None).await.json().await.unwrap();
-                if page["events"].as_array().is_some_and(|e| e.len() >= n) {
-                    return page;
-                }
-                assert!(std::time::Instant::now() < deadline, "{path}: fewer than {n} events: {page}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+                if page["events"].as_array().is_some_and(|e| e.len() >= n) { Ok(page) } else { Err(page) }
+            })
+            .await
         }
     };
     let r = app.admin(Method::GET, "/audit?kind=token_handed_out&subject=alice&limit=2", None).await;
@@ -332,16 +338,12 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
         assert_error(app.admin(Method::GET, &format!("/audit?{bad}"), None).await, 400, "invalid_request").await;
     }
     // The connection's last use is recorded, and the admin API shows it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
+    eventually_ok(std::time::Duration::from_secs(5), "the last use is recorded", || async {
         let list: serde_json::Value =
             app.admin(Method::GET, "/connections?subject=alice", None).await.json().await.unwrap();
-        if list["connections"][0]["last_used_at"].is_string() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "last use not recorded: {list}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        if list["connections"][0]["last_used_at"].is_string() { Ok(()) } else { Err(list) }
+    })
+    .await;
     // Every event of the trail is secret-free.
     let all: Vec<String> = sqlx::query_scalar("SELECT a::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
     assert!(all.iter().all(|e| !e.contains("gho_SECRET") && !e.contains(&app.key)));

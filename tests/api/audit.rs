@@ -2,11 +2,12 @@
 //! counted per minute and written once it closes, and paging that a late commit cannot
 //! slip behind.
 
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 use mcp_connect::domain::ApiKeyId;
 use mcp_connect::store::audit::{drop_partitions_before, ensure_partitions};
 use mcp_connect::store::handouts::{HandoutAudit, WallClock};
 use reqwest::Method;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -93,11 +94,15 @@ async fn every_instance_may_run_partition_upkeep_at_the_same_time() {
     assert!(made >= 3, "made {made}");
 }
 
-/// A wall clock the test moves.
-fn manual_clock(start: OffsetDateTime) -> (WallClock, Arc<Mutex<OffsetDateTime>>) {
-    let now = Arc::new(Mutex::new(start));
-    let read = now.clone();
-    (Arc::new(move || *read.lock().unwrap()), now)
+/// A wall clock the test moves, and how many times it was read.
+fn manual_clock(start: OffsetDateTime) -> (WallClock, Arc<Mutex<OffsetDateTime>>, Arc<AtomicUsize>) {
+    let (now, reads) = (Arc::new(Mutex::new(start)), Arc::new(AtomicUsize::new(0)));
+    let (read, counted) = (now.clone(), reads.clone());
+    let clock = move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        *read.lock().unwrap()
+    };
+    (Arc::new(clock), now, reads)
 }
 
 type Tally = (OffsetDateTime, uuid::Uuid, String, i32, OffsetDateTime, OffsetDateTime, String, String);
@@ -118,7 +123,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     let alice = app.insert_connection("acme", "alice", "github", "gho_a", &["read:user"], None).await.as_uuid();
     let bob = app.insert_connection("acme", "bob", "github", "gho_b", &["read:user"], None).await.as_uuid();
     let minute = datetime!(2026-12-01 10:07 UTC);
-    let (clock, now) = manual_clock(minute + Duration::from_secs(5));
+    let (clock, now, reads) = manual_clock(minute + Duration::from_secs(5));
     let audit = HandoutAudit::spawn(app.pool.clone(), "host-test0001".to_owned(), clock);
     let (k1, k2) = (ApiKeyId::parse("00000000000000a1").unwrap(), ApiKeyId::parse("00000000000000a2").unwrap());
     for (i, (id, key)) in [(alice, &k1); 5].into_iter().chain([(alice, &k2); 2]).chain([(bob, &k1); 3]).enumerate() {
@@ -126,14 +131,20 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
         audit.record(id, key).await;
     }
     assert_eq!(audit.pending(), 3, "three rows open: alice by two keys, bob by one");
-    // The writer looks every second; the minute is still open, so it writes nothing.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The writer looks every second; the minute is still open, so it writes nothing. Each
+    // look reads the clock once (as each hand-out does), so two reads after the last
+    // hand-out mean that a whole look happened since.
+    let read = reads.load(Ordering::SeqCst);
+    crate::support::eventually(Duration::from_secs(5), "the writer looks twice more", || async {
+        reads.load(Ordering::SeqCst) >= read + 2
+    })
+    .await;
     assert!(tallies(&app.pool).await.is_empty(), "nothing is written while its minute is open");
 
     // The minute closes (a hand-out of the next minute comes in, and time moves on).
     *now.lock().unwrap() = minute + Duration::from_secs(61);
     audit.record(alice, &k1).await;
-    crate::helpers::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
+    crate::support::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
         tallies(&app.pool).await.len() == 3
     })
     .await;
@@ -179,7 +190,7 @@ fn ours(page: &serde_json::Value) -> Vec<String> {
 }
 
 /// One page after `from`: this test's events on it, and where to ask next.
-async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, String) {
+async fn follow(app: &crate::support::TestApp, from: &str) -> (Vec<String>, String) {
     let page: serde_json::Value =
         app.admin(Method::GET, &format!("/audit?after={from}&limit=100"), None).await.json().await.unwrap();
     (ours(&page), page["next_after"].as_str().unwrap().to_owned())
@@ -187,16 +198,19 @@ async fn follow(app: &crate::helpers::TestApp, from: &str) -> (Vec<String>, Stri
 
 /// Follows the trail from `from`, page after page, until it has seen `n` of this test's
 /// events or 5 s have passed: what it saw, in order, and where it stopped.
-async fn follow_until(app: &crate::helpers::TestApp, from: &str, n: usize) -> (Vec<String>, String) {
-    let (mut seen, mut cursor) = (Vec::new(), from.to_owned());
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while seen.len() < n && std::time::Instant::now() < deadline {
+async fn follow_until(app: &crate::support::TestApp, from: &str, n: usize) -> (Vec<String>, String) {
+    // What the reader has seen and where it is, carried from one look to the next.
+    let trail = std::cell::RefCell::new((Vec::new(), from.to_owned()));
+    let _ = crate::support::poll(Duration::from_secs(5), || async {
+        let cursor = trail.borrow().1.clone();
         let (kinds, next) = follow(app, &cursor).await;
-        seen.extend(kinds);
-        cursor = next;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (seen, cursor)
+        let mut t = trail.borrow_mut();
+        t.0.extend(kinds);
+        t.1 = next;
+        if t.0.len() >= n { Ok(()) } else { Err(()) }
+    })
+    .await;
+    trail.into_inner()
 }
 
 /// Row ids and commit order can cross: a transaction that took its id first may commit

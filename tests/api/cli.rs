@@ -1,36 +1,9 @@
 //! Commands that never surprise: exit codes, messages that say where and what to do, and no
 //! command but `migrate` (and `serve`, `dev`) changing the schema.
 
-use crate::helpers::{Options, TestDatabase, config_env, config_text};
+use crate::support::TestDatabase;
+use crate::support::binary::{run, run_without};
 use std::process::{Command, Output};
-
-/// Runs the binary with the test configuration on `db_url` (providers are never contacted
-/// by these commands, so their URLs point nowhere).
-pub(crate) fn run(db_url: &str, toml: Option<&str>, args: &[&str]) -> Output {
-    run_without(db_url, toml, args, &[])
-}
-
-/// [`run`] with some of the test configuration's variables left out.
-fn run_without(db_url: &str, toml: Option<&str>, args: &[&str], left_out: &[&str]) -> Output {
-    let opts = Options::default();
-    let nowhere = "http://127.0.0.1:9";
-    let text = match toml {
-        Some(t) => t.to_owned(),
-        None => config_text("http://127.0.0.1:8080", nowhere, nowhere, &opts).unwrap(),
-    };
-    let config = std::env::temp_dir().join(format!("mcpc-cli-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&config, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-        .args(args)
-        .arg("--config")
-        .arg(&config)
-        .env_remove("DATABASE_URL")
-        .envs(config_env(db_url, &opts).into_iter().filter(|(k, _)| !left_out.contains(k)))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&config);
-    out
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -72,7 +45,7 @@ async fn an_unreachable_database_exits_69_and_says_where_without_the_password() 
     assert!(stderr(&o).contains(&format!("no PostgreSQL answers at 127.0.0.1:{port}")), "{}", stderr(&o));
     assert!(!stderr(&o).contains("hunter2secret"));
     // A server that answers, without the database.
-    let mut url = url::Url::parse(&crate::helpers::database_server_url()).unwrap();
+    let mut url = url::Url::parse(&crate::support::database_server_url()).unwrap();
     url.set_path("/mcpc_no_such_database");
     let o = run(url.as_str(), None, &["migrate"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
@@ -141,4 +114,59 @@ async fn apikey_create_needs_neither_idp_nor_provider_secrets() {
     // serve needs them all, and says which is missing.
     let o = run_without(&db.url, None, &["serve"], &["MCP_CONNECT_IDP_CLIENT_SECRET"]);
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+}
+
+/// `apikey revoke` and `tenant deactivate` go through the flows the service uses: the
+/// audit event is written, and the running service refuses at once.
+#[tokio::test]
+async fn apikey_revoke_and_tenant_deactivate_take_effect_in_the_running_service_with_their_audit_events() {
+    let app = crate::support::spawn_app().await;
+    let body = || serde_json::json!({"subject": "alice", "provider": "github"});
+    let db = app.db_url.clone();
+    let id = app.key[5..21].to_owned();
+    let o = tokio::task::spawn_blocking(move || run(&db, None, &["apikey", "revoke", &id])).await.unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(app.state.caches.barrier(&app.pool).await, "the revocation's notification arrived");
+    crate::support::assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;
+    let db = app.db_url.clone();
+    let id = app.key[5..21].to_owned();
+    let o = tokio::task::spawn_blocking(move || run(&db, None, &["apikey", "revoke", &id])).await.unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no active key with id"), "{}", stderr(&o));
+
+    assert_eq!(app.token(&app.beta_key, body()).await.status(), 200);
+    let db = app.db_url.clone();
+    let o = tokio::task::spawn_blocking(move || run(&db, None, &["tenant", "deactivate", "beta"])).await.unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("tenant beta is now inactive"));
+    assert!(app.state.caches.barrier(&app.pool).await);
+    crate::support::assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
+    let kinds = app.audit_kinds().await;
+    assert!(kinds.iter().any(|k| k == "api_key_revoked"), "{kinds:?}");
+    let beta: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM audit_events WHERE tenant_id = 'beta' AND kind = 'tenant_deactivated'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(beta.len(), 1);
+}
+
+/// A kill switch from the CLI is checked as the admin API's is: a tenant that does not
+/// exist and a reason that could forge a log line are refused, and nothing is stored.
+#[tokio::test]
+async fn killswitch_set_refuses_an_unknown_tenant_and_a_reason_with_control_characters() {
+    let app = crate::support::spawn_app().await;
+    let set = |args: &'static [&'static str]| {
+        let db = app.db_url.clone();
+        tokio::task::spawn_blocking(move || run(&db, None, args))
+    };
+    let o = set(&["killswitch", "set", "github", "no_token_handouts", "--tenant", "nosuch"]).await.unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--tenant: no tenant nosuch"), "{}", stderr(&o));
+    let o = set(&["killswitch", "set", "github", "no_token_handouts", "--reason", "ok\nFORGED LINE"]).await.unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--reason: reason must be at most 500 printable characters"), "{}", stderr(&o));
+    let switches: i64 = sqlx::query_scalar("SELECT count(*) FROM kill_switches").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(switches, 0, "nothing is stored");
+    assert!(!app.audit_kinds().await.iter().any(|k| k == "kill_switch_changed"));
 }

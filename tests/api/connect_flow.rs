@@ -1,8 +1,8 @@
 //! The browser connect flow against a real IdP and a real provider (both HTTP servers on
 //! loopback): the happy path, and one test per way it must refuse.
 
-use crate::browser::{Browser, location};
-use crate::helpers::{TestApp, spawn_app};
+use crate::support::browser::{Browser, location};
+use crate::support::{TestApp, last_connect_failure, spawn_app};
 use mcp_connect_devproviders::{IdTokenAlg, IssMode, TokenFailure, TokenKind};
 use serde_json::json;
 
@@ -72,7 +72,7 @@ async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
     assert!(html.contains("This link was made for another account"), "{html}");
     assert!(!html.contains("alice"), "the page must not reveal whose link it is");
     // Bob cannot start the authorization either, even with his own valid CSRF token.
-    let csrf = crate::browser::form_value(&html, "csrf");
+    let csrf = crate::support::browser::form_value(&html, "csrf");
     let r = bob
         .client
         .post(format!("{}/connect/testp/authorize", app.base))
@@ -245,15 +245,6 @@ async fn connects(app: &TestApp, provider: &str) {
     let (id, url) = app.elicit("alice", provider).await;
     assert_eq!(Browser::new().connect(app, &url, "alice", "octo-alice").await.status(), 200);
     assert_eq!(app.elicitation_status(&id).await, "completed");
-}
-
-/// The reason code of the newest `connect_failed` audit event.
-pub async fn last_connect_failure(app: &TestApp) -> serde_json::Value {
-    sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'connect_failed' ORDER BY id DESC LIMIT 1")
-        .fetch_optional(&app.pool)
-        .await
-        .unwrap()
-        .unwrap_or(serde_json::Value::Null)
 }
 
 /// A connect whose callback must be refused with this reason code (a page, no
@@ -497,7 +488,7 @@ async fn a_missing_or_wrong_csrf_token_is_403() {
     let (id, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
-    let good = crate::browser::form_value(&page, "csrf");
+    let good = crate::support::browser::form_value(&page, "csrf");
     let bad = format!("{}x", &good[..good.len() - 1]);
     for form in [
         vec![("e", id.as_str()), ("decision", "connect")],
@@ -509,7 +500,7 @@ async fn a_missing_or_wrong_csrf_token_is_403() {
     // Another session's token does not work here either.
     let other = Browser::new();
     let other_page = other.open(&app, &url, "alice").await.text().await.unwrap();
-    let other_csrf = crate::browser::form_value(&other_page, "csrf");
+    let other_csrf = crate::support::browser::form_value(&other_page, "csrf");
     assert_ne!(other_csrf, good);
     let r = browser
         .client
@@ -670,7 +661,7 @@ async fn logout_ends_the_session() {
     let (_, url) = app.elicit("alice", "testp").await;
     let browser = Browser::new();
     let page = browser.open(&app, &url, "alice").await.text().await.unwrap();
-    let csrf = crate::browser::form_value(&page, "csrf");
+    let csrf = crate::support::browser::form_value(&page, "csrf");
     let r = browser.client.post(format!("{}/logout", app.base)).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM browser_sessions").fetch_one(&app.pool).await.unwrap();
@@ -759,7 +750,7 @@ async fn a_link_completing_while_another_commits_the_same_connection_keeps_one_g
         .unwrap()
             == 1
     };
-    crate::helpers::eventually(std::time::Duration::from_secs(5), "the callback's insert waits on ours", waiting).await;
+    crate::support::eventually(std::time::Duration::from_secs(5), "the callback's insert waits on ours", waiting).await;
     other.commit().await.unwrap();
     let r = callback.await.unwrap();
     assert_eq!(r.status(), 409, "told, never a 500");
@@ -787,7 +778,8 @@ async fn after_signing_out_of_a_refused_link_the_next_sign_in_asks_for_the_accou
     // A first sign-in asks for nothing special.
     assert!(!app.idp.stats().last_authorize_params.unwrap().contains_key("prompt"));
     let html = r.text().await.unwrap();
-    let (csrf, back) = (crate::browser::form_value(&html, "csrf"), crate::browser::form_value(&html, "return_to"));
+    let (csrf, back) =
+        (crate::support::browser::form_value(&html, "csrf"), crate::support::browser::form_value(&html, "return_to"));
     assert_eq!(back, format!("/connect/testp?e={id}"));
     let r = browser
         .client
@@ -842,20 +834,20 @@ async fn every_answer_carries_hsts_when_the_public_base_url_is_https_and_none_ov
     let r = app.client.get(format!("{}/connect/testp?e=x", app.base)).send().await.unwrap();
     assert!(r.headers().get("strict-transport-security").is_none());
 
-    let https = |extra: &str| crate::helpers::Options {
+    let https = |extra: &str| crate::support::Options {
         env: vec![("MCP_CONNECT_PUBLIC_BASE_URL", "https://connect.example.test".to_owned())],
         extra_toml: extra.to_owned(),
         ..Default::default()
     };
-    let app = crate::helpers::spawn_app_with(https("")).await;
+    let app = crate::support::spawn_app_with(https("")).await;
     for path in ["/connect/testp?e=x", "/login?return_to=/", "/connections", "/healthz", "/v1/token", "/nowhere"] {
         let r = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
         assert_eq!(r.headers()["strict-transport-security"], "max-age=31536000", "{path}");
     }
-    let app = crate::helpers::spawn_app_with(https("[hsts]\nmax_age_seconds = 300\n")).await;
+    let app = crate::support::spawn_app_with(https("[hsts]\nmax_age_seconds = 300\n")).await;
     let r = app.client.get(format!("{}/connections", app.base)).send().await.unwrap();
     assert_eq!(r.headers()["strict-transport-security"], "max-age=300");
-    let app = crate::helpers::spawn_app_with(https("[hsts]\nmax_age_seconds = 0\n")).await;
+    let app = crate::support::spawn_app_with(https("[hsts]\nmax_age_seconds = 0\n")).await;
     let r = app.client.get(format!("{}/connections", app.base)).send().await.unwrap();
     assert!(r.headers().get("strict-transport-security").is_none(), "0 turns it off");
 }

@@ -1,8 +1,8 @@
 //! "Your connections" (`GET /connections`, `POST /connections/disconnect`) over plain HTTP:
 //! what a person sees, what they may end, and that nobody ends another's.
 
-use crate::browser::{Browser, form_value, location};
-use crate::helpers::{TestApp, spawn_app};
+use crate::support::browser::{Browser, form_value, location};
+use crate::support::{TestApp, spawn_app};
 use serde_json::json;
 
 async fn page(app: &TestApp, browser: &Browser) -> (u16, String) {
@@ -198,7 +198,7 @@ async fn what_providers_say_is_shown_as_text_and_a_made_up_notice_is_not_shown()
 
 #[tokio::test]
 async fn the_page_shows_promptly_when_a_providers_discovery_is_down() {
-    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+    let app = crate::support::spawn_app_with(crate::support::Options {
         extra_toml: "[providers.downp]\ntemplate = \"oidc\"\nissuer = \"http://127.0.0.1:9\"\nclient_id = \"downp\"\n"
             .to_owned(),
         patch: vec![("\"deadrev\"]", "\"deadrev\", \"downp\"]".to_owned())],

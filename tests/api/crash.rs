@@ -2,9 +2,9 @@
 //! (`domain::failpoint`, the `failpoints` cargo feature that `scripts/test` turns on) has
 //! parked it, then started again on the same port and database.
 
-use crate::browser::Browser;
-use crate::helpers::{BaseOnly, KEY_A, KEY_B, Options, TestApp, config_env, config_text, spawn_app};
-use crate::serve::{Served, free_port, handouts, serve_on};
+use crate::support::binary::{Served, handouts, serve_on};
+use crate::support::browser::Browser;
+use crate::support::{BaseOnly, KEY_A, KEY_B, Options, TestApp, config_env, config_text, free_port, spawn_app};
 use serde_json::json;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 /// Waits until the process says it parked at `point`, then SIGKILLs it.
 async fn kill_at(served: &mut Served, point: &str) {
     let line = format!("failpoint reached: {point}");
-    crate::helpers::eventually(Duration::from_secs(20), &line, || async { served.log().contains(&line) }).await;
+    crate::support::eventually(Duration::from_secs(20), &line, || async { served.log().contains(&line) }).await;
     served.child.kill().unwrap();
     served.child.wait().unwrap();
 }
@@ -164,7 +164,7 @@ async fn a_rotate_key_killed_mid_batch_leaves_every_row_openable_and_a_rerun_fin
     };
     let mut child = rotate(Some("rotate.before_second_commit=return")).spawn().unwrap();
     let line = "failpoint reached: rotate.before_second_commit";
-    crate::helpers::eventually(Duration::from_secs(20), line, || async {
+    crate::support::eventually(Duration::from_secs(20), line, || async {
         std::fs::read_to_string(&log).unwrap_or_default().contains(line)
     })
     .await;
@@ -176,7 +176,7 @@ async fn a_rotate_key_killed_mid_batch_leaves_every_row_openable_and_a_rerun_fin
     assert_eq!(keys.iter().filter(|k| *k == "k-old").count(), 4, "the killed batch was rolled back: {keys:?}");
 
     // Every row opens, old key or new, on an instance holding both.
-    let both = crate::helpers::spawn_on(&app, &opts).await;
+    let both = crate::support::spawn_on(&app, &opts).await;
     for i in 0..6 {
         let b = both.token_ok(json!({"subject": format!("user{i}"), "provider": "github"})).await;
         assert_eq!(b["access_token"], format!("gho_{i}"), "{b}");
@@ -201,9 +201,10 @@ async fn a_kill_with_handouts_queued_loses_at_most_their_audit_rows_and_never_a_
     let mut served = serve_on(&app, port, &[]).await;
     let base = served.base.clone();
     // Early in a minute, so that the minute is still open (nothing written) at the kill.
-    while OffsetDateTime::now_utc().second() > 40 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::support::eventually(Duration::from_secs(25), "the first 40 seconds of a minute", || async {
+        OffsetDateTime::now_utc().second() <= 40
+    })
+    .await;
     let mut answered = 0;
     for _ in 0..50 {
         let r = post_token(&app, &base, json!({"subject": "alice", "provider": "github"})).await;
@@ -227,10 +228,10 @@ async fn a_kill_with_handouts_queued_loses_at_most_their_audit_rows_and_never_a_
 #[tokio::test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature: scripts/test turns it on")]
 async fn a_kill_after_a_webhook_was_sent_and_before_it_was_recorded_sends_it_again_under_the_same_id() {
-    use crate::receiver::{Receiver, assert_verified, register};
+    use crate::support::receiver::{Receiver, assert_verified, register};
     // The in-process instance looks for deliveries once a minute: the served one sends.
     let slow = vec![("poll_interval_ms = 200", "poll_interval_ms = 60000".to_owned())];
-    let app = crate::helpers::spawn_app_with(Options { patch: slow, ..Options::default() }).await;
+    let app = crate::support::spawn_app_with(Options { patch: slow, ..Options::default() }).await;
     let receiver = Receiver::start().await;
     let (webhook, secret) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
     let port = free_port();
@@ -260,7 +261,7 @@ async fn a_kill_after_a_webhook_was_sent_and_before_it_was_recorded_sends_it_aga
     // Restarted: once the dead process's claim has lapsed, the event is sent again under
     // the same id (receivers drop the duplicate by it), and recorded.
     let _served = serve_on(&app, port, &[]).await;
-    crate::helpers::eventually(Duration::from_secs(30), "the event is sent again", || async {
+    crate::support::eventually(Duration::from_secs(30), "the event is sent again", || async {
         receiver.all().len() >= 2
     })
     .await;
@@ -269,7 +270,7 @@ async fn a_kill_after_a_webhook_was_sent_and_before_it_was_recorded_sends_it_aga
     assert_eq!(all[0].body, all[1].body, "the same body");
     assert_eq!(receiver.accepted().len(), 1, "once after de-duplication");
     assert_verified(&secret, &all).await;
-    crate::helpers::eventually(Duration::from_secs(10), "recorded as delivered", || async {
+    crate::support::eventually(Duration::from_secs(10), "recorded as delivered", || async {
         let r = app.admin(reqwest::Method::GET, &format!("/webhooks/{webhook}/deliveries"), None).await;
         let b: serde_json::Value = r.json().await.unwrap();
         b["deliveries"][0]["status"] == "delivered" && b["deliveries"][0]["attempts"] == 2

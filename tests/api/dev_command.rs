@@ -1,10 +1,11 @@
 //! `mcp-connect dev`, run as a newcomer would: the real binary, its private PostgreSQL,
 //! its built-in IdP and provider, and the walkthrough it prints, followed over HTTP.
 
-use crate::browser::Browser;
+use crate::support::browser::Browser;
+use crate::support::{eventually_ok, poll_blocking};
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Dev {
     child: Child,
@@ -14,14 +15,13 @@ struct Dev {
 impl Drop for Dev {
     fn drop(&mut self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let exited = poll_blocking(Duration::from_secs(20), || match self.child.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            _ => Err(()),
+        });
+        if exited.is_err() {
+            let _ = self.child.kill();
         }
-        let _ = self.child.kill();
     }
 }
 
@@ -64,14 +64,10 @@ fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>, extra: &[&st
     }
     let child = cmd.spawn().expect("the binary starts");
     let dev = Dev { child, dir };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(env) = read_env(&env_file).filter(|e| e.contains_key("DATABASE_URL")) {
-            return (dev, env);
-        }
-        assert!(Instant::now() < deadline, "dev did not write its env file in 60 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let written = poll_blocking(Duration::from_secs(60), || {
+        read_env(&env_file).filter(|e| e.contains_key("DATABASE_URL")).ok_or(())
+    });
+    (dev, written.expect("dev writes its env file within 60 s"))
 }
 
 /// The walkthrough the command prints: alice connects, bob is refused.
@@ -90,7 +86,7 @@ async fn walkthrough(env: &HashMap<String, String>) {
     let first = ask(serde_json::json!({"subject": "alice", "provider": "dev"})).await;
     assert_eq!(first["status"], "connect_required");
     let url = first["elicitation"]["url"].as_str().unwrap();
-    let app = crate::helpers::BaseOnly(base.clone());
+    let app = crate::support::BaseOnly(base.clone());
     let r = Browser::new().connect(&app, url, "alice", "alice-at-dev").await;
     assert_eq!(r.status(), 200);
     let again =
@@ -104,8 +100,7 @@ async fn walkthrough(env: &HashMap<String, String>) {
     assert_eq!(r.status(), 403);
     assert!(r.text().await.unwrap().contains("made for another account"));
     // Listed once every transaction begun before it has ended (other tests' too).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let audit = loop {
+    let audit = eventually_ok(Duration::from_secs(5), "the identity mismatch is listed", || async {
         let admin = http
             .get(format!("{base}/admin/v1/audit?kind=identity_mismatch"))
             .bearer_auth(&env["MCP_CONNECT_ADMIN_KEY"])
@@ -113,12 +108,10 @@ async fn walkthrough(env: &HashMap<String, String>) {
             .await
             .unwrap();
         let audit: serde_json::Value = admin.json().await.unwrap();
-        if !audit["events"].as_array().unwrap().is_empty() || Instant::now() > deadline {
-            break audit;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(audit["events"].as_array().unwrap().len(), 1);
+        if audit["events"].as_array().unwrap().is_empty() { Err(audit) } else { Ok(audit) }
+    })
+    .await;
+    assert_eq!(audit["events"].as_array().unwrap().len(), 1, "{audit}");
 }
 
 #[tokio::test]
@@ -159,7 +152,7 @@ async fn mcp_token_audience(env: &HashMap<String, String>) -> String {
 
 #[tokio::test]
 async fn dev_mints_mcp_tokens_for_the_mcp_servers_url() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (_dev, env) = start_dev(Some(&db.url));
     assert_eq!(env["MCP_CONNECT_DEV_MCP_URL"], "http://127.0.0.1:8090/mcp");
     let aud = mcp_token_audience(&env).await;
@@ -197,7 +190,7 @@ async fn dev_runs_from_a_folder_only_its_owner_can_enter_and_cleans_up() {
 
 #[tokio::test]
 async fn dev_uses_database_url_when_it_is_set() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (dev, env) = start_dev(Some(&db.url));
     assert_eq!(env["DATABASE_URL"], db.url);
     walkthrough(&env).await;
@@ -206,24 +199,23 @@ async fn dev_uses_database_url_when_it_is_set() {
 
 #[tokio::test]
 async fn dev_with_webhook_echo_prints_each_event_it_verified() {
-    let db = crate::helpers::create_database().await;
+    let db = crate::support::create_database().await;
     let (dev, env) = start_dev_in(Some(&db.url), None, &["--webhook-echo"]);
     walkthrough(&env).await;
     let out = dev.dir.join("stdout.txt");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let text = eventually_ok(Duration::from_secs(20), "a verified connection.created printed", || async {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
-        let verified: Vec<&str> = text.lines().filter(|l| l.starts_with("webhook (signature verified): ")).collect();
-        if verified.iter().any(|l| l.contains(r#""type":"connection.created""#)) {
-            assert!(text.contains("Webhooks: every event of the dev tenant goes to http://127.0.0.1:"), "{text}");
-            let created = verified.iter().find(|l| l.contains("connection.created")).unwrap();
-            assert!(created.contains(r#""subject":"alice""#) && created.contains(r#""account_login":"alice-at-dev""#));
-            assert!(!text.contains("REFUSED"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no verified connection.created printed: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let created = text
+            .lines()
+            .any(|l| l.starts_with("webhook (signature verified): ") && l.contains(r#""type":"connection.created""#));
+        if created { Ok(text) } else { Err(text) }
+    })
+    .await;
+    let verified: Vec<&str> = text.lines().filter(|l| l.starts_with("webhook (signature verified): ")).collect();
+    assert!(text.contains("Webhooks: every event of the dev tenant goes to http://127.0.0.1:"), "{text}");
+    let created = verified.iter().find(|l| l.contains("connection.created")).unwrap();
+    assert!(created.contains(r#""subject":"alice""#) && created.contains(r#""account_login":"alice-at-dev""#));
+    assert!(!text.contains("REFUSED"), "{text}");
 }
 
 #[tokio::test]

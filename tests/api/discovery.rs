@@ -4,8 +4,8 @@
 //! private endpoints for that provider. A listener on loopback stands for the internal
 //! service a hostile discovery host points at; it counts what reaches it.
 
-use crate::browser::{Browser, location};
-use crate::helpers::{Options, TestApp, spawn_app, spawn_app_with, spawn_on};
+use crate::support::browser::{Browser, location};
+use crate::support::{Options, TestApp, spawn_app, spawn_app_with, spawn_on};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,49 +7,17 @@
 //! `chromium-driver`, which `.ci/run` installs); without them these tests fail and say so.
 
 mod attacker;
-pub mod chrome;
 
-use crate::helpers::{TestApp, spawn_app};
-use chrome::{Chrome, Screen, Setup};
+use crate::support::chrome::{
+    Chrome, Screen, Setup, answer_at_the_provider, callback_heading, on_the_consent_page, open_and_sign_in,
+};
+use crate::support::{TestApp, spawn_app};
 use fantoccini::key::Key;
 use serde_json::json;
 
 /// The MCP server's retry: `POST /v1/token` with the elicitation id.
 async fn retry(app: &TestApp, subject: &str, id: &str) -> serde_json::Value {
     app.token_ok(json!({"subject": subject, "provider": "testp", "elicitation_id": id})).await
-}
-
-/// Opens the connect link in a browser without a session: it lands on the IdP's login
-/// page, where the person types `username` and clicks "Sign in".
-pub(crate) async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &str) {
-    chrome.goto(url).await;
-    chrome.wait_for_url(&format!("{}/authorize?", app.idp.base_url())).await;
-    assert!(chrome.page_text().await.contains("asks you to sign in"));
-    chrome.screenshot("idp-login").await;
-    chrome.type_into("input[name=username]", username).await;
-    chrome.click("button[name=decision][value=allow]").await;
-}
-
-/// Waits for our consent page for elicitation `id`; returns its text.
-pub(crate) async fn on_the_consent_page(chrome: &Chrome, app: &TestApp, id: &str) -> String {
-    chrome.wait_for_url(&format!("{}/connect/testp?e={id}", app.base)).await;
-    chrome.find("button[name=decision][value=connect]").await;
-    chrome.assert_our_page().await
-}
-
-/// On the provider's consent page: names the account and clicks Allow or Deny.
-pub(crate) async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, decision: &str) {
-    chrome.wait_for_url(&format!("{}/authorize?", app.provider.base_url())).await;
-    chrome.screenshot("provider-consent").await;
-    chrome.type_into("input[name=username]", account).await;
-    chrome.click(&format!("button[name=decision][value={decision}]")).await;
-}
-
-/// Waits for our callback page and returns its heading.
-pub(crate) async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
-    chrome.wait_for_url(&format!("{}/connect/testp/callback?", app.base)).await;
-    chrome.assert_our_page().await;
-    chrome.text("h1").await
 }
 
 #[tokio::test]
@@ -319,8 +287,9 @@ async fn connected_in(chrome: &Chrome, app: &TestApp) -> String {
 #[tokio::test]
 async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_dead() {
     let app = spawn_app().await;
-    let receiver = crate::receiver::Receiver::start().await;
-    let (_, secret) = crate::receiver::register(&app, &app.admin_key, &receiver.url, &["connection.revoked"]).await;
+    let receiver = crate::support::receiver::Receiver::start().await;
+    let (_, secret) =
+        crate::support::receiver::register(&app, &app.admin_key, &receiver.url, &["connection.revoked"]).await;
     let chrome = Chrome::start("disconnect", Setup { javascript: false, ..Setup::default() }).await;
     let token = connected_in(&chrome, &app).await;
     // From the result page's link.
@@ -343,7 +312,7 @@ async fn a_person_disconnects_in_a_browser_without_javascript_and_the_grant_is_d
     assert_eq!(b["status"], "connect_required", "{b}");
     // The MCP server heard of it, signed.
     let got = receiver.wait_for(1, std::time::Duration::from_secs(20)).await;
-    crate::receiver::assert_verified(&secret, &got).await;
+    crate::support::receiver::assert_verified(&secret, &got).await;
     let event = got[0].json();
     assert_eq!(event["type"], "connection.revoked");
     assert_eq!((&event["data"]["subject"], &event["data"]["by"]), (&json!("alice"), &json!("subject")));

@@ -3,7 +3,7 @@
 //! outage are 503 with `Retry-After`, never a 500; the cache is bypassed until its change
 //! listener is back; service resumes within 5 s of Postgres; nothing stored is lost.
 
-use crate::helpers::{Options, TestApp, start_providers};
+use crate::support::{Options, TestApp, start_providers};
 use mcp_connect::dev::PrivatePostgres;
 use serde_json::json;
 use sqlx::Connection;
@@ -26,7 +26,7 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
     let (idp, provider) = start_providers(None).await.unwrap();
     let app = TestApp::start_on(&db_url, None, idp, provider, &Options::default()).await.unwrap();
     let id = app.insert_connection("acme", "alice", "github", "gho_kept", &["read:user"], None).await;
-    crate::helpers::eventually(Duration::from_secs(5), "the cache serves", || async { app.state.caches.is_serving() })
+    crate::support::eventually(Duration::from_secs(5), "the cache serves", || async { app.state.caches.is_serving() })
         .await;
 
     // Steady load; every answer is recorded with its status (and Retry-After for 503s).
@@ -50,11 +50,17 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
                     *last_ok.lock().unwrap() = Instant::now();
                 }
                 *answers.lock().unwrap().entry(status).or_default() += 1;
+                // Fixed sleep kept: it paces the load (one caller, a request every few ms,
+                // not a busy loop of instant 503s during the outage); it waits for nothing.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load is under way before the outage.
+    crate::support::eventually(Duration::from_secs(5), "20 answers of the load", || async {
+        answers.lock().unwrap().get(&200).is_some_and(|n| *n >= 20)
+    })
+    .await;
 
     // The outage: a fast shutdown ends every session, as a failover does.
     let pg = tokio::task::spawn_blocking(move || {
@@ -64,13 +70,13 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
     })
     .await
     .unwrap();
-    crate::helpers::eventually(Duration::from_secs(5), "the cache stops serving without its listener", || async {
+    crate::support::eventually(Duration::from_secs(5), "the cache stops serving without its listener", || async {
         !app.state.caches.is_serving()
     })
     .await;
     // Callers see the outage as 503s (a lookup's connect fails at once; a pool waits up to
     // its 5 s acquire timeout first).
-    crate::helpers::eventually(Duration::from_secs(15), "503s during the outage", || async {
+    crate::support::eventually(Duration::from_secs(15), "503s during the outage", || async {
         answers.lock().unwrap().contains_key(&503)
     })
     .await;
@@ -84,11 +90,11 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
     .unwrap();
     let back_at = Instant::now();
     // Service resumes within 5 s of Postgres.
-    crate::helpers::eventually(Duration::from_secs(5), "answers are 200 again", || async {
+    crate::support::eventually(Duration::from_secs(5), "answers are 200 again", || async {
         *last_ok.lock().unwrap() > back_at
     })
     .await;
-    crate::helpers::eventually(Duration::from_secs(5), "the cache serves again", || async {
+    crate::support::eventually(Duration::from_secs(5), "the cache serves again", || async {
         app.state.caches.is_serving()
     })
     .await;
@@ -113,13 +119,13 @@ async fn postgres_restarted_under_load_answers_503_never_500_and_service_resumes
 async fn the_change_listener_can_use_its_own_database_url() {
     // Behind PgBouncer in transaction mode the pool's URL cannot LISTEN; the listener gets
     // a URL of its own (here: the same database, named so it can be found).
-    let db = crate::helpers::TestDatabase::create().await.unwrap();
+    let db = crate::support::TestDatabase::create().await.unwrap();
     let listen_url = format!("{}?application_name=mcpc-listener", db.url);
     let opts = Options { env: vec![("MCP_CONNECT_DATABASE_LISTEN_URL", listen_url)], ..Options::default() };
     let (idp, provider) = start_providers(None).await.unwrap();
     let db = Arc::new(db);
     let app = TestApp::start_on(&db.url.clone(), Some(db), idp, provider, &opts).await.unwrap();
-    crate::helpers::eventually(Duration::from_secs(5), "the cache serves", || async { app.state.caches.is_serving() })
+    crate::support::eventually(Duration::from_secs(5), "the cache serves", || async { app.state.caches.is_serving() })
         .await;
     let listening: Vec<String> = sqlx::query_scalar(
         "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",

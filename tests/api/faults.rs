@@ -3,9 +3,9 @@
 //! down. Each ends in a clear page or a 503 with Retry-After, a reason code in the audit
 //! trail, never a 500, and nothing stored lost or changed.
 
-use crate::browser::Browser;
-use crate::connect_flow::last_connect_failure;
-use crate::helpers::{Options, TestApp, spawn_app, spawn_app_with};
+use crate::support::browser::Browser;
+use crate::support::last_connect_failure;
+use crate::support::{Options, TestApp, spawn_app, spawn_app_with};
 use mcp_connect_devproviders::TokenFailure;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -50,7 +50,7 @@ async fn refresh_fails_softly(app: &TestApp, provider: &str, reason: &str) {
     let before = stored(app).await;
     let r = app.token(&app.key, json!({"subject": "alice", "provider": provider})).await;
     assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503");
-    crate::helpers::assert_error(r, 503, "provider_unavailable").await;
+    crate::support::assert_error(r, 503, "provider_unavailable").await;
     assert_eq!(last_refresh_failure(app).await["reason"], reason);
     assert_eq!(stored(app).await, before, "the stored grant is unchanged");
 }
@@ -121,7 +121,7 @@ async fn a_code_exchange_against_a_token_endpoint_that_is_down_shows_a_clear_pag
     let html = page.text().await.unwrap();
     let r = browser.consent(&app, "deadtok", &html, "connect").await;
     assert_eq!(r.status(), 303);
-    let authorize = url::Url::parse(&crate::browser::location(&r)).unwrap();
+    let authorize = url::Url::parse(&crate::support::browser::location(&r)).unwrap();
     let state = authorize.query_pairs().find(|(k, _)| k == "state").unwrap().1.into_owned();
     let cb = format!("{}/connect/deadtok/callback?code=made-up&state={state}", app.base);
     let r = browser.get(&cb).await;
@@ -179,7 +179,7 @@ async fn sign_in_is_unavailable(app: &TestApp) {
     let browser = Browser::new();
     let r = browser.get(&url).await;
     assert_eq!(r.status(), 303, "to sign-in");
-    let login = crate::browser::absolute(app, &crate::browser::location(&r));
+    let login = crate::support::browser::absolute(app, &crate::support::browser::location(&r));
     let r = browser.get(&login).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503 page");
@@ -264,7 +264,7 @@ async fn fifty_sign_ins_spaced_past_the_idps_keep_alive_all_succeed() {
     tokio::spawn(closing_proxy(front, idp.port(), std::time::Duration::from_secs(1)));
     let provider =
         DevProvider::start(DevProviderConfig { role: Role::Downstream, ..DevProviderConfig::default() }).await.unwrap();
-    let db = Arc::new(crate::helpers::create_database().await);
+    let db = Arc::new(crate::support::create_database().await);
     let app = TestApp::start_on(&db.url.clone(), Some(db), Arc::new(idp), Arc::new(provider), &Options::default())
         .await
         .unwrap();
@@ -274,9 +274,11 @@ async fn fifty_sign_ins_spaced_past_the_idps_keep_alive_all_succeed() {
         let browser = Browser::new();
         let r = browser.get(&format!("{}/login?return_to=/", app.base)).await;
         assert_eq!(r.status(), 303);
-        let back = browser.answer_authorize(&crate::browser::location(&r), "alice", "allow").await;
+        let back = browser.answer_authorize(&crate::support::browser::location(&r), "alice", "allow").await;
         let r = browser.get(&back).await;
         assert_eq!(r.status(), 303, "sign-in {i}: {}", r.text().await.unwrap());
+        // Fixed sleep kept: the connection must sit idle past the IdP's keep-alive, which
+        // is what this test is about.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
 }

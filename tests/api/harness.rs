@@ -1,6 +1,6 @@
 //! The harness itself: test databases do not pile up.
 
-use crate::helpers::{TestDatabase, database_server_url, sweep};
+use crate::support::{TestDatabase, database_server_url, sweep};
 use sqlx::Connection;
 
 async fn exists(name: &str) -> bool {

@@ -6,9 +6,9 @@
 //!
 //! Needs Node.js and `npm ci --prefix tests/interop` (`.ci/run` does both).
 
-use crate::browser::{Browser, absolute, location};
-use crate::e2e::chrome::{Chrome, Setup};
-use crate::helpers::{Options, TestApp, spawn_app_with};
+use crate::support::browser::{Browser, absolute, location};
+use crate::support::chrome::{Chrome, Setup};
+use crate::support::{Options, TestApp, spawn_app_with};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Stdio;

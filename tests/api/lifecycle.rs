@@ -1,7 +1,7 @@
 //! Refresh on lookup (invariant 7), fenced across two instances; the provider's failure
 //! modes; key rotation; clean-up.
 
-use crate::helpers::{KEY_A, KEY_B, Options, spawn_app, spawn_on};
+use crate::support::{KEY_A, KEY_B, Options, spawn_app, spawn_on};
 use mcp_connect_devproviders::TokenFailure;
 use serde_json::json;
 use std::time::Duration;
@@ -15,7 +15,7 @@ fn lookup() -> serde_json::Value {
     json!({"subject": "alice", "provider": "testp"})
 }
 
-async fn userinfo_login(app: &crate::helpers::TestApp, token: &str) -> reqwest::StatusCode {
+async fn userinfo_login(app: &crate::support::TestApp, token: &str) -> reqwest::StatusCode {
     reqwest::Client::new()
         .get(format!("{}/userinfo", app.provider.base_url()))
         .bearer_auth(token)
@@ -99,7 +99,7 @@ async fn a_provider_5xx_answers_503_and_keeps_the_grant_for_later() {
     app.provider.switches().set_token_failure(Some(TokenFailure::ServerError));
     let r = app.token(&app.key, lookup()).await;
     assert_eq!(r.headers()["retry-after"], "5");
-    crate::helpers::assert_error(r, 503, "provider_unavailable").await;
+    crate::support::assert_error(r, 503, "provider_unavailable").await;
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "active");
     app.provider.switches().set_token_failure(None);
@@ -113,7 +113,7 @@ async fn a_provider_timeout_answers_503_too() {
     app.insert_provider_grant("alice", "octo-alice", past()).await;
     app.provider.switches().set_token_failure(Some(TokenFailure::Timeout));
     let r = app.token(&app.key, lookup()).await;
-    crate::helpers::assert_error(r, 503, "provider_unavailable").await;
+    crate::support::assert_error(r, 503, "provider_unavailable").await;
 }
 
 #[tokio::test]
@@ -215,7 +215,7 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
         .await
         .unwrap();
     // A live login and a live session (Alice signs in), plus a state in flight.
-    let browser = crate::browser::Browser::new();
+    let browser = crate::support::browser::Browser::new();
     let page = browser.open(&app, live["elicitation"]["url"].as_str().unwrap(), "alice").await.text().await.unwrap();
     browser.consent(&app, "testp", &page, "connect").await;
     sqlx::query("INSERT INTO browser_sessions (id_hash, subject, issuer, expires_at) VALUES ('\\x01', 'x', 'y', now() - interval '1 second')")
@@ -320,7 +320,7 @@ async fn a_refresh_whose_request_is_dropped_still_commits_the_rotated_refresh_to
                     .unwrap()
                     == 1
             };
-            crate::helpers::eventually(Duration::from_secs(5), "the detached refresh commits", committed).await;
+            crate::support::eventually(Duration::from_secs(5), "the detached refresh commits", committed).await;
         })
         .await;
     app.provider.switches().set_answer_delay(Duration::ZERO);

@@ -1,8 +1,8 @@
 //! Invariant 1: a whole connect flow, with every log line captured at debug level, leaves
 //! no token, code, state, verifier, nonce, API key or session id in the logs.
 
-use crate::browser::{Browser, location};
-use crate::helpers::spawn_app;
+use crate::support::browser::{Browser, location};
+use crate::support::spawn_app;
 use mcp_connect::crypto::lookup_hash;
 use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use mcp_connect::vault::{Field, RowBinding};
@@ -47,7 +47,7 @@ async fn a_whole_flow_logs_no_secret() {
     let browser = Browser::new();
     // Login by hand, to see the IdP's code and state.
     let r = browser.get(&url).await;
-    let r = browser.get(&crate::browser::absolute(&app, &location(&r))).await;
+    let r = browser.get(&crate::support::browser::absolute(&app, &location(&r))).await;
     let login_back = browser.answer_authorize(&location(&r), "alice", "allow").await;
     let r = browser.get(&login_back).await;
     let session_cookie = r
@@ -108,7 +108,7 @@ async fn a_whole_flow_logs_no_secret() {
         ("api key secret", app.key[22..].to_owned()),
     ];
     // The request log line of the callback is written as its response goes out.
-    crate::helpers::eventually(std::time::Duration::from_secs(10), "the callback's log line", || async {
+    crate::support::eventually(std::time::Duration::from_secs(10), "the callback's log line", || async {
         String::from_utf8_lossy(&buf.lock().unwrap()).contains("/connect/testp/callback")
     })
     .await;

@@ -1,8 +1,8 @@
 //! Prometheus metrics: their own listener, parsed by a real text-format parser, moving
 //! with a flow, and never an id, subject or secret in a label.
 
-use crate::browser::Browser;
-use crate::helpers::{Options, TestApp, spawn_app_with};
+use crate::support::browser::Browser;
+use crate::support::{Options, TestApp, spawn_app_with};
 use serde_json::json;
 
 fn with_metrics() -> Options {
@@ -72,12 +72,12 @@ async fn metrics_are_served_on_their_own_listener_and_never_on_the_public_one() 
     assert_eq!(r.status(), 404, "the public listener has no /metrics");
     // The listener connects in the background after start: up within moments, even on a
     // loaded machine (it failed once in CI when scraped right away).
-    crate::helpers::eventually(std::time::Duration::from_secs(10), "the change listener is up", || async {
+    crate::support::eventually(std::time::Duration::from_secs(10), "the change listener is up", || async {
         value(&scrape(&app).await.1, "mcp_connect_cache_listener_up", &[]) == 1.0
     })
     .await;
     // Off unless configured.
-    let off = crate::helpers::spawn_app().await;
+    let off = crate::support::spawn_app().await;
     assert_eq!(off.metrics_port, None);
 }
 

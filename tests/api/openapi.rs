@@ -1,6 +1,6 @@
 //! The OpenAPI contract: committed, served, and the one the handlers generate.
 
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 use mcp_connect::http::error::ErrorCode;
 use mcp_connect::http::openapi::document_json;
 
@@ -61,7 +61,7 @@ async fn a_wrong_method_gets_405_with_allow_and_the_error_body() {
     ] {
         let r = app.client.request(method.clone(), format!("{}{path}", app.base)).send().await.unwrap();
         assert_eq!(r.headers().get("allow").map(|v| v.to_str().unwrap()), Some(allow), "{method} {path}");
-        crate::helpers::assert_error(r, 405, "method_not_allowed").await;
+        crate::support::assert_error(r, 405, "method_not_allowed").await;
     }
 }
 
@@ -74,11 +74,11 @@ async fn the_cancel_body_is_json_of_at_most_16_kib_or_nothing() {
         app.client.post(&url).bearer_auth(&app.key).header("content-type", ct).body(body).send()
     };
     let big = format!("{{\"reason\": \"cancel\", \"x\": \"{}\"}}", "a".repeat(16 * 1024));
-    crate::helpers::assert_error(send(big, "application/json").await.unwrap(), 413, "payload_too_large").await;
+    crate::support::assert_error(send(big, "application/json").await.unwrap(), 413, "payload_too_large").await;
     let plain = send("{\"reason\": \"cancel\"}".to_owned(), "text/plain").await.unwrap();
-    crate::helpers::assert_error(plain, 415, "unsupported_media_type").await;
+    crate::support::assert_error(plain, 415, "unsupported_media_type").await;
     let quoted = send("{\"secret_looking\": \"gho_abc\"}".to_owned(), "application/json").await.unwrap();
-    let body = crate::helpers::assert_error(quoted, 400, "invalid_json").await;
+    let body = crate::support::assert_error(quoted, 400, "invalid_json").await;
     assert!(!body.to_string().contains("gho_abc") && !body.to_string().contains("secret_looking"), "{body}");
     let null = send("null".to_owned(), "application/json").await.unwrap();
     assert_eq!(null.status(), 200, "null is no body");

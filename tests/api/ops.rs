@@ -1,4 +1,4 @@
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 
 #[tokio::test]
 async fn healthz_and_readyz_answer_ok_on_a_migrated_database() {

@@ -4,8 +4,8 @@
 //! `listConnections` -> `getConnection` -> `revokeConnection`). The connections the second
 //! chain needs are made first by real connect flows through the dev IdP and provider.
 
-use crate::browser::Browser;
-use crate::helpers::{Options, spawn_app_with};
+use crate::support::browser::Browser;
+use crate::support::{Options, spawn_app_with};
 
 /// Every check schemathesis has (the five, `negative_data_rejection`, `ignored_auth`,
 /// `missing_required_header`, `unsupported_method`, `use_after_free`, ...) but one:
@@ -120,7 +120,7 @@ struct Run {
 }
 
 /// One `st run` over `openapi.json`; fails the test on any failure or error.
-async fn schemathesis(app: &crate::helpers::TestApp, dir: &std::path::Path, name: &str, args: &[&str]) -> Run {
+async fn schemathesis(app: &crate::support::TestApp, dir: &std::path::Path, name: &str, args: &[&str]) -> Run {
     let st = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-st/bin/st");
     assert!(std::path::Path::new(st).exists(), "{st} is missing: scripts/test installs it");
     let report = dir.join(format!("report-{name}"));

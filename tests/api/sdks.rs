@@ -11,9 +11,9 @@
 //! Needs what `scripts/test` installs: `.venv-mcp` with `mcp` and `clients/python`, and the
 //! Node packages of `examples/typescript-server` and `tests/sdk/ts-client`.
 
-use crate::e2e::chrome::{Chrome, Setup};
-use crate::e2e::{answer_at_the_provider, callback_heading, on_the_consent_page, open_and_sign_in};
-use crate::helpers::{Browser, PROVIDER, Stack};
+use crate::support::chrome::{Chrome, Setup};
+use crate::support::chrome::{answer_at_the_provider, callback_heading, on_the_consent_page, open_and_sign_in};
+use crate::support::{Browser, PROVIDER, Stack};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Stdio;

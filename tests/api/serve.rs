@@ -1,98 +1,22 @@
 //! The `mcp-connect` binary as operators run it: `serve` draining on SIGTERM, and
 //! `healthcheck`.
 
-use crate::helpers::{Options, TestApp, config_env, config_text, register};
+use crate::support::binary::{Served, handouts, serve, wait_exit};
+use crate::support::{TestApp, eventually, eventually_ok};
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-/// `mcp-connect serve` on a port of its own, on the database and providers of `app` (an
-/// in-process instance the test uses to seed keys and connections).
-pub(crate) struct Served {
-    pub(crate) child: Child,
-    pub(crate) base: String,
-    config: std::path::PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl Served {
-    /// What the process wrote to stderr (its log) so far.
-    pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(self.config.with_extension("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-        let _ = std::fs::remove_file(self.config.with_extension("log"));
-    }
-}
-
-pub(crate) use mcp_connect_testkit::free_port;
-
-async fn serve(app: &TestApp, extra_env: &[(&str, &str)]) -> Served {
-    serve_on(app, free_port(), extra_env).await
-}
-
-/// [`serve`] on a given port: a restart on the same port keeps the URLs registered at the
-/// providers and the links already handed out.
-pub(crate) async fn serve_on(app: &TestApp, port: u16, extra_env: &[(&str, &str)]) -> Served {
-    let base = format!("http://127.0.0.1:{port}");
-    register(&base, &app.idp, &app.provider);
-    let opts = Options::default();
-    let config = std::env::temp_dir().join(format!("mcpc-serve-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&config, config_text(&base, &app.idp.issuer(), &app.provider.issuer(), &opts).unwrap()).unwrap();
-    let mut env: Vec<(String, String)> =
-        config_env(&app.db_url, &opts).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    env.push(("MCP_CONNECT_LISTEN".into(), format!("127.0.0.1:{port}")));
-    env.push(("MCP_CONNECT_LOG".into(), "warn".into()));
-    env.extend(extra_env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-    let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(config.with_extension("log")).unwrap())
-        .spawn()
-        .unwrap();
-    let served = Served { child, base, config, env };
-    let ready =
-        || async { app.client.get(format!("{}/readyz", served.base)).send().await.is_ok_and(|r| r.status() == 200) };
-    crate::helpers::eventually(Duration::from_secs(20), "mcp-connect serve is ready", ready).await;
-    served
-}
 
 fn sigterm(child: &Child) {
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
 }
 
-pub(crate) async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "serve did not exit within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-pub(crate) async fn handouts(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every_handout() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     app.insert_connection("acme", "alice", "github", "gho_drain", &["read:user"], None).await;
     let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "2")]).await;
 
@@ -116,20 +40,18 @@ async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load is under way before the signal: the 50 answers that count as load below.
+    eventually(Duration::from_secs(10), "50 answers of the load", || async { ok.load(Ordering::Acquire) > 50 }).await;
     sigterm(&served.child);
     let signalled = std::time::Instant::now();
     let readyz = format!("{}/readyz", served.base);
     let watcher = reqwest::Client::new();
-    loop {
+    let flipped_to = eventually_ok(Duration::from_secs(1), "readyz flips at once", || async {
         let r = watcher.get(&readyz).send().await.unwrap();
-        if r.status() == 503 {
-            assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "draining");
-            break;
-        }
-        assert!(signalled.elapsed() < Duration::from_secs(1), "readyz flips at once");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        if r.status() == 503 { Ok(r.json::<serde_json::Value>().await.unwrap()) } else { Err(r.status()) }
+    })
+    .await;
+    assert_eq!(flipped_to["status"], "draining");
     let flipped_after = signalled.elapsed();
     flipped.store(true, Ordering::Release);
     for c in clients {
@@ -166,7 +88,7 @@ async fn sigterm_under_load_flips_readyz_first_fails_no_request_and_writes_every
 
 #[tokio::test]
 async fn a_refresh_detached_from_its_dropped_request_finishes_before_serve_exits() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let past = Some(time::OffsetDateTime::now_utc() - time::Duration::minutes(5));
     app.insert_provider_grant("alice", "octo-alice", past).await;
     let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "0")]).await;
@@ -198,7 +120,7 @@ async fn a_refresh_detached_from_its_dropped_request_finishes_before_serve_exits
 
 #[tokio::test]
 async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let mut served = serve(&app, &[("MCP_CONNECT_SHUTDOWN_DRAIN_SECONDS", "3")]).await;
     let healthcheck = |listen: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mcp-connect"));
@@ -212,7 +134,7 @@ async fn healthcheck_exits_0_when_ready_and_1_when_draining_or_down() {
     assert_eq!(out.status.code(), Some(0), "ready, asked on 127.0.0.1: {}", String::from_utf8_lossy(&out.stderr));
     sigterm(&served.child);
     // Once the signal is handled the drain begins (3 s), and the check says not ready.
-    crate::helpers::eventually(Duration::from_secs(3), "the healthcheck failing while draining", || async {
+    crate::support::eventually(Duration::from_secs(3), "the healthcheck failing while draining", || async {
         healthcheck(&format!("127.0.0.1:{port}")).status.code() != Some(0)
     })
     .await;
@@ -245,7 +167,7 @@ async fn traced_lookup(app: &TestApp, served: &Served, flags: &str) -> serde_jso
 #[tokio::test]
 async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refresh_call_as_a_child() {
     let receiver = mcp_connect_testkit::otlp::OtlpReceiver::start().await.unwrap();
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let soon = Some(time::OffsetDateTime::now_utc() + time::Duration::seconds(30));
     let (_, old_access, old_refresh) = app.insert_provider_grant("alice", "octo-alice", soon).await;
     let env = [
@@ -304,7 +226,7 @@ async fn a_token_call_that_refreshes_is_one_trace_in_the_callers_with_the_refres
 #[tokio::test]
 async fn traceparent_reaches_providers_only_when_propagate_to_providers_is_set() {
     let receiver = mcp_connect_testkit::otlp::OtlpReceiver::start().await.unwrap();
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let soon = Some(time::OffsetDateTime::now_utc() + time::Duration::seconds(30));
     app.insert_provider_grant("alice", "octo-alice", soon).await;
     let env = [

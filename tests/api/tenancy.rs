@@ -1,6 +1,6 @@
 //! Tenant isolation: one MCP server never sees another's connections or elicitations.
 
-use crate::helpers::{assert_error, spawn_app};
+use crate::support::{assert_error, spawn_app};
 use serde_json::json;
 
 #[tokio::test]
@@ -37,8 +37,8 @@ async fn the_same_subject_under_two_tenants_gets_two_elicitations() {
 }
 
 /// The configuration of an instance whose file lacks tenant `beta`.
-fn without_beta() -> crate::helpers::Options {
-    crate::helpers::Options {
+fn without_beta() -> crate::support::Options {
+    crate::support::Options {
         patch: vec![(
             "[[tenants]]\nid = \"beta\"\ndisplay_name = \"Beta Bot\"\nproviders = [\"github\"]\n",
             String::new(),
@@ -52,7 +52,7 @@ async fn an_instance_whose_file_lacks_a_tenant_neither_deactivates_it_nor_refuse
     let a = spawn_app().await;
     // Another instance starts on the same database from a file without `beta` (a rolling
     // deploy, or `mcp-connect dev` with DATABASE_URL).
-    let b = crate::helpers::spawn_on(&a, &without_beta()).await;
+    let b = crate::support::spawn_on(&a, &without_beta()).await;
     let active: bool =
         sqlx::query_scalar("SELECT active FROM tenants WHERE id = 'beta'").fetch_one(&a.pool).await.unwrap();
     assert!(active, "starting never deactivates a tenant");
@@ -67,7 +67,7 @@ async fn an_instance_whose_file_lacks_a_tenant_neither_deactivates_it_nor_refuse
 #[tokio::test]
 async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
     let a = spawn_app().await;
-    let b = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    let b = crate::support::spawn_on(&a, &crate::support::Options::default()).await;
     let beta = mcp_connect::domain::TenantId::parse("beta").unwrap();
     let body = json!({"subject": "alice", "provider": "github"});
     assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
@@ -75,7 +75,7 @@ async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
     assert!(b.state.caches.barrier(&b.pool).await);
     assert_error(b.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
     // Restarting an instance whose file names beta does not bring it back.
-    let c = crate::helpers::spawn_on(&a, &crate::helpers::Options::default()).await;
+    let c = crate::support::spawn_on(&a, &crate::support::Options::default()).await;
     assert_error(c.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
     assert_eq!(
         mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(),

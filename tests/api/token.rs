@@ -1,6 +1,6 @@
 //! `POST /v1/token`: both answers, elicitation reuse, reconcile outcomes, bad input.
 
-use crate::helpers::{assert_error, spawn_app};
+use crate::support::{assert_error, spawn_app};
 use mcp_connect::domain::ElicitationId;
 use serde_json::json;
 use time::OffsetDateTime;

@@ -1,6 +1,6 @@
 //! The vault against the real database: what a dump shows, rows moved, keys rotated.
 
-use crate::helpers::{KEY_A, KEY_B, Options, spawn_app, spawn_on};
+use crate::support::{KEY_A, KEY_B, Options, spawn_app, spawn_on};
 use serde_json::json;
 
 #[tokio::test]
@@ -159,7 +159,7 @@ async fn a_rotated_out_refresh_token_put_back_into_its_row_no_longer_opens() {
 
 #[tokio::test]
 async fn a_webhook_secret_dropped_at_rotation_and_put_back_signs_nothing() {
-    use crate::receiver::{Receiver, register};
+    use crate::support::receiver::{Receiver, register};
     let app = spawn_app().await;
     let receiver = Receiver::start().await;
     let (webhook, leaked) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
@@ -189,7 +189,7 @@ async fn a_webhook_secret_dropped_at_rotation_and_put_back_signs_nothing() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        crate::helpers::eventually(std::time::Duration::from_secs(20), "an attempt is recorded", || async {
+        crate::support::eventually(std::time::Duration::from_secs(20), "an attempt is recorded", || async {
             let n: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE last_error IS NOT NULL")
                 .fetch_one(&app.pool)
                 .await

@@ -2,8 +2,8 @@
 //! holds the answer while the named elicitation is pending and answers the moment its
 //! change commits, on this instance or another, woken by the change notification.
 
-use crate::browser::Browser;
-use crate::helpers::{Options, TestApp, assert_error, eventually, spawn_app_with, spawn_on};
+use crate::support::browser::Browser;
+use crate::support::{Options, TestApp, assert_error, eventually, spawn_app_with, spawn_on};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;

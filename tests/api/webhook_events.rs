@@ -3,9 +3,9 @@
 //! receiver, verified by PyPI's `standardwebhooks`, retried while the receiver is down
 //! (time moved by the worker's clock, not waited for), in order per connection.
 
-use crate::browser::Browser;
-use crate::helpers::{Options, TestApp, assert_error, eventually, spawn_app, spawn_app_with};
-use crate::receiver::{Receiver, assert_verified, python_verdicts, register};
+use crate::support::browser::Browser;
+use crate::support::receiver::{Receiver, assert_verified, python_verdicts, register};
+use crate::support::{Options, TestApp, assert_error, eventually, spawn_app, spawn_app_with};
 use mcp_connect::domain::{KeyScope, ManualClock, TenantId};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
@@ -53,7 +53,7 @@ async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
 }
 
 /// `(type, subject)` of each event, and the `data` of each.
-fn kinds(events: &[crate::receiver::Delivery]) -> Vec<(String, String)> {
+fn kinds(events: &[crate::support::receiver::Delivery]) -> Vec<(String, String)> {
     events
         .iter()
         .map(|d| {
@@ -262,6 +262,9 @@ async fn every_event_arrives_once_in_order_per_connection_after_the_receiver_was
     assert!(tried_one["next_attempt_at"].is_string());
 
     // Back up an hour later (the worker's clock, not a real hour): everything arrives.
+    // Fixed sleep kept: `webhook-timestamp` is in whole seconds of the real clock, and the
+    // retry must be signed in a later second than the first attempt to show it was signed
+    // afresh (the worker's clock moves the schedule, not the signature's time).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let back_at = time::OffsetDateTime::now_utc().unix_timestamp();
     receiver.set_down(false);
@@ -328,10 +331,17 @@ async fn a_delivery_that_fails_for_a_day_is_marked_failed_and_the_next_event_goe
     eventually(WAIT, "the first attempt", || async { !receiver.all().is_empty() }).await;
     let second = app.elicit("alice", "testp").await.0;
     cancel(&app, &second, "cancel").await;
-    // A day of retries (the clock moves; each attempt fails), then it is given up.
+    // A day of retries (the clock moves; each attempt fails), then it is given up. No
+    // retry or rest lasts over an hour: after each hour the worker tries the first event
+    // again, unless it has given it up.
+    let tries = || receiver.all().iter().filter(|d| d.body.contains(first.as_str())).count();
     for _ in 0..25 {
+        let tried = tries();
         clock.advance(Duration::from_secs(3600));
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        eventually(WAIT, "the first event tried again, or given up", || async {
+            tries() > tried || deliveries(&app, &webhook).await.iter().any(|d| d["status"] == "failed")
+        })
+        .await;
     }
     // The endpoint rests after its last failure (at most an hour).
     clock.advance(Duration::from_secs(2 * 3600));
@@ -477,8 +487,12 @@ async fn an_event_whose_change_rolls_back_is_never_sent() {
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries").fetch_one(&app.pool).await.unwrap();
     assert_eq!(left, 0);
     assert_eq!(app.elicitation_status(&id).await, "pending");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(receiver.all().is_empty());
+    // A cancel that commits afterwards is sent, and it alone: the rolled-back event, had it
+    // been kept, would have gone first (the same elicitation's stream).
+    cancel(&app, &id, "decline").await;
+    let got = receiver.wait_for(1, WAIT).await;
+    assert_eq!(got[0].json()["data"]["by"], "mcp_client", "the committed cancel's event: {}", got[0].body);
+    assert_eq!(receiver.all().len(), 1, "nothing but the committed event was sent");
 }
 
 #[tokio::test]
@@ -488,10 +502,14 @@ async fn a_global_kill_switch_from_the_cli_reaches_every_tenants_endpoints_that_
     let (_, acme_secret) = register(&app, &app.admin_key, &acme.url, &["kill_switch.changed"]).await;
     let beta_admin = admin_key_of(&app, "beta").await;
     let (_, beta_secret) = register(&app, &beta_admin, &beta.url, &["kill_switch.changed"]).await;
-    register(&app, &app.admin_key, &deaf.url, &["connection.revoked"]).await;
+    let (deaf_webhook, _) = register(&app, &app.admin_key, &deaf.url, &["connection.revoked"]).await;
     let db = app.db_url.clone();
     let out = tokio::task::spawn_blocking(move || {
-        crate::cli::run(&db, None, &["killswitch", "set", "github", "no_token_handouts", "--reason", "provider breach"])
+        crate::support::binary::run(
+            &db,
+            None,
+            &["killswitch", "set", "github", "no_token_handouts", "--reason", "provider breach"],
+        )
     })
     .await
     .unwrap();
@@ -506,13 +524,15 @@ async fn a_global_kill_switch_from_the_cli_reaches_every_tenants_endpoints_that_
         assert_eq!(e["data"]["by"], "cli");
         assert_eq!(e["data"]["note"], Value::Null, "a global switch's note stays with the operators");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Deliveries are written with their event, one for each endpoint that asked: none was
+    // written for this one, so nothing is on its way to it either.
+    assert!(deliveries(&app, &deaf_webhook).await.is_empty(), "nothing is queued for an endpoint that did not ask");
     assert!(deaf.all().is_empty(), "an endpoint that did not ask hears nothing");
 }
 
 #[tokio::test]
 async fn rotate_key_reseals_the_signing_secrets_and_the_new_key_alone_signs() {
-    use crate::helpers::{KEY_A, KEY_B, spawn_on};
+    use crate::support::{KEY_A, KEY_B, spawn_on};
     // KEY_A. Its worker looks once a minute: the instance with the new key delivers (an
     // instance without the key a secret is sealed under cannot sign; operators add the new
     // key everywhere before they rotate).
@@ -797,6 +817,11 @@ async fn pending_deliveries_of_a_tenant_switched_off_are_not_sent() {
         statuses.iter().all(|(s, e)| s == "failed" && e.as_deref() == Some("tenant_inactive"))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // An event of another tenant, enqueued now, is sent: the worker has gone round since,
+    // and sent nothing more for the switched-off one.
+    let other = Receiver::start().await;
+    register(&app, &admin_key_of(&app, "beta").await, &other.url, &["elicitation.cancelled"]).await;
+    backlog(&app, "beta", 1).await;
+    other.wait_for(1, WAIT).await;
     assert_eq!(receiver.all().len(), before, "nothing more was sent for the switched-off tenant");
 }

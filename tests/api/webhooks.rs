@@ -16,14 +16,14 @@ use time::OffsetDateTime;
 /// Verifies with PyPI's `standardwebhooks`; returns its verdict (`ok`, or the error's class
 /// and message).
 async fn python_verifies(secret: &SecretString, body: &str, id: &str, timestamp: i64, signature: &str) -> String {
-    let d = crate::receiver::Delivery {
+    let d = crate::support::receiver::Delivery {
         id: id.to_owned(),
         timestamp: timestamp.to_string(),
         signature: signature.to_owned(),
         body: body.to_owned(),
         answered: 0,
     };
-    crate::receiver::python_verdicts(secret.expose_secret(), &[d]).await.remove(0)
+    crate::support::receiver::python_verdicts(secret.expose_secret(), &[d]).await.remove(0)
 }
 
 #[tokio::test]

@@ -268,10 +268,8 @@ impl TestApp {
         // itself is re-checked once it does), so wait for it as a load balancer waits for
         // readiness: on a loaded machine it has taken seconds. Not fatal: a test about a
         // listener that cannot connect goes on after the wait.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !state.caches.is_listening() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let listening = || async { if state.caches.is_listening() { Ok(()) } else { Err(()) } };
+        let _ = crate::poll(std::time::Duration::from_secs(20), listening).await;
         let key = |tenant: &'static str, scope: KeyScope, name: Option<&'static str>| {
             let pool = pool.clone();
             async move {
@@ -482,22 +480,7 @@ pub async fn assert_error(r: reqwest::Response, status: u16, code: &str) -> serd
     body
 }
 
-/// Waits until `check` holds, looking every 10 ms, and panics naming `what` if it does not
-/// within `within`: for effects that happen off the request path (batched audit writes, a
-/// detached task, a terminated backend), instead of sleeping a guessed time.
 /// A port free on loopback just now (another process may take it before it is used).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-pub async fn eventually<F, Fut>(within: std::time::Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + within;
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
 }

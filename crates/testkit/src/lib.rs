@@ -15,9 +15,11 @@ use std::sync::Arc;
 mod app;
 pub mod db;
 pub mod otlp;
+mod wait;
 
 pub use app::*;
 pub use db::{TestDatabase, database_server_url, sweep};
+pub use wait::{eventually, eventually_ok, poll, poll_blocking};
 
 /// The tenant the stack registers, and the provider it offers.
 pub const TENANT: &str = "acme";

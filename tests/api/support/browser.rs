@@ -2,7 +2,7 @@
 //! hop is asserted), and the clicks a person makes on the IdP's, our and the provider's
 //! pages.
 
-use crate::helpers::HasBase;
+use crate::support::HasBase;
 
 pub struct Browser {
     pub client: reqwest::Client,

@@ -2,7 +2,7 @@
 //! delivery (headers, body, when) and answers 204, or 503 while it is "down"; and the
 //! check of deliveries with PyPI's official `standardwebhooks` verifier.
 
-use crate::helpers::TestApp;
+use super::{TestApp, eventually_ok};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,6 +64,7 @@ impl Receiver {
                             answered,
                         });
                         let delay = *s.delay.lock().unwrap();
+                        // Fixed sleep kept: a deliberately slow receiver (`set_delay`).
                         tokio::time::sleep(delay).await;
                         actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(answered).unwrap())
                             // A long answer: at most 1 KB of it may be kept.
@@ -112,19 +113,11 @@ impl Receiver {
 
     /// Waits until `n` distinct events were accepted; returns them.
     pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Delivery> {
-        let deadline = std::time::Instant::now() + within;
-        loop {
+        eventually_ok(within, &format!("{n} events accepted"), || async {
             let got = self.accepted();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{n} events not accepted within {within:?}; got {:?}",
-                got.iter().map(|d| d.json()["type"].clone()).collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            if got.len() >= n { Ok(got) } else { Err(Value::from_iter(got.iter().map(|d| d.json()["type"].clone()))) }
+        })
+        .await
     }
 }
 

@@ -3,6 +3,7 @@
 //! the browser and the profile are gone when the `Chrome` is dropped, also when the test
 //! fails half-way.
 
+use super::{TestApp, free_port, poll};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
 use fantoccini::key::Key;
@@ -11,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -64,6 +65,8 @@ impl Default for Setup {
 /// rather than the process), and a browser must not outlive its test. When chromedriver
 /// itself ends (say its port was taken) the shell ends the group too, and `start_driver`
 /// sees it exit.
+// Fixed sleep kept: the watchdog looks for the test process once a second; a shell cannot
+// wait for a process that is not its child, and a second is soon enough to end a browser.
 const WATCHDOG: &str = r#"
 "$1" --port="$2" </dev/null >/dev/null 2>&1 &
 driver=$!
@@ -123,8 +126,6 @@ fn require(path: &str) {
     );
 }
 
-use mcp_connect_testkit::free_port;
-
 /// Starts chromedriver on a free port and waits until it says it is ready.
 async fn start_driver(profile: PathBuf) -> (Driver, u16) {
     // Two tests can pick the same free port between bind and spawn; a second attempt
@@ -139,18 +140,24 @@ async fn start_driver(profile: PathBuf) -> (Driver, u16) {
             .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}"));
         let mut driver = Driver { child, profile: profile.clone() };
         let status = format!("http://127.0.0.1:{port}/status");
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if driver.child.try_wait().unwrap().is_some() {
-                break; // the port was taken after all
+        // Ready (`true`), or gone (`false`: the port was taken after all).
+        let ready = poll(WAIT, || {
+            let exited = driver.child.try_wait().unwrap().is_some();
+            let status = &status;
+            async move {
+                if exited {
+                    return Ok(false);
+                }
+                let Ok(r) = reqwest::get(status).await else { return Err(()) };
+                match r.json::<serde_json::Value>().await {
+                    Ok(v) if v["value"]["ready"] == true => Ok(true),
+                    _ => Err(()),
+                }
             }
-            if let Ok(r) = reqwest::get(&status).await
-                && let Ok(v) = r.json::<serde_json::Value>().await
-                && v["value"]["ready"] == true
-            {
-                return (driver, port);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if ready == Ok(true) {
+            return (driver, port);
         }
         // Not ready: drop it (killing it, keeping the profile) and try another port.
         driver.profile = PathBuf::new();
@@ -239,16 +246,14 @@ impl Chrome {
 
     /// Waits until the address bar starts with `prefix` and the page has loaded.
     pub async fn wait_for_url(&self, prefix: &str) -> url::Url {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        let arrived = poll(WAIT, || async {
             let url = self.url().await;
-            if url.as_str().starts_with(prefix) && self.ready().await {
-                return url;
-            }
-            if Instant::now() > deadline {
-                panic!("the browser is at {url}, expected {prefix}…; page:\n{}", self.page_text().await);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if url.as_str().starts_with(prefix) && self.ready().await { Ok(url) } else { Err(url) }
+        })
+        .await;
+        match arrived {
+            Ok(url) => url,
+            Err(url) => panic!("the browser is at {url}, expected {prefix}…; page:\n{}", self.page_text().await),
         }
     }
 
@@ -347,4 +352,40 @@ impl Chrome {
         assert!(self.all("script").await.is_empty(), "a script on {url}");
         text
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The connect flow's steps, as a person takes them in Chromium.
+
+/// Opens the connect link in a browser without a session: it lands on the IdP's login
+/// page, where the person types `username` and clicks "Sign in".
+pub async fn open_and_sign_in(chrome: &Chrome, app: &TestApp, url: &str, username: &str) {
+    chrome.goto(url).await;
+    chrome.wait_for_url(&format!("{}/authorize?", app.idp.base_url())).await;
+    assert!(chrome.page_text().await.contains("asks you to sign in"));
+    chrome.screenshot("idp-login").await;
+    chrome.type_into("input[name=username]", username).await;
+    chrome.click("button[name=decision][value=allow]").await;
+}
+
+/// Waits for our consent page for elicitation `id`; returns its text.
+pub async fn on_the_consent_page(chrome: &Chrome, app: &TestApp, id: &str) -> String {
+    chrome.wait_for_url(&format!("{}/connect/testp?e={id}", app.base)).await;
+    chrome.find("button[name=decision][value=connect]").await;
+    chrome.assert_our_page().await
+}
+
+/// On the provider's consent page: names the account and clicks Allow or Deny.
+pub async fn answer_at_the_provider(chrome: &Chrome, app: &TestApp, account: &str, decision: &str) {
+    chrome.wait_for_url(&format!("{}/authorize?", app.provider.base_url())).await;
+    chrome.screenshot("provider-consent").await;
+    chrome.type_into("input[name=username]", account).await;
+    chrome.click(&format!("button[name=decision][value={decision}]")).await;
+}
+
+/// Waits for our callback page and returns its heading.
+pub async fn callback_heading(chrome: &Chrome, app: &TestApp) -> String {
+    chrome.wait_for_url(&format!("{}/connect/testp/callback?", app.base)).await;
+    chrome.assert_our_page().await;
+    chrome.text("h1").await
 }
