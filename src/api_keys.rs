@@ -2,10 +2,12 @@
 //!
 //! Only an argon2id hash of the whole key is stored. Verifying one costs tens of
 //! milliseconds on purpose, so a key is verified once and then served from a bounded
-//! in-memory cache keyed by its SHA-256; a cached entry is re-checked against the
-//! database (revoked? tenant removed?) at most every `cache_ttl`, so a revoked key stops
-//! working within that time on every instance, and at once where the change notification
-//! (which names the key or the tenant) arrives.
+//! in-memory cache keyed by its SHA-256, under the one scheme of [`crate::changes`]: a
+//! change notification or the change log naming the key or its tenant drops the entry
+//! (the key) or marks it for a re-check against the database (the tenant: one read, no
+//! argon2), and an entry is used only up to `cache_ttl` after its read or the last read of
+//! the change log. So a revoked key stops working at once where the notification arrives,
+//! and within a read of the change log on every instance.
 //!
 //! Strangers cannot make argon2 run: the key id is 64 random bits and not a secret, so an
 //! id that does not exist is refused after one indexed read (and remembered for a few
@@ -25,6 +27,7 @@
 //! wrong secrets within [`FAILURE_WINDOW`] only one verification a second is let through;
 //! the rest are refused at once with 429 + `Retry-After`.
 
+use crate::changes::{ChangeWatch, Found, Ticket};
 use crate::domain::{ApiKeyId, Clock, KeyScope, SystemClock, TenantId};
 use crate::store;
 use argon2::Argon2;
@@ -34,7 +37,7 @@ use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -122,14 +125,6 @@ pub enum KeyRejection {
     Throttled(Duration),
 }
 
-struct Cached {
-    key: VerifiedKey,
-    checked_at: Instant,
-    /// Set when the change listener lost its connection: notifications may have been
-    /// missed, so the next use re-checks the database (one read, no argon2).
-    due: bool,
-}
-
 /// How long an id found missing is remembered (only while the change listener is up: a
 /// key created meanwhile announces itself and clears the entry at once).
 const NEGATIVE_TTL: Duration = Duration::from_secs(5);
@@ -157,7 +152,8 @@ pub const METRIC_HASH_QUEUE_FULL: &str = "mcp_connect_api_key_hash_refused_total
 /// Verifies presented keys, with the cache described in the module doc.
 pub struct ApiKeyVerifier {
     pool: store::PgPool,
-    cache: RwLock<HashMap<[u8; 32], Cached>>,
+    /// Verified keys by the SHA-256 of the presented key.
+    cache: crate::changes::Cached<[u8; 32], VerifiedKey>,
     /// Ids found missing, and when.
     missing: RwLock<HashMap<ApiKeyId, Instant>>,
     /// Wrong secrets per live id (see the module doc).
@@ -166,18 +162,11 @@ pub struct ApiKeyVerifier {
     in_flight: crate::domain::gate::Gates<ApiKeyId>,
     /// Verifiers seen, by id: a wrong secret for one of them is refused with no read.
     verifiers: RwLock<HashMap<ApiKeyId, [u8; 32]>>,
-    /// Whether the change listener is connected (negative entries are used only then).
-    listening: AtomicBool,
-    ttl: Duration,
     capacity: usize,
     /// Bounds concurrent argon2 runs, so a flood of wrong secrets queues instead of
     /// starving every other request of CPU. A permit travels into the blocking task, so a
     /// request dropped mid-hash does not free a slot while its argon2 still runs.
     hashing: Arc<Semaphore>,
-    /// Bumped by every change notification and listener loss: a verification that read
-    /// the database before a change is not cached after it (it could hold a key revoked
-    /// meanwhile).
-    changes: AtomicU64,
     /// Callers waiting for a slot now, and how many may.
     waiting: AtomicUsize,
     max_waiting: usize,
@@ -200,18 +189,28 @@ impl ApiKeyVerifier {
         max_waiting: usize,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
+        Self::sharing(pool, ttl, capacity, max_waiting, clock.clone(), ChangeWatch::new(clock))
+    }
+
+    /// [`Self::with_clock`] sharing `watch` (listening, drops, confirmations) with the other
+    /// caches of the process.
+    pub fn sharing(
+        pool: store::PgPool,
+        ttl: Duration,
+        capacity: usize,
+        max_waiting: usize,
+        clock: Arc<dyn Clock>,
+        watch: Arc<ChangeWatch>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pool,
-            cache: RwLock::new(HashMap::new()),
+            cache: crate::changes::Cached::new(watch, ttl, capacity),
             missing: RwLock::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
             in_flight: std::sync::Mutex::new(HashMap::new()),
             verifiers: RwLock::new(HashMap::new()),
-            listening: AtomicBool::new(false),
-            ttl,
             capacity,
             hashing: Arc::new(Semaphore::new(2)),
-            changes: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             max_waiting,
             verifications: AtomicU64::new(0),
@@ -234,7 +233,7 @@ impl ApiKeyVerifier {
         if self.known_wrong(&id, presented) {
             return Err(KeyRejection::Invalid);
         }
-        let (seen_changes, read_at) = (self.changes.load(Ordering::Acquire), self.clock.now());
+        let ticket = self.cache.watch().ticket();
         let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
             self.remember_missing(id);
             return Err(KeyRejection::Invalid);
@@ -249,14 +248,14 @@ impl ApiKeyVerifier {
             if !crate::crypto::constant_time_eq(verifier, &verifier_of(presented)) {
                 return Err(KeyRejection::Invalid);
             }
-            return self.accept(id, &row, fingerprint, seen_changes, read_at).await;
+            return self.accept(id, &row, fingerprint, ticket).await;
         }
         // A key made before verifiers: argon2, one request of this id at a time. The gate's
         // entry goes when the last holder is done, however the request ends (also when it is
         // dropped while waiting).
         let gate = crate::domain::gate::Gate::new(&self.in_flight, id.clone());
         let _held = gate.acquire().await;
-        self.verify_by_argon2(id, &row, presented, fingerprint, (seen_changes, read_at)).await
+        self.verify_by_argon2(id, &row, presented, fingerprint, ticket).await
     }
 
     /// A wrong secret for an id whose verifier is remembered.
@@ -282,7 +281,7 @@ impl ApiKeyVerifier {
         row: &store::api_keys::ApiKeyRow,
         presented: &str,
         fingerprint: [u8; 32],
-        (seen_changes, read_at): (u64, Instant),
+        ticket: Ticket,
     ) -> Result<VerifiedKey, KeyRejection> {
         // The request before this one may have verified this very key.
         if let Some(verified) = self.verified_before(&fingerprint).await? {
@@ -316,7 +315,7 @@ impl ApiKeyVerifier {
             tracing::warn!(error = %e, "could not store an api key's verifier");
         }
         self.remember_verifier(&id, &verifier);
-        let r = self.accept(id, row, fingerprint, seen_changes, read_at).await;
+        let r = self.accept(id, row, fingerprint, ticket).await;
         // Released only now, so the next waiter finds the key in the cache.
         drop(permit);
         r
@@ -328,15 +327,14 @@ impl ApiKeyVerifier {
         id: ApiKeyId,
         row: &store::api_keys::ApiKeyRow,
         fingerprint: [u8; 32],
-        seen_changes: u64,
-        read_at: Instant,
+        ticket: Ticket,
     ) -> Result<VerifiedKey, KeyRejection> {
         let key = VerifiedKey {
             id,
             tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
             scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
         };
-        self.remember_verified(fingerprint, &key, seen_changes, read_at).await?;
+        self.remember_verified(fingerprint, &key, ticket).await?;
         let pool = self.pool.clone();
         let key_id = key.id.clone();
         tokio::spawn(async move {
@@ -353,34 +351,33 @@ impl ApiKeyVerifier {
         &self,
         fingerprint: [u8; 32],
         key: &VerifiedKey,
-        seen_changes: u64,
-        read_at: Instant,
+        ticket: Ticket,
     ) -> Result<(), KeyRejection> {
-        if self.changes.load(Ordering::Acquire) == seen_changes {
-            self.insert(fingerprint, key.clone(), read_at);
+        // Stored, or not stored only because the cache is full of keys in use.
+        if self.cache.insert(&ticket, fingerprint, key.clone()) || self.cache.watch().admits(&ticket) {
             return Ok(());
         }
-        let checked_at = self.clock.now();
+        let ticket = self.cache.watch().ticket();
         if !store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
             return Err(KeyRejection::Invalid);
         }
-        self.insert(fingerprint, key.clone(), checked_at);
+        self.cache.insert(&ticket, fingerprint, key.clone());
         Ok(())
     }
 
     /// A key verified before: as cached within its re-check interval, or (due) after asking
     /// the database whether it is still allowed (one read, no argon2). `None`: not cached.
     async fn verified_before(&self, fp: &[u8; 32]) -> Result<Option<VerifiedKey>, KeyRejection> {
-        match self.lookup(fp)? {
+        match self.cache.get(fp) {
             None => Ok(None),
-            Some((key, true)) => Ok(Some(key)),
-            Some((key, false)) => {
-                let checked_at = self.clock.now();
+            Some(Found::Fresh(key)) => Ok(Some(key)),
+            Some(Found::Due(key)) => {
+                let ticket = self.cache.watch().ticket();
                 if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
-                    self.insert(*fp, key.clone(), checked_at);
+                    self.cache.insert(&ticket, *fp, key.clone());
                     return Ok(Some(key));
                 }
-                self.remove(fp);
+                self.cache.remove(fp);
                 Err(KeyRejection::Invalid)
             }
         }
@@ -465,19 +462,13 @@ impl ApiKeyVerifier {
         }
     }
 
-    /// A cached verification, and whether it is still within its re-check interval.
-    fn lookup(&self, fp: &[u8; 32]) -> Result<Option<(VerifiedKey, bool)>, KeyRejection> {
-        let cache = self.cache.read().map_err(|_| KeyRejection::Task)?;
-        Ok(cache.get(fp).map(|c| (c.key.clone(), !c.due && self.clock.since(c.checked_at) < self.ttl)))
-    }
-
     fn known_missing(&self, id: &ApiKeyId) -> bool {
-        self.listening.load(Ordering::Acquire)
+        self.cache.watch().is_listening()
             && self.missing.read().is_ok_and(|m| m.get(id).is_some_and(|at| self.clock.since(*at) < NEGATIVE_TTL))
     }
 
     fn remember_missing(&self, id: ApiKeyId) {
-        if !self.listening.load(Ordering::Acquire) {
+        if !self.cache.watch().is_listening() {
             return;
         }
         if let Ok(mut m) = self.missing.write() {
@@ -488,27 +479,6 @@ impl ApiKeyVerifier {
                 }
             }
             m.insert(id, self.clock.now());
-        }
-    }
-
-    fn insert(&self, fp: [u8; 32], key: VerifiedKey, checked_at: Instant) {
-        if let Ok(mut cache) = self.cache.write() {
-            if cache.len() >= self.capacity && !cache.contains_key(&fp) {
-                let ttl = self.ttl;
-                cache.retain(|_, c| self.clock.since(c.checked_at) < ttl);
-                if cache.len() >= self.capacity {
-                    // Still full of live entries: start over rather than grow. Dropped keys
-                    // are verified again on their next use.
-                    cache.clear();
-                }
-            }
-            cache.insert(fp, Cached { key, checked_at, due: false });
-        }
-    }
-
-    fn remove(&self, fp: &[u8; 32]) {
-        if let Ok(mut cache) = self.cache.write() {
-            cache.remove(fp);
         }
     }
 
@@ -524,10 +494,7 @@ impl ApiKeyVerifier {
     /// A change notification named this key (revoked, changed or deleted somewhere): its
     /// verifications and any memory of it being missing go.
     pub fn key_changed(&self, id: &str) {
-        self.changes.fetch_add(1, Ordering::AcqRel);
-        if let Ok(mut cache) = self.cache.write() {
-            cache.retain(|_, c| c.key.id.as_str() != id);
-        }
+        self.cache.remove_where(|_, k| k.id.as_str() == id);
         if let Ok(mut m) = self.missing.write() {
             m.retain(|k, _| k.as_str() != id);
         }
@@ -536,12 +503,7 @@ impl ApiKeyVerifier {
     /// A tenant was created, renamed, deactivated, reactivated or deleted: its keys are
     /// re-checked against the database on their next use (one read, no argon2).
     pub fn tenant_changed(&self, tenant: &str) {
-        self.changes.fetch_add(1, Ordering::AcqRel);
-        if let Ok(mut cache) = self.cache.write() {
-            for c in cache.values_mut().filter(|c| c.key.tenant.as_str() == tenant) {
-                c.due = true;
-            }
-        }
+        self.cache.mark_due_where(|_, k| k.tenant.as_str() == tenant);
     }
 
     /// The change listener is up (`true`) or lost its connection (`false`). While it is
@@ -549,11 +511,11 @@ impl ApiKeyVerifier {
     /// marked due for a database re-check (notifications may have been missed), which
     /// costs one read on the next use and no argon2.
     pub fn set_listening(&self, up: bool) {
-        self.listening.store(up, Ordering::Release);
+        // Going down, this also moves the drop counter: nothing in flight is cached.
+        self.cache.watch().set_listening(up);
         if !up {
             // Notifications may be missed from now on: nothing verified before is trusted
-            // without a re-check, and nothing in flight is cached.
-            self.changes.fetch_add(1, Ordering::AcqRel);
+            // without a re-check.
             if let Ok(mut m) = self.missing.write() {
                 m.clear();
             }
@@ -578,19 +540,14 @@ impl ApiKeyVerifier {
             Some(("key", id)) => self.key_changed(id),
             Some(("tenant", t)) => self.tenant_changed(t),
             // Unknown (a newer schema): be safe, re-check everything.
-            _ => {
-                self.changes.fetch_add(1, Ordering::AcqRel);
-                self.mark_all_due();
-            }
+            _ => self.mark_all_due(),
         }
     }
 
-    fn mark_all_due(&self) {
-        if let Ok(mut cache) = self.cache.write() {
-            for c in cache.values_mut() {
-                c.due = true;
-            }
-        }
+    /// Every cached verification is re-checked against the database before its next use
+    /// (one read each, no argon2).
+    pub fn mark_all_due(&self) {
+        self.cache.mark_due_where(|_, _| true);
     }
 }
 

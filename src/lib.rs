@@ -5,8 +5,11 @@
 pub mod api_keys;
 /// `AppState`: what the flows and handlers share.
 pub mod app;
-/// Lookup caches invalidated through Postgres LISTEN/NOTIFY.
+/// The lookup caches: connections and kill switches, and the tasks that keep them honest.
 pub mod cache;
+/// Values cached from database rows and invalidated by database changes: the one scheme
+/// of every cache (maximum age, change-log confirmation, drop counter, capacity rule).
+pub mod changes;
 /// Command-line entry points (`serve`, `migrate`, `apikey`, `genkey`).
 pub mod cli;
 /// Typed, validated configuration from TOML and the environment.

@@ -233,12 +233,15 @@ async fn app_state(
     connect_options: &sqlx::postgres::PgConnectOptions,
     split: PoolSplit,
 ) -> anyhow::Result<AppState> {
-    let api_keys = ApiKeyVerifier::with_clock(
+    // One change watch for every cache: one listener, one drop counter, one confirmation.
+    let watch = crate::changes::ChangeWatch::new(clock.clone());
+    let api_keys = ApiKeyVerifier::sharing(
         pool.clone(),
         config.api_key_cache_ttl,
         config.api_key_cache_capacity,
         config.api_key_hash_queue,
         clock.clone(),
+        watch.clone(),
     );
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
@@ -266,16 +269,16 @@ async fn app_state(
         max_pending_per_tenant: i64::try_from(config.webhooks.max_pending_per_tenant).unwrap_or(i64::MAX),
     }
     .spawn();
-    let caches = Arc::new(crate::cache::Caches::with_clock(
+    let caches = Arc::new(crate::cache::Caches::with_watch(
         config.cache_enabled,
         config.cache_max_age,
         config.cache_capacity,
-        clock.clone(),
+        watch,
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
     let listen_url = config.database_listen_url.clone();
     crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
-    crate::cache::spawn_confirmer(pool.clone(), caches.clone());
+    crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
     Ok(AppState {
         lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
         caches,

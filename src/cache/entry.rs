@@ -10,13 +10,6 @@ use std::sync::atomic::AtomicU32;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// An entry to re-read: its row's id and the hash of its key (which finds it again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Due {
-    pub(super) id: Uuid,
-    pub(super) hash: u64,
-}
-
 /// What many connection rows have in common: one copy is shared by all of them.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
@@ -92,7 +85,7 @@ pub(super) struct Entry {
     pub(super) flags: u8,
     /// The row version (`xmin`, a 32-bit transaction id) the content was read at.
     pub(super) xmin: u32,
-    /// When it was last asked for, in seconds since the cache began.
+    /// When it was last asked for, in seconds since the change watch began.
     pub(super) used_s: AtomicU32,
     pub(super) id: Uuid,
     pub(super) shape: Arc<Shape>,
@@ -101,7 +94,8 @@ pub(super) struct Entry {
     pub(super) refreshed_us: i64,
     /// The seal generation, [`NONE`] for none.
     pub(super) seal_version: i64,
-    /// When the read that last confirmed this content began, in ms since the cache began.
+    /// When the read of this content began, in ms since the change watch began (later
+    /// confirmations are the watch's, one for all entries).
     pub(super) confirmed_ms: u64,
 }
 
@@ -111,8 +105,8 @@ impl Entry {
         c: &CachedConnection,
         shape: Arc<Shape>,
         confirmed_ms: u64,
+        used_s: u32,
     ) -> Option<Self> {
-        let used_s = (confirmed_ms / 1000) as u32;
         let (t, s, p) = key;
         let key_len = t.len() + s.len() + p.len() + 2;
         let account_id = c.account_id.as_deref().unwrap_or("");

@@ -1,6 +1,6 @@
 //! The tasks that keep the caches honest: the change listener (`LISTEN/NOTIFY`, with a
-//! ping that proves it hears before the caches serve) and the confirmer, which re-reads the
-//! versions of entries in use before they reach their maximum age.
+//! ping that proves it hears before the caches serve) and the confirmer, which reads the
+//! change log and confirms every entry at once.
 
 use super::*;
 
@@ -67,45 +67,138 @@ async fn listen(
     }
 }
 
-/// Re-reads, in batches, the entries in use before they reach their maximum age, so that a
-/// connection in steady use stays cached while the database confirms it every few
-/// seconds. An entry nobody asks for is not re-read and ages out.
-pub fn spawn_confirmer(pool: PgPool, caches: Arc<Caches>) {
-    if !caches.enabled {
-        return;
-    }
-    // A pass over every shard each max_age/20, often enough that entries falling due at
-    // different moments are re-read at different moments too; a few shards per tick, so
-    // that each tick's read is small and Postgres gets a steady trickle of them.
-    let pass = (caches.max_age / 20).max(Duration::from_millis(50));
-    let every = pass / (SHARDS / SHARDS_PER_TICK) as u32;
+/// Changes read per round at most: past this many the round drops everything instead
+/// (a bulk change, e.g. a key rotation re-sealing every row), which is cheaper than naming
+/// each.
+const ROUND_LIMIT: i64 = 10_000;
+/// Log rows stay until every transaction running this long ago has ended; a reader whose
+/// last read is older than half of it (a long outage of the database) starts over.
+const LOG_KEPT: Duration = Duration::from_secs(600);
+/// How often a round's snapshot is kept as a later prune point.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Reads the change log a few times per maximum age (at most every half second) and
+/// applies it to every cache: what it names is dropped, then every value still held counts
+/// as confirmed when the read began (`changes::ChangeWatch::confirm`). The database reads
+/// only the rows committed since the previous read: its work follows the changes, not the
+/// entries cached. A lost notification is caught by the next read; an entry in use stays
+/// cached for as long as the reads go on, without its row being read again.
+pub fn spawn_confirmer(
+    pool: PgPool,
+    caches: Arc<Caches>,
+    api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
+    tenants: Arc<crate::tenants::Tenants>,
+) {
+    let every = (caches.max_age / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut next_shard = 0;
-        let mut due = Vec::new();
+        let mut reader = LogReader::default();
         loop {
             tick.tick().await;
-            if !caches.is_serving() {
-                continue;
-            }
-            for _ in 0..SHARDS_PER_TICK {
-                caches.due_in_shard(next_shard, &mut due);
-                next_shard = (next_shard + 1) % SHARDS;
-            }
-            for batch in due.chunks(CONFIRM_BATCH) {
-                let read_ms = caches.now_ms();
-                let batch_ids: Vec<Uuid> = batch.iter().map(|d| d.id).collect();
-                match crate::store::connections::row_versions(&pool, &batch_ids).await {
-                    Ok(rows) => {
-                        let (confirmed, dropped) = caches.confirm(read_ms, batch, &rows);
-                        tracing::debug!(asked = batch.len(), confirmed, dropped, "cache entries re-read");
-                    }
-                    // The entries simply age out; the next pass tries again.
-                    Err(e) => tracing::warn!(error = %e, "re-reading cache entries failed"),
-                }
-            }
-            due.clear();
+            reader.round(&pool, &caches, &api_keys, &tenants).await;
         }
     });
+}
+
+/// Where the reading of the change log stands.
+#[derive(Default)]
+struct LogReader {
+    /// The snapshot of the last applied read, and when (ms on the change watch) it began.
+    last: Option<(String, u64)>,
+    /// Snapshots kept as prune points, oldest first, with when they were taken.
+    prune_points: std::collections::VecDeque<(String, u64)>,
+}
+
+impl LogReader {
+    async fn round(
+        &mut self,
+        pool: &PgPool,
+        caches: &Caches,
+        api_keys: &crate::api_keys::ApiKeyVerifier,
+        tenants: &crate::tenants::Tenants,
+    ) {
+        let watch = caches.watch();
+        let read_ms = watch.now_ms();
+        let Some((since, since_ms)) = self.last.clone() else {
+            // The first read only sets where the next begins: values read until then are
+            // confirmed by their own reads.
+            match crate::store::changes::snapshot(pool).await {
+                Ok(snapshot) => self.last = Some((snapshot, read_ms)),
+                Err(e) => tracing::warn!(error = %e, "reading the change log's snapshot failed"),
+            }
+            return;
+        };
+        if read_ms.saturating_sub(since_ms) > LOG_KEPT.as_millis() as u64 / 2 {
+            // Rows after our last read may have been pruned: start over, trusting nothing.
+            tracing::warn!("change log not read for minutes; caches emptied and reading starts over");
+            drop_everything(caches, api_keys);
+            self.last = None;
+            return;
+        }
+        let round = match crate::store::changes::since(pool, &since, ROUND_LIMIT).await {
+            Ok(round) => round,
+            // Nothing is confirmed: values age out from their last confirmation.
+            Err(e) => return tracing::warn!(error = %e, "reading the change log failed"),
+        };
+        let mut tenants_changed = false;
+        if round.changes.len() as i64 >= ROUND_LIMIT {
+            drop_everything(caches, api_keys);
+            tenants_changed = true;
+        } else {
+            caches.apply_changes(&round.changes);
+            for c in &round.changes {
+                match c.scope.as_str() {
+                    "connection" | "kill_switch" => {}
+                    "api_key" => api_keys.key_changed(&c.key),
+                    "tenant" => {
+                        api_keys.tenant_changed(&c.key);
+                        tenants_changed = true;
+                    }
+                    // A scope of a newer release: be safe.
+                    _ => drop_everything(caches, api_keys),
+                }
+            }
+        }
+        if tenants_changed && let Err(e) = tenants.reload(pool).await {
+            // Read again next round (applying a change twice is harmless).
+            return tracing::warn!(error = %e, "reloading tenants after a logged change failed");
+        }
+        watch.confirm(read_ms);
+        tracing::debug!(changes = round.changes.len(), "change log read");
+        self.keep_prune_point(&round.snapshot, read_ms);
+        self.last = Some((round.snapshot, read_ms));
+        self.prune(pool, read_ms).await;
+    }
+
+    fn keep_prune_point(&mut self, snapshot: &str, at_ms: u64) {
+        let due =
+            self.prune_points.back().is_none_or(|(_, at)| at_ms.saturating_sub(*at) >= PRUNE_EVERY.as_millis() as u64);
+        if due {
+            self.prune_points.push_back((snapshot.to_owned(), at_ms));
+        }
+    }
+
+    /// Deletes the log rows older than a snapshot taken [`LOG_KEPT`] ago (every instance
+    /// does it; deleting what another already deleted is nothing).
+    async fn prune(&mut self, pool: &PgPool, now_ms: u64) {
+        let kept = LOG_KEPT.as_millis() as u64;
+        let mut point = None;
+        while self.prune_points.front().is_some_and(|(_, at)| now_ms.saturating_sub(*at) >= kept) {
+            point = self.prune_points.pop_front();
+        }
+        if let Some((snapshot, _)) = point {
+            match crate::store::changes::prune(pool, &snapshot).await {
+                Ok(n) => tracing::debug!(deleted = n, "change log pruned"),
+                Err(e) => tracing::warn!(error = %e, "pruning the change log failed"),
+            }
+        }
+    }
+}
+
+/// Every cached value goes (connections, kill switches) or is re-checked before its next
+/// use (API keys).
+fn drop_everything(caches: &Caches, api_keys: &crate::api_keys::ApiKeyVerifier) {
+    caches.clear_all();
+    api_keys.mark_all_due();
 }

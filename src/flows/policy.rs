@@ -27,9 +27,9 @@ pub async fn kill_state(
     if let Some(k) = caches.kill_state(tenant.as_str(), provider.as_str()) {
         return Ok(k);
     }
-    let epoch = caches.epoch();
+    let ticket = caches.ticket();
     let k = KillState::of(&store::kill_switches::modes_in_force(pool, tenant, provider).await?);
-    caches.store_kill_state(epoch, tenant.as_str(), provider.as_str(), k);
+    caches.store_kill_state(ticket, tenant.as_str(), provider.as_str(), k);
     Ok(k)
 }
 

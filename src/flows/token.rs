@@ -89,14 +89,14 @@ pub async fn token_for(
     }
 
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    let epoch = state.caches.epoch();
+    let ticket = state.caches.ticket();
     let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
     let conn = state.lookups.find_connection(&key).await?;
     if let Some(row) = &conn
         && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
         && let Some(entry) = CachedConnection::of(row)
     {
-        state.caches.store_connection(epoch, t, s, p, &entry);
+        state.caches.store_connection(ticket, t, s, p, &entry);
     }
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &req, c, now).await?

@@ -81,20 +81,6 @@ pub async fn find_connection(
     .await
 }
 
-/// A row's id and current version, as re-read to confirm cached entries.
-#[derive(Debug, Clone)]
-pub struct RowVersion {
-    pub id: Uuid,
-    pub xmin: i64,
-}
-
-/// The versions of many rows at once, by id (one index scan for the whole batch).
-pub async fn row_versions(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<RowVersion>, sqlx::Error> {
-    sqlx::query_as!(RowVersion, r#"SELECT id, xmin::text::bigint AS "xmin!" FROM connections WHERE id = ANY($1)"#, ids)
-        .fetch_all(db)
-        .await
-}
-
 /// The sealed fields of a grant, written together.
 pub struct SealedGrant<'a> {
     /// The seal generation they were sealed at (a new row's is 1; see `vault`).

@@ -4,6 +4,7 @@
 
 pub mod api_keys;
 pub mod audit;
+pub mod changes;
 pub mod connections;
 pub mod elicitations;
 pub mod handouts;

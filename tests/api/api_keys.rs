@@ -213,6 +213,9 @@ async fn a_revoked_key_is_401() {
     assert_error(r, 401, "invalid_api_key").await;
 }
 
+/// The backstop behind both: a key revoked while neither its notification arrives nor the
+/// change log can be read (cache::a_key_revoked_with_its_notification_lost_… covers the log)
+/// is refused once its cache interval has passed.
 #[tokio::test]
 async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
     let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
@@ -220,9 +223,16 @@ async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
         crate::support::spawn_app_with(crate::support::Options { clock: Some(clock.clone()), ..Default::default() })
             .await;
     assert_eq!(app.token(&app.key, body()).await.status(), 200);
-    // Revoked without the change notification (as if it were lost): only the re-check
-    // interval (the tests configure cache_seconds = 1) bounds it.
-    sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&app.pool).await.unwrap();
+    // Revoked without the change notification (as if it were lost) and with the change log
+    // out of the confirmer's reach (its reads fail): only the re-check interval (the tests
+    // configure cache_seconds = 1) bounds it.
+    for sql in [
+        "ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify",
+        "ALTER TABLE api_keys DISABLE TRIGGER api_keys_log",
+        "ALTER TABLE cache_change_log RENAME TO cache_change_log_away",
+    ] {
+        sqlx::query(sql).execute(&app.pool).await.unwrap();
+    }
     mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
     assert_eq!(app.token(&app.key, body()).await.status(), 200, "still within the interval");
     clock.advance(std::time::Duration::from_millis(1_100));

@@ -1,5 +1,6 @@
 //! The lookup cache may never serve what was revoked: notifications from the changing
-//! transaction reach every instance; a cut listener empties and bypasses the cache.
+//! transaction reach every instance; the change log, read a few times per maximum age,
+//! catches what a notification missed; a cut listener empties and bypasses the cache.
 
 use crate::support::{Options, TestApp, eventually, spawn_app, spawn_on};
 use reqwest::Method;
@@ -90,44 +91,151 @@ async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
     assert!(app.state.caches.is_empty());
 }
 
-/// The maximum age is the backstop for a notification that never arrives. An entry in use
-/// is confirmed by re-reading its row's version, so a change whose notification was lost
-/// still ends the hand-outs within the maximum age, and a confirmer that ignored the
-/// version would keep this one alive for ever.
+/// A notification that never arrives is made up for by the change log: an entry in use is
+/// confirmed by reading the log (not its row), so it stays cached past the maximum age, and
+/// a change whose notification was lost still ends the hand-outs on every instance at the
+/// next read of the log (every tenth of the maximum age), well within the maximum age. A
+/// confirmer that ignored the log would keep this entry alive for ever.
 #[tokio::test]
-async fn a_revocation_whose_notification_is_lost_ends_hand_outs_within_the_maximum_age() {
-    let app = crate::support::spawn_app_with(Options {
-        extra_toml: "[cache]\nmax_age_seconds = 2\n".to_owned(),
-        ..Options::default()
-    })
-    .await;
-    serving(&app).await;
-    app.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+async fn a_revocation_whose_notification_is_lost_ends_hand_outs_on_every_instance_within_a_read_of_the_log() {
+    let opts = Options { extra_toml: "[cache]\nmax_age_seconds = 3\n".to_owned(), ..Options::default() };
+    let a = crate::support::spawn_app_with(Options { extra_toml: opts.extra_toml.clone(), ..Options::default() }).await;
+    let b = spawn_on(&a, &opts).await;
+    serving(&a).await;
+    serving(&b).await;
+    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
     // In use for longer than the maximum age: still cached, confirmed on the way.
-    // Fixed sleep kept: the confirmer re-reads entries on a timer of real time (a tokio
+    // Fixed sleep kept: the confirmer reads the log on a timer of real time (a tokio
     // interval, not the clock), so the use must span real time past the maximum age; the
     // pause only paces the lookups of that use.
     let used_since = Instant::now();
-    while used_since.elapsed() < Duration::from_secs(3) {
-        assert_eq!(app.token_ok(lookup()).await["status"], "connected");
+    while used_since.elapsed() < Duration::from_secs(4) {
+        assert_eq!(a.token_ok(lookup()).await["status"], "connected");
+        assert_eq!(b.token_ok(lookup()).await["status"], "connected");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(app.state.caches.len(), 1);
-    // Revoke behind the listener's back: the trigger that would announce it is off.
-    sqlx::query("ALTER TABLE connections DISABLE TRIGGER connections_notify").execute(&app.pool).await.unwrap();
+    assert_eq!((a.state.caches.len(), b.state.caches.len()), (1, 1));
+    // Revoke behind the listeners' backs: the trigger that would announce it is off.
+    sqlx::query("ALTER TABLE connections DISABLE TRIGGER connections_notify").execute(&a.pool).await.unwrap();
     sqlx::query(
         "UPDATE connections SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL,
                 id_token_ct = NULL",
     )
-    .execute(&app.pool)
+    .execute(&a.pool)
     .await
     .unwrap();
-    eventually(
-        Duration::from_millis(2500),
-        "the revoked token stops being handed out after a lost notification",
-        || async { app.token_ok(lookup()).await["status"] == "connect_required" },
-    )
+    for app in [&a, &b] {
+        eventually(
+            Duration::from_millis(1500),
+            "the revoked token stops being handed out after a lost notification",
+            || async { app.token_ok(lookup()).await["status"] == "connect_required" },
+        )
+        .await;
+    }
+}
+
+/// The API-key cache follows the same scheme: a key revoked behind the listener's back is
+/// refused at the next read of the change log, long before its 30 s cache time.
+#[tokio::test]
+async fn a_key_revoked_with_its_notification_lost_is_refused_at_the_next_read_of_the_log() {
+    let opts = Options {
+        extra_toml: "[cache]\nmax_age_seconds = 30\n".to_owned(),
+        patch: vec![("cache_seconds = 1", "cache_seconds = 30".to_owned())],
+        ..Options::default()
+    };
+    let a = crate::support::spawn_app_with(Options {
+        extra_toml: opts.extra_toml.clone(),
+        patch: opts.patch.clone(),
+        ..Options::default()
+    })
     .await;
+    let b = spawn_on(&a, &opts).await;
+    serving(&b).await;
+    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&a.pool).await.unwrap();
+    // Each instance of the harness makes keys of its own: B's is revoked.
+    let id = mcp_connect::api_keys::parse_key(&b.key).unwrap();
+    sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1")
+        .bind(id.as_str())
+        .execute(&a.pool)
+        .await
+        .unwrap();
+    eventually(Duration::from_millis(1500), "the revoked key is refused after a lost notification", || async {
+        b.token(&b.key, lookup()).await.status() == 401
+    })
+    .await;
+}
+
+/// And so does the kill-switch cache.
+#[tokio::test]
+async fn a_kill_switch_set_with_its_notification_lost_is_obeyed_at_the_next_read_of_the_log() {
+    let opts = Options { extra_toml: "[cache]\nmax_age_seconds = 30\n".to_owned(), ..Options::default() };
+    let a = crate::support::spawn_app_with(Options { extra_toml: opts.extra_toml.clone(), ..Options::default() }).await;
+    let b = spawn_on(&a, &opts).await;
+    serving(&b).await;
+    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    sqlx::query("ALTER TABLE kill_switches DISABLE TRIGGER kill_switches_notify").execute(&a.pool).await.unwrap();
+    sqlx::query("INSERT INTO kill_switches (tenant_id, provider, mode) VALUES (NULL, 'github', 'no_token_handouts')")
+        .execute(&a.pool)
+        .await
+        .unwrap();
+    eventually(Duration::from_millis(1500), "the kill switch is obeyed after a lost notification", || async {
+        b.token(&b.key, lookup()).await.status() == 403
+    })
+    .await;
+}
+
+/// The log is read from the previous snapshot: a change made by a transaction that was
+/// still running when that snapshot was taken (so its xid is older than changes the
+/// snapshot saw) is found once it commits, and nothing is reported twice.
+#[tokio::test]
+async fn the_change_log_finds_a_change_committed_after_a_snapshot_that_saw_it_running() {
+    use mcp_connect::store::changes;
+    let app = spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
+    let s0 = changes::snapshot(&app.pool).await.unwrap();
+    let mut slow = app.pool.begin().await.unwrap();
+    sqlx::query("UPDATE connections SET account_login = 'slow' WHERE subject = 'alice'")
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    // A later transaction commits first.
+    app.insert_connection("acme", "bob", "github", "gho_db", &["read:user"], None).await;
+    let r1 = changes::since(&app.pool, &s0, 100).await.unwrap();
+    let keys = |r: &changes::Round| r.changes.iter().map(|c| format!("{}:{}", c.scope, c.key)).collect::<Vec<_>>();
+    assert_eq!(keys(&r1), vec!["connection:acme\u{1f}bob\u{1f}github"], "the running one is not visible yet");
+    slow.commit().await.unwrap();
+    let r2 = changes::since(&app.pool, &r1.snapshot, 100).await.unwrap();
+    assert_eq!(keys(&r2), vec!["connection:acme\u{1f}alice\u{1f}github"], "found once committed, bob not again");
+    let r3 = changes::since(&app.pool, &r2.snapshot, 100).await.unwrap();
+    assert!(r3.changes.is_empty(), "{:?}", keys(&r3));
+}
+
+/// Pruning deletes only what a reader whose last snapshot is newer has seen already.
+#[tokio::test]
+async fn the_change_log_is_pruned_only_of_changes_every_later_snapshot_has_seen() {
+    use mcp_connect::store::changes;
+    let app = spawn_app().await;
+    let s0 = changes::snapshot(&app.pool).await.unwrap();
+    app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
+    let s1 = changes::snapshot(&app.pool).await.unwrap();
+    app.insert_connection("acme", "bob", "github", "gho_db", &["read:user"], None).await;
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM cache_change_log WHERE scope = 'connection'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap()
+    };
+    // The rows of the harness's own set-up (tenants, keys) all came before s0.
+    changes::prune(&app.pool, &s0).await.unwrap();
+    // (Counted by scope: the service may log a change of its own meanwhile.)
+    assert_eq!(count().await, 2, "both came after s0");
+    changes::prune(&app.pool, &s1).await.unwrap();
+    assert_eq!(count().await, 1, "alice's came before s1");
+    let seen = changes::since(&app.pool, &s1, 100).await.unwrap().changes;
+    assert!(seen.iter().any(|c| c.key == "acme\u{1f}bob\u{1f}github"), "a reader at s1 still finds bob: {seen:?}");
 }
 
 /// The uncached lookup keeps its own connections (no ping on release): one the database
