@@ -19,7 +19,7 @@ CREATE TABLE cache_change_log (
     -- since, in whatever order the transactions began.
     xid   xid8 NOT NULL DEFAULT pg_current_xact_id(),
     -- connection (key: tenant␟subject␟provider, as in the notifications), kill_switch
-    -- (key ''), api_key (key: its id), tenant (key: its id).
+    -- (key ''), api_key and api_key_new (key: its id), tenant (key: its id).
     scope text NOT NULL,
     key   text NOT NULL
 );
@@ -45,6 +45,10 @@ BEGIN
         END IF;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO cache_change_log (scope, key) VALUES (TG_ARGV[0], OLD.id::text);
+    ELSIF TG_OP = 'INSERT' AND TG_ARGV[0] = 'api_key' THEN
+        -- A new key changes no verification: it only ends an instance's memory of its id
+        -- being unknown.
+        INSERT INTO cache_change_log (scope, key) VALUES ('api_key_new', NEW.id::text);
     ELSE
         INSERT INTO cache_change_log (scope, key) VALUES (TG_ARGV[0], NEW.id::text);
     END IF;

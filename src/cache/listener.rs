@@ -151,6 +151,7 @@ impl LogReader {
                 match c.scope.as_str() {
                     "connection" | "kill_switch" => {}
                     "api_key" => api_keys.key_changed(&c.key),
+                    "api_key_new" => api_keys.key_created(&c.key),
                     "tenant" => {
                         api_keys.tenant_changed(&c.key);
                         tenants_changed = true;

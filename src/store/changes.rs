@@ -3,8 +3,8 @@
 
 use sqlx::PgExecutor;
 
-/// One logged change: its scope (`connection`, `kill_switch`, `api_key`, `tenant`) and the
-/// key within it.
+/// One logged change: its scope (`connection`, `kill_switch`, `api_key`, `api_key_new`,
+/// `tenant`) and the key within it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub scope: String,
