@@ -294,11 +294,11 @@ impl Results {
         match &self.floor.tls {
             Ok(tls) => {
                 if let Some(f) = tls.best() {
-                    line(format!("  TLS floor (sslmode=require), -c {}", f.clients), f);
+                    line(format!("  with TLS (sslmode=require), -c {}", f.clients), f);
                 }
             }
             Err(why) => {
-                let _ = writeln!(o, "    {:<34} {:>9}  {why}", "  TLS floor (sslmode=require)", "n/a");
+                let _ = writeln!(o, "    {:<34} {:>9}  {why}", "  with TLS (sslmode=require)", "n/a");
             }
         }
     }
@@ -574,11 +574,11 @@ fn lookup_details(o: &mut String, name: &str, run: &LookupRun) {
         });
         let _ = writeln!(
             o,
-            "   {name}: confirmer over the measured phases ({:.0} s): change log {} rows/s{entries}; \
-             by id (connections_pkey) {} rows/s",
+            "   {name}: confirmer over the measured phases ({:.0} s): change log {}{entries}; \
+             by id (connections_pkey) {}",
             run.confirmed_seconds,
-            log.map_or("n/a (no cache_change_log table)".to_owned(), thousands),
-            by_id.map_or("n/a".to_owned(), thousands)
+            log.map_or("n/a (no cache_change_log table)".to_owned(), |r| format!("{} rows/s", thousands(r))),
+            by_id.map_or("n/a".to_owned(), |r| format!("{} rows/s", thousands(r)))
         );
     }
     let _ = writeln!(
