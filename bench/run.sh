@@ -50,6 +50,17 @@ if ! psql "$DATABASE_URL" -qAtc 'select 1' >/dev/null 2>&1; then
 fi
 pgbench --version >&2
 
+# --- oha, the load generator the bench's own is checked against -----------------------
+# A pinned version: the bench reads its JSON output. Installed outside the workspace's
+# target directory (cargo install builds in a temporary one unless told otherwise).
+OHA_VERSION=1.16.0
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v oha >/dev/null 2>&1; then
+  log "installing oha $OHA_VERSION: cargo install oha --locked"
+  env -u CARGO_TARGET_DIR cargo install oha --locked --version "$OHA_VERSION"
+fi
+oha --version >&2
+
 # Databases left by an interrupted run (a run in progress keeps its database: DROP
 # without FORCE refuses one that is in use).
 psql "$DATABASE_URL" -qAtc "select datname from pg_database where datname like 'mcpc\_bench\_%'" |

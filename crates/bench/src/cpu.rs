@@ -31,6 +31,17 @@ fn proc_ticks(pid: &str) -> u64 {
     at(11) + at(12)
 }
 
+/// CPU time of one process so far, in clock ticks (0 once it is gone).
+pub fn process_ticks(pid: u32) -> u64 {
+    proc_ticks(&pid.to_string())
+}
+
+/// Linux reports process times in USER_HZ, which is 100 on every architecture it exports
+/// to user space (sysconf(_SC_CLK_TCK)).
+pub fn ticks_to_seconds(ticks: u64) -> f64 {
+    ticks as f64 / 100.0
+}
+
 /// (busy, total) ticks of all CPUs from the first line of `/proc/stat`.
 fn machine_ticks() -> (u64, u64) {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else { return (0, 0) };
@@ -116,8 +127,6 @@ impl PostgresCpu {
     /// Seconds of CPU Postgres used since `start`.
     pub fn finish(self) -> f64 {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        // Linux reports process times in USER_HZ, which is 100 on every architecture it
-        // exports to user space (sysconf(_SC_CLK_TCK)).
-        self.thread.join().unwrap_or(0) as f64 / 100.0
+        ticks_to_seconds(self.thread.join().unwrap_or(0))
     }
 }

@@ -86,7 +86,7 @@ fn seal_row(vault: &Vault, subject: &str, provider: &str, access: &str, refresh:
 /// `store::connections::insert_connection` writes.
 async fn insert_batch(
     pool: &PgPool,
-    vault: &Vault,
+    key_id: &str,
     rows: Vec<Sealed>,
     expires_at: OffsetDateTime,
 ) -> anyhow::Result<()> {
@@ -113,7 +113,7 @@ async fn insert_batch(
                 AS u(id, subject, provider, access, refresh)"#,
     )
     .bind(TENANT)
-    .bind(vault.current_key_id().as_str())
+    .bind(key_id)
     .bind(expires_at)
     .bind(&ids)
     .bind(&subjects)
@@ -125,31 +125,56 @@ async fn insert_batch(
     Ok(())
 }
 
-/// Seeds `subjects × providers` active connections with fresh tokens (expiry a year
-/// away), then VACUUM ANALYZE so the floor and the service read the same settled table.
-pub async fn seed(pool: &PgPool, vault: &Vault, subjects: usize, providers: &[String]) -> anyhow::Result<Duration> {
+/// Seeds the subjects in `subjects` × `providers` as active connections with fresh tokens
+/// (expiry a year away), then VACUUM ANALYZE so the floor and the service read the same
+/// settled table. The scale run calls it again with the subjects after the first seeding.
+///
+/// Every ciphertext is sealed on its own: the vault's associated data names the row's id,
+/// so one sealed token cannot stand for another row (the service would refuse to open it).
+/// Sealing runs on a blocking thread while the previous batch is inserted, so that the
+/// bench's CPU and Postgres's overlap (a million rows take about a minute rather than two).
+pub async fn seed(
+    pool: &PgPool,
+    vault: &Vault,
+    subjects: std::ops::Range<usize>,
+    providers: &[String],
+) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let expires_at = OffsetDateTime::now_utc() + time::Duration::days(365);
-    const BATCH: usize = 5_000;
-    let mut batch = Vec::with_capacity(BATCH);
-    for s in 0..subjects {
+    const BATCH_SUBJECTS: usize = 1_250;
+    let mut inserting: Option<tokio::task::JoinHandle<anyhow::Result<()>>> = None;
+    let mut from = subjects.start;
+    while from < subjects.end {
+        let to = (from + BATCH_SUBJECTS).min(subjects.end);
+        let (v, p) = (vault.clone(), providers.to_vec());
+        let rows = tokio::task::spawn_blocking(move || seal_batch(&v, from..to, &p)).await??;
+        if let Some(previous) = inserting.take() {
+            previous.await??;
+        }
+        let (pool, key_id) = (pool.clone(), vault.current_key_id().as_str().to_owned());
+        inserting = Some(tokio::spawn(async move { insert_batch(&pool, &key_id, rows, expires_at).await }));
+        from = to;
+    }
+    if let Some(last) = inserting {
+        last.await??;
+    }
+    sqlx::query("VACUUM ANALYZE connections").execute(pool).await?;
+    Ok(started.elapsed())
+}
+
+fn seal_batch(vault: &Vault, subjects: std::ops::Range<usize>, providers: &[String]) -> anyhow::Result<Vec<Sealed>> {
+    let mut rows = Vec::with_capacity(subjects.len() * providers.len());
+    for s in subjects {
         let subject = crate::load::KeySpace::subject(s);
         for p in providers {
             // Distinct opaque tokens of about 60 characters (GitHub's are 40; JWT access
             // tokens run to several hundred bytes and would cost more to open).
             let access = format!("bench-at-{subject}-{p}-{:040x}", s);
             let refresh = format!("bench-rt-{subject}-{p}-{:040x}", s);
-            batch.push(seal_row(vault, &subject, p, &access, &refresh)?);
-            if batch.len() == BATCH {
-                insert_batch(pool, vault, std::mem::replace(&mut batch, Vec::with_capacity(BATCH)), expires_at).await?;
-            }
+            rows.push(seal_row(vault, &subject, p, &access, &refresh)?);
         }
     }
-    if !batch.is_empty() {
-        insert_batch(pool, vault, batch, expires_at).await?;
-    }
-    sqlx::query("VACUUM ANALYZE connections").execute(pool).await?;
-    Ok(started.elapsed())
+    Ok(rows)
 }
 
 /// A connection holding a real grant of the dev provider, whose access token expired an
@@ -164,7 +189,8 @@ pub async fn insert_expired(
 ) -> anyhow::Result<uuid::Uuid> {
     let row = seal_row(vault, subject, provider, access, refresh)?;
     let id = row.id;
-    insert_batch(pool, vault, vec![row], OffsetDateTime::now_utc() - time::Duration::hours(1)).await?;
+    let expired = OffsetDateTime::now_utc() - time::Duration::hours(1);
+    insert_batch(pool, vault.current_key_id().as_str(), vec![row], expired).await?;
     Ok(id)
 }
 
@@ -193,19 +219,58 @@ async fn index_counter(pool: &PgPool, counter: &'static str, index: &str) -> any
     Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(index).fetch_optional(pool).await?)
 }
 
-/// "token handed out" audit events written so far (the service queues them and writes
-/// them in batches off the request path).
-/// Rows the hand-outs left in the audit table (one per hand-out before the audit was
-/// aggregated per minute).
-pub async fn handout_rows(pool: &PgPool) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'").fetch_one(pool).await?)
+/// Rows the hand-outs left in the audit table from `since` on (one per connection, API key
+/// and minute).
+pub async fn handout_rows(pool: &PgPool, since: OffsetDateTime) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE tenant_id = $1 AND kind = 'token_handed_out' AND at >= $2",
+    )
+    .bind(TENANT)
+    .bind(since)
+    .fetch_one(pool)
+    .await?)
 }
 
-/// Hand-outs the audit table accounts for (each row counts those of its minute).
-pub async fn handout_events(pool: &PgPool) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
-        .fetch_one(pool)
-        .await?)
+/// Hand-outs the audit table accounts for in rows from `since` on (each row counts those
+/// of its minute, and its `at` is that minute). Bounded by time so that the index on
+/// (tenant, kind, at) answers it: the table grows by a few hundred thousand rows per run.
+pub async fn handout_events(pool: &PgPool, since: OffsetDateTime) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(sum(count), 0)::bigint FROM audit_events
+         WHERE tenant_id = $1 AND kind = 'token_handed_out' AND at >= $2",
+    )
+    .bind(TENANT)
+    .bind(since)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// What the confirmer read from the change log (`cache_change_log`, issue 26) so far: rows
+/// from the table (`seq_tup_read + idx_tup_fetch` of `pg_stat_user_tables`) and index
+/// entries (`idx_tup_read` of its indexes; an index-only scan reads entries without
+/// fetching rows, so the rows alone could show nothing). `None` when the table does not
+/// exist (a service from before the change log).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ChangeLogReads {
+    pub rows: i64,
+    pub index_entries: i64,
+}
+
+pub async fn change_log_reads(pool: &PgPool) -> anyhow::Result<Option<ChangeLogReads>> {
+    let row: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT t.seq_tup_read + coalesce(t.idx_tup_fetch, 0),
+                coalesce((SELECT sum(i.idx_tup_read) FROM pg_stat_user_indexes i WHERE i.relid = t.relid), 0)::bigint
+         FROM pg_stat_user_tables t WHERE t.relname = 'cache_change_log'",
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(rows, index_entries)| ChangeLogReads { rows, index_entries }))
+}
+
+/// Whether the server accepts TLS (`ssl = on`): the TLS floor is measured only then.
+pub async fn server_has_ssl(pool: &PgPool) -> anyhow::Result<bool> {
+    let ssl: String = sqlx::query_scalar("SHOW ssl").fetch_one(pool).await?;
+    Ok(ssl == "on")
 }
 
 /// Waits until no session of the service (named by the service's default
@@ -232,8 +297,15 @@ pub async fn wait_for_service_sessions_to_end(pool: &PgPool) -> anyhow::Result<(
 
 /// `url` with `application_name` set, so that the bench's own sessions are told apart.
 pub fn with_application_name(url: &str, name: &str) -> anyhow::Result<String> {
+    with_param(url, "application_name", name)
+}
+
+/// `url` with the connection parameter `name` set to `value` (replacing one already there),
+/// e.g. `sslmode=disable`, which libpq (pgbench) and sqlx (the service) both read.
+pub fn with_param(url: &str, name: &str, value: &str) -> anyhow::Result<String> {
     let mut u = url::Url::parse(url).context("not a URL")?;
-    u.query_pairs_mut().append_pair("application_name", name);
+    let kept: Vec<(String, String)> = u.query_pairs().into_owned().filter(|(k, _)| k != name).collect();
+    u.query_pairs_mut().clear().extend_pairs(kept).append_pair(name, value);
     Ok(u.to_string())
 }
 
@@ -243,4 +315,18 @@ pub async fn server_version(pool: &PgPool) -> anyhow::Result<String> {
 
 pub async fn table_size(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar("SELECT pg_total_relation_size('connections')").fetch_one(pool).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parameter_is_set_once_and_others_are_kept() {
+        let url = "postgres://u:p@127.0.0.1:5432/db?application_name=x&sslmode=prefer";
+        let out = with_param(url, "sslmode", "disable").unwrap();
+        assert_eq!(out, "postgres://u:p@127.0.0.1:5432/db?application_name=x&sslmode=disable");
+        let plain = with_param("postgres://127.0.0.1/db", "sslmode", "require").unwrap();
+        assert_eq!(plain, "postgres://127.0.0.1/db?sslmode=require");
+    }
 }

@@ -42,7 +42,7 @@ impl KeySpace {
         format!("p{i}")
     }
 
-    fn key(&self, i: usize) -> (String, String) {
+    pub fn key(&self, i: usize) -> (String, String) {
         (Self::subject(i / self.providers), Self::provider(i % self.providers + 1))
     }
 }

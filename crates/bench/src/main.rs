@@ -1,7 +1,9 @@
 //! `mcp-connect-bench`: the performance benchmark (bench/README.md). One run, back to
 //! back on this machine: the pgbench floor of the lookup query, `POST /v1/token` with and
-//! without the lookup cache, a refresh storm over two instances, the API-key check and the
-//! service's memory. Prints a table and writes `bench-results/<UTC timestamp>.json`.
+//! without the lookup cache (`--repeat` times), the same with PostgreSQL slowed and
+//! against `oha`, a refresh storm over two instances, the API-key check, the service's
+//! memory, and optionally the cached lookup over a much larger table. Prints a table and
+//! writes `bench-results/<UTC timestamp>.json`.
 
 mod apikey;
 mod audit;
@@ -9,28 +11,36 @@ mod cpu;
 mod db;
 mod http1;
 mod load;
+mod oha;
 mod pgbench;
+mod phase;
 mod report;
 mod service;
+mod slowdown;
 mod storm;
+mod targets;
 
 use anyhow::Context;
 use clap::Parser;
-use cpu::{CpuSnapshot, PostgresCpu};
 use http1::Target;
 use load::KeySpace;
 use mcp_connect::domain::{KeyScope, TenantId};
 use mcp_connect::vault::{Keyring, Vault};
 use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
-use report::{LookupRun, Results};
+use phase::Phase;
+use report::{RepeatRun, Results, ScaleRun};
 use secrecy::ExposeSecret;
-use service::{Service, ServiceSetup};
+use service::ServiceSetup;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The service's database transport in the benchmark, the same as the floor's: the floor
+/// then measures what the service could at most get from PostgreSQL over that transport.
+const SERVICE_SSLMODE: &str = "disable";
+
 #[derive(Debug, Parser)]
 #[command(name = "mcp-connect-bench", about = "The mcp-connect performance benchmark (see bench/README.md)")]
-struct Args {
+pub struct Args {
     /// PostgreSQL server; the bench creates and drops its own database on it.
     #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     database_url: String,
@@ -68,6 +78,24 @@ struct Args {
     /// Keep the bench database (prints its name) instead of dropping it.
     #[arg(long)]
     keep_database: bool,
+    /// Lookup runs (cache on, then cache off, each a fresh instance) in one bench run;
+    /// `--repeat 6` judges the half-rate p99 target (≤ 5 ms in at least 5 of 6 runs).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
+    repeat: u64,
+    /// pgbench client counts for the floor (the best of them counts), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32")]
+    floor_clients: Vec<usize>,
+    /// A saturating phase with the cache on while a query holds one of PostgreSQL's cores
+    /// (`--slow-phase false` leaves it out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    slow_phase: bool,
+    /// The `oha` binary for the load generator's cross-check (skipped when not found).
+    #[arg(long, default_value = "oha")]
+    oha: PathBuf,
+    /// After everything else, seed the table up to this many connections and run the
+    /// cached lookup again (cache capacity set to hold them all), e.g. 1000000.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    scale_connections: Option<u64>,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -89,7 +117,7 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn progress(started: Instant, what: &str) {
+pub fn progress(started: Instant, what: &str) {
     eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
 }
 
@@ -161,179 +189,6 @@ async fn git_commit() -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-struct Phase<'a> {
-    args: &'a Args,
-    keys: KeySpace,
-    setup: &'a ServiceSetup,
-    pool: &'a mcp_connect::store::PgPool,
-    api_key: &'a str,
-    started: Instant,
-}
-
-impl Phase<'_> {
-    fn conns(&self) -> usize {
-        self.args.concurrency as usize
-    }
-
-    fn threads(&self) -> usize {
-        self.args.client_threads as usize
-    }
-
-    fn duration(&self) -> Duration {
-        Duration::from_secs(self.args.seconds)
-    }
-
-    /// Runs a blocking load phase off the async runtime (it has its own).
-    async fn load<F>(&self, f: F) -> anyhow::Result<load::Summary>
-    where
-        F: FnOnce() -> anyhow::Result<load::Summary> + Send + 'static,
-    {
-        tokio::task::spawn_blocking(f).await?
-    }
-
-    /// One service instance: warm-up, saturating closed loop, open loop at half its rate.
-    async fn lookup(&self, cache_enabled: bool) -> anyhow::Result<LookupRun> {
-        let name = if cache_enabled { "cache-on" } else { "cache-off" };
-        let svc = self.setup.start(name, cache_enabled).await?;
-        let result = self.measure(&svc, cache_enabled).await;
-        let warnings = svc.warnings().await;
-        if result.is_err() {
-            eprintln!("--- {} (tail) ---\n{}", svc.log_path().display(), svc.log_tail(20).await);
-        }
-        svc.stop().await;
-        let (mut run, counters) = result?;
-        // From the saturating phase to the service's exit: the hand-out audit it wrote
-        // after the phases (at the minute's end, or at drain) is part of their cost.
-        let pg_seconds = counters.postgres_cpu.finish();
-        let handouts = (run.saturating.requests + run.half_rate.requests)
-            .saturating_sub(run.saturating.errors + run.half_rate.errors);
-        run.postgres_cpu_seconds = pg_seconds;
-        run.postgres_cpu_us_per_handout = pg_seconds / (handouts.max(1) as f64) * 1e6;
-        run.handout_audit_rows = db::handout_rows(self.pool).await? - counters.handout_rows_at_start;
-        run.service_warnings = warnings.len();
-        run.first_service_warning = warnings.into_iter().next();
-        if cache_enabled {
-            // A backend publishes its last counters when it exits (an idle one only 10 s
-            // later): with the service's sessions gone, its lookups and re-reads are all in.
-            progress(self.started, &format!("{name}: waiting for the service's database sessions to end"));
-            db::wait_for_service_sessions_to_end(self.pool).await?;
-            let scans = db::lookup_index_scans(self.pool).await?;
-            let earlier = (run.warmup.requests + counters.first_requests) as i64;
-            let measured = run.saturating.requests + run.half_rate.requests;
-            run.db_lookups = counters.scans_at_start.zip(scans).map(|(a, b)| (b - a - earlier).max(0));
-            run.cache_hit_rate =
-                run.db_lookups.filter(|_| measured > 0).map(|d| 1.0 - (d as f64 / measured as f64).min(1.0));
-            run.confirmed_rows = counters.by_id_at_start.zip(db::rows_read_by_id(self.pool).await?).map(|(a, b)| b - a);
-            run.confirmed_seconds = counters.measured_seconds;
-        }
-        Ok(run)
-    }
-
-    async fn measure(&self, svc: &Service, cache_enabled: bool) -> anyhow::Result<(LookupRun, Counters)> {
-        let target = Target { addr: svc.addr, api_key: self.api_key.to_owned() };
-        let (keys, conns, threads, duration) = (self.keys, self.conns(), self.threads(), self.duration());
-        let memory_after_start = svc.memory()?;
-        // Lookups that reached Postgres, counted from here (nothing has asked yet).
-        let scans_at_start = db::lookup_index_scans(self.pool).await?;
-        let (by_id_at_start, stats_from) = (db::rows_read_by_id(self.pool).await?, Instant::now());
-        let handouts_at_start = db::handout_events(self.pool).await?;
-        // One request alone first, so that the key is verified (argon2) once before the
-        // load and the memory after that verification is known.
-        let t = target.clone();
-        let first = self.load(move || load::closed_loop(&t, keys, 1, 1, Duration::ZERO)).await?;
-        if first.errors > 0 {
-            anyhow::bail!("the first request failed: {}", first.first_error.unwrap_or_default());
-        }
-        let memory_after_first_request = svc.memory()?;
-        let warmup = if cache_enabled {
-            progress(self.started, &format!("{}: touching all {} keys", svc.name, keys.len()));
-            let t = target.clone();
-            self.load(move || load::sweep(&t, keys, conns, threads)).await?
-        } else {
-            progress(self.started, &format!("{}: warm-up 2 s", svc.name));
-            let t = target.clone();
-            self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(2))).await?
-        };
-        let memory_after_warmup = svc.memory()?;
-        // The warm-up's hand-outs are counted in the rows of its minute, written once that
-        // minute has closed: wait for that, so that the Postgres CPU measured from here on
-        // is the measured phases' own (up to a minute).
-        let into_minute = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() % 60;
-        progress(
-            self.started,
-            &format!("{}: waiting {} s for the warm-up's minute to be written", svc.name, 62 - into_minute),
-        );
-        tokio::time::sleep(Duration::from_secs(62 - into_minute)).await;
-
-        progress(self.started, &format!("{}: closed loop, {} connections, {} s", svc.name, conns, duration.as_secs()));
-        let handout_rows_at_start = db::handout_rows(self.pool).await?;
-        let postgres_cpu = PostgresCpu::start();
-        let cpu0 = CpuSnapshot::take(&[svc.pid]);
-        let t = target.clone();
-        let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await?;
-        let cpu_saturating = cpu0.share_until(&CpuSnapshot::take(&[svc.pid]));
-        // Hand-outs answered but not yet in the audit table: counted in the rows of minutes
-        // that have not closed yet (written when they close, or at the service's exit).
-        let answered =
-            first.requests + warmup.requests + saturating.requests - first.errors - warmup.errors - saturating.errors;
-        let audit_backlog = answered as i64 - (db::handout_events(self.pool).await? - handouts_at_start);
-
-        let rate = (saturating.rps / 2.0).max(1.0);
-        progress(self.started, &format!("{}: open loop at {:.0} req/s, {} s", svc.name, rate, duration.as_secs()));
-        let cpu1 = CpuSnapshot::take(&[svc.pid]);
-        let t = target.clone();
-        let half_rate = self.load(move || load::open_loop(&t, keys, conns, threads, duration, rate)).await?;
-        let cpu_half_rate = cpu1.share_until(&CpuSnapshot::take(&[svc.pid]));
-        let memory_after_run = svc.memory()?;
-        // Every request of the sweep and the first one missed the cache (each key once);
-        // the rest of the lookup scans are misses of the two measured phases.
-        let counters = Counters {
-            scans_at_start,
-            by_id_at_start,
-            first_requests: first.requests,
-            postgres_cpu,
-            handout_rows_at_start,
-            measured_seconds: stats_from.elapsed().as_secs_f64(),
-        };
-        let run = LookupRun {
-            cache_enabled,
-            warmup,
-            saturating,
-            half_rate,
-            db_lookups: None,
-            cache_hit_rate: None,
-            confirmed_rows: None,
-            confirmed_seconds: 0.0,
-            cpu_saturating,
-            cpu_half_rate,
-            memory_after_start,
-            memory_after_first_request,
-            memory_after_warmup,
-            memory_after_run,
-            audit_backlog,
-            postgres_cpu_seconds: 0.0,
-            postgres_cpu_us_per_handout: 0.0,
-            handout_audit_rows: 0,
-            service_warnings: 0,
-            first_service_warning: None,
-        };
-        Ok((run, counters))
-    }
-}
-
-/// Postgres's counters when a lookup run began, read again once the service is gone.
-struct Counters {
-    scans_at_start: Option<i64>,
-    by_id_at_start: Option<i64>,
-    first_requests: u64,
-    /// Postgres's CPU from the saturating phase on, until the service has exited.
-    postgres_cpu: PostgresCpu,
-    /// Hand-out rows in the audit table before the saturating phase.
-    handout_rows_at_start: i64,
-    /// From the first counter reading to the end of the half-rate phase.
-    measured_seconds: f64,
-}
-
 async fn run(
     args: &Args,
     db: &db::BenchDb,
@@ -346,13 +201,16 @@ async fn run(
     let providers = db::provider_names(keys.providers);
     let vault_keys = Keyring::generate_entry("bench");
     let vault = Vault::new(Keyring::parse(&vault_keys)?);
-    // Named apart from the service's sessions, which the bench waits to see end.
-    let pool = mcp_connect::store::connect(&db::with_application_name(&db.url, "mcp-connect-bench")?, 4).await?;
+    // Named apart from the service's sessions, which the bench waits to see end; over the
+    // service's transport, so that the bench's own queries cost Postgres the same.
+    let bench_url =
+        db::with_param(&db::with_application_name(&db.url, "mcp-connect-bench")?, "sslmode", SERVICE_SSLMODE)?;
+    let pool = mcp_connect::store::connect(&bench_url, 4).await?;
     db::prepare(&pool, &providers).await?;
     let (idp, provider) = start_providers(&providers).await?;
 
     progress(started, &format!("seeding {} connections", keys.len()));
-    let seed_time = db::seed(&pool, &vault, keys.subjects, &providers).await?;
+    let seed_time = db::seed(&pool, &vault, 0..keys.subjects, &providers).await?;
     let storm_provider = providers.first().context("no provider")?.clone();
     let (old_access, refresh) = provider.issue_grant(&service::client_id(&storm_provider), "storm-user", "read");
     let storm_conn = storm::StormConnection {
@@ -363,9 +221,7 @@ async fn run(
     };
     let table_bytes = db::table_size(&pool).await?;
 
-    progress(started, &format!("floor: pgbench, {} clients, {} s", args.concurrency, args.seconds));
-    let floor =
-        pgbench::run(&db.url, work, keys.subjects, keys.providers, args.concurrency as usize, 2, args.seconds).await?;
+    let floor = floors(args, db, &pool, work, keys, started).await?;
 
     let tenant = TenantId::parse(db::TENANT)?;
     let key = mcp_connect::flows::api_keys::create_api_key(&pool, &tenant, KeyScope::Server, Some("bench")).await?;
@@ -373,18 +229,39 @@ async fn run(
     let setup = ServiceSetup {
         binary: binary.to_owned(),
         dir: work.to_owned(),
-        database_url: db.url.clone(),
+        database_url: db::with_param(&db.url, "sslmode", SERVICE_SSLMODE)?,
         vault_keys,
         idp_issuer: idp.issuer(),
         provider_base: provider.base_url(),
         providers: providers.clone(),
         log_filter: args.service_log.clone(),
         cache_max_age: args.cache_max_age,
+        cache_capacity: None,
         extra_env: args.service_env.clone(),
     };
     let phase = Phase { args, keys, setup: &setup, pool: &pool, api_key: &api_key, started };
-    let cache_on = phase.lookup(true).await?;
-    let cache_off = phase.lookup(false).await?;
+    let mut runs = Vec::with_capacity(args.repeat as usize);
+    for run in 1..=args.repeat as usize {
+        progress(started, &format!("lookup run {run} of {}", args.repeat));
+        let cache_on = phase.lookup(&format!("cache-on-{run}"), true).await?;
+        let cache_off = phase.lookup(&format!("cache-off-{run}"), false).await?;
+        let floor_tps = floor.plain.best_tps().max(1.0);
+        runs.push(RepeatRun {
+            run,
+            ratio_cache_on: cache_on.saturating.rps / floor_tps,
+            ratio_cache_off: cache_off.saturating.rps / floor_tps,
+            cache_on,
+            cache_off,
+        });
+    }
+
+    let oha = oha::version(&args.oha).await.map(|version| (args.oha.as_path(), version));
+    let check = if args.slow_phase || oha.is_some() {
+        progress(started, "check instance: reference, oha, PostgreSQL slowed");
+        Some(phase.check(oha, args.slow_phase).await?)
+    } else {
+        None
+    };
 
     progress(started, &format!("refresh storm: {} callers, 2 instances", args.storm_callers));
     let storm = storm_phase(&phase, &provider, &storm_conn).await?;
@@ -395,7 +272,13 @@ async fn run(
     progress(started, "audit writer capacity");
     let audit_writer = audit::measure(&pool).await?;
 
-    let peak_rss_mib = cache_on.memory_after_run.hwm_kib as f64 / 1024.0;
+    let peak_rss_mib = runs.iter().map(|r| r.cache_on.memory_after_run.hwm_kib as f64 / 1024.0).fold(0.0, f64::max);
+    let cached_median = median_rate(&runs);
+    // Last: it grows the table the other phases measure.
+    let scale = match args.scale_connections {
+        Some(n) => Some(scale_phase(&phase, &vault, n as usize, cached_median).await?),
+        None => None,
+    };
     let mut results = Results {
         started_at: started_at.format(&time::format_description::well_known::Rfc3339)?,
         total_seconds: 0.0,
@@ -416,12 +299,14 @@ async fn run(
             service_env: args.service_env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             seed_seconds: seed_time.as_secs_f64(),
             table_bytes,
+            repeat: runs.len(),
+            floor_clients: args.floor_clients.clone(),
+            service_sslmode: SERVICE_SSLMODE,
         },
-        ratio_cache_on: cache_on.saturating.rps / floor.tps.max(1.0),
-        ratio_cache_off: cache_off.saturating.rps / floor.tps.max(1.0),
         floor,
-        cache_on,
-        cache_off,
+        runs,
+        check,
+        scale,
         storm,
         api_key: api_key_result,
         audit_writer,
@@ -432,6 +317,77 @@ async fn run(
     results.targets();
     results.total_seconds = started.elapsed().as_secs_f64();
     Ok(results)
+}
+
+/// The median saturating rate of the cache-on runs.
+fn median_rate(runs: &[RepeatRun]) -> f64 {
+    let mut rates: Vec<f64> = runs.iter().map(|r| r.cache_on.saturating.rps).collect();
+    rates.sort_by(f64::total_cmp);
+    match rates.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => rates.get(n / 2).copied().unwrap_or(0.0),
+        n => (rates.get(n / 2 - 1).copied().unwrap_or(0.0) + rates.get(n / 2).copied().unwrap_or(0.0)) / 2.0,
+    }
+}
+
+/// The floor without TLS (the service's transport here), and with TLS beside it when
+/// the server offers it.
+async fn floors(
+    args: &Args,
+    db: &db::BenchDb,
+    pool: &mcp_connect::store::PgPool,
+    work: &std::path::Path,
+    keys: KeySpace,
+    started: Instant,
+) -> anyhow::Result<pgbench::Floors> {
+    let clients = &args.floor_clients;
+    anyhow::ensure!(clients.iter().all(|&c| c > 0), "--floor-clients: every count must be at least 1");
+    let sweep = |sslmode: &'static str| {
+        progress(started, &format!("floor: pgbench sslmode={sslmode}, clients {clients:?}, {} s each", args.seconds));
+        pgbench::sweep(&db.url, sslmode, work, keys.subjects, keys.providers, clients, 2, args.seconds)
+    };
+    let plain = sweep(SERVICE_SSLMODE).await?;
+    let tls = if db::server_has_ssl(pool).await? {
+        Ok(sweep("require").await?)
+    } else {
+        Err("n/a (server has ssl off)".to_owned())
+    };
+    Ok(pgbench::Floors { plain, tls })
+}
+
+/// Seeds the table up to `connections` (the same providers, more subjects), then a cached
+/// lookup run with a cache that holds them all.
+async fn scale_phase(
+    phase: &Phase<'_>,
+    vault: &Vault,
+    connections: usize,
+    first_seeding_rate: f64,
+) -> anyhow::Result<ScaleRun> {
+    let base = phase.keys;
+    let subjects = connections.div_ceil(base.providers);
+    anyhow::ensure!(
+        subjects > base.subjects,
+        "--scale-connections {connections} is not more than the {} connections seeded first",
+        base.len()
+    );
+    let keys = KeySpace { subjects, providers: base.providers };
+    progress(phase.started, &format!("scale: seeding up to {} connections", keys.len()));
+    let seed = db::seed(phase.pool, vault, base.subjects..subjects, &phase.setup.providers).await?;
+    // The cache is split into shards, each holding an even share of the capacity; keys
+    // fall into shards at random, so leave a tenth more room than there are connections.
+    let cache_capacity = keys.len() + keys.len() / 10;
+    let setup = ServiceSetup { cache_capacity: Some(cache_capacity), ..phase.setup.clone() };
+    let scaled = Phase { keys, setup: &setup, ..*phase };
+    let lookup = scaled.lookup("scale", true).await?;
+    Ok(ScaleRun {
+        connections: keys.len(),
+        cache_capacity,
+        seed_seconds: seed.as_secs_f64(),
+        table_bytes: db::table_size(phase.pool).await?,
+        ratio_to_first_seeding: lookup.saturating.rps / first_seeding_rate.max(1e-9),
+        peak_rss_mib: lookup.memory_after_run.hwm_kib as f64 / 1024.0,
+        lookup,
+    })
 }
 
 /// Two fresh instances, each warmed (API key verified, pool connections open), then the
@@ -452,7 +408,8 @@ async fn storm_phase(
     let result = async {
         for svc in [&a, &b] {
             let t = Target { addr: svc.addr, api_key: phase.api_key.to_owned() };
-            let (keys, conns, threads) = (phase.keys, phase.conns(), phase.threads());
+            let (keys, conns, threads) =
+                (phase.keys, phase.args.concurrency as usize, phase.args.client_threads as usize);
             // One request first, so that the key is verified once before 32 arrive.
             let one = t.clone();
             phase.load(move || load::closed_loop(&one, keys, 1, 1, Duration::ZERO)).await?;

@@ -3,11 +3,62 @@
 //! statement over TCP loopback, with random subject and provider. Nothing the service adds
 //! (HTTP, API key, JSON, opening the ciphertext, audit) is in it: it is what Postgres alone
 //! does on this machine, and the service is compared against it.
+//!
+//! The floor is the best of several client counts (on two cores fewer clients often go
+//! faster: less switching), over the transport the service uses in the benchmark
+//! (`sslmode=disable`), with the same sweep over TLS beside it when the server offers TLS.
 
 use anyhow::{Context, bail};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
+
+/// One transport's floor: every client count tried, and the best.
+#[derive(Debug, Clone, Serialize)]
+pub struct FloorSweep {
+    /// `disable` or `require`.
+    pub sslmode: &'static str,
+    pub runs: Vec<Floor>,
+}
+
+impl FloorSweep {
+    pub fn best(&self) -> Option<&Floor> {
+        self.runs.iter().max_by(|a, b| a.tps.total_cmp(&b.tps))
+    }
+
+    pub fn best_tps(&self) -> f64 {
+        self.best().map_or(0.0, |f| f.tps)
+    }
+}
+
+/// The floor the service is compared with (no TLS), and the TLS floor beside it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Floors {
+    pub plain: FloorSweep,
+    /// `Err`: why there is none (the server has `ssl = off`).
+    pub tls: Result<FloorSweep, String>,
+}
+
+/// `run` for each client count in `clients`, with `sslmode` set on the URL.
+#[expect(clippy::too_many_arguments, reason = "pgbench's knobs, passed through as they are")]
+pub async fn sweep(
+    db_url: &str,
+    sslmode: &'static str,
+    dir: &Path,
+    subjects: usize,
+    providers: usize,
+    clients: &[usize],
+    threads: usize,
+    seconds: u64,
+) -> anyhow::Result<FloorSweep> {
+    let url = crate::db::with_param(db_url, "sslmode", sslmode)?;
+    let mut runs = Vec::with_capacity(clients.len());
+    for &c in clients {
+        // pgbench refuses more threads than clients.
+        runs.push(run(&url, dir, subjects, providers, c, threads.min(c), seconds).await?);
+    }
+    Ok(FloorSweep { sslmode, runs })
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Floor {
@@ -100,5 +151,22 @@ mod tests {
         assert_eq!(f.transactions, Some(123456));
         assert_eq!(f.failed, Some(0));
         assert_eq!(f.latency_avg_ms, Some(2.345));
+    }
+
+    #[test]
+    fn the_best_floor_is_the_fastest_client_count() {
+        let floor = |clients, tps| Floor {
+            tps,
+            latency_avg_ms: None,
+            clients,
+            threads: 2,
+            seconds: 1,
+            transactions: None,
+            failed: None,
+            script: String::new(),
+        };
+        let sweep = FloorSweep { sslmode: "disable", runs: vec![floor(4, 10.0), floor(8, 30.0), floor(16, 20.0)] };
+        assert_eq!(sweep.best().map(|f| f.clients), Some(8));
+        assert_eq!(FloorSweep { sslmode: "disable", runs: Vec::new() }.best_tps(), 0.0);
     }
 }

@@ -3,8 +3,10 @@
 use crate::apikey::ApiKeyResult;
 use crate::audit::AuditWriterResult;
 use crate::cpu::CpuShare;
+use crate::db::ChangeLogReads;
 use crate::load::Summary;
-use crate::pgbench::Floor;
+use crate::pgbench::Floors;
+use crate::phase::CheckRun;
 use crate::service::Memory;
 use crate::storm::StormResult;
 use serde::Serialize;
@@ -31,6 +33,12 @@ pub struct Setup {
     pub service_env: Vec<String>,
     pub seed_seconds: f64,
     pub table_bytes: i64,
+    /// Lookup runs (cache on, then off) in this run.
+    pub repeat: usize,
+    /// pgbench client counts; the floor is the best of them.
+    pub floor_clients: Vec<usize>,
+    /// The service's database transport, the same as the floor's.
+    pub service_sslmode: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,15 +46,21 @@ pub struct LookupRun {
     pub cache_enabled: bool,
     /// Every key once (cache on) or a short closed loop (cache off), before measuring.
     pub warmup: Summary,
+    /// From the warm-up's end until its hand-outs were all in the audit table.
+    pub audit_wait_seconds: f64,
     pub saturating: Summary,
+    /// The service process's CPU time over the saturating phase ÷ its requests.
+    pub service_cpu_us_per_request: f64,
     pub half_rate: Summary,
     /// Lookups that reached Postgres during the saturating phase (index scans of the
     /// lookup index), and the share answered from the cache.
     pub db_lookups: Option<i64>,
     pub cache_hit_rate: Option<f64>,
-    /// Rows the cache's confirmer re-read (by id) from the start of the run to the end of
-    /// the saturating phase's statistics, and over how many seconds.
+    /// Rows the cache's confirmer re-read by id (`connections_pkey`), and what it read from
+    /// the change log (`None`: no such table), from the start of the saturating phase to
+    /// the service's exit; `confirmed_seconds` is the saturating and half-rate phases.
     pub confirmed_rows: Option<i64>,
+    pub change_log_reads: Option<ChangeLogReads>,
     pub confirmed_seconds: f64,
     pub cpu_saturating: CpuShare,
     pub cpu_half_rate: CpuShare,
@@ -69,12 +83,47 @@ pub struct LookupRun {
     pub first_service_warning: Option<String>,
 }
 
+impl LookupRun {
+    /// Confirmer rows read per second: by id, and from the change log.
+    pub fn confirmer_rates(&self) -> (Option<f64>, Option<f64>) {
+        let per_s = |rows: i64| rows as f64 / self.confirmed_seconds.max(1.0);
+        (self.confirmed_rows.map(per_s), self.change_log_reads.map(|c| per_s(c.rows)))
+    }
+}
+
+/// One of `--repeat` runs: the lookups with the cache on, then off, each on a fresh
+/// instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepeatRun {
+    pub run: usize,
+    pub cache_on: LookupRun,
+    pub cache_off: LookupRun,
+    /// Saturating requests/s ÷ the floor (no TLS).
+    pub ratio_cache_on: f64,
+    pub ratio_cache_off: f64,
+}
+
+/// The lookup with the cache on over a table of `connections` (`--scale-connections`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRun {
+    pub connections: usize,
+    /// `[cache] capacity` given to the service: room for every connection.
+    pub cache_capacity: usize,
+    pub seed_seconds: f64,
+    pub table_bytes: i64,
+    pub lookup: LookupRun,
+    /// Its saturating rate ÷ the median of the cache-on runs at the first seeding.
+    pub ratio_to_first_seeding: f64,
+    pub peak_rss_mib: f64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub name: &'static str,
     pub target: String,
     pub measured: String,
-    pub met: bool,
+    /// `None`: not judged in this run (stated only, or the phase did not run).
+    pub met: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -83,19 +132,19 @@ pub struct Results {
     pub total_seconds: f64,
     pub machine: Machine,
     pub setup: Setup,
-    pub floor: Floor,
-    pub cache_on: LookupRun,
-    pub cache_off: LookupRun,
-    pub ratio_cache_on: f64,
-    pub ratio_cache_off: f64,
+    pub floor: Floors,
+    pub runs: Vec<RepeatRun>,
+    pub check: Option<CheckRun>,
+    pub scale: Option<ScaleRun>,
     pub storm: StormResult,
     pub api_key: ApiKeyResult,
     pub audit_writer: AuditWriterResult,
+    /// The highest peak RSS of the cache-on instances at the first seeding.
     pub peak_rss_mib: f64,
     pub targets: Vec<Target>,
 }
 
-fn ms(us: f64) -> String {
+pub fn ms(us: f64) -> String {
     format!("{:.2} ms", us / 1_000.0)
 }
 
@@ -103,7 +152,7 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-fn thousands(x: f64) -> String {
+pub fn thousands(x: f64) -> String {
     let n = x.round() as i64;
     let s = n.unsigned_abs().to_string();
     let mut out = if n < 0 { "-".to_owned() } else { String::new() };
@@ -145,79 +194,17 @@ fn cpu(c: &CpuShare, rps: f64) -> String {
     )
 }
 
+fn pct(x: Option<f64>) -> String {
+    x.map_or("n/a".to_owned(), |h| format!("{:.2} %", h * 100.0))
+}
+
+fn per_s(x: Option<f64>) -> String {
+    x.map_or("n/a".to_owned(), |r| format!("{}/s", thousands(r)))
+}
+
 impl Results {
-    pub fn targets(&mut self) {
-        let on = &self.cache_on;
-        let half_p99 = on.half_rate.p99_us.max(self.cache_off.half_rate.p99_us);
-        let errors = on.saturating.errors
-            + on.half_rate.errors
-            + self.cache_off.saturating.errors
-            + self.cache_off.half_rate.errors
-            + self.storm.errors as u64;
-        self.targets = vec![
-            Target {
-                name: "lookup with cache vs floor",
-                target: "≥ 1.00 × floor".into(),
-                measured: format!("{:.2} ×", self.ratio_cache_on),
-                met: self.ratio_cache_on >= 1.0,
-            },
-            Target {
-                name: "p99 at half the saturating rate",
-                target: "≤ 5 ms".into(),
-                measured: format!(
-                    "{} cache on, {} cache off",
-                    ms(on.half_rate.p99_us),
-                    ms(self.cache_off.half_rate.p99_us)
-                ),
-                met: half_p99 <= 5_000.0,
-            },
-            Target { name: "errors", target: "0".into(), measured: errors.to_string(), met: errors == 0 },
-            Target {
-                name: "lookup without cache vs floor",
-                target: "≥ 0.35 × floor".into(),
-                measured: format!("{:.2} ×", self.ratio_cache_off),
-                met: self.ratio_cache_off >= 0.35,
-            },
-            Target {
-                name: "refresh storm",
-                target: "1 refresh call, every caller the new token".into(),
-                measured: format!(
-                    "{} call(s), {}/{} new token",
-                    self.storm.refresh_calls, self.storm.got_new_token, self.storm.callers
-                ),
-                met: self.storm.refresh_calls == 1 && self.storm.got_new_token == self.storm.callers,
-            },
-            Target {
-                name: "cached API-key check",
-                target: "≤ 50 µs".into(),
-                measured: format!("{:.1} µs median", self.api_key.cached_median_us),
-                met: self.api_key.cached_median_us <= 50.0,
-            },
-            Target {
-                name: "first API-key check",
-                target: "one argon2 verify".into(),
-                measured: format!(
-                    "{} argon2 run(s), {:.1} ms (one verify alone {:.1} ms)",
-                    self.api_key.first_argon2_runs, self.api_key.first_ms, self.api_key.argon2_verify_ms
-                ),
-                met: self.api_key.first_argon2_runs == 1,
-            },
-            Target {
-                name: "unknown API-key ids under a flood",
-                target: "no argon2 run".into(),
-                measured: format!(
-                    "{} argon2 run(s) for {} first verifications of new keys",
-                    self.api_key.flood_argon2_runs, self.api_key.flood_first_keys
-                ),
-                met: self.api_key.flood_argon2_runs <= self.api_key.flood_first_keys as u64,
-            },
-            Target {
-                name: "peak RSS, 100,000 connections cached",
-                target: "≤ 64 MiB".into(),
-                measured: format!("{:.1} MiB", self.peak_rss_mib),
-                met: self.peak_rss_mib <= 64.0,
-            },
-        ];
+    pub fn first_run(&self) -> Option<&RepeatRun> {
+        self.runs.first()
     }
 
     pub fn table(&self) -> String {
@@ -226,7 +213,7 @@ impl Results {
         let _ = writeln!(
             o,
             "mcp-connect benchmark {}: {} cores, PostgreSQL {}, {} connections ({} subjects × {} providers), \
-             {} client connections, {} s per phase",
+             {} client connections, {} s per phase, {} run(s)",
             self.started_at,
             self.machine.cores,
             self.machine.postgres,
@@ -234,7 +221,8 @@ impl Results {
             thousands(s.subjects as f64),
             s.providers,
             s.concurrency,
-            s.seconds_per_phase
+            s.seconds_per_phase,
+            s.repeat
         );
         let _ = writeln!(o);
         let _ = writeln!(
@@ -242,35 +230,80 @@ impl Results {
             " {:<2} {:<34} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6} {:>9}",
             "#", "phase", "req/s", "mean", "p50", "p99", "max", "errors", "in flight"
         );
-        let f = &self.floor;
-        let _ = writeln!(
-            o,
-            " {:<2} {:<34} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6} {:>9}",
-            "1",
-            "floor: pgbench -M prepared",
-            thousands(f.tps),
-            f.latency_avg_ms.map_or("-".to_owned(), |l| format!("{l:.2} ms")),
-            "-",
-            "-",
-            "-",
-            f.failed.map_or("-".to_owned(), |x| x.to_string()),
-            f.clients
-        );
-        for (num, name, run) in [("2", "cache on", &self.cache_on), ("3", "cache off", &self.cache_off)] {
-            row(&mut o, num, &format!("lookup, {name}"), &run.saturating);
-            row(
-                &mut o,
-                "",
-                &format!("  at half rate ({}/s)", thousands(run.half_rate.offered_rps.unwrap_or(0.0))),
-                &run.half_rate,
+        self.floor_rows(&mut o);
+        if let Some(first) = self.first_run() {
+            for (num, name, run) in [("2", "cache on", &first.cache_on), ("3", "cache off", &first.cache_off)] {
+                row(&mut o, num, &format!("lookup, {name}"), &run.saturating);
+                row(
+                    &mut o,
+                    "",
+                    &format!("  at half rate ({}/s)", thousands(run.half_rate.offered_rps.unwrap_or(0.0))),
+                    &run.half_rate,
+                );
+            }
+            let _ = writeln!(o);
+            let _ = writeln!(
+                o,
+                " 4  ratio to floor (no TLS): cache on {:.2} ×, cache off {:.2} × (rows 2-3: run 1 of {})",
+                first.ratio_cache_on,
+                first.ratio_cache_off,
+                self.runs.len()
             );
         }
+        self.storm_and_key_rows(&mut o);
+        self.repeat_rows(&mut o);
+        self.check_rows(&mut o);
+        self.scale_row(&mut o);
         let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            " 4  ratio to floor: cache on {:.2} ×, cache off {:.2} ×",
-            self.ratio_cache_on, self.ratio_cache_off
-        );
+        let _ = writeln!(o, " details (run 1; every run in the JSON)");
+        self.details(&mut o);
+        let _ = writeln!(o);
+        let _ = writeln!(o, " targets (reported, not asserted)");
+        for t in &self.targets {
+            let mark = match t.met {
+                Some(true) => "met ",
+                Some(false) => "MISS",
+                None => "n/a ",
+            };
+            let _ = writeln!(o, "   [{mark}] {:<46} target {:<44} measured {}", t.name, t.target, t.measured);
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(o, " whole run: {:.0} s", self.total_seconds);
+        o
+    }
+
+    fn floor_rows(&self, o: &mut String) {
+        let mut line = |label: String, f: &crate::pgbench::Floor| {
+            let _ = writeln!(
+                o,
+                " {:<2} {:<34} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6} {:>9}",
+                if label.starts_with("floor") { "1" } else { "" },
+                label,
+                thousands(f.tps),
+                f.latency_avg_ms.map_or("-".to_owned(), |l| format!("{l:.2} ms")),
+                "-",
+                "-",
+                "-",
+                f.failed.map_or("-".to_owned(), |x| x.to_string()),
+                f.clients
+            );
+        };
+        if let Some(f) = self.floor.plain.best() {
+            line(format!("floor: pgbench, no TLS, -c {}", f.clients), f);
+        }
+        match &self.floor.tls {
+            Ok(tls) => {
+                if let Some(f) = tls.best() {
+                    line(format!("  with TLS (sslmode=require), -c {}", f.clients), f);
+                }
+            }
+            Err(why) => {
+                let _ = writeln!(o, "    {:<34} {:>9}  {why}", "  with TLS (sslmode=require)", "n/a");
+            }
+        }
+    }
+
+    fn storm_and_key_rows(&self, o: &mut String) {
         let st = &self.storm;
         let _ = writeln!(
             o,
@@ -315,79 +348,181 @@ impl Results {
             a.flood_first_keys,
             a.flood_first_p99_ms
         );
-        let on = &self.cache_on;
+        if let Some(on) = self.first_run().map(|r| &r.cache_on) {
+            let _ = writeln!(
+                o,
+                " 7  memory (cache on): peak RSS {:.1} MiB (highest of {} run(s)); run 1: RSS {:.1} MiB after start, \
+                 {:.1} MiB after the first request, {:.1} MiB after touching all {} keys",
+                self.peak_rss_mib,
+                self.runs.len(),
+                mib(on.memory_after_start.rss_kib),
+                mib(on.memory_after_first_request.rss_kib),
+                mib(on.memory_after_warmup.rss_kib),
+                thousands(self.setup.connections as f64)
+            );
+        }
+    }
+
+    /// One line per run, and how many runs kept the half-rate p99 within 5 ms.
+    fn repeat_rows(&self, o: &mut String) {
+        let _ = writeln!(o, " 8  runs (--repeat {}):", self.runs.len());
         let _ = writeln!(
             o,
-            " 7  memory (cache on): peak RSS {:.1} MiB; RSS {:.1} MiB after start, {:.1} MiB after the first request, \
-             {:.1} MiB after touching all {} keys",
-            self.peak_rss_mib,
-            mib(on.memory_after_start.rss_kib),
-            mib(on.memory_after_first_request.rss_kib),
-            mib(on.memory_after_warmup.rss_kib),
-            thousands(s.connections as f64)
+            "    {:>3} {:>12} {:>7} {:>14} {:>7} {:>12} {:>13} {:>9} {:>14} {:>13}",
+            "run",
+            "cached req/s",
+            "× floor",
+            "uncached req/s",
+            "× floor",
+            "p99 half on",
+            "p99 half off",
+            "hit rate",
+            "PG µs/hand-out",
+            "svc µs/req"
         );
-        let _ = writeln!(o);
-        let _ = writeln!(o, " details");
-        for (name, run) in [("cache on", &self.cache_on), ("cache off", &self.cache_off)] {
-            let sat = &run.saturating;
+        for r in &self.runs {
             let _ = writeln!(
                 o,
-                "   {name}: Little's law 32 / {} req/s = {} vs measured mean {}; p90 {}, p99.9 {}",
-                thousands(sat.rps),
-                ms(sat.little_mean_us),
-                ms(sat.mean_us),
-                ms(sat.p90_us),
-                ms(sat.p999_us)
+                "    {:>3} {:>12} {:>7.2} {:>14} {:>7.2} {:>12} {:>13} {:>9} {:>14.1} {:>13.1}",
+                r.run,
+                thousands(r.cache_on.saturating.rps),
+                r.ratio_cache_on,
+                thousands(r.cache_off.saturating.rps),
+                r.ratio_cache_off,
+                ms(r.cache_on.half_rate.p99_us),
+                ms(r.cache_off.half_rate.p99_us),
+                pct(r.cache_on.cache_hit_rate),
+                r.cache_on.postgres_cpu_us_per_handout,
+                r.cache_on.service_cpu_us_per_request
             );
-            if let (Some(db), Some(hit)) = (run.db_lookups, run.cache_hit_rate) {
+        }
+        let (on, off) = self.half_rate_p99_within_5ms();
+        let _ = writeln!(
+            o,
+            "    p99 at half rate ≤ 5 ms: cache on in {on} of {n} runs, cache off in {off} of {n} runs",
+            n = self.runs.len()
+        );
+    }
+
+    /// Runs whose half-rate p99 was within 5 ms: (cache on, cache off).
+    pub fn half_rate_p99_within_5ms(&self) -> (usize, usize) {
+        let within = |f: fn(&RepeatRun) -> f64| self.runs.iter().filter(|r| f(r) <= 5_000.0).count();
+        (within(|r| r.cache_on.half_rate.p99_us), within(|r| r.cache_off.half_rate.p99_us))
+    }
+
+    fn check_rows(&self, o: &mut String) {
+        let Some(c) = &self.check else {
+            let _ = writeln!(o, " 9  PostgreSQL slowed: not run (--slow-phase false, and no oha)");
+            return;
+        };
+        match &c.slowed {
+            Some(sl) => {
                 let _ = writeln!(
                     o,
-                    "   {name}: {} of {} lookups reached Postgres (cache hit rate {:.1} %)",
-                    thousands(db as f64),
-                    thousands((sat.requests + run.half_rate.requests) as f64),
-                    hit * 100.0
+                    " 9  PostgreSQL slowed (a query holding a core: {:.1} CPU s in {:.1} s): cache on {} req/s = {:.2} × \
+                     the unslowed {} req/s of the same instance; hit rate ≥ {}; p99 {}; errors {}",
+                    sl.hog.cpu_seconds,
+                    sl.hog.seconds,
+                    thousands(sl.saturating.rps),
+                    sl.ratio,
+                    thousands(c.reference.rps),
+                    pct(sl.hit_rate_at_least),
+                    ms(sl.saturating.p99_us),
+                    sl.saturating.errors
                 );
+                let _ = writeln!(o, "    slowed: CPU {}", cpu(&sl.cpu, sl.saturating.rps));
             }
-            if let Some(rows) = run.confirmed_rows {
+            None => {
+                let _ = writeln!(o, " 9  PostgreSQL slowed: not run (--slow-phase false)");
+            }
+        }
+        match &c.oha {
+            Ok(oh) => {
+                let ratio = c.reference.rps / oh.rps.max(1e-9);
                 let _ = writeln!(
                     o,
-                    "   {name}: the confirmer re-read {} rows in batches over {:.0} s ({}/s) to keep entries in use cached",
-                    thousands(rows as f64),
-                    run.confirmed_seconds,
-                    thousands(rows as f64 / run.confirmed_seconds.max(1.0))
+                    " 10 load generator vs {}: bench {} req/s, oha {} req/s (bench ÷ oha {:.2}, {}); \
+                     {} connections, {} thread(s), random keys (-Z), same instance back to back; oha p99 {:.2} ms, \
+                     {} non-200 or errors, {} cut at the deadline",
+                    oh.version,
+                    thousands(c.reference.rps),
+                    thousands(oh.rps),
+                    ratio,
+                    if (ratio - 1.0).abs() <= 0.10 { "within 10 %" } else { "NOT within 10 %" },
+                    oh.connections,
+                    oh.threads,
+                    oh.p99_ms,
+                    oh.errors,
+                    oh.aborted_at_deadline
                 );
             }
-            let _ = writeln!(
-                o,
-                "   {name}: hand-outs not yet in the audit table when the phase ended (their minute still open): {}",
-                thousands(run.audit_backlog as f64)
-            );
-            let _ = writeln!(
-                o,
-                "   {name}: Postgres CPU per hand-out: {:.1} µs ({:.1} s in all, to the service's exit); {} audit rows for {} hand-outs",
-                run.postgres_cpu_us_per_handout,
-                run.postgres_cpu_seconds,
-                thousands(run.handout_audit_rows as f64),
-                thousands((sat.requests + run.half_rate.requests) as f64)
-            );
-            let _ = writeln!(o, "   {name}: CPU at saturation: {}", cpu(&run.cpu_saturating, sat.rps));
-            let _ = writeln!(o, "   {name}: CPU at half rate:  {}", cpu(&run.cpu_half_rate, run.half_rate.rps));
-            let w = &run.warmup;
-            let _ = writeln!(
-                o,
-                "   {name}: warm-up {} requests at {} req/s, p99 {}, errors {}; service log warnings {}",
-                thousands(w.requests as f64),
-                thousands(w.rps),
-                ms(w.p99_us),
-                w.errors,
-                run.service_warnings
-            );
-            if let Some(w) = &run.first_service_warning {
-                let _ = writeln!(o, "   {name}: first service warning: {}", w.chars().take(400).collect::<String>());
+            Err(why) => {
+                let _ = writeln!(o, " 10 load generator vs oha: n/a ({why})");
             }
-            if let Some(e) = sat.first_error.as_ref().or(run.half_rate.first_error.as_ref()) {
-                let _ = writeln!(o, "   {name}: first error: {e}");
+        }
+    }
+
+    fn scale_row(&self, o: &mut String) {
+        let Some(sc) = &self.scale else {
+            let _ = writeln!(o, " 11 scale: not run (--scale-connections N)");
+            return;
+        };
+        let l = &sc.lookup;
+        let (by_id, log) = l.confirmer_rates();
+        let _ = writeln!(
+            o,
+            " 11 scale, {} connections (cache capacity {}): cache on {} req/s = {:.2} × the median at {}; \
+             half-rate p99 {}; hit rate {}; peak RSS {:.1} MiB; confirmer rows/s: change log {}, by id {}; \
+             seeding {:.0} s",
+            thousands(sc.connections as f64),
+            thousands(sc.cache_capacity as f64),
+            thousands(l.saturating.rps),
+            sc.ratio_to_first_seeding,
+            thousands(self.setup.connections as f64),
+            ms(l.half_rate.p99_us),
+            pct(l.cache_hit_rate),
+            sc.peak_rss_mib,
+            per_s(log),
+            per_s(by_id),
+            sc.seed_seconds
+        );
+    }
+
+    fn details(&self, o: &mut String) {
+        let s = &self.setup;
+        let floors = |sweep: &crate::pgbench::FloorSweep| {
+            sweep.runs.iter().map(|f| format!("-c {} {}", f.clients, thousands(f.tps))).collect::<Vec<_>>().join(", ")
+        };
+        let _ = writeln!(o, "   floor, no TLS (tps): {}", floors(&self.floor.plain));
+        match &self.floor.tls {
+            Ok(tls) => {
+                let _ = writeln!(o, "   floor, TLS (tps): {}", floors(tls));
             }
+            Err(why) => {
+                let _ = writeln!(o, "   floor, TLS: n/a ({why})");
+            }
+        }
+        let _ = writeln!(o, "   the service's database connections: sslmode={}, as the floor's", s.service_sslmode);
+        if let Some(first) = self.first_run() {
+            for (name, run) in [("cache on", &first.cache_on), ("cache off", &first.cache_off)] {
+                lookup_details(o, name, run);
+            }
+        }
+        if let Some(c) = &self.check {
+            let _ = writeln!(
+                o,
+                "   check instance: {} lookups reached Postgres after the warm-up (reference, oha, slowed phase); \
+                 reference CPU: {}; service log warnings {}",
+                c.db_lookups_after_warmup.map_or("n/a".to_owned(), |d| thousands(d as f64)),
+                cpu(&c.cpu_reference, c.reference.rps),
+                c.service_warnings
+            );
+            if let Some(e) = c.slowed.as_ref().and_then(|s| s.saturating.first_error.as_ref()) {
+                let _ = writeln!(o, "   slowed: first error: {e}");
+            }
+        }
+        if let Some(sc) = &self.scale {
+            lookup_details(o, "scale", &sc.lookup);
         }
         let aw = &self.audit_writer;
         let _ = writeln!(
@@ -398,7 +533,7 @@ impl Results {
             thousands(aw.events_per_second),
             aw.touch_median_ms
         );
-        if let Some(e) = &st.first_error {
+        if let Some(e) = &self.storm.first_error {
             let _ = writeln!(o, "   storm: first error: {e}");
         }
         let _ = writeln!(
@@ -408,20 +543,75 @@ impl Results {
             s.seed_seconds,
             s.table_bytes as f64 / 1_048_576.0
         );
-        let _ = writeln!(o);
-        let _ = writeln!(o, " targets (reported, not asserted)");
-        for t in &self.targets {
-            let _ = writeln!(
-                o,
-                "   [{}] {:<38} target {:<44} measured {}",
-                if t.met { "met " } else { "MISS" },
-                t.name,
-                t.target,
-                t.measured
-            );
-        }
-        let _ = writeln!(o);
-        let _ = writeln!(o, " whole run: {:.0} s", self.total_seconds);
-        o
+    }
+}
+
+fn lookup_details(o: &mut String, name: &str, run: &LookupRun) {
+    let sat = &run.saturating;
+    let _ = writeln!(
+        o,
+        "   {name}: Little's law {} / {} req/s = {} vs measured mean {}; p90 {}, p99.9 {}",
+        sat.connections,
+        thousands(sat.rps),
+        ms(sat.little_mean_us),
+        ms(sat.mean_us),
+        ms(sat.p90_us),
+        ms(sat.p999_us)
+    );
+    if let (Some(db), Some(hit)) = (run.db_lookups, run.cache_hit_rate) {
+        let _ = writeln!(
+            o,
+            "   {name}: {} of {} lookups reached Postgres (cache hit rate {:.2} %)",
+            thousands(db as f64),
+            thousands((sat.requests + run.half_rate.requests) as f64),
+            hit * 100.0
+        );
+    }
+    if run.cache_enabled {
+        let (by_id, log) = run.confirmer_rates();
+        let entries = run.change_log_reads.map_or(String::new(), |c| {
+            format!(" ({} index entries)", thousands(c.index_entries as f64 / run.confirmed_seconds.max(1.0)))
+        });
+        let _ = writeln!(
+            o,
+            "   {name}: confirmer over the measured phases ({:.0} s): change log {}{entries}; \
+             by id (connections_pkey) {}",
+            run.confirmed_seconds,
+            log.map_or("n/a (no cache_change_log table)".to_owned(), |r| format!("{} rows/s", thousands(r))),
+            by_id.map_or("n/a".to_owned(), |r| format!("{} rows/s", thousands(r)))
+        );
+    }
+    let _ = writeln!(
+        o,
+        "   {name}: hand-outs not yet in the audit table when the phase ended (their minute still open): {}; \
+         waited {:.0} s for the warm-up's audit",
+        thousands(run.audit_backlog as f64),
+        run.audit_wait_seconds
+    );
+    let _ = writeln!(
+        o,
+        "   {name}: Postgres CPU per hand-out: {:.1} µs ({:.1} s in all, to the service's exit); {} audit rows for {} hand-outs",
+        run.postgres_cpu_us_per_handout,
+        run.postgres_cpu_seconds,
+        thousands(run.handout_audit_rows as f64),
+        thousands((sat.requests + run.half_rate.requests) as f64)
+    );
+    let _ = writeln!(o, "   {name}: CPU at saturation: {}", cpu(&run.cpu_saturating, sat.rps));
+    let _ = writeln!(o, "   {name}: CPU at half rate:  {}", cpu(&run.cpu_half_rate, run.half_rate.rps));
+    let w = &run.warmup;
+    let _ = writeln!(
+        o,
+        "   {name}: warm-up {} requests at {} req/s, p99 {}, errors {}; service log warnings {}",
+        thousands(w.requests as f64),
+        thousands(w.rps),
+        ms(w.p99_us),
+        w.errors,
+        run.service_warnings
+    );
+    if let Some(w) = &run.first_service_warning {
+        let _ = writeln!(o, "   {name}: first service warning: {}", w.chars().take(400).collect::<String>());
+    }
+    if let Some(e) = sat.first_error.as_ref().or(run.half_rate.first_error.as_ref()) {
+        let _ = writeln!(o, "   {name}: first error: {e}");
     }
 }

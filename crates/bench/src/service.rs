@@ -24,6 +24,8 @@ pub struct ServiceSetup {
     pub log_filter: Option<String>,
     /// `[cache] max_age_seconds`; `None` keeps the product default.
     pub cache_max_age: Option<u64>,
+    /// `[cache] capacity` (entries); `None` keeps the product default (200,000).
+    pub cache_capacity: Option<usize>,
     /// More environment for the service (allocator knobs and the like).
     pub extra_env: Vec<(String, String)>,
 }
@@ -77,8 +79,14 @@ providers = [{list}]
             tenant = crate::db::TENANT,
             list = self.providers.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", "),
         );
+        if self.cache_max_age.is_some() || self.cache_capacity.is_some() {
+            t.push_str("[cache]\n");
+        }
         if let Some(age) = self.cache_max_age {
-            t.push_str(&format!("[cache]\nmax_age_seconds = {age}\n"));
+            t.push_str(&format!("max_age_seconds = {age}\n"));
+        }
+        if let Some(capacity) = self.cache_capacity {
+            t.push_str(&format!("capacity = {capacity}\n"));
         }
         for p in &self.providers {
             t.push_str(&format!(
