@@ -48,7 +48,12 @@ pub async fn request_context(
     };
     let started = std::time::Instant::now();
     let res = next.call(req).instrument(span.clone()).await;
-    if let Ok(r) = &res {
+    // For the exported span only: recorded with traces off, the log layer would format
+    // the span's fields a second time (JSON: parse and write them again) on every request,
+    // while the access-log line below carries the status anyway.
+    if trace_id.is_some()
+        && let Ok(r) = &res
+    {
         span.record("http.response.status_code", r.status().as_u16());
     }
     // The access-log line names the request itself, outside the span: the span's fields

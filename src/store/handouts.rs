@@ -172,39 +172,45 @@ impl HandoutAudit {
     /// Counts a hand-out of `connection` through `api_key` into this minute's row.
     pub async fn record(&self, connection: Uuid, api_key: &ApiKeyId) {
         let key = api_key.to_bits();
-        let mut waited: Option<Instant> = None;
+        // The common case: there is room, and nothing to register for.
+        if self.try_count(connection, key) {
+            return;
+        }
+        let waited = Instant::now();
         loop {
-            // Registered before looking, so that room made in between is not missed.
+            // Registered before looking again, so that room made in between is not missed.
             let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            let counted = {
-                let Ok(mut m) = self.shared.minutes.lock() else { return };
-                if m.rows + self.shared.in_flight.load(Ordering::Acquire) < CAPACITY {
-                    // Read under the lock: once the writer has taken a minute, no hand-out
-                    // can still count itself into it.
-                    let opened = m.add((self.shared.clock)(), connection, key);
-                    Some((opened.then_some(connection), m.rows >= EARLY))
-                } else {
-                    None
-                }
-            };
-            if let Some((opened, early)) = counted {
-                if let Some(connection) = opened {
-                    let _ = self.touch.send(connection);
-                }
-                if early {
-                    self.shared.write_all.store(true, Ordering::Release);
-                    self.shared.wake.notify_one();
-                }
-                if let Some(since) = waited {
-                    metrics::histogram!(QUEUE_WAIT).record(since.elapsed().as_secs_f64());
-                }
+            if self.try_count(connection, key) {
+                metrics::histogram!(QUEUE_WAIT).record(waited.elapsed().as_secs_f64());
                 return;
             }
-            waited.get_or_insert_with(Instant::now);
             room.await;
         }
+    }
+
+    /// Counts the hand-out if there is room; `false` when the rows waiting are at
+    /// [`CAPACITY`]. (A poisoned lock counts nothing and waits for nothing, as before.)
+    fn try_count(&self, connection: Uuid, key: u64) -> bool {
+        let (opened, early) = {
+            let Ok(mut m) = self.shared.minutes.lock() else { return true };
+            if m.rows + self.shared.in_flight.load(Ordering::Acquire) >= CAPACITY {
+                return false;
+            }
+            // Read under the lock: once the writer has taken a minute, no hand-out can
+            // still count itself into it.
+            let opened = m.add((self.shared.clock)(), connection, key);
+            (opened, m.rows >= EARLY)
+        };
+        if opened {
+            let _ = self.touch.send(connection);
+        }
+        if early {
+            self.shared.write_all.store(true, Ordering::Release);
+            self.shared.wake.notify_one();
+        }
+        true
     }
 
     /// Rows not yet written: open, or taken out and being written (or retried).
