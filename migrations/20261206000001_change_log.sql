@@ -19,7 +19,8 @@ CREATE TABLE cache_change_log (
     -- since, in whatever order the transactions began.
     xid   xid8 NOT NULL DEFAULT pg_current_xact_id(),
     -- connection (key: tenant␟subject␟provider, as in the notifications), kill_switch
-    -- (key ''), api_key and api_key_new (key: its id), tenant (key: its id).
+    -- (key ''), api_key and api_key_new (key: its id), tenant (key: its id), all (a table
+    -- was truncated; key: its name).
     scope text NOT NULL,
     key   text NOT NULL
 );
@@ -30,7 +31,10 @@ CREATE INDEX cache_change_log_xid ON cache_change_log (xid);
 -- columns of its own table (PL/pgSQL resolves a record's fields when a statement first runs).
 CREATE FUNCTION mcpc_log_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_ARGV[0] = 'kill_switch' THEN
+    IF TG_OP = 'TRUNCATE' THEN
+        -- A table emptied at once: every cache starts over.
+        INSERT INTO cache_change_log (scope, key) VALUES ('all', TG_TABLE_NAME);
+    ELSIF TG_ARGV[0] = 'kill_switch' THEN
         INSERT INTO cache_change_log (scope, key) VALUES ('kill_switch', '');
     ELSIF TG_ARGV[0] = 'connection' THEN
         IF TG_OP <> 'INSERT' THEN
@@ -74,3 +78,13 @@ CREATE TRIGGER api_keys_log
 CREATE TRIGGER tenants_log
     AFTER INSERT OR UPDATE OF active, display_name, allowed_providers OR DELETE ON tenants
     FOR EACH ROW EXECUTE FUNCTION mcpc_log_change('tenant');
+
+-- TRUNCATE fires no row trigger (and sends no notification): logged as `all`.
+CREATE TRIGGER connections_log_truncate AFTER TRUNCATE ON connections
+    FOR EACH STATEMENT EXECUTE FUNCTION mcpc_log_change('connection');
+CREATE TRIGGER kill_switches_log_truncate AFTER TRUNCATE ON kill_switches
+    FOR EACH STATEMENT EXECUTE FUNCTION mcpc_log_change('kill_switch');
+CREATE TRIGGER api_keys_log_truncate AFTER TRUNCATE ON api_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION mcpc_log_change('api_key');
+CREATE TRIGGER tenants_log_truncate AFTER TRUNCATE ON tenants
+    FOR EACH STATEMENT EXECUTE FUNCTION mcpc_log_change('tenant');

@@ -358,11 +358,23 @@ impl ApiKeyVerifier {
             return Ok(());
         }
         let ticket = self.cache.watch().ticket();
-        if !store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+        if !self.still_as_verified(key).await? {
             return Err(KeyRejection::Invalid);
         }
         self.cache.insert(&ticket, fingerprint, key.clone());
         Ok(())
+    }
+
+    /// The key's row, read again now, still says what was verified: not revoked, its
+    /// tenant active, and the same tenant and scope (a re-check that asked only "usable"
+    /// would keep a scope changed meanwhile).
+    async fn still_as_verified(&self, key: &VerifiedKey) -> Result<bool, KeyRejection> {
+        Ok(store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?.is_some_and(|row| {
+            row.revoked_at.is_none()
+                && row.tenant_active
+                && row.tenant_id == key.tenant.as_str()
+                && row.scope == key.scope.as_str()
+        }))
     }
 
     /// A key verified before: as cached within its re-check interval, or (due) after asking
@@ -373,7 +385,7 @@ impl ApiKeyVerifier {
             Some(Found::Fresh(key)) => Ok(Some(key)),
             Some(Found::Due(key)) => {
                 let ticket = self.cache.watch().ticket();
-                if store::api_keys::api_key_usable(&self.pool, key.id.as_str()).await? {
+                if self.still_as_verified(&key).await? {
                     self.cache.insert(&ticket, *fp, key.clone());
                     return Ok(Some(key));
                 }
@@ -480,6 +492,12 @@ impl ApiKeyVerifier {
             }
             m.insert(id, self.clock.now());
         }
+    }
+
+    /// Whether `presented` is cached and fresh here (a verification would need no read).
+    pub fn is_cached(&self, presented: &str) -> bool {
+        let fingerprint: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        matches!(self.cache.get(&fingerprint), Some(Found::Fresh(_)))
     }
 
     /// Callers waiting for an argon2 slot right now.

@@ -121,26 +121,20 @@ impl LogReader {
         let watch = caches.watch();
         let read_ms = watch.now_ms();
         let Some((since, since_ms)) = self.last.clone() else {
-            // The first read only sets where the next begins: values read until then are
-            // confirmed by their own reads.
-            match crate::store::changes::snapshot(pool).await {
-                Ok(snapshot) => self.last = Some((snapshot, read_ms)),
-                Err(e) => tracing::warn!(error = %e, "reading the change log's snapshot failed"),
-            }
-            return;
+            return self.start(pool, caches, api_keys, tenants, read_ms).await;
         };
-        if read_ms.saturating_sub(since_ms) > LOG_KEPT.as_millis() as u64 / 2 {
-            // Rows after our last read may have been pruned: start over, trusting nothing.
-            tracing::warn!("change log not read for minutes; caches emptied and reading starts over");
-            drop_everything(caches, api_keys);
-            self.last = None;
-            return;
-        }
         let round = match crate::store::changes::since(pool, &since, ROUND_LIMIT).await {
             Ok(round) => round,
             // Nothing is confirmed: values age out from their last confirmation.
             Err(e) => return tracing::warn!(error = %e, "reading the change log failed"),
         };
+        // Measured after the read, which may itself have waited long: rows committed after
+        // our last read may have been pruned meanwhile. Start over, trusting nothing.
+        if watch.now_ms().saturating_sub(since_ms) > LOG_KEPT.as_millis() as u64 / 2 {
+            tracing::warn!("change log not read for minutes; reading starts over and the caches are emptied");
+            self.last = None;
+            return;
+        }
         let mut tenants_changed = false;
         if round.changes.len() as i64 >= ROUND_LIMIT {
             drop_everything(caches, api_keys);
@@ -156,8 +150,11 @@ impl LogReader {
                         api_keys.tenant_changed(&c.key);
                         tenants_changed = true;
                     }
-                    // A scope of a newer release: be safe.
-                    _ => drop_everything(caches, api_keys),
+                    // A table emptied (`all`), or a scope of a newer release: be safe.
+                    _ => {
+                        drop_everything(caches, api_keys);
+                        tenants_changed = true;
+                    }
                 }
             }
         }
@@ -170,6 +167,29 @@ impl LogReader {
         self.keep_prune_point(&round.snapshot, read_ms);
         self.last = Some((round.snapshot, read_ms));
         self.prune(pool, read_ms).await;
+    }
+
+    /// Sets where reading begins (at start, and after a gap too long to read across).
+    /// Nothing read before that snapshot is covered by a later read of the log, so every
+    /// cached value goes or is re-checked once the snapshot is taken, and the tenants are
+    /// read again.
+    async fn start(
+        &mut self,
+        pool: &PgPool,
+        caches: &Caches,
+        api_keys: &crate::api_keys::ApiKeyVerifier,
+        tenants: &crate::tenants::Tenants,
+        read_ms: u64,
+    ) {
+        let snapshot = match crate::store::changes::snapshot(pool).await {
+            Ok(snapshot) => snapshot,
+            Err(e) => return tracing::warn!(error = %e, "reading the change log's snapshot failed"),
+        };
+        drop_everything(caches, api_keys);
+        if let Err(e) = tenants.reload(pool).await {
+            return tracing::warn!(error = %e, "reloading tenants at the start of the change log failed");
+        }
+        self.last = Some((snapshot, read_ms));
     }
 
     fn keep_prune_point(&mut self, snapshot: &str, at_ms: u64) {

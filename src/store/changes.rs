@@ -25,15 +25,16 @@ pub async fn snapshot(db: impl PgExecutor<'_>) -> Result<String, sqlx::Error> {
 }
 
 /// The changes committed after `since` (a snapshot from [`snapshot`] or an earlier round)
-/// and visible now, at most `limit`, with the snapshot they were read in. Every
-/// transaction not visible in `since` has an xid at or above its xmin, so one range scan of
-/// the xid index finds them all; those already visible in `since` are left out.
+/// and visible now, at most `limit`, with the snapshot they were read in. A transaction not
+/// visible in `since` either began after it (xid at or above its xmax) or was running then
+/// (its xid is in its list): one range scan and a few lookups of the xid index find
+/// exactly those, however long an old transaction elsewhere holds the cluster's xmin back.
 pub async fn since(db: impl PgExecutor<'_>, since: &str, limit: i64) -> Result<Round, sqlx::Error> {
     let row = sqlx::query!(
         r#"SELECT pg_current_snapshot()::text AS "snapshot!",
                   ARRAY(SELECT scope || ':' || key FROM cache_change_log
-                         WHERE xid >= pg_snapshot_xmin($1::text::pg_snapshot)
-                           AND NOT pg_visible_in_snapshot(xid, $1::text::pg_snapshot)
+                         WHERE xid >= pg_snapshot_xmax($1::text::pg_snapshot)
+                            OR xid = ANY(ARRAY(SELECT pg_snapshot_xip($1::text::pg_snapshot)))
                          LIMIT $2) AS "changes!""#,
         since,
         limit

@@ -3,6 +3,7 @@
 //! catches what a notification missed; a cut listener empties and bypasses the cache.
 
 use crate::support::{Options, TestApp, eventually, spawn_app, spawn_on};
+use mcp_connect::domain::KillState;
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -100,6 +101,16 @@ async fn with_the_cache_switched_off_every_lookup_reads_the_database() {
     assert!(app.state.caches.is_empty());
 }
 
+/// Two instances on one database, made with the same options, and alice's row cached on B.
+async fn two_instances_with_alice(opts: impl Fn() -> Options) -> (TestApp, TestApp) {
+    let a = crate::support::spawn_app_with(opts()).await;
+    let b = spawn_on(&a, &opts()).await;
+    serving(&b).await;
+    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
+    cached(&b).await;
+    (a, b)
+}
+
 /// A notification that never arrives is made up for by the change log: an entry in use is
 /// confirmed by reading the log (not its row), so it stays cached past the maximum age, and
 /// a change whose notification was lost still ends the hand-outs on every instance at the
@@ -147,21 +158,17 @@ async fn a_revocation_whose_notification_is_lost_ends_hand_outs_on_every_instanc
 /// refused at the next read of the change log, long before its 30 s cache time.
 #[tokio::test]
 async fn a_key_revoked_with_its_notification_lost_is_refused_at_the_next_read_of_the_log() {
-    let opts = Options {
+    let (a, b) = two_instances_with_alice(|| Options {
         extra_toml: "[cache]\nmax_age_seconds = 30\n".to_owned(),
         patch: vec![("cache_seconds = 1", "cache_seconds = 30".to_owned())],
         ..Options::default()
-    };
-    let a = crate::support::spawn_app_with(Options {
-        extra_toml: opts.extra_toml.clone(),
-        patch: opts.patch.clone(),
-        ..Options::default()
     })
     .await;
-    let b = spawn_on(&a, &opts).await;
-    serving(&b).await;
-    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
-    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    // B holds its key as verified (else a re-check would refuse it without the log).
+    eventually(Duration::from_secs(3), "B caches its key", || async {
+        b.token_ok(lookup()).await["status"] == "connected" && b.state.api_keys.is_cached(&b.key)
+    })
+    .await;
     sqlx::query("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify").execute(&a.pool).await.unwrap();
     // Each instance of the harness makes keys of its own: B's is revoked.
     let id = mcp_connect::api_keys::parse_key(&b.key).unwrap();
@@ -179,12 +186,12 @@ async fn a_key_revoked_with_its_notification_lost_is_refused_at_the_next_read_of
 /// And so does the kill-switch cache.
 #[tokio::test]
 async fn a_kill_switch_set_with_its_notification_lost_is_obeyed_at_the_next_read_of_the_log() {
-    let opts = Options { extra_toml: "[cache]\nmax_age_seconds = 30\n".to_owned(), ..Options::default() };
-    let a = crate::support::spawn_app_with(Options { extra_toml: opts.extra_toml.clone(), ..Options::default() }).await;
-    let b = spawn_on(&a, &opts).await;
-    serving(&b).await;
-    a.insert_connection("acme", "alice", "github", "gho_cached", &["read:user"], None).await;
-    assert_eq!(b.token_ok(lookup()).await["status"], "connected");
+    let (a, b) = two_instances_with_alice(|| Options {
+        extra_toml: "[cache]\nmax_age_seconds = 30\n".to_owned(),
+        ..Options::default()
+    })
+    .await;
+    kill_state_cached(&b, KillState::Open).await;
     sqlx::query("ALTER TABLE kill_switches DISABLE TRIGGER kill_switches_notify").execute(&a.pool).await.unwrap();
     sqlx::query("INSERT INTO kill_switches (tenant_id, provider, mode) VALUES (NULL, 'github', 'no_token_handouts')")
         .execute(&a.pool)
@@ -192,6 +199,22 @@ async fn a_kill_switch_set_with_its_notification_lost_is_obeyed_at_the_next_read
         .unwrap();
     eventually(Duration::from_millis(1500), "the kill switch is obeyed after a lost notification", || async {
         b.token(&b.key, lookup()).await.status() == 403
+    })
+    .await;
+    // TRUNCATE fires no row trigger and sends no notification: the log names it all the same.
+    kill_state_cached(&b, KillState::NoTokenHandouts).await;
+    sqlx::query("TRUNCATE kill_switches").execute(&a.pool).await.unwrap();
+    eventually(Duration::from_millis(1500), "a truncated kill-switch table reaches B's cache", || async {
+        b.token(&b.key, lookup()).await.status() == 200
+    })
+    .await;
+}
+
+/// Looks alice up on `app` until its kill-switch cache holds `state` for github.
+async fn kill_state_cached(app: &TestApp, state: KillState) {
+    eventually(Duration::from_secs(3), "the kill state is cached", || async {
+        let _ = app.token(&app.key, lookup()).await;
+        app.state.caches.kill_state("acme", "github") == Some(state)
     })
     .await;
 }
@@ -242,7 +265,15 @@ async fn the_change_log_is_pruned_only_of_changes_every_later_snapshot_has_seen(
     // (Counted by scope: the service may log a change of its own meanwhile.)
     assert_eq!(count().await, 2, "both came after s0");
     changes::prune(&app.pool, &s1).await.unwrap();
-    assert_eq!(count().await, 1, "alice's came before s1");
+    // Alice's row goes unless a transaction elsewhere in the cluster (another test's) was
+    // still running at s1: what is left is exactly what s1 does not see as finished.
+    let older_left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM cache_change_log WHERE xid < pg_snapshot_xmin($1::text::pg_snapshot)")
+            .bind(&s1)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(older_left, 0, "every row older than s1's xmin went");
     let seen = changes::since(&app.pool, &s1, 100).await.unwrap().changes;
     assert!(seen.iter().any(|c| c.key == "acme\u{1f}bob\u{1f}github"), "a reader at s1 still finds bob: {seen:?}");
 }
