@@ -22,7 +22,9 @@ pub struct Shape {
 #[derive(Debug, Clone)]
 pub struct CachedConnection {
     pub id: Uuid,
-    /// The row version read with it (see [`ConnectionRow::xmin`]).
+    /// The row version read with it (see [`ConnectionRow::xmin`]): 0 marks a row changed
+    /// in memory, which is never cached. (Entries are confirmed by the change log, not by
+    /// this version.)
     pub xmin: i64,
     pub shape: Arc<Shape>,
     pub access_token_ct: Box<[u8]>,
