@@ -93,17 +93,20 @@ pub fn spawn_confirmer(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut reader = LogReader::default();
+        let mut reader = LogReader { pool, caches, api_keys, tenants, last: None, prune_points: Default::default() };
         loop {
             tick.tick().await;
-            reader.round(&pool, &caches, &api_keys, &tenants).await;
+            reader.round().await;
         }
     });
 }
 
-/// Where the reading of the change log stands.
-#[derive(Default)]
+/// Where the reading of the change log stands, and what it applies to.
 struct LogReader {
+    pool: PgPool,
+    caches: Arc<Caches>,
+    api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
+    tenants: Arc<crate::tenants::Tenants>,
     /// The snapshot of the last applied read, and when (ms on the change watch) it began.
     last: Option<(String, u64)>,
     /// Snapshots kept as prune points, oldest first, with when they were taken.
@@ -111,82 +114,68 @@ struct LogReader {
 }
 
 impl LogReader {
-    async fn round(
-        &mut self,
-        pool: &PgPool,
-        caches: &Caches,
-        api_keys: &crate::api_keys::ApiKeyVerifier,
-        tenants: &crate::tenants::Tenants,
-    ) {
-        let watch = caches.watch();
-        let read_ms = watch.now_ms();
+    async fn round(&mut self) {
+        let read_ms = self.caches.watch().now_ms();
         let Some((since, since_ms)) = self.last.clone() else {
-            return self.start(pool, caches, api_keys, tenants, read_ms).await;
+            return self.start(read_ms).await;
         };
-        let round = match crate::store::changes::since(pool, &since, ROUND_LIMIT).await {
+        let round = match crate::store::changes::since(&self.pool, &since, ROUND_LIMIT).await {
             Ok(round) => round,
             // Nothing is confirmed: values age out from their last confirmation.
             Err(e) => return tracing::warn!(error = %e, "reading the change log failed"),
         };
         // Measured after the read, which may itself have waited long: rows committed after
         // our last read may have been pruned meanwhile. Start over, trusting nothing.
-        if watch.now_ms().saturating_sub(since_ms) > LOG_KEPT.as_millis() as u64 / 2 {
+        if self.caches.watch().now_ms().saturating_sub(since_ms) > LOG_KEPT.as_millis() as u64 / 2 {
             tracing::warn!("change log not read for minutes; reading starts over and the caches are emptied");
             self.last = None;
             return;
         }
         let mut tenants_changed = false;
         if round.changes.len() as i64 >= ROUND_LIMIT {
-            drop_everything(caches, api_keys);
+            self.drop_everything();
             tenants_changed = true;
         } else {
-            caches.apply_changes(&round.changes);
+            self.caches.apply_changes(&round.changes);
             for c in &round.changes {
                 match c.scope.as_str() {
                     "connection" | "kill_switch" => {}
-                    "api_key" => api_keys.key_changed(&c.key),
-                    "api_key_new" => api_keys.key_created(&c.key),
+                    "api_key" => self.api_keys.key_changed(&c.key),
+                    "api_key_new" => self.api_keys.key_created(&c.key),
                     "tenant" => {
-                        api_keys.tenant_changed(&c.key);
+                        self.api_keys.tenant_changed(&c.key);
                         tenants_changed = true;
                     }
                     // A table emptied (`all`), or a scope of a newer release: be safe.
                     _ => {
-                        drop_everything(caches, api_keys);
+                        self.drop_everything();
                         tenants_changed = true;
                     }
                 }
             }
         }
-        if tenants_changed && let Err(e) = tenants.reload(pool).await {
+        if tenants_changed && let Err(e) = self.tenants.reload(&self.pool).await {
             // Read again next round (applying a change twice is harmless).
             return tracing::warn!(error = %e, "reloading tenants after a logged change failed");
         }
-        watch.confirm(read_ms);
+        self.caches.watch().confirm(read_ms);
         tracing::debug!(changes = round.changes.len(), "change log read");
         self.keep_prune_point(&round.snapshot, read_ms);
         self.last = Some((round.snapshot, read_ms));
-        self.prune(pool, read_ms).await;
+        self.prune(read_ms).await;
     }
 
     /// Sets where reading begins (at start, and after a gap too long to read across).
     /// Nothing read before that snapshot is covered by a later read of the log, so every
     /// cached value goes or is re-checked once the snapshot is taken, and the tenants are
     /// read again.
-    async fn start(
-        &mut self,
-        pool: &PgPool,
-        caches: &Caches,
-        api_keys: &crate::api_keys::ApiKeyVerifier,
-        tenants: &crate::tenants::Tenants,
-        read_ms: u64,
-    ) {
-        let snapshot = match crate::store::changes::snapshot(pool).await {
+    async fn start(&mut self, read_ms: u64) {
+        let snapshot = match crate::store::changes::snapshot(&self.pool).await {
             Ok(snapshot) => snapshot,
             Err(e) => return tracing::warn!(error = %e, "reading the change log's snapshot failed"),
         };
-        drop_everything(caches, api_keys);
-        if let Err(e) = tenants.reload(pool).await {
+        self.drop_everything();
+        if let Err(e) = self.tenants.reload(&self.pool).await {
             return tracing::warn!(error = %e, "reloading tenants at the start of the change log failed");
         }
         self.last = Some((snapshot, read_ms));
@@ -202,24 +191,24 @@ impl LogReader {
 
     /// Deletes the log rows older than a snapshot taken [`LOG_KEPT`] ago (every instance
     /// does it; deleting what another already deleted is nothing).
-    async fn prune(&mut self, pool: &PgPool, now_ms: u64) {
+    async fn prune(&mut self, now_ms: u64) {
         let kept = LOG_KEPT.as_millis() as u64;
         let mut point = None;
         while self.prune_points.front().is_some_and(|(_, at)| now_ms.saturating_sub(*at) >= kept) {
             point = self.prune_points.pop_front();
         }
         if let Some((snapshot, _)) = point {
-            match crate::store::changes::prune(pool, &snapshot).await {
+            match crate::store::changes::prune(&self.pool, &snapshot).await {
                 Ok(n) => tracing::debug!(deleted = n, "change log pruned"),
                 Err(e) => tracing::warn!(error = %e, "pruning the change log failed"),
             }
         }
     }
-}
 
-/// Every cached value goes (connections, kill switches) or is re-checked before its next
-/// use (API keys).
-fn drop_everything(caches: &Caches, api_keys: &crate::api_keys::ApiKeyVerifier) {
-    caches.clear_all();
-    api_keys.mark_all_due();
+    /// Every cached value goes (connections, kill switches) or is re-checked before its
+    /// next use (API keys).
+    fn drop_everything(&self) {
+        self.caches.clear_all();
+        self.api_keys.mark_all_due();
+    }
 }
