@@ -5,7 +5,7 @@
 //! in memory is read anew when a tenant change is announced (`tenant:<id>` on the
 //! `mcpc_api_keys` channel) and whenever the change listener (re)connects.
 
-use crate::domain::{ProviderId, TenantConfig, TenantId};
+use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
 use crate::store::{self, PgPool};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -32,7 +32,9 @@ impl Tenants {
                 // Rows come from our own writes; a malformed one is skipped, not served.
                 let id = TenantId::parse(&r.id).ok()?;
                 let providers = r.allowed_providers.iter().filter_map(|p| ProviderId::parse(p).ok()).collect();
-                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers }))
+                let subject_token =
+                    SubjectTokenPolicy { audience: r.subject_token_audience, required: r.require_subject_token };
+                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token }))
             })
             .collect();
         if let Ok(mut a) = self.active.write() {
@@ -45,6 +47,11 @@ impl Tenants {
     /// every `/v1/token`, so it copies nothing.
     pub fn allows(&self, id: &TenantId, provider: &ProviderId) -> Option<bool> {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.providers.contains(provider)))
+    }
+
+    /// How an active tenant's requests prove their subject (`None`: no such active tenant).
+    pub fn subject_token_policy(&self, id: &TenantId) -> Option<SubjectTokenPolicy> {
+        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.subject_token.clone()))
     }
 
     /// The display name of an active tenant.

@@ -312,6 +312,25 @@ client_id = "abc"
     }
 
     #[test]
+    fn a_tenant_takes_subject_tokens_for_a_resource_url_and_may_require_them() {
+        let tenant =
+            |extra: &str| GOOD.replace("providers = [\"github\"]", &format!("providers = [\"github\"]\n{extra}"));
+        let c = Config::from_toml(&tenant(""), &env_of(&base_env())).unwrap();
+        assert_eq!(c.tenants[0].subject_token, crate::domain::SubjectTokenPolicy::default());
+        let ok = tenant("subject_token_audience = \"https://mcp.acme.example/mcp\"\nrequire_subject_token = true");
+        let c = Config::from_toml(&ok, &env_of(&base_env())).unwrap();
+        assert_eq!(c.tenants[0].subject_token.audience.as_deref(), Some("https://mcp.acme.example/mcp"));
+        assert!(c.tenants[0].subject_token.required);
+        for (bad, field) in [
+            ("require_subject_token = true", "tenants[0].require_subject_token"),
+            ("subject_token_audience = \"mcp-server\"", "tenants[0].subject_token_audience"),
+            ("subject_token_audience = \"http://mcp.acme.example/mcp\"", "tenants[0].subject_token_audience"),
+        ] {
+            assert_eq!(error_field(&tenant(bad), &base_env()), field, "{bad}");
+        }
+    }
+
+    #[test]
     fn a_punycode_provider_host_is_refused_unless_allowed() {
         let t = format!("{GOOD}authorize_url = \"https://xn--gthub-n4a.com/login\"\n");
         assert_eq!(error_field(&t, &base_env()), "providers.github.authorize_url");

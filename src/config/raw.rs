@@ -174,6 +174,8 @@ pub(super) struct RawTenant {
     pub(super) id: String,
     pub(super) display_name: String,
     pub(super) providers: Vec<String>,
+    pub(super) subject_token_audience: Option<String>,
+    pub(super) require_subject_token: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

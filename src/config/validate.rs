@@ -331,9 +331,34 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
             }
             providers.push(pid);
         }
-        tenants.push(TenantConfig { id, display_name, providers });
+        let subject_token = subject_token_policy(&field, t.subject_token_audience, t.require_subject_token)?;
+        tenants.push(TenantConfig { id, display_name, providers, subject_token });
     }
     Ok(tenants)
+}
+
+/// A tenant's `subject_token_audience` (its MCP server's resource URL, RFC 9728 §1.2: an
+/// absolute https URL, http on loopback, no fragment) and `require_subject_token` (which
+/// needs the audience).
+fn subject_token_policy(
+    field: &str,
+    audience: Option<String>,
+    required: Option<bool>,
+) -> Result<crate::domain::SubjectTokenPolicy, ConfigError> {
+    let audience = match audience {
+        None => None,
+        Some(a) => {
+            Some(crate::domain::resource_url(&a).map_err(|e| err(format!("{field}.subject_token_audience"), e))?)
+        }
+    };
+    let required = required.unwrap_or(false);
+    if required && audience.is_none() {
+        return Err(err(
+            format!("{field}.require_subject_token"),
+            "needs subject_token_audience (the MCP server's resource URL the tokens are meant for)",
+        ));
+    }
+    Ok(crate::domain::SubjectTokenPolicy { audience, required })
 }
 
 /// The primary IdP; its client secret from the environment (`secret`), else the file named.

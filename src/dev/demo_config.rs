@@ -4,7 +4,8 @@
 use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
 
 /// The service's configuration for the demo, as TOML (so it is the same parser `serve` uses).
-pub(super) fn dev_toml(base: &str, idp: &str, provider: &str) -> String {
+/// The dev tenant takes the MCP server's access tokens (for `mcp_url`) as `subject_token`.
+pub(super) fn dev_toml(base: &str, idp: &str, provider: &str, mcp_url: &str) -> String {
     format!(
         r#"
 public_base_url = "{base}"
@@ -24,6 +25,7 @@ poll_interval_ms = 500
 id = "dev"
 display_name = "Dev Assistant"
 providers = ["dev"]
+subject_token_audience = "{mcp_url}"
 [providers.dev]
 template = "oidc"
 display_name = "Dev Provider"

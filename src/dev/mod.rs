@@ -82,7 +82,9 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         ("MCP_CONNECT_IDP_CLIENT_SECRET", secret.clone()),
         ("MCP_CONNECT_PROVIDER_DEV_CLIENT_SECRET", secret.clone()),
     ]);
-    let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer()), &|k| env.get(k).cloned())?;
+    let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer(), args.mcp_url.as_str()), &|k| {
+        env.get(k).cloned()
+    })?;
     let app = Application::build_with_listener(config, listener).await?;
     let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
     let key = |scope| dev_key(&app, scope);

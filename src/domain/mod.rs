@@ -83,6 +83,19 @@ pub struct TenantConfig {
     pub id: TenantId,
     pub display_name: String,
     pub providers: Vec<ProviderId>,
+    pub subject_token: SubjectTokenPolicy,
+}
+
+/// How a tenant's MCP server proves whose token it asks for (`subject_token` on
+/// `POST /v1/token`, see `flows::subject`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubjectTokenPolicy {
+    /// The audience the user's MCP access token must name: the MCP server's resource URL
+    /// (RFC 9728). `None`: this tenant's requests carry no subject token.
+    pub audience: Option<String>,
+    /// A request naming only a `subject` is refused: a leaked server key alone fetches
+    /// nothing.
+    pub required: bool,
 }
 
 /// Why an outside value was refused. The message is safe to show to the caller: it names
@@ -207,6 +220,58 @@ impl KeyScope {
             "server" => Ok(Self::Server),
             "admin" => Ok(Self::Admin),
             _ => Err(ParseError("unknown key scope")),
+        }
+    }
+}
+
+/// A protected resource's identifier as an audience (RFC 9728 §1.2, RFC 8707 §2): an
+/// absolute https URL (http on a loopback host, for development) with a host and without
+/// a fragment, at most 2,000 characters. Kept as written: an audience is compared as a
+/// string, and `https://mcp.example.com` is not `https://mcp.example.com/`.
+pub fn resource_url(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    if raw.len() > 2000 {
+        return Err("must be at most 2000 characters".to_owned());
+    }
+    let u = url::Url::parse(raw).map_err(|e| format!("not an absolute URL ({e})"))?;
+    let loopback = matches!(u.host(), Some(url::Host::Ipv4(a)) if a.is_loopback())
+        || matches!(u.host(), Some(url::Host::Ipv6(a)) if a.is_loopback())
+        || u.host_str() == Some("localhost");
+    match u.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        _ => return Err("must be an https URL (http only on a loopback host)".to_owned()),
+    }
+    if u.host_str().is_none() || u.fragment().is_some() || !u.username().is_empty() || u.password().is_some() {
+        return Err("must have a host, and no fragment or credentials".to_owned());
+    }
+    Ok(raw.to_owned())
+}
+
+#[cfg(test)]
+mod resource_url_tests {
+    use super::resource_url;
+
+    #[test]
+    fn a_resource_is_an_https_url_or_http_on_loopback() {
+        for ok in [
+            "https://mcp.example.com/mcp",
+            "https://mcp.example.com",
+            "http://127.0.0.1:8090/mcp",
+            "http://localhost/x",
+        ] {
+            assert_eq!(resource_url(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "mcp-server",
+            "",
+            "urn:example:mcp",
+            "http://mcp.example.com/mcp",
+            "https://mcp.example.com/mcp#x",
+            "https://user:pw@mcp.example.com/",
+            "ftp://mcp.example.com/",
+        ] {
+            assert!(resource_url(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod refresh;
 pub mod revoke;
 pub mod rotate;
+pub mod subject;
 pub mod tenants;
 pub mod token;
 pub mod wait;

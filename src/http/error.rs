@@ -70,6 +70,22 @@ error_codes! {
     InvalidRequest = "invalid_request" => BAD_REQUEST,
     /// The subject is not 1-255 printable characters.
     InvalidSubject = "invalid_subject" => BAD_REQUEST,
+    /// The tenant requires the user's MCP access token (`subject_token`); a bare `subject` is refused.
+    SubjectTokenRequired = "subject_token_required" => FORBIDDEN,
+    /// The tenant takes no `subject_token` (it has no `subject_token_audience`).
+    SubjectTokenNotAccepted = "subject_token_not_accepted" => BAD_REQUEST,
+    /// The `subject_token` is not an access token of the primary IdP: not a JWT, not `typ` `at+jwt`, an HMAC or unknown algorithm, an unknown key, a signature that does not verify, a missing claim, or a `sub` that is no subject.
+    SubjectTokenInvalid = "subject_token_invalid" => FORBIDDEN,
+    /// The `subject_token` was issued by another issuer than the primary IdP.
+    SubjectTokenIssuer = "subject_token_issuer" => FORBIDDEN,
+    /// The `subject_token` is meant for another audience than the tenant's `subject_token_audience`.
+    SubjectTokenAudience = "subject_token_audience" => FORBIDDEN,
+    /// The `subject_token` has expired (beyond the IdP's clock skew).
+    SubjectTokenExpired = "subject_token_expired" => FORBIDDEN,
+    /// The `subject_token` is not valid yet (`nbf`, beyond the clock skew).
+    SubjectTokenNotYetValid = "subject_token_not_yet_valid" => FORBIDDEN,
+    /// The `subject_token`'s `sub` is not the `subject` the request names.
+    SubjectTokenSubject = "subject_token_subject" => FORBIDDEN,
     /// No provider of that name is configured.
     UnknownProvider = "unknown_provider" => BAD_REQUEST,
     /// A scope is empty, too long, or holds a space or a control character.
@@ -286,6 +302,34 @@ impl From<crate::flows::token::TokenError> for ApiError {
             }
             T::Refresh(R::Fault(f)) | T::Fault(f) => f.into(),
         }
+    }
+}
+
+impl From<crate::flows::subject::SubjectError> for ApiError {
+    fn from(e: crate::flows::subject::SubjectError) -> Self {
+        use crate::flows::subject::SubjectError as S;
+        use crate::oauth::access_token::AccessTokenRefusal as R;
+        let code = match &e {
+            S::Missing => ErrorCode::InvalidSubject,
+            S::TokenRequired => ErrorCode::SubjectTokenRequired,
+            S::TokenNotAccepted => ErrorCode::SubjectTokenNotAccepted,
+            S::Refused(R::Invalid) => ErrorCode::SubjectTokenInvalid,
+            S::Refused(R::Issuer) => ErrorCode::SubjectTokenIssuer,
+            S::Refused(R::Audience) => ErrorCode::SubjectTokenAudience,
+            S::Refused(R::Expired) => ErrorCode::SubjectTokenExpired,
+            S::Refused(R::NotYetValid) => ErrorCode::SubjectTokenNotYetValid,
+            S::OtherSubject => ErrorCode::SubjectTokenSubject,
+            S::Unavailable(why) => {
+                tracing::warn!(reason = %why, "the IdP's keys for a subject token are unavailable");
+                return Self::new(
+                    ErrorCode::TemporarilyUnavailable,
+                    "the IdP's keys cannot be fetched just now; retry",
+                );
+            }
+        };
+        // The reason is logged (never the token); the body says which check refused.
+        tracing::info!(reason = code.as_str(), "subject refused");
+        Self::new(code, e.to_string())
     }
 }
 

@@ -82,6 +82,19 @@ pub fn opt_subject() -> ObjectBuilder {
     nullable(subject())
 }
 
+/// The longest `subject_token` taken (an access token of a few claims is under 2,000).
+pub const SUBJECT_TOKEN_MAX: usize = 8192;
+
+pub fn opt_subject_token() -> ObjectBuilder {
+    nullable(string(
+        1,
+        SUBJECT_TOKEN_MAX,
+        "^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+$",
+        "The user's MCP access token (an RFC 9068 JWT of the primary IdP for the tenant's \
+         `subject_token_audience`): the subject is its `sub`. Never logged or stored.",
+    ))
+}
+
 pub fn opt_provider() -> ObjectBuilder {
     nullable(provider())
 }

@@ -1,6 +1,7 @@
 //! Downstream providers: the registry built from configuration and provider templates.
 //! The browser flow (authorize, callback, refresh, revocation) builds on this registry.
 
+pub mod access_token;
 pub mod callback;
 pub mod flow;
 pub mod http;

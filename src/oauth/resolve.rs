@@ -258,9 +258,7 @@ impl Resolver {
         }
     }
 
-    /// Verifies an ID token against the server's keys. When the token names a key id that
-    /// the cached JWKS lacks (the IdP rotated its keys), discovery and the JWKS are fetched
-    /// again, at most once a minute per server, and the token is checked against those.
+    /// Verifies an ID token against the server's keys (see [`Self::holding_key`]).
     pub async fn verify_id_token(
         &self,
         http: &Outbound,
@@ -271,30 +269,43 @@ impl Resolver {
         now: time::OffsetDateTime,
     ) -> Result<super::flow::VerifiedIdToken, super::flow::FlowError> {
         use secrecy::ExposeSecret;
-        let unknown_kid = super::flow::jws_key_id(raw.expose_secret())
-            .is_some_and(|kid| server.jwks.as_ref().is_some_and(|jwks| !super::flow::jwks_has_key(jwks, &kid)));
+        let kid = super::flow::jws_key_id(raw.expose_secret());
+        let server = self.holding_key(http, source, server, kid.as_deref()).await?;
+        super::flow::verify_id_token(&server, raw, nonce, now)
+    }
+
+    /// The server, with keys that hold `kid` if it has such a key. When the cached JWKS
+    /// lacks it (the server rotated its keys), discovery and the JWKS are fetched again, at
+    /// most once a minute per server, and those are returned; else the server as it is.
+    pub async fn holding_key(
+        &self,
+        http: &Outbound,
+        source: Source<'_>,
+        server: Arc<AuthServer>,
+        kid: Option<&str>,
+    ) -> Result<Arc<AuthServer>, super::flow::FlowError> {
+        let unknown_kid =
+            kid.is_some_and(|kid| server.jwks.as_ref().is_some_and(|jwks| !super::flow::jwks_has_key(jwks, kid)));
         let key = match &source {
             Source::Idp(_) => "idp".to_owned(),
             Source::Provider(p) => format!("provider:{}", p.id),
         };
-        let server = if unknown_kid && self.may_refetch(&key) {
-            // Built anew (discovery and JWKS) and stored only once that worked: an IdP that is
-            // down now leaves the cached server in place.
-            let fresh = match source {
-                Source::Idp(idp) => self.build_idp(http, idp).await,
-                Source::Provider(p) => self.build_provider(http, p).await,
-            };
-            match fresh {
-                Ok(s) => {
-                    self.store(key, s.clone()).await;
-                    s
-                }
-                Err(e) => return Err(super::flow::FlowError::Transient(format!("fetching new keys: {e}"))),
-            }
-        } else {
-            server
+        if !(unknown_kid && self.may_refetch(&key)) {
+            return Ok(server);
+        }
+        // Built anew (discovery and JWKS) and stored only once that worked: an IdP that is
+        // down now leaves the cached server in place.
+        let fresh = match source {
+            Source::Idp(idp) => self.build_idp(http, idp).await,
+            Source::Provider(p) => self.build_provider(http, p).await,
         };
-        super::flow::verify_id_token(&server, raw, nonce, now)
+        match fresh {
+            Ok(s) => {
+                self.store(key, s.clone()).await;
+                Ok(s)
+            }
+            Err(e) => Err(super::flow::FlowError::Transient(format!("fetching new keys: {e}"))),
+        }
     }
 
     fn may_refetch(&self, key: &str) -> bool {

@@ -7,16 +7,22 @@ use sqlx::PgExecutor;
 pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<(), sqlx::Error> {
     let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
     sqlx::query!(
-        r#"INSERT INTO tenants (id, display_name, allowed_providers, active, updated_at)
-           VALUES ($1, $2, $3, true, now())
+        r#"INSERT INTO tenants
+               (id, display_name, allowed_providers, subject_token_audience, require_subject_token, active, updated_at)
+           VALUES ($1, $2, $3, $4, $5, true, now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
-               updated_at = now()
+               subject_token_audience = EXCLUDED.subject_token_audience,
+               require_subject_token = EXCLUDED.require_subject_token, updated_at = now()
            WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
-              OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers"#,
+              OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers
+              OR tenants.subject_token_audience IS DISTINCT FROM EXCLUDED.subject_token_audience
+              OR tenants.require_subject_token IS DISTINCT FROM EXCLUDED.require_subject_token"#,
         t.id.as_str(),
         t.display_name,
-        &providers
+        &providers,
+        t.subject_token.audience,
+        t.subject_token.required
     )
     .execute(db)
     .await?;
@@ -45,13 +51,16 @@ pub struct TenantRow {
     pub display_name: String,
     pub allowed_providers: Vec<String>,
     pub active: bool,
+    pub subject_token_audience: Option<String>,
+    pub require_subject_token: bool,
 }
 
 /// Every active tenant.
 pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
     sqlx::query_as!(
         TenantRow,
-        "SELECT id, display_name, allowed_providers, active FROM tenants WHERE active ORDER BY id"
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token
+         FROM tenants WHERE active ORDER BY id"
     )
     .fetch_all(db)
     .await
@@ -59,9 +68,13 @@ pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, s
 
 /// Every tenant, active or not (for operators).
 pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
-    sqlx::query_as!(TenantRow, "SELECT id, display_name, allowed_providers, active FROM tenants ORDER BY id")
-        .fetch_all(db)
-        .await
+    sqlx::query_as!(
+        TenantRow,
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token
+         FROM tenants ORDER BY id"
+    )
+    .fetch_all(db)
+    .await
 }
 
 pub async fn tenant_exists(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {

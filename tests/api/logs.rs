@@ -28,8 +28,9 @@ fn query_param(url: &str, name: &str) -> String {
     url::Url::parse(url).unwrap().query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
 }
 
-#[tokio::test]
-async fn a_whole_flow_logs_no_secret() {
+/// Every log line of this process from now on, at debug level (nextest runs each test in
+/// a process of its own: the test calling this owns the process's subscriber).
+pub(crate) fn capture_logs() -> Arc<Mutex<Vec<u8>>> {
     let buf = Arc::new(Mutex::new(Vec::new()));
     let writer = Capture(buf.clone());
     let subscriber = tracing_subscriber::fmt()
@@ -38,6 +39,12 @@ async fn a_whole_flow_logs_no_secret() {
         .with_writer(move || writer.clone())
         .finish();
     tracing::subscriber::set_global_default(subscriber).expect("this test owns the process's subscriber");
+    buf
+}
+
+#[tokio::test]
+async fn a_whole_flow_logs_no_secret() {
+    let buf = capture_logs();
 
     let app = spawn_app().await;
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;

@@ -25,6 +25,7 @@ mod ops;
 mod schemathesis;
 mod sdks;
 mod serve;
+mod subject_token;
 mod support;
 mod tenancy;
 mod token;

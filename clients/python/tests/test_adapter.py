@@ -28,7 +28,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from mcp_connect import Connection, McpConnect, RequestState, RequestStateKey, ToolCall, UrlElicitation, url_elicitation
+from mcp_connect import (
+    Connection,
+    McpConnect,
+    RequestState,
+    RequestStateKey,
+    SubjectToken,
+    TokenRequest,
+    ToolCall,
+    UrlElicitation,
+    url_elicitation,
+)
 from mcp_connect import adapter as adapter_module
 
 pytestmark = pytest.mark.anyio
@@ -286,7 +296,17 @@ async def test_modern_input_required_carries_an_mcs2_state_bound_to_the_call() -
     opened = RequestState.open(state, env.connect.state_key, ToolCall.of("alice", "whoami_on", ARGS))
     assert opened.elicitation_id == EID
     assert time.time() + 290 <= opened.expires_at <= time.time() + 301, "the elicitation's expiry, under 10 min"
-    assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}]
+    # The validated access token goes along as the proof of the subject.
+    assert env.service.tokens() == [{"subject": "alice", "subject_token": "tok-alice", "provider": "dev"}]
+
+
+async def test_the_subject_token_can_be_left_out_and_never_prints() -> None:
+    async with started(subject_token=lambda ctx: None) as env, client(env, "alice", "auto", True) as c:
+        await once(c)
+    assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}], "no proof when told not to send it"
+    request = TokenRequest(subject="alice", subject_token=SubjectToken("tok-alice"), provider="dev")
+    assert "tok-alice" not in repr(request) and "tok-alice" not in str(request)
+    assert request.body()["subject_token"] == "tok-alice", "only the wire body carries it"
 
 
 async def test_modern_accept_asks_mcp_connect_with_the_elicitation_and_a_wait_then_runs_the_tool() -> None:
@@ -296,7 +316,13 @@ async def test_modern_accept_asks_mcp_connect_with_the_elicitation_and_a_wait_th
         r = await once(c, request_state=state, input_responses=accept())
     assert isinstance(r, CallToolResult) and not r.is_error
     assert r.content[0].text == "alice at dev: gho-alice"  # type: ignore[union-attr]
-    assert env.service.tokens()[1] == {"subject": "alice", "provider": "dev", "elicitation_id": EID, "wait_seconds": 20}
+    assert env.service.tokens()[1] == {
+        "subject": "alice",
+        "subject_token": "tok-alice",
+        "provider": "dev",
+        "elicitation_id": EID,
+        "wait_seconds": 20,
+    }
 
 
 async def test_modern_the_sdks_own_retry_loop_gets_the_account() -> None:
@@ -368,7 +394,9 @@ async def test_modern_an_expired_state_starts_over() -> None:
         )
         r = await once(c, request_state=old, input_responses=accept())
     assert isinstance(r, InputRequiredResult)
-    assert env.service.tokens() == [{"subject": "alice", "provider": "dev"}], "a first round: no elicitation id"
+    assert env.service.tokens() == [{"subject": "alice", "subject_token": "tok-alice", "provider": "dev"}], (
+        "a first round: no elicitation id"
+    )
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])

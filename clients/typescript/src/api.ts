@@ -4,7 +4,7 @@
 // checks the two agree (the assertions at the end), and test/drift.test.mjs checks the
 // description against openapi.json, so the contract cannot drift unnoticed.
 
-import { AccessToken } from './secret.js';
+import { AccessToken, SubjectToken } from './secret.js';
 
 /** The stable `error` codes of the API (openapi.json `ErrorCode`). New codes may appear. */
 export const ERROR_CODES = [
@@ -20,6 +20,14 @@ export const ERROR_CODES = [
   'invalid_query',
   'invalid_request',
   'invalid_subject',
+  'subject_token_required',
+  'subject_token_not_accepted',
+  'subject_token_invalid',
+  'subject_token_issuer',
+  'subject_token_audience',
+  'subject_token_expired',
+  'subject_token_not_yet_valid',
+  'subject_token_subject',
   'unknown_provider',
   'invalid_scope',
   'invalid_elicitation_id',
@@ -50,7 +58,8 @@ export const TOKEN_STATUSES = ['connected', 'connect_required', 'declined'] as c
 // --- Wire shapes (snake_case, as sent and received) -----------------------------------
 
 export interface TokenBodyWire {
-  subject: string;
+  subject?: string | null;
+  subject_token?: string | null;
   provider: string;
   scopes?: string[] | null;
   elicitation_id?: string | null;
@@ -113,7 +122,7 @@ export interface ErrorBodyWire {
 
 /** Each shape's fields, `true` where required; keyed by the openapi.json schema name. */
 export const WIRE = {
-  TokenBody: { subject: true, provider: true, scopes: false, elicitation_id: false, wait_seconds: false, mcp_session_id: false },
+  TokenBody: { subject: false, subject_token: false, provider: true, scopes: false, elicitation_id: false, wait_seconds: false, mcp_session_id: false },
   Account: { id: true, login: false },
   Connected: { access_token: true, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
   ElicitationLink: { id: true, url: true, expires_at: true },
@@ -144,6 +153,12 @@ export const QUERY = { getElicitation: ['wait_seconds'] } as const;
 /** A `POST /v1/token` request. `subject` is the validated MCP access token's `sub`. */
 export interface TokenRequest {
   subject: string;
+  /**
+   * The validated MCP access token the subject was taken from: mcp-connect checks it
+   * (signature, issuer, the tenant's audience, expiry, `sub`). Needed where the tenant sets
+   * `require_subject_token`; refused where it has no `subject_token_audience`.
+   */
+  subjectToken?: SubjectToken;
   provider: string;
   /** Scopes beyond the provider's configured default. */
   scopes?: string[];

@@ -194,6 +194,7 @@ export class ConnectClient {
       throw new TypeError('waitSeconds needs an elicitationId: a first call has nothing to wait for');
     }
     const body: TokenBodyWire = { subject: req.subject, provider: req.provider };
+    if (req.subjectToken !== undefined) body.subject_token = req.subjectToken.reveal();
     if (req.scopes !== undefined) body.scopes = req.scopes;
     if (req.elicitationId !== undefined) body.elicitation_id = req.elicitationId;
     if (wait !== undefined) body.wait_seconds = wait;

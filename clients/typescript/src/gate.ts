@@ -12,7 +12,7 @@
 //   on the request), the -32042 error (2025-11-25 with elicitation.url declared at
 //   initialize), or a normal result naming the link (anything else; never a form).
 
-import type { AccessToken } from './secret.js';
+import { type AccessToken, SubjectToken } from './secret.js';
 import type { TokenOutcome } from './api.js';
 import { ApiError, type ConnectClient, ConnectError } from './client.js';
 import { type RequestStateKey, RequestStateError, openRequestState, sealRequestState } from './requestState.js';
@@ -113,6 +113,12 @@ export interface GateOptions {
    */
   subjectOf?: (authInfo: AuthInfoLike | undefined) => string | undefined;
   /**
+   * The validated access token itself, sent as `subject_token` so that mcp-connect checks
+   * whose token is asked for (default: `authInfo.token`). The tenant needs a
+   * `subject_token_audience` (this server's resource URL); without one, pass `() => undefined`.
+   */
+  subjectTokenOf?: (authInfo: AuthInfoLike | undefined) => SubjectToken | undefined;
+  /**
    * 2025-11-25 completion watchers (one long poll per elicitation, shared by the sessions
    * waiting on it) held at once (default 10,000); past that, a new one is not started.
    */
@@ -125,7 +131,13 @@ export interface GateOptions {
 
 /** The part of the SDKs' AuthInfo the gate reads. */
 export interface AuthInfoLike {
+  token?: string | undefined;
   extra?: Record<string, unknown> | undefined;
+}
+
+export function defaultSubjectTokenOf(authInfo: AuthInfoLike | undefined): SubjectToken | undefined {
+  const token = authInfo?.token;
+  return typeof token === 'string' && token.length > 0 ? new SubjectToken(token) : undefined;
 }
 
 export function defaultSubjectOf(authInfo: AuthInfoLike | undefined): string | undefined {
@@ -160,6 +172,8 @@ export function isKnownProvider(options: ConnectedToolOptions, provider: string)
 /** One tools/call of a connected tool, with everything the decision needs. */
 export interface Call {
   subject: string;
+  /** The access token the subject was taken from, for mcp-connect to check. */
+  subjectToken?: SubjectToken | undefined;
   provider: string;
   tool: string;
   /** The arguments as the client sent them. */
@@ -226,6 +240,7 @@ export class ConnectGate {
   readonly #log: Logger;
   readonly #now: () => number;
   readonly subjectOf: (authInfo: AuthInfoLike | undefined) => string | undefined;
+  readonly subjectTokenOf: (authInfo: AuthInfoLike | undefined) => SubjectToken | undefined;
   readonly legacy = new PendingElicitations();
   readonly #maxWatchers: number;
   readonly #maxWatchersPerSubject: number;
@@ -244,6 +259,7 @@ export class ConnectGate {
     this.#log = options.logger ?? { warn: (m, f) => console.warn(`mcp-connect: ${m}`, f ?? '') };
     this.#now = options.now ?? (() => Date.now() / 1000);
     this.subjectOf = options.subjectOf ?? defaultSubjectOf;
+    this.subjectTokenOf = options.subjectTokenOf ?? defaultSubjectTokenOf;
     this.#maxWatchers = options.maxWatchers ?? MAX_WATCHERS;
     this.#maxWatchersPerSubject = options.maxWatchersPerSubject ?? MAX_WATCHERS_PER_SUBJECT;
     if (!(this.#maxWatchers >= 1 && this.#maxWatchersPerSubject >= 1)) throw new RangeError('maxWatchers and maxWatchersPerSubject are at least 1');
@@ -300,6 +316,7 @@ export class ConnectGate {
       // `accept` only means the user opened the link; mcp-connect knows the outcome.
       outcome = await this.client.token({
         subject: call.subject,
+        ...(call.subjectToken !== undefined && { subjectToken: call.subjectToken }),
         provider,
         ...(call.scopes !== undefined && { scopes: call.scopes }),
         ...(resumed !== undefined && { elicitationId: resumed }),

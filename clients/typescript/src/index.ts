@@ -2,7 +2,7 @@
 // adapters are in '@mcp-connect/client/server' (@modelcontextprotocol/server 2.4) and
 // '@mcp-connect/client/sdk' (@modelcontextprotocol/sdk 1.32).
 
-export { AccessToken, ApiKey, Secret } from './secret.js';
+export { AccessToken, ApiKey, Secret, SubjectToken } from './secret.js';
 export {
   ApiError,
   ConnectClient,

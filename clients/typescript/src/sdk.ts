@@ -106,6 +106,7 @@ export class McpConnect extends ConnectGate {
       const capabilities = server.server.getClientCapabilities();
       const call: Call = {
         subject,
+        subjectToken: this.subjectTokenOf(extra.authInfo),
         provider,
         tool: name,
         arguments: args,

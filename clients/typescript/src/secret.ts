@@ -43,3 +43,6 @@ export class ApiKey extends Secret {}
 
 /** A downstream provider's access token, as `/v1/token` hands it out. */
 export class AccessToken extends Secret {}
+
+/** The user's own MCP access token, sent as `subject_token` to prove the subject. */
+export class SubjectToken extends Secret {}

@@ -107,6 +107,7 @@ function prepare(server: McpServer, entry: ServerEntry, request: { params: { nam
   const response = ctx.mcpReq.inputResponses?.[INPUT_KEY] as { action?: unknown } | undefined;
   const call: Call = {
     subject,
+    subjectToken: gate.subjectTokenOf(ctx.http?.authInfo),
     provider,
     tool: request.params.name,
     arguments: args,

@@ -15,7 +15,7 @@ import { McpServer as McpServer132 } from '@modelcontextprotocol/sdk/server/mcp.
 import { WebStandardStreamableHTTPServerTransport as Transport132 } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { ConnectClient, PendingElicitations, RequestStateKey, openRequestState, sealRequestState, urlElicitation } from '../dist/index.js';
+import { ConnectClient, PendingElicitations, RequestStateKey, SubjectToken, openRequestState, sealRequestState, urlElicitation } from '../dist/index.js';
 import { McpConnect, createConnectHandler } from '../dist/server.js';
 import { McpConnect as McpConnect132 } from '../dist/sdk.js';
 
@@ -181,9 +181,10 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
     assert.equal(prompts.length, 1);
     assert.deepEqual(Object.keys(prompts[0]).filter((k) => k !== '_meta').sort(), ['message', 'mode', 'url']); // no elicitationId in 2026-07-28
     const [first, retry] = s.connect.tokenCalls();
-    assert.deepEqual(first.body, { subject: 'alice', provider: 'dev' });
+    // The validated access token goes along as the proof of the subject.
+    assert.deepEqual(first.body, { subject: 'alice', subject_token: 'opaque', provider: 'dev' });
     const id = new URL(prompts[0].url).searchParams.get('e');
-    assert.deepEqual(retry.body, { subject: 'alice', provider: 'dev', elicitation_id: id, wait_seconds: 20 });
+    assert.deepEqual(retry.body, { subject: 'alice', subject_token: 'opaque', provider: 'dev', elicitation_id: id, wait_seconds: 20 });
     const sent = s.wire.find((m) => m.params?.requestState);
     assert.match(sent.params.requestState, /^mcs2\.[A-Za-z0-9_-]{8}\.[A-Za-z0-9_-]+$/);
     assert.equal(openRequestState(sent.params.requestState, stateKey, { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'dev' } }).elicitationId, id);
@@ -261,6 +262,15 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
     assert.equal(text(r), 'dev: tok-alice');
   });
 
+  test('subjectTokenOf can leave the proof out, and the token never prints', async () => {
+    const s = await mcpServer({ subjectTokenOf: () => undefined });
+    const { client } = await modernClient(s.fetch, { answer: async () => 'decline' });
+    await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    assert.deepEqual(s.connect.tokenCalls()[0].body, { subject: 'alice', provider: 'dev' });
+    const token = new SubjectToken('opaque-secret');
+    assert.ok(!JSON.stringify({ token }).includes('opaque-secret') && !String(token).includes('opaque-secret'));
+  });
+
   test('a pending retry answers input_required again with a fresh state', async () => {
     const s = await mcpServer({ waitSeconds: 1 });
     const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
@@ -311,7 +321,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
       { allowInputRequired: true },
     );
     assert.equal(again.resultType, 'input_required');
-    assert.deepEqual(s.connect.tokenCalls()[1].body, { subject: 'alice', provider: 'dev' }, 'a first round again');
+    assert.deepEqual(s.connect.tokenCalls()[1].body, { subject: 'alice', subject_token: 'opaque', provider: 'dev' }, 'a first round again');
   });
 
   for (const [name, capabilities] of [['no elicitation', {}], ['form only', { elicitation: { form: {} } }]]) {

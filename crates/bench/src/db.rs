@@ -58,6 +58,7 @@ pub async fn prepare(pool: &PgPool, providers: &[String]) -> anyhow::Result<()> 
         id: TenantId::parse(TENANT)?,
         display_name: "Bench".to_owned(),
         providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,
+        subject_token: Default::default(),
     };
     mcp_connect::startup::sync_tenants(pool, &[tenant]).await?;
     Ok(())

@@ -49,6 +49,8 @@ impl<'de> Deserialize<'de> for ElicitationId {
 #[derive(Debug, Clone, Serialize)]
 pub struct TokenRequest {
     subject: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject_token: Option<crate::secret::SubjectToken>,
     provider: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     scopes: Option<Vec<String>>,
@@ -68,6 +70,7 @@ impl TokenRequest {
     pub fn new(subject: impl Into<String>, provider: impl Into<String>) -> Self {
         Self {
             subject: subject.into(),
+            subject_token: None,
             provider: provider.into(),
             scopes: None,
             elicitation_id: None,
@@ -88,6 +91,16 @@ impl TokenRequest {
     /// How long mcp-connect may hold this request.
     pub fn wait(&self) -> std::time::Duration {
         std::time::Duration::from_secs(if self.elicitation_id.is_some() { self.wait_seconds.unwrap_or(0) } else { 0 })
+    }
+
+    /// The user's MCP access token the subject was taken from: mcp-connect checks it
+    /// (signature, issuer, the tenant's audience, expiry) and that its `sub` is the
+    /// subject. Tenants with `require_subject_token` refuse requests without it; tenants
+    /// without a `subject_token_audience` refuse requests with it
+    /// (`subject_token_not_accepted`).
+    pub fn subject_token(mut self, token: crate::secret::SubjectToken) -> Self {
+        self.subject_token = Some(token);
+        self
     }
 
     /// Scopes beyond the provider's configured default.

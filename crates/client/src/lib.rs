@@ -32,4 +32,4 @@ pub use client::{Client, ClientBuilder, Error, RetryPolicy};
 pub use request_state::{
     InvalidRequestStateKey, RequestState, RequestStateError, RequestStateKey, ToolCall, arguments_digest,
 };
-pub use secret::{AccessToken, ApiKey};
+pub use secret::{AccessToken, ApiKey, SubjectToken};

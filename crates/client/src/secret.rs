@@ -57,3 +57,30 @@ mod tests {
         assert_eq!(token.expose_secret(), "gho_supersecret");
     }
 }
+
+/// The user's own MCP access token, sent as `subject_token` to prove the subject. Sent in
+/// the request body only; never shown by `Debug`.
+#[derive(Clone)]
+pub struct SubjectToken(SecretString);
+
+impl SubjectToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(SecretString::from(token.into()))
+    }
+
+    pub fn expose_secret(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl fmt::Debug for SubjectToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SubjectToken([REDACTED])")
+    }
+}
+
+impl serde::Serialize for SubjectToken {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.expose_secret())
+    }
+}

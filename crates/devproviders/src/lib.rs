@@ -25,6 +25,6 @@ pub mod stats;
 pub mod switches;
 
 pub use config::{ClientRegistration, DEV_SUBJECT_GRANT_TYPE, DevProviderConfig, Role};
-pub use server::DevProvider;
+pub use server::{DevProvider, Forgery};
 pub use stats::{Revocation, Stats, TokenKind};
 pub use switches::{IdTokenAlg, IssMode, Switches, TokenFailure};

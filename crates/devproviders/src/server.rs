@@ -73,14 +73,48 @@ impl DevProvider {
     /// Test helper: `(access_token, refresh_token)` for `username`, as if `client_id` had
     /// completed a grant with `scope`. The access token follows the config (JWT or opaque).
     pub fn issue_grant(&self, client_id: &str, username: &str, scope: &str) -> (String, String) {
+        self.issue_grant_at(client_id, username, scope, OffsetDateTime::now_utc())
+    }
+
+    /// [`Self::issue_grant`] as if done at `now`: a time long past gives an access token
+    /// that has expired (`iat` and `exp` in the past), one ahead a token not valid yet.
+    pub fn issue_grant_at(
+        &self,
+        client_id: &str,
+        username: &str,
+        scope: &str,
+        now: OffsetDateTime,
+    ) -> (String, String) {
         let grant = self.state.grants().new_grant(client_id, username, scope);
-        let now = OffsetDateTime::now_utc();
         let access_token = self.state.mint_access_token(grant, client_id, username, scope, now).unwrap_or_else(|e| {
             // Cannot happen with a 2048-bit key; an opaque token still lets the test go on.
             tracing::error!(error = %e, "cannot sign an access token; issuing an opaque one");
             self.state.mint_opaque_access_token(grant, now)
         });
         (access_token, self.state.mint_refresh_token(grant))
+    }
+
+    /// Test helper: a JWT with this header `typ` and these claims, signed with the
+    /// published key, or forged as `forgery` says (what a resource server must refuse).
+    pub fn sign_jwt(&self, typ: &str, claims: &serde_json::Value, forgery: Option<Forgery>) -> String {
+        use crate::keys::Signing;
+        let (signing, kid) = match &forgery {
+            None => (Signing::Published, None),
+            Some(Forgery::WrongKey) => (Signing::WrongKey, None),
+            Some(Forgery::Unsigned) => (Signing::Unsigned, None),
+            Some(Forgery::Hs256(secret)) => (Signing::Hs256(secret), None),
+            Some(Forgery::UnknownKid) => (Signing::Published, Some("no-such-key")),
+        };
+        if matches!(forgery, Some(Forgery::WrongKey))
+            && let Err(e) = self.state.keys.prepare_wrong_key()
+        {
+            tracing::error!(error = %e, "cannot make the wrong key");
+        }
+        self.state.keys.sign(typ, claims, signing, kid).unwrap_or_else(|e| {
+            // Cannot happen with a 2048-bit key; the garbage left fails every check.
+            tracing::error!(error = %e, "cannot sign a test JWT");
+            String::new()
+        })
     }
 
     /// Revokes every grant of `username`, as an administrator would: their access tokens stop
@@ -156,4 +190,17 @@ fn build_server(state: web::Data<ProviderState>, listener: TcpListener) -> io::R
     .listen(listener)?
     .run();
     Ok(server)
+}
+
+/// How [`DevProvider::sign_jwt`] forges a token.
+#[derive(Debug, Clone)]
+pub enum Forgery {
+    /// RS256 with a key that is not in the JWKS, under the published kid.
+    WrongKey,
+    /// `alg: none`, no signature.
+    Unsigned,
+    /// HS256 keyed with these bytes (the algorithm confusion: a "public" secret).
+    Hs256(Vec<u8>),
+    /// Signed with the published key, under a kid the JWKS does not list.
+    UnknownKid,
 }

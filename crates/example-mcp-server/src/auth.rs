@@ -20,6 +20,11 @@ use tokio::sync::RwLock;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject(pub String);
 
+/// The validated access token itself, put beside the [`Subject`]: sent on to mcp-connect
+/// as `subject_token`, to prove whose token the server asks for. Never logged.
+#[derive(Clone)]
+pub struct UserToken(pub mcp_connect_client::SubjectToken);
+
 /// Why a token was refused. The detail goes to the log, never to the client.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenRejection {
@@ -180,6 +185,7 @@ pub async fn require_bearer(State(auth): State<Arc<AuthState>>, mut req: Request
     match auth.validator.validate(&token).await {
         Ok(subject) => {
             req.extensions_mut().insert(subject);
+            req.extensions_mut().insert(UserToken(mcp_connect_client::SubjectToken::new(token)));
             next.run(req).await
         }
         Err(e) => {

@@ -11,7 +11,7 @@
 //! Decline and cancel, in the client or on mcp-connect's page, end in a normal
 //! "not connected" result: no error and no new prompt on the retry.
 
-use crate::auth::Subject;
+use crate::auth::{Subject, UserToken};
 use crate::legacy::PendingElicitations;
 use mcp_connect_client::{
     AccessToken, CancelReason, Client, RequestState, RequestStateError, RequestStateKey, TokenOutcome, TokenRequest,
@@ -66,6 +66,8 @@ struct Inner {
 /// One `tools/call` of `whoami_on`, with everything the decision needs.
 struct Call<'a> {
     subject: &'a str,
+    /// The access token the subject was taken from, for mcp-connect to check.
+    user_token: Option<UserToken>,
     provider: &'a str,
     arguments: &'a Value,
     request_state: Option<&'a str>,
@@ -142,6 +144,9 @@ impl WhoamiServer {
             return Ok(Access::NotConnected);
         }
         let mut req = TokenRequest::new(call.subject, call.provider);
+        if let Some(UserToken(t)) = &call.user_token {
+            req = req.subject_token(t.clone());
+        }
         if let Some(id) = resumed {
             req = req.elicitation_id(id);
         }
@@ -237,6 +242,10 @@ fn subject_of(cx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
         .ok_or_else(|| ErrorData::internal_error("no authenticated subject on the request", None))
 }
 
+fn user_token_of(cx: &RequestContext<RoleServer>) -> Option<UserToken> {
+    cx.extensions.get::<http::request::Parts>()?.extensions.get::<UserToken>().cloned()
+}
+
 fn session_of(cx: &RequestContext<RoleServer>) -> Option<String> {
     let parts = cx.extensions.get::<http::request::Parts>()?;
     parts.headers.get("mcp-session-id")?.to_str().ok().map(str::to_owned)
@@ -304,6 +313,7 @@ impl ServerHandler for WhoamiServer {
             .and_then(Value::as_str);
         let call = Call {
             subject: &subject,
+            user_token: user_token_of(&cx),
             provider,
             arguments: &arguments,
             request_state: request.request_state.as_deref(),

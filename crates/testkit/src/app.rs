@@ -60,7 +60,8 @@ pub struct Options {
     /// The clock the app's time-keeping services read (default: the real one).
     pub clock: Option<Arc<mcp_connect::domain::ManualClock>>,
     /// The audience of the dev IdP's access tokens (the MCP server's resource identifier):
-    /// set, the IdP issues JWT access tokens for it.
+    /// set, the IdP issues JWT access tokens for it, and tenant `acme` takes them as
+    /// `subject_token` (its `subject_token_audience`).
     pub mcp_audience: Option<String>,
 }
 
@@ -162,6 +163,12 @@ pub fn config_env(db_url: &str, opts: &Options) -> HashMap<&'static str, String>
 /// The test configuration's text, with the options' extra TOML and patches applied.
 pub fn config_text(base: &str, idp: &str, provider: &str, opts: &Options) -> Result<String> {
     let mut toml = config_toml(base, idp, provider, &opts.extra_toml);
+    if let Some(audience) = &opts.mcp_audience {
+        // The MCP server the IdP's access tokens are for is acme's: it may prove its
+        // subjects with them (`subject_token`).
+        let acme = "display_name = \"Acme Assistant\"";
+        toml = toml.replace(acme, &format!("{acme}\nsubject_token_audience = \"{audience}\""));
+    }
     for (from, to) in &opts.patch {
         anyhow::ensure!(toml.contains(from), "patch target {from:?} is in the test config");
         toml = toml.replace(from, to);

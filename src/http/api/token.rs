@@ -9,7 +9,7 @@ use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store::elicitations::ElicitationRow;
 use crate::telemetry::metrics::TOKEN_REQUESTS;
 use actix_web::{HttpResponse, web};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -18,8 +18,14 @@ use time::format_description::well_known::Rfc3339;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"subject": "alice", "provider": "github", "scopes": ["read:user"]}))]
 pub struct TokenBody {
-    #[schema(schema_with = crate::http::schema::subject)]
-    subject: String,
+    /// The MCP user (their `sub` at the primary IdP). Needed unless `subject_token` is
+    /// sent; with it, it must be the token's `sub`.
+    #[schema(schema_with = crate::http::schema::opt_subject)]
+    subject: Option<String>,
+    /// The user's MCP access token, proving the subject (tenants with a
+    /// `subject_token_audience`; required where the tenant sets `require_subject_token`).
+    #[schema(schema_with = crate::http::schema::opt_subject_token)]
+    subject_token: Option<SubjectToken>,
     #[schema(schema_with = crate::http::schema::provider)]
     provider: String,
     #[schema(schema_with = crate::http::schema::opt_scopes)]
@@ -38,7 +44,41 @@ pub struct TokenBody {
     wait_seconds: Option<u64>,
 }
 
-fn parse(body: TokenBody) -> Result<(TokenRequest, std::time::Duration), ApiError> {
+/// A bearer token in a request body: never shown by `Debug`.
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+struct SubjectToken(String);
+
+impl std::fmt::Debug for SubjectToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubjectToken(..)")
+    }
+}
+
+/// A request as parsed, before its subject is proven (`flows::subject`).
+struct Parsed {
+    named: Option<Subject>,
+    token: Option<SecretString>,
+    wait: std::time::Duration,
+    request: WithoutSubject,
+}
+
+/// What a request asks for, but whose.
+struct WithoutSubject {
+    provider: ProviderId,
+    scopes: Option<Scopes>,
+    elicitation_id: Option<ElicitationId>,
+    mcp_context: serde_json::Value,
+}
+
+impl WithoutSubject {
+    fn with(self, subject: Subject) -> TokenRequest {
+        let WithoutSubject { provider, scopes, elicitation_id, mcp_context } = self;
+        TokenRequest { subject, provider, scopes, elicitation_id, mcp_context }
+    }
+}
+
+fn parse(body: TokenBody) -> Result<Parsed, ApiError> {
     let wait = wait_of(body.wait_seconds)?;
     if !wait.is_zero() && body.elicitation_id.is_none() {
         return Err(ApiError::new(
@@ -46,7 +86,23 @@ fn parse(body: TokenBody) -> Result<(TokenRequest, std::time::Duration), ApiErro
             "wait_seconds needs an elicitation_id: a first call has nothing to wait for",
         ));
     }
-    Ok((request(body)?, wait))
+    let named = body
+        .subject
+        .as_deref()
+        .map(Subject::parse)
+        .transpose()
+        .map_err(|e| ApiError::new(ErrorCode::InvalidSubject, e.0))?;
+    let token = match body.subject_token {
+        None => None,
+        Some(SubjectToken(t)) if !t.is_empty() && t.len() <= crate::http::schema::SUBJECT_TOKEN_MAX => {
+            Some(SecretString::from(t))
+        }
+        Some(_) => {
+            return Err(ApiError::new(ErrorCode::InvalidRequest, "subject_token must be 1-8192 characters"));
+        }
+    };
+    let TokenBody { provider, scopes, elicitation_id, mcp_session_id, .. } = body;
+    Ok(Parsed { named, token, wait, request: request(provider, scopes, elicitation_id, mcp_session_id)? })
 }
 
 /// `wait_seconds` as a duration: 0 to 30.
@@ -57,17 +113,20 @@ pub fn wait_of(seconds: Option<u64>) -> Result<std::time::Duration, ApiError> {
     }
 }
 
-fn request(body: TokenBody) -> Result<TokenRequest, ApiError> {
-    let subject = Subject::parse(&body.subject).map_err(|e| ApiError::new(ErrorCode::InvalidSubject, e.0))?;
-    let provider = ProviderId::parse(&body.provider).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
+fn request(
+    provider: String,
+    scopes: Option<Vec<String>>,
+    elicitation_id: Option<String>,
+    mcp_session_id: Option<String>,
+) -> Result<WithoutSubject, ApiError> {
+    let provider = ProviderId::parse(&provider).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
     let scopes =
-        body.scopes.map(|s| Scopes::parse(&s)).transpose().map_err(|e| ApiError::new(ErrorCode::InvalidScope, e.0))?;
-    let elicitation_id = body
-        .elicitation_id
+        scopes.map(|s| Scopes::parse(&s)).transpose().map_err(|e| ApiError::new(ErrorCode::InvalidScope, e.0))?;
+    let elicitation_id = elicitation_id
         .map(|s| ElicitationId::parse(&s))
         .transpose()
         .map_err(|e| ApiError::new(ErrorCode::InvalidElicitationId, e.0))?;
-    let mcp_context = match body.mcp_session_id {
+    let mcp_context = match mcp_session_id {
         None => serde_json::json!({}),
         Some(s) if !s.is_empty() && s.chars().count() <= 256 && !s.chars().any(char::is_control) => {
             serde_json::json!({ "mcp_session_id": s })
@@ -76,7 +135,7 @@ fn request(body: TokenBody) -> Result<TokenRequest, ApiError> {
             return Err(ApiError::new(ErrorCode::InvalidRequest, "mcp_session_id must be 1-256 printable characters"));
         }
     };
-    Ok(TokenRequest { subject, provider, scopes, elicitation_id, mcp_context })
+    Ok(WithoutSubject { provider, scopes, elicitation_id, mcp_context })
 }
 
 /// A stored token (refreshed first when it is about to expire), or a connect URL for a
@@ -94,15 +153,20 @@ fn request(body: TokenBody) -> Result<TokenRequest, ApiError> {
                 ("GetElicitation" = (operation_id = "getElicitation", parameters(("id" = "$response.body#/elicitation/id")))),
                 ("CancelElicitation" = (operation_id = "cancelElicitation", parameters(("id" = "$response.body#/elicitation/id")))),
             )),
-        (status = 400, description = "`invalid_json`, `invalid_subject`, `unknown_provider`, `invalid_scope`, \
-            `invalid_elicitation_id`, `elicitation_mismatch` or `invalid_request` (also: `wait_seconds` over 30 or \
-            without `elicitation_id`).", body = ErrorBody),
+        (status = 400, description = "`invalid_json`, `invalid_subject` (also: neither `subject` nor `subject_token`), \
+            `unknown_provider`, `invalid_scope`, `invalid_elicitation_id`, `elicitation_mismatch`, \
+            `subject_token_not_accepted` (this tenant has no `subject_token_audience`) or `invalid_request` (also: \
+            `wait_seconds` over 30 or without `elicitation_id`).", body = ErrorBody),
         (status = 403, description = "`provider_not_allowed` (this tenant may not use the provider), `provider_disabled` \
-            (an operator's kill switch), or `insufficient_scope` (an admin key).", body = ErrorBody,
+            (an operator's kill switch), `insufficient_scope` (an admin key), `subject_token_required` (this tenant \
+            requires the user's token), or the `subject_token` refused: `subject_token_invalid`, \
+            `subject_token_issuer`, `subject_token_audience`, `subject_token_expired`, `subject_token_not_yet_valid`, \
+            `subject_token_subject` (another `sub` than the `subject` named).", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "Only with `insufficient_scope`."))),
         (status = 404, description = "`elicitation_not_found`: no elicitation of that id in this tenant.", body = ErrorBody),
         (status = 503, description = "`provider_unavailable`: the provider could not refresh the token just now (the \
-            connection is kept), or `temporarily_unavailable`. Retry after `Retry-After` seconds.", body = ErrorBody,
+            connection is kept), or `temporarily_unavailable` (also: the IdP's keys for a `subject_token` could not \
+            be fetched). Retry after `Retry-After` seconds.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
     ),
     security(("server_key" = [])),
@@ -133,8 +197,11 @@ async fn answer(
     state: &AppState,
     body: TokenBody,
 ) -> Result<(HttpResponse, &'static str), ApiError> {
-    let (req, wait) = parse(body)?;
+    let Parsed { named, token, wait, request } = parse(body)?;
     let tenant = caller.0.tenant.clone();
+    let subject =
+        crate::flows::subject::proven_subject(state, &tenant, named, token.as_ref(), OffsetDateTime::now_utc()).await?;
+    let req = request.with(subject);
     let provider = req.provider.clone();
     let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
     Ok(match outcome {

@@ -35,7 +35,7 @@ from .request_state import (
     arguments_digest,
     canonical_json,
 )
-from .secret import AccessToken, ApiKey, Secret
+from .secret import AccessToken, ApiKey, Secret, SubjectToken
 
 __all__ = [
     "AccessToken",
@@ -64,6 +64,7 @@ __all__ = [
     "RequestStateKey",
     "RetryPolicy",
     "Secret",
+    "SubjectToken",
     "TokenRequest",
     "ToolCall",
     "TransportError",

@@ -54,7 +54,7 @@ from .models import Account, CancelReason, Connected, ConnectRequired, Declined,
 from .pending import CallKey, PendingElicitations
 from .replies import Replies
 from .request_state import RequestState, RequestStateError, RequestStateKey, ToolCall, UnsealableCall
-from .secret import AccessToken, ApiKey
+from .secret import AccessToken, ApiKey, SubjectToken
 from .watch import CompletionWatchers
 
 __all__ = ["Connection", "McpConnect", "UrlElicitation", "url_elicitation"]
@@ -164,6 +164,8 @@ class _StateMiddleware:
 @dataclass(frozen=True)
 class _Call:
     subject: str
+    # The access token the subject was taken from, for mcp-connect to check.
+    subject_token: SubjectToken | None
     provider: str
     tool: str
     arguments: Any
@@ -179,6 +181,12 @@ def _subject_from_auth(ctx: Context[Any, Any]) -> str | None:
     """The `sub` of the access token the SDK's bearer middleware validated."""
     token = get_access_token()
     return token.subject if token is not None and token.subject else None
+
+
+def _subject_token_from_auth(ctx: Context[Any, Any]) -> SubjectToken | None:
+    """The access token the SDK's bearer middleware validated, to send as `subject_token`."""
+    token = get_access_token()
+    return SubjectToken(token.token) if token is not None and token.token else None
 
 
 class McpConnect:
@@ -205,6 +213,7 @@ class McpConnect:
         replies: Replies | None = None,
         client: McpConnectClient | None = None,
         subject: Callable[[Context[Any, Any]], str | None] = _subject_from_auth,
+        subject_token: Callable[[Context[Any, Any]], SubjectToken | None] = _subject_token_from_auth,
         watch_client: McpConnectClient | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 30:
@@ -220,6 +229,7 @@ class McpConnect:
         self.wait_seconds = wait_seconds
         self.replies = replies or Replies()
         self._subject = subject
+        self._subject_token = subject_token
         self._tools: set[str] = set()
         self._pending = PendingElicitations()
         self._watchers = CompletionWatchers(
@@ -341,6 +351,7 @@ class McpConnect:
             session_id = sid if sid is not None and _SESSION_ID.fullmatch(sid) else None
         call = _Call(
             subject=subject,
+            subject_token=self._subject_token(ctx),
             provider=provider,
             tool=slot.tool,
             arguments=slot.arguments,
@@ -403,6 +414,7 @@ class McpConnect:
         wait = self.wait_seconds if resumed is not None and call.answer == "accept" and self.wait_seconds else None
         request = TokenRequest(
             subject=call.subject,
+            subject_token=call.subject_token,
             provider=call.provider,
             scopes=list(call.scopes) if call.scopes is not None else None,
             elicitation_id=resumed,

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, TypeAdapter, field_validator
 
-from .secret import AccessToken
+from .secret import AccessToken, SubjectToken
 
 __all__ = [
     "Account",
@@ -78,6 +78,14 @@ class ErrorCode(StrEnum):
     PROVIDER_NOT_ALLOWED = "provider_not_allowed"
     PROVIDER_DISABLED = "provider_disabled"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
+    SUBJECT_TOKEN_REQUIRED = "subject_token_required"
+    SUBJECT_TOKEN_NOT_ACCEPTED = "subject_token_not_accepted"
+    SUBJECT_TOKEN_INVALID = "subject_token_invalid"
+    SUBJECT_TOKEN_ISSUER = "subject_token_issuer"
+    SUBJECT_TOKEN_AUDIENCE = "subject_token_audience"
+    SUBJECT_TOKEN_EXPIRED = "subject_token_expired"
+    SUBJECT_TOKEN_NOT_YET_VALID = "subject_token_not_yet_valid"
+    SUBJECT_TOKEN_SUBJECT = "subject_token_subject"
 
 
 class ElicitationStatus(StrEnum):
@@ -100,13 +108,21 @@ class CancelReason(StrEnum):
         return {"cancel": cls.CANCEL, "decline": cls.DECLINE}.get(action or "")
 
 
+def _revealed(t: SubjectToken) -> str:
+    return t.reveal()
+
+
 class TokenRequest(_Wire):
     """The body of `POST /v1/token`. `subject` is the `sub` of the validated MCP access
-    token, never a tool argument."""
+    token, never a tool argument; `subject_token` is that access token itself, which
+    mcp-connect checks (signature, issuer, the tenant's audience, expiry, `sub`). A tenant
+    with `require_subject_token` needs it; one without `subject_token_audience` refuses it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    subject: str
+    subject: str | None = None
+    # Sent in the body only; never printed (`SubjectToken`).
+    subject_token: Annotated[SubjectToken, PlainSerializer(_revealed, return_type=str)] | None = None
     provider: str
     scopes: list[str] | None = None
     # On a retried tool call: the elicitation the first round handed out, so mcp-connect

@@ -13,7 +13,7 @@ import hmac
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["AccessToken", "ApiKey", "Secret"]
+__all__ = ["AccessToken", "ApiKey", "Secret", "SubjectToken"]
 
 
 class Secret:
@@ -65,5 +65,11 @@ class ApiKey(Secret):
 
 class AccessToken(Secret):
     """A downstream provider's access token, as `POST /v1/token` hands it out."""
+
+    __slots__ = ()
+
+
+class SubjectToken(Secret):
+    """The user's own MCP access token, sent as `subject_token` to prove the subject."""
 
     __slots__ = ()
