@@ -33,7 +33,7 @@ impl Tenants {
                 let id = TenantId::parse(&r.id).ok()?;
                 let providers = r.allowed_providers.iter().filter_map(|p| ProviderId::parse(p).ok()).collect();
                 let subject_token =
-                    SubjectTokenPolicy { audience: r.subject_token_audience, required: r.require_subject_token };
+                    SubjectTokenPolicy { audience: r.subject_token_audience, required: Some(r.require_subject_token) };
                 Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token }))
             })
             .collect();

@@ -320,7 +320,7 @@ client_id = "abc"
         let ok = tenant("subject_token_audience = \"https://mcp.acme.example/mcp\"\nrequire_subject_token = true");
         let c = Config::from_toml(&ok, &env_of(&base_env())).unwrap();
         assert_eq!(c.tenants[0].subject_token.audience.as_deref(), Some("https://mcp.acme.example/mcp"));
-        assert!(c.tenants[0].subject_token.required);
+        assert_eq!(c.tenants[0].subject_token.required, Some(true));
         for (bad, field) in [
             ("require_subject_token = true", "tenants[0].require_subject_token"),
             ("subject_token_audience = \"mcp-server\"", "tenants[0].subject_token_audience"),

@@ -351,8 +351,7 @@ fn subject_token_policy(
             Some(crate::domain::resource_url(&a).map_err(|e| err(format!("{field}.subject_token_audience"), e))?)
         }
     };
-    let required = required.unwrap_or(false);
-    if required && audience.is_none() {
+    if required == Some(true) && audience.is_none() {
         return Err(err(
             format!("{field}.require_subject_token"),
             "needs subject_token_audience (the MCP server's resource URL the tokens are meant for)",

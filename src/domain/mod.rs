@@ -91,11 +91,20 @@ pub struct TenantConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SubjectTokenPolicy {
     /// The audience the user's MCP access token must name: the MCP server's resource URL
-    /// (RFC 9728). `None`: this tenant's requests carry no subject token.
+    /// (RFC 9728). `None`: this tenant's requests carry no subject token (in a
+    /// configuration file: not said, the database's value is kept).
     pub audience: Option<String>,
-    /// A request naming only a `subject` is refused: a leaked server key alone fetches
-    /// nothing.
-    pub required: bool,
+    /// `Some(true)`: a request naming only a `subject` is refused, so that a leaked server
+    /// key alone fetches nothing. `None` (a configuration file that leaves it out): the
+    /// database's value is kept, so an instance whose file lacks the setting never turns
+    /// it off for the others; it counts as `false` where nothing says otherwise.
+    pub required: Option<bool>,
+}
+
+impl SubjectTokenPolicy {
+    pub fn is_required(&self) -> bool {
+        self.required == Some(true)
+    }
 }
 
 /// Why an outside value was refused. The message is safe to show to the caller: it names

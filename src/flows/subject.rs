@@ -14,6 +14,8 @@ use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubjectError {
+    #[error("the API key's tenant is not active")]
+    TenantInactive,
     #[error("the request names neither a subject nor a subject token")]
     Missing,
     #[error("this tenant requires a subject token")]
@@ -37,11 +39,11 @@ pub async fn proven_subject(
     token: Option<&SecretString>,
     now: OffsetDateTime,
 ) -> Result<Subject, SubjectError> {
-    // A tenant that is not active has no policy: the request fails later, as any other
-    // request of that tenant (its key no longer verifies in the first place).
-    let policy = state.tenants.subject_token_policy(tenant).unwrap_or_default();
+    // A tenant that is not active (here, now) has no policy: refused, never taken as "no
+    // token required" (its key stops verifying a moment later anyway).
+    let policy = state.tenants.subject_token_policy(tenant).ok_or(SubjectError::TenantInactive)?;
     let Some(token) = token else {
-        if policy.required {
+        if policy.is_required() {
             return Err(SubjectError::TokenRequired);
         }
         return named.ok_or(SubjectError::Missing);
@@ -65,13 +67,22 @@ async fn verified_sub(
 ) -> Result<String, SubjectError> {
     let issuer = state.idp.issuer.as_str();
     let header = access_token::precheck(raw, issuer).map_err(SubjectError::Refused)?;
-    let server =
+    let cached =
         state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| SubjectError::Unavailable(e.to_string()))?;
     let server = state
         .resolver
-        .holding_key(&state.outbound, Source::Idp(&state.idp), server, Some(&header.kid))
+        .holding_key(&state.outbound, Source::Idp(&state.idp), cached.clone(), Some(&header.kid))
         .await
         .map_err(|e| SubjectError::Unavailable(e.to_string()))?;
     let jwks = server.jwks.as_ref().ok_or_else(|| SubjectError::Unavailable("the IdP publishes no keys".to_owned()))?;
+    // A key id the keys lack although they could not be fetched again just now (at most
+    // once a minute, and tokens with made-up ids may have used that up): the IdP may have
+    // rotated its keys a moment ago, so a retry is told to come back rather than refused.
+    // Fetched again and still unknown: refused below.
+    if !crate::oauth::flow::jwks_has_key(jwks, &header.kid) && std::sync::Arc::ptr_eq(&cached, &server) {
+        return Err(SubjectError::Unavailable(
+            "a key id the IdP's keys lack; they were fetched within the minute".to_owned(),
+        ));
+    }
     access_token::verify(raw, &header, jwks, issuer, audience, now, state.idp.clock_skew).map_err(SubjectError::Refused)
 }

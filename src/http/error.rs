@@ -310,6 +310,11 @@ impl From<crate::flows::subject::SubjectError> for ApiError {
         use crate::flows::subject::SubjectError as S;
         use crate::oauth::access_token::AccessTokenRefusal as R;
         let code = match &e {
+            // The key verified a moment ago: the tenant was just switched off (a retry
+            // meets the key check) or this instance has not loaded it yet.
+            S::TenantInactive => {
+                return Self::new(ErrorCode::TemporarilyUnavailable, "the key's tenant is not active here now; retry");
+            }
             S::Missing => ErrorCode::InvalidSubject,
             S::TokenRequired => ErrorCode::SubjectTokenRequired,
             S::TokenNotAccepted => ErrorCode::SubjectTokenNotAccepted,

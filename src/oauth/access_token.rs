@@ -94,6 +94,15 @@ pub fn verify(
     // openidconnect's key, as jsonwebtoken reads it: both are RFC 7517 JSON.
     let jwk: jsonwebtoken::jwk::Jwk =
         serde_json::to_value(jwk).and_then(serde_json::from_value).map_err(|_| AccessTokenRefusal::Invalid)?;
+    // A key published for encryption, or for another algorithm, signs nothing we take
+    // (RFC 7517 §4.2, §4.4; RFC 8725 §3.1). Both algorithms compared by their JOSE names.
+    let other_use =
+        jwk.common.public_key_use.as_ref().is_some_and(|u| *u != jsonwebtoken::jwk::PublicKeyUse::Signature);
+    let other_alg =
+        jwk.common.key_algorithm.is_some_and(|a| serde_json::to_value(a).ok() != serde_json::to_value(header.alg).ok());
+    if other_use || other_alg {
+        return Err(AccessTokenRefusal::Invalid);
+    }
     let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|_| AccessTokenRefusal::Invalid)?;
     let mut v = jsonwebtoken::Validation::new(header.alg);
     v.set_issuer(&[issuer]);

@@ -17,6 +17,10 @@ use tokio::sync::RwLock;
 use url::Url;
 
 const CACHE_FOR: Duration = Duration::from_secs(3600);
+/// Up to how long after it was resolved a server's metadata and keys still serve while it
+/// cannot be resolved again: a day (keys an IdP withdrew stay trusted only while the IdP
+/// cannot be reached to say so).
+const STALE_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// The primary identity provider (the one whose `sub` is the MCP subject).
 #[derive(Debug)]
@@ -213,6 +217,14 @@ impl Resolver {
         c.get(key).filter(|(_, at)| self.clock.since(*at) < CACHE_FOR).map(|(s, _)| s.clone())
     }
 
+    /// A server resolved less than [`STALE_FOR`] ago, however old: what is used while
+    /// resolving it again fails (an IdP down for an hour must not stop the
+    /// sign-ins and subject tokens its last known keys can still check).
+    async fn stale(&self, key: &str) -> Option<Arc<AuthServer>> {
+        let c = self.cache.read().await;
+        c.get(key).filter(|(_, at)| self.clock.since(*at) < STALE_FOR).map(|(s, _)| s.clone())
+    }
+
     async fn store(&self, key: String, s: Arc<AuthServer>) {
         self.cache.write().await.insert(key, (s, self.clock.now()));
     }
@@ -232,7 +244,8 @@ impl Resolver {
             if let Some(s) = self.cached(key).await {
                 return Some(Ok(s));
             }
-            self.recent_failure(key).map(Err)
+            let failed = self.recent_failure(key)?;
+            Some(self.stale(key).await.ok_or(failed))
         };
         if let Some(r) = known().await {
             return r;
@@ -249,11 +262,17 @@ impl Resolver {
                         self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
                     }
                     Err(e) => {
-                        let mut f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        f.insert(key.to_owned(), (e.clone(), self.clock.now()));
+                        tracing::warn!(server = key, error = %e, "resolving again failed; its last known metadata and keys are kept");
+                        self.failed
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .insert(key.to_owned(), (e.clone(), self.clock.now()));
                     }
                 }
-                r
+                match r {
+                    Err(e) => self.stale(key).await.ok_or(e),
+                    ok => ok,
+                }
             }
         }
     }

@@ -7,17 +7,19 @@ use sqlx::PgExecutor;
 pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<(), sqlx::Error> {
     let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
     sqlx::query!(
+        // The subject-token settings a file leaves out ($4, $5 NULL) keep the database's
+        // values: an instance started with an older or shorter file never lowers them.
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, active, updated_at)
-           VALUES ($1, $2, $3, $4, $5, true, now())
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), true, now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
-               subject_token_audience = EXCLUDED.subject_token_audience,
-               require_subject_token = EXCLUDED.require_subject_token, updated_at = now()
+               subject_token_audience = COALESCE($4, tenants.subject_token_audience),
+               require_subject_token = COALESCE($5, tenants.require_subject_token), updated_at = now()
            WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
               OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers
-              OR tenants.subject_token_audience IS DISTINCT FROM EXCLUDED.subject_token_audience
-              OR tenants.require_subject_token IS DISTINCT FROM EXCLUDED.require_subject_token"#,
+              OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
+              OR ($5::bool IS NOT NULL AND tenants.require_subject_token IS DISTINCT FROM $5)"#,
         t.id.as_str(),
         t.display_name,
         &providers,

@@ -67,6 +67,11 @@ include-operation-id = "listConnections"
 headers = { Authorization = "Bearer ${ADMIN_KEY}" }
 parameters = { "query.subject" = { dictionary = "subjects", probability = 0.8 }, "query.provider" = { dictionary = "providers", probability = 0.8 } }
 
+# A body over 16 KiB (a `subject_token` past its maxLength, in escaped non-ASCII) is refused
+# before it is parsed: 413 `payload_too_large` is a rejection too.
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
+
 [phases.stateful]
 max-steps = 6
 

@@ -199,3 +199,75 @@ async fn the_tokens_never_reach_the_log() {
     assert!(logs.contains("subject_token_subject"), "the refusal's reason is logged");
     assert!(!logs.contains(signature), "the subject token's signature is in the log");
 }
+
+#[tokio::test]
+async fn a_tenant_that_requires_the_token_takes_one_for_its_own_audience() {
+    let app = app().await;
+    let mut c = claims(&app);
+    c["aud"] = json!(BETA_MCP);
+    let t = app.idp.sign_jwt("at+jwt", &c, None);
+    let r = app.token(&app.beta_key, json!({"subject_token": t, "provider": "github"})).await;
+    assert_eq!(r.status(), 200);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["status"], "connect_required");
+    assert_eq!(elicited_subject(&app, &b).await, "alice");
+}
+
+#[tokio::test]
+async fn an_instance_whose_file_leaves_the_settings_out_keeps_them_for_everyone() {
+    let a = app().await;
+    // A second instance on the same database, its file without `require_subject_token`
+    // (an older or shorter file): its start-up sync must not lower beta's setting.
+    let b = crate::support::spawn_on(&a, &Options::default()).await;
+    for app in [&a, &b] {
+        let r = app.token(&app.beta_key, json!({"subject": "alice", "provider": "github"})).await;
+        assert_error(r, 403, "subject_token_required").await;
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_setting_changed_in_the_database_reaches_another_instance() {
+    let a = app().await;
+    let b = crate::support::spawn_on(&a, &Options::default()).await;
+    let bare = json!({"subject": "alice", "provider": "github"});
+    assert_eq!(b.token(&b.key, bare.clone()).await.status(), 200, "acme takes a bare subject at first");
+    sqlx::query("UPDATE tenants SET require_subject_token = true WHERE id = 'acme'").execute(&a.pool).await.unwrap();
+    crate::support::eventually(std::time::Duration::from_secs(5), "instance b requires the token", || async {
+        b.token(&b.key, bare.clone()).await.status() == 403
+    })
+    .await;
+    assert_error(b.token(&b.key, bare).await, 403, "subject_token_required").await;
+}
+
+#[tokio::test]
+async fn an_unknown_key_id_is_retried_later_while_the_keys_cannot_be_fetched_again() {
+    let app = app().await;
+    let unknown = app.idp.sign_jwt("at+jwt", &claims(&app), Some(Forgery::UnknownKid));
+    let ask = json!({"subject_token": unknown, "provider": "github"});
+    // The first one fetches the IdP's keys again; the key is not there: refused.
+    assert_error(app.token(&app.key, ask.clone()).await, 403, "subject_token_invalid").await;
+    // Within the minute the keys are not fetched again: perhaps the IdP has just rotated
+    // them, so the caller is told to come back (and the IdP is not asked).
+    let fetches = app.idp.stats().jwks_requests;
+    let r = app.token(&app.key, ask).await;
+    assert!(r.headers().get("retry-after").is_some());
+    assert_error(r, 503, "temporarily_unavailable").await;
+    assert_eq!(app.idp.stats().jwks_requests, fetches, "no fetch for a made-up key id within the minute");
+}
+
+#[tokio::test]
+async fn the_last_known_keys_serve_while_the_idp_cannot_be_reached() {
+    let clock = std::sync::Arc::new(mcp_connect::domain::ManualClock::default());
+    let app = spawn_app_with(Options {
+        mcp_audience: Some(ACME_MCP.to_owned()),
+        clock: Some(clock.clone()),
+        ..Options::default()
+    })
+    .await;
+    app.token_ok(json!({"subject_token": token_of(&app, "alice"), "provider": "github"})).await;
+    // The IdP's keys can no longer be fetched, and the hour the metadata is kept has passed.
+    app.idp.switches().set_jwks_unavailable(true);
+    clock.advance(std::time::Duration::from_secs(3601));
+    let b = app.token_ok(json!({"subject_token": token_of(&app, "alice"), "provider": "github"})).await;
+    assert_eq!(b["status"], "connect_required");
+}

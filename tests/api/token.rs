@@ -249,7 +249,8 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_never_a_500() {
         (json!({"subject": "alice", "provider": "github", "scopes": "repo"}), 400, "invalid_json"),
         (json!({"subject": "alice", "provider": "github", "elicitation_id": "x"}), 400, "invalid_elicitation_id"),
         (json!({"subject": "alice", "provider": "github", "extra": 1}), 400, "invalid_json"),
-        (json!({"provider": "github"}), 400, "invalid_json"),
+        // Neither a subject nor a subject token.
+        (json!({"provider": "github"}), 400, "invalid_subject"),
         (json!({"subject": 5, "provider": "github"}), 400, "invalid_json"),
         (json!({"subject": "alice", "provider": "github", "mcp_session_id": ""}), 400, "invalid_request"),
         (json!([1, 2]), 400, "invalid_json"),
