@@ -11,7 +11,7 @@ use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Parser)]
-#[command(name = "mcp-connect", version, about = "Downstream OAuth tokens for MCP servers, via URL-mode elicitation")]
+#[command(name = "mcp-connect", version = crate::VERSION, about = "Downstream OAuth tokens for MCP servers, via URL-mode elicitation")]
 pub struct Cli {
     /// Configuration file (TOML); MCP_CONNECT_* environment variables override it.
     #[arg(long, global = true, env = "MCP_CONNECT_CONFIG", default_value = "mcp-connect.toml")]

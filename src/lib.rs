@@ -39,3 +39,10 @@ pub mod tenants;
 pub mod vault;
 /// Webhook signatures (Standard Webhooks) and the SSRF-safe delivery client.
 pub mod webhooks;
+
+/// What `mcp-connect --version` says: the release and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_CONNECT_COMMIT"), ")");
+
+/// The commit this binary was built from (`build.rs`: git's, or `MCP_CONNECT_COMMIT` where
+/// the build has no git; "unknown" without either).
+pub const COMMIT: &str = env!("MCP_CONNECT_COMMIT");

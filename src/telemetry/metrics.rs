@@ -30,6 +30,8 @@ pub const ELICITATIONS_FINISHED: &str = "mcp_connect_elicitations_finished_total
 pub const CONNECT_FAILURES: &str = "mcp_connect_connect_failures_total";
 /// A connect link opened by another person than the one it was made for.
 pub const IDENTITY_MISMATCHES: &str = "mcp_connect_identity_mismatches_total";
+/// 1, labelled with the release (`version`) and the `commit` of the running binary.
+pub const BUILD_INFO: &str = "mcp_connect_build_info";
 
 /// Counts elicitations that reached `status` (when the statement that set it ran).
 pub fn elicitations_finished(status: crate::domain::ElicitationStatus, n: u64) {
@@ -61,6 +63,7 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("a metrics recorder was installed before; metrics go there");
             }
             describe();
+            metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "commit" => crate::COMMIT).set(1.0);
             let upkeep = handle.clone();
             std::thread::Builder::new()
                 .name("metrics-upkeep".into())
@@ -99,6 +102,7 @@ fn describe() {
     use crate::{api_keys, cache, store};
     describe_histogram!(HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP requests by route template, method and status");
     describe_counter!(TOKEN_REQUESTS, "POST /v1/token answers by provider and outcome");
+    describe_gauge!(BUILD_INFO, "1, labelled with the release and the commit of this binary");
     describe_counter!(REFRESHES, "refreshes at the provider by outcome");
     describe_counter!(ELICITATIONS_CREATED, "elicitations created by provider");
     describe_counter!(ELICITATIONS_FINISHED, "elicitations that reached a final status, by status");

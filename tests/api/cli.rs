@@ -22,6 +22,19 @@ fn a_usage_error_exits_64_and_help_exits_0() {
     assert_eq!(o.status.code(), Some(0));
 }
 
+#[test]
+fn version_names_the_release_and_the_commit_it_was_built_from() {
+    let o = Command::new(env!("CARGO_BIN_EXE_mcp-connect")).arg("--version").output().unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.starts_with(&format!("mcp-connect {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    // Built from a git checkout (as the tests are): the commit checked out at build time,
+    // which is the one checked out now unless a commit came in between.
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    assert!(!head.trim().is_empty(), "the tests run in a git checkout");
+    assert!(out.contains(&format!("(commit {})", head.trim())), "{out} vs HEAD {head}");
+}
+
 #[tokio::test]
 async fn a_configuration_error_exits_78_and_a_toml_error_names_its_line() {
     let db = TestDatabase::create().await.unwrap();

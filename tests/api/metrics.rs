@@ -76,6 +76,9 @@ async fn metrics_are_served_on_their_own_listener_and_never_on_the_public_one() 
         value(&scrape(&app).await.1, "mcp_connect_cache_listener_up", &[]) == 1.0
     })
     .await;
+    let build = [("version", env!("CARGO_PKG_VERSION")), ("commit", mcp_connect::COMMIT)];
+    assert_eq!(value(&scrape(&app).await.1, "mcp_connect_build_info", &build), 1.0, "the build-info metric");
+    assert_ne!(mcp_connect::COMMIT, "unknown", "the tests are built in a git checkout");
     // Off unless configured.
     let off = crate::support::spawn_app().await;
     assert_eq!(off.metrics_port, None);
