@@ -184,10 +184,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { no_migrate } => {
             let mut config = Config::load(&cli.config)?;
             config.migrate_on_start = !no_migrate;
-            let traces = config
-                .otlp_endpoint
-                .as_ref()
-                .map(|endpoint| crate::telemetry::TraceExport { endpoint, timeout: config.outbound_timeout });
+            let traces = config.otlp_endpoint.as_ref().map(|endpoint| crate::telemetry::TraceExport {
+                endpoint,
+                timeout: config.outbound_timeout,
+                cas: &config.outbound_cas,
+            });
             let _logs = crate::telemetry::init(config.log_format, traces);
             let (listen, metrics) = (config.listen, config.metrics_listen);
             let app = Application::build(config).await?;

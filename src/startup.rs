@@ -243,7 +243,7 @@ async fn app_state(
         clock.clone(),
         watch.clone(),
     );
-    let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers)
+    let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers, &config.outbound_cas)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
     crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     let webhook_policy = crate::webhooks::ssrf::AddressPolicy {
@@ -254,10 +254,11 @@ async fn app_state(
     crate::webhooks::worker::Worker {
         pool: pool.clone(),
         vault: vault.clone(),
-        client: crate::webhooks::ssrf::DeliveryClient::new(
+        client: crate::webhooks::ssrf::DeliveryClient::trusting(
             webhook_policy,
             Arc::new(crate::webhooks::ssrf::SystemLookup),
             config.webhooks.timeout,
+            &config.outbound_cas,
         )
         .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?,
         clock: clock.clone(),

@@ -46,7 +46,7 @@ const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("api_keys", &[("cache_seconds", Number), ("cache_capacity", Number), ("hash_queue", Number)]),
     ("idp", &[("issuer", Text), ("client_id", Text), ("client_secret_file", Text), ("clock_skew_seconds", Number)]),
     ("sessions", &[("ttl_seconds", Number)]),
-    ("outbound", &[("timeout_seconds", Number)]),
+    ("outbound", &[("timeout_seconds", Number), ("ca_file", Text)]),
     ("refresh", &[("margin_seconds", Number), ("unknown_expiry_refresh_seconds", Number)]),
     ("cleanup", &[("interval_seconds", Number)]),
     ("audit", &[("retention_days", Number)]),

@@ -82,6 +82,10 @@ pub struct Config {
     pub idp: IdpConfig,
     pub session_ttl: Duration,
     pub outbound_timeout: Duration,
+    /// Certificate authorities trusted for outbound HTTPS besides the system's store and
+    /// the built-in Mozilla roots (`outbound.ca_file`: a PEM bundle), e.g. the private CA
+    /// of an internal IdP or webhook receiver.
+    pub outbound_cas: Vec<reqwest::Certificate>,
     /// Refresh a token this long before it expires.
     pub refresh_margin: Duration,
     /// Refresh a token of unknown expiry this long after it was obtained.

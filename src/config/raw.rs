@@ -123,6 +123,7 @@ pub(super) struct RawSessions {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOutbound {
     pub(super) timeout_seconds: Option<u64>,
+    pub(super) ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -215,6 +215,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
     }
     let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
+    let outbound_cas = ca_bundle(raw.outbound.ca_file.as_deref())?;
     let (database_url, database_max_connections, database_listen_url) = database;
     Ok(Config {
         cache_enabled,
@@ -227,6 +228,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         idp,
         session_ttl,
         outbound_timeout,
+        outbound_cas,
         public_base_url,
         listen,
         log_format,
@@ -335,6 +337,19 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
         tenants.push(TenantConfig { id, display_name, providers, subject_token });
     }
     Ok(tenants)
+}
+
+/// `outbound.ca_file`: a PEM file of one or more CA certificates (empty or unset: none).
+fn ca_bundle(path: Option<&Path>) -> Result<Vec<reqwest::Certificate>, ConfigError> {
+    let field = "outbound.ca_file";
+    let Some(path) = path.filter(|p| !p.as_os_str().is_empty()) else { return Ok(Vec::new()) };
+    let pem = std::fs::read(path).map_err(|e| err(field, format!("cannot read {}: {e}", path.display())))?;
+    let cas = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| err(field, format!("{} is not a PEM certificate bundle: {e}", path.display())))?;
+    if cas.is_empty() {
+        return Err(err(field, format!("{} holds no PEM certificate", path.display())));
+    }
+    Ok(cas)
 }
 
 /// A tenant's `subject_token_audience` (its MCP server's resource URL, RFC 9728 §1.2: an

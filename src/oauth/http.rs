@@ -106,9 +106,13 @@ pub const POOL_IDLE: Duration = Duration::from_millis(1500);
 const RETRY_WITHIN: Duration = Duration::from_secs(1);
 
 impl Outbound {
-    pub fn new(timeout: Duration, propagate: bool) -> Result<Self, reqwest::Error> {
+    /// `cas`: certificate authorities trusted besides the system's store and the built-in
+    /// Mozilla roots (`outbound.ca_file`).
+    pub fn new(timeout: Duration, propagate: bool, cas: &[reqwest::Certificate]) -> Result<Self, reqwest::Error> {
         let builder = || {
-            reqwest::Client::builder()
+            let b = reqwest::Client::builder();
+            cas.iter()
+                .fold(b, |b, ca| b.add_root_certificate(ca.clone()))
                 .redirect(reqwest::redirect::Policy::none())
                 .pool_idle_timeout(POOL_IDLE)
                 .no_proxy()

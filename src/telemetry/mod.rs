@@ -94,6 +94,8 @@ impl Drop for LogGuard {
 pub struct TraceExport<'a> {
     pub endpoint: &'a url::Url,
     pub timeout: Duration,
+    /// Trusted besides the system's and the built-in roots (`outbound.ca_file`).
+    pub cas: &'a [reqwest::Certificate],
 }
 
 /// The level filter: `MCP_CONNECT_LOG` as a list of `target=level` and a default `level`
@@ -115,7 +117,7 @@ pub fn filter(var: Option<&str>) -> Targets {
 /// `traces` is given. An exporter that cannot be built is reported and left off.
 pub fn init(format: LogFormat, traces: Option<TraceExport<'_>>) -> LogGuard {
     let filter = filter(std::env::var("MCP_CONNECT_LOG").ok().as_deref());
-    let provider = traces.and_then(|t| match traces::provider(t.endpoint, t.timeout) {
+    let provider = traces.and_then(|t| match traces::provider(t.endpoint, t.timeout, t.cas) {
         Ok(p) => Some(p),
         Err(e) => {
             eprintln!("mcp-connect: tracing.otlp_endpoint: cannot export spans: {e}; traces are off");

@@ -53,9 +53,14 @@ impl HttpClient for OtlpClient {
 
 /// The tracer provider exporting to `endpoint` (the full URL, `/v1/traces` included).
 /// Needs a running tokio runtime (the exporter's requests run on it).
-pub fn provider(endpoint: &url::Url, timeout: Duration) -> anyhow::Result<SdkTracerProvider> {
+pub fn provider(
+    endpoint: &url::Url,
+    timeout: Duration,
+    cas: &[reqwest::Certificate],
+) -> anyhow::Result<SdkTracerProvider> {
+    let builder = reqwest::Client::builder().timeout(timeout).redirect(reqwest::redirect::Policy::none());
     let client = OtlpClient {
-        client: reqwest::Client::builder().timeout(timeout).redirect(reqwest::redirect::Policy::none()).build()?,
+        client: cas.iter().fold(builder, |b, ca| b.add_root_certificate(ca.clone())).build()?,
         runtime: tokio::runtime::Handle::try_current()?,
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()

@@ -28,7 +28,19 @@ pub enum DeliveryError {
 
 impl DeliveryClient {
     pub fn new(policy: AddressPolicy, lookup: Arc<dyn Lookup>, timeout: Duration) -> reqwest::Result<Self> {
-        let http = reqwest::Client::builder()
+        Self::trusting(policy, lookup, timeout, &[])
+    }
+
+    /// [`Self::new`], trusting `cas` besides the system's store and the built-in Mozilla
+    /// roots (`outbound.ca_file`).
+    pub fn trusting(
+        policy: AddressPolicy,
+        lookup: Arc<dyn Lookup>,
+        timeout: Duration,
+        cas: &[reqwest::Certificate],
+    ) -> reqwest::Result<Self> {
+        let builder = cas.iter().fold(reqwest::Client::builder(), |b, ca| b.add_root_certificate(ca.clone()));
+        let http = builder
             .dns_resolver(Arc::new(GuardedResolver::new(lookup, policy)))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()

@@ -29,6 +29,7 @@ mod subject_token;
 mod support;
 mod tenancy;
 mod token;
+mod trust;
 mod vault;
 mod wait;
 mod webhook_events;
