@@ -10,6 +10,7 @@ mod cli;
 mod connect_flow;
 mod connections_page;
 mod crash;
+mod deploy;
 mod dev_command;
 mod discovery;
 mod e2e;
