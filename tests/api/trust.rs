@@ -2,9 +2,8 @@
 //! test (a real TLS server: Python's `http.server` under `ssl`) fails, and succeeds once
 //! `outbound.ca_file` names that CA.
 
-use crate::support::receiver::register;
+use crate::support::receiver::{cancel, deliveries, register};
 use crate::support::{Options, TestApp, eventually, spawn_app, spawn_app_with};
-use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -109,21 +108,7 @@ impl Drop for TlsReceiver {
 
 async fn cancel_a_link(app: &TestApp) {
     let (id, _) = app.elicit("alice", "testp").await;
-    let r = app
-        .client
-        .post(format!("{}/v1/elicitations/{id}/cancel", app.base))
-        .bearer_auth(&app.key)
-        .json(&json!({ "reason": "cancel" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-}
-
-async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
-    let r = app.admin(reqwest::Method::GET, &format!("/webhooks/{webhook}/deliveries"), None).await;
-    let b: Value = r.json().await.unwrap();
-    b["deliveries"].as_array().unwrap().clone()
+    cancel(app, &id, "cancel").await;
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //! (time moved by the worker's clock, not waited for), in order per connection.
 
 use crate::support::browser::Browser;
-use crate::support::receiver::{Receiver, assert_verified, python_verdicts, register};
+use crate::support::receiver::{Receiver, assert_verified, cancel, deliveries, python_verdicts, register};
 use crate::support::{Options, TestApp, assert_error, eventually, spawn_app, spawn_app_with};
 use mcp_connect::domain::{KeyScope, ManualClock, TenantId};
 use secrecy::ExposeSecret;
@@ -20,18 +20,6 @@ async fn admin_key_of(app: &TestApp, tenant: &str) -> String {
     k.key.expose_secret().to_owned()
 }
 
-async fn cancel(app: &TestApp, id: &str, reason: &str) {
-    let r = app
-        .client
-        .post(format!("{}/v1/elicitations/{id}/cancel", app.base))
-        .bearer_auth(&app.key)
-        .json(&json!({ "reason": reason }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-}
-
 /// Connects `subject` at `testp` as `login` through the real browser flow.
 async fn connect(app: &TestApp, subject: &str, login: &str) -> String {
     let (id, url) = app.elicit(subject, "testp").await;
@@ -43,13 +31,6 @@ async fn connection_of(app: &TestApp, subject: &str) -> String {
     let b: Value =
         app.admin(reqwest::Method::GET, &format!("/connections?subject={subject}"), None).await.json().await.unwrap();
     b["connections"][0]["id"].as_str().unwrap().to_owned()
-}
-
-async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
-    let r = app.admin(reqwest::Method::GET, &format!("/webhooks/{webhook}/deliveries"), None).await;
-    assert_eq!(r.status(), 200);
-    let b: Value = r.json().await.unwrap();
-    b["deliveries"].as_array().unwrap().clone()
 }
 
 /// `(type, subject)` of each event, and the `data` of each.

@@ -176,3 +176,25 @@ pub async fn assert_verified(secret: &str, deliveries: &[Delivery]) {
     assert_eq!(verdicts.len(), deliveries.len());
     assert!(verdicts.iter().all(|v| v == "ok"), "{verdicts:?}");
 }
+
+/// Cancels elicitation `id` as the MCP client would (`reason`: `cancel` or `decline`),
+/// which queues an `elicitation.cancelled` event.
+pub async fn cancel(app: &TestApp, id: &str, reason: &str) {
+    let r = app
+        .client
+        .post(format!("{}/v1/elicitations/{id}/cancel", app.base))
+        .bearer_auth(&app.key)
+        .json(&json!({ "reason": reason }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// The endpoint's deliveries as `GET /admin/v1/webhooks/{id}/deliveries` lists them.
+pub async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
+    let r = app.admin(reqwest::Method::GET, &format!("/webhooks/{webhook}/deliveries"), None).await;
+    assert_eq!(r.status(), 200);
+    let b: Value = r.json().await.unwrap();
+    b["deliveries"].as_array().unwrap().clone()
+}
