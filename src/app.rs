@@ -6,7 +6,7 @@ use crate::cache::Caches;
 use crate::domain::{ElicitationId, ProviderId, TenantId};
 use crate::oauth::ProviderRegistry;
 use crate::oauth::http::Outbound;
-use crate::oauth::resolve::{IdpConfig, Resolver};
+use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
 use crate::store::{self, PgPool, handouts::HandoutAudit};
 use crate::tenants::Tenants;
 use crate::vault::Vault;
@@ -33,7 +33,8 @@ pub struct AppState {
     pub elicitation_ttl: Duration,
     /// The longest a request is held by `wait_seconds` (`elicitations.max_wait_seconds`).
     pub max_wait: Duration,
-    pub idp: Arc<IdpConfig>,
+    /// The primary IdPs: `[idp]` and `[idps.<name>]`.
+    pub idps: Arc<Idps>,
     pub resolver: Arc<Resolver>,
     pub outbound: Outbound,
     pub session_ttl: Duration,
@@ -79,6 +80,13 @@ impl AppState {
         let mut u = self.public_base_url.clone();
         u.set_path("/login/callback");
         u
+    }
+
+    /// An active tenant's primary IdP (`None`: no such active tenant, or it names an IdP
+    /// this instance's configuration does not have).
+    pub fn tenant_idp(&self, tenant: &TenantId) -> Option<Arc<IdpConfig>> {
+        let named = self.tenants.idp_of(tenant)?;
+        self.idps.of_tenant(named.as_ref()).cloned()
     }
 
     /// The name users see for a tenant (its id if it is no longer configured).

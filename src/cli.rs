@@ -227,7 +227,7 @@ async fn migrate(config: &Path) -> anyhow::Result<()> {
     let config = Config::load(config)?;
     let pool = store::connect(config.database_url.expose_secret(), 1).await?;
     store::migrate(&pool).await?;
-    sync_tenants(&pool, &config.tenants).await?;
+    sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
     Ok(())
 }
 

@@ -155,12 +155,20 @@ pub async fn shutdown_signal() {
 
 /// Inserts or updates the configured tenants. Never deactivates one (a tenant missing from
 /// this file may be served by another instance's): `mcp-connect tenant deactivate` does.
-pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig]) -> anyhow::Result<()> {
+/// Links and connections without an issuer (made before issuers were recorded, or by a
+/// binary of the release before during a rolling deploy) become `default_issuer`'s
+/// subjects': the default `[idp]`, the only IdP those binaries had.
+pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issuer: &str) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     for t in tenants {
         store::tenants::upsert_tenant(&mut *tx, t).await?;
     }
     tx.commit().await?;
+    let links = store::elicitations::backfill_issuer(pool, default_issuer).await?;
+    let connections = store::connections::backfill_issuer(pool, default_issuer).await?;
+    if links + connections > 0 {
+        tracing::info!(links, connections, issuer = default_issuer, "recorded the issuer of rows written without one");
+    }
     // Say so where a tenant that is gone from this file still works: removing it from the
     // file no longer switches it off (instances with different files would fight).
     let listed: Vec<&str> = tenants.iter().map(|t| t.id.as_str()).collect();
@@ -184,7 +192,7 @@ async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
     } else {
         store::check_schema(&pool).await?;
     }
-    sync_tenants(&pool, &config.tenants).await?;
+    sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
     Ok(pool)
 }
 
@@ -292,7 +300,7 @@ async fn app_state(
             instance_name(),
             crate::store::handouts::system_wall_clock(),
         ),
-        idp: Arc::new(config.idp),
+        idps: Arc::new(config.idps),
         resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
         outbound,
         session_ttl: config.session_ttl,

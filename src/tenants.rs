@@ -34,7 +34,13 @@ impl Tenants {
                 let providers = r.allowed_providers.iter().filter_map(|p| ProviderId::parse(p).ok()).collect();
                 let subject_token =
                     SubjectTokenPolicy { audience: r.subject_token_audience, required: Some(r.require_subject_token) };
-                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token }))
+                // A name that is not an IdP name cannot be an IdP of any instance: `None`
+                // would hand the tenant to the default IdP, so the tenant is skipped.
+                let idp = match r.idp {
+                    None => None,
+                    Some(name) => Some(crate::domain::IdpName::parse(&name).ok()?),
+                };
+                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token, idp }))
             })
             .collect();
         if let Ok(mut a) = self.active.write() {
@@ -52,6 +58,12 @@ impl Tenants {
     /// How an active tenant's requests prove their subject (`None`: no such active tenant).
     pub fn subject_token_policy(&self, id: &TenantId) -> Option<SubjectTokenPolicy> {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.subject_token.clone()))
+    }
+
+    /// The IdP an active tenant names (`None` inside: the default; `None`: no such active
+    /// tenant).
+    pub fn idp_of(&self, id: &TenantId) -> Option<Option<crate::domain::IdpName>> {
+        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.idp.clone()))
     }
 
     /// The display name of an active tenant.

@@ -1,6 +1,6 @@
 //! A cached connection: the row as stored (ciphertext, opened per request), packed into one
 //! allocation for its key, ciphertext and account, with the parts many rows share (vault
-//! key id, token type, scopes) kept once as a [`Shape`].
+//! key id, token type, scopes, the subject's issuer) kept once as a [`Shape`].
 
 use super::SEP;
 use crate::domain::ConnectionStatus;
@@ -16,6 +16,8 @@ pub struct Shape {
     pub key_id: Box<str>,
     pub token_type: Box<str>,
     pub scopes: Box<[String]>,
+    /// The issuer of the IdP whose subject holds the connection.
+    pub issuer: Box<str>,
 }
 
 /// What a hand-out needs from a connection row: ciphertext, never a plaintext token.
@@ -38,7 +40,7 @@ pub struct CachedConnection {
 }
 
 impl CachedConnection {
-    /// Only active rows with a sealed access token are worth caching.
+    /// Only active rows with a sealed access token and a known issuer are worth caching.
     pub fn of(row: &ConnectionRow) -> Option<Self> {
         if row.status != ConnectionStatus::Active {
             return None;
@@ -50,6 +52,7 @@ impl CachedConnection {
                 key_id: row.key_id.as_deref()?.into(),
                 token_type: row.token_type.as_str().into(),
                 scopes: row.scopes.clone().into_boxed_slice(),
+                issuer: row.issuer.as_deref()?.into(),
             }),
             access_token_ct: row.access_token_ct.as_deref()?.into(),
             has_refresh_token: row.refresh_token_ct.is_some(),

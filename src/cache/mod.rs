@@ -336,7 +336,12 @@ mod tests {
         CachedConnection {
             id: Uuid::nil(),
             xmin: 100,
-            shape: Arc::new(Shape { key_id: "k".into(), token_type: "Bearer".into(), scopes: vec![].into() }),
+            shape: Arc::new(Shape {
+                key_id: "k".into(),
+                token_type: "Bearer".into(),
+                scopes: vec![].into(),
+                issuer: "https://idp.example".into(),
+            }),
             access_token_ct: vec![1, 2, 3].into(),
             has_refresh_token: true,
             account_id: None,

@@ -7,7 +7,8 @@
 //!   the pool's from `DATABASE_URL`, which wins over `MCP_CONNECT_DATABASE_URL_FILE` (as it
 //!   always has);
 //! - the secrets that have no place in the file: `MCP_CONNECT_VAULT_KEYS`,
-//!   `MCP_CONNECT_IDP_CLIENT_SECRET`, `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`.
+//!   `MCP_CONNECT_IDP_CLIENT_SECRET`, `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`,
+//!   `MCP_CONNECT_IDPS_<NAME>_CLIENT_SECRET` (for an `[idps.<name>]` the file names).
 //!
 //! This is the one place settings are read from the environment: validation sees the file
 //! with the variables laid over it, and the secrets. (The log filter `MCP_CONNECT_LOG`, the
@@ -38,7 +39,7 @@ use Kind::{Number, Switch, Text};
 
 const TOP: &[(&str, Kind)] = &[("public_base_url", Text), ("listen", Text), ("log_format", Text)];
 
-/// Every section's scalar settings (README's table lists the same).
+/// Every section's scalar settings (docs/configuration.md lists the same).
 const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("database", &[("url", Text), ("listen_url", Text), ("max_connections", Number)]),
     ("vault", &[("keys_file", Text)]),
@@ -122,6 +123,7 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
         vault_keys: env("MCP_CONNECT_VAULT_KEYS").map(SecretString::from),
         idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET").map(SecretString::from),
         provider_client_secrets: Default::default(),
+        idps_client_secrets: Default::default(),
     };
     for (key, kind) in TOP {
         set(table, key, &format!("MCP_CONNECT_{}", upper(key)), *kind, env, &mut errors);
@@ -150,6 +152,13 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
                 if let Some(secret) = env(&format!("MCP_CONNECT_PROVIDER_{}_CLIENT_SECRET", upper(name))) {
                     secrets.provider_client_secrets.insert(name.clone(), SecretString::from(secret));
                 }
+            }
+        }
+    }
+    if let Some(idps) = table.get("idps").and_then(toml::Value::as_table) {
+        for name in idps.keys() {
+            if let Some(secret) = env(&format!("MCP_CONNECT_IDPS_{}_CLIENT_SECRET", upper(name))) {
+                secrets.idps_client_secrets.insert(name.clone(), SecretString::from(secret));
             }
         }
     }

@@ -9,7 +9,7 @@ mod raw;
 mod validate;
 
 use crate::oauth::providers::ProviderRegistry;
-use crate::oauth::resolve::IdpConfig;
+use crate::oauth::resolve::Idps;
 use crate::vault::Keyring;
 use secrecy::SecretString;
 use std::net::SocketAddr;
@@ -79,7 +79,8 @@ pub struct Config {
     pub api_key_hash_queue: usize,
     pub tenants: Vec<TenantConfig>,
     pub providers: ProviderRegistry,
-    pub idp: IdpConfig,
+    /// The default `[idp]` and the named `[idps.<name>]`.
+    pub idps: Idps,
     pub session_ttl: Duration,
     pub outbound_timeout: Duration,
     /// Certificate authorities trusted for outbound HTTPS besides the system's store and
@@ -356,16 +357,16 @@ client_id = "abc"
     fn the_id_token_clock_skew_defaults_to_a_minute_and_comes_from_the_file_or_the_environment() {
         let gh = |c: &Config| c.providers.get(&ProviderId::parse("github").unwrap()).unwrap().clock_skew;
         let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
-        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(60), time::Duration::seconds(60)));
+        assert_eq!((c.idps.default().clock_skew, gh(&c)), (time::Duration::seconds(60), time::Duration::seconds(60)));
         let file = GOOD.replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclock_skew_seconds = 5");
         let file = format!("{file}clock_skew_seconds = 7\n");
         let c = Config::from_toml(&file, &env_of(&base_env())).unwrap();
-        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::seconds(5), time::Duration::seconds(7)));
+        assert_eq!((c.idps.default().clock_skew, gh(&c)), (time::Duration::seconds(5), time::Duration::seconds(7)));
         let mut e = base_env();
         e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "0"));
         e.push(("MCP_CONNECT_PROVIDER_GITHUB_CLOCK_SKEW_SECONDS", "30"));
         let c = Config::from_toml(&file, &env_of(&e)).unwrap();
-        assert_eq!((c.idp.clock_skew, gh(&c)), (time::Duration::ZERO, time::Duration::seconds(30)));
+        assert_eq!((c.idps.default().clock_skew, gh(&c)), (time::Duration::ZERO, time::Duration::seconds(30)));
         let mut e = base_env();
         e.push(("MCP_CONNECT_IDP_CLOCK_SKEW_SECONDS", "soon"));
         // Named where the bad value is: the variable.
@@ -383,8 +384,38 @@ client_id = "abc"
             &env_of(&base_env()),
         )
         .unwrap();
-        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com/");
+        assert_eq!(c.idps.default().issuer.as_str(), "https://idp.example.com/");
         let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
-        assert_eq!(c.idp.issuer.as_str(), "https://idp.example.com");
+        assert_eq!(c.idps.default().issuer.as_str(), "https://idp.example.com");
+    }
+
+    #[test]
+    fn a_tenant_names_one_of_the_configured_idps_each_with_its_own_issuer() {
+        let second = "[idps.second]\nissuer = \"https://idp-b.example.com\"\nclient_id = \"b\"\n";
+        let named =
+            |idp: &str| GOOD.replace("providers = [\"github\"]", &format!("providers = [\"github\"]\nidp = \"{idp}\""));
+        let mut env = base_env();
+        env.push(("MCP_CONNECT_IDPS_SECOND_CLIENT_SECRET", "b-secret"));
+        let c = Config::from_toml(&format!("{}{second}", named("second")), &env_of(&env)).unwrap();
+        let idp = c.idps.of_tenant(c.tenants[0].idp.as_ref()).unwrap();
+        assert_eq!((idp.name.as_str(), idp.issuer.as_str()), ("second", "https://idp-b.example.com"));
+        assert_eq!(c.idps.by_issuer("https://idp-b.example.com").unwrap().name, "second");
+        // `default` is `[idp]`, written out or not.
+        let c = Config::from_toml(&named("default"), &env_of(&base_env())).unwrap();
+        assert_eq!(c.tenants[0].idp, None);
+
+        for (toml, env, field) in [
+            // A tenant naming an IdP that is not configured.
+            (named("third"), &env, "tenants[0].idp"),
+            (named("Not A Name"), &env, "tenants[0].idp"),
+            // The secret of a named IdP comes from its own variable or file.
+            (format!("{GOOD}{second}"), &base_env(), "idps.second.client_secret_file"),
+            // Two entries with one issuer: a session's issuer must lead to one IdP.
+            (format!("{GOOD}{}", second.replace("idp-b.example.com", "idp.example.com")), &env, "idps.second.issuer"),
+            // `default` is the name of `[idp]`.
+            (format!("{GOOD}{}", second.replace("idps.second", "idps.default")), &env, "idps.default"),
+        ] {
+            assert_eq!(error_field(&toml, env), field, "{toml}");
+        }
     }
 }

@@ -23,6 +23,9 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) api_keys: RawApiKeys,
     pub(super) idp: Option<RawIdp>,
+    /// More identity providers, by name, for tenants that name one (`tenants[].idp`).
+    #[serde(default)]
+    pub(super) idps: BTreeMap<String, RawIdp>,
     #[serde(default)]
     pub(super) sessions: RawSessions,
     #[serde(default)]
@@ -177,6 +180,8 @@ pub(super) struct RawTenant {
     pub(super) providers: Vec<String>,
     pub(super) subject_token_audience: Option<String>,
     pub(super) require_subject_token: Option<bool>,
+    /// The name of one of `[idps.<name>]`; unset: the default `[idp]`.
+    pub(super) idp: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,4 +223,6 @@ pub(super) struct EnvSecrets {
     pub idp_client_secret: Option<SecretString>,
     /// `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`, by the provider's name in the file.
     pub provider_client_secrets: BTreeMap<String, SecretString>,
+    /// `MCP_CONNECT_IDPS_<NAME>_CLIENT_SECRET`, by the name of an `[idps.<name>]`.
+    pub idps_client_secrets: BTreeMap<String, SecretString>,
 }

@@ -3,12 +3,13 @@
 use super::raw::EnvSecrets;
 use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
 use super::{Config, ConfigError, LogFormat, TenantConfig, err};
-use crate::domain::{ProviderId, Scopes, TenantId};
+use crate::domain::{DEFAULT_IDP, ProviderId, Scopes, TenantId};
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
 use crate::oauth::urls;
 use crate::vault::Keyring;
 use secrecy::SecretString;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -188,8 +189,8 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         drain = drain(raw.shutdown.drain_seconds);
         log_format = log_format(raw.log_format);
         database = database(raw.database);
-        keyring = keyring(exposed(secrets.vault_keys), keys_file.as_deref());
-        idp = validate_idp(raw.idp, exposed(secrets.idp_client_secret));
+        keyring = keyring(exposed(secrets.vault_keys.take()), keys_file.as_deref());
+        idps = validate_idps(raw.idp, raw.idps, &mut secrets);
         tenants = tenants;
         cache_enabled = Ok::<_, ConfigError>(raw.cache.enabled.unwrap_or(true));
         cache_max_age = secs("cache.max_age_seconds", raw.cache.max_age_seconds, 5, 1..=60,
@@ -214,6 +215,14 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
             10_000, 1..=1_000_000, "");
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
     }
+    for (i, t) in tenants.iter().enumerate() {
+        if let Some(name) = t.idp.as_ref().filter(|n| idps.by_name(n.as_str()).is_none()) {
+            return Err(err(
+                format!("tenants[{i}].idp"),
+                format!("{:?} is not configured under [idps]", name.as_str()),
+            ));
+        }
+    }
     let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
     let outbound_cas = ca_bundle(raw.outbound.ca_file.as_deref())?;
     let (database_url, database_max_connections, database_listen_url) = database;
@@ -225,7 +234,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         unknown_expiry_refresh,
         cleanup_interval,
         audit_retention,
-        idp,
+        idps,
         session_ttl,
         outbound_timeout,
         outbound_cas,
@@ -334,7 +343,13 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
             providers.push(pid);
         }
         let subject_token = subject_token_policy(&field, t.subject_token_audience, t.require_subject_token)?;
-        tenants.push(TenantConfig { id, display_name, providers, subject_token });
+        let idp = match t.idp.as_deref() {
+            None | Some(DEFAULT_IDP) => None,
+            Some(name) => {
+                Some(crate::domain::IdpName::parse(name).map_err(|e| err(format!("{field}.idp"), e.to_string()))?)
+            }
+        };
+        tenants.push(TenantConfig { id, display_name, providers, subject_token, idp });
     }
     Ok(tenants)
 }
@@ -375,8 +390,50 @@ fn subject_token_policy(
     Ok(crate::domain::SubjectTokenPolicy { audience, required })
 }
 
-/// The primary IdP; its client secret from the environment (`secret`), else the file named.
-pub(super) fn validate_idp(raw: Option<RawIdp>, secret: Option<String>) -> Result<IdpConfig, ConfigError> {
+/// The default IdP (`[idp]`) and the named ones (`[idps.<name>]`), each with its client
+/// secret from the environment, else the file it names. Issuers are unique: a session
+/// records only its issuer, which must lead back to one IdP.
+fn validate_idps(
+    default: Option<RawIdp>,
+    named: BTreeMap<String, RawIdp>,
+    secrets: &mut EnvSecrets,
+) -> Result<crate::oauth::resolve::Idps, ConfigError> {
+    let default = validate_idp(DEFAULT_IDP, "idp", default, exposed(secrets.idp_client_secret.take()))?;
+    let mut idps = crate::oauth::resolve::Idps::new(default);
+    for (name, raw) in named {
+        let field = format!("idps.{name}");
+        let parsed = crate::domain::IdpName::parse(&name).map_err(|e| err(&field, e.to_string()))?;
+        if parsed.as_str() == DEFAULT_IDP {
+            return Err(err(&field, format!("{DEFAULT_IDP:?} is the name of [idp]")));
+        }
+        let secret = exposed(secrets.idps_client_secrets.remove(&name));
+        let idp = validate_idp(&name, &field, Some(raw), secret)?;
+        if let Some(other) = idps.by_issuer(idp.issuer.as_str()) {
+            return Err(err(
+                format!("{field}.issuer"),
+                format!("{:?} is also the issuer of {}: one IdP, one entry", idp.issuer.as_str(), other.field()),
+            ));
+        }
+        idps.insert(idp);
+    }
+    Ok(idps)
+}
+
+/// One primary IdP; its client secret from the environment (`secret`), else the file named.
+pub(super) fn validate_idp(
+    name: &str,
+    field: &str,
+    raw: Option<RawIdp>,
+    secret: Option<String>,
+) -> Result<IdpConfig, ConfigError> {
+    let f = |sub: &str| format!("{field}.{sub}");
+    let var = |key: &str| {
+        if name == DEFAULT_IDP {
+            format!("MCP_CONNECT_IDP_{key}")
+        } else {
+            format!("MCP_CONNECT_IDPS_{}_{key}", name.to_uppercase().replace('-', "_"))
+        }
+    };
     let raw = raw.unwrap_or(RawIdp {
         issuer: None,
         client_id: None,
@@ -386,29 +443,34 @@ pub(super) fn validate_idp(raw: Option<RawIdp>, secret: Option<String>) -> Resul
         clock_skew_seconds: None,
         allow_private_endpoints: false,
     });
-    let clock_skew = clock_skew("idp.clock_skew_seconds", raw.clock_skew_seconds)?;
+    let clock_skew = clock_skew(&f("clock_skew_seconds"), raw.clock_skew_seconds)?;
     let issuer = raw.issuer.ok_or_else(|| {
-        err("idp.issuer", "missing (or set MCP_CONNECT_IDP_ISSUER): the OIDC IdP that issues the MCP access tokens")
+        let how = if name == DEFAULT_IDP { " (or set MCP_CONNECT_IDP_ISSUER)" } else { "" };
+        err(f("issuer"), format!("missing{how}: the OIDC IdP that issues the MCP access tokens"))
     })?;
     let issuer =
-        urls::Issuer::parse(&issuer, &raw.allow_idn_hosts).map_err(|e| err("idp.issuer", format!("{issuer:?} {e}")))?;
-    let client_id = raw.client_id.ok_or_else(|| err("idp.client_id", "missing (or set MCP_CONNECT_IDP_CLIENT_ID)"))?;
+        urls::Issuer::parse(&issuer, &raw.allow_idn_hosts).map_err(|e| err(f("issuer"), format!("{issuer:?} {e}")))?;
+    let client_id = raw.client_id.ok_or_else(|| {
+        let how = if name == DEFAULT_IDP { " (or set MCP_CONNECT_IDP_CLIENT_ID)" } else { "" };
+        err(f("client_id"), format!("missing{how}"))
+    })?;
     let client_secret = match (secret, &raw.client_secret_file) {
         (Some(s), _) => s,
-        (None, Some(path)) => read_secret_file("idp.client_secret_file", path)?,
+        (None, Some(path)) => read_secret_file(&f("client_secret_file"), path)?,
         (None, None) => {
             return Err(err(
-                "idp.client_secret_file",
-                "no client secret: set MCP_CONNECT_IDP_CLIENT_SECRET or client_secret_file",
+                f("client_secret_file"),
+                format!("no client secret: set {} or client_secret_file", var("CLIENT_SECRET")),
             ));
         }
     };
     let scopes = raw.scopes.unwrap_or_else(|| vec!["openid".to_owned()]);
-    Scopes::parse(&scopes).map_err(|e| err("idp.scopes", e.to_string()))?;
+    Scopes::parse(&scopes).map_err(|e| err(f("scopes"), e.to_string()))?;
     if !scopes.iter().any(|s| s == "openid") {
-        return Err(err("idp.scopes", "must include \"openid\""));
+        return Err(err(f("scopes"), "must include \"openid\""));
     }
     Ok(IdpConfig {
+        name: name.to_owned(),
         issuer,
         client_id,
         client_secret: SecretString::from(client_secret),

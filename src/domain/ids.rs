@@ -83,6 +83,15 @@ slug_id!(
     TenantId,
     "tenant id"
 );
+/// The name of `[idp]` where a tenant or a login names its IdP.
+pub const DEFAULT_IDP: &str = "default";
+
+slug_id!(
+    /// A configured primary identity provider: `default` (`[idp]`) or an `[idps.<name>]`.
+    IdpName,
+    "idp name"
+);
+
 slug_id!(
     /// A configured downstream provider (`github`, `google`, `dev`, ...).
     ProviderId,

@@ -12,7 +12,10 @@ mod scopes;
 
 pub use audit::AuditKind;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use ids::{ApiKeyId, ConnectionId, ConnectionKey, ElicitationId, ProviderId, Subject, TenantId, WebhookId};
+pub use ids::{
+    ApiKeyId, ConnectionId, ConnectionKey, DEFAULT_IDP, ElicitationId, IdpName, ProviderId, Subject, TenantId,
+    WebhookId,
+};
 pub use scopes::Scopes;
 
 /// What the operator's kill switches allow for a tenant's provider right now.
@@ -84,6 +87,8 @@ pub struct TenantConfig {
     pub display_name: String,
     pub providers: Vec<ProviderId>,
     pub subject_token: SubjectTokenPolicy,
+    /// The tenant's primary IdP; `None`: the default `[idp]`.
+    pub idp: Option<IdpName>,
 }
 
 /// How a tenant's MCP server proves whose token it asks for (`subject_token` on

@@ -18,10 +18,12 @@ use url::Url;
 const STATE_TTL: time::Duration = time::Duration::minutes(10);
 pub const STATE_PURPOSE: &str = "oauth_state";
 
-/// The logged-in browser user: the IdP's `sub`, and the hash of the session id.
+/// The logged-in browser user: the IdP's `sub` and that IdP's issuer (together, the
+/// person), and the hash of the session id.
 #[derive(Debug, Clone)]
 pub struct SessionInfo {
     pub subject: Subject,
+    pub issuer: String,
     pub id_hash: [u8; 32],
 }
 
@@ -55,10 +57,17 @@ pub fn check_entry(
     }
 }
 
-/// The one identity check: the browser user is the subject the link was made for. Byte
-/// equality of the IdP's `sub`; names and e-mails play no part.
+/// The one identity check: the browser user is the subject the link was made for, at the
+/// IdP it was made for. Byte equality of the issuer and of the IdP's `sub`; names and
+/// e-mails play no part. A link without a recorded issuer matches nobody.
 pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
-    crypto::constant_time_eq(e.subject.as_str().as_bytes(), session.subject.as_str().as_bytes())
+    same_issuer(e, session)
+        && crypto::constant_time_eq(e.subject.as_str().as_bytes(), session.subject.as_str().as_bytes())
+}
+
+/// Whether the session was signed in at the IdP the link was made for.
+fn same_issuer(e: &ElicitationRow, session: &SessionInfo) -> bool {
+    e.issuer.as_deref().is_some_and(|i| crypto::constant_time_eq(i.as_bytes(), session.issuer.as_bytes()))
 }
 
 /// Records that someone else opened a link (the refusal page is the caller's).
@@ -134,27 +143,41 @@ pub fn authority(url: &Url) -> String {
     }
 }
 
-/// The connect link opened: everything needed to render the consent page, after every
-/// check; `None` when the link is good but nobody is signed in (the page sends the person
-/// to sign in first, and the checks that need the person run when they come back).
+/// What the connect link shows.
+pub enum Consent {
+    /// The consent page, after every check.
+    View(Box<ConsentView>),
+    /// The link is good, and nobody is signed in, or someone of another IdP than the one
+    /// the link is for: the page sends the person to sign in at `idp` (its name) first, and
+    /// the checks that need the person run when they come back.
+    SignIn { idp: String },
+}
+
+/// The connect link opened.
 pub async fn consent_view(
     state: &AppState,
     id: ElicitationId,
     path_provider: &ProviderId,
     session: Option<&SessionInfo>,
     now: OffsetDateTime,
-) -> Result<Option<ConsentView>, ConnectError> {
-    let Some(session) = session else {
-        let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
-        check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
-        return Ok(None);
+) -> Result<Consent, ConnectError> {
+    let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
+    check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
+    let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
+    let Some(session) = session.filter(|s| same_issuer(&e, s)) else {
+        // The IdP the link's subject belongs to. One no longer configured (or a link from
+        // before issuers were recorded, not yet backfilled) cannot be signed in at: to the
+        // person, the link is over, and the assistant's next call makes a new one.
+        let idp = e.issuer.as_deref().and_then(|i| state.idps.by_issuer(i));
+        let idp = idp.ok_or(ConnectError::Entry(EntryRefusal::Expired))?;
+        return Ok(Consent::SignIn { idp: idp.name.clone() });
     };
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
-    Ok(Some(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin }))
+    Ok(Consent::View(Box::new(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -237,6 +260,8 @@ mod props;
 mod tests {
     use super::*;
 
+    const ISSUER: &str = "https://idp.example";
+
     fn row(status: &str, provider: &str, expires_in: i64, cancel_reason: Option<&str>) -> ElicitationRow {
         let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
         ElicitationRow {
@@ -249,6 +274,7 @@ mod tests {
             created_at: now,
             expires_at: now + time::Duration::seconds(expires_in),
             completed_at: None,
+            issuer: Some(ISSUER.to_owned()),
             connection_id: None,
             cancel_reason: cancel_reason.map(str::to_owned),
         }
@@ -280,10 +306,22 @@ mod tests {
     #[test]
     fn only_the_subject_the_link_was_made_for_passes() {
         let e = row("pending", "github", 60, None);
-        let session = |s: &str| SessionInfo { subject: Subject::parse(s).unwrap(), id_hash: [0; 32] };
+        let at = |issuer: &str, s: &str| SessionInfo {
+            subject: Subject::parse(s).unwrap(),
+            issuer: issuer.to_owned(),
+            id_hash: [0; 32],
+        };
+        let session = |s: &str| at(ISSUER, s);
         assert!(same_subject(&e, &session("alice")));
         for other in ["bob", "Alice", "alice ", "alic", "alice@example.com"] {
             assert!(Subject::parse(other).is_err() || !same_subject(&e, &session(other)), "{other:?}");
         }
+        // The same `sub` at another IdP is someone else; so is anyone, for a link whose
+        // issuer is not recorded.
+        for issuer in ["https://other-idp.example", "https://idp.example/", ""] {
+            assert!(!same_subject(&e, &at(issuer, "alice")), "{issuer:?}");
+        }
+        let unrecorded = ElicitationRow { issuer: None, ..e };
+        assert!(!same_subject(&unrecorded, &session("alice")));
     }
 }

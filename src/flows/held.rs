@@ -4,9 +4,10 @@
 //! links for that provider closed) with `by: subject` in the audit trail.
 
 use crate::app::AppState;
-use crate::domain::{ConnectionStatus, ProviderId, Subject};
+use crate::domain::{ConnectionStatus, ProviderId};
+use crate::flows::connect::SessionInfo;
 use crate::flows::revoke::{self, Revoked};
-use crate::store;
+use crate::store::{self, connections::Owner};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -36,9 +37,10 @@ pub struct Group {
     pub connections: Vec<Held>,
 }
 
-/// The subject's connections that are not revoked, grouped by tenant.
-pub async fn held_by(state: &AppState, subject: &Subject) -> Result<Vec<Group>, sqlx::Error> {
-    let rows = store::connections::held_by_subject(&state.pool, subject.as_str()).await?;
+/// The person's connections that are not revoked, grouped by tenant: those of the session's
+/// subject at the session's IdP.
+pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group>, sqlx::Error> {
+    let rows = store::connections::held_by_subject(&state.pool, &person.issuer, person.subject.as_str()).await?;
     // Each provider once, all at once, each bounded: a provider whose metadata cannot be
     // had just now costs the page two seconds at most, and shows no host.
     let mut providers: Vec<&str> = rows.iter().map(|r| r.meta.provider.as_str()).collect();
@@ -100,19 +102,21 @@ pub enum DisconnectError {
 }
 super::fault::wraps_fault!(DisconnectError);
 
-/// Whether `subject` may end the connection whose owner is `owner`. The one rule of the
-/// page: a person ends their own connections only, in any tenant.
-pub fn may_disconnect(subject: &Subject, owner: Option<&(String, String)>) -> Result<String, DisconnectError> {
+/// Whether `person` may end the connection whose owner is `owner`. The one rule of the
+/// page: a person (the subject at one IdP) ends their own connections only, in any tenant.
+pub fn may_disconnect(person: &SessionInfo, owner: Option<&Owner>) -> Result<String, DisconnectError> {
     match owner {
-        Some((tenant, owner)) if owner == subject.as_str() => Ok(tenant.clone()),
+        Some(o) if o.subject == person.subject.as_str() && o.issuer.as_deref() == Some(person.issuer.as_str()) => {
+            Ok(o.tenant_id.clone())
+        }
         _ => Err(DisconnectError::NotYours),
     }
 }
 
-/// Ends one of `subject`'s connections, as the admin revoke does.
-pub async fn disconnect(state: &AppState, subject: &Subject, id: Uuid) -> Result<Revoked, DisconnectError> {
+/// Ends one of `person`'s connections, as the admin revoke does.
+pub async fn disconnect(state: &AppState, person: &SessionInfo, id: Uuid) -> Result<Revoked, DisconnectError> {
     let owner = store::connections::owner_of(&state.pool, id).await?;
-    let tenant = may_disconnect(subject, owner.as_ref())?;
+    let tenant = may_disconnect(person, owner.as_ref())?;
     revoke::revoke_connection(state, &tenant, id, BY_SUBJECT, revoke::RevokedBy::Subject)
         .await?
         .ok_or(DisconnectError::NotYours)
@@ -124,14 +128,22 @@ mod tests {
 
     #[test]
     fn a_person_may_end_their_own_connections_only() {
-        let alice = Subject::parse("alice").unwrap();
-        type Owner = Option<(String, String)>;
-        let owned = |t: &str, s: &str| Some((t.to_owned(), s.to_owned()));
-        let cases: [(Owner, Option<&str>); 5] = [
+        use crate::domain::Subject;
+        const A: &str = "https://idp-a.example";
+        let alice = SessionInfo { subject: Subject::parse("alice").unwrap(), issuer: A.to_owned(), id_hash: [0; 32] };
+        let at = |t: &str, i: Option<&str>, s: &str| {
+            Some(Owner { tenant_id: t.to_owned(), issuer: i.map(str::to_owned), subject: s.to_owned() })
+        };
+        let owned = |t: &str, s: &str| at(t, Some(A), s);
+        let cases: [(Option<Owner>, Option<&str>); 8] = [
             (owned("acme", "alice"), Some("acme")),
             (owned("beta", "alice"), Some("beta")),
             (owned("acme", "bob"), None),
             (owned("acme", "Alice"), None),
+            // Another IdP's alice is someone else; a row without an issuer is nobody's.
+            (at("acme", Some("https://idp-b.example"), "alice"), None),
+            (at("acme", Some("https://idp-a.example/"), "alice"), None),
+            (at("acme", None, "alice"), None),
             (None, None),
         ];
         for (owner, allowed) in cases {

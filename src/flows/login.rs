@@ -6,8 +6,10 @@ use crate::app::AppState;
 use crate::crypto;
 use crate::domain::AuditKind;
 use crate::oauth::flow::{self, FlowError};
+use crate::oauth::resolve::IdpConfig;
 use crate::oauth::resolve::Source;
 use crate::store;
+use std::sync::Arc;
 use time::OffsetDateTime;
 use url::Url;
 
@@ -71,11 +73,19 @@ pub fn path_and_query(u: &Url) -> String {
 /// (`store::sessions::spend_login_state`), so the same answer is not used twice.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SealedLogin {
+    /// The name of the IdP the browser was sent to (a cookie of the release before, which
+    /// had one IdP, names none: the default).
+    #[serde(default = "default_idp")]
+    idp: String,
     verifier: String,
     nonce: String,
     return_to: String,
     /// Unix seconds.
     expires_at: i64,
+}
+
+fn default_idp() -> String {
+    crate::domain::DEFAULT_IDP.to_owned()
 }
 
 /// A started login: where to send the browser, and the login cookie's value.
@@ -121,11 +131,11 @@ super::fault::wraps_fault!(LoginError);
 
 /// The IdP's metadata and keys; when they cannot be had, the failure is in the audit trail
 /// (`login_failed`, reason `idp_unavailable`) as well as on the page.
-async fn idp(state: &AppState) -> Result<std::sync::Arc<flow::AuthServer>, LoginError> {
-    match state.resolver.idp(&state.outbound, &state.idp).await {
+async fn server_of(state: &AppState, idp: &IdpConfig) -> Result<Arc<flow::AuthServer>, LoginError> {
+    match state.resolver.idp(&state.outbound, idp).await {
         Ok(server) => Ok(server),
         Err(e) => {
-            record_failure(state, "idp_unavailable").await;
+            record_failure(state, idp, "idp_unavailable").await;
             Err(LoginError::Unavailable(e))
         }
     }
@@ -134,34 +144,36 @@ async fn idp(state: &AppState) -> Result<std::sync::Arc<flow::AuthServer>, Login
 /// A `login_failed` audit event, at most one a minute per instance: `/login` needs no
 /// sign-in, so an outage hammered by browsers must not become a row per request. Best
 /// effort: the page the person sees does not depend on it.
-async fn record_failure(state: &AppState, reason: &'static str) {
+async fn record_failure(state: &AppState, idp: &IdpConfig, reason: &'static str) {
     static LAST_MINUTE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
     let minute = OffsetDateTime::now_utc().unix_timestamp().div_euclid(60);
     if LAST_MINUTE.swap(minute, std::sync::atomic::Ordering::AcqRel) == minute {
         return;
     }
     let mut ev = store::audit::AuditEvent::new(AuditKind::LoginFailed);
-    ev.detail = serde_json::json!({ "reason": reason });
+    ev.detail = serde_json::json!({ "reason": reason, "idp": idp.name });
     if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
         tracing::warn!(error = %e, "login_failed not recorded");
     }
 }
 
-/// Starts a login. `choose_account` (the person signed out of us, e.g. to switch accounts)
+/// Starts a login at `idp`. `choose_account` (the person signed out of us, e.g. to switch accounts)
 /// asks the IdP to show its sign-in again (`prompt=login`, OIDC Core §3.1.2.1) instead of
 /// silently reusing the session it holds: without it the IdP signs the same person in again.
 pub async fn start(
     state: &AppState,
+    idp: &IdpConfig,
     return_to: &str,
     choose_account: bool,
     now: OffsetDateTime,
 ) -> Result<LoginStart, LoginError> {
-    let server = idp(state).await?;
+    let server = server_of(state, idp).await?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
-    let req = flow::authorize(&server, &state.login_redirect_uri(), &state.idp.scopes.join(" "), extra, true);
+    let req = flow::authorize(&server, &state.login_redirect_uri(), &idp.scopes.join(" "), extra, true);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let secret = zeroize::Zeroizing::new(serde_json::to_vec(&SealedLogin {
+        idp: idp.name.clone(),
         verifier: req.pkce_verifier,
         nonce: req.nonce.unwrap_or_default(),
         return_to: return_to.to_owned(),
@@ -173,9 +185,10 @@ pub async fn start(
 
 /// OpenID Connect RP-Initiated Logout 1.0 §2: where to send the browser to end its session
 /// at the IdP too, when the IdP has an `end_session_endpoint`. The IdP sends it back to
-/// `<base>/logout/done` (register that as a post-logout redirect URI).
-pub async fn idp_logout_url(state: &AppState) -> Option<Url> {
-    let server = match state.resolver.idp(&state.outbound, &state.idp).await {
+/// `<base>/logout/done` (register that as a post-logout redirect URI). `idp`: the one that
+/// signed the session in.
+pub async fn idp_logout_url(state: &AppState, idp: &IdpConfig) -> Option<Url> {
+    let server = match state.resolver.idp(&state.outbound, idp).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "identity provider unavailable: signing out here only");
@@ -186,7 +199,7 @@ pub async fn idp_logout_url(state: &AppState) -> Option<Url> {
     let mut back = state.public_base_url.clone();
     back.set_path("/logout/done");
     url.query_pairs_mut()
-        .append_pair("client_id", &state.idp.client_id)
+        .append_pair("client_id", &idp.client_id)
         .append_pair("post_logout_redirect_uri", back.as_str());
     Some(url)
 }
@@ -217,7 +230,10 @@ pub async fn complete(
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
     let secret = cookie.and_then(|c| open_cookie(state, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
-    let server = idp(state).await?;
+    // The IdP this browser was sent to (sealed with the state, so the answer is checked
+    // against that IdP alone); one no longer configured ends the sign-in.
+    let idp = state.idps.by_name(&secret.idp).cloned().ok_or(LoginError::StateUnusable)?;
+    let server = server_of(state, &idp).await?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
     if let Some(e) = &q.error {
         let code: String = e.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
@@ -236,7 +252,7 @@ pub async fn complete(
         // The time of the check, not of the request: the exchange took a while.
         .verify_id_token(
             &state.outbound,
-            Source::Idp(&state.idp),
+            Source::Idp(&idp),
             server.clone(),
             raw,
             &secret.nonce,

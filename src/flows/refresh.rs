@@ -339,6 +339,7 @@ mod tests {
             version: 0,
             seal_version: Some(1),
             xmin: 1,
+            issuer: Some("https://idp.example".into()),
         }
     }
 

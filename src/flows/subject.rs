@@ -8,7 +8,7 @@
 use crate::app::AppState;
 use crate::domain::{Subject, TenantId};
 use crate::oauth::access_token::{self, AccessTokenRefusal};
-use crate::oauth::resolve::Source;
+use crate::oauth::resolve::{IdpConfig, Source};
 use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 
@@ -49,7 +49,9 @@ pub async fn proven_subject(
         return named.ok_or(SubjectError::Missing);
     };
     let audience = policy.audience.ok_or(SubjectError::TokenNotAccepted)?;
-    let sub = verified_sub(state, token.expose_secret(), &audience, now).await?;
+    // The tenant's own IdP: a token of another tenant's IdP fails the issuer check.
+    let idp = state.tenant_idp(tenant).ok_or(SubjectError::TenantInactive)?;
+    let sub = verified_sub(state, &idp, token.expose_secret(), &audience, now).await?;
     let proven = Subject::parse(&sub).map_err(|_| SubjectError::Refused(AccessTokenRefusal::Invalid))?;
     match named {
         Some(n) if n != proven => Err(SubjectError::OtherSubject),
@@ -58,20 +60,21 @@ pub async fn proven_subject(
 }
 
 /// The `sub` of a token that passes every check of `oauth::access_token` against the
-/// primary IdP's keys (fetched again, at most once a minute, for a key id they lack).
+/// tenant's IdP's keys (fetched again, at most once a minute, for a key id they lack).
 async fn verified_sub(
     state: &AppState,
+    idp: &IdpConfig,
     raw: &str,
     audience: &str,
     now: OffsetDateTime,
 ) -> Result<String, SubjectError> {
-    let issuer = state.idp.issuer.as_str();
+    let issuer = idp.issuer.as_str();
     let header = access_token::precheck(raw, issuer).map_err(SubjectError::Refused)?;
     let cached =
-        state.resolver.idp(&state.outbound, &state.idp).await.map_err(|e| SubjectError::Unavailable(e.to_string()))?;
+        state.resolver.idp(&state.outbound, idp).await.map_err(|e| SubjectError::Unavailable(e.to_string()))?;
     let server = state
         .resolver
-        .holding_key(&state.outbound, Source::Idp(&state.idp), cached.clone(), Some(&header.kid))
+        .holding_key(&state.outbound, Source::Idp(idp), cached.clone(), Some(&header.kid))
         .await
         .map_err(|e| SubjectError::Unavailable(e.to_string()))?;
     let jwks = server.jwks.as_ref().ok_or_else(|| SubjectError::Unavailable("the IdP publishes no keys".to_owned()))?;
@@ -84,5 +87,5 @@ async fn verified_sub(
             "a key id the IdP's keys lack; they were fetched within the minute".to_owned(),
         ));
     }
-    access_token::verify(raw, &header, jwks, issuer, audience, now, state.idp.clock_skew).map_err(SubjectError::Refused)
+    access_token::verify(raw, &header, jwks, issuer, audience, now, idp.clock_skew).map_err(SubjectError::Refused)
 }

@@ -60,6 +60,10 @@ pub enum TokenError {
     Refresh(#[from] RefreshError),
     #[error("a pending elicitation kept appearing and vanishing; retry")]
     ElicitationRace,
+    /// The tenant names an IdP this instance's configuration lacks (or it was just
+    /// switched off): another instance, or this one after its file is fixed, can answer.
+    #[error("the tenant's identity provider is not configured on this instance")]
+    IdpUnavailable,
     #[error(transparent)]
     Fault(#[from] super::Fault),
 }
@@ -73,17 +77,20 @@ pub async fn token_for(
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
     let provider = provider_for(state, tenant, &req.provider)?;
+    // The subject is the tenant's IdP's: rows of another IdP's namesake are not its.
+    let idp = state.tenant_idp(tenant).ok_or(TokenError::IdpUnavailable)?;
+    let issuer = idp.issuer.as_str();
     let killed = kill_state(&state.pool, &state.caches, tenant, &req.provider).await?;
     if killed == KillState::NoTokenHandouts {
         return Err(TokenError::ProviderDisabled);
     }
 
     if let Some(eid) = req.elicitation_id
-        && let Some(answer) = elicitation_answer(state, tenant, &req, eid, now).await?
+        && let Some(answer) = elicitation_answer(state, tenant, issuer, &req, eid, now).await?
     {
         return Ok(answer);
     }
-    if let Some(out) = cached_token(state, tenant, &req, now)? {
+    if let Some(out) = cached_token(state, tenant, issuer, &req, now)? {
         record_handout(state, api_key, &out).await;
         return Ok(out);
     }
@@ -91,7 +98,9 @@ pub async fn token_for(
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     let ticket = state.caches.ticket();
     let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
-    let conn = state.lookups.find_connection(&key).await?;
+    // A connection of another IdP's subject of the same name (the tenant changed its IdP
+    // since) is not this subject's: as if there were none, and a new grant replaces it.
+    let conn = state.lookups.find_connection(&key).await?.filter(|c| c.issuer.as_deref() == Some(issuer));
     if let Some(row) = &conn
         && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
         && let Some(entry) = CachedConnection::of(row)
@@ -115,7 +124,7 @@ pub async fn token_for(
         Some(c) if c.status == ConnectionStatus::Active => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
         _ => wanted,
     };
-    let e = pending_elicitation(state, tenant, &req, &wanted, now).await?;
+    let e = pending_elicitation(state, tenant, issuer, &req, &wanted, now).await?;
     Ok(TokenOutcome::ConnectRequired(e))
 }
 
@@ -156,6 +165,7 @@ pub async fn token_waiting(
 async fn elicitation_answer(
     state: &AppState,
     tenant: &TenantId,
+    issuer: &str,
     req: &TokenRequest,
     eid: ElicitationId,
     now: OffsetDateTime,
@@ -165,6 +175,10 @@ async fn elicitation_answer(
         .ok_or(TokenError::ElicitationNotFound)?;
     if e.subject != req.subject || e.provider != req.provider {
         return Err(TokenError::ElicitationMismatch);
+    }
+    // Made for the subject of the IdP the tenant had before: a fresh link replaces it.
+    if e.issuer.as_deref() != Some(issuer) {
+        return Ok(None);
     }
     Ok(match e.status {
         ElicitationStatus::Pending if e.expires_at > now => Some(TokenOutcome::ConnectRequired(e)),
@@ -177,13 +191,15 @@ async fn elicitation_answer(
 fn cached_token(
     state: &AppState,
     tenant: &TenantId,
+    issuer: &str,
     req: &TokenRequest,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     match state.caches.connection(t, s, p) {
         Some(c)
-            if covers(&c.shape.scopes, req)
+            if *c.shape.issuer == *issuer
+                && covers(&c.shape.scopes, req)
                 && !refresh::needs_refresh_at(
                     c.access_expires_at,
                     c.has_refresh_token,
@@ -223,6 +239,7 @@ async fn usable_token(
                     return Ok(None);
                 };
                 if now_row.status != ConnectionStatus::Active
+                    || now_row.issuer != c.issuer
                     || refresh::needs_refresh(&now_row, now, state.refresh_margin, state.unknown_expiry_refresh)
                 {
                     return Ok(None);
@@ -293,13 +310,14 @@ async fn record_handout(state: &AppState, api_key: &ApiKeyId, out: &TokenOutcome
 async fn pending_elicitation(
     state: &AppState,
     tenant: &TenantId,
+    issuer: &str,
     req: &TokenRequest,
     scopes: &Scopes,
     now: OffsetDateTime,
 ) -> Result<ElicitationRow, TokenError> {
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     let mut tx = store::begin(&state.pool).await?;
-    let expired = store::elicitations::expire_overdue_for(&mut *tx, t, s, p, now).await?;
+    let expired = store::elicitations::expire_overdue_for(&mut *tx, t, s, p, issuer, now).await?;
     super::events::links_closed(&mut tx, EventKind::ElicitationExpired, &expired, "service", "expired").await?;
     tx.commit().await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired.len() as u64);
@@ -313,6 +331,7 @@ async fn pending_elicitation(
             id: id.as_uuid(),
             tenant_id: t,
             subject: s,
+            issuer,
             provider: p,
             scopes: scopes.as_slice(),
             mcp_context: req.mcp_context.clone(),

@@ -297,6 +297,13 @@ impl From<crate::flows::token::TokenError> for ApiError {
             }
             // The flow answers these itself (a new consent); should one get here, the
             // connection changed under the request, and a retry sees it as it is now.
+            T::IdpUnavailable => {
+                tracing::warn!("the tenant names an IdP this instance's configuration lacks");
+                Self::new(
+                    ErrorCode::TemporarilyUnavailable,
+                    "the tenant's identity provider is not available on this instance; retry",
+                )
+            }
             T::Refresh(R::NeedsReauth | R::Gone) | T::ElicitationRace => {
                 Self::new(ErrorCode::TemporarilyUnavailable, "the request collided with concurrent changes; retry")
             }

@@ -22,9 +22,12 @@ const CACHE_FOR: Duration = Duration::from_secs(3600);
 /// cannot be reached to say so).
 const STALE_FOR: Duration = Duration::from_secs(24 * 3600);
 
-/// The primary identity provider (the one whose `sub` is the MCP subject).
+/// A primary identity provider (the one whose `sub` is the MCP subject of the tenants that
+/// name it).
 #[derive(Debug)]
 pub struct IdpConfig {
+    /// `default` for `[idp]`, else the `<name>` of `[idps.<name>]`.
+    pub name: String,
     pub issuer: Issuer,
     pub client_id: String,
     pub client_secret: SecretString,
@@ -35,6 +38,59 @@ pub struct IdpConfig {
     /// Discovered endpoints on another origin than the issuer may be private addresses
     /// (`idp.allow_private_endpoints`).
     pub allow_private_endpoints: bool,
+}
+
+impl IdpConfig {
+    /// Where the configuration names it (for messages).
+    pub fn field(&self) -> String {
+        if self.name == crate::domain::DEFAULT_IDP { "idp".to_owned() } else { format!("idps.{}", self.name) }
+    }
+}
+
+/// Every configured primary IdP: the default and the named ones, found by name (a tenant's
+/// `idp`, a login in progress) or by issuer (a session, which records only that). Issuers
+/// are unique (the configuration refuses two entries with one issuer).
+#[derive(Debug)]
+pub struct Idps {
+    default: Arc<IdpConfig>,
+    named: HashMap<String, Arc<IdpConfig>>,
+}
+
+impl Idps {
+    pub fn new(default: IdpConfig) -> Self {
+        Self { default: Arc::new(default), named: HashMap::new() }
+    }
+
+    pub fn insert(&mut self, idp: IdpConfig) {
+        self.named.insert(idp.name.clone(), Arc::new(idp));
+    }
+
+    /// `[idp]`: the IdP of tenants that name none, and of `/login` without `idp`.
+    pub fn default(&self) -> &Arc<IdpConfig> {
+        &self.default
+    }
+
+    /// How many `[idps.<name>]` there are (besides `[idp]`).
+    pub fn named_count(&self) -> usize {
+        self.named.len()
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Arc<IdpConfig>> {
+        if name == self.default.name { Some(&self.default) } else { self.named.get(name) }
+    }
+
+    /// A tenant's IdP: the one it names, or the default. `None` when it names one this
+    /// instance does not have (a tenant another instance's file made).
+    pub fn of_tenant(&self, idp: Option<&crate::domain::IdpName>) -> Option<&Arc<IdpConfig>> {
+        match idp {
+            None => Some(&self.default),
+            Some(name) => self.by_name(name.as_str()),
+        }
+    }
+
+    pub fn by_issuer(&self, issuer: &str) -> Option<&Arc<IdpConfig>> {
+        std::iter::once(&self.default).chain(self.named.values()).find(|i| i.issuer.as_str() == issuer)
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -306,7 +362,7 @@ impl Resolver {
         let unknown_kid =
             kid.is_some_and(|kid| server.jwks.as_ref().is_some_and(|jwks| !super::flow::jwks_has_key(jwks, kid)));
         let key = match &source {
-            Source::Idp(_) => "idp".to_owned(),
+            Source::Idp(idp) => format!("idp:{}", idp.name),
             Source::Provider(p) => format!("provider:{}", p.id),
         };
         if !(unknown_kid && self.may_refetch(&key)) {
@@ -339,7 +395,7 @@ impl Resolver {
     }
 
     pub async fn idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {
-        self.resolve("idp", self.build_idp(http, idp)).await
+        self.resolve(&format!("idp:{}", idp.name), self.build_idp(http, idp)).await
     }
 
     async fn build_idp(&self, http: &Outbound, idp: &IdpConfig) -> Result<Arc<AuthServer>, ResolveError> {

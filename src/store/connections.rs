@@ -32,6 +32,9 @@ pub struct ConnectionRow {
     /// The row version PostgreSQL gave it (`xmin`), as read: any write to the row changes
     /// it. A row changed in memory after the read carries 0, which no stored row has.
     pub xmin: i64,
+    /// The issuer of the IdP whose `subject` holds it (`None`: written before issuers were
+    /// recorded and not yet backfilled; never taken for a match).
+    pub issuer: Option<String>,
 }
 
 impl ConnectionRow {
@@ -71,7 +74,7 @@ pub async fn find_connection(
                   provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
-                  xmin::text::bigint AS "xmin!"
+                  xmin::text::bigint AS "xmin!", issuer
            FROM connections WHERE tenant_id = $1 AND subject = $2 AND provider = $3"#,
         key.tenant.as_str(),
         key.subject.as_str(),
@@ -97,6 +100,8 @@ pub struct NewConnection<'a> {
     pub id: Uuid,
     pub tenant_id: &'a str,
     pub subject: &'a str,
+    /// The issuer of the IdP whose subject it is.
+    pub issuer: Option<&'a str>,
     pub provider: &'a str,
     pub account_id: Option<&'a str>,
     pub account_login: Option<&'a str>,
@@ -112,8 +117,8 @@ pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -
     let r = sqlx::query!(
         r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
                                     key_id, access_token_ct, refresh_token_ct, id_token_ct, token_type,
-                                    access_expires_at, refreshed_at, seal_version)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now(), 1)
+                                    access_expires_at, refreshed_at, seal_version, issuer)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now(), 1, $14)
            ON CONFLICT (tenant_id, subject, provider) DO NOTHING"#,
         c.id,
         c.tenant_id,
@@ -127,17 +132,20 @@ pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -
         c.grant.refresh_token_ct,
         c.grant.id_token_ct,
         c.grant.token_type,
-        c.grant.access_expires_at
+        c.grant.access_expires_at,
+        c.issuer
     )
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
 }
 
-/// Replaces the grant of an existing connection (re-connect), making it active again.
+/// Replaces the grant of an existing connection (re-connect), making it active again, as
+/// `issuer`'s subject's (the tenant's IdP may have changed since the row was made).
 pub async fn replace_grant(
     db: impl PgExecutor<'_>,
     id: Uuid,
+    issuer: Option<&str>,
     account_id: Option<&str>,
     account_login: Option<&str>,
     scopes: &[String],
@@ -148,7 +156,7 @@ pub async fn replace_grant(
            SET account_id = $2, account_login = $3, scopes = $4, status = 'active', key_id = $5,
                access_token_ct = $6, refresh_token_ct = $7, id_token_ct = $8, token_type = $9,
                access_expires_at = $10, refreshed_at = now(), granted_at = now(), updated_at = now(),
-               version = version + 1, seal_version = $11
+               version = version + 1, seal_version = $11, issuer = $12
            WHERE id = $1"#,
         id,
         account_id,
@@ -160,7 +168,8 @@ pub async fn replace_grant(
         grant.id_token_ct,
         grant.token_type,
         grant.access_expires_at,
-        grant.generation
+        grant.generation,
+        issuer
     )
     .execute(db)
     .await?;
@@ -175,7 +184,7 @@ pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option
                   provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
-                  xmin::text::bigint AS "xmin!"
+                  xmin::text::bigint AS "xmin!", issuer
            FROM connections WHERE id = $1 FOR UPDATE"#,
         id
     )
@@ -326,17 +335,23 @@ pub struct HeldRow {
     pub meta: ConnectionMeta,
 }
 
-/// Every connection of a subject that is not revoked, in every tenant, by tenant and
-/// provider. The subject is the person's `sub` at the primary IdP, the same in each tenant.
-pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<Vec<HeldRow>, sqlx::Error> {
+/// Every connection of a person that is not revoked, in every tenant, by tenant and
+/// provider. The person is the pair (`issuer`, `subject`): the `sub` at one IdP, the same
+/// in each tenant of that IdP; another IdP's subject of the same name is someone else.
+pub async fn held_by_subject(
+    db: impl PgExecutor<'_>,
+    issuer: &str,
+    subject: &str,
+) -> Result<Vec<HeldRow>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
-           WHERE c.subject = $1 AND c.status <> 'revoked'
+           WHERE c.subject = $1 AND c.issuer = $2 AND c.status <> 'revoked'
            ORDER BY c.tenant_id, c.provider"#,
-        subject
+        subject,
+        issuer
     )
     .fetch_all(db)
     .await?;
@@ -362,10 +377,26 @@ pub async fn held_by_subject(db: impl PgExecutor<'_>, subject: &str) -> Result<V
         .collect())
 }
 
-/// The tenant and subject a connection belongs to, whatever its tenant.
-pub async fn owner_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<(String, String)>, sqlx::Error> {
-    let row = sqlx::query!("SELECT tenant_id, subject FROM connections WHERE id = $1", id).fetch_optional(db).await?;
-    Ok(row.map(|r| (r.tenant_id, r.subject)))
+/// Who holds a connection: its tenant, and the person (issuer, subject).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub tenant_id: String,
+    pub issuer: Option<String>,
+    pub subject: String,
+}
+
+/// The tenant and person a connection belongs to, whatever its tenant.
+pub async fn owner_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Owner>, sqlx::Error> {
+    sqlx::query_as!(Owner, "SELECT tenant_id, issuer, subject FROM connections WHERE id = $1", id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Sets the issuer of rows made before issuers were recorded (or by a binary of the release
+/// before) to `issuer`: the default IdP's, the only one those binaries knew.
+pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!("UPDATE connections SET issuer = $1 WHERE issuer IS NULL", issuer).execute(db).await?;
+    Ok(r.rows_affected())
 }
 
 /// Ids of a subject's connections that still hold a grant (off-boarding).
@@ -400,7 +431,7 @@ pub async fn lock_rows_not_under_key(
                   provider AS "provider: ProviderId", account_id, account_login, scopes,
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
-                  xmin::text::bigint AS "xmin!"
+                  xmin::text::bigint AS "xmin!", issuer
            FROM connections
            WHERE key_id IS NOT NULL AND (key_id <> $1 OR seal_version IS NULL)
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)

@@ -19,12 +19,17 @@ pub struct ElicitationRow {
     pub connection_id: Option<Uuid>,
     /// For a `cancelled` one closed by the MCP client: `cancel` or `decline`.
     pub cancel_reason: Option<String>,
+    /// The issuer of the IdP whose `subject` this is (`None`: made before issuers were
+    /// recorded and not yet backfilled; never taken for a match).
+    pub issuer: Option<String>,
 }
 
 pub struct NewElicitation<'a> {
     pub id: Uuid,
     pub tenant_id: &'a str,
     pub subject: &'a str,
+    /// The issuer of the tenant's IdP.
+    pub issuer: &'a str,
     pub provider: &'a str,
     pub scopes: &'a [String],
     pub mcp_context: serde_json::Value,
@@ -36,8 +41,8 @@ pub struct NewElicitation<'a> {
 /// callers cannot both insert). Returns whether this call inserted.
 pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
-        r#"INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at)
-           VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)
+        r#"INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at, issuer)
+           VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)
            ON CONFLICT (tenant_id, subject, provider, scopes) WHERE status = 'pending' DO NOTHING"#,
         e.id,
         e.tenant_id,
@@ -45,7 +50,8 @@ pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> 
         e.provider,
         e.scopes,
         e.mcp_context,
-        e.expires_at
+        e.expires_at,
+        e.issuer
     )
     .execute(db)
     .await?;
@@ -63,7 +69,7 @@ pub async fn find_pending(
     sqlx::query_as!(
         ElicitationRow,
         r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason
+                  expires_at, completed_at, connection_id, cancel_reason, issuer
            FROM elicitations
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
         tenant_id,
@@ -84,7 +90,7 @@ pub async fn find_for_tenant(
     sqlx::query_as!(
         ElicitationRow,
         r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason
+                  expires_at, completed_at, connection_id, cancel_reason, issuer
            FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
         id,
         tenant_id
@@ -93,24 +99,28 @@ pub async fn find_for_tenant(
     .await
 }
 
-/// Marks pending elicitations past their deadline `expired` for one (tenant, subject,
-/// provider), so the one-pending index lets a fresh one in.
+/// Marks pending elicitations `expired` for one (tenant, subject, provider) that are past
+/// their deadline or were made for another IdP's subject (`issuer`: the tenant's IdP now;
+/// it changed since), so the one-pending index lets a fresh one in.
 pub async fn expire_overdue_for(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
     subject: &str,
     provider: &str,
+    issuer: &str,
     now: OffsetDateTime,
 ) -> Result<Vec<Closed>, sqlx::Error> {
     sqlx::query_as!(
         Closed,
         r#"UPDATE elicitations SET status = 'expired'
-           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending' AND expires_at <= $4
+           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending'
+             AND (expires_at <= $4 OR issuer IS DISTINCT FROM $5)
            RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
         tenant_id,
         subject,
         provider,
-        now
+        now,
+        issuer
     )
     .fetch_all(db)
     .await
@@ -126,7 +136,7 @@ pub async fn lock_pending(
     sqlx::query_as!(
         ElicitationRow,
         r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason
+                  expires_at, completed_at, connection_id, cancel_reason, issuer
            FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
            FOR UPDATE"#,
         id,
@@ -142,7 +152,7 @@ pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Elic
     sqlx::query_as!(
         ElicitationRow,
         r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason
+                  expires_at, completed_at, connection_id, cancel_reason, issuer
            FROM elicitations WHERE id = $1"#,
         id
     )
@@ -266,4 +276,12 @@ pub async fn cancel_one(
             .await?;
     }
     Ok(find_for_tenant(&mut *db, tenant_id, id).await?.map(|row| (changed, row)))
+}
+
+/// Sets the issuer of rows made before issuers were recorded (or by a binary of the release
+/// before, during a rolling deploy) to `issuer`: the default IdP's, the only one those
+/// binaries knew. Returns how many rows it set.
+pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!("UPDATE elicitations SET issuer = $1 WHERE issuer IS NULL", issuer).execute(db).await?;
+    Ok(r.rows_affected())
 }

@@ -9,22 +9,26 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
     sqlx::query!(
         // The subject-token settings a file leaves out ($4, $5 NULL) keep the database's
         // values: an instance started with an older or shorter file never lowers them.
+        // The IdP ($6) is the file's, as written: unset is the default `[idp]`.
         r#"INSERT INTO tenants
-               (id, display_name, allowed_providers, subject_token_audience, require_subject_token, active, updated_at)
-           VALUES ($1, $2, $3, $4, COALESCE($5, false), true, now())
+               (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, active,
+                updated_at)
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), $6, true, now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
                subject_token_audience = COALESCE($4, tenants.subject_token_audience),
-               require_subject_token = COALESCE($5, tenants.require_subject_token), updated_at = now()
+               require_subject_token = COALESCE($5, tenants.require_subject_token), idp = $6, updated_at = now()
            WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
               OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers
+              OR tenants.idp IS DISTINCT FROM $6
               OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
               OR ($5::bool IS NOT NULL AND tenants.require_subject_token IS DISTINCT FROM $5)"#,
         t.id.as_str(),
         t.display_name,
         &providers,
         t.subject_token.audience,
-        t.subject_token.required
+        t.subject_token.required,
+        t.idp.as_ref().map(crate::domain::IdpName::as_str)
     )
     .execute(db)
     .await?;
@@ -55,13 +59,15 @@ pub struct TenantRow {
     pub active: bool,
     pub subject_token_audience: Option<String>,
     pub require_subject_token: bool,
+    /// The name of the tenant's IdP; `None`: the default.
+    pub idp: Option<String>,
 }
 
 /// Every active tenant.
 pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
     sqlx::query_as!(
         TenantRow,
-        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp
          FROM tenants WHERE active ORDER BY id"
     )
     .fetch_all(db)
@@ -72,7 +78,7 @@ pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, s
 pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
     sqlx::query_as!(
         TenantRow,
-        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp
          FROM tenants ORDER BY id"
     )
     .fetch_all(db)

@@ -6,7 +6,7 @@
 //! Labels are bounded sets only: route templates (never raw paths), status codes, outcome
 //! and reason codes, configured provider names. No id, subject, key or token is a label.
 //! The names are defined where they are recorded; [`describe`] lists them all with their
-//! help text, so this file is the catalogue (README has the same table).
+//! help text, so this file is the catalogue (docs/operations.md has the same table).
 
 use actix_web::{App, HttpResponse, HttpServer, dev::Server, web};
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};

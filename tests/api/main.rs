@@ -17,6 +17,7 @@ mod e2e;
 mod failover;
 mod faults;
 mod harness;
+mod idps;
 mod interop;
 mod lifecycle;
 mod logs;

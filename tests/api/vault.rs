@@ -218,9 +218,17 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
     let legacy = |token: &str| {
         app.state.vault.seal(&row, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
     };
-    let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type)
-                  VALUES ($1, 'acme', $2, 'github', '{}', 'active', 'k-old', $3, 'Bearer')";
-    sqlx::query(insert).bind(id.as_uuid()).bind("alice").bind(legacy("gho_legacy")).execute(&app.pool).await.unwrap();
+    // (Its issuer is the one the upgraded binary's start records for rows without one.)
+    let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type, issuer)
+                  VALUES ($1, 'acme', $2, 'github', '{}', 'active', 'k-old', $3, 'Bearer', $4)";
+    sqlx::query(insert)
+        .bind(id.as_uuid())
+        .bind("alice")
+        .bind(legacy("gho_legacy"))
+        .bind(app.idp.issuer())
+        .execute(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_legacy");
 
     let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.vault, 100, |_, _| {}).await.unwrap();
@@ -241,6 +249,7 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
         .bind(uuid::Uuid::new_v4())
         .bind("bob")
         .bind(legacy("gho_bob"))
+        .bind(app.idp.issuer())
         .execute(&app.pool)
         .await
         .expect_err("a sealed value without a generation");

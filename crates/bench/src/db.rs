@@ -55,12 +55,14 @@ pub fn provider_names(n: usize) -> Vec<String> {
 pub async fn prepare(pool: &PgPool, providers: &[String]) -> anyhow::Result<()> {
     store::migrate(pool).await?;
     let tenant = TenantConfig {
+        idp: None,
         id: TenantId::parse(TENANT)?,
         display_name: "Bench".to_owned(),
         providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,
         subject_token: Default::default(),
     };
-    mcp_connect::startup::sync_tenants(pool, &[tenant]).await?;
+    // The bench seeds its rows with their issuer: nothing to backfill.
+    mcp_connect::startup::sync_tenants(pool, &[tenant], "https://unused.invalid").await?;
     Ok(())
 }
 
@@ -87,6 +89,7 @@ fn seal_row(vault: &Vault, subject: &str, provider: &str, access: &str, refresh:
 /// `store::connections::insert_connection` writes.
 async fn insert_batch(
     pool: &PgPool,
+    issuer: &str,
     key_id: &str,
     rows: Vec<Sealed>,
     expires_at: OffsetDateTime,
@@ -107,9 +110,9 @@ async fn insert_batch(
     sqlx::query(
         r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
                                     key_id, access_token_ct, refresh_token_ct, token_type, access_expires_at,
-                                    refreshed_at)
+                                    refreshed_at, issuer)
            SELECT u.id, $1, u.subject, u.provider, 'acct-' || u.subject, u.subject, ARRAY['read'], 'active',
-                  $2, u.access, u.refresh, 'Bearer', $3, now()
+                  $2, u.access, u.refresh, 'Bearer', $3, now(), $9
            FROM UNNEST($4::uuid[], $5::text[], $6::text[], $7::bytea[], $8::bytea[])
                 AS u(id, subject, provider, access, refresh)"#,
     )
@@ -121,6 +124,7 @@ async fn insert_batch(
     .bind(&providers)
     .bind(&access)
     .bind(&refresh)
+    .bind(issuer)
     .execute(pool)
     .await?;
     Ok(())
@@ -134,8 +138,10 @@ async fn insert_batch(
 /// so one sealed token cannot stand for another row (the service would refuse to open it).
 /// Sealing runs on a blocking thread while the previous batch is inserted, so that the
 /// bench's CPU and Postgres's overlap (a million rows take about a minute rather than two).
+/// `issuer`: the bench IdP's, whose subjects the connections are.
 pub async fn seed(
     pool: &PgPool,
+    issuer: &str,
     vault: &Vault,
     subjects: std::ops::Range<usize>,
     providers: &[String],
@@ -152,8 +158,8 @@ pub async fn seed(
         if let Some(previous) = inserting.take() {
             previous.await??;
         }
-        let (pool, key_id) = (pool.clone(), vault.current_key_id().as_str().to_owned());
-        inserting = Some(tokio::spawn(async move { insert_batch(&pool, &key_id, rows, expires_at).await }));
+        let (pool, key_id, issuer) = (pool.clone(), vault.current_key_id().as_str().to_owned(), issuer.to_owned());
+        inserting = Some(tokio::spawn(async move { insert_batch(&pool, &issuer, &key_id, rows, expires_at).await }));
         from = to;
     }
     if let Some(last) = inserting {
@@ -182,6 +188,7 @@ fn seal_batch(vault: &Vault, subjects: std::ops::Range<usize>, providers: &[Stri
 /// hour ago, so the next lookup must refresh it.
 pub async fn insert_expired(
     pool: &PgPool,
+    issuer: &str,
     vault: &Vault,
     subject: &str,
     provider: &str,
@@ -191,7 +198,7 @@ pub async fn insert_expired(
     let row = seal_row(vault, subject, provider, access, refresh)?;
     let id = row.id;
     let expired = OffsetDateTime::now_utc() - time::Duration::hours(1);
-    insert_batch(pool, vault.current_key_id().as_str(), vec![row], expired).await?;
+    insert_batch(pool, issuer, vault.current_key_id().as_str(), vec![row], expired).await?;
     Ok(id)
 }
 

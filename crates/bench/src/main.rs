@@ -210,11 +210,11 @@ async fn run(
     let (idp, provider) = start_providers(&providers).await?;
 
     progress(started, &format!("seeding {} connections", keys.len()));
-    let seed_time = db::seed(&pool, &vault, 0..keys.subjects, &providers).await?;
+    let seed_time = db::seed(&pool, &idp.issuer(), &vault, 0..keys.subjects, &providers).await?;
     let storm_provider = providers.first().context("no provider")?.clone();
     let (old_access, refresh) = provider.issue_grant(&service::client_id(&storm_provider), "storm-user", "read");
     let storm_conn = storm::StormConnection {
-        id: db::insert_expired(&pool, &vault, "storm", &storm_provider, &old_access, &refresh).await?,
+        id: db::insert_expired(&pool, &idp.issuer(), &vault, "storm", &storm_provider, &old_access, &refresh).await?,
         subject: "storm".to_owned(),
         provider: storm_provider,
         old_access_token: old_access,
@@ -372,7 +372,8 @@ async fn scale_phase(
     );
     let keys = KeySpace { subjects, providers: base.providers };
     progress(phase.started, &format!("scale: seeding up to {} connections", keys.len()));
-    let seed = db::seed(phase.pool, vault, base.subjects..subjects, &phase.setup.providers).await?;
+    let seed =
+        db::seed(phase.pool, &phase.setup.idp_issuer, vault, base.subjects..subjects, &phase.setup.providers).await?;
     // The cache is split into shards, each holding an even share of the capacity; keys
     // fall into shards at random, so leave a tenth more room than there are connections.
     let cache_capacity = keys.len() + keys.len() / 10;

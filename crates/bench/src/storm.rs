@@ -1,6 +1,6 @@
 //! Refresh storm: many callers ask at once for the token of one connection whose access
 //! token has expired, spread over two service instances on one database, while the
-//! provider's token endpoint takes 50 ms. The single-flight rule (README "Refresh
+//! provider's token endpoint takes 50 ms. The single-flight rule (docs/operations.md "Refresh
 //! behaviour") says the provider sees exactly one refresh and every caller gets the new
 //! token.
 

@@ -450,12 +450,15 @@ impl TestApp {
         let rt =
             refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
         let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        // The tenant's IdP's subject, as the callback records it.
+        let issuer = self.state.tenant_idp(&t).map(|i| i.issuer.as_str().to_owned());
         let inserted = store::connections::insert_connection(
             &mut *db,
             &store::connections::NewConnection {
                 id: id.as_uuid(),
                 tenant_id: tenant,
                 subject,
+                issuer: issuer.as_deref(),
                 provider,
                 account_id: Some("4242"),
                 account_login: Some("octo-alice"),

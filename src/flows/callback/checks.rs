@@ -122,7 +122,11 @@ mod tests {
     }
 
     fn session() -> SessionInfo {
-        SessionInfo { id_hash: [1; 32], subject: Subject::parse("alice").unwrap() }
+        SessionInfo {
+            id_hash: [1; 32],
+            subject: Subject::parse("alice").unwrap(),
+            issuer: "https://idp.example".into(),
+        }
     }
 
     fn redirect() -> Url {
@@ -264,6 +268,7 @@ mod tests {
             completed_at: None,
             connection_id: None,
             cancel_reason: None,
+            issuer: Some("https://idp.example".into()),
         };
         let st = state_row();
         assert!(elicitation_matches(&st, &e("acme", "alice", "github")).is_ok());

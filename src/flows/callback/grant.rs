@@ -70,6 +70,7 @@ pub async fn save(
             store::connections::replace_grant(
                 &mut **tx,
                 connection.as_uuid(),
+                e.issuer.as_deref(),
                 account_id,
                 account_login,
                 &granted,
@@ -82,6 +83,7 @@ pub async fn save(
                 id: connection.as_uuid(),
                 tenant_id: e.tenant_id.as_str(),
                 subject: e.subject.as_str(),
+                issuer: e.issuer.as_deref(),
                 provider: e.provider.as_str(),
                 account_id,
                 account_login,

@@ -345,7 +345,12 @@ async fn keep(
         Some(found) => store::connections::lock_connection(&mut **tx, found.id).await?,
         None => None,
     };
-    let held = existing.as_ref().map(|c| (c.status, c.account_id.as_deref()));
+    // A row of another IdP's subject of the same name (the tenant changed IdP since) is
+    // not this person's: no account is pinned by it, and this grant replaces it.
+    let held = existing
+        .as_ref()
+        .filter(|c| c.issuer.is_some() && c.issuer == e.issuer)
+        .map(|c| (c.status, c.account_id.as_deref()));
     if checks::account_pinning(held, account.as_ref(), x.provider.allow_account_change).is_err() {
         let mut ev = AuditEvent::for_elicitation(AuditKind::AccountMismatch, e);
         ev.connection_id = existing.as_ref().map(|c| c.id);

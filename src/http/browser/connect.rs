@@ -40,13 +40,16 @@ pub async fn show(
         Ok(v) => v,
         Err(e) => return Err(refusal(&state, &rid, session.as_ref(), (&provider, &id), e).await),
     };
-    let (Some(v), Some(session)) = (view, session) else {
-        // A good link and nobody signed in. An absolute URL on our origin (invariant 14),
-        // built from parsed values only.
-        let mut login = state.public_base_url.clone();
-        login.set_path("/login");
-        login.query_pairs_mut().clear().append_pair("return_to", &format!("/connect/{provider}?e={id}"));
-        return Ok(HttpResponse::SeeOther().insert_header(("location", login.as_str())).finish());
+    let (connect::Consent::View(v), Some(session)) = (&view, session) else {
+        // A good link and nobody signed in (or someone of another IdP): to the sign-in of
+        // the link's IdP. An absolute URL on our origin (invariant 14), built from parsed
+        // values only.
+        let idp = match &view {
+            connect::Consent::SignIn { idp } => Some(idp.as_str()),
+            connect::Consent::View(_) => None,
+        };
+        let login = super::login::sign_in_url(&state, &format!("/connect/{provider}?e={id}"), idp);
+        return Ok(HttpResponse::SeeOther().insert_header(("location", login)).finish());
     };
     let page = ConsentPage {
         tenant_name: &v.tenant_name,
@@ -74,7 +77,11 @@ async fn refusal(
     let mismatch = matches!(e, ConnectError::IdentityMismatch);
     let mut page = connect_error(rid, session, link, e);
     if mismatch && let Some(own) = page.page.as_mut() {
-        own.form_action = crate::flows::login::idp_logout_url(state).await.map(|u| u.origin().ascii_serialization());
+        let idp = session.and_then(|s| state.idps.by_issuer(&s.info.issuer));
+        if let Some(idp) = idp {
+            own.form_action =
+                crate::flows::login::idp_logout_url(state, idp).await.map(|u| u.origin().ascii_serialization());
+        }
     }
     page
 }

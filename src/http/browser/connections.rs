@@ -71,12 +71,10 @@ fn view(groups: Vec<Group>) -> Vec<GroupView> {
         .collect()
 }
 
-/// To sign-in and back here.
-fn sign_in(state: &AppState) -> HttpResponse {
-    let mut login = state.public_base_url.clone();
-    login.set_path("/login");
-    login.query_pairs_mut().clear().append_pair("return_to", "/connections");
-    HttpResponse::SeeOther().insert_header(("location", login.as_str())).finish()
+/// To sign-in (at the IdP named, where `/connections?idp=<name>` names one) and back here.
+fn sign_in(state: &AppState, idp: Option<&str>) -> HttpResponse {
+    let login = super::login::sign_in_url(state, "/connections", idp);
+    HttpResponse::SeeOther().insert_header(("location", login)).finish()
 }
 
 async fn page(
@@ -85,7 +83,7 @@ async fn page(
     session: &super::BrowserSession,
     notice: Option<Notice>,
 ) -> Result<HttpResponse, PageError> {
-    let groups = held::held_by(state, &session.info.subject).await.map_err(|e| PageError::internal(rid, &e))?;
+    let groups = held::held_by(state, &session.info).await.map_err(|e| PageError::internal(rid, &e))?;
     let page = ConnectionsPage {
         signed_in_as: session.info.subject.as_str(),
         csrf: session.csrf(),
@@ -102,6 +100,8 @@ pub struct ShowQuery {
     disconnected: Option<String>,
     /// `no` when the provider could not be told.
     told: Option<String>,
+    /// Without a session: the IdP to sign in at (by name; `/login` checks it).
+    idp: Option<String>,
 }
 
 fn notice(state: &AppState, q: &ShowQuery) -> Option<Notice> {
@@ -128,7 +128,7 @@ pub async fn show(
     q: web::Query<ShowQuery>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let Some(session) = session.0 else { return Ok(sign_in(&state)) };
+    let Some(session) = session.0 else { return Ok(sign_in(&state, q.idp.as_deref())) };
     page(&state, &rid.0, &session, notice(&state, &q)).await
 }
 
@@ -167,7 +167,7 @@ pub async fn disconnect(
         ))
     };
     let id = form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).ok_or_else(not_yours)?;
-    let r = match held::disconnect(&state, &session.info.subject, id).await {
+    let r = match held::disconnect(&state, &session.info, id).await {
         Ok(r) => r,
         Err(DisconnectError::NotYours) => return Err(not_yours()),
         Err(DisconnectError::Fault(f)) => return Err(refused(super::refusals::fault(&rid, &f))),

@@ -14,6 +14,9 @@ use time::OffsetDateTime;
 #[derive(serde::Deserialize)]
 pub struct LoginQuery {
     return_to: Option<String>,
+    /// The IdP to sign in at, by name (`[idps.<name>]`); unset: the default `[idp]`. The
+    /// connect page names the IdP of its link's tenant.
+    idp: Option<String>,
 }
 
 pub async fn login(
@@ -34,9 +37,22 @@ pub async fn login(
                 HINT_RETRY,
             )
         })?;
+    let idp = match q.idp.as_deref() {
+        None => state.idps.default(),
+        Some(name) => state.idps.by_name(name).ok_or_else(|| {
+            tracing::warn!("sign-in link names an identity provider that is not configured");
+            PageError::new(
+                &rid,
+                PageKind::Refused,
+                "This sign-in link is not valid",
+                "It names a sign-in service this service does not have.",
+                HINT_RETRY,
+            )
+        })?,
+    };
     // After a sign-out from us, let the person pick the account at the IdP.
     let choose_account = req.cookie(relogin_cookie_name(state.secure_cookies)).is_some();
-    let started = login::start(&state, &return_to, choose_account, OffsetDateTime::now_utc())
+    let started = login::start(&state, idp, &return_to, choose_account, OffsetDateTime::now_utc())
         .await
         .map_err(|e| super::refusals::login_error(&rid, e))?;
     Ok(HttpResponse::SeeOther()
@@ -104,18 +120,24 @@ pub async fn logout(
     crate::store::sessions::delete_session(&state.pool, &s.info.id_hash)
         .await
         .map_err(|e| PageError::internal(&rid.0, &e))?;
+    // The IdP the session was signed in at: its sign-out, and the sign-in that follows.
+    let idp = state.idps.by_issuer(&s.info.issuer).cloned();
     // A return path that does not pass the check is dropped, not an error: sign-out works.
     let back = form
         .return_to
         .as_deref()
         .and_then(|raw| login::safe_return_to(&state.public_base_url, raw).ok())
         .map_or_else(|| "/".to_owned(), |u| login::path_and_query(&u));
-    // Percent-encoded: a path may hold `;` or `,`, which must not reach the cookie syntax.
-    let encoded: String = url::form_urlencoded::byte_serialize(back.as_bytes()).collect();
-    let relogin = cookie(relogin_cookie_name(secure), encoded, secure, time::Duration::minutes(30));
-    let mut r = match login::idp_logout_url(&state).await {
+    let idp_name = idp.as_ref().map(|i| i.name.as_str());
+    let relogin =
+        cookie(relogin_cookie_name(secure), relogin_value(idp_name, &back), secure, time::Duration::minutes(30));
+    let logout_url = match &idp {
+        Some(idp) => login::idp_logout_url(&state, idp).await,
+        None => None,
+    };
+    let mut r = match logout_url {
         Some(url) => HttpResponse::SeeOther().insert_header(("location", url.as_str())).finish(),
-        None => render(&SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back)) }, None)?,
+        None => render(&SignedOutPage { sign_in_again: Some(&sign_in_url(&state, &back, idp_name)) }, None)?,
     };
     for c in [removal(session_cookie_name(secure), secure), relogin] {
         r.add_cookie(&c).map_err(|e| PageError::internal(&rid.0, &e))?;
@@ -125,23 +147,41 @@ pub async fn logout(
 
 /// `GET /logout/done`: where the IdP sends the browser after its own sign-out.
 pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, PageError> {
-    let back = req
-        .cookie(relogin_cookie_name(state.secure_cookies))
-        .and_then(|c| {
-            let raw: String = url::form_urlencoded::parse(format!("v={}", c.value()).as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())?;
-            login::safe_return_to(&state.public_base_url, &raw).ok()
-        })
-        .map(|u| login::path_and_query(&u));
-    let again = back.map(|b| sign_in_url(&state, &b));
+    let again = req.cookie(relogin_cookie_name(state.secure_cookies)).and_then(|c| {
+        let raw: String =
+            url::form_urlencoded::parse(format!("v={}", c.value()).as_bytes()).next().map(|(_, v)| v.into_owned())?;
+        // `<idp> <path>`; a cookie of the release before holds the path alone (the default
+        // IdP). The name is checked by `/login` when the link is followed.
+        let (idp, raw) = match raw.split_once(' ') {
+            Some((idp, path)) => (Some(idp), path),
+            None => (None, raw.as_str()),
+        };
+        let back = login::safe_return_to(&state.public_base_url, raw).ok()?;
+        Some(sign_in_url(&state, &login::path_and_query(&back), idp))
+    });
     render(&SignedOutPage { sign_in_again: again.as_deref() }, None)
 }
 
-/// `<base>/login?return_to=<path>`, absolute on our origin.
-fn sign_in_url(state: &AppState, back: &str) -> String {
+/// The relogin cookie's value: the IdP's name and the path, percent-encoded (a path may
+/// hold `;` or `,`, which must not reach the cookie syntax). A checked path has no space.
+fn relogin_value(idp: Option<&str>, back: &str) -> String {
+    let raw = match idp {
+        Some(idp) => format!("{idp} {back}"),
+        None => back.to_owned(),
+    };
+    url::form_urlencoded::byte_serialize(raw.as_bytes()).collect()
+}
+
+/// `<base>/login?return_to=<path>[&idp=<name>]`, absolute on our origin (the default IdP
+/// is not named).
+pub fn sign_in_url(state: &AppState, back: &str, idp: Option<&str>) -> String {
     let mut u = state.public_base_url.clone();
     u.set_path("/login");
-    u.query_pairs_mut().clear().append_pair("return_to", back);
+    let mut q = u.query_pairs_mut();
+    q.clear().append_pair("return_to", back);
+    if let Some(idp) = idp.filter(|i| *i != crate::domain::DEFAULT_IDP) {
+        q.append_pair("idp", idp);
+    }
+    drop(q);
     u.to_string()
 }

@@ -101,12 +101,13 @@ impl FromRequest for MaybeSession {
                 .await
                 .map_err(|e| PageError::internal(&rid.0, &e))?;
             let Some(row) = row else { return Ok(MaybeSession(None)) };
-            // A session from another IdP (the configuration changed) says nothing now.
-            if row.issuer != state.idp.issuer.as_str() {
+            // A session of an IdP no longer configured says nothing now.
+            if state.idps.by_issuer(&row.issuer).is_none() {
                 return Ok(MaybeSession(None));
             }
             let Ok(subject) = Subject::parse(&row.subject) else { return Ok(MaybeSession(None)) };
-            Ok(MaybeSession(Some(BrowserSession { info: SessionInfo { subject, id_hash }, csrf: csrf_for(id) })))
+            let info = SessionInfo { subject, issuer: row.issuer, id_hash };
+            Ok(MaybeSession(Some(BrowserSession { info, csrf: csrf_for(id) })))
         })
     }
 }

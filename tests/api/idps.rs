@@ -1,0 +1,262 @@
+//! Each tenant its own primary IdP: tenant `acme` signs people in at the default `[idp]`,
+//! tenant `beta` at `[idps.second]`, another dev IdP. The person is the pair (issuer,
+//! `sub`): `alice` at one IdP and `alice` at the other never see or end each other's
+//! connections, never pass each other's links, and never get each other's tokens.
+
+use crate::support::browser::{Browser, absolute, form_value, location};
+use crate::support::{Options, TestApp, spawn_app_with};
+use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
+use serde_json::json;
+use std::sync::Arc;
+
+/// An app whose tenant `beta` (allowed `github` and `testp`) names `second`, a dev IdP of
+/// its own; `acme` keeps the default one.
+async fn two_idps() -> (TestApp, Arc<DevProvider>) {
+    two_idps_with(&[]).await
+}
+
+/// [`two_idps`] with more of beta's settings (lines of its `[[tenants]]` table).
+async fn two_idps_with(beta: &[&str]) -> (TestApp, Arc<DevProvider>) {
+    let second = DevProvider::start(DevProviderConfig {
+        display_name: "Second Identity Provider".to_owned(),
+        role: Role::IdentityProvider,
+        ..DevProviderConfig::default()
+    })
+    .await
+    .unwrap();
+    let opts = Options {
+        extra_toml: format!("[idps.second]\nissuer = \"{}\"\nclient_id = \"mcp-connect-b\"\n", second.issuer()),
+        env: vec![("MCP_CONNECT_IDPS_SECOND_CLIENT_SECRET", "second-secret".to_owned())],
+        patch: vec![(
+            "display_name = \"Beta Bot\"\nproviders = [\"github\"]",
+            format!(
+                "display_name = \"Beta Bot\"\nproviders = [\"github\", \"testp\"]\nidp = \"second\"\n{}",
+                beta.join("\n")
+            ),
+        )],
+        ..Options::default()
+    };
+    let app = spawn_app_with(opts).await;
+    second.add_client(ClientRegistration {
+        client_id: "mcp-connect-b".to_owned(),
+        client_secret: "second-secret".to_owned(),
+        redirect_uris: vec![format!("{}/login/callback", app.base)],
+    });
+    (app, Arc::new(second))
+}
+
+/// Signs `browser` in as `subject` through `/login` (at the IdP `idp` names), and checks
+/// that the IdP it was sent to is `at`.
+async fn sign_in(app: &TestApp, browser: &Browser, idp: Option<&str>, at: &DevProvider, subject: &str) {
+    let query = idp.map(|i| format!("&idp={i}")).unwrap_or_default();
+    let r = browser.get(&format!("{}/login?return_to=/connections{query}", app.base)).await;
+    assert_eq!(r.status(), 303);
+    let authorize = location(&r);
+    assert!(authorize.starts_with(&at.base_url()), "sent to {authorize}");
+    let back = browser.answer_authorize(&authorize, subject, "allow").await;
+    let r = browser.get(&back).await;
+    assert_eq!(r.status(), 303, "login callback: {}", r.text().await.unwrap());
+}
+
+async fn connections_page(app: &TestApp, browser: &Browser) -> String {
+    let r = browser.get(&format!("{}/connections", app.base)).await;
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
+}
+
+async fn beta_token(app: &TestApp, subject: &str, provider: &str) -> serde_json::Value {
+    let r = app.token(&app.beta_key, json!({"subject": subject, "provider": provider})).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_same_sub_at_two_idps_is_two_people_for_pages_links_and_tokens() {
+    let (app, second) = two_idps().await;
+    let acme_alice = app.insert_connection("acme", "alice", "github", "gho_acme_alice", &["repo"], None).await;
+    let beta_alice = app.insert_connection("beta", "alice", "github", "gho_beta_alice", &["repo"], None).await;
+    let issuer_of = |id: mcp_connect::domain::ConnectionId| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT issuer FROM connections WHERE id = $1")
+                .bind(id.as_uuid())
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(issuer_of(acme_alice).await, app.idp.issuer());
+    assert_eq!(issuer_of(beta_alice).await, second.issuer());
+
+    // "Your connections": alice at the default IdP sees acme's only, alice at the second
+    // IdP beta's only.
+    let at_a = Browser::new();
+    sign_in(&app, &at_a, None, &app.idp, "alice").await;
+    let html = connections_page(&app, &at_a).await;
+    assert!(html.contains("<h2>Acme Assistant</h2>") && !html.contains("Beta Bot"), "{html}");
+    let at_b = Browser::new();
+    sign_in(&app, &at_b, Some("second"), &second, "alice").await;
+    let html_b = connections_page(&app, &at_b).await;
+    assert!(html_b.contains("<h2>Beta Bot</h2>") && !html_b.contains("Acme Assistant"), "{html_b}");
+
+    // Neither ends the other's: the same answer as for a connection that does not exist.
+    let csrf = form_value(&html, "csrf");
+    let r = at_a
+        .client
+        .post(format!("{}/connections/disconnect", app.base))
+        .form(&[("csrf", csrf.as_str()), ("id", &beta_alice.to_string())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("does not exist or is not yours"));
+    let status: String = sqlx::query_scalar("SELECT status FROM connections WHERE id = $1")
+        .bind(beta_alice.as_uuid())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "active", "beta's alice keeps her connection");
+
+    // Tokens: each tenant hands out its own IdP's alice's.
+    let b = beta_token(&app, "alice", "github").await;
+    assert_eq!(b["access_token"], "gho_beta_alice", "{b}");
+    let a = app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
+    assert_eq!(a["access_token"], "gho_acme_alice", "{a}");
+
+    // A beta link opened by alice of the default IdP: not the consent page, but the
+    // sign-in at beta's IdP (she is someone else there). Nothing is recorded as a
+    // mismatch: she never claimed to be beta's alice.
+    let link = beta_token(&app, "alice", "testp").await;
+    let url = link["elicitation"]["url"].as_str().unwrap().to_owned();
+    let r = at_a.get(&url).await;
+    assert_eq!(r.status(), 303);
+    let login = absolute(&app, &location(&r));
+    assert!(login.contains("/login?return_to=") && login.ends_with("&idp=second"), "{login}");
+    let r = at_a.get(&login).await;
+    assert!(location(&r).starts_with(&second.base_url()), "to the second IdP: {}", location(&r));
+    assert!(!app.audit_kinds().await.contains(&"identity_mismatch".to_owned()));
+
+    // An acme link opened by alice of the second IdP: to the default IdP's sign-in.
+    let (_, acme_url) = app.elicit("alice", "testp").await;
+    let r = at_b.get(&acme_url).await;
+    assert_eq!(r.status(), 303);
+    let login = absolute(&app, &location(&r));
+    assert!(!login.contains("idp="), "the default IdP is not named: {login}");
+    let r = at_b.get(&login).await;
+    assert!(location(&r).starts_with(&app.idp.base_url()), "to the default IdP: {}", location(&r));
+
+    // Beta's alice connects through her own IdP, and beta hands out her new grant; acme's
+    // alice still has no testp connection.
+    let r = Browser::new().connect(&app, &url, "alice", "octo-beta-alice").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let b = beta_token(&app, "alice", "testp").await;
+    assert_eq!(b["status"], "connected", "{b}");
+    assert_eq!(b["account"]["login"], "octo-beta-alice");
+    let a = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(a["status"], "connect_required", "{a}");
+    let issuer: String =
+        sqlx::query_scalar("SELECT issuer FROM connections WHERE tenant_id = 'beta' AND provider = 'testp'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(issuer, second.issuer());
+}
+
+#[tokio::test]
+async fn a_tenant_that_changed_its_idp_hands_nothing_of_the_old_idps_namesake_to_the_new() {
+    let (app, _second) = two_idps().await;
+    // Beta's alice of the *default* IdP connected before beta named the second IdP (the
+    // row as it was then), and a link of hers is still pending.
+    let old = app.insert_connection("beta", "alice", "github", "gho_old_idps_alice", &["repo"], None).await;
+    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
+        .bind(app.idp.issuer())
+        .bind(old.as_uuid())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // No cached copy from before the update may answer: the update is a change like any.
+    let b = beta_token(&app, "alice", "github").await;
+    assert_eq!(b["status"], "connect_required", "another IdP's alice's token is not handed out: {b}");
+    assert!(!b.to_string().contains("gho_old_idps_alice"));
+    let e = b["elicitation"]["id"].as_str().unwrap().to_owned();
+    let issuer: String = sqlx::query_scalar("SELECT issuer FROM elicitations WHERE id = $1::uuid")
+        .bind(&e)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(issuer, _second.issuer(), "the new link is for the second IdP's alice");
+
+    // A pending link made for the old IdP's alice is not handed out again: the next call
+    // closes it and makes a fresh one for the new IdP's.
+    sqlx::query("UPDATE elicitations SET issuer = $1 WHERE id = $2::uuid")
+        .bind(app.idp.issuer())
+        .bind(&e)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let again = beta_token(&app, "alice", "github").await;
+    assert_ne!(again["elicitation"]["id"].as_str().unwrap(), e, "{again}");
+    assert_eq!(app.elicitation_status(&e).await, "expired");
+    let named = app
+        .token(&app.beta_key, json!({"subject": "alice", "provider": "github", "elicitation_id": e}))
+        .await
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_eq!(named["elicitation"]["id"], again["elicitation"]["id"], "{named}");
+}
+
+#[tokio::test]
+async fn rows_written_without_an_issuer_become_the_default_idps_at_start() {
+    let (app, second) = two_idps().await;
+    let id = app.insert_connection("beta", "alice", "github", "gho_unrecorded", &["repo"], None).await;
+    // As a binary of the release before writes it (it knows no issuer).
+    sqlx::query("UPDATE connections SET issuer = NULL WHERE id = $1")
+        .bind(id.as_uuid())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let b = beta_token(&app, "alice", "github").await;
+    assert_eq!(b["status"], "connect_required", "a row without an issuer matches nobody: {b}");
+    mcp_connect::startup::sync_tenants(&app.pool, &[], &app.idp.issuer()).await.unwrap();
+    let issuer: String = sqlx::query_scalar("SELECT issuer FROM connections WHERE id = $1")
+        .bind(id.as_uuid())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(issuer, app.idp.issuer(), "the default IdP's, the only one the old binaries had");
+    assert_ne!(issuer, second.issuer());
+    let a = app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
+    assert_eq!(a["status"], "connect_required", "acme's alice has nothing either: the row is beta's");
+}
+
+#[tokio::test]
+async fn a_sign_in_link_naming_an_unknown_idp_is_refused() {
+    let (app, _second) = two_idps().await;
+    let r = Browser::new().get(&format!("{}/login?return_to=/&idp=nonesuch", app.base)).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("names a sign-in service this service does not have"));
+}
+
+const BETA_MCP: &str = "https://beta-mcp.example/mcp";
+
+#[tokio::test]
+async fn a_subject_token_is_checked_against_the_tenants_own_idp() {
+    let (app, second) = two_idps_with(&[&format!("subject_token_audience = \"{BETA_MCP}\"")]).await;
+    app.insert_connection("beta", "alice", "github", "gho_beta_alice", &["repo"], None).await;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let claims = |iss: String| json!({"iss": iss, "sub": "alice", "aud": BETA_MCP, "exp": now + 600, "iat": now});
+    // The control: beta's own IdP's token for beta's MCP server proves alice.
+    let own = second.sign_jwt("at+jwt", &claims(second.issuer()), None);
+    let r = app.token(&app.beta_key, json!({"subject_token": own, "provider": "github"})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["access_token"], "gho_beta_alice");
+    // The default IdP's token for the same `sub` and audience is another person's.
+    let other = app.idp.sign_jwt("at+jwt", &claims(app.idp.issuer()), None);
+    let r = app.token(&app.beta_key, json!({"subject_token": other, "provider": "github"})).await;
+    crate::support::assert_error(r, 403, "subject_token_issuer").await;
+    // Nor does a token naming beta's IdP but signed by the default IdP's keys pass.
+    let forged = app.idp.sign_jwt("at+jwt", &claims(second.issuer()), None);
+    let r = app.token(&app.beta_key, json!({"subject_token": forged, "provider": "github"})).await;
+    crate::support::assert_error(r, 403, "subject_token_invalid").await;
+}
