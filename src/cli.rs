@@ -16,8 +16,18 @@ pub struct Cli {
     /// Configuration file (TOML); MCP_CONNECT_* environment variables override it.
     #[arg(long, global = true, env = "MCP_CONNECT_CONFIG", default_value = "mcp-connect.toml")]
     pub config: PathBuf,
+    /// How listings are printed: `text` (tab-separated, for people) or `json` (an array of
+    /// objects, for scripts).
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +72,24 @@ pub enum Command {
     /// 127.0.0.1 when it listens on all addresses): exit 0 when it answers 200, 1 when
     /// not. For container health checks.
     Healthcheck,
+    /// The configuration file and environment, checked as `serve` checks them at start
+    /// (every IdP and provider secret included), without starting anything.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// The audit trail across tenants, including the events of no tenant (`login_failed`),
+    /// which no tenant's admin API shows.
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
+    },
+    /// Print the shell completion script for `shell` (e.g. `mcp-connect completions bash >
+    /// /etc/bash_completion.d/mcp-connect`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print a new random vault key entry (`<id>:<base64>`) for MCP_CONNECT_VAULT_KEYS.
     Genkey {
         /// Key id, e.g. the month it was made.
@@ -91,6 +119,33 @@ pub enum KillAction {
     },
     /// List the switches in force.
     List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Exit 0 and say so when the configuration is valid; else print what is wrong, naming
+    /// each setting, and exit 78.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditAction {
+    /// Newest first.
+    List {
+        /// Only this tenant's events.
+        #[arg(long, conflicts_with = "without_tenant")]
+        tenant: Option<String>,
+        /// Only the events of no tenant (`login_failed`).
+        #[arg(long)]
+        without_tenant: bool,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        subject: Option<String>,
+        /// At most this many (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -208,8 +263,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let keyring = config.keyring.ok_or_else(|| anyhow::anyhow!("rotate-key needs the vault keys"))?;
             rotate_key(&pool, crate::vault::Vault::new(keyring), batch).await
         }
-        Command::Killswitch { action } => killswitch(&open_database(&cli.config, false).await?.1, action).await,
-        Command::Tenant { action } => tenant(&open_database(&cli.config, false).await?.1, action).await,
+        Command::Killswitch { action } => {
+            killswitch(&open_database(&cli.config, false).await?.1, action, cli.output).await
+        }
+        Command::Tenant { action } => tenant(&open_database(&cli.config, false).await?.1, action, cli.output).await,
         Command::Cleanup => {
             let (config, pool) = open_database(&cli.config, false).await?;
             let r =
@@ -218,8 +275,95 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Healthcheck => healthcheck(CommandConfig::load(&cli.config, false)?.listen).await,
-        Command::Apikey { action } => apikey(&open_database(&cli.config, false).await?.1, action).await,
+        Command::Apikey { action } => apikey(&open_database(&cli.config, false).await?.1, action, cli.output).await,
+        Command::Config { action: ConfigAction::Check } => {
+            let config = Config::load(&cli.config)?;
+            let (tenants, idps) = (config.tenants.len(), 1 + config.idps.named_count());
+            println!(
+                "{}: valid ({tenants} tenants, {} providers, {idps} identity providers)",
+                cli.config.display(),
+                config.providers.iter().count()
+            );
+            Ok(())
+        }
+        Command::Audit { action } => audit(&open_database(&cli.config, false).await?.1, action, cli.output).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "mcp-connect", &mut std::io::stdout());
+            Ok(())
+        }
     }
+}
+
+/// Prints a listing: tab-separated `text` lines, or the rows as one JSON array.
+fn print_rows<T: serde::Serialize>(output: Output, rows: &[T], line: impl Fn(&T) -> String) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(rows)?),
+        Output::Text => {
+            for r in rows {
+                println!("{}", line(r));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One audit event as `audit list` prints it.
+#[derive(serde::Serialize)]
+struct AuditLine {
+    id: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    at: time::OffsetDateTime,
+    tenant: Option<String>,
+    kind: String,
+    subject: Option<String>,
+    provider: Option<String>,
+    elicitation_id: Option<uuid::Uuid>,
+    connection_id: Option<uuid::Uuid>,
+    api_key_id: Option<String>,
+    count: i32,
+    detail: serde_json::Value,
+}
+
+async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> anyhow::Result<()> {
+    let AuditAction::List { tenant, without_tenant, kind, subject, limit } = action;
+    anyhow::ensure!((1..=1000).contains(&limit), "--limit: 1 to 1000");
+    let tenant = tenant.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()?;
+    let whose = match (&tenant, without_tenant) {
+        (Some(t), _) => store::audit::Whose::Tenant(t.as_str()),
+        (None, true) => store::audit::Whose::NoTenant,
+        (None, false) => store::audit::Whose::Everyone,
+    };
+    let filter = store::audit::AuditFilter {
+        subject: subject.as_deref(),
+        provider: None,
+        kind: kind.as_deref(),
+        since: None,
+        until: None,
+        page: store::audit::Page::Before(None),
+        limit,
+    };
+    let rows: Vec<AuditLine> = store::audit::list_operator_events(pool, whose, &filter)
+        .await?
+        .into_iter()
+        .map(|r| AuditLine {
+            id: r.id,
+            at: r.at,
+            tenant: r.tenant_id,
+            kind: r.kind,
+            subject: r.subject,
+            provider: r.provider,
+            elicitation_id: r.elicitation_id,
+            connection_id: r.connection_id,
+            api_key_id: r.api_key_id,
+            count: r.count,
+            detail: r.detail,
+        })
+        .collect();
+    print_rows(output, &rows, |r| {
+        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+        format!("{}\t{}\t{}\t{}\t{}\t{}", r.at, dash(&r.tenant), r.kind, dash(&r.subject), dash(&r.provider), r.detail)
+    })
 }
 
 /// `migrate`: the whole configuration (the tenants it writes name configured providers).
@@ -276,14 +420,39 @@ async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64
     Ok(())
 }
 
-async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()> {
+/// One tenant as `tenant list` prints it.
+#[derive(serde::Serialize)]
+struct TenantLine {
+    id: String,
+    active: bool,
+    display_name: String,
+    providers: Vec<String>,
+    /// The name of its IdP (`default`: `[idp]`).
+    idp: String,
+    subject_token_audience: Option<String>,
+    require_subject_token: bool,
+}
+
+async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> anyhow::Result<()> {
     let (id, active) = match action {
         TenantAction::List => {
-            for t in store::tenants::all_tenants(pool).await? {
+            let rows: Vec<TenantLine> = store::tenants::all_tenants(pool)
+                .await?
+                .into_iter()
+                .map(|t| TenantLine {
+                    id: t.id,
+                    active: t.active,
+                    display_name: t.display_name,
+                    providers: t.allowed_providers,
+                    idp: t.idp.unwrap_or_else(|| crate::domain::DEFAULT_IDP.to_owned()),
+                    subject_token_audience: t.subject_token_audience,
+                    require_subject_token: t.require_subject_token,
+                })
+                .collect();
+            return print_rows(output, &rows, |t| {
                 let state = if t.active { "active" } else { "inactive" };
-                println!("{}\t{state}\t{}\t{}", t.id, t.display_name, t.allowed_providers.join(","));
-            }
-            return Ok(());
+                format!("{}\t{state}\t{}\t{}", t.id, t.display_name, t.providers.join(","))
+            });
         }
         TenantAction::Deactivate { id } => (id, false),
         TenantAction::Activate { id } => (id, true),
@@ -299,7 +468,21 @@ async fn tenant(pool: &store::PgPool, action: TenantAction) -> anyhow::Result<()
     Ok(())
 }
 
-async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()> {
+/// One API key as `apikey list` prints it (never the key).
+#[derive(serde::Serialize)]
+struct KeyLine {
+    id: String,
+    tenant: String,
+    scope: String,
+    revoked: bool,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: time::OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    last_used_at: Option<time::OffsetDateTime>,
+    label: Option<String>,
+}
+
+async fn apikey(pool: &store::PgPool, action: ApikeyAction, output: Output) -> anyhow::Result<()> {
     match action {
         ApikeyAction::Create { tenant, scope, label } => {
             let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
@@ -319,20 +502,31 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
             Ok(())
         }
         ApikeyAction::List { tenant } => {
-            for k in store::api_keys::list_api_keys(pool, tenant.as_deref()).await? {
-                let state = if k.revoked_at.is_some() { "revoked" } else { "active" };
-                println!(
+            let rows: Vec<KeyLine> = store::api_keys::list_api_keys(pool, tenant.as_deref())
+                .await?
+                .into_iter()
+                .map(|k| KeyLine {
+                    id: k.id.to_string(),
+                    tenant: k.tenant_id.to_string(),
+                    scope: k.scope.to_string(),
+                    revoked: k.revoked_at.is_some(),
+                    created_at: k.created_at,
+                    last_used_at: k.last_used_at,
+                    label: k.label,
+                })
+                .collect();
+            print_rows(output, &rows, |k| {
+                format!(
                     "{}\t{}\t{}\t{}\tcreated {}\tlast used {}\t{}",
                     k.id,
-                    k.tenant_id,
+                    k.tenant,
                     k.scope,
-                    state,
+                    if k.revoked { "revoked" } else { "active" },
                     k.created_at,
                     k.last_used_at.map_or_else(|| "never".to_owned(), |t| t.to_string()),
-                    k.label.unwrap_or_default()
-                );
-            }
-            Ok(())
+                    k.label.clone().unwrap_or_default()
+                )
+            })
         }
         ApikeyAction::Revoke { id } => {
             let id = ApiKeyId::parse(&id).map_err(|e| anyhow::anyhow!("id: {e}"))?;
@@ -345,23 +539,45 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction) -> anyhow::Result<()
     }
 }
 
-async fn killswitch(pool: &store::PgPool, action: KillAction) -> anyhow::Result<()> {
+/// One kill switch as `killswitch list` prints it.
+#[derive(serde::Serialize)]
+struct KillLine {
+    provider: String,
+    /// `None`: every tenant.
+    tenant: Option<String>,
+    mode: String,
+    #[serde(with = "time::serde::rfc3339")]
+    updated_at: time::OffsetDateTime,
+    reason: Option<String>,
+}
+
+async fn killswitch(pool: &store::PgPool, action: KillAction, output: Output) -> anyhow::Result<()> {
     let parse_tenant = |t: Option<String>| -> anyhow::Result<Option<TenantId>> {
         t.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()
     };
     let (provider, tenant, mode, reason) = match action {
         KillAction::List => {
-            for k in store::kill_switches::list_kill_switches(pool, None).await? {
-                println!(
+            let rows: Vec<KillLine> = store::kill_switches::list_kill_switches(pool, None)
+                .await?
+                .into_iter()
+                .map(|k| KillLine {
+                    provider: k.provider.to_string(),
+                    tenant: k.tenant_id.map(|t| t.to_string()),
+                    mode: k.mode.as_str().to_owned(),
+                    updated_at: k.updated_at,
+                    reason: k.reason,
+                })
+                .collect();
+            return print_rows(output, &rows, |k| {
+                format!(
                     "{}\t{}\t{}\t{}\t{}",
                     k.provider,
-                    k.tenant_id.as_ref().map_or("(all tenants)", TenantId::as_str),
-                    k.mode.as_str(),
+                    k.tenant.as_deref().unwrap_or("(all tenants)"),
+                    k.mode,
                     k.updated_at,
-                    k.reason.unwrap_or_default()
-                );
-            }
-            return Ok(());
+                    k.reason.clone().unwrap_or_default()
+                )
+            });
         }
         KillAction::Set { provider, mode, tenant, reason } => (provider, parse_tenant(tenant)?, Some(mode), reason),
         KillAction::Clear { provider, tenant } => (provider, parse_tenant(tenant)?, None, None),

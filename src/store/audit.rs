@@ -157,6 +157,8 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
 pub struct AuditRow {
     pub id: i64,
     pub recorded: i64,
+    /// `None`: an event of no tenant (`login_failed`).
+    pub tenant_id: Option<String>,
     pub at: time::OffsetDateTime,
     pub subject: Option<String>,
     pub provider: Option<String>,
@@ -245,42 +247,79 @@ pub async fn list_events(
     tenant_id: &str,
     f: &AuditFilter<'_>,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
+    list(db, Whose::Tenant(tenant_id), f).await
+}
+
+/// Whose events an operator reads ([`list_operator_events`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Whose<'a> {
+    /// One tenant's.
+    Tenant(&'a str),
+    /// Every tenant's and those of no tenant.
+    Everyone,
+    /// Only those of no tenant (`login_failed`).
+    NoTenant,
+}
+
+/// The trail across tenants, for operators (`mcp-connect audit list`): the same rules as
+/// [`list_events`], and the events of no tenant, which no tenant's admin API shows.
+pub async fn list_operator_events(
+    db: &sqlx::PgPool,
+    whose: Whose<'_>,
+    f: &AuditFilter<'_>,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
+    list(db, whose, f).await
+}
+
+async fn list(db: &sqlx::PgPool, whose: Whose<'_>, f: &AuditFilter<'_>) -> Result<Vec<AuditRow>, sqlx::Error> {
     settle(db).await?;
-    // Two orders, one statement text each (a `CASE` in `ORDER BY` would defeat the index).
+    // One statement text per scope and order (a `CASE` in `ORDER BY`, or an `OR` on the
+    // tenant, would defeat the index).
     macro_rules! select {
-        () => {
-            "SELECT id, recorded::text::bigint AS recorded, at, subject, provider, kind, elicitation_id,
+        ($tenant:literal) => {
+            concat!(
+                "SELECT id, recorded::text::bigint AS recorded, tenant_id, at, subject, provider, kind, elicitation_id,
                     connection_id, api_key_id, detail, count, first_at, last_at, instance
              FROM audit_events
-             WHERE tenant_id = $1
+             WHERE ",
+                $tenant,
+                "
                AND recorded < pg_snapshot_xmin(pg_current_snapshot())
                AND ($2::text IS NULL OR subject = $2)
                AND ($3::text IS NULL OR provider = $3)
                AND ($4::text IS NULL OR kind = $4)
                AND ($5::timestamptz IS NULL OR at >= $5)
                AND ($6::timestamptz IS NULL OR at < $6)"
+            )
         };
     }
-    let (sql, cursor) = match f.page {
-        Page::Before(c) => (
-            concat!(
-                select!(),
-                " AND ($7::text IS NULL OR (recorded, id) < ($7::xid8, $8::bigint))
+    macro_rules! ordered {
+        ($tenant:literal) => {
+            (
+                concat!(
+                    select!($tenant),
+                    " AND ($7::text IS NULL OR (recorded, id) < ($7::xid8, $8::bigint))
                                  ORDER BY recorded DESC, id DESC LIMIT $9"
-            ),
-            c,
-        ),
-        Page::After(c) => (
-            concat!(
-                select!(),
-                " AND ($7::text IS NULL OR (recorded, id) > ($7::xid8, $8::bigint))
+                ),
+                concat!(
+                    select!($tenant),
+                    " AND ($7::text IS NULL OR (recorded, id) > ($7::xid8, $8::bigint))
                                  ORDER BY recorded, id LIMIT $9"
-            ),
-            Some(c),
-        ),
+                ),
+            )
+        };
+    }
+    let (tenant, (before, after)) = match whose {
+        Whose::Tenant(t) => (Some(t), ordered!("tenant_id = $1")),
+        Whose::Everyone => (None, ordered!("$1::text IS NULL")),
+        Whose::NoTenant => (None, ordered!("tenant_id IS NULL AND $1::text IS NULL")),
+    };
+    let (sql, cursor) = match f.page {
+        Page::Before(c) => (before, c),
+        Page::After(c) => (after, Some(c)),
     };
     sqlx::query_as::<_, AuditRow>(sql)
-        .bind(tenant_id)
+        .bind(tenant)
         .bind(f.subject)
         .bind(f.provider)
         .bind(f.kind)

@@ -183,3 +183,75 @@ async fn killswitch_set_refuses_an_unknown_tenant_and_a_reason_with_control_char
     assert_eq!(switches, 0, "nothing is stored");
     assert!(!app.audit_kinds().await.iter().any(|k| k == "kill_switch_changed"));
 }
+
+/// `config check` reports what `serve` would refuse, without starting anything (nothing
+/// listens, nothing is migrated), and says so when all is well.
+#[tokio::test]
+async fn config_check_says_valid_or_names_each_mistake_and_exits_78() {
+    let db = TestDatabase::create().await.unwrap();
+    let o = run(&db.url, None, &["config", "check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains(": valid (2 tenants, 5 providers, 1 identity providers)"), "{out}");
+    assert!(!migrations_table_exists(&db).await, "config check migrates nothing");
+    // An IdP secret the service needs but the database commands do not: checked here.
+    let o = run_without(&db.url, None, &["config", "check"], &["MCP_CONNECT_IDP_CLIENT_SECRET"]);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(stderr(&o).contains("idp.client_secret_file"), "{}", stderr(&o));
+}
+
+/// Listings print JSON for scripts with `--output json`, and the operator's audit listing
+/// shows the events of no tenant (`login_failed`), which no tenant's admin API shows.
+#[tokio::test]
+async fn listings_print_json_and_the_operator_audit_shows_events_of_no_tenant() {
+    let app = crate::support::spawn_app().await;
+    sqlx::query("INSERT INTO audit_events (kind, detail) VALUES ('login_failed', '{\"reason\": \"idp_unavailable\"}')")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    app.insert_connection("acme", "alice", "github", "gho_x", &["repo"], None).await;
+    let db = app.db_url.clone();
+    let json = move |args: &'static [&'static str]| {
+        let db = db.clone();
+        async move {
+            let o = tokio::task::spawn_blocking(move || run(&db, None, args)).await.unwrap();
+            assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        }
+    };
+    let events = json(&["audit", "list", "--without-tenant", "--output", "json"]).await;
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["kind"], "login_failed");
+    assert_eq!(events[0]["tenant"], serde_json::Value::Null);
+    assert_eq!(events[0]["detail"]["reason"], "idp_unavailable");
+    let all = json(&["audit", "list", "--output", "json"]).await;
+    let kinds: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"login_failed") && kinds.contains(&"api_key_created"), "{kinds:?}");
+    let acme = json(&["audit", "list", "--tenant", "acme", "--output", "json"]).await;
+    assert!(acme.as_array().unwrap().iter().all(|e| e["tenant"] == "acme"), "{acme}");
+
+    let keys = json(&["apikey", "list", "--output", "json"]).await;
+    let keys = keys.as_array().unwrap();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.iter().all(|k| k["id"].as_str().unwrap().len() == 16 && k["revoked"] == false));
+    assert!(!serde_json::to_string(keys).unwrap().contains("mcpc_"), "never the keys themselves");
+    let tenants = json(&["tenant", "list", "--output", "json"]).await;
+    assert_eq!(tenants[0]["id"], "acme");
+    assert_eq!(tenants[0]["idp"], "default");
+    assert_eq!(tenants[1]["providers"], serde_json::json!(["github"]));
+    assert_eq!(json(&["killswitch", "list", "--output", "json"]).await, serde_json::json!([]));
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    let bin = env!("CARGO_BIN_EXE_mcp-connect");
+    for shell in ["bash", "zsh", "fish"] {
+        let o = Command::new(bin).args(["completions", shell]).output().unwrap();
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("mcp-connect") && out.contains("rotate-key") && out.contains("audit"), "{shell}");
+    }
+    let o = Command::new(bin).args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(64));
+}
