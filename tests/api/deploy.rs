@@ -1,7 +1,7 @@
 //! The operator packaging names only metrics the service documents: every `mcp_connect_*`
-//! series in the Prometheus alert rules and the Grafana dashboard is a row of README's
-//! metrics table (a renamed metric would leave an alert that never fires). The rules'
-//! behaviour is tested by `promtool test rules` (scripts/test).
+//! series in the Prometheus alert rules and the Grafana dashboard is a row of the metrics
+//! table in docs/operations.md (a renamed metric would leave an alert that never fires).
+//! The rules' behaviour is tested by `promtool test rules` (scripts/test).
 
 use std::collections::BTreeSet;
 
@@ -26,21 +26,21 @@ fn metric_names(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The names in README's metrics table (its rows start with a metric in backquotes).
+/// The names in docs/operations.md's metrics table (its rows start with a metric in backquotes).
 fn documented() -> BTreeSet<String> {
     let re = regex_lite::Regex::new(r"(?m)^\| `(mcp_connect_[a-z0-9_]+)` \|").unwrap();
-    re.captures_iter(&read("README.md")).map(|c| c[1].to_owned()).collect()
+    re.captures_iter(&read("docs/operations.md")).map(|c| c[1].to_owned()).collect()
 }
 
 #[test]
 fn alerts_and_the_dashboard_use_only_documented_metrics() {
     let documented = documented();
-    assert!(documented.len() >= 15, "README's metrics table was found: {documented:?}");
+    assert!(documented.len() >= 15, "docs/operations.md's metrics table was found: {documented:?}");
     for file in ["deploy/prometheus/alerts.yaml", "deploy/grafana/mcp-connect.json"] {
         let used = metric_names(&read(file));
         assert!(!used.is_empty(), "{file} uses mcp-connect's metrics");
         let unknown: Vec<_> = used.difference(&documented).collect();
-        assert!(unknown.is_empty(), "{file} uses metrics README does not document: {unknown:?}");
+        assert!(unknown.is_empty(), "{file} uses metrics docs/operations.md does not document: {unknown:?}");
     }
 }
 

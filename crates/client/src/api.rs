@@ -1,4 +1,4 @@
-//! The request and answer types of `/v1/token` and `/v1/elicitations/{id}` (README "API").
+//! The request and answer types of `/v1/token` and `/v1/elicitations/{id}` (docs/api.md).
 //! Answers are parsed into an enum, so a caller matches on what happened instead of
 //! reading a `status` string.
 

@@ -47,7 +47,7 @@ impl RetryPolicy {
 /// Why a call did not produce an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// mcp-connect refused the request with a stable error code (README "API"), e.g.
+    /// mcp-connect refused the request with a stable error code (docs/api.md), e.g.
     /// `provider_not_allowed`, `elicitation_mismatch`, `invalid_api_key`.
     #[error("mcp-connect answered {status}: {code}: {description}")]
     Api { status: u16, code: String, description: String },
