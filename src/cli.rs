@@ -84,6 +84,17 @@ pub enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
+    /// Connections across tenants: list them, or off-board a subject (revoke every
+    /// connection of theirs in a tenant, at the provider too, and close their pending links).
+    Connections {
+        #[command(subcommand)]
+        action: ConnectionsAction,
+    },
+    /// Webhook endpoints across tenants, with their backlog.
+    Webhooks {
+        #[command(subcommand)]
+        action: WebhooksAction,
+    },
     /// Print the shell completion script for `shell` (e.g. `mcp-connect completions bash >
     /// /etc/bash_completion.d/mcp-connect`).
     Completions {
@@ -145,6 +156,42 @@ pub enum AuditAction {
         /// At most this many (1 to 1000).
         #[arg(long, default_value_t = 100)]
         limit: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectionsAction {
+    /// By tenant, subject and provider; never a token.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        subject: Option<String>,
+        /// At most this many (1 to 10000).
+        #[arg(long, default_value_t = 1000)]
+        limit: i64,
+    },
+    /// Revoke every connection of a subject in a tenant (or one provider's), as the admin
+    /// API's off-boarding does: at the provider (RFC 7009) where it can, the tokens
+    /// deleted, every instance told, pending links closed; audited with `by: cli`. Needs
+    /// the whole configuration (the provider secrets, the vault keys).
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        subject: String,
+        #[arg(long)]
+        provider: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksAction {
+    /// Each endpoint's id, tenant, host (never the path, which may hold a secret), events,
+    /// failures and pending deliveries.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
     },
 }
 
@@ -287,6 +334,59 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Audit { action } => audit(&open_database(&cli.config, false).await?.1, action, cli.output).await,
+        Command::Connections { action: ConnectionsAction::Revoke { tenant, subject, provider } } => {
+            let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+            let subject = crate::domain::Subject::parse(&subject).map_err(|e| anyhow::anyhow!("--subject: {e}"))?;
+            let provider =
+                provider.map(|p| ProviderId::parse(&p).map_err(|e| anyhow::anyhow!("--provider: {e}"))).transpose()?;
+            let state = crate::startup::operator_state(Config::load(&cli.config)?).await?;
+            anyhow::ensure!(
+                store::tenants::tenant_exists(&state.pool, tenant.as_str()).await?,
+                "--tenant: no active tenant {tenant}"
+            );
+            let done = crate::flows::revoke::revoke_subject(
+                &state,
+                tenant.as_str(),
+                subject.as_str(),
+                provider.as_ref().map(ProviderId::as_str),
+                "cli",
+            )
+            .await?;
+            // Revocations at providers run detached: waited for before the process ends.
+            state.detached.close();
+            state.detached.wait().await;
+            for r in &done.revoked {
+                println!("revoked {} ({}): provider {}", r.connection_id, r.provider, r.provider_result);
+            }
+            println!(
+                "{} connections revoked, {} pending links closed",
+                done.revoked.len(),
+                done.cancelled_elicitations
+            );
+            Ok(())
+        }
+        Command::Connections { action: ConnectionsAction::List { tenant, subject, limit } } => {
+            anyhow::ensure!((1..=10_000).contains(&limit), "--limit: 1 to 10000");
+            let pool = open_database(&cli.config, false).await?.1;
+            let rows =
+                store::connections::list_for_operator(&pool, tenant.as_deref(), subject.as_deref(), limit).await?;
+            print_rows(cli.output, &rows, |c| {
+                format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    c.id,
+                    c.tenant_id,
+                    c.subject,
+                    c.provider,
+                    c.status,
+                    c.account_login.as_deref().unwrap_or("-"),
+                    c.scopes.join(" ")
+                )
+            })
+        }
+        Command::Webhooks { action: WebhooksAction::List { tenant } } => {
+            let pool = open_database(&cli.config, false).await?.1;
+            webhooks(&pool, tenant.as_deref(), cli.output).await
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "mcp-connect", &mut std::io::stdout());
@@ -306,6 +406,53 @@ fn print_rows<T: serde::Serialize>(output: Output, rows: &[T], line: impl Fn(&T)
         }
     }
     Ok(())
+}
+
+/// One webhook endpoint as `webhooks list` prints it.
+#[derive(serde::Serialize)]
+struct WebhookLine {
+    id: uuid::Uuid,
+    tenant: String,
+    /// The URL's host (and port): its path may hold the receiver's own secret.
+    host: String,
+    events: Vec<String>,
+    consecutive_failures: i32,
+    #[serde(with = "time::serde::rfc3339::option")]
+    paused_until: Option<time::OffsetDateTime>,
+    pending: i64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    oldest_pending: Option<time::OffsetDateTime>,
+}
+
+async fn webhooks(pool: &store::PgPool, tenant: Option<&str>, output: Output) -> anyhow::Result<()> {
+    let rows: Vec<WebhookLine> = store::webhooks::list_for_operator(pool, tenant)
+        .await?
+        .into_iter()
+        .map(|w| WebhookLine {
+            id: w.id,
+            tenant: w.tenant_id,
+            host: url::Url::parse(&w.url)
+                .ok()
+                .and_then(|u| u.host_str().map(|h| u.port().map_or_else(|| h.to_owned(), |p| format!("{h}:{p}"))))
+                .unwrap_or_default(),
+            events: w.events,
+            consecutive_failures: w.consecutive_failures,
+            paused_until: w.paused_until,
+            pending: w.pending,
+            oldest_pending: w.oldest_pending,
+        })
+        .collect();
+    print_rows(output, &rows, |w| {
+        format!(
+            "{}\t{}\t{}\t{}\tpending {}\tfailures {}",
+            w.id,
+            w.tenant,
+            w.host,
+            w.events.join(","),
+            w.pending,
+            w.consecutive_failures
+        )
+    })
 }
 
 /// One audit event as `audit list` prints it.
@@ -444,7 +591,7 @@ async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> a
                     active: t.active,
                     display_name: t.display_name,
                     providers: t.allowed_providers,
-                    idp: t.idp.unwrap_or_else(|| crate::domain::DEFAULT_IDP.to_owned()),
+                    idp: t.idp,
                     subject_token_audience: t.subject_token_audience,
                     require_subject_token: t.require_subject_token,
                 })

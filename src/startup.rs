@@ -155,14 +155,28 @@ pub async fn shutdown_signal() {
 
 /// Inserts or updates the configured tenants. Never deactivates one (a tenant missing from
 /// this file may be served by another instance's): `mcp-connect tenant deactivate` does.
-/// Links and connections without an issuer (made before issuers were recorded, or by a
-/// binary of the release before during a rolling deploy) become `default_issuer`'s
-/// subjects': the default `[idp]`, the only IdP those binaries had.
+/// Links and connections without an issuer (made before issuers were recorded) become
+/// `default_issuer`'s subjects': the default `[idp]`, the only IdP the binaries before had;
+/// rows such a binary inserts from now on get it at once (`default_idp`).
 pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issuer: &str) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
+    let before: std::collections::HashMap<String, String> =
+        store::tenants::all_tenants(&mut *tx).await?.into_iter().map(|t| (t.id, t.idp)).collect();
     for t in tenants {
         store::tenants::upsert_tenant(&mut *tx, t).await?;
+        // A tenant moved to another IdP: its people are others now (links and connections
+        // of the old IdP's subjects are not handed to the new one's). Said in the trail.
+        if let (Some(was), Some(now)) = (before.get(t.id.as_str()), &t.idp)
+            && was != now.as_str()
+        {
+            tracing::warn!(tenant = %t.id, from = %was, to = %now, "the configuration moves a tenant to another IdP");
+            let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantIdpChanged);
+            ev.tenant_id = Some(t.id.to_string());
+            ev.detail = serde_json::json!({ "from": was, "to": now.as_str(), "by": "configuration" });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+        }
     }
+    store::connections::set_default_issuer(&mut *tx, default_issuer).await?;
     tx.commit().await?;
     let links = store::elicitations::backfill_issuer(pool, default_issuer).await?;
     let connections = store::connections::backfill_issuer(pool, default_issuer).await?;
@@ -194,6 +208,18 @@ async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
     }
     sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
     Ok(pool)
+}
+
+/// The service's state for a one-shot operator command that changes what instances serve
+/// (`mcp-connect connections revoke`): the same flows, vault and outbound client as
+/// `serve`, on a schema that must already be this binary's (nothing is migrated, and the
+/// configured tenants are not written). Serves nothing.
+pub async fn operator_state(config: Config) -> anyhow::Result<AppState> {
+    let pool = store::connect(config.database_url.expose_secret(), 2).await?;
+    store::check_schema(&pool).await?;
+    let connect_options = store::connect_options(config.database_url.expose_secret())
+        .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
+    app_state(config, pool, Arc::new(crate::domain::SystemClock), &connect_options, PoolSplit::new(2)).await
 }
 
 /// `database.max_connections` split over the HTTP workers, and each worker's share between

@@ -34,12 +34,9 @@ impl Tenants {
                 let providers = r.allowed_providers.iter().filter_map(|p| ProviderId::parse(p).ok()).collect();
                 let subject_token =
                     SubjectTokenPolicy { audience: r.subject_token_audience, required: Some(r.require_subject_token) };
-                // A name that is not an IdP name cannot be an IdP of any instance: `None`
-                // would hand the tenant to the default IdP, so the tenant is skipped.
-                let idp = match r.idp {
-                    None => None,
-                    Some(name) => Some(crate::domain::IdpName::parse(&name).ok()?),
-                };
+                // A name that is not an IdP name cannot be an IdP of any instance: the
+                // tenant is skipped, never handed to another IdP.
+                let idp = Some(crate::domain::IdpName::parse(&r.idp).ok()?);
                 Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token, idp }))
             })
             .collect();
@@ -60,8 +57,7 @@ impl Tenants {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.subject_token.clone()))
     }
 
-    /// The IdP an active tenant names (`None` inside: the default; `None`: no such active
-    /// tenant).
+    /// The IdP an active tenant names (`None`: no such active tenant).
     pub fn idp_of(&self, id: &TenantId) -> Option<Option<crate::domain::IdpName>> {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.idp.clone()))
     }

@@ -396,13 +396,16 @@ client_id = "abc"
             |idp: &str| GOOD.replace("providers = [\"github\"]", &format!("providers = [\"github\"]\nidp = \"{idp}\""));
         let mut env = base_env();
         env.push(("MCP_CONNECT_IDPS_SECOND_CLIENT_SECRET", "b-secret"));
+        env.push(("MCP_CONNECT_IDPS_A_B_CLIENT_SECRET", "ab-secret"));
         let c = Config::from_toml(&format!("{}{second}", named("second")), &env_of(&env)).unwrap();
         let idp = c.idps.of_tenant(c.tenants[0].idp.as_ref()).unwrap();
         assert_eq!((idp.name.as_str(), idp.issuer.as_str()), ("second", "https://idp-b.example.com"));
         assert_eq!(c.idps.by_issuer("https://idp-b.example.com").unwrap().name, "second");
-        // `default` is `[idp]`, written out or not.
+        // `default` is `[idp]`, written out; left out, the database's value stands.
         let c = Config::from_toml(&named("default"), &env_of(&base_env())).unwrap();
-        assert_eq!(c.tenants[0].idp, None);
+        assert_eq!(c.tenants[0].idp.as_ref().map(|n| n.as_str()), Some("default"));
+        assert_eq!(c.idps.of_tenant(c.tenants[0].idp.as_ref()).unwrap().name, "default");
+        assert_eq!(Config::from_toml(GOOD, &env_of(&base_env())).unwrap().tenants[0].idp, None);
 
         for (toml, env, field) in [
             // A tenant naming an IdP that is not configured.
@@ -412,6 +415,16 @@ client_id = "abc"
             (format!("{GOOD}{second}"), &base_env(), "idps.second.client_secret_file"),
             // Two entries with one issuer: a session's issuer must lead to one IdP.
             (format!("{GOOD}{}", second.replace("idp-b.example.com", "idp.example.com")), &env, "idps.second.issuer"),
+            // `a-b` and `a_b` would read one secret variable.
+            (
+                format!(
+                    "{GOOD}{}{}",
+                    second.replace("idps.second", "idps.a-b"),
+                    second.replace("idps.second", "idps.a_b").replace("idp-b.example.com", "idp-c.example.com")
+                ),
+                &env,
+                "idps.a_b",
+            ),
             // `default` is the name of `[idp]`.
             (format!("{GOOD}{}", second.replace("idps.second", "idps.default")), &env, "idps.default"),
         ] {

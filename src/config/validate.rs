@@ -343,12 +343,13 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
             providers.push(pid);
         }
         let subject_token = subject_token_policy(&field, t.subject_token_audience, t.require_subject_token)?;
-        let idp = match t.idp.as_deref() {
-            None | Some(DEFAULT_IDP) => None,
-            Some(name) => {
-                Some(crate::domain::IdpName::parse(name).map_err(|e| err(format!("{field}.idp"), e.to_string()))?)
-            }
-        };
+        // `None`: the file leaves it out (a new tenant gets `default`, an existing one keeps
+        // the database's).
+        let idp = t
+            .idp
+            .as_deref()
+            .map(|name| crate::domain::IdpName::parse(name).map_err(|e| err(format!("{field}.idp"), e.to_string())))
+            .transpose()?;
         tenants.push(TenantConfig { id, display_name, providers, subject_token, idp });
     }
     Ok(tenants)
@@ -405,6 +406,10 @@ fn validate_idps(
         let parsed = crate::domain::IdpName::parse(&name).map_err(|e| err(&field, e.to_string()))?;
         if parsed.as_str() == DEFAULT_IDP {
             return Err(err(&field, format!("{DEFAULT_IDP:?} is the name of [idp]")));
+        }
+        // `a-b` and `a_b` would read one variable for their secrets.
+        if let Some(other) = idps.named_names().find(|o| o.replace('-', "_") == name.replace('-', "_")) {
+            return Err(err(&field, format!("its variables would be those of [idps.{other}]: rename one")));
         }
         let secret = exposed(secrets.idps_client_secrets.remove(&name));
         let idp = validate_idp(&name, &field, Some(raw), secret)?;

@@ -50,6 +50,7 @@ audit_kinds! {
     WebhookSecretRotated = "webhook_secret_rotated",
     TenantDeactivated = "tenant_deactivated",
     TenantActivated = "tenant_activated",
+    TenantIdpChanged = "tenant_idp_changed",
     LoginFailed = "login_failed",
 }
 

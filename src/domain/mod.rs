@@ -87,7 +87,8 @@ pub struct TenantConfig {
     pub display_name: String,
     pub providers: Vec<ProviderId>,
     pub subject_token: SubjectTokenPolicy,
-    /// The tenant's primary IdP; `None`: the default `[idp]`.
+    /// The tenant's primary IdP (`default`: `[idp]`). `None` only in a configuration file
+    /// that leaves it out: the database's value stands (`default` for a new tenant).
     pub idp: Option<IdpName>,
 }
 

@@ -65,6 +65,13 @@ pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
         && crypto::constant_time_eq(e.subject.as_str().as_bytes(), session.subject.as_str().as_bytes())
 }
 
+/// Whether the link was made for a subject of its tenant's IdP as it is now: one made
+/// before the tenant moved to another IdP is over (the next `/v1/token` closes it).
+fn of_tenants_idp(state: &AppState, e: &ElicitationRow) -> bool {
+    let idp = state.tenant_idp(&e.tenant_id);
+    idp.is_some_and(|i| e.issuer.as_deref() == Some(i.issuer.as_str()))
+}
+
 /// Whether the session was signed in at the IdP the link was made for.
 fn same_issuer(e: &ElicitationRow, session: &SessionInfo) -> bool {
     e.issuer.as_deref().is_some_and(|i| crypto::constant_time_eq(i.as_bytes(), session.issuer.as_bytes()))
@@ -79,7 +86,7 @@ pub async fn record_identity_mismatch(
     metrics::counter!(crate::telemetry::metrics::IDENTITY_MISMATCHES).increment(1);
     let mut ev = AuditEvent::for_elicitation(AuditKind::IdentityMismatch, e);
     // The intended subject is in the row already; the other one is kept for the operator.
-    ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str() });
+    ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str(), "browser_issuer": session.issuer });
     store::audit::insert_event(&state.pool, &ev).await
 }
 
@@ -110,6 +117,9 @@ async fn load_for_session(
     let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
     check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
     let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
+    if !of_tenants_idp(state, &e) {
+        return Err(ConnectError::Entry(EntryRefusal::Expired));
+    }
     if !same_subject(&e, session) {
         record_identity_mismatch(state, &e, session).await?;
         return Err(ConnectError::IdentityMismatch);
@@ -165,10 +175,10 @@ pub async fn consent_view(
     check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
     let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
     let Some(session) = session.filter(|s| same_issuer(&e, s)) else {
-        // The IdP the link's subject belongs to. One no longer configured (or a link from
-        // before issuers were recorded, not yet backfilled) cannot be signed in at: to the
-        // person, the link is over, and the assistant's next call makes a new one.
-        let idp = e.issuer.as_deref().and_then(|i| state.idps.by_issuer(i));
+        // The IdP the link's subject belongs to: its tenant's. A link of another (made
+        // before the tenant moved, or before issuers were recorded) cannot be signed in
+        // for: to the person, it is over, and the assistant's next call makes a new one.
+        let idp = state.tenant_idp(&e.tenant_id).filter(|_| of_tenants_idp(state, &e));
         let idp = idp.ok_or(ConnectError::Entry(EntryRefusal::Expired))?;
         return Ok(Consent::SignIn { idp: idp.name.clone() });
     };

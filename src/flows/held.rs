@@ -117,7 +117,8 @@ pub fn may_disconnect(person: &SessionInfo, owner: Option<&Owner>) -> Result<Str
 pub async fn disconnect(state: &AppState, person: &SessionInfo, id: Uuid) -> Result<Revoked, DisconnectError> {
     let owner = store::connections::owner_of(&state.pool, id).await?;
     let tenant = may_disconnect(person, owner.as_ref())?;
-    revoke::revoke_connection(state, &tenant, id, BY_SUBJECT, revoke::RevokedBy::Subject)
+    let who = (person.issuer.as_str(), person.subject.as_str());
+    revoke::revoke_persons(state, &tenant, id, who, BY_SUBJECT, revoke::RevokedBy::Subject)
         .await?
         .ok_or(DisconnectError::NotYours)
 }

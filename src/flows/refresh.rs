@@ -115,6 +115,11 @@ async fn refresh_locked(
     let mut tx = store::begin(&state.pool).await?;
     fence(&mut tx, state.outbound_timeout).await?;
     let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
+    // Replaced meanwhile by a connect of another IdP's subject of the same name (the
+    // tenant changed IdP): not the grant this caller may have.
+    if row.issuer != observed.issuer {
+        return Err(RefreshError::Gone);
+    }
     if row.status != ConnectionStatus::Active {
         return Err(if row.status == ConnectionStatus::NeedsReauth {
             RefreshError::NeedsReauth

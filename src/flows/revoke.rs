@@ -70,6 +70,31 @@ pub async fn revoke_connection(
     actor: &str,
     by: RevokedBy,
 ) -> Result<Option<Revoked>, sqlx::Error> {
+    revoke_checked(state, tenant, id, actor, by, None).await
+}
+
+/// [`revoke_connection`] of a connection that must still be `person`'s (issuer, subject)
+/// under its lock: one replaced meanwhile by a connect of another IdP's namesake is not
+/// revoked (`None`).
+pub async fn revoke_persons(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    person: (&str, &str),
+    actor: &str,
+    by: RevokedBy,
+) -> Result<Option<Revoked>, sqlx::Error> {
+    revoke_checked(state, tenant, id, actor, by, Some(person)).await
+}
+
+async fn revoke_checked(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    actor: &str,
+    by: RevokedBy,
+    person: Option<(&str, &str)>,
+) -> Result<Option<Revoked>, sqlx::Error> {
     let Some(seen) = store::connections::connection_meta(&state.pool, tenant, id).await? else {
         return Ok(None);
     };
@@ -88,7 +113,10 @@ pub async fn revoke_connection(
         cancel_links(&state.pool, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
-    if row.tenant_id.as_str() != tenant {
+    if row.tenant_id.as_str() != tenant
+        || person
+            .is_some_and(|(issuer, subject)| row.issuer.as_deref() != Some(issuer) || row.subject.as_str() != subject)
+    {
         return Ok(None);
     }
     let mut out = Revoked {
@@ -116,7 +144,7 @@ pub async fn revoke_connection(
 }
 
 /// Calls the provider's revocation endpoint; never fails the local revocation.
-async fn revoke_at_provider(state: &AppState, row: &store::connections::ConnectionRow) -> String {
+pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connections::ConnectionRow) -> String {
     let Some(provider) = state.providers.get(&row.provider).cloned() else {
         return "failed: provider no longer configured".to_owned();
     };

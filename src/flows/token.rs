@@ -322,7 +322,7 @@ async fn pending_elicitation(
     tx.commit().await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired.len() as u64);
     for _ in 0..3 {
-        if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, p, scopes.as_slice()).await? {
+        if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, issuer, p, scopes.as_slice()).await? {
             return Ok(e);
         }
         let id = ElicitationId::generate();

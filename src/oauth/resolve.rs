@@ -70,6 +70,11 @@ impl Idps {
         &self.default
     }
 
+    /// The names of the `[idps.<name>]`.
+    pub fn named_names(&self) -> impl Iterator<Item = &str> {
+        self.named.keys().map(String::as_str)
+    }
+
     /// How many `[idps.<name>]` there are (besides `[idp]`).
     pub fn named_count(&self) -> usize {
         self.named.len()

@@ -156,7 +156,7 @@ pub async fn replace_grant(
            SET account_id = $2, account_login = $3, scopes = $4, status = 'active', key_id = $5,
                access_token_ct = $6, refresh_token_ct = $7, id_token_ct = $8, token_type = $9,
                access_expires_at = $10, refreshed_at = now(), granted_at = now(), updated_at = now(),
-               version = version + 1, seal_version = $11, issuer = $12
+               version = version + 1, seal_version = $11, issuer = COALESCE($12, issuer)
            WHERE id = $1"#,
         id,
         account_id,
@@ -392,6 +392,19 @@ pub async fn owner_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Owner>
         .await
 }
 
+/// Records the default IdP's issuer: the one a row inserted without an issuer (by a binary
+/// of the release before, during a rolling deploy) gets (`default_idp`, its trigger).
+pub async fn set_default_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO default_idp (one, issuer) VALUES (true, $1)
+         ON CONFLICT (one) DO UPDATE SET issuer = EXCLUDED.issuer WHERE default_idp.issuer <> EXCLUDED.issuer",
+        issuer
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Sets the issuer of rows made before issuers were recorded (or by a binary of the release
 /// before) to `issuer`: the default IdP's, the only one those binaries knew.
 pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<u64, sqlx::Error> {
@@ -520,4 +533,40 @@ pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// One connection as an operator lists it (`mcp-connect connections list`): no ciphertext.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct OperatorRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subject: String,
+    pub issuer: Option<String>,
+    pub provider: String,
+    pub status: String,
+    pub account_login: Option<String>,
+    pub scopes: Vec<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub granted_at: OffsetDateTime,
+}
+
+/// Connections across tenants, optionally of one tenant and one subject, by tenant,
+/// subject and provider (at most `limit`).
+pub async fn list_for_operator(
+    db: impl PgExecutor<'_>,
+    tenant_id: Option<&str>,
+    subject: Option<&str>,
+    limit: i64,
+) -> Result<Vec<OperatorRow>, sqlx::Error> {
+    sqlx::query_as::<_, OperatorRow>(
+        "SELECT id, tenant_id, subject, issuer, provider, status, account_login, scopes, granted_at
+         FROM connections
+         WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR subject = $2)
+         ORDER BY tenant_id, subject, provider LIMIT $3",
+    )
+    .bind(tenant_id)
+    .bind(subject)
+    .bind(limit)
+    .fetch_all(db)
+    .await
 }

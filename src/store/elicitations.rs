@@ -58,11 +58,13 @@ pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> 
     Ok(r.rows_affected() == 1)
 }
 
-/// The pending elicitation for this tenant, subject, provider and scopes, if any.
+/// The pending elicitation for this tenant, subject (of `issuer`), provider and scopes, if
+/// any.
 pub async fn find_pending(
     db: impl PgExecutor<'_>,
     tenant_id: &str,
     subject: &str,
+    issuer: &str,
     provider: &str,
     scopes: &[String],
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
@@ -71,11 +73,13 @@ pub async fn find_pending(
         r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
                   expires_at, completed_at, connection_id, cancel_reason, issuer
            FROM elicitations
-           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'"#,
+           WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'
+             AND issuer = $5"#,
         tenant_id,
         subject,
         provider,
-        scopes
+        scopes,
+        issuer
     )
     .fetch_optional(db)
     .await

@@ -117,36 +117,81 @@ impl Unreachable {
     }
 }
 
-/// The schema is not the one this binary was built for.
+/// This binary's schema compatibility level: it runs on a schema whose
+/// `schema_compat.oldest_binary_level` is at most this, also with migrations it does not
+/// know (a newer release's, which only expand: see `migrations/20261209000001_schema_compat.sql`).
+/// Raised by the release whose migrations contract what this one uses.
+pub const SCHEMA_LEVEL: i32 = 1;
+
+/// The schema is not one this binary can run on.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaMismatch {
     #[error(
-        "the database schema is behind this binary (applied {applied}, this binary has {known}): run `mcp-connect migrate` first"
+        "the database schema is behind this binary (migration {missing} is not applied; applied up to {applied}): run `mcp-connect migrate` first"
     )]
-    Behind { applied: i64, known: i64 },
+    Behind { missing: i64, applied: i64 },
     #[error(
-        "the database schema is newer than this binary (applied {applied}, this binary knows up to {known}): use the mcp-connect version that migrated it"
+        "the database schema is newer than this binary (applied {applied}, this binary knows up to {known}) and records no compatibility level: use the mcp-connect version that migrated it"
     )]
     Ahead { applied: i64, known: i64 },
+    #[error(
+        "the database schema was migrated by a newer release that needs binaries of compatibility level {oldest} or later; this binary is level {SCHEMA_LEVEL}: use a newer mcp-connect"
+    )]
+    TooNew { oldest: i32 },
+    #[error("migrating: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("reading the schema version: {0}")]
     Database(#[from] sqlx::Error),
 }
 
-/// Refuses to go on with a schema older or newer than this binary's migrations: commands
-/// other than `serve`, `migrate` and `dev` never migrate.
+/// Refuses to go on with a schema this binary cannot run on: one that lacks any of its
+/// migrations, or one with migrations it does not know whose `schema_compat` says it is
+/// too old. Commands other than `serve`, `migrate` and `dev` never migrate.
 pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaMismatch> {
-    let known = known_version();
-    let applied = match applied_version(pool).await {
-        Ok(v) => v,
-        // No migrations table: nothing applied yet.
-        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => 0,
+    let applied: Vec<i64> =
+        match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(v) => v,
+            // No migrations table: nothing applied yet.
+            Err(e) if is_undefined_table(&e) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+    let migrator = sqlx::migrate!("./migrations");
+    let known: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+    if let Some(missing) = known.iter().find(|v| !applied.contains(v)) {
+        return Err(SchemaMismatch::Behind { missing: *missing, applied: applied.last().copied().unwrap_or(0) });
+    }
+    if applied.iter().any(|v| !known.contains(v)) {
+        compatible(pool, applied.last().copied().unwrap_or(0), known.last().copied().unwrap_or(0)).await?;
+    }
+    Ok(())
+}
+
+/// A schema with migrations this binary does not know: fine while its
+/// `oldest_binary_level` admits this binary.
+async fn compatible(pool: &PgPool, applied: i64, known: i64) -> Result<(), SchemaMismatch> {
+    let oldest: i32 = match sqlx::query_scalar("SELECT oldest_binary_level FROM schema_compat").fetch_one(pool).await {
+        Ok(level) => level,
+        Err(e) if is_undefined_table(&e) || matches!(e, sqlx::Error::RowNotFound) => {
+            return Err(SchemaMismatch::Ahead { applied, known });
+        }
         Err(e) => return Err(e.into()),
     };
-    match applied.cmp(&known) {
-        std::cmp::Ordering::Less => Err(SchemaMismatch::Behind { applied, known }),
-        std::cmp::Ordering::Greater => Err(SchemaMismatch::Ahead { applied, known }),
-        std::cmp::Ordering::Equal => Ok(()),
+    if oldest > SCHEMA_LEVEL {
+        return Err(SchemaMismatch::TooNew { oldest });
     }
+    tracing::info!(
+        applied,
+        known,
+        "the schema has migrations of a newer release; this binary runs on it (expand/contract)"
+    );
+    Ok(())
+}
+
+fn is_undefined_table(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01")
 }
 
 /// A pool that connects on first use, from the runtime that uses it: an HTTP worker's
@@ -156,8 +201,15 @@ pub fn connect_lazy(options: sqlx::postgres::PgConnectOptions, max_connections: 
     pool_options(max_connections).connect_lazy_with(options)
 }
 
-pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    sqlx::migrate!("./migrations").run(pool).await
+/// Applies this binary's migrations that are not applied yet. A schema a newer release
+/// migrated further is left as it is, when it admits this binary ([`check_schema`]).
+pub async fn migrate(pool: &PgPool) -> Result<(), SchemaMismatch> {
+    let mut migrator = sqlx::migrate!("./migrations");
+    // Migrations of a newer release are not an error here: whether this binary may run on
+    // them is `schema_compat`'s to say, below.
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await?;
+    check_schema(pool).await
 }
 
 /// Whether every migration this binary knows has been applied (for `/readyz`).

@@ -9,18 +9,20 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
     sqlx::query!(
         // The subject-token settings a file leaves out ($4, $5 NULL) keep the database's
         // values: an instance started with an older or shorter file never lowers them.
-        // The IdP ($6) is the file's, as written: unset is the default `[idp]`.
+        // The IdP ($6) likewise: a file that leaves it out keeps the database's (`default`
+        // for a new tenant), so an instance with an older file never moves a tenant.
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, active,
                 updated_at)
-           VALUES ($1, $2, $3, $4, COALESCE($5, false), $6, true, now())
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), true, now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
                subject_token_audience = COALESCE($4, tenants.subject_token_audience),
-               require_subject_token = COALESCE($5, tenants.require_subject_token), idp = $6, updated_at = now()
+               require_subject_token = COALESCE($5, tenants.require_subject_token),
+               idp = COALESCE($6, tenants.idp), updated_at = now()
            WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
               OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers
-              OR tenants.idp IS DISTINCT FROM $6
+              OR ($6::text IS NOT NULL AND tenants.idp IS DISTINCT FROM $6)
               OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
               OR ($5::bool IS NOT NULL AND tenants.require_subject_token IS DISTINCT FROM $5)"#,
         t.id.as_str(),
@@ -59,8 +61,8 @@ pub struct TenantRow {
     pub active: bool,
     pub subject_token_audience: Option<String>,
     pub require_subject_token: bool,
-    /// The name of the tenant's IdP; `None`: the default.
-    pub idp: Option<String>,
+    /// The name of the tenant's IdP (`default`: `[idp]`).
+    pub idp: String,
 }
 
 /// Every active tenant.

@@ -586,3 +586,34 @@ pub async fn store_resealed_secrets(
     .await?;
     Ok(())
 }
+
+/// One webhook endpoint as an operator lists it (`mcp-connect webhooks list`): the URL's
+/// host only (a path may hold the receiver's own secret), and its backlog.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OperatorWebhookRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub consecutive_failures: i32,
+    pub paused_until: Option<OffsetDateTime>,
+    pub pending: i64,
+    pub oldest_pending: Option<OffsetDateTime>,
+}
+
+/// Every tenant's endpoints (or one tenant's), with their pending deliveries.
+pub async fn list_for_operator(
+    db: impl PgExecutor<'_>,
+    tenant_id: Option<&str>,
+) -> Result<Vec<OperatorWebhookRow>, sqlx::Error> {
+    sqlx::query_as::<_, OperatorWebhookRow>(
+        "SELECT w.id, w.tenant_id, w.url, w.events, w.consecutive_failures, w.paused_until,
+                count(d.id) AS pending, min(d.created_at) AS oldest_pending
+         FROM webhooks w LEFT JOIN webhook_deliveries d ON d.webhook_id = w.id AND d.status = 'pending'
+         WHERE ($1::text IS NULL OR w.tenant_id = $1)
+         GROUP BY w.id ORDER BY w.tenant_id, w.created_at",
+    )
+    .bind(tenant_id)
+    .fetch_all(db)
+    .await
+}

@@ -92,8 +92,9 @@ async fn only_migrate_changes_the_schema_and_other_commands_refuse_one_not_their
     let o = run(&db.url, None, &["apikey", "list"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 
-    // A newer binary migrated it since: this one refuses instead of working on a schema it
-    // does not know.
+    // A newer release migrated it since and took away what this binary uses (its
+    // migration raised the compatibility level): refused, saying why, instead of failing
+    // at random. (A newer release that only expands is served: upgrade.rs.)
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
@@ -102,10 +103,17 @@ async fn only_migrate_changes_the_schema_and_other_commands_refuse_one_not_their
     .execute(&pool)
     .await
     .unwrap();
+    sqlx::query("UPDATE schema_compat SET oldest_binary_level = $1")
+        .bind(mcp_connect::store::SCHEMA_LEVEL + 1)
+        .execute(&pool)
+        .await
+        .unwrap();
     pool.close().await;
-    let o = run(&db.url, None, &["apikey", "list"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("newer than this binary"), "{}", stderr(&o));
+    for args in [&["apikey", "list"][..], &["migrate"], &["serve", "--no-migrate"], &["serve"]] {
+        let o = run(&db.url, None, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains("needs binaries of compatibility level"), "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[tokio::test]
@@ -254,4 +262,97 @@ fn completions_are_printed_for_each_shell() {
     }
     let o = Command::new(bin).args(["completions", "tcsh"]).output().unwrap();
     assert_eq!(o.status.code(), Some(64));
+}
+
+/// [`run`] with a configuration text whose IdP and providers are reached.
+fn run_as(db_url: &str, text: &str, args: &[&str]) -> Output {
+    let opts = crate::support::Options::default();
+    let config = std::env::temp_dir().join(format!("mcpc-cli-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("DATABASE_URL")
+        .envs(crate::support::config_env(db_url, &opts))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    out
+}
+
+/// The operator-wide connection and webhook commands: a listing across tenants (never a
+/// token, never a webhook URL's path), and an off-boarding that revokes at the provider,
+/// closes the subject's links, is audited as the CLI's, and stops the running service's
+/// hand-outs.
+#[tokio::test]
+async fn connections_revoke_off_boards_a_subject_everywhere_and_listings_show_no_secret() {
+    let app = crate::support::spawn_app().await;
+    let (alice, alice_access, _) = app.insert_provider_grant("alice", "octo-alice", None).await;
+    app.insert_connection("acme", "alice", "github", "gho_alice", &["repo"], None).await;
+    app.insert_connection("beta", "alice", "github", "gho_beta_alice", &["repo"], None).await;
+    app.insert_connection("acme", "bob", "github", "gho_bob", &["repo"], None).await;
+    let (link, _) = app.elicit("alice", "gitlab").await;
+    let r = app
+        .admin(
+            reqwest::Method::POST,
+            "/webhooks",
+            Some(serde_json::json!({"url": "http://127.0.0.1:9/hook/s3cr3t-path", "events": ["connection.revoked"]})),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+
+    let list = |args: &'static [&'static str]| {
+        let db = app.db_url.clone();
+        async move {
+            let o = tokio::task::spawn_blocking(move || run(&db, None, args)).await.unwrap();
+            assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+            String::from_utf8(o.stdout).unwrap()
+        }
+    };
+    let all: serde_json::Value =
+        serde_json::from_str(&list(&["connections", "list", "--output", "json"]).await).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 4, "{all}");
+    let text = list(&["connections", "list", "--subject", "alice"]).await;
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(!text.contains("gho_") && !text.contains(&alice_access), "never a token");
+    let hooks = list(&["webhooks", "list", "--output", "json"]).await;
+    assert!(hooks.contains("\"host\": \"127.0.0.1:9\"") && !hooks.contains("s3cr3t"), "{hooks}");
+
+    // Off-boarding alice in acme: both of her acme connections, at the provider too, and
+    // her pending link; beta's alice and acme's bob keep theirs.
+    // Off the test's runtime, which serves the provider the command calls.
+    let text =
+        crate::support::config_text(&app.base, &app.idp.issuer(), &app.provider.issuer(), &Default::default()).unwrap();
+    let db = app.db_url.clone();
+    let o = tokio::task::spawn_blocking(move || {
+        run_as(&db, &text, &["connections", "revoke", "--tenant", "acme", "--subject", "alice"])
+    })
+    .await
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains(&format!("revoked {alice} (testp): provider revoked")), "{out}");
+    assert!(out.contains("2 connections revoked, 1 pending links closed"), "{out}");
+    // The provider was told: the refresh token, then the access token (RFC 7009).
+    let kinds: Vec<_> = app.provider.stats().revocations.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [mcp_connect_devproviders::TokenKind::Refresh, mcp_connect_devproviders::TokenKind::Access]);
+    assert!(app.state.caches.barrier(&app.pool).await);
+    let r = app.token_ok(serde_json::json!({"subject": "alice", "provider": "github"})).await;
+    assert_eq!(r["status"], "connect_required", "the running service stopped handing it out");
+    assert_eq!(app.elicitation_status(&link).await, "cancelled");
+    let statuses: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT tenant_id, subject, status FROM connections ORDER BY tenant_id, subject, provider")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    let revoked: Vec<_> =
+        statuses.iter().filter(|(_, _, s)| s == "revoked").map(|(t, s, _)| (t.as_str(), s.as_str())).collect();
+    assert_eq!(revoked, [("acme", "alice"), ("acme", "alice")], "{statuses:?}");
+    let by: Vec<serde_json::Value> =
+        sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'connection_revoked'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert!(by.len() == 2 && by.iter().all(|d| d["by"] == "cli"), "{by:?}");
 }

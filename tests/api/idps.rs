@@ -260,3 +260,113 @@ async fn a_subject_token_is_checked_against_the_tenants_own_idp() {
     let r = app.token(&app.beta_key, json!({"subject_token": forged, "provider": "github"})).await;
     crate::support::assert_error(r, 403, "subject_token_invalid").await;
 }
+
+/// A tenant moved to another IdP; the old IdP's alice still holds a live grant there.
+/// The new IdP's alice connects: the old grant is revoked at the provider before its row is
+/// replaced (nobody could revoke it afterwards), the trail says so, and beta hands out the
+/// new grant. A link made for the old IdP's alice is over on the page.
+#[tokio::test]
+async fn connecting_over_another_idps_namesake_revokes_the_old_grant_and_old_links_are_over() {
+    let (app, second) = two_idps().await;
+    let (old_access, old_refresh) = app.provider.issue_grant("testp-client", "octo-old-idp", "openid profile");
+    let old = app
+        .insert_sealed("beta", "alice", "testp", &old_access, Some(&old_refresh), &["openid", "profile"], None)
+        .await;
+    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
+        .bind(app.idp.issuer())
+        .bind(old.as_uuid())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    // A link of the old IdP's alice (as it was made before the move), opened by her.
+    let stale = beta_token(&app, "alice", "github").await;
+    let stale_id = stale["elicitation"]["id"].as_str().unwrap().to_owned();
+    sqlx::query("UPDATE elicitations SET issuer = $1 WHERE id = $2::uuid")
+        .bind(app.idp.issuer())
+        .bind(&stale_id)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let at_a = Browser::new();
+    sign_in(&app, &at_a, None, &app.idp, "alice").await;
+    let r = at_a.get(stale["elicitation"]["url"].as_str().unwrap()).await;
+    assert_eq!(r.status(), 410, "the old IdP's link is over");
+    assert_eq!(app.elicitation_status(&stale_id).await, "pending", "nothing attached, nothing closed by the page");
+
+    // The new IdP's alice connects testp.
+    let link = beta_token(&app, "alice", "testp").await;
+    assert_eq!(link["status"], "connect_required", "{link}");
+    let r = Browser::new().connect(&app, link["elicitation"]["url"].as_str().unwrap(), "alice", "octo-new").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let kinds: Vec<_> = app.provider.stats().revocations.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [mcp_connect_devproviders::TokenKind::Refresh, mcp_connect_devproviders::TokenKind::Access],
+        "the old IdP's alice's grant is revoked at the provider"
+    );
+    let (issuer, detail): (String, serde_json::Value) = sqlx::query_as(
+        "SELECT c.issuer, a.detail FROM connections c JOIN audit_events a ON a.connection_id = c.id
+         WHERE c.id = $1 AND a.kind = 'connect_completed'",
+    )
+    .bind(old.as_uuid())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(issuer, second.issuer());
+    assert_eq!(detail["replaced_other_idps"]["issuer"], app.idp.issuer(), "{detail}");
+    assert_eq!(detail["replaced_other_idps"]["provider_result"], "revoked", "{detail}");
+    let b = beta_token(&app, "alice", "testp").await;
+    assert_eq!(b["account"]["login"], "octo-new", "{b}");
+}
+
+#[tokio::test]
+async fn a_tenants_idp_moves_only_when_a_file_names_another_and_the_move_is_in_the_trail() {
+    let (app, _second) = two_idps().await;
+    let idp_of = || async {
+        sqlx::query_scalar::<_, String>("SELECT idp FROM tenants WHERE id = 'beta'").fetch_one(&app.pool).await.unwrap()
+    };
+    assert_eq!(idp_of().await, "second");
+    let beta = |idp: Option<&str>| mcp_connect::domain::TenantConfig {
+        id: mcp_connect::domain::TenantId::parse("beta").unwrap(),
+        display_name: "Beta Bot".to_owned(),
+        providers: vec![mcp_connect::domain::ProviderId::parse("github").unwrap()],
+        subject_token: Default::default(),
+        idp: idp.map(|i| mcp_connect::domain::IdpName::parse(i).unwrap()),
+    };
+    let issuer = app.idp.issuer();
+    // An instance whose file leaves `idp` out (an older or shorter file) moves nothing.
+    mcp_connect::startup::sync_tenants(&app.pool, &[beta(None)], &issuer).await.unwrap();
+    assert_eq!(idp_of().await, "second");
+    assert!(!app.audit_kinds().await.contains(&"tenant_idp_changed".to_owned()));
+    // One that names another moves it, and says so.
+    mcp_connect::startup::sync_tenants(&app.pool, &[beta(Some("default"))], &issuer).await.unwrap();
+    assert_eq!(idp_of().await, "default");
+    let detail: serde_json::Value =
+        sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'tenant_idp_changed' AND tenant_id = 'beta'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(detail, json!({"from": "second", "to": "default", "by": "configuration"}));
+}
+
+#[tokio::test]
+async fn a_row_the_release_before_inserts_without_an_issuer_gets_the_default_idps_at_once() {
+    let (app, _second) = two_idps().await;
+    // As a binary of the release before writes a link (it knows no issuer).
+    let id = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at)
+         VALUES ($1, 'acme', 'alice', 'github', '{}', '{}', 'pending', now() + interval '10 minutes')",
+    )
+    .bind(id)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let issuer: String = sqlx::query_scalar("SELECT issuer FROM elicitations WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(issuer, app.idp.issuer());
+}

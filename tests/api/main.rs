@@ -5,6 +5,7 @@
 mod admin;
 mod api_keys;
 mod audit;
+mod backup;
 mod cache;
 mod cli;
 mod connect_flow;
@@ -32,6 +33,7 @@ mod support;
 mod tenancy;
 mod token;
 mod trust;
+mod upgrade;
 mod vault;
 mod wait;
 mod webhook_events;

@@ -52,7 +52,8 @@ pub fn provider_names(n: usize) -> Vec<String> {
 }
 
 /// Migrates and mirrors the bench tenant, as `mcp-connect serve` does at start-up.
-pub async fn prepare(pool: &PgPool, providers: &[String]) -> anyhow::Result<()> {
+/// `issuer`: the bench IdP's, the default.
+pub async fn prepare(pool: &PgPool, providers: &[String], issuer: &str) -> anyhow::Result<()> {
     store::migrate(pool).await?;
     let tenant = TenantConfig {
         idp: None,
@@ -61,8 +62,7 @@ pub async fn prepare(pool: &PgPool, providers: &[String]) -> anyhow::Result<()> 
         providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,
         subject_token: Default::default(),
     };
-    // The bench seeds its rows with their issuer: nothing to backfill.
-    mcp_connect::startup::sync_tenants(pool, &[tenant], "https://unused.invalid").await?;
+    mcp_connect::startup::sync_tenants(pool, &[tenant], issuer).await?;
     Ok(())
 }
 

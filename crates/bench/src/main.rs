@@ -206,8 +206,8 @@ async fn run(
     let bench_url =
         db::with_param(&db::with_application_name(&db.url, "mcp-connect-bench")?, "sslmode", SERVICE_SSLMODE)?;
     let pool = mcp_connect::store::connect(&bench_url, 4).await?;
-    db::prepare(&pool, &providers).await?;
     let (idp, provider) = start_providers(&providers).await?;
+    db::prepare(&pool, &providers, &idp.issuer()).await?;
 
     progress(started, &format!("seeding {} connections", keys.len()));
     let seed_time = db::seed(&pool, &idp.issuer(), &vault, 0..keys.subjects, &providers).await?;

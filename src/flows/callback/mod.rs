@@ -259,6 +259,10 @@ async fn consumed(
         return already_connected(state, st).await?.ok_or_else(|| CallbackRefusal::ElicitationGone.into());
     };
     checks::elicitation_matches(st, &e)?;
+    // Made for the subject of an IdP the tenant no longer has: over.
+    if state.tenant_idp(&e.tenant_id).is_none_or(|i| e.issuer.as_deref() != Some(i.issuer.as_str())) {
+        return Err(CallbackRefusal::ElicitationGone.into());
+    }
 
     if let Some(err) = &q.error {
         return match checks::provider_answer(err) {
@@ -347,10 +351,8 @@ async fn keep(
     };
     // A row of another IdP's subject of the same name (the tenant changed IdP since) is
     // not this person's: no account is pinned by it, and this grant replaces it.
-    let held = existing
-        .as_ref()
-        .filter(|c| c.issuer.is_some() && c.issuer == e.issuer)
-        .map(|c| (c.status, c.account_id.as_deref()));
+    let own = |c: &&store::connections::ConnectionRow| c.issuer.is_some() && c.issuer == e.issuer;
+    let held = existing.as_ref().filter(own).map(|c| (c.status, c.account_id.as_deref()));
     if checks::account_pinning(held, account.as_ref(), x.provider.allow_account_change).is_err() {
         let mut ev = AuditEvent::for_elicitation(AuditKind::AccountMismatch, e);
         ev.connection_id = existing.as_ref().map(|c| c.id);
@@ -358,6 +360,15 @@ async fn keep(
         return Ok(Kept::AccountMismatch);
     }
 
+    // The replaced grant of another IdP's namesake is revoked at the provider first
+    // (invariant 11: once its ciphertext is replaced nobody could).
+    let foreign = match existing.as_ref().filter(|c| !own(c) && c.status != ConnectionStatus::Revoked) {
+        Some(c) => Some(serde_json::json!({
+            "issuer": c.issuer,
+            "provider_result": crate::flows::revoke::revoke_at_provider(state, c).await,
+        })),
+        None => None,
+    };
     let (connection, granted) = grant::save(state, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
     let id = connection.as_uuid();
     store::elicitations::mark_completed(&mut **tx, e.id, id, now).await?;
@@ -371,6 +382,7 @@ async fn keep(
         "replaced": previous.is_some_and(|s| s != ConnectionStatus::Revoked),
         "previous_status": previous.map(ConnectionStatus::as_str),
         "scopes": granted,
+        "replaced_other_idps": foreign,
     });
     store::audit::insert_event(&mut **tx, &ev).await?;
     let login = account.as_ref().and_then(|a| a.login.as_deref());
