@@ -75,10 +75,17 @@ impl AppState {
         u
     }
 
-    /// Our callback URL at the primary IdP.
-    pub fn login_redirect_uri(&self) -> Url {
+    /// Our callback URL at a primary IdP: `/login/callback` at `[idp]`, and
+    /// `/login/callback/<name>` at each `[idps.<name>]`, so that an answer arrives where
+    /// only its own IdP's answers belong (a mix-up defence, RFC 9700 §4.4.2: a sign-in sent
+    /// to one IdP and answered at another's address is refused).
+    pub fn login_redirect_uri(&self, idp: &IdpConfig) -> Url {
         let mut u = self.public_base_url.clone();
-        u.set_path("/login/callback");
+        if idp.name == crate::domain::DEFAULT_IDP {
+            u.set_path("/login/callback");
+        } else {
+            u.set_path(&format!("/login/callback/{}", idp.name));
+        }
         u
     }
 

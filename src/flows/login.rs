@@ -114,6 +114,8 @@ pub enum LoginError {
     Unavailable(#[source] crate::oauth::resolve::ResolveError),
     #[error("the login link is unknown, used, expired or from another browser")]
     StateUnusable,
+    #[error("the answer arrived at another identity provider's callback")]
+    OtherIdpsCallback,
     #[error("the identity provider reported an error: {0}")]
     ProviderError(String),
     #[error("RFC 9207 issuer check failed: {0}")]
@@ -170,7 +172,7 @@ pub async fn start(
     let server = server_of(state, idp).await?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
-    let req = flow::authorize(&server, &state.login_redirect_uri(), &idp.scopes.join(" "), extra, true);
+    let req = flow::authorize(&server, &state.login_redirect_uri(idp), &idp.scopes.join(" "), extra, true);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let secret = zeroize::Zeroizing::new(serde_json::to_vec(&SealedLogin {
         idp: idp.name.clone(),
@@ -221,17 +223,24 @@ fn open_cookie(state: &AppState, cookie: &str, state_hash: &[u8], now: OffsetDat
     (login.expires_at > now.unix_timestamp()).then_some(login)
 }
 
+/// Completes a sign-in whose answer arrived at the callback of the IdP named `at`
+/// (`default` for `/login/callback`).
 pub async fn complete(
     state: &AppState,
     cookie: Option<&str>,
     q: &crate::oauth::callback::CallbackQuery,
+    at: &str,
     now: OffsetDateTime,
 ) -> Result<LoginDone, LoginError> {
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
     let secret = cookie.and_then(|c| open_cookie(state, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
     // The IdP this browser was sent to (sealed with the state, so the answer is checked
-    // against that IdP alone); one no longer configured ends the sign-in.
+    // against that IdP alone); one no longer configured ends the sign-in, and so does an
+    // answer at another IdP's callback (a mix-up: that IdP sent it, not this one).
+    if secret.idp != at {
+        return Err(LoginError::OtherIdpsCallback);
+    }
     let idp = state.idps.by_name(&secret.idp).cloned().ok_or(LoginError::StateUnusable)?;
     let server = server_of(state, &idp).await?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
@@ -240,7 +249,7 @@ pub async fn complete(
         return Err(LoginError::ProviderError(code));
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(LoginError::MissingCode)?;
-    let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(), code, &secret.verifier)
+    let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(&idp), code, &secret.verifier)
         .await
         .map_err(LoginError::Flow)?;
     let raw = tokens

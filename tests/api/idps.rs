@@ -40,7 +40,7 @@ async fn two_idps_with(beta: &[&str]) -> (TestApp, Arc<DevProvider>) {
     second.add_client(ClientRegistration {
         client_id: "mcp-connect-b".to_owned(),
         client_secret: "second-secret".to_owned(),
-        redirect_uris: vec![format!("{}/login/callback", app.base)],
+        redirect_uris: vec![format!("{}/login/callback/second", app.base)],
     });
     (app, Arc::new(second))
 }
@@ -369,4 +369,33 @@ async fn a_row_the_release_before_inserts_without_an_issuer_gets_the_default_idp
         .await
         .unwrap();
     assert_eq!(issuer, app.idp.issuer());
+}
+
+/// Each named IdP answers at a callback of its own (`/login/callback/<name>`): a sign-in
+/// sent to one IdP whose answer arrives at another's callback is a mix-up and refused,
+/// before any code is redeemed.
+#[tokio::test]
+async fn a_sign_in_answered_at_another_idps_callback_is_refused() {
+    let (app, second) = two_idps().await;
+    let browser = Browser::new();
+    let r = browser.get(&format!("{}/login?return_to=/connections&idp=second", app.base)).await;
+    let authorize = location(&r);
+    let redirect = url::Url::parse(&authorize)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "redirect_uri")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    assert_eq!(redirect, format!("{}/login/callback/second", app.base));
+    let back = browser.answer_authorize(&authorize, "alice", "allow").await;
+    assert!(back.starts_with(&redirect), "{back}");
+    // Delivered at the default IdP's callback instead (as a mixing-up IdP would send it).
+    let moved = back.replacen("/login/callback/second", "/login/callback", 1);
+    let r = browser.get(&moved).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("did not pass the security checks"));
+    assert_eq!(second.stats().authorization_code_exchanges, 0, "no code was redeemed");
+    // At its own callback the same answer completes (the refusal spent nothing).
+    let r = browser.get(&back).await;
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
 }

@@ -66,14 +66,34 @@ pub async fn login(
         .finish())
 }
 
+/// `GET /login/callback`: the default IdP's answer.
 pub async fn callback(
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<CallbackQuery>,
 ) -> Result<HttpResponse, PageError> {
+    answered(req, state, q, crate::domain::DEFAULT_IDP).await
+}
+
+/// `GET /login/callback/{idp}`: an `[idps.<name>]`'s answer.
+pub async fn callback_of(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<CallbackQuery>,
+    idp: web::Path<String>,
+) -> Result<HttpResponse, PageError> {
+    answered(req, state, q, &idp).await
+}
+
+async fn answered(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<CallbackQuery>,
+    at: &str,
+) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
     let login_cookie = req.cookie(login_cookie_name(state.secure_cookies));
-    let done = login::complete(&state, login_cookie.as_ref().map(|c| c.value()), &q, OffsetDateTime::now_utc())
+    let done = login::complete(&state, login_cookie.as_ref().map(|c| c.value()), &q, at, OffsetDateTime::now_utc())
         .await
         .map_err(|e| super::refusals::login_error(&rid, e))?;
     let ttl = done.expires_at - OffsetDateTime::now_utc();

@@ -18,6 +18,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/assets/style.css", web::get().to(style))
         .route("/login", web::get().to(login::login))
         .route("/login/callback", web::get().to(login::callback))
+        .route("/login/callback/{idp}", web::get().to(login::callback_of))
         .route("/logout", web::post().to(login::logout))
         .route("/logout/done", web::get().to(login::logout_done))
         .route("/connect/{provider}", web::get().to(connect::show))

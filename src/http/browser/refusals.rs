@@ -242,13 +242,15 @@ pub fn login_error(rid: &RequestId, e: LoginError) -> PageError {
             "The identity provider could not be reached.",
             "Try again in a minute.",
         ),
-        LoginError::Iss(_) | LoginError::Flow(_) | LoginError::BadSubject => PageError::new(
-            rid,
-            PageKind::Refused,
-            "Sign-in was refused",
-            "The answer from the identity provider did not pass the security checks.",
-            HINT_RETRY,
-        ),
+        LoginError::Iss(_) | LoginError::OtherIdpsCallback | LoginError::Flow(_) | LoginError::BadSubject => {
+            PageError::new(
+                rid,
+                PageKind::Refused,
+                "Sign-in was refused",
+                "The answer from the identity provider did not pass the security checks.",
+                HINT_RETRY,
+            )
+        }
         LoginError::Fault(f) => fault(rid, &f),
     }
 }
