@@ -44,13 +44,14 @@ impl Because {
 pub async fn cancel_pending(
     pool: &PgPool,
     tenant: &str,
-    subject: Option<&str>,
+    subject: Option<(&str, Option<&str>)>,
     provider: Option<&str>,
     by: &Closer<'_>,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
+    let (subject, issuer) = subject.map_or((None, None), |(s, i)| (Some(s), i));
     let mut tx = store::begin(pool).await?;
-    let closed =
-        store::elicitations::cancel_pending(&mut tx, tenant, subject, provider, OffsetDateTime::now_utc()).await?;
+    let now = OffsetDateTime::now_utc();
+    let closed = store::elicitations::cancel_pending(&mut tx, tenant, subject, issuer, provider, now).await?;
     let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
     super::events::links_closed(&mut tx, EventKind::ElicitationCancelled, &closed, by.by, by.because.as_str()).await?;
     crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, ids.len() as u64);

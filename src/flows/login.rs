@@ -143,14 +143,19 @@ async fn server_of(state: &AppState, idp: &IdpConfig) -> Result<Arc<flow::AuthSe
     }
 }
 
-/// A `login_failed` audit event, at most one a minute per instance: `/login` needs no
-/// sign-in, so an outage hammered by browsers must not become a row per request. Best
-/// effort: the page the person sees does not depend on it.
+/// A `login_failed` audit event, at most one a minute per IdP and instance: `/login` needs
+/// no sign-in, so an outage hammered by browsers must not become a row per request, and one
+/// IdP's outage must not hide another's. Best effort: the page the person sees does not
+/// depend on it.
 async fn record_failure(state: &AppState, idp: &IdpConfig, reason: &'static str) {
-    static LAST_MINUTE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
+    static LAST_MINUTE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, i64>>> =
+        std::sync::LazyLock::new(Default::default);
     let minute = OffsetDateTime::now_utc().unix_timestamp().div_euclid(60);
-    if LAST_MINUTE.swap(minute, std::sync::atomic::Ordering::AcqRel) == minute {
-        return;
+    {
+        let mut last = LAST_MINUTE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.insert(idp.name.clone(), minute) == Some(minute) {
+            return;
+        }
     }
     let mut ev = store::audit::AuditEvent::new(AuditKind::LoginFailed);
     ev.detail = serde_json::json!({ "reason": reason, "idp": idp.name });

@@ -49,17 +49,19 @@ impl RevokedBy {
 /// transaction *before* any connection row is locked: a callback that holds an elicitation
 /// lock finishes first (and its grant is then revoked with the rest), and one that comes
 /// later finds its link cancelled. Returns how many links were closed.
+/// `issuer`: only the links of that IdP's subject (`None`: of the subject at any IdP).
 pub async fn cancel_links(
     pool: &PgPool,
     tenant: &str,
     subject: &str,
+    issuer: Option<&str>,
     provider: Option<&str>,
     actor: &str,
     by: RevokedBy,
 ) -> Result<usize, sqlx::Error> {
     let by =
         super::cancel::Closer { actor, api_key_id: None, because: super::cancel::Because::Revocation, by: by.as_str() };
-    Ok(super::cancel::cancel_pending(pool, tenant, Some(subject), provider, &by).await?.len())
+    Ok(super::cancel::cancel_pending(pool, tenant, Some((subject, issuer)), provider, &by).await?.len())
 }
 
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.
@@ -110,7 +112,9 @@ async fn revoke_checked(
         }));
     }
     let cancelled_elicitations =
-        cancel_links(&state.pool, tenant, &seen.subject, Some(&seen.provider), actor, by).await?;
+        // The links of the person who held it: a namesake of another IdP (the tenant's
+        // IdP since) keeps theirs.
+        cancel_links(&state.pool, tenant, &seen.subject, seen.issuer.as_deref(), Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
     if row.tenant_id.as_str() != tenant
@@ -200,7 +204,7 @@ pub async fn revoke_subject(
     actor: &str,
 ) -> Result<OffBoarded, sqlx::Error> {
     let by = RevokedBy::Offboarding;
-    let mut cancelled = cancel_links(&state.pool, tenant, subject, provider, actor, by).await?;
+    let mut cancelled = cancel_links(&state.pool, tenant, subject, None, provider, actor, by).await?;
     let ids = store::connections::live_connection_ids(&state.pool, tenant, subject, provider).await?;
     let mut revoked = Vec::with_capacity(ids.len());
     for id in ids {

@@ -270,6 +270,8 @@ pub struct ConnectionMeta {
     pub refreshed_at: Option<OffsetDateTime>,
     pub last_used_at: Option<OffsetDateTime>,
     pub access_expires_at: Option<OffsetDateTime>,
+    /// The issuer of the IdP whose subject holds it.
+    pub issuer: Option<String>,
 }
 
 /// What the admin API lists connections by; `None` matches all.
@@ -295,7 +297,7 @@ pub async fn list_connections(
         ConnectionMeta,
         r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
-                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
+                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.tenant_id = $1
              AND ($2::text IS NULL OR c.subject = $2)
@@ -346,7 +348,7 @@ pub async fn held_by_subject(
     let rows = sqlx::query!(
         r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
-                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at
+                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.subject = $1 AND c.issuer = $2 AND c.status <> 'revoked'
            ORDER BY c.tenant_id, c.provider"#,
@@ -372,6 +374,7 @@ pub async fn held_by_subject(
                 refreshed_at: r.refreshed_at,
                 last_used_at: r.last_used_at,
                 access_expires_at: r.access_expires_at,
+                issuer: r.issuer,
             },
         })
         .collect())

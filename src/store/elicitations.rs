@@ -201,12 +201,14 @@ pub async fn mark_declined(
     Ok(r.rows_affected() == 1)
 }
 
-/// Cancels pending elicitations of a tenant (optionally one subject and/or provider) and
-/// spends their open states, so a callback in flight finds nothing to complete.
+/// Cancels pending elicitations of a tenant (optionally one subject, of one issuer, and/or
+/// provider) and spends their open states, so a callback in flight finds nothing to
+/// complete.
 pub async fn cancel_pending(
     db: &mut sqlx::PgConnection,
     tenant_id: &str,
     subject: Option<&str>,
+    issuer: Option<&str>,
     provider: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Vec<Closed>, sqlx::Error> {
@@ -215,11 +217,13 @@ pub async fn cancel_pending(
         r#"UPDATE elicitations SET status = 'cancelled', completed_at = $4
            WHERE tenant_id = $1 AND status = 'pending'
              AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
+             AND ($5::text IS NULL OR issuer = $5)
            RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
         tenant_id,
         subject,
         provider,
-        now
+        now,
+        issuer
     )
     .fetch_all(&mut *db)
     .await?;

@@ -399,3 +399,33 @@ async fn a_sign_in_answered_at_another_idps_callback_is_refused() {
     let r = browser.get(&back).await;
     assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
 }
+
+/// A person of the tenant's previous IdP ends her stale connection on "Your connections":
+/// the pending links of the tenant's present IdP's namesake stay open.
+#[tokio::test]
+async fn ending_an_old_idps_connection_closes_none_of_the_new_idps_namesakes_links() {
+    let (app, _second) = two_idps().await;
+    let stale = app.insert_connection("beta", "alice", "github", "gho_old", &["repo"], None).await;
+    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
+        .bind(app.idp.issuer())
+        .bind(stale.as_uuid())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let link = beta_token(&app, "alice", "github").await;
+    let id = link["elicitation"]["id"].as_str().unwrap().to_owned();
+
+    let at_a = Browser::new();
+    sign_in(&app, &at_a, None, &app.idp, "alice").await;
+    let html = connections_page(&app, &at_a).await;
+    assert!(html.contains("Beta Bot"), "her stale connection is listed: {html}");
+    let r = at_a
+        .client
+        .post(format!("{}/connections/disconnect", app.base))
+        .form(&[("csrf", form_value(&html, "csrf").as_str()), ("id", &stale.to_string())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    assert_eq!(app.elicitation_status(&id).await, "pending", "the second IdP's alice's link stays open");
+}

@@ -78,6 +78,18 @@ struct Env {
 }
 
 async fn start(server: Lang) -> Env {
+    // The port is chosen before the server binds it (the IdP's access tokens name its URL
+    // as audience), so another test may take it in between: tried again on a new port.
+    for _ in 0..2 {
+        if let Some(env) = try_start(server, false).await {
+            return env;
+        }
+    }
+    try_start(server, true).await.expect("asserted inside")
+}
+
+/// [`start`] once: `None` when the server did not come up (`last`: assert instead).
+async fn try_start(server: Lang, last: bool) -> Option<Env> {
     // The server's port comes first: the IdP's access tokens name its URL as audience.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://127.0.0.1:{port}");
@@ -112,10 +124,14 @@ async fn start(server: Lang) -> Env {
         false
     })
     .await;
+    if ready == Ok(false) && !last {
+        // It exited before listening (its stderr is above: usually the port taken).
+        return None;
+    }
     assert_eq!(ready, Ok(true), "the {server:?} server said `listening on` within 30 s (its stderr is above)");
     // Keep reading its stdout, so a chatty server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
-    Env { stack, mcp_url, _server: child }
+    Some(Env { stack, mcp_url, _server: child })
 }
 
 /// One MCP client process (one user, one MCP session).

@@ -449,6 +449,7 @@ async fn an_event_whose_change_rolls_back_is_never_sent() {
         "acme",
         Some("alice"),
         None,
+        None,
         time::OffsetDateTime::now_utc(),
     )
     .await

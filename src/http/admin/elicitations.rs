@@ -2,7 +2,7 @@
 
 use super::{db, provider, subject};
 use crate::app::AppState;
-use crate::domain::{ProviderId, Subject};
+use crate::domain::ProviderId;
 use crate::flows::cancel;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
@@ -60,7 +60,8 @@ pub async fn cancel_elicitations(
     let ids = cancel::cancel_pending(
         &state.pool,
         caller.0.tenant.as_str(),
-        s.as_ref().map(Subject::as_str),
+        // A tenant's admin names its subjects: those of the tenant's IdP and any before.
+        s.as_ref().map(|s| (s.as_str(), None)),
         p.as_ref().map(ProviderId::as_str),
         &by,
     )
