@@ -264,23 +264,6 @@ fn completions_are_printed_for_each_shell() {
     assert_eq!(o.status.code(), Some(64));
 }
 
-/// [`run`] with a configuration text whose IdP and providers are reached.
-fn run_as(db_url: &str, text: &str, args: &[&str]) -> Output {
-    let opts = crate::support::Options::default();
-    let config = std::env::temp_dir().join(format!("mcpc-cli-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&config, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-        .args(args)
-        .arg("--config")
-        .arg(&config)
-        .env_remove("DATABASE_URL")
-        .envs(crate::support::config_env(db_url, &opts))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&config);
-    out
-}
-
 /// The operator-wide connection and webhook commands: a listing across tenants (never a
 /// token, never a webhook URL's path), and an off-boarding that revokes at the provider,
 /// closes the subject's links, is audited as the CLI's, and stops the running service's
@@ -326,7 +309,7 @@ async fn connections_revoke_off_boards_a_subject_everywhere_and_listings_show_no
         crate::support::config_text(&app.base, &app.idp.issuer(), &app.provider.issuer(), &Default::default()).unwrap();
     let db = app.db_url.clone();
     let o = tokio::task::spawn_blocking(move || {
-        run_as(&db, &text, &["connections", "revoke", "--tenant", "acme", "--subject", "alice"])
+        run(&db, Some(&text), &["connections", "revoke", "--tenant", "acme", "--subject", "alice"])
     })
     .await
     .unwrap();

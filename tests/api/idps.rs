@@ -45,6 +45,13 @@ async fn two_idps_with(beta: &[&str]) -> (TestApp, Arc<DevProvider>) {
     (app, Arc::new(second))
 }
 
+/// Makes a row of beta's as it was written before beta named the second IdP: its subject
+/// the default IdP's.
+async fn made_for_the_default_idp(app: &TestApp, table: &str, id: &str) {
+    let sql = format!("UPDATE {table} SET issuer = $1 WHERE id = $2::uuid");
+    sqlx::query(sqlx::AssertSqlSafe(sql)).bind(app.idp.issuer()).bind(id).execute(&app.pool).await.unwrap();
+}
+
 /// Signs `browser` in as `subject` through `/login` (at the IdP `idp` names), and checks
 /// that the IdP it was sent to is `at`.
 async fn sign_in(app: &TestApp, browser: &Browser, idp: Option<&str>, at: &DevProvider, subject: &str) {
@@ -168,12 +175,7 @@ async fn a_tenant_that_changed_its_idp_hands_nothing_of_the_old_idps_namesake_to
     // Beta's alice of the *default* IdP connected before beta named the second IdP (the
     // row as it was then), and a link of hers is still pending.
     let old = app.insert_connection("beta", "alice", "github", "gho_old_idps_alice", &["repo"], None).await;
-    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
-        .bind(app.idp.issuer())
-        .bind(old.as_uuid())
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    made_for_the_default_idp(&app, "connections", &old.to_string()).await;
     // No cached copy from before the update may answer: the update is a change like any.
     let b = beta_token(&app, "alice", "github").await;
     assert_eq!(b["status"], "connect_required", "another IdP's alice's token is not handed out: {b}");
@@ -188,12 +190,7 @@ async fn a_tenant_that_changed_its_idp_hands_nothing_of_the_old_idps_namesake_to
 
     // A pending link made for the old IdP's alice is not handed out again: the next call
     // closes it and makes a fresh one for the new IdP's.
-    sqlx::query("UPDATE elicitations SET issuer = $1 WHERE id = $2::uuid")
-        .bind(app.idp.issuer())
-        .bind(&e)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    made_for_the_default_idp(&app, "elicitations", &e).await;
     let again = beta_token(&app, "alice", "github").await;
     assert_ne!(again["elicitation"]["id"].as_str().unwrap(), e, "{again}");
     assert_eq!(app.elicitation_status(&e).await, "expired");
@@ -272,22 +269,12 @@ async fn connecting_over_another_idps_namesake_revokes_the_old_grant_and_old_lin
     let old = app
         .insert_sealed("beta", "alice", "testp", &old_access, Some(&old_refresh), &["openid", "profile"], None)
         .await;
-    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
-        .bind(app.idp.issuer())
-        .bind(old.as_uuid())
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    made_for_the_default_idp(&app, "connections", &old.to_string()).await;
 
     // A link of the old IdP's alice (as it was made before the move), opened by her.
     let stale = beta_token(&app, "alice", "github").await;
     let stale_id = stale["elicitation"]["id"].as_str().unwrap().to_owned();
-    sqlx::query("UPDATE elicitations SET issuer = $1 WHERE id = $2::uuid")
-        .bind(app.idp.issuer())
-        .bind(&stale_id)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    made_for_the_default_idp(&app, "elicitations", &stale_id).await;
     let at_a = Browser::new();
     sign_in(&app, &at_a, None, &app.idp, "alice").await;
     let r = at_a.get(stale["elicitation"]["url"].as_str().unwrap()).await;
@@ -406,12 +393,7 @@ async fn a_sign_in_answered_at_another_idps_callback_is_refused() {
 async fn ending_an_old_idps_connection_closes_none_of_the_new_idps_namesakes_links() {
     let (app, _second) = two_idps().await;
     let stale = app.insert_connection("beta", "alice", "github", "gho_old", &["repo"], None).await;
-    sqlx::query("UPDATE connections SET issuer = $1 WHERE id = $2")
-        .bind(app.idp.issuer())
-        .bind(stale.as_uuid())
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    made_for_the_default_idp(&app, "connections", &stale.to_string()).await;
     let link = beta_token(&app, "alice", "github").await;
     let id = link["elicitation"]["id"].as_str().unwrap().to_owned();
 
