@@ -178,8 +178,24 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issue
     }
     store::connections::set_default_issuer(&mut *tx, default_issuer).await?;
     tx.commit().await?;
-    let links = store::elicitations::backfill_issuer(pool, default_issuer).await?;
-    let connections = store::connections::backfill_issuer(pool, default_issuer).await?;
+    // In batches, each its own statement: the rows of a large table are locked a thousand
+    // at a time, never all at once (a refresh waiting on one would time out).
+    const BATCH: i64 = 1000;
+    let (mut links, mut connections) = (0, 0);
+    loop {
+        let n = store::elicitations::backfill_issuer(pool, default_issuer, BATCH).await?;
+        links += n;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
+    loop {
+        let n = store::connections::backfill_issuer(pool, default_issuer, BATCH).await?;
+        connections += n;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
     if links + connections > 0 {
         tracing::info!(links, connections, issuer = default_issuer, "recorded the issuer of rows written without one");
     }

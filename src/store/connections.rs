@@ -410,8 +410,16 @@ pub async fn set_default_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result
 
 /// Sets the issuer of rows made before issuers were recorded (or by a binary of the release
 /// before) to `issuer`: the default IdP's, the only one those binaries knew.
-pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query!("UPDATE connections SET issuer = $1 WHERE issuer IS NULL", issuer).execute(db).await?;
+/// At most `batch` rows a call (each call its own short statement: a large table is never
+/// locked whole); returns how many it set.
+pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str, batch: i64) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!(
+        "UPDATE connections SET issuer = $1 WHERE id IN (SELECT id FROM connections WHERE issuer IS NULL LIMIT $2)",
+        issuer,
+        batch
+    )
+    .execute(db)
+    .await?;
     Ok(r.rows_affected())
 }
 

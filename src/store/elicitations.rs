@@ -289,7 +289,15 @@ pub async fn cancel_one(
 /// Sets the issuer of rows made before issuers were recorded (or by a binary of the release
 /// before, during a rolling deploy) to `issuer`: the default IdP's, the only one those
 /// binaries knew. Returns how many rows it set.
-pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query!("UPDATE elicitations SET issuer = $1 WHERE issuer IS NULL", issuer).execute(db).await?;
+/// At most `batch` rows a call (each call its own short statement: a large table is never
+/// locked whole); returns how many it set.
+pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str, batch: i64) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!(
+        "UPDATE elicitations SET issuer = $1 WHERE id IN (SELECT id FROM elicitations WHERE issuer IS NULL LIMIT $2)",
+        issuer,
+        batch
+    )
+    .execute(db)
+    .await?;
     Ok(r.rows_affected())
 }

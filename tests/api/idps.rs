@@ -215,7 +215,23 @@ async fn rows_written_without_an_issuer_become_the_default_idps_at_start() {
         .unwrap();
     let b = beta_token(&app, "alice", "github").await;
     assert_eq!(b["status"], "connect_required", "a row without an issuer matches nobody: {b}");
+    // More links without one than a backfill batch holds.
+    sqlx::query(
+        "INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at)
+         SELECT gen_random_uuid(), 'acme', 'user' || n, 'github', '{}', '{}', 'expired', now()
+         FROM generate_series(1, 2500) AS n",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE elicitations SET issuer = NULL").execute(&app.pool).await.unwrap();
     mcp_connect::startup::sync_tenants(&app.pool, &[], &app.idp.issuer()).await.unwrap();
+    let unset: i64 = sqlx::query_scalar("SELECT count(*) FROM elicitations WHERE issuer IS DISTINCT FROM $1")
+        .bind(app.idp.issuer())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(unset, 0, "every link, in batches");
     let issuer: String = sqlx::query_scalar("SELECT issuer FROM connections WHERE id = $1")
         .bind(id.as_uuid())
         .fetch_one(&app.pool)
