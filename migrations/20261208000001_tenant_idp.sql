@@ -14,9 +14,9 @@ ALTER TABLE tenants ADD COLUMN idp text;
 ALTER TABLE elicitations ADD COLUMN issuer text;
 ALTER TABLE connections ADD COLUMN issuer text;
 
--- The backfill finds the unset rows without a scan.
-CREATE INDEX elicitations_issuer_unset ON elicitations (id) WHERE issuer IS NULL;
-CREATE INDEX connections_issuer_unset ON connections (id) WHERE issuer IS NULL;
+-- (The indexes the backfill reads are built in 20261208000003, concurrently: an index
+-- built here would hold this transaction's locks for a scan of each whole table.)
+SET LOCAL lock_timeout = '10s';
 
 -- A tenant's IdP is part of what every instance must learn when it changes.
 DROP TRIGGER tenants_notify ON tenants;

@@ -34,7 +34,8 @@ pub enum Output {
 pub enum Command {
     /// Run the service (applies migrations first, unless --no-migrate).
     Serve {
-        /// Do not migrate: refuse to start unless the schema is already this binary's.
+        /// Do not migrate: refuse to start unless every migration of this binary is applied
+        /// (a newer release's schema is served when its `schema_compat` admits this binary).
         #[arg(long)]
         no_migrate: bool,
     },
@@ -154,8 +155,12 @@ pub enum AuditAction {
         #[arg(long)]
         subject: Option<String>,
         /// At most this many (1 to 1000).
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1000))]
         limit: i64,
+        /// Only the events of the last this many days (1 to 3660): the trail is partitioned
+        /// by month, so a bound keeps the read to the partitions it names.
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(i64).range(1..=3660))]
+        days: i64,
     },
 }
 
@@ -168,7 +173,7 @@ pub enum ConnectionsAction {
         #[arg(long)]
         subject: Option<String>,
         /// At most this many (1 to 10000).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=10_000))]
         limit: i64,
     },
     /// Revoke every connection of a subject in a tenant (or one provider's), as the admin
@@ -352,9 +357,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "cli",
             )
             .await?;
-            // Revocations at providers run detached: waited for before the process ends.
-            state.detached.close();
-            state.detached.wait().await;
             for r in &done.revoked {
                 println!("revoked {} ({}): provider {}", r.connection_id, r.provider, r.provider_result);
             }
@@ -366,7 +368,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Connections { action: ConnectionsAction::List { tenant, subject, limit } } => {
-            anyhow::ensure!((1..=10_000).contains(&limit), "--limit: 1 to 10000");
             let pool = open_database(&cli.config, false).await?.1;
             let rows =
                 store::connections::list_for_operator(&pool, tenant.as_deref(), subject.as_deref(), limit).await?;
@@ -473,8 +474,7 @@ struct AuditLine {
 }
 
 async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> anyhow::Result<()> {
-    let AuditAction::List { tenant, without_tenant, kind, subject, limit } = action;
-    anyhow::ensure!((1..=1000).contains(&limit), "--limit: 1 to 1000");
+    let AuditAction::List { tenant, without_tenant, kind, subject, limit, days } = action;
     let tenant = tenant.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()?;
     let whose = match (&tenant, without_tenant) {
         (Some(t), _) => store::audit::Whose::Tenant(t.as_str()),
@@ -485,7 +485,7 @@ async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> any
         subject: subject.as_deref(),
         provider: None,
         kind: kind.as_deref(),
-        since: None,
+        since: Some(time::OffsetDateTime::now_utc() - time::Duration::days(days)),
         until: None,
         page: store::audit::Page::Before(None),
         limit,

@@ -50,7 +50,7 @@ impl Application {
         let split = PoolSplit::new(config.database_max_connections);
         let connect_options = store::connect_options(config.database_url.expose_secret())
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-        let state = app_state(config, pool, clock, &connect_options, split).await?;
+        let state = app_state(config, pool, clock, &connect_options, split, Background::Run).await?;
         let port = listener.local_addr()?.port();
         let server = serve(listener, state.clone(), connect_options, split)?;
         let metrics = match metrics_listener {
@@ -229,13 +229,15 @@ async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
 /// The service's state for a one-shot operator command that changes what instances serve
 /// (`mcp-connect connections revoke`): the same flows, vault and outbound client as
 /// `serve`, on a schema that must already be this binary's (nothing is migrated, and the
-/// configured tenants are not written). Serves nothing.
+/// configured tenants are not written). Serves nothing and runs none of the background
+/// work (no webhook deliveries, clean-up or change listener).
 pub async fn operator_state(config: Config) -> anyhow::Result<AppState> {
     let pool = store::connect(config.database_url.expose_secret(), 2).await?;
     store::check_schema(&pool).await?;
     let connect_options = store::connect_options(config.database_url.expose_secret())
         .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-    app_state(config, pool, Arc::new(crate::domain::SystemClock), &connect_options, PoolSplit::new(2)).await
+    let clock = Arc::new(crate::domain::SystemClock);
+    app_state(config, pool, clock, &connect_options, PoolSplit::new(2), Background::None).await
 }
 
 /// `database.max_connections` split over the HTTP workers, and each worker's share between
@@ -274,14 +276,24 @@ fn instance_name() -> String {
     format!("{host}-{:08x}", rand::random::<u32>())
 }
 
-/// The shared state, and the background tasks that keep it current (clean-up, the change
-/// listener, the cache confirmer, the hand-out audit writers).
+/// Whether the state runs the service's background work (webhook deliveries, clean-up,
+/// the change listener and confirmer): `serve` does; a one-shot operator command must not
+/// (it would send other tenants' webhooks from the operator's host and abort them on exit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Background {
+    Run,
+    None,
+}
+
+/// The shared state, and (with [`Background::Run`]) the background tasks that keep it
+/// current (clean-up, the change listener, the cache confirmer, webhook deliveries).
 async fn app_state(
     config: Config,
     pool: PgPool,
     clock: Arc<dyn crate::domain::Clock>,
     connect_options: &sqlx::postgres::PgConnectOptions,
     split: PoolSplit,
+    background: Background,
 ) -> anyhow::Result<AppState> {
     // One change watch for every cache: one listener, one drop counter, one confirmation.
     let watch = crate::changes::ChangeWatch::new(clock.clone());
@@ -295,13 +307,15 @@ async fn app_state(
     );
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers, &config.outbound_cas)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
-    crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+    if background == Background::Run {
+        crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
+    }
     let webhook_policy = crate::webhooks::ssrf::AddressPolicy {
         allow_loopback: config.webhooks.allow_loopback,
         allow_private: config.webhooks.allow_private,
     };
     let vault = Arc::new(Vault::new(config.keyring));
-    crate::webhooks::worker::Worker {
+    let worker = crate::webhooks::worker::Worker {
         pool: pool.clone(),
         vault: vault.clone(),
         client: crate::webhooks::ssrf::DeliveryClient::trusting(
@@ -318,8 +332,10 @@ async fn app_state(
         lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(5),
         slow_after: config.webhooks.timeout / 2,
         max_pending_per_tenant: i64::try_from(config.webhooks.max_pending_per_tenant).unwrap_or(i64::MAX),
+    };
+    if background == Background::Run {
+        worker.spawn();
     }
-    .spawn();
     let caches = Arc::new(crate::cache::Caches::with_watch(
         config.cache_enabled,
         config.cache_max_age,
@@ -328,8 +344,10 @@ async fn app_state(
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
     let listen_url = config.database_listen_url.clone();
-    crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
-    crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
+    if background == Background::Run {
+        crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
+        crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
+    }
     Ok(AppState {
         lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
         caches,

@@ -119,8 +119,10 @@ impl Unreachable {
 
 /// This binary's schema compatibility level: it runs on a schema whose
 /// `schema_compat.oldest_binary_level` is at most this, also with migrations it does not
-/// know (a newer release's, which only expand: see `migrations/20261209000001_schema_compat.sql`).
-/// Raised by the release whose migrations contract what this one uses.
+/// know (a newer release's, which only expand). The rule (docs/development.md, "Changing
+/// the schema"): the release that stops using a table or column raises this; the later
+/// release whose migration removes it sets `oldest_binary_level` to that raised level, so
+/// every binary that still uses it refuses that schema.
 pub const SCHEMA_LEVEL: i32 = 1;
 
 /// The schema is not one this binary can run on.
@@ -204,6 +206,11 @@ pub fn connect_lazy(options: sqlx::postgres::PgConnectOptions, max_connections: 
 /// Applies this binary's migrations that are not applied yet. A schema a newer release
 /// migrated further is left as it is, when it admits this binary ([`check_schema`]).
 pub async fn migrate(pool: &PgPool) -> Result<(), SchemaMismatch> {
+    // A schema that does not admit this binary is refused before anything is applied.
+    match check_schema(pool).await {
+        Ok(()) | Err(SchemaMismatch::Behind { .. }) => {}
+        Err(e) => return Err(e),
+    }
     let mut migrator = sqlx::migrate!("./migrations");
     // Migrations of a newer release are not an error here: whether this binary may run on
     // them is `schema_compat`'s to say, below.

@@ -2,6 +2,7 @@
 //! that release only expanded it (`schema_compat`), so a rollback, or a pod of the release
 //! before restarted in the middle of a rollout, keeps serving. This binary plays the
 //! release before; the newer release's migration is written here as such a release would.
+//! (Binaries before `schema_compat` existed do not do this: docs/operations.md says so.)
 
 use crate::support::binary::{run, serve};
 use crate::support::spawn_app;
