@@ -104,7 +104,8 @@ fn verify_hash(key: &str, phc: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct VerifiedKey {
     pub id: ApiKeyId,
-    pub tenant: TenantId,
+    /// `None` for an operator key (and only for one: the database pairs them).
+    pub tenant: Option<TenantId>,
     pub scope: KeyScope,
 }
 
@@ -331,7 +332,7 @@ impl ApiKeyVerifier {
     ) -> Result<VerifiedKey, KeyRejection> {
         let key = VerifiedKey {
             id,
-            tenant: TenantId::parse(&row.tenant_id).map_err(|_| KeyRejection::Invalid)?,
+            tenant: row.tenant_id.as_deref().map(TenantId::parse).transpose().map_err(|_| KeyRejection::Invalid)?,
             scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
         };
         self.remember_verified(fingerprint, &key, ticket).await?;
@@ -372,7 +373,7 @@ impl ApiKeyVerifier {
         Ok(store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?.is_some_and(|row| {
             row.revoked_at.is_none()
                 && row.tenant_active
-                && row.tenant_id == key.tenant.as_str()
+                && row.tenant_id.as_deref() == key.tenant.as_ref().map(TenantId::as_str)
                 && row.scope == key.scope.as_str()
         }))
     }
@@ -521,7 +522,7 @@ impl ApiKeyVerifier {
     /// A tenant was created, renamed, deactivated, reactivated or deleted: its keys are
     /// re-checked against the database on their next use (one read, no argon2).
     pub fn tenant_changed(&self, tenant: &str) {
-        self.cache.mark_due_where(|_, k| k.tenant.as_str() == tenant);
+        self.cache.mark_due_where(|_, k| k.tenant.as_ref().is_some_and(|t| t.as_str() == tenant));
     }
 
     /// The change listener is up (`true`) or lost its connection (`false`). While it is

@@ -212,10 +212,11 @@ pub enum TenantAction {
 
 #[derive(Debug, Subcommand)]
 pub enum ApikeyAction {
-    /// Create a key and print it once.
+    /// Create a key and print it once: a tenant's (`server`, `admin`: --tenant) or the
+    /// platform operator's (`operator`: no tenant; for `/operator/v1`).
     Create {
         #[arg(long)]
-        tenant: String,
+        tenant: Option<String>,
         #[arg(long, value_enum)]
         scope: KeyScope,
         /// A note for operators (who uses the key).
@@ -578,6 +579,8 @@ struct TenantLine {
     idp: String,
     subject_token_audience: Option<String>,
     require_subject_token: bool,
+    /// `file` (a configuration file keeps it) or `api` (the operator API).
+    managed_by: String,
 }
 
 async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> anyhow::Result<()> {
@@ -594,11 +597,12 @@ async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> a
                     idp: t.idp,
                     subject_token_audience: t.subject_token_audience,
                     require_subject_token: t.require_subject_token,
+                    managed_by: t.managed_by,
                 })
                 .collect();
             return print_rows(output, &rows, |t| {
                 let state = if t.active { "active" } else { "inactive" };
-                format!("{}\t{state}\t{}\t{}", t.id, t.display_name, t.providers.join(","))
+                format!("{}\t{state}\t{}\t{}\t{}", t.id, t.display_name, t.providers.join(","), t.managed_by)
             });
         }
         TenantAction::Deactivate { id } => (id, false),
@@ -619,7 +623,8 @@ async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> a
 #[derive(serde::Serialize)]
 struct KeyLine {
     id: String,
-    tenant: String,
+    /// `None`: an operator key.
+    tenant: Option<String>,
     scope: String,
     revoked: bool,
     #[serde(with = "time::serde::rfc3339")]
@@ -631,7 +636,19 @@ struct KeyLine {
 
 async fn apikey(pool: &store::PgPool, action: ApikeyAction, output: Output) -> anyhow::Result<()> {
     match action {
+        ApikeyAction::Create { tenant, scope: KeyScope::Operator, label } => {
+            if tenant.is_some() {
+                anyhow::bail!("--tenant: an operator key belongs to no tenant");
+            }
+            let key = crate::flows::api_keys::create_operator_key(pool, label.as_deref()).await?;
+            println!("{}", key.key.expose_secret());
+            eprintln!("operator key id {}: store it now, it is not shown again", key.id);
+            Ok(())
+        }
         ApikeyAction::Create { tenant, scope, label } => {
+            let Some(tenant) = tenant else {
+                anyhow::bail!("--tenant: a {} key belongs to a tenant", scope.as_str());
+            };
             let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
             if !store::tenants::tenant_exists(pool, tenant.as_str()).await? {
                 anyhow::bail!(
@@ -654,7 +671,7 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction, output: Output) -> a
                 .into_iter()
                 .map(|k| KeyLine {
                     id: k.id.to_string(),
-                    tenant: k.tenant_id.to_string(),
+                    tenant: k.tenant_id,
                     scope: k.scope.to_string(),
                     revoked: k.revoked_at.is_some(),
                     created_at: k.created_at,
@@ -666,7 +683,7 @@ async fn apikey(pool: &store::PgPool, action: ApikeyAction, output: Output) -> a
                 format!(
                     "{}\t{}\t{}\t{}\tcreated {}\tlast used {}\t{}",
                     k.id,
-                    k.tenant,
+                    k.tenant.as_deref().unwrap_or("(operator)"),
                     k.scope,
                     if k.revoked { "revoked" } else { "active" },
                     k.created_at,

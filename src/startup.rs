@@ -403,6 +403,7 @@ fn serve(
             .configure(crate::http::openapi::configure)
             .configure(crate::http::api::configure)
             .configure(crate::http::admin::configure)
+            .configure(crate::http::operator::configure)
             .configure(crate::http::browser::configure)
     })
     .workers(split.workers)

@@ -172,16 +172,17 @@ pub(super) struct RawAudit {
     pub(super) retention_days: Option<u64>,
 }
 
+/// A tenant as a file's `[[tenants]]` (or the operator API) writes it, before validation.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawTenant {
-    pub(super) id: String,
-    pub(super) display_name: String,
-    pub(super) providers: Vec<String>,
-    pub(super) subject_token_audience: Option<String>,
-    pub(super) require_subject_token: Option<bool>,
+pub struct RawTenant {
+    pub id: String,
+    pub display_name: String,
+    pub providers: Vec<String>,
+    pub subject_token_audience: Option<String>,
+    pub require_subject_token: Option<bool>,
     /// The name of one of `[idps.<name>]`; unset: the default `[idp]`.
-    pub(super) idp: Option<String>,
+    pub idp: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

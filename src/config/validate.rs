@@ -323,36 +323,75 @@ fn tenants(raw: Vec<super::raw::RawTenant>, registry: &ProviderRegistry) -> Resu
     let mut tenants: Vec<TenantConfig> = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
         let field = format!("tenants[{i}]");
-        let id = TenantId::parse(&t.id).map_err(|e| err(format!("{field}.id"), e.to_string()))?;
-        if tenants.iter().any(|x| x.id == id) {
-            return Err(err(format!("{field}.id"), format!("tenant {id} is defined twice")));
+        let t = tenant(&field, t, registry).map_err(|e| e.error)?;
+        if tenants.iter().any(|x| x.id == t.id) {
+            return Err(err(format!("{field}.id"), format!("tenant {} is defined twice", t.id)));
         }
-        let display_name = t.display_name.trim().to_owned();
-        if display_name.is_empty() || display_name.len() > 100 || display_name.chars().any(char::is_control) {
-            return Err(err(format!("{field}.display_name"), "must be 1-100 printable characters"));
-        }
-        let mut providers = Vec::new();
-        for p in &t.providers {
-            let pid = ProviderId::parse(p).map_err(|e| err(format!("{field}.providers"), e.to_string()))?;
-            if registry.get(&pid).is_none() {
-                return Err(err(
-                    format!("{field}.providers"),
-                    format!("provider {pid:?} is not configured under [providers]"),
-                ));
-            }
-            providers.push(pid);
-        }
-        let subject_token = subject_token_policy(&field, t.subject_token_audience, t.require_subject_token)?;
-        // `None`: the file leaves it out (a new tenant gets `default`, an existing one keeps
-        // the database's).
-        let idp = t
-            .idp
-            .as_deref()
-            .map(|name| crate::domain::IdpName::parse(name).map_err(|e| err(format!("{field}.idp"), e.to_string())))
-            .transpose()?;
-        tenants.push(TenantConfig { id, display_name, providers, subject_token, idp });
+        tenants.push(t);
     }
     Ok(tenants)
+}
+
+/// `prefix.name`, or `name` without a prefix.
+fn field_name(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() { name.to_owned() } else { format!("{prefix}.{name}") }
+}
+
+/// What is wrong with a tenant: a provider that is not configured, or anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantProblem {
+    UnknownProvider,
+    Invalid,
+}
+
+/// A tenant refused, with the field (under the prefix given) and why.
+#[derive(Debug)]
+pub struct TenantInvalid {
+    pub problem: TenantProblem,
+    pub error: ConfigError,
+}
+
+fn invalid(field: String, message: impl Into<String>) -> TenantInvalid {
+    TenantInvalid { problem: TenantProblem::Invalid, error: err(field, message) }
+}
+
+/// One tenant, checked as the file's `[[tenants]]` and the operator API both check it
+/// (whether its IdP is configured is the caller's to check: the file checks it against
+/// its own `[idps]`). `field` prefixes the field names in the errors.
+pub fn tenant(
+    field: &str,
+    t: super::raw::RawTenant,
+    registry: &ProviderRegistry,
+) -> Result<TenantConfig, TenantInvalid> {
+    let at = |name: &str| field_name(field, name);
+    let id = TenantId::parse(&t.id).map_err(|e| invalid(at("id"), e.to_string()))?;
+    let display_name = t.display_name.trim().to_owned();
+    if display_name.is_empty() || display_name.chars().count() > 100 || display_name.chars().any(char::is_control) {
+        return Err(invalid(at("display_name"), "must be 1-100 printable characters"));
+    }
+    let mut providers = Vec::new();
+    for p in &t.providers {
+        let pid = ProviderId::parse(p).map_err(|e| invalid(at("providers"), e.to_string()))?;
+        if registry.get(&pid).is_none() {
+            return Err(TenantInvalid {
+                problem: TenantProblem::UnknownProvider,
+                error: err(at("providers"), format!("provider {pid:?} is not configured under [providers]")),
+            });
+        }
+        if !providers.contains(&pid) {
+            providers.push(pid);
+        }
+    }
+    let subject_token = subject_token_policy(field, t.subject_token_audience, t.require_subject_token)
+        .map_err(|error| TenantInvalid { problem: TenantProblem::Invalid, error })?;
+    // `None`: the file leaves it out (a new tenant gets `default`, an existing one keeps
+    // the database's).
+    let idp = t
+        .idp
+        .as_deref()
+        .map(|name| crate::domain::IdpName::parse(name).map_err(|e| invalid(at("idp"), e.to_string())))
+        .transpose()?;
+    Ok(TenantConfig { id, display_name, providers, subject_token, idp })
 }
 
 /// `outbound.ca_file`: a PEM file of one or more CA certificates (empty or unset: none).
@@ -379,12 +418,12 @@ fn subject_token_policy(
     let audience = match audience {
         None => None,
         Some(a) => {
-            Some(crate::domain::resource_url(&a).map_err(|e| err(format!("{field}.subject_token_audience"), e))?)
+            Some(crate::domain::resource_url(&a).map_err(|e| err(field_name(field, "subject_token_audience"), e))?)
         }
     };
     if required == Some(true) && audience.is_none() {
         return Err(err(
-            format!("{field}.require_subject_token"),
+            field_name(field, "require_subject_token"),
             "needs subject_token_audience (the MCP server's resource URL the tokens are meant for)",
         ));
     }

@@ -89,6 +89,11 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
     let key = |scope| dev_key(&app, scope);
     let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
+    let operator_key = crate::flows::api_keys::create_operator_key(&app.state().pool, Some("dev"))
+        .await?
+        .key
+        .expose_secret()
+        .to_owned();
     let echo = if args.webhook_echo { Some(start_webhook_echo(&app).await?) } else { None };
 
     write_env_file(
@@ -97,6 +102,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
             ("MCP_CONNECT_URL", base.as_str()),
             ("MCP_CONNECT_SERVER_KEY", &server_key),
             ("MCP_CONNECT_ADMIN_KEY", &admin_key),
+            ("MCP_CONNECT_OPERATOR_KEY", &operator_key),
             ("MCP_CONNECT_DEV_IDP_URL", &idp.base_url()),
             ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
             ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),

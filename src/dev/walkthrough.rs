@@ -36,6 +36,9 @@ Try it (in another terminal):
 
   # People see and end their connections at {base}/connections (signed in as alice).
   # Operators: curl -s -H "Authorization: Bearer $MCP_CONNECT_ADMIN_KEY" $MCP_CONNECT_URL/admin/v1/audit
+  # The platform's operator adds a tenant at runtime (no restart):
+  #   curl -s -H "Authorization: Bearer $MCP_CONNECT_OPERATOR_KEY" -H 'content-type: application/json' \
+  #        -d '{{"id":"acme","display_name":"Acme","providers":["dev"]}}' $MCP_CONNECT_URL/operator/v1/tenants
   # Webhooks: start dev with --webhook-echo to see each event, verified, in this terminal.
   # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
 

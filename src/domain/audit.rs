@@ -48,6 +48,10 @@ audit_kinds! {
     WebhookCreated = "webhook_created",
     WebhookDeleted = "webhook_deleted",
     WebhookSecretRotated = "webhook_secret_rotated",
+    /// The operator API made a tenant.
+    TenantCreated = "tenant_created",
+    /// The operator API changed a tenant's settings (its `detail`: the settings after).
+    TenantChanged = "tenant_changed",
     TenantDeactivated = "tenant_deactivated",
     TenantActivated = "tenant_activated",
     TenantIdpChanged = "tenant_idp_changed",

@@ -218,8 +218,13 @@ text_column!(KillMode);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyScope {
+    /// An MCP server's: `/v1`, for its tenant.
     Server,
+    /// A tenant's operator's: `/admin/v1`, for its tenant.
     Admin,
+    /// The platform operator's: `/operator/v1`, above tenants (it belongs to none, and
+    /// reaches no tenant's connections or tokens).
+    Operator,
 }
 
 impl KeyScope {
@@ -227,6 +232,7 @@ impl KeyScope {
         match self {
             Self::Server => "server",
             Self::Admin => "admin",
+            Self::Operator => "operator",
         }
     }
 
@@ -234,6 +240,7 @@ impl KeyScope {
         match s {
             "server" => Ok(Self::Server),
             "admin" => Ok(Self::Admin),
+            "operator" => Ok(Self::Operator),
             _ => Err(ParseError("unknown key scope")),
         }
     }

@@ -6,7 +6,8 @@ use crate::domain::AuditKind;
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::store::{self, audit::AuditEvent};
 
-/// Makes a key, stores its hash and an audit event, and returns it (shown once).
+/// Makes a key of a tenant (scope `server` or `admin`), stores its hash and an audit
+/// event, and returns it (shown once).
 pub async fn create_api_key(
     pool: &store::PgPool,
     tenant: &TenantId,
@@ -18,13 +19,47 @@ pub async fn create_api_key(
     Ok(key)
 }
 
-/// Stores the hash of a key made by [`NewApiKey::generate`], with its audit event.
+/// As [`create_api_key`], made over the operator API by the operator key `by` (which the
+/// audit event names).
+pub async fn create_api_key_by(
+    pool: &store::PgPool,
+    tenant: &TenantId,
+    scope: KeyScope,
+    label: Option<&str>,
+    by: &ApiKeyId,
+) -> anyhow::Result<NewApiKey> {
+    anyhow::ensure!(scope != KeyScope::Operator, "an operator key belongs to no tenant");
+    let key = NewApiKey::generate();
+    store_key(pool, &key, Some(tenant), scope, label, Some(by)).await?;
+    Ok(key)
+}
+
+/// Makes an operator key (scope `operator`, of no tenant), as [`create_api_key`] does.
+pub async fn create_operator_key(pool: &store::PgPool, label: Option<&str>) -> anyhow::Result<NewApiKey> {
+    let key = NewApiKey::generate();
+    store_key(pool, &key, None, KeyScope::Operator, label, None).await?;
+    Ok(key)
+}
+
+/// Stores the hash of a tenant's key made by [`NewApiKey::generate`], with its audit event.
 pub async fn store_api_key(
     pool: &store::PgPool,
     key: &NewApiKey,
     tenant: &TenantId,
     scope: KeyScope,
     label: Option<&str>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(scope != KeyScope::Operator, "an operator key belongs to no tenant");
+    store_key(pool, key, Some(tenant), scope, label, None).await
+}
+
+async fn store_key(
+    pool: &store::PgPool,
+    key: &NewApiKey,
+    tenant: Option<&TenantId>,
+    scope: KeyScope,
+    label: Option<&str>,
+    by: Option<&ApiKeyId>,
 ) -> anyhow::Result<()> {
     let secret = key.key.clone();
     let hash =
@@ -34,24 +69,27 @@ pub async fn store_api_key(
     store::api_keys::insert_api_key(
         &mut *tx,
         key.id.as_str(),
-        tenant.as_str(),
+        tenant.map(TenantId::as_str),
         scope.as_str(),
         &hash,
         &verifier,
         label,
     )
     .await
-    .map_err(|e| match e.as_database_error().and_then(|d| d.code()).as_deref() {
-        Some("23503") => anyhow::anyhow!(
+    .map_err(|e| match (e.as_database_error().and_then(|d| d.code()).as_deref(), tenant) {
+        (Some("23503"), Some(tenant)) => anyhow::anyhow!(
             "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
                  `mcp-connect migrate` (or start `serve`), which writes the configured tenants"
         ),
         _ => e.into(),
     })?;
     let mut ev = AuditEvent::new(AuditKind::ApiKeyCreated);
-    ev.tenant_id = Some(tenant.to_string());
+    ev.tenant_id = tenant.map(ToString::to_string);
     ev.api_key_id = Some(key.id.to_string());
-    ev.detail = serde_json::json!({ "scope": scope.as_str() });
+    ev.detail = match by {
+        None => serde_json::json!({ "scope": scope.as_str() }),
+        Some(by) => serde_json::json!({ "scope": scope.as_str(), "by": format!("operator key {by}") }),
+    };
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     Ok(())
@@ -59,14 +97,14 @@ pub async fn store_api_key(
 
 /// Revokes an active key, with an audit event; every instance refuses it within the API-key
 /// cache's bound (the change is announced from the database). `None`: no active key with
-/// that id.
-pub async fn revoke_api_key(pool: &store::PgPool, id: &ApiKeyId) -> Result<Option<TenantId>, sqlx::Error> {
+/// that id; `Some(None)`: an operator key.
+pub async fn revoke_api_key(pool: &store::PgPool, id: &ApiKeyId) -> Result<Option<Option<TenantId>>, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
     let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
         return Ok(None);
     };
     let mut ev = AuditEvent::new(AuditKind::ApiKeyRevoked);
-    ev.tenant_id = Some(tenant.to_string());
+    ev.tenant_id = tenant.as_ref().map(ToString::to_string);
     ev.api_key_id = Some(id.to_string());
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;

@@ -1,8 +1,13 @@
-//! An operator switches a tenant off or on (`mcp-connect tenant`): its API keys and
-//! connect links stop, or work again, on every instance. Start-up never deactivates one.
+//! Tenants changed while the service runs: an operator switches one off or on
+//! (`mcp-connect tenant`, or `active` over the operator API), and the operator API makes
+//! and changes tenants of its own. Every instance follows within the cache bound: a
+//! tenant's row announces each change (`tenant:<id>`). Start-up never deactivates one.
 
-use crate::domain::{AuditKind, TenantId};
-use crate::store::{self, PgPool, audit::AuditEvent};
+use crate::config::{RawTenant, TenantProblem};
+use crate::domain::{ApiKeyId, AuditKind, TenantConfig, TenantId};
+use crate::oauth::providers::ProviderRegistry;
+use crate::oauth::resolve::Idps;
+use crate::store::{self, PgPool, audit::AuditEvent, tenants::TenantRow};
 
 /// Switches a tenant on or off, with an audit event when it changed. `None`: no such
 /// tenant; `Some(changed)`.
@@ -13,6 +18,17 @@ pub async fn set_tenant_active(
     by: &str,
 ) -> Result<Option<bool>, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
+    let changed = set_active(&mut tx, tenant, active, by).await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+async fn set_active(
+    tx: &mut sqlx::PgConnection,
+    tenant: &TenantId,
+    active: bool,
+    by: &str,
+) -> Result<Option<bool>, sqlx::Error> {
     let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant.as_str(), active).await? else {
         return Ok(None);
     };
@@ -22,6 +38,167 @@ pub async fn set_tenant_active(
         ev.detail = serde_json::json!({ "by": by });
         store::audit::insert_event(&mut *tx, &ev).await?;
     }
-    tx.commit().await?;
     Ok(Some(was != active))
+}
+
+/// Why the operator API refused a tenant change.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantRefusal {
+    #[error("no tenant {0}")]
+    NotFound(String),
+    #[error("tenant {0} exists already")]
+    Exists(String),
+    /// Only `active` of a tenant a configuration file keeps may change here: the file
+    /// would undo anything else at the next start.
+    #[error("tenant {0} is kept by a configuration file: change it there (only `active` may be changed here)")]
+    KeptByFile(String),
+    #[error("{field}: {message}")]
+    UnknownProvider { field: String, message: String },
+    #[error("idp: {0:?} is not configured under [idps]")]
+    UnknownIdp(String),
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// What a tenant change sets; `None`: left as it is.
+#[derive(Debug, Default)]
+pub struct TenantChange {
+    pub display_name: Option<String>,
+    pub providers: Option<Vec<String>>,
+    pub idp: Option<String>,
+    /// `Some(None)`: remove the audience.
+    pub subject_token_audience: Option<Option<String>>,
+    pub require_subject_token: Option<bool>,
+    pub active: Option<bool>,
+}
+
+impl TenantChange {
+    /// Whether it changes more than `active`.
+    fn changes_settings(&self) -> bool {
+        self.display_name.is_some()
+            || self.providers.is_some()
+            || self.idp.is_some()
+            || self.subject_token_audience.is_some()
+            || self.require_subject_token.is_some()
+    }
+}
+
+/// What the checks need to know of this deployment.
+pub struct Known<'a> {
+    pub providers: &'a ProviderRegistry,
+    pub idps: &'a Idps,
+}
+
+/// A tenant checked as a file's `[[tenants]]` is, and its IdP among the configured ones.
+fn checked(spec: RawTenant, known: &Known<'_>) -> Result<TenantConfig, TenantRefusal> {
+    let t = crate::config::tenant("", spec, known.providers).map_err(|e| match e.problem {
+        TenantProblem::UnknownProvider => {
+            TenantRefusal::UnknownProvider { field: e.error.field, message: e.error.message }
+        }
+        TenantProblem::Invalid => TenantRefusal::Invalid { field: e.error.field, message: e.error.message },
+    })?;
+    if let Some(idp) = t.idp.as_ref().filter(|n| known.idps.by_name(n.as_str()).is_none()) {
+        return Err(TenantRefusal::UnknownIdp(idp.as_str().to_owned()));
+    }
+    Ok(t)
+}
+
+/// Makes a tenant the operator API keeps, active, with its audit event.
+pub async fn create_tenant(
+    pool: &PgPool,
+    known: &Known<'_>,
+    spec: RawTenant,
+    by: &ApiKeyId,
+) -> Result<TenantRow, TenantRefusal> {
+    let t = checked(spec, known)?;
+    let mut tx = store::begin(pool).await?;
+    if !store::tenants::insert_managed_tenant(&mut *tx, &t).await? {
+        return Err(TenantRefusal::Exists(t.id.to_string()));
+    }
+    let row = store::tenants::tenant(&mut *tx, t.id.as_str(), false)
+        .await?
+        .ok_or_else(|| TenantRefusal::NotFound(t.id.to_string()))?;
+    let mut ev = AuditEvent::new(AuditKind::TenantCreated);
+    ev.tenant_id = Some(t.id.to_string());
+    ev.api_key_id = Some(by.to_string());
+    ev.detail = settings_detail(&row, by);
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Changes a tenant: `active` of any, the rest only of one the operator API keeps. Each
+/// change is audited with the key that made it.
+pub async fn change_tenant(
+    pool: &PgPool,
+    known: &Known<'_>,
+    id: &TenantId,
+    change: TenantChange,
+    by: &ApiKeyId,
+) -> Result<TenantRow, TenantRefusal> {
+    let mut tx = store::begin(pool).await?;
+    let before = store::tenants::tenant(&mut *tx, id.as_str(), true)
+        .await?
+        .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
+    if change.changes_settings() {
+        if before.managed_by != "api" {
+            return Err(TenantRefusal::KeptByFile(id.to_string()));
+        }
+        let spec = RawTenant {
+            id: before.id.clone(),
+            display_name: change.display_name.clone().unwrap_or_else(|| before.display_name.clone()),
+            providers: change.providers.clone().unwrap_or_else(|| before.allowed_providers.clone()),
+            subject_token_audience: change
+                .subject_token_audience
+                .clone()
+                .unwrap_or_else(|| before.subject_token_audience.clone()),
+            require_subject_token: Some(change.require_subject_token.unwrap_or(before.require_subject_token)),
+            idp: Some(change.idp.clone().unwrap_or_else(|| before.idp.clone())),
+        };
+        let t = checked(spec, known)?;
+        store::tenants::update_managed_tenant(&mut *tx, &t).await?;
+        let after = store::tenants::tenant(&mut *tx, id.as_str(), false)
+            .await?
+            .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
+        let mut ev = AuditEvent::new(AuditKind::TenantChanged);
+        ev.tenant_id = Some(id.to_string());
+        ev.api_key_id = Some(by.to_string());
+        ev.detail = settings_detail(&after, by);
+        store::audit::insert_event(&mut *tx, &ev).await?;
+        if after.idp != before.idp {
+            // As a file's move is: the trail says the tenant's people are others now.
+            let mut ev = AuditEvent::new(AuditKind::TenantIdpChanged);
+            ev.tenant_id = Some(id.to_string());
+            ev.api_key_id = Some(by.to_string());
+            ev.detail = serde_json::json!({ "from": before.idp, "to": after.idp, "by": by_text(by) });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+        }
+    }
+    if let Some(active) = change.active {
+        set_active(&mut tx, id, active, &by_text(by)).await?;
+    }
+    let row = store::tenants::tenant(&mut *tx, id.as_str(), false)
+        .await?
+        .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Who made a change, as the trail's `by` says it.
+fn by_text(key: &ApiKeyId) -> String {
+    format!("operator key {key}")
+}
+
+/// A tenant's settings as its audit event records them (none is a secret).
+fn settings_detail(t: &TenantRow, by: &ApiKeyId) -> serde_json::Value {
+    serde_json::json!({
+        "by": by_text(by),
+        "display_name": t.display_name,
+        "providers": t.allowed_providers,
+        "idp": t.idp,
+        "subject_token_audience": t.subject_token_audience,
+        "require_subject_token": t.require_subject_token,
+    })
 }

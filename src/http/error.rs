@@ -116,6 +116,16 @@ error_codes! {
     InvalidWebhookUrl = "invalid_webhook_url" => BAD_REQUEST,
     /// The tenant has as many webhook endpoints as it may (16).
     TooManyWebhooks = "too_many_webhooks" => CONFLICT,
+    /// The tenant id is not 1-64 characters of a-z, 0-9, `-` and `_`.
+    InvalidTenantId = "invalid_tenant_id" => BAD_REQUEST,
+    /// No tenant of that id (for a new key: no active one).
+    TenantNotFound = "tenant_not_found" => NOT_FOUND,
+    /// A tenant of that id exists already.
+    TenantExists = "tenant_exists" => CONFLICT,
+    /// A configuration file keeps this tenant's settings: change them there (only `active` changes over the API).
+    TenantKeptByFile = "tenant_kept_by_file" => CONFLICT,
+    /// No IdP of that name is configured (`default` or one of `[idps.<name>]`).
+    UnknownIdp = "unknown_idp" => BAD_REQUEST,
     /// No such endpoint.
     NotFound = "not_found" => NOT_FOUND,
     /// The endpoint does not take that method (405, with `Allow`).

@@ -7,5 +7,6 @@ pub mod browser;
 pub mod error;
 pub mod middleware;
 pub mod openapi;
+pub mod operator;
 pub mod ops;
 pub mod schema;

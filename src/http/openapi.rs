@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 contract of `/v1` and `/admin/v1`, generated (utoipa) from the handlers'
+//! The OpenAPI 3.1 contract of `/v1`, `/admin/v1` and `/operator/v1`, generated (utoipa) from the handlers'
 //! own request, response and error types and their `#[utoipa::path]` attributes, served at
 //! `GET /openapi.json` and committed as `openapi.json` (a test fails when they differ).
 //!
@@ -21,8 +21,10 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
     info(
         title = "mcp-connect",
         description = "Third-party OAuth tokens for MCP servers, through MCP's URL-mode elicitation. \
-                       `/v1` is for MCP servers (a server-scope key), `/admin/v1` for operators \
-                       (an admin-scope key); both act on the key's tenant only. Errors are \
+                       `/v1` is for MCP servers (a server-scope key), `/admin/v1` for a tenant's \
+                       operators (an admin-scope key), both acting on the key's tenant only; \
+                       `/operator/v1` for the platform's operator (an operator-scope key, of no \
+                       tenant): tenants and their keys. Errors are \
                        `{\"error\": <code>, \"error_description\": <text>}` with a stable code.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
@@ -45,12 +47,18 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
         crate::http::admin::webhooks::delete_webhook,
         crate::http::admin::webhooks::rotate_secret,
         crate::http::admin::webhooks::list_deliveries,
+        crate::http::operator::list_tenants,
+        crate::http::operator::create_tenant,
+        crate::http::operator::get_tenant,
+        crate::http::operator::change_tenant,
+        crate::http::operator::create_tenant_key,
     ),
     components(schemas(ErrorBody, ErrorCode, crate::webhooks::Payload, crate::webhooks::EventData)),
     modifiers(&Shared),
     tags(
         (name = "v1", description = "For MCP servers: tokens and elicitations."),
-        (name = "admin", description = "For operators: connections, revocation, kill switches, the audit trail, webhooks."),
+        (name = "admin", description = "For a tenant's operators: connections, revocation, kill switches, the audit trail, webhooks."),
+        (name = "operator", description = "For the platform's operator: tenants and their keys, changed while the service runs."),
     ),
 )]
 struct ApiDoc;
@@ -139,19 +147,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 pub const SERVER_KEY: &str = "server_key";
 pub const ADMIN_KEY: &str = "admin_key";
+pub const OPERATOR_KEY: &str = "operator_key";
 
 struct Shared;
 
 impl utoipa::Modify for Shared {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let components = doc.components.get_or_insert_with(Default::default);
-        for (name, what) in [(SERVER_KEY, "a server-scope API key"), (ADMIN_KEY, "an admin-scope API key")] {
+        for (name, what) in [
+            (SERVER_KEY, "a server-scope API key"),
+            (ADMIN_KEY, "an admin-scope API key"),
+            (OPERATOR_KEY, "an operator-scope API key"),
+        ] {
             let mut http = Http::new(HttpAuthScheme::Bearer);
             http.description = Some(format!("`Authorization: Bearer <{what}>` (`mcp-connect apikey create`)."));
             components.add_security_scheme(name, SecurityScheme::Http(http));
         }
         for item in doc.paths.paths.values_mut() {
-            for op in [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten() {
+            for op in
+                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete].into_iter().flatten()
+            {
                 add_shared_responses(op);
             }
         }
@@ -193,7 +208,10 @@ fn add_shared_responses(op: &mut Operation) {
     );
     add(
         "403",
-        error_response("`insufficient_scope`: a valid key of the other scope (server or admin).", Some(challenge)),
+        error_response(
+            "`insufficient_scope`: a valid key of another scope (server, admin or operator).",
+            Some(challenge),
+        ),
     );
     if op.request_body.is_some() {
         add("413", error_response("`payload_too_large`: the body is larger than 16 KiB.", None));

@@ -7,14 +7,15 @@ use time::OffsetDateTime;
 #[derive(Debug, Clone)]
 pub struct ApiKeyRow {
     pub id: String,
-    pub tenant_id: String,
+    /// `None` for an operator key (it belongs to no tenant).
+    pub tenant_id: Option<String>,
     pub scope: String,
     pub hash: String,
     pub label: Option<String>,
     pub created_at: OffsetDateTime,
     pub last_used_at: Option<OffsetDateTime>,
     pub revoked_at: Option<OffsetDateTime>,
-    /// The key's tenant is still configured.
+    /// The key's tenant is still active (an operator key: always).
     pub tenant_active: bool,
     /// The fast verifier (see `api_keys`); `None` for a key made before verifiers, until
     /// its first verification by argon2.
@@ -24,7 +25,7 @@ pub struct ApiKeyRow {
 pub async fn insert_api_key(
     db: impl PgExecutor<'_>,
     id: &str,
-    tenant_id: &str,
+    tenant_id: Option<&str>,
     scope: &str,
     hash: &str,
     verifier: &[u8],
@@ -47,9 +48,10 @@ pub async fn insert_api_key(
 pub async fn find_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<ApiKeyRow>, sqlx::Error> {
     sqlx::query_as!(
         ApiKeyRow,
+        // An operator key has no tenant (and a server or admin key always has one).
         r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
-                  t.active AS tenant_active, k.verifier
-           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+                  COALESCE(t.active, k.tenant_id IS NULL) AS "tenant_active!", k.verifier
+           FROM api_keys k LEFT JOIN tenants t ON t.id = k.tenant_id
            WHERE k.id = $1"#,
         id
     )
@@ -61,8 +63,9 @@ pub async fn find_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<Ap
 /// re-check behind the verification cache.
 pub async fn api_key_usable(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
     let r = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-                          WHERE k.id = $1 AND k.revoked_at IS NULL AND t.active) AS "e!""#,
+        r#"SELECT EXISTS (SELECT 1 FROM api_keys k LEFT JOIN tenants t ON t.id = k.tenant_id
+                          WHERE k.id = $1 AND k.revoked_at IS NULL
+                            AND COALESCE(t.active, k.tenant_id IS NULL)) AS "e!""#,
         id
     )
     .fetch_one(db)
@@ -74,8 +77,8 @@ pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> 
     sqlx::query_as!(
         ApiKeyRow,
         r#"SELECT k.id, k.tenant_id, k.scope, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at,
-                  t.active AS tenant_active, k.verifier
-           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+                  COALESCE(t.active, k.tenant_id IS NULL) AS "tenant_active!", k.verifier
+           FROM api_keys k LEFT JOIN tenants t ON t.id = k.tenant_id
            WHERE $1::text IS NULL OR k.tenant_id = $1
            ORDER BY k.created_at"#,
         tenant_id
@@ -84,11 +87,12 @@ pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> 
     .await
 }
 
-/// Revokes a key; returns its tenant, or `None` when there is no such unrevoked key.
-pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<TenantId>, sqlx::Error> {
+/// Revokes a key; returns its tenant (`Some(None)`: an operator key), or `None` when there
+/// is no such unrevoked key.
+pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<Option<TenantId>>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
-           RETURNING tenant_id AS "tenant_id: TenantId""#,
+           RETURNING tenant_id AS "tenant_id?: TenantId""#,
         id
     )
     .fetch_optional(db)

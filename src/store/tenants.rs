@@ -1,5 +1,7 @@
 //! `tenants`: inserted or updated from each instance's configuration at start-up, never
 //! deactivated by it; `mcp-connect tenant deactivate|activate` switches one off and on.
+//! The operator API (`/operator/v1/tenants`) makes and changes tenants of its own
+//! (`managed_by = 'api'`); a file that names one takes it over at its next start.
 
 use crate::domain::TenantConfig;
 use sqlx::PgExecutor;
@@ -13,14 +15,15 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
         // for a new tenant), so an instance with an older file never moves a tenant.
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, active,
-                updated_at)
-           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), true, now())
+                managed_by, updated_at)
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), true, 'file', now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
                subject_token_audience = COALESCE($4, tenants.subject_token_audience),
                require_subject_token = COALESCE($5, tenants.require_subject_token),
-               idp = COALESCE($6, tenants.idp), updated_at = now()
-           WHERE tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
+               idp = COALESCE($6, tenants.idp), managed_by = 'file', updated_at = now()
+           WHERE tenants.managed_by <> 'file'
+              OR tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
               OR tenants.allowed_providers IS DISTINCT FROM EXCLUDED.allowed_providers
               OR ($6::text IS NOT NULL AND tenants.idp IS DISTINCT FROM $6)
               OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
@@ -63,13 +66,16 @@ pub struct TenantRow {
     pub require_subject_token: bool,
     /// The name of the tenant's IdP (`default`: `[idp]`).
     pub idp: String,
+    /// `file` (a configuration file writes it at every start) or `api` (the operator API).
+    pub managed_by: String,
 }
 
 /// Every active tenant.
 pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
     sqlx::query_as!(
         TenantRow,
-        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
+                managed_by
          FROM tenants WHERE active ORDER BY id"
     )
     .fetch_all(db)
@@ -80,7 +86,8 @@ pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, s
 pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx::Error> {
     sqlx::query_as!(
         TenantRow,
-        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp
+        "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
+                managed_by
          FROM tenants ORDER BY id"
     )
     .fetch_all(db)
@@ -101,4 +108,72 @@ pub async fn lock_tenant(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx
         .fetch_optional(db)
         .await?
         .is_some())
+}
+
+/// One tenant, active or not; with `lock`, locked to the end of the transaction.
+pub async fn tenant(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Option<TenantRow>, sqlx::Error> {
+    if lock {
+        sqlx::query_as!(
+            TenantRow,
+            "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
+                    managed_by
+             FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
+            id
+        )
+        .fetch_optional(db)
+        .await
+    } else {
+        sqlx::query_as!(
+            TenantRow,
+            "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
+                    managed_by
+             FROM tenants WHERE id = $1",
+            id
+        )
+        .fetch_optional(db)
+        .await
+    }
+}
+
+/// Inserts a tenant the operator API makes (active, `managed_by = 'api'`). `false`: a
+/// tenant with that id exists already (it is left as it is).
+pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {
+    let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
+    let r = sqlx::query!(
+        r#"INSERT INTO tenants
+               (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, active,
+                managed_by, updated_at)
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), true, 'api', now())
+           ON CONFLICT (id) DO NOTHING"#,
+        t.id.as_str(),
+        t.display_name,
+        &providers,
+        t.subject_token.audience,
+        t.subject_token.required,
+        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Writes what the operator API keeps of a tenant it made (every setting but `active`).
+/// `false`: no such tenant of the API's (a file took it over meanwhile, or it is gone).
+pub async fn update_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {
+    let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
+    let r = sqlx::query!(
+        r#"UPDATE tenants
+           SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
+               require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'), updated_at = now()
+           WHERE id = $1 AND managed_by = 'api'"#,
+        t.id.as_str(),
+        t.display_name,
+        &providers,
+        t.subject_token.audience,
+        t.subject_token.required,
+        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
 }

@@ -112,6 +112,17 @@ async fn walkthrough(env: &HashMap<String, String>) {
     })
     .await;
     assert_eq!(audit["events"].as_array().unwrap().len(), 1, "{audit}");
+    // The platform's operator key of the env file adds a tenant, as the walkthrough says
+    // (a new id each time: a test may run the walkthrough twice on one database).
+    let id = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let made = http
+        .post(format!("{base}/operator/v1/tenants"))
+        .bearer_auth(&env["MCP_CONNECT_OPERATOR_KEY"])
+        .json(&serde_json::json!({"id": id, "display_name": "Acme", "providers": ["dev"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 201);
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ mod lifecycle;
 mod logs;
 mod metrics;
 mod openapi;
+mod operator;
 mod ops;
 mod schemathesis;
 mod sdks;

@@ -42,7 +42,11 @@ async fn openapi_json_is_served_without_a_key_and_lists_every_error_code() {
     // Every operation names its key, and answers a refused key with the challenge header.
     for (path, item) in served["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
-            let scheme = if path.starts_with("/admin/") { "admin_key" } else { "server_key" };
+            let scheme = match path.split('/').nth(1) {
+                Some("admin") => "admin_key",
+                Some("operator") => "operator_key",
+                _ => "server_key",
+            };
             assert!(op["security"][0].get(scheme).is_some(), "{method} {path} names {scheme}");
             assert!(op["responses"]["401"]["headers"].get("WWW-Authenticate").is_some(), "{method} {path} 401");
             assert!(op["responses"]["503"]["headers"].get("Retry-After").is_some(), "{method} {path} 503");
@@ -58,6 +62,7 @@ async fn a_wrong_method_gets_405_with_allow_and_the_error_body() {
         (reqwest::Method::DELETE, "/v1/elicitations/00000000-0000-0000-0000-000000000000", "GET"),
         (reqwest::Method::POST, "/admin/v1/kill-switches", "GET"),
         (reqwest::Method::POST, "/admin/v1/kill-switches/testp", "PUT, DELETE"),
+        (reqwest::Method::DELETE, "/operator/v1/tenants/acme", "GET, PATCH"),
     ] {
         let r = app.client.request(method.clone(), format!("{}{path}", app.base)).send().await.unwrap();
         assert_eq!(r.headers().get("allow").map(|v| v.to_str().unwrap()), Some(allow), "{method} {path}");

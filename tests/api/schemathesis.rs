@@ -1,7 +1,8 @@
 //! Schemathesis (PyPI `schemathesis` 4.x, in `.venv-st`) against the running service and
 //! its dev providers: every operation of `openapi.json`, valid and invalid data, and the
 //! stateful chains its links describe (`postToken` -> `getElicitation` -> `cancelElicitation`;
-//! `listConnections` -> `getConnection` -> `revokeConnection`). The connections the second
+//! `listConnections` -> `getConnection` -> `revokeConnection`; `createTenant` -> `getTenant`,
+//! `changeTenant`, `createTenantKey`). The connections the second
 //! chain needs are made first by real connect flows through the dev IdP and provider.
 
 use crate::support::browser::Browser;
@@ -36,6 +37,7 @@ async fn schemathesis_finds_no_failure_in_a_thousand_generated_cases_and_follows
     }
     assert_eq!(app.connection_count().await, 8);
 
+    let op = app.operator_key().await;
     let dir = std::env::temp_dir().join(format!("mcpc-st-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     // Each surface gets its own key; the coverage phase also sends none and a wrong one.
@@ -50,6 +52,10 @@ headers = { Authorization = "Bearer ${SERVER_KEY}" }
 include-path-regex = "^/admin/v1/"
 headers = { Authorization = "Bearer ${ADMIN_KEY}" }
 
+[[operations]]
+include-path-regex = "^/operator/v1/"
+headers = { Authorization = "Bearer ${OPERATOR_KEY}" }
+
 # Values drawn often from what is configured and seeded: a token call for a provider that
 # exists gets an elicitation, and a listing has rows, for the links to follow.
 [dictionaries.subjects]
@@ -61,6 +67,11 @@ values = ["testp", "github"]
 include-operation-id = "postToken"
 headers = { Authorization = "Bearer ${SERVER_KEY}" }
 parameters = { "body.provider" = { dictionary = "providers", probability = 0.8 } }
+
+[[operations]]
+include-operation-id = "createTenant"
+headers = { Authorization = "Bearer ${OPERATOR_KEY}" }
+parameters = { "body.providers" = { dictionary = "providers", probability = 0.8 } }
 
 [[operations]]
 include-operation-id = "listConnections"
@@ -88,34 +99,52 @@ algorithms = []
     // succeed on random data, and it takes `mcp_session_id` in `POST /v1/token` for a
     // reference to a resource no operation produces; so while the admin listing is there to
     // start from, the token -> elicitation -> cancel chain is never begun.
-    let all = schemathesis(&app, &dir, "all", &["--phases", "examples,coverage,fuzzing,stateful"]).await;
-    let v1 = schemathesis(&app, &dir, "v1", &["--phases", "stateful", "--include-path-regex", "^/v1/"]).await;
+    // The operator API has a run of its own, last: it may switch `acme` off, after which
+    // the other operations would see only 401.
+    let all = schemathesis(
+        &app,
+        &op,
+        &dir,
+        "all",
+        &["--phases", "examples,coverage,fuzzing,stateful", "--exclude-path-regex", "^/operator/"],
+    )
+    .await;
+    let v1 = schemathesis(&app, &op, &dir, "v1", &["--phases", "stateful", "--include-path-regex", "^/v1/"]).await;
     // The third: the connections' chains alone (with the webhook chains in the first run,
     // its budget does not always reach list -> revoke).
     let conns = schemathesis(
         &app,
+        &op,
         &dir,
         "connections",
         &["--phases", "stateful", "--include-path-regex", "^/admin/v1/connections"],
     )
     .await;
-    let generated = all.generated + v1.generated + conns.generated;
-    println!("schemathesis: {generated} cases generated, all passed");
-    assert!(generated >= 1000, "only {generated} cases");
-    // Every declared link was followed with a value taken from a real answer (an
-    // expression that resolves to nothing does not fail the run by itself).
-    let mut links = all.links;
-    for (k, n) in v1.links.into_iter().chain(conns.links) {
-        *links.entry(k).or_insert(0) += n;
-    }
-    println!("links followed: {links:#?}");
-    let declared = declared_links();
-    assert_eq!(links.len(), declared, "all {declared} links of openapi.json were followed");
     let revoked: i64 = sqlx::query_scalar("SELECT count(*) FROM connections WHERE status = 'revoked'")
         .fetch_one(&app.pool)
         .await
         .unwrap();
     assert!(revoked > 0, "the list -> read -> revoke chain revoked seeded connections");
+    let operator = schemathesis(
+        &app,
+        &op,
+        &dir,
+        "operator",
+        &["--phases", "examples,coverage,fuzzing,stateful", "--include-path-regex", "^/operator/v1/"],
+    )
+    .await;
+    let generated = all.generated + v1.generated + conns.generated + operator.generated;
+    println!("schemathesis: {generated} cases generated, all passed");
+    assert!(generated >= 1000, "only {generated} cases");
+    // Every declared link was followed with a value taken from a real answer (an
+    // expression that resolves to nothing does not fail the run by itself).
+    let mut links = all.links;
+    for (k, n) in v1.links.into_iter().chain(conns.links).chain(operator.links) {
+        *links.entry(k).or_insert(0) += n;
+    }
+    println!("links followed: {links:#?}");
+    let declared = declared_links();
+    assert_eq!(links.len(), declared, "all {declared} links of openapi.json were followed");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -125,7 +154,13 @@ struct Run {
 }
 
 /// One `st run` over `openapi.json`; fails the test on any failure or error.
-async fn schemathesis(app: &crate::support::TestApp, dir: &std::path::Path, name: &str, args: &[&str]) -> Run {
+async fn schemathesis(
+    app: &crate::support::TestApp,
+    operator_key: &str,
+    dir: &std::path::Path,
+    name: &str,
+    args: &[&str],
+) -> Run {
     let st = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-st/bin/st");
     assert!(std::path::Path::new(st).exists(), "{st} is missing: scripts/test installs it");
     let report = dir.join(format!("report-{name}"));
@@ -138,6 +173,7 @@ async fn schemathesis(app: &crate::support::TestApp, dir: &std::path::Path, name
         .current_dir(dir)
         .env("SERVER_KEY", &app.key)
         .env("ADMIN_KEY", &app.admin_key)
+        .env("OPERATOR_KEY", operator_key)
         .args(["--no-color", "run", concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"), "--url", &app.base])
         .args([
             "--checks",

@@ -378,6 +378,27 @@ impl TestApp {
         (id, access, refresh)
     }
 
+    /// A new operator-scope key (of no tenant), for `/operator/v1`.
+    pub async fn operator_key(&self) -> String {
+        let key = mcp_connect::flows::api_keys::create_operator_key(&self.pool, Some("test operator")).await.unwrap();
+        key.key.expose_secret().to_owned()
+    }
+
+    /// `/operator/v1/...` with an operator key.
+    pub async fn operator(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> reqwest::Response {
+        let mut r = self.client.request(method, format!("{}/operator/v1{path}", self.base)).bearer_auth(key);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        r.send().await.unwrap()
+    }
+
     /// `POST/GET/PUT/DELETE /admin/v1/...` with the acme admin key.
     pub async fn admin(
         &self,

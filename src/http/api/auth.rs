@@ -3,20 +3,31 @@
 
 use crate::api_keys::{KeyRejection, VerifiedKey};
 use crate::app::AppState;
-use crate::domain::KeyScope;
+use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::http::error::{ApiError, ErrorCode};
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
 const REALM: &str = "Bearer realm=\"mcp-connect\"";
 
+/// A tenant's key: its id and its tenant.
+#[derive(Debug, Clone)]
+pub struct TenantKey {
+    pub id: ApiKeyId,
+    pub tenant: TenantId,
+}
+
 /// An MCP server, authenticated by a server-scope key. The tenant comes from the key.
 #[derive(Debug, Clone)]
-pub struct ServerCaller(pub VerifiedKey);
+pub struct ServerCaller(pub TenantKey);
 
-/// An operator, authenticated by an admin-scope key.
+/// A tenant's operator, authenticated by an admin-scope key.
 #[derive(Debug, Clone)]
-pub struct AdminCaller(pub VerifiedKey);
+pub struct AdminCaller(pub TenantKey);
+
+/// The platform's operator, authenticated by an operator-scope key (of no tenant).
+#[derive(Debug, Clone)]
+pub struct OperatorCaller(pub ApiKeyId);
 
 fn unauthorized(description: &str, with_error: bool) -> ApiError {
     let mut e = ApiError::new(ErrorCode::InvalidApiKey, description);
@@ -59,12 +70,25 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         }
     };
     if key.scope != scope {
-        let mut e =
-            ApiError::new(ErrorCode::InsufficientScope, format!("this endpoint needs a {} key", scope.as_str()));
+        let mut e = ApiError::new(
+            ErrorCode::InsufficientScope,
+            match scope {
+                KeyScope::Operator => "this endpoint needs an operator key".to_owned(),
+                other => format!("this endpoint needs a {} key", other.as_str()),
+            },
+        );
         e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));
         return Err(e);
     }
     Ok(key)
+}
+
+/// A tenant's key of the scope asked for. (A server or admin key always has a tenant: the
+/// database refuses one without.)
+async fn tenant_key(req: HttpRequest, scope: KeyScope) -> Result<TenantKey, ApiError> {
+    let key = authenticate(req, scope).await?;
+    let tenant = key.tenant.ok_or_else(|| ApiError::internal(&"a tenant's key without a tenant"))?;
+    Ok(TenantKey { id: key.id, tenant })
 }
 
 impl FromRequest for ServerCaller {
@@ -73,7 +97,7 @@ impl FromRequest for ServerCaller {
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let req = req.clone();
-        Box::pin(async move { authenticate(req, KeyScope::Server).await.map(ServerCaller) })
+        Box::pin(async move { tenant_key(req, KeyScope::Server).await.map(ServerCaller) })
     }
 }
 
@@ -83,6 +107,16 @@ impl FromRequest for AdminCaller {
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let req = req.clone();
-        Box::pin(async move { authenticate(req, KeyScope::Admin).await.map(AdminCaller) })
+        Box::pin(async move { tenant_key(req, KeyScope::Admin).await.map(AdminCaller) })
+    }
+}
+
+impl FromRequest for OperatorCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { authenticate(req, KeyScope::Operator).await.map(|k| OperatorCaller(k.id)) })
     }
 }

@@ -4,7 +4,7 @@ mod auth;
 pub(crate) mod elicitations;
 pub(crate) mod token;
 
-pub use auth::{AdminCaller, ServerCaller};
+pub use auth::{AdminCaller, OperatorCaller, ServerCaller, TenantKey};
 
 use crate::http::error::{ApiError, BODY_LIMIT, ErrorCode, json_error, path_error, query_error, resource};
 use actix_web::web;

@@ -1,0 +1,248 @@
+//! The operator API (`/operator/v1`, an operator-scope key of no tenant): tenants made,
+//! changed and switched off while the service runs, on every instance without a restart,
+//! checked as a configuration file's are, and audited with the key that did it.
+
+use crate::support::{Options, TestApp, assert_error, spawn_app, spawn_on};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn token_body(provider: &str) -> Value {
+    json!({"subject": "alice", "provider": provider})
+}
+
+async fn json_of(r: reqwest::Response, status: u16) -> Value {
+    let got = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(got, status, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn only_an_operator_key_reaches_the_operator_api_and_it_reaches_no_tenants_data() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    for key in [&app.key, &app.admin_key] {
+        let r = app.operator(key, Method::GET, "/tenants", None).await;
+        let body = assert_error(r, 403, "insufficient_scope").await;
+        assert!(body["error_description"].as_str().unwrap().contains("operator key"), "{body}");
+    }
+    let r = app.client.get(format!("{}/operator/v1/tenants", app.base)).send().await.unwrap();
+    assert_error(r, 401, "invalid_api_key").await;
+    // Above tenants, it is no tenant's key: /v1 and /admin/v1 refuse it.
+    assert_error(app.token(&op, token_body("testp")).await, 403, "insufficient_scope").await;
+    let r = app.client.get(format!("{}/admin/v1/connections", app.base)).bearer_auth(&op).send().await.unwrap();
+    assert_error(r, 403, "insufficient_scope").await;
+
+    let listed = json_of(app.operator(&op, Method::GET, "/tenants", None).await, 200).await;
+    let acme = listed["tenants"].as_array().unwrap().iter().find(|t| t["id"] == "acme").unwrap().clone();
+    assert_eq!(acme["managed_by"], "file");
+    assert_eq!(acme["active"], true);
+    assert_eq!(acme["idp"], "default");
+}
+
+#[tokio::test]
+async fn a_tenant_made_over_the_api_serves_on_a_second_instance_and_stops_there_when_switched_off() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "B's listener is up");
+    let op = a.operator_key().await;
+    let made = a
+        .operator(
+            &op,
+            Method::POST,
+            "/tenants",
+            Some(json!({"id": "gamma", "display_name": "Gamma", "providers": ["testp"]})),
+        )
+        .await;
+    let made = json_of(made, 201).await;
+    assert_eq!(made["managed_by"], "api");
+    assert_eq!(made["idp"], "default");
+    let key = json_of(
+        a.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server", "label": "gamma"}))).await,
+        201,
+    )
+    .await;
+    let gamma_key = key["key"].as_str().unwrap().to_owned();
+    assert!(gamma_key.starts_with("mcpc_"));
+
+    // B never restarted: it serves the new tenant, and only the providers it allows.
+    assert!(b.state.caches.barrier(&b.pool).await, "the creation's notification arrived");
+    let r = json_of(b.token(&gamma_key, token_body("testp")).await, 200).await;
+    assert_eq!(r["status"], "connect_required");
+    assert_error(b.token(&gamma_key, token_body("plainp")).await, 403, "provider_not_allowed").await;
+
+    let changed =
+        a.operator(&op, Method::PATCH, "/tenants/gamma", Some(json!({"providers": ["testp", "plainp"]}))).await;
+    assert_eq!(json_of(changed, 200).await["providers"], json!(["testp", "plainp"]));
+    assert!(b.state.caches.barrier(&b.pool).await, "the change's notification arrived");
+    assert_eq!(json_of(b.token(&gamma_key, token_body("plainp")).await, 200).await["status"], "connect_required");
+
+    let off = a.operator(&op, Method::PATCH, "/tenants/gamma", Some(json!({"active": false}))).await;
+    assert_eq!(json_of(off, 200).await["active"], false);
+    assert!(b.state.caches.barrier(&b.pool).await, "the switch-off's notification arrived");
+    assert_error(b.token(&gamma_key, token_body("testp")).await, 401, "invalid_api_key").await;
+
+    // Each step is in the trail, with the operator key that made it.
+    let op_id = &op[5..21];
+    let rows: Vec<(String, Option<String>, Value)> = sqlx::query_as(
+        "SELECT kind, api_key_id, detail FROM audit_events
+         WHERE tenant_id = 'gamma' AND kind NOT LIKE 'elicitation%' ORDER BY id",
+    )
+    .fetch_all(&a.pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(kinds, ["tenant_created", "api_key_created", "tenant_changed", "tenant_deactivated"]);
+    assert_eq!(rows[0].1.as_deref(), Some(op_id));
+    assert_eq!(rows[1].2["by"], format!("operator key {op_id}"));
+    assert_eq!(rows[2].2["providers"], json!(["testp", "plainp"]));
+    assert_eq!(rows[3].2["by"], format!("operator key {op_id}"));
+}
+
+async fn refused(app: &TestApp, op: &str, method: Method, path: &str, body: Value, status: u16, code: &str) -> Value {
+    let r = app.operator(op, method, path, Some(body)).await;
+    assert_error(r, status, code).await
+}
+
+#[tokio::test]
+async fn tenants_are_checked_as_a_file_checks_them_and_each_refusal_has_its_code() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    let new = |id: &str| json!({"id": id, "display_name": "New", "providers": ["testp"]});
+    let mut bad_id = new("x");
+    bad_id["id"] = json!("Not An Id");
+    let e = refused(&app, &op, Method::POST, "/tenants", bad_id, 400, "invalid_request").await;
+    assert!(e["error_description"].as_str().unwrap().starts_with("id:"), "{e}");
+    let mut unknown_provider = new("delta");
+    unknown_provider["providers"] = json!(["nope"]);
+    refused(&app, &op, Method::POST, "/tenants", unknown_provider, 400, "unknown_provider").await;
+    let mut unknown_idp = new("delta");
+    unknown_idp["idp"] = json!("nope");
+    refused(&app, &op, Method::POST, "/tenants", unknown_idp, 400, "unknown_idp").await;
+    let mut required_without_audience = new("delta");
+    required_without_audience["require_subject_token"] = json!(true);
+    let e = refused(&app, &op, Method::POST, "/tenants", required_without_audience, 400, "invalid_request").await;
+    assert!(e["error_description"].as_str().unwrap().starts_with("require_subject_token:"), "{e}");
+    let mut bad_audience = new("delta");
+    bad_audience["subject_token_audience"] = json!("not a url");
+    refused(&app, &op, Method::POST, "/tenants", bad_audience, 400, "invalid_request").await;
+    let mut blank_name = new("delta");
+    blank_name["display_name"] = json!("  ");
+    refused(&app, &op, Method::POST, "/tenants", blank_name, 400, "invalid_request").await;
+    refused(&app, &op, Method::POST, "/tenants", new("acme"), 409, "tenant_exists").await;
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tenants WHERE id = 'delta'").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(n, 0, "nothing refused was written");
+
+    // A tenant its configuration file keeps: only switched off and on here.
+    let e =
+        refused(&app, &op, Method::PATCH, "/tenants/acme", json!({"display_name": "Mine"}), 409, "tenant_kept_by_file")
+            .await;
+    assert!(e["error_description"].as_str().unwrap().contains("configuration file"), "{e}");
+    let r = app.operator(&op, Method::PATCH, "/tenants/acme", Some(json!({"active": false}))).await;
+    assert_eq!(json_of(r, 200).await["active"], false);
+    refused(&app, &op, Method::POST, "/tenants/acme/keys", json!({"scope": "server"}), 404, "tenant_not_found").await;
+    let r = app.operator(&op, Method::PATCH, "/tenants/acme", Some(json!({"active": true}))).await;
+    assert_eq!(json_of(r, 200).await["active"], true);
+
+    // A tenant of the API: a change is checked as a new one is, and a refused one changes nothing.
+    json_of(app.operator(&op, Method::POST, "/tenants", Some(new("delta"))).await, 201).await;
+    refused(&app, &op, Method::PATCH, "/tenants/delta", json!({"providers": ["nope"]}), 400, "unknown_provider").await;
+    refused(&app, &op, Method::PATCH, "/tenants/delta", json!({"require_subject_token": true}), 400, "invalid_request")
+        .await;
+    let after = json_of(app.operator(&op, Method::GET, "/tenants/delta", None).await, 200).await;
+    assert_eq!(after["providers"], json!(["testp"]));
+    assert_eq!(after["require_subject_token"], false);
+    let both = json!({"subject_token_audience": "https://mcp.delta.example/mcp", "require_subject_token": true});
+    let r = json_of(app.operator(&op, Method::PATCH, "/tenants/delta", Some(both)).await, 200).await;
+    assert_eq!(r["require_subject_token"], true);
+    // Removing the audience while it is required is refused; with the requirement, it is not.
+    let e = refused(
+        &app,
+        &op,
+        Method::PATCH,
+        "/tenants/delta",
+        json!({"subject_token_audience": null}),
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert!(e["error_description"].as_str().unwrap().starts_with("require_subject_token:"), "{e}");
+    let off = json!({"subject_token_audience": null, "require_subject_token": false});
+    let r = json_of(app.operator(&op, Method::PATCH, "/tenants/delta", Some(off)).await, 200).await;
+    assert_eq!(r["subject_token_audience"], Value::Null);
+
+    refused(&app, &op, Method::PATCH, "/tenants/nope", json!({"active": false}), 404, "tenant_not_found").await;
+    let r = app.operator(&op, Method::GET, "/tenants/Not%20An%20Id", None).await;
+    assert_error(r, 400, "invalid_tenant_id").await;
+    refused(&app, &op, Method::POST, "/tenants/delta/keys", json!({"scope": "operator"}), 400, "invalid_request").await;
+}
+
+#[tokio::test]
+async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_at_its_next_start() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    let gamma = json!({"id": "gamma", "display_name": "Gamma (API)", "providers": ["testp"]});
+    json_of(app.operator(&op, Method::POST, "/tenants", Some(gamma)).await, 201).await;
+    let file = mcp_connect::domain::TenantConfig {
+        id: mcp_connect::domain::TenantId::parse("gamma").unwrap(),
+        display_name: "Gamma (file)".to_owned(),
+        providers: vec![mcp_connect::domain::ProviderId::parse("plainp").unwrap()],
+        subject_token: Default::default(),
+        idp: None,
+    };
+    mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
+    let now = json_of(app.operator(&op, Method::GET, "/tenants/gamma", None).await, 200).await;
+    assert_eq!(now["managed_by"], "file");
+    assert_eq!(now["display_name"], "Gamma (file)");
+    refused(&app, &op, Method::PATCH, "/tenants/gamma", json!({"display_name": "x"}), 409, "tenant_kept_by_file").await;
+}
+
+#[tokio::test]
+async fn an_operator_key_is_made_without_a_tenant_and_a_tenants_key_never_without_one() {
+    let app = spawn_app().await;
+    let db = app.db_url.clone();
+    let run = |args: &'static [&'static str]| {
+        let db = db.clone();
+        async move { tokio::task::spawn_blocking(move || crate::support::binary::run(&db, None, args)).await.unwrap() }
+    };
+    let o = run(&["apikey", "create", "--scope", "operator", "--label", "platform"]).await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let key = String::from_utf8(o.stdout).unwrap().trim().to_owned();
+    let r = app.operator(&key, Method::GET, "/tenants", None).await;
+    assert_eq!(r.status(), 200);
+    let o = run(&["apikey", "create", "--scope", "operator", "--tenant", "acme"]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("an operator key belongs to no tenant"));
+    let o = run(&["apikey", "create", "--scope", "server"]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a server key belongs to a tenant"));
+    let o = run(&["--output", "json", "apikey", "list"]).await;
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops: Vec<&Value> = listed.as_array().unwrap().iter().filter(|k| k["scope"] == "operator").collect();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0]["tenant"], Value::Null);
+    // The database pairs them too: no operator key of a tenant, no tenant's key without one.
+    for (tenant, scope) in [(Some("acme"), "operator"), (None, "server")] {
+        let e =
+            sqlx::query("INSERT INTO api_keys (id, tenant_id, scope, hash) VALUES ('00000000000000aa', $1, $2, 'x')")
+                .bind(tenant)
+                .bind(scope)
+                .execute(&app.pool)
+                .await
+                .unwrap_err();
+        assert_eq!(e.as_database_error().unwrap().code().as_deref(), Some("23514"), "{scope}");
+    }
+    // Revoked, it stops at once.
+    let id = &key[5..21];
+    let o = tokio::task::spawn_blocking({
+        let db = db.clone();
+        let id = id.to_owned();
+        move || crate::support::binary::run(&db, None, &["apikey", "revoke", &id])
+    })
+    .await
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(app.state.caches.barrier(&app.pool).await);
+    assert_error(app.operator(&key, Method::GET, "/tenants", None).await, 401, "invalid_api_key").await;
+}
