@@ -551,13 +551,15 @@ impl ApiKeyVerifier {
         }
     }
 
-    /// Applies a payload of the `mcpc_api_keys` channel: `new:<id>`, `key:<id>` or
-    /// `tenant:<id>`.
+    /// Applies a payload of the `mcpc_api_keys` channel: `new:<id>`, `key:<id>`,
+    /// `tenant:<id>` or `provider:<id>`.
     pub fn on_notification(&self, payload: &str) {
         match payload.split_once(':') {
             Some(("new", id)) => self.key_created(id),
             Some(("key", id)) => self.key_changed(id),
             Some(("tenant", t)) => self.tenant_changed(t),
+            // A provider changed: no key did.
+            Some(("provider", _)) => {}
             // Unknown (a newer schema): be safe, re-check everything.
             _ => self.mark_all_due(),
         }

@@ -4,7 +4,6 @@
 use crate::api_keys::ApiKeyVerifier;
 use crate::cache::Caches;
 use crate::domain::{ElicitationId, ProviderId, TenantId};
-use crate::oauth::ProviderRegistry;
 use crate::oauth::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
 use crate::store::{self, PgPool, handouts::HandoutAudit};
@@ -26,7 +25,8 @@ pub struct AppState {
     /// This worker's connections for the uncached lookup (see `store::lookup`).
     pub lookups: Arc<store::lookup::LookupConnections>,
     pub vault: Arc<Vault>,
-    pub providers: ProviderRegistry,
+    /// The file's providers and the operator API's (see `tenants`).
+    pub providers: Arc<crate::tenants::Providers>,
     pub tenants: Arc<Tenants>,
     pub api_keys: Arc<ApiKeyVerifier>,
     pub public_base_url: Url,

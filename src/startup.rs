@@ -342,7 +342,8 @@ async fn app_state(
         config.cache_capacity,
         watch,
     ));
-    let tenants = Arc::new(crate::tenants::Tenants::load(&pool).await?);
+    let providers = Arc::new(crate::tenants::Providers::new(config.providers, vault.clone()));
+    let tenants = Arc::new(crate::tenants::Tenants::load(&pool, providers.clone()).await?);
     let listen_url = config.database_listen_url.clone();
     if background == Background::Run {
         crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
@@ -370,7 +371,7 @@ async fn app_state(
             .and_then(|v| actix_web::http::header::HeaderValue::from_str(&v).ok()),
         vault,
         webhook_policy,
-        providers: config.providers,
+        providers,
         tenants,
         api_keys,
         public_base_url: config.public_base_url,

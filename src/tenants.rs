@@ -1,30 +1,42 @@
-//! The tenants an instance serves: every *active* tenant in the database, not only those in
+//! The tenants and providers an instance serves.
+//!
+//! Tenants: every *active* tenant in the database, not only those in
 //! its own configuration file, so instances with different files (a rolling deploy, `dev`
 //! against a shared database) agree. Start-up inserts or updates the tenants of its file
 //! and never deactivates one; only `mcp-connect tenant deactivate|activate` does. The copy
 //! in memory is read anew when a tenant change is announced (`tenant:<id>` on the
 //! `mcpc_api_keys` channel) and whenever the change listener (re)connects.
 
+//!
+//! Providers: those of this instance's configuration file, and beside them those made over
+//! the operator API (`providers`, read with the tenants, on the same notifications); the
+//! file's win where both name one id.
+
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
+use crate::oauth::{Provider, ProviderRegistry};
 use crate::store::{self, PgPool};
+use crate::vault::{Vault, VaultError};
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-/// A snapshot of the active tenants.
-#[derive(Default)]
+/// A snapshot of the active tenants, and the providers.
 pub struct Tenants {
     active: RwLock<Arc<HashMap<TenantId, TenantConfig>>>,
+    providers: Arc<Providers>,
 }
 
 impl Tenants {
-    /// Reads the active tenants from the database.
-    pub async fn load(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        let t = Self::default();
+    /// Reads the active tenants and the providers from the database.
+    pub async fn load(pool: &PgPool, providers: Arc<Providers>) -> Result<Self, sqlx::Error> {
+        let t = Self { active: RwLock::default(), providers };
         t.reload(pool).await?;
         Ok(t)
     }
 
+    /// Reads both again (a tenant or a provider changed).
     pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        self.providers.reload(pool).await?;
         let rows = store::tenants::active_tenants(pool).await?;
         let map = rows
             .into_iter()
@@ -66,4 +78,106 @@ impl Tenants {
     pub fn display_name(&self, id: &TenantId) -> Option<String> {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.display_name.clone()))
     }
+}
+
+/// The providers: the file's, and those of the operator API.
+pub struct Providers {
+    file: ProviderRegistry,
+    vault: Arc<Vault>,
+    all: RwLock<ProviderRegistry>,
+}
+
+impl Providers {
+    /// The file's providers alone, until [`Self::reload`] reads the others.
+    pub fn new(file: ProviderRegistry, vault: Arc<Vault>) -> Self {
+        Self { all: RwLock::new(file.clone()), file, vault }
+    }
+
+    /// Reads the providers made over the operator API. One that does not open or check
+    /// (a key gone from the keyring, settings of a newer release) is left out, said in
+    /// the log by id only.
+    pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let rows = store::providers::all(pool).await?;
+        let mut more = Vec::new();
+        for row in rows {
+            // The file's win (its next start took the id over); a malformed id is no provider.
+            if ProviderId::parse(&row.id).is_ok_and(|id| self.file.get(&id).is_some()) {
+                continue;
+            }
+            match provider_of(&self.vault, &row) {
+                Ok(p) => more.push(p),
+                Err(e) => {
+                    tracing::error!(provider = %row.id, error = %e, "a provider of the operator API is not served")
+                }
+            }
+        }
+        if let Ok(mut all) = self.all.write() {
+            *all = self.file.with(more);
+        }
+        Ok(())
+    }
+
+    /// A provider by id, active or not ([`Provider::active`]).
+    pub fn get(&self, id: &ProviderId) -> Option<Arc<Provider>> {
+        self.all.read().ok().and_then(|a| a.get(id).cloned())
+    }
+
+    /// Whether the configuration file names it (then the operator API may not change it).
+    pub fn in_file(&self, id: &ProviderId) -> bool {
+        self.file.get(id).is_some()
+    }
+
+    /// Every provider now, active or not.
+    pub fn snapshot(&self) -> ProviderRegistry {
+        self.all.read().map(|a| a.clone()).unwrap_or_else(|_| self.file.clone())
+    }
+}
+
+/// Why a provider row is not served.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderRowError {
+    #[error("its client secret does not open: {0}")]
+    Secret(#[from] VaultError),
+    #[error("its settings do not parse: {0}")]
+    Settings(#[from] serde_json::Error),
+    #[error("{0}")]
+    Invalid(crate::config::ConfigError),
+}
+
+/// A row as the provider it describes, checked as a file's provider is.
+pub fn provider_of(vault: &Vault, row: &store::providers::ProviderRow) -> Result<Provider, ProviderRowError> {
+    let secret = open_client_secret(vault, &row.id, row.secret_version, &row.key_id, &row.client_secret_sealed)?;
+    let raw: crate::config::RawProvider = serde_json::from_value(row.settings.clone())?;
+    let mut p = crate::config::validate_provider(&row.id, raw, Some(secret.expose_secret().to_owned()))
+        .map_err(ProviderRowError::Invalid)?;
+    p.revision = row.revision;
+    p.active = row.active;
+    Ok(p)
+}
+
+const CLIENT_SECRET_PURPOSE: &str = "provider_client_secret";
+
+/// What a provider's sealed client secret is bound to: its id and generation.
+fn binding(id: &str, version: i64) -> Vec<u8> {
+    let mut b = id.as_bytes().to_vec();
+    b.push(0);
+    b.extend_from_slice(&version.to_be_bytes());
+    b
+}
+
+/// Seals a provider's client secret for its row at generation `version`.
+pub fn seal_client_secret(vault: &Vault, id: &str, version: i64, secret: &SecretString) -> Result<Vec<u8>, VaultError> {
+    vault.seal_aux(CLIENT_SECRET_PURPOSE, &binding(id, version), secret.expose_secret().as_bytes())
+}
+
+/// Opens a provider's client secret sealed for its row at generation `version`.
+pub fn open_client_secret(
+    vault: &Vault,
+    id: &str,
+    version: i64,
+    key_id: &str,
+    sealed: &[u8],
+) -> Result<SecretString, VaultError> {
+    let pt = vault.open_aux(key_id, CLIENT_SECRET_PURPOSE, &binding(id, version), sealed)?;
+    String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
 }

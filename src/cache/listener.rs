@@ -48,7 +48,7 @@ async fn listen(
                 ELICITATIONS => caches.waiters.changed(n.payload()),
                 API_KEYS => {
                     api_keys.on_notification(n.payload());
-                    if n.payload().starts_with("tenant:") {
+                    if n.payload().starts_with("tenant:") || n.payload().starts_with("provider:") {
                         tenants.reload(pool).await?;
                     }
                 }
@@ -146,6 +146,8 @@ impl LogReader {
                         self.api_keys.tenant_changed(&c.key);
                         tenants_changed = true;
                     }
+                    // Read with the tenants.
+                    "provider" => tenants_changed = true,
                     // A table emptied (`all`), or a scope of a newer release: be safe.
                     _ => {
                         self.drop_everything();

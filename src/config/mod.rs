@@ -36,8 +36,8 @@ pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> Confi
 }
 
 pub use crate::domain::TenantConfig;
-pub use raw::RawTenant;
-pub use validate::{TenantInvalid, TenantProblem, tenant};
+pub use raw::{RawProvider, RawTenant};
+pub use validate::{TenantInvalid, TenantProblem, tenant, validate_provider};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

@@ -185,32 +185,34 @@ pub struct RawTenant {
     pub idp: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A provider as a file's `[providers.<name>]` (or the operator API, as its stored
+/// settings) writes it, before validation.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawProvider {
-    pub(super) template: ProviderKind,
-    pub(super) display_name: Option<String>,
-    pub(super) client_id: Option<String>,
-    pub(super) client_secret_file: Option<PathBuf>,
-    pub(super) authorize_url: Option<String>,
-    pub(super) token_url: Option<String>,
-    pub(super) userinfo_url: Option<String>,
-    pub(super) revocation_url: Option<String>,
-    pub(super) issuer: Option<String>,
-    pub(super) authorization_response_iss: Option<bool>,
-    pub(super) scopes: Option<Vec<String>>,
-    pub(super) scope_separator: Option<String>,
+pub struct RawProvider {
+    pub template: ProviderKind,
+    pub display_name: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret_file: Option<PathBuf>,
+    pub authorize_url: Option<String>,
+    pub token_url: Option<String>,
+    pub userinfo_url: Option<String>,
+    pub revocation_url: Option<String>,
+    pub issuer: Option<String>,
+    pub authorization_response_iss: Option<bool>,
+    pub scopes: Option<Vec<String>>,
+    pub scope_separator: Option<String>,
     #[serde(default)]
-    pub(super) extra_authorize_params: BTreeMap<String, String>,
-    pub(super) account_id_field: Option<String>,
-    pub(super) account_login_field: Option<String>,
+    pub extra_authorize_params: BTreeMap<String, String>,
+    pub account_id_field: Option<String>,
+    pub account_login_field: Option<String>,
     #[serde(default)]
-    pub(super) allow_account_change: bool,
+    pub allow_account_change: bool,
     #[serde(default)]
-    pub(super) allow_idn_hosts: Vec<String>,
-    pub(super) clock_skew_seconds: Option<u64>,
+    pub allow_idn_hosts: Vec<String>,
+    pub clock_skew_seconds: Option<u64>,
     #[serde(default)]
-    pub(super) allow_private_endpoints: bool,
+    pub allow_private_endpoints: bool,
 }
 
 /// The secrets only the environment gives (they have no place in the file, only their

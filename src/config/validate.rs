@@ -526,7 +526,9 @@ pub(super) fn validate_idp(
 }
 
 /// A provider; its client secret from the environment (`secret`), else the file named.
-pub(super) fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, ConfigError> {
+/// One provider, checked as the file's `[providers.<name>]` and the operator API both check
+/// it. `secret`: its client secret from the environment (else `client_secret_file`).
+pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, ConfigError> {
     let field = format!("providers.{name}");
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
@@ -563,6 +565,8 @@ pub(super) fn validate_provider(name: &str, p: RawProvider, secret: Option<Strin
         allow_idn_hosts: p.allow_idn_hosts,
         clock_skew,
         allow_private_endpoints: p.allow_private_endpoints,
+        revision: 0,
+        active: true,
     })
 }
 

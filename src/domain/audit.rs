@@ -52,6 +52,12 @@ audit_kinds! {
     TenantCreated = "tenant_created",
     /// The operator API changed a tenant's settings (its `detail`: the settings after).
     TenantChanged = "tenant_changed",
+    /// The operator API made a provider (its settings, never its secret).
+    ProviderCreated = "provider_created",
+    /// The operator API changed a provider's settings or replaced its client secret.
+    ProviderChanged = "provider_changed",
+    ProviderDeactivated = "provider_deactivated",
+    ProviderActivated = "provider_activated",
     TenantDeactivated = "tenant_deactivated",
     TenantActivated = "tenant_activated",
     TenantIdpChanged = "tenant_idp_changed",

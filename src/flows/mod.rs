@@ -15,6 +15,7 @@ pub mod held;
 pub mod kill_switches;
 pub mod login;
 pub mod policy;
+pub mod providers;
 pub mod refresh;
 pub mod revoke;
 pub mod rotate;

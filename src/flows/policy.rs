@@ -14,6 +14,9 @@ pub enum PolicyError {
     UnknownProvider,
     #[error("provider not allowed for this tenant")]
     ProviderNotAllowed,
+    /// Switched off over the operator API: nothing new starts, nothing is handed out.
+    #[error("provider switched off by the operator")]
+    ProviderDeactivated,
 }
 
 /// What the kill switches allow for a tenant's provider now: from the cache, or read and
@@ -33,11 +36,15 @@ pub async fn kill_state(
     Ok(k)
 }
 
-/// Resolves the provider for a tenant: configured, and allowed for this tenant.
+/// Resolves the provider for a tenant: configured, allowed for this tenant, and not
+/// switched off.
 pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, PolicyError> {
     let p = state.providers.get(provider).ok_or(PolicyError::UnknownProvider)?;
     if state.tenants.allows(tenant, provider) != Some(true) {
         return Err(PolicyError::ProviderNotAllowed);
     }
-    Ok(p.clone())
+    if !p.active {
+        return Err(PolicyError::ProviderDeactivated);
+    }
+    Ok(p)
 }

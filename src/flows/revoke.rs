@@ -149,7 +149,7 @@ async fn revoke_checked(
 
 /// Calls the provider's revocation endpoint; never fails the local revocation.
 pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connections::ConnectionRow) -> String {
-    let Some(provider) = state.providers.get(&row.provider).cloned() else {
+    let Some(provider) = state.providers.get(&row.provider) else {
         return "failed: provider no longer configured".to_owned();
     };
     let server = match state.resolver.provider(&state.outbound, &provider).await {

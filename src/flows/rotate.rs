@@ -12,6 +12,8 @@ pub enum RotateError {
     Database(#[from] sqlx::Error),
     #[error("connection or webhook {0} does not open with the keyring ({1}); add the key it was sealed under")]
     Unopenable(uuid::Uuid, crate::vault::VaultError),
+    #[error("provider {0}'s client secret does not open with the keyring ({1}); add the key it was sealed under")]
+    ProviderUnopenable(String, crate::vault::VaultError),
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +74,10 @@ pub async fn rotate_keys(
         progress(done, total);
     }
     done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
+    done += reseal_provider_secrets(pool, vault, &current, batch).await?;
     let remaining = store::connections::count_rows_not_under_key(pool, &current).await?
-        + store::webhooks::count_secrets_not_under_key(pool, &current).await?;
+        + store::webhooks::count_secrets_not_under_key(pool, &current).await?
+        + store::providers::count_not_under_key(pool, &current).await?;
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
@@ -112,6 +116,30 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
             };
             store::webhooks::store_resealed_secrets(&mut *tx, row.id, current, &sealed, previous.as_deref(), next)
                 .await?;
+        }
+        tx.commit().await?;
+        done += rows.len() as u64;
+    }
+}
+
+/// The client secrets of providers made over the operator API, re-sealed under the
+/// current key at their next generation.
+async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+    use crate::tenants::{open_client_secret, seal_client_secret};
+    let mut done = 0u64;
+    loop {
+        let mut tx = pool.begin().await?;
+        let rows = store::providers::lock_not_under_key(&mut *tx, current, batch).await?;
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        for row in &rows {
+            let unopenable = |e| RotateError::ProviderUnopenable(row.id.clone(), e);
+            let next = row.secret_version + 1;
+            let secret = open_client_secret(vault, &row.id, row.secret_version, &row.key_id, &row.client_secret_sealed)
+                .map_err(unopenable)?;
+            let sealed = seal_client_secret(vault, &row.id, next, &secret).map_err(unopenable)?;
+            store::providers::store_resealed(&mut *tx, &row.id, current, &sealed, next).await?;
         }
         tx.commit().await?;
         done += rows.len() as u64;

@@ -87,13 +87,14 @@ impl TenantChange {
 
 /// What the checks need to know of this deployment.
 pub struct Known<'a> {
-    pub providers: &'a ProviderRegistry,
+    /// Every provider now (a tenant may name one that is switched off).
+    pub providers: ProviderRegistry,
     pub idps: &'a Idps,
 }
 
 /// A tenant checked as a file's `[[tenants]]` is, and its IdP among the configured ones.
 fn checked(spec: RawTenant, known: &Known<'_>) -> Result<TenantConfig, TenantRefusal> {
-    let t = crate::config::tenant("", spec, known.providers).map_err(|e| match e.problem {
+    let t = crate::config::tenant("", spec, &known.providers).map_err(|e| match e.problem {
         TenantProblem::UnknownProvider => {
             TenantRefusal::UnknownProvider { field: e.error.field, message: e.error.message }
         }

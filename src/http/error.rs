@@ -126,6 +126,12 @@ error_codes! {
     TenantKeptByFile = "tenant_kept_by_file" => CONFLICT,
     /// No IdP of that name is configured (`default` or one of `[idps.<name>]`).
     UnknownIdp = "unknown_idp" => BAD_REQUEST,
+    /// No provider of that id was made over the operator API (one of a configuration file is listed, not changed here).
+    ProviderNotFound = "provider_not_found" => NOT_FOUND,
+    /// A provider of that id exists already.
+    ProviderExists = "provider_exists" => CONFLICT,
+    /// A configuration file keeps this provider: change it there.
+    ProviderKeptByFile = "provider_kept_by_file" => CONFLICT,
     /// No such endpoint.
     NotFound = "not_found" => NOT_FOUND,
     /// The endpoint does not take that method (405, with `Allow`).
@@ -277,6 +283,9 @@ impl From<crate::flows::policy::PolicyError> for ApiError {
             P::UnknownProvider => Self::new(ErrorCode::UnknownProvider, "no provider of that name is configured"),
             P::ProviderNotAllowed => {
                 Self::new(ErrorCode::ProviderNotAllowed, "this MCP server may not use that provider")
+            }
+            P::ProviderDeactivated => {
+                Self::new(ErrorCode::ProviderDisabled, "an operator has switched the provider off")
             }
         }
     }

@@ -52,13 +52,17 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
         crate::http::operator::get_tenant,
         crate::http::operator::change_tenant,
         crate::http::operator::create_tenant_key,
+        crate::http::operator::list_providers,
+        crate::http::operator::create_provider,
+        crate::http::operator::get_provider,
+        crate::http::operator::change_provider,
     ),
     components(schemas(ErrorBody, ErrorCode, crate::webhooks::Payload, crate::webhooks::EventData)),
     modifiers(&Shared),
     tags(
         (name = "v1", description = "For MCP servers: tokens and elicitations."),
         (name = "admin", description = "For a tenant's operators: connections, revocation, kill switches, the audit trail, webhooks."),
-        (name = "operator", description = "For the platform's operator: tenants and their keys, changed while the service runs."),
+        (name = "operator", description = "For the platform's operator: tenants, their keys and providers, changed while the service runs."),
     ),
 )]
 struct ApiDoc;

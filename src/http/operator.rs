@@ -1,5 +1,5 @@
-//! Operator API under `/operator/v1`, for the platform's operator: tenants made, changed
-//! and switched off while the service runs, and their keys. Every call takes an
+//! Operator API under `/operator/v1`, for the platform's operator: tenants and providers
+//! made, changed and switched off while the service runs, and the tenants' keys. Every call takes an
 //! operator-scope key (`mcp-connect apikey create --scope operator`), which belongs to no
 //! tenant and reaches no tenant's connections, tokens or links. A change takes effect on
 //! every instance within the cache bound (the tenant's row announces it), without a
@@ -7,10 +7,12 @@
 
 use crate::app::AppState;
 use crate::config::RawTenant;
-use crate::domain::{KeyScope, TenantId};
+use crate::domain::{KeyScope, ProviderId, TenantId};
+use crate::flows::providers::{ProviderChange, ProviderRefusal, Settings};
 use crate::flows::tenants::{Known, TenantChange, TenantRefusal};
 use crate::http::api::OperatorCaller;
 use crate::http::error::{ApiError, BODY_LIMIT, ErrorBody, ErrorCode, json_error, path_error, query_error, resource};
+use crate::oauth::ProviderKind;
 use crate::store::{self, tenants::TenantRow};
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
@@ -34,6 +36,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(change_tenant)),
             )
             .service(resource("/tenants/{tenant}/keys", "POST").route(web::post().to(create_tenant_key)))
+            .service(
+                resource("/providers", "GET, POST")
+                    .route(web::get().to(list_providers))
+                    .route(web::post().to(create_provider)),
+            )
+            .service(
+                resource("/providers/{provider}", "GET, PATCH")
+                    .route(web::get().to(get_provider))
+                    .route(web::patch().to(change_provider)),
+            )
             .default_service(web::to(crate::http::api::not_found)),
     );
 }
@@ -166,7 +178,7 @@ fn tenant_id(s: &str) -> Result<TenantId, ApiError> {
 }
 
 fn known(state: &AppState) -> Known<'_> {
-    Known { providers: &state.providers, idps: &state.idps }
+    Known { providers: state.providers.snapshot(), idps: &state.idps }
 }
 
 impl From<TenantRefusal> for ApiError {
@@ -344,4 +356,302 @@ pub async fn create_tenant_key(
         scope: scope.as_str(),
         key: key.key.expose_secret().to_owned(),
     }))
+}
+
+/// A provider as the operator API shows it: its settings in force, never its secret.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ProviderView {
+    #[schema(example = "acme-github")]
+    id: String,
+    template: ProviderKind,
+    display_name: String,
+    client_id: String,
+    authorize_url: Option<String>,
+    token_url: Option<String>,
+    userinfo_url: Option<String>,
+    revocation_url: Option<String>,
+    issuer: Option<String>,
+    authorization_response_iss: bool,
+    scopes: Vec<String>,
+    scope_separator: String,
+    allow_account_change: bool,
+    allow_private_endpoints: bool,
+    /// Switched off: nothing new starts, nothing is handed out; its grants stay revocable.
+    active: bool,
+    /// `file` (a configuration file keeps it) or `api`.
+    #[schema(example = "api")]
+    managed_by: &'static str,
+}
+
+impl ProviderView {
+    fn of(p: &crate::oauth::Provider, in_file: bool) -> Self {
+        let url = |u: &Option<url::Url>| u.as_ref().map(ToString::to_string);
+        ProviderView {
+            id: p.id.to_string(),
+            template: p.kind,
+            display_name: p.display_name.clone(),
+            client_id: p.client_id.clone(),
+            authorize_url: url(&p.authorize_url),
+            token_url: url(&p.token_url),
+            userinfo_url: url(&p.userinfo_url),
+            revocation_url: url(&p.revocation_url),
+            issuer: p.issuer.as_ref().map(|i| i.as_str().to_owned()),
+            authorization_response_iss: p.authorization_response_iss,
+            scopes: p.default_scopes.as_slice().to_vec(),
+            scope_separator: p.scope_separator.clone(),
+            allow_account_change: p.allow_account_change,
+            allow_private_endpoints: p.allow_private_endpoints,
+            active: p.active,
+            managed_by: if in_file { "file" } else { "api" },
+        }
+    }
+}
+
+/// Every provider served: the configuration file's and the operator API's.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ProviderViews {
+    providers: Vec<ProviderView>,
+}
+
+/// Declares a provider body: the settings a file's `[providers.<id>]` has (but
+/// `client_secret_file`), each optional, and the fields given.
+macro_rules! provider_body {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)* }) => {
+        #[derive(serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
+        #[serde(deny_unknown_fields)]
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$fmeta])* $field: $ty,)*
+            #[serde(skip_serializing_if = "Option::is_none")]
+            display_name: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(max_length = 2048)]
+            authorize_url: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(max_length = 2048)]
+            token_url: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(max_length = 2048)]
+            userinfo_url: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(max_length = 2048)]
+            revocation_url: Option<String>,
+            /// Required for the `oidc` template (endpoints come from discovery).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(max_length = 2048)]
+            issuer: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            authorization_response_iss: Option<bool>,
+            /// The scopes asked for when a tool names none (the template's when left out).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(schema_with = crate::http::schema::opt_scopes)]
+            scopes: Option<Vec<String>>,
+            /// `" "` or `","`.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[ ,]$")]
+            scope_separator: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            extra_authorize_params: Option<std::collections::BTreeMap<String, String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            account_id_field: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            account_login_field: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            allow_account_change: Option<bool>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            allow_idn_hosts: Option<Vec<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(minimum = 0, maximum = 600)]
+            clock_skew_seconds: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            allow_private_endpoints: Option<bool>,
+        }
+    };
+}
+
+provider_body! {
+    /// A new provider: checked as a configuration file's `[providers.<id>]` is.
+    #[schema(example = json!({"id": "acme-github", "template": "github", "client_id": "Iv1.8a61f9b3a7aba766",
+                              "client_secret": "the client secret"}))]
+    NewProviderBody {
+        /// 1-64 characters of a-z, 0-9, `-` and `_`; not one a configuration file names.
+        #[schema(min_length = 1, max_length = 64, pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
+        id: String,
+        template: ProviderKind,
+        #[schema(min_length = 1, max_length = 1000)]
+        client_id: String,
+        /// Write-only: sealed by the vault, never shown again.
+        #[schema(min_length = 1, max_length = 4096, write_only)]
+        client_secret: String,
+    }
+}
+
+provider_body! {
+    /// What to change; what is left out stays. A `client_secret` replaces the secret.
+    #[schema(example = json!({"scopes": ["read:user", "repo"]}))]
+    ProviderChangeBody {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        template: Option<ProviderKind>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 1000)]
+        client_id: Option<String>,
+        /// Write-only: sealed by the vault, never shown again.
+        #[schema(min_length = 1, max_length = 4096, write_only)]
+        client_secret: Option<String>,
+        /// `false` switches it off on every instance: nothing new starts, nothing is handed out.
+        active: Option<bool>,
+    }
+}
+
+/// `{provider}` in the operator paths.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ProviderIdPath {
+    /// A provider's id.
+    #[param(min_length = 1, max_length = 64, pattern = "^[a-z0-9][a-z0-9_-]{0,63}$", example = "acme-github")]
+    provider: String,
+}
+
+impl From<ProviderRefusal> for ApiError {
+    fn from(r: ProviderRefusal) -> Self {
+        let text = r.to_string();
+        match r {
+            ProviderRefusal::NotFound(_) => ApiError::new(ErrorCode::ProviderNotFound, text),
+            ProviderRefusal::Exists(_) => ApiError::new(ErrorCode::ProviderExists, text),
+            ProviderRefusal::KeptByFile(_) => ApiError::new(ErrorCode::ProviderKeptByFile, text),
+            ProviderRefusal::Invalid { .. } => ApiError::new(ErrorCode::InvalidRequest, text),
+            ProviderRefusal::Vault(e) => ApiError::internal(&e),
+            ProviderRefusal::Database(e) => ApiError::from_db(e),
+        }
+    }
+}
+
+/// The settings given, as a JSON object of the fields given: without the id, the secret
+/// and `active`, which are no settings (and the secret is never stored but sealed).
+fn settings_of(body: &impl serde::Serialize) -> Result<Settings, ApiError> {
+    match serde_json::to_value(body) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            for not_a_setting in ["id", "client_secret", "active"] {
+                m.remove(not_a_setting);
+            }
+            Ok(m)
+        }
+        _ => Err(ApiError::internal(&"provider settings did not serialize to an object")),
+    }
+}
+
+fn provider_id(s: &str) -> Result<ProviderId, ApiError> {
+    ProviderId::parse(s).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))
+}
+
+/// Every provider served, the file's and the operator API's, active or not.
+#[utoipa::path(
+    get,
+    path = "/operator/v1/providers",
+    operation_id = "listProviders",
+    tag = "operator",
+    responses((status = 200, description = "The providers, by id.", body = ProviderViews)),
+    security(("operator_key" = [])),
+)]
+pub async fn list_providers(_caller: OperatorCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let all = state.providers.snapshot();
+    let providers = all.iter().map(|p| ProviderView::of(p, state.providers.in_file(&p.id))).collect();
+    Ok(HttpResponse::Ok().json(ProviderViews { providers }))
+}
+
+/// Makes a provider; every instance serves it within the cache bound (a tenant uses it once
+/// its `providers` name it).
+#[utoipa::path(
+    post,
+    path = "/operator/v1/providers",
+    operation_id = "createProvider",
+    tag = "operator",
+    request_body = NewProviderBody,
+    responses(
+        // No links: schemathesis's stateful phase draws a body with every optional URL
+        // valid too seldom to follow them (tests/api/schemathesis.rs); `id` is the path.
+        (status = 201, description = "Made; `GET` and `PATCH /operator/v1/providers/{id}` take its `id`.", body = ProviderView),
+        (status = 400, description = "`invalid_json` or `invalid_request` (the field says which).", body = ErrorBody),
+        (status = 409, description = "`provider_exists`, or `provider_kept_by_file`: a configuration file names that id.", body = ErrorBody),
+    ),
+    security(("operator_key" = [])),
+)]
+pub async fn create_provider(
+    caller: OperatorCaller,
+    state: web::Data<AppState>,
+    body: web::Json<NewProviderBody>,
+) -> Result<HttpResponse, ApiError> {
+    let b = body.into_inner();
+    let settings = settings_of(&b)?;
+    let secret = secrecy::SecretString::from(b.client_secret);
+    let p = crate::flows::providers::create_provider(
+        &state.pool,
+        &state.vault,
+        &state.providers,
+        &b.id,
+        settings,
+        secret,
+        &caller.0,
+    )
+    .await?;
+    Ok(HttpResponse::Created().json(ProviderView::of(&p, false)))
+}
+
+/// One provider, the file's or the operator API's.
+#[utoipa::path(
+    get,
+    path = "/operator/v1/providers/{provider}",
+    operation_id = "getProvider",
+    tag = "operator",
+    params(ProviderIdPath),
+    responses(
+        (status = 200, description = "The provider.", body = ProviderView),
+        (status = 400, description = "`unknown_provider`: not a provider id.", body = ErrorBody),
+        (status = 404, description = "`provider_not_found`.", body = ErrorBody),
+    ),
+    security(("operator_key" = [])),
+)]
+pub async fn get_provider(
+    _caller: OperatorCaller,
+    state: web::Data<AppState>,
+    path: web::Path<ProviderIdPath>,
+) -> Result<HttpResponse, ApiError> {
+    let id = provider_id(&path.provider)?;
+    let p = state.providers.get(&id).ok_or_else(|| ApiError::from(ProviderRefusal::NotFound(id.to_string())))?;
+    Ok(HttpResponse::Ok().json(ProviderView::of(&p, state.providers.in_file(&id))))
+}
+
+/// Changes a provider made over the operator API (settings, secret, `active`).
+#[utoipa::path(
+    patch,
+    path = "/operator/v1/providers/{provider}",
+    operation_id = "changeProvider",
+    tag = "operator",
+    params(ProviderIdPath),
+    request_body = ProviderChangeBody,
+    responses(
+        (status = 200, description = "The provider afterwards.", body = ProviderView),
+        (status = 400, description = "`unknown_provider` (not a provider id), `invalid_json` or `invalid_request`.", body = ErrorBody),
+        (status = 404, description = "`provider_not_found`.", body = ErrorBody),
+        (status = 409, description = "`provider_kept_by_file`.", body = ErrorBody),
+    ),
+    security(("operator_key" = [])),
+)]
+pub async fn change_provider(
+    caller: OperatorCaller,
+    state: web::Data<AppState>,
+    path: web::Path<ProviderIdPath>,
+    body: web::Json<ProviderChangeBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = provider_id(&path.provider)?;
+    let b = body.into_inner();
+    let change = ProviderChange {
+        settings: settings_of(&b)?,
+        client_secret: b.client_secret.map(secrecy::SecretString::from),
+        active: b.active,
+    };
+    let p =
+        crate::flows::providers::change_provider(&state.pool, &state.vault, &state.providers, &id, change, &caller.0)
+            .await?;
+    Ok(HttpResponse::Ok().json(ProviderView::of(&p, false)))
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use url::Url;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     Github,
@@ -182,6 +182,13 @@ pub struct Provider {
     /// loopback addresses, or plain http to loopback (`allow_private_endpoints`: an internal
     /// IdP whose discovery the operator trusts).
     pub allow_private_endpoints: bool,
+    /// 0 for a provider of the configuration file; the row's `revision` for one made over
+    /// the operator API (what is cached of its discovery is keyed by it, so a change of
+    /// its settings is never served from what the old ones found).
+    pub revision: i64,
+    /// `false`: switched off over the operator API; kept so that its grants can still be
+    /// revoked at the provider, but nothing new starts and nothing is handed out.
+    pub active: bool,
 }
 
 /// All configured providers by id.
@@ -193,6 +200,15 @@ pub struct ProviderRegistry {
 impl ProviderRegistry {
     pub fn new(providers: Vec<Provider>) -> Self {
         Self { providers: Arc::new(providers.into_iter().map(|p| (p.id.clone(), Arc::new(p))).collect()) }
+    }
+
+    /// These providers, and beside them `more` whose ids these do not have (the file's win).
+    pub fn with(&self, more: Vec<Provider>) -> Self {
+        let mut all = (*self.providers).clone();
+        for p in more {
+            all.entry(p.id.clone()).or_insert_with(|| Arc::new(p));
+        }
+        Self { providers: Arc::new(all) }
     }
 
     pub fn get(&self, id: &ProviderId) -> Option<&Arc<Provider>> {

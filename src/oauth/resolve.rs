@@ -233,7 +233,13 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
 /// How long a failed resolution is answered from memory.
 pub const FAILURE_KEPT: Duration = Duration::from_secs(5);
 
-/// Resolved servers by key (`idp` or `provider:<id>`), each with the time it was made.
+/// A provider's key among the resolved servers: its id and revision (a provider changed
+/// over the operator API is resolved anew).
+fn provider_key(p: &Provider) -> String {
+    format!("provider:{}#{}", p.id, p.revision)
+}
+
+/// Resolved servers by key (`idp` or `provider:<id>#<revision>`), each with the time it was made.
 pub struct Resolver {
     cache: RwLock<HashMap<String, (Arc<AuthServer>, Instant)>>,
     /// The last failure of each server, and when.
@@ -368,7 +374,7 @@ impl Resolver {
             kid.is_some_and(|kid| server.jwks.as_ref().is_some_and(|jwks| !super::flow::jwks_has_key(jwks, kid)));
         let key = match &source {
             Source::Idp(idp) => format!("idp:{}", idp.name),
-            Source::Provider(p) => format!("provider:{}", p.id),
+            Source::Provider(p) => provider_key(p),
         };
         if !(unknown_kid && self.may_refetch(&key)) {
             return Ok(server);
@@ -432,8 +438,7 @@ impl Resolver {
     /// A downstream provider: configured endpoints win; OIDC providers add discovery
     /// (endpoints not configured, JWKS, RFC 9207 support).
     pub async fn provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
-        let key = format!("provider:{}", p.id);
-        self.resolve(&key, self.build_provider(http, p)).await
+        self.resolve(&provider_key(p), self.build_provider(http, p)).await
     }
 
     async fn build_provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {

@@ -10,6 +10,7 @@ pub mod elicitations;
 pub mod handouts;
 pub mod kill_switches;
 pub mod lookup;
+pub mod providers;
 pub mod sessions;
 pub mod states;
 pub mod tenants;

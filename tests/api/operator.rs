@@ -246,3 +246,195 @@ async fn an_operator_key_is_made_without_a_tenant_and_a_tenants_key_never_withou
     assert!(app.state.caches.barrier(&app.pool).await);
     assert_error(app.operator(&key, Method::GET, "/tenants", None).await, 401, "invalid_api_key").await;
 }
+
+/// A provider for the test provider's OIDC issuer, under a client of its own that may
+/// return to both instances.
+async fn runtime_provider(a: &TestApp, b: &TestApp, op: &str) -> Value {
+    a.provider.add_client(mcp_connect_devproviders::ClientRegistration {
+        client_id: "runtimep-client".to_owned(),
+        client_secret: "runtimep-secret".to_owned(),
+        redirect_uris: [a, b].iter().map(|x| format!("{}/connect/runtimep/callback", x.base)).collect(),
+    });
+    let body = json!({
+        "id": "runtimep", "template": "oidc", "display_name": "Runtime Provider",
+        "issuer": a.provider.issuer(), "client_id": "runtimep-client", "client_secret": "runtimep-secret",
+        "scopes": ["openid", "profile"], "account_id_field": "id", "account_login_field": "login",
+    });
+    json_of(a.operator(op, Method::POST, "/providers", Some(body)).await, 201).await
+}
+
+#[tokio::test]
+async fn a_provider_made_over_the_api_connects_on_a_second_instance_and_stops_handing_out_when_switched_off() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "B's listener is up");
+    let op = a.operator_key().await;
+    let made = runtime_provider(&a, &b, &op).await;
+    assert_eq!(made["managed_by"], "api");
+    assert_eq!(made["active"], true);
+    let text = made.to_string();
+    assert!(!text.contains("runtimep-secret") && !text.contains("client_secret"), "the secret is write-only: {text}");
+    let tenant = json!({"id": "gamma", "display_name": "Gamma", "providers": ["runtimep"]});
+    json_of(a.operator(&op, Method::POST, "/tenants", Some(tenant)).await, 201).await;
+    let key =
+        json_of(a.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server"}))).await, 201)
+            .await;
+    let key = key["key"].as_str().unwrap().to_owned();
+
+    // B never restarted: it serves the provider, through a whole connect.
+    assert!(b.state.caches.barrier(&b.pool).await, "the notifications arrived");
+    let first = json_of(b.token(&key, token_body("runtimep")).await, 200).await;
+    assert_eq!(first["status"], "connect_required");
+    assert!(first["mcp"]["message"].as_str().unwrap().contains("Runtime Provider"));
+    let url = first["elicitation"]["url"].as_str().unwrap();
+    let r = crate::support::browser::Browser::new().connect(&b, url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200);
+    let held = json_of(b.token(&key, token_body("runtimep")).await, 200).await;
+    assert_eq!(held["status"], "connected");
+    assert_eq!(held["account"]["login"], "octo-alice");
+
+    // Switched off on A: B stops handing out within the cache bound (here: at the
+    // notification), with the kill switch's code.
+    let off = a.operator(&op, Method::PATCH, "/providers/runtimep", Some(json!({"active": false}))).await;
+    assert_eq!(json_of(off, 200).await["active"], false);
+    assert!(b.state.caches.barrier(&b.pool).await, "the switch-off's notification arrived");
+    assert_error(b.token(&key, token_body("runtimep")).await, 403, "provider_disabled").await;
+    let on = a.operator(&op, Method::PATCH, "/providers/runtimep", Some(json!({"active": true}))).await;
+    assert_eq!(json_of(on, 200).await["active"], true);
+    assert!(b.state.caches.barrier(&b.pool).await);
+    assert_eq!(json_of(b.token(&key, token_body("runtimep")).await, 200).await["status"], "connected");
+
+    // The trail has each step by the operator key, and no secret.
+    let rows: Vec<(String, Value)> = sqlx::query_as(
+        "SELECT kind, detail FROM audit_events WHERE provider = 'runtimep' AND kind LIKE 'provider_%' ORDER BY id",
+    )
+    .fetch_all(&a.pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(kinds, ["provider_created", "provider_deactivated", "provider_activated"]);
+    assert_eq!(rows[0].1["settings"]["client_id"], "runtimep-client");
+    let all = serde_json::to_string(&rows.iter().map(|r| &r.1).collect::<Vec<_>>()).unwrap();
+    assert!(!all.contains("runtimep-secret"), "{all}");
+    // At rest the secret is sealed, bound to its row.
+    let sealed: Vec<u8> = sqlx::query_scalar("SELECT client_secret_sealed FROM providers WHERE id = 'runtimep'")
+        .fetch_one(&a.pool)
+        .await
+        .unwrap();
+    assert!(!sealed.windows(15).any(|w| w == b"runtimep-secret"));
+}
+
+#[tokio::test]
+async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_never_rolled_back() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    let base = || {
+        json!({"id": "extra", "template": "oauth2", "client_id": "c", "client_secret": "s1",
+               "authorize_url": "https://auth.example.com/authorize", "token_url": "https://auth.example.com/token"})
+    };
+    // Checked as the file's `[providers.<id>]`: the field in the refusal is the API's.
+    let mut no_token_url = base();
+    no_token_url.as_object_mut().unwrap().remove("token_url");
+    let e = refused(&app, &op, Method::POST, "/providers", no_token_url, 400, "invalid_request").await;
+    assert!(e["error_description"].as_str().unwrap().starts_with("token_url:"), "{e}");
+    let mut plain_http = base();
+    plain_http["token_url"] = json!("http://auth.example.com/token");
+    let e = refused(&app, &op, Method::POST, "/providers", plain_http, 400, "invalid_request").await;
+    assert!(e["error_description"].as_str().unwrap().starts_with("token_url:"), "{e}");
+    let mut oidc_without_issuer = base();
+    oidc_without_issuer["template"] = json!("oidc");
+    refused(&app, &op, Method::POST, "/providers", oidc_without_issuer, 400, "invalid_request").await;
+    let mut bad_id = base();
+    bad_id["id"] = json!("Not An Id");
+    refused(&app, &op, Method::POST, "/providers", bad_id, 400, "invalid_request").await;
+    // `client_secret_file` is no field of the API: it would read a file on this host.
+    let mut file = base();
+    file["client_secret_file"] = json!("/etc/passwd");
+    refused(&app, &op, Method::POST, "/providers", file, 400, "invalid_json").await;
+    // The file's providers are the file's.
+    let mut testp = base();
+    testp["id"] = json!("testp");
+    refused(&app, &op, Method::POST, "/providers", testp, 409, "provider_kept_by_file").await;
+    refused(&app, &op, Method::PATCH, "/providers/testp", json!({"active": false}), 409, "provider_kept_by_file").await;
+    let listed = json_of(app.operator(&op, Method::GET, "/providers", None).await, 200).await;
+    let testp = listed["providers"].as_array().unwrap().iter().find(|p| p["id"] == "testp").unwrap().clone();
+    assert_eq!(testp["managed_by"], "file");
+    assert!(!listed.to_string().contains("testp-secret"), "no secret is listed");
+
+    json_of(app.operator(&op, Method::POST, "/providers", Some(base())).await, 201).await;
+    refused(&app, &op, Method::POST, "/providers", base(), 409, "provider_exists").await;
+    refused(&app, &op, Method::PATCH, "/providers/nope", json!({"active": false}), 404, "provider_not_found").await;
+    // A refused change changes nothing.
+    refused(&app, &op, Method::PATCH, "/providers/extra", json!({"scope_separator": ";"}), 400, "invalid_request")
+        .await;
+    let row = || async {
+        sqlx::query_as::<_, (i64, i64, Value)>(
+            "SELECT secret_version, revision, settings FROM providers WHERE id = 'extra'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+    };
+    let (v1, r1, s1) = row().await;
+    assert_eq!((v1, r1), (1, 1));
+    assert_eq!(s1["scope_separator"], Value::Null);
+    let first_sealed: (Vec<u8>, String) =
+        sqlx::query_as("SELECT client_secret_sealed, key_id FROM providers WHERE id = 'extra'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    // A new secret is sealed at the next generation; settings replace what they name.
+    let r = app
+        .operator(&op, Method::PATCH, "/providers/extra", Some(json!({"client_secret": "s2", "scopes": ["read"]})))
+        .await;
+    assert_eq!(json_of(r, 200).await["scopes"], json!(["read"]));
+    let (v2, r2, s2) = row().await;
+    assert_eq!((v2, r2), (2, 2));
+    assert_eq!(s2["token_url"], "https://auth.example.com/token", "what the change left out stays");
+    let p = app.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client_secret), "s2");
+    // The first secret put back does not open (its generation is bound in), and the
+    // database refuses to lower the generation.
+    let e =
+        sqlx::query("UPDATE providers SET secret_version = 1 WHERE id = 'extra'").execute(&app.pool).await.unwrap_err();
+    assert_eq!(e.as_database_error().unwrap().code().as_deref(), Some("23514"));
+    let e = sqlx::query("DELETE FROM providers WHERE id = 'extra'").execute(&app.pool).await.unwrap_err();
+    assert_eq!(e.as_database_error().unwrap().code().as_deref(), Some("23514"));
+    let put_back = |version: i64| {
+        sqlx::query("UPDATE providers SET client_secret_sealed = $1, secret_version = $2 WHERE id = 'extra'")
+            .bind(first_sealed.0.clone())
+            .bind(version)
+            .execute(&app.pool)
+    };
+    let e = put_back(2).await.unwrap_err();
+    assert_eq!(e.as_database_error().unwrap().code().as_deref(), Some("23514"), "same generation: refused");
+    put_back(3).await.unwrap();
+    let opened =
+        mcp_connect::tenants::open_client_secret(&app.state.vault, "extra", 3, &first_sealed.1, &first_sealed.0);
+    assert!(opened.is_err(), "a secret sealed for generation 1 does not open as generation 3");
+    app.state.tenants.reload(&app.pool).await.unwrap();
+    let id = mcp_connect::domain::ProviderId::parse("extra").unwrap();
+    assert!(app.state.providers.get(&id).is_none(), "a provider whose secret does not open is not served");
+}
+
+#[tokio::test]
+async fn rotate_key_reseals_the_providers_client_secrets_and_the_new_key_alone_serves_them() {
+    use crate::support::{KEY_A, KEY_B};
+    let app = spawn_app().await; // KEY_A
+    let op = app.operator_key().await;
+    let body = json!({"id": "extra", "template": "oauth2", "client_id": "c", "client_secret": "the-secret",
+                      "authorize_url": "https://auth.example.com/authorize", "token_url": "https://auth.example.com/token"});
+    json_of(app.operator(&op, Method::POST, "/providers", Some(body)).await, 201).await;
+    let both = mcp_connect::vault::Vault::new(mcp_connect::vault::Keyring::parse(&format!("{KEY_B},{KEY_A}")).unwrap());
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 10, |_, _| {}).await.unwrap();
+    assert_eq!((r.resealed, r.remaining), (1, 0));
+    let (key_id, version): (String, i64) =
+        sqlx::query_as("SELECT key_id, secret_version FROM providers WHERE id = 'extra'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!((key_id.as_str(), version), ("k-new", 2));
+    let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
+    let p = new_only.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client_secret), "the-secret");
+}

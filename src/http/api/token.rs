@@ -304,7 +304,8 @@ fn connect_required(
     let id = ElicitationId::from_uuid(e.id);
     let url = state.connect_url(provider, &id);
     let tenant_name = state.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
-    let provider_name = state.providers.get(provider).map_or(provider.as_str(), |p| p.display_name.as_str());
+    let provider_name =
+        state.providers.get(provider).map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone());
     let message = format!(
         "{tenant_name} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
          nothing is shared until you do."

@@ -1,0 +1,151 @@
+//! `providers`: the providers made over the operator API (those of configuration files are
+//! never written here). Each row's client secret is sealed by the vault under `key_id`,
+//! bound to its id and `secret_version`; rows are deactivated, never deleted.
+
+use sqlx::PgExecutor;
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone)]
+pub struct ProviderRow {
+    pub id: String,
+    /// What a file's `[providers.<id>]` would say (`config::RawProvider`), no secret.
+    pub settings: serde_json::Value,
+    pub client_secret_sealed: Vec<u8>,
+    pub key_id: String,
+    pub secret_version: i64,
+    pub revision: i64,
+    pub active: bool,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// Every provider made over the API, active or not.
+pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<ProviderRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ProviderRow,
+        "SELECT id, settings, client_secret_sealed, key_id, secret_version, revision, active, created_at, updated_at
+         FROM providers ORDER BY id"
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// One; with `lock`, locked to the end of the transaction.
+pub async fn one(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Option<ProviderRow>, sqlx::Error> {
+    if lock {
+        sqlx::query_as!(
+            ProviderRow,
+            "SELECT id, settings, client_secret_sealed, key_id, secret_version, revision, active, created_at,
+                    updated_at
+             FROM providers WHERE id = $1 FOR UPDATE",
+            id
+        )
+        .fetch_optional(db)
+        .await
+    } else {
+        sqlx::query_as!(
+            ProviderRow,
+            "SELECT id, settings, client_secret_sealed, key_id, secret_version, revision, active, created_at,
+                    updated_at
+             FROM providers WHERE id = $1",
+            id
+        )
+        .fetch_optional(db)
+        .await
+    }
+}
+
+/// Inserts a new provider (active, generation 1). `false`: the id is taken.
+pub async fn insert(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    settings: &serde_json::Value,
+    sealed: &[u8],
+    key_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        "INSERT INTO providers (id, settings, client_secret_sealed, key_id, secret_version)
+         VALUES ($1, $2, $3, $4, 1) ON CONFLICT (id) DO NOTHING",
+        id,
+        settings,
+        sealed,
+        key_id
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Writes a provider's settings, and with `secret` a new sealed secret at `secret_version`
+/// (its next generation); raises the revision.
+pub async fn update(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    settings: &serde_json::Value,
+    secret: Option<(&[u8], &str, i64)>,
+    active: bool,
+) -> Result<(), sqlx::Error> {
+    let (sealed, key_id, version) = match secret {
+        Some((s, k, v)) => (Some(s), Some(k), Some(v)),
+        None => (None, None, None),
+    };
+    sqlx::query!(
+        "UPDATE providers
+         SET settings = $2, client_secret_sealed = COALESCE($3, client_secret_sealed),
+             key_id = COALESCE($4, key_id), secret_version = COALESCE($5, secret_version),
+             active = $6, revision = revision + 1, updated_at = now()
+         WHERE id = $1",
+        id,
+        settings,
+        sealed,
+        key_id,
+        version,
+        active
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Up to `limit` providers whose secret is sealed under another key than `current`,
+/// locked (skipping those another transaction holds), for `rotate-key`.
+pub async fn lock_not_under_key(
+    db: impl PgExecutor<'_>,
+    current: &str,
+    limit: i64,
+) -> Result<Vec<ProviderRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ProviderRow,
+        "SELECT id, settings, client_secret_sealed, key_id, secret_version, revision, active, created_at, updated_at
+         FROM providers WHERE key_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        current,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn count_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM providers WHERE key_id <> $1"#, current).fetch_one(db).await
+}
+
+/// Stores a secret re-sealed under `key_id` at the next generation (the settings are
+/// unchanged; the revision stays, as nothing a discovery depends on changed).
+pub async fn store_resealed(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    key_id: &str,
+    sealed: &[u8],
+    secret_version: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE providers SET client_secret_sealed = $3, key_id = $2, secret_version = $4 WHERE id = $1",
+        id,
+        key_id,
+        sealed,
+        secret_version
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
