@@ -466,6 +466,8 @@ struct AuditLine {
     tenant: Option<String>,
     kind: String,
     subject: Option<String>,
+    /// The issuer of the IdP whose `sub` `subject` is.
+    issuer: Option<String>,
     provider: Option<String>,
     elicitation_id: Option<uuid::Uuid>,
     connection_id: Option<uuid::Uuid>,
@@ -500,6 +502,7 @@ async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> any
             tenant: r.tenant_id,
             kind: r.kind,
             subject: r.subject,
+            issuer: r.issuer,
             provider: r.provider,
             elicitation_id: r.elicitation_id,
             connection_id: r.connection_id,

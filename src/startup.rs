@@ -342,7 +342,11 @@ async fn app_state(
         config.cache_capacity,
         watch,
     ));
-    let providers = Arc::new(crate::tenants::Providers::new(config.providers, vault.clone()));
+    let providers = Arc::new(crate::tenants::Providers::new(
+        config.providers,
+        vault.clone(),
+        config.operator_allow_private_endpoints,
+    ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool, providers.clone()).await?);
     let listen_url = config.database_listen_url.clone();
     if background == Background::Run {

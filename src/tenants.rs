@@ -13,6 +13,7 @@
 //! file's win where both name one id.
 
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
+use crate::oauth::http::Reach;
 use crate::oauth::{Provider, ProviderRegistry};
 use crate::store::{self, PgPool};
 use crate::vault::{Vault, VaultError};
@@ -84,13 +85,21 @@ impl Tenants {
 pub struct Providers {
     file: ProviderRegistry,
     vault: Arc<Vault>,
+    /// How the operator API's providers are reached (`[operator] allow_private_endpoints`).
+    reach: Reach,
     all: RwLock<ProviderRegistry>,
 }
 
 impl Providers {
     /// The file's providers alone, until [`Self::reload`] reads the others.
-    pub fn new(file: ProviderRegistry, vault: Arc<Vault>) -> Self {
-        Self { all: RwLock::new(file.clone()), file, vault }
+    pub fn new(file: ProviderRegistry, vault: Arc<Vault>, allow_private_endpoints: bool) -> Self {
+        let reach = if allow_private_endpoints { Reach::Private } else { Reach::Public };
+        Self { all: RwLock::new(file.clone()), file, vault, reach }
+    }
+
+    /// How the operator API's providers are reached.
+    pub fn reach(&self) -> Reach {
+        self.reach
     }
 
     /// Reads the providers made over the operator API. One that does not open or check
@@ -104,7 +113,7 @@ impl Providers {
             if ProviderId::parse(&row.id).is_ok_and(|id| self.file.get(&id).is_some()) {
                 continue;
             }
-            match provider_of(&self.vault, &row) {
+            match provider_of(&self.vault, &row, self.reach) {
                 Ok(p) => more.push(p),
                 Err(e) => {
                     tracing::error!(provider = %row.id, error = %e, "a provider of the operator API is not served")
@@ -145,39 +154,75 @@ pub enum ProviderRowError {
 }
 
 /// A row as the provider it describes, checked as a file's provider is.
-pub fn provider_of(vault: &Vault, row: &store::providers::ProviderRow) -> Result<Provider, ProviderRowError> {
-    let secret = open_client_secret(vault, &row.id, row.secret_version, &row.key_id, &row.client_secret_sealed)?;
-    let raw: crate::config::RawProvider = serde_json::from_value(row.settings.clone())?;
+pub fn provider_of(
+    vault: &Vault,
+    row: &store::providers::ProviderRow,
+    reach: Reach,
+) -> Result<Provider, ProviderRowError> {
+    let mut raw: crate::config::RawProvider = serde_json::from_value(row.settings.clone())?;
+    // Never a file on this host, nor the file's own SSRF and homograph exceptions: a row
+    // is not the configuration file.
+    raw.client_secret_file = None;
+    raw.allow_private_endpoints = false;
+    raw.allow_idn_hosts = Vec::new();
+    let secret = open_client_secret(vault, row, &identity_of(&raw))?;
     let mut p = crate::config::validate_provider(&row.id, raw, Some(secret.expose_secret().to_owned()))
         .map_err(ProviderRowError::Invalid)?;
     p.revision = row.revision;
+    p.reach = Some(reach);
     p.active = row.active;
     Ok(p)
 }
 
 const CLIENT_SECRET_PURPOSE: &str = "provider_client_secret";
 
-/// What a provider's sealed client secret is bound to: its id and generation.
-fn binding(id: &str, version: i64) -> Vec<u8> {
+/// The settings a provider's grants and links are bound to, fixed once it is made: its
+/// template, client and every endpoint (`flows::providers` refuses to change them). Their
+/// hash is bound into the sealed secret, so a row whose endpoints were changed in the
+/// database, not through the API, no longer opens: the secret is never sent elsewhere.
+pub const IDENTITY: [&str; 7] =
+    ["template", "client_id", "issuer", "authorize_url", "token_url", "userinfo_url", "revocation_url"];
+
+/// The identity a row's settings say (as bound into its sealed secret).
+pub fn row_identity(row: &store::providers::ProviderRow) -> Result<[u8; 32], serde_json::Error> {
+    Ok(identity_of(&serde_json::from_value(row.settings.clone())?))
+}
+
+/// The identity of a provider's settings, as bound into its sealed secret.
+pub fn identity_of(raw: &crate::config::RawProvider) -> [u8; 32] {
+    let v = serde_json::to_value(raw).unwrap_or_default();
+    let fixed: Vec<&serde_json::Value> =
+        IDENTITY.iter().map(|k| v.get(*k).unwrap_or(&serde_json::Value::Null)).collect();
+    crate::crypto::lookup_hash(CLIENT_SECRET_PURPOSE, &serde_json::to_string(&fixed).unwrap_or_default())
+}
+
+/// What a provider's sealed client secret is bound to: its id, generation and identity.
+fn binding(id: &str, version: i64, identity: &[u8; 32]) -> Vec<u8> {
     let mut b = id.as_bytes().to_vec();
     b.push(0);
     b.extend_from_slice(&version.to_be_bytes());
+    b.extend_from_slice(identity);
     b
 }
 
 /// Seals a provider's client secret for its row at generation `version`.
-pub fn seal_client_secret(vault: &Vault, id: &str, version: i64, secret: &SecretString) -> Result<Vec<u8>, VaultError> {
-    vault.seal_aux(CLIENT_SECRET_PURPOSE, &binding(id, version), secret.expose_secret().as_bytes())
-}
-
-/// Opens a provider's client secret sealed for its row at generation `version`.
-pub fn open_client_secret(
+pub fn seal_client_secret(
     vault: &Vault,
     id: &str,
     version: i64,
-    key_id: &str,
-    sealed: &[u8],
+    identity: &[u8; 32],
+    secret: &SecretString,
+) -> Result<Vec<u8>, VaultError> {
+    vault.seal_aux(CLIENT_SECRET_PURPOSE, &binding(id, version, identity), secret.expose_secret().as_bytes())
+}
+
+/// Opens a row's client secret (sealed for its id, generation and `identity`).
+pub fn open_client_secret(
+    vault: &Vault,
+    row: &store::providers::ProviderRow,
+    identity: &[u8; 32],
 ) -> Result<SecretString, VaultError> {
-    let pt = vault.open_aux(key_id, CLIENT_SECRET_PURPOSE, &binding(id, version), sealed)?;
+    let binding = binding(&row.id, row.secret_version, identity);
+    let pt = vault.open_aux(&row.key_id, CLIENT_SECRET_PURPOSE, &binding, &row.client_secret_sealed)?;
     String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
 }

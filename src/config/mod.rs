@@ -111,6 +111,11 @@ pub struct Config {
     /// `Strict-Transport-Security: max-age=` on every answer when `public_base_url` is
     /// https (`[hsts] max_age_seconds`, default a year; 0: not sent).
     pub hsts_max_age: u64,
+    /// Providers made over the operator API may be reached on private and loopback
+    /// addresses (`[operator] allow_private_endpoints`; for an internal IdP, or a test).
+    /// Off: each of their endpoints, configured or discovered, only over https to public
+    /// addresses.
+    pub operator_allow_private_endpoints: bool,
     /// Webhook deliveries (`[webhooks]`).
     pub webhooks: WebhookSettings,
     /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns

@@ -49,6 +49,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) hsts: RawHsts,
     #[serde(default)]
+    pub(super) operator: RawOperator,
+    #[serde(default)]
     pub(super) tenants: Vec<RawTenant>,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
@@ -148,6 +150,12 @@ pub(super) struct RawCache {
     pub(super) enabled: Option<bool>,
     pub(super) max_age_seconds: Option<u64>,
     pub(super) capacity: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOperator {
+    pub(super) allow_private_endpoints: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

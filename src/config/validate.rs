@@ -256,6 +256,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         propagate_to_providers: raw.tracing.propagate_to_providers.unwrap_or(false),
         drain,
         hsts_max_age,
+        operator_allow_private_endpoints: raw.operator.allow_private_endpoints.unwrap_or(false),
         webhooks: super::WebhookSettings {
             allow_loopback: raw.webhooks.allow_loopback.unwrap_or(false),
             allow_private: raw.webhooks.allow_private.unwrap_or(false),
@@ -566,6 +567,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         clock_skew,
         allow_private_endpoints: p.allow_private_endpoints,
         revision: 0,
+        reach: None,
         active: true,
     })
 }

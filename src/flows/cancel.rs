@@ -59,6 +59,7 @@ pub async fn cancel_pending(
         let mut ev = AuditEvent::new(AuditKind::ElicitationsCancelled);
         ev.tenant_id = Some(tenant.to_owned());
         ev.subject = subject.map(str::to_owned);
+        ev.issuer = issuer.map(str::to_owned);
         ev.provider = provider.map(str::to_owned);
         ev.api_key_id = by.api_key_id.map(str::to_owned);
         ev.detail = serde_json::json!({

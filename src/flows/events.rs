@@ -15,6 +15,7 @@ pub async fn connection(
     provider_result: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     let data = EventData {
+        issuer: row.issuer.clone(),
         connection_id: Some(row.id),
         account_login: row.account_login.clone(),
         scopes: Some(row.scopes.clone()),
@@ -40,6 +41,7 @@ pub async fn elicitation(
     reason: &str,
 ) -> Result<(), sqlx::Error> {
     let data = EventData {
+        issuer: e.issuer.clone(),
         elicitation_id: Some(e.id),
         connection_id: e.connection_id,
         by: Some(by.to_owned()),
@@ -66,6 +68,7 @@ pub async fn links_closed(
     });
     for c in closed {
         let data = EventData {
+            issuer: c.issuer.clone(),
             elicitation_id: Some(c.id),
             by: Some(by.to_owned()),
             reason: reason.to_owned(),
@@ -95,6 +98,7 @@ pub async fn connected(
         _ => (EventKind::ConnectionCreated, "connected"),
     };
     let data = EventData {
+        issuer: e.issuer.clone(),
         connection_id: Some(connection_id),
         elicitation_id: Some(e.id),
         account_login: account_login.map(str::to_owned),

@@ -1,16 +1,21 @@
 //! Providers made and changed over the operator API: checked as a file's
-//! `[providers.<id>]` is, the client secret sealed by the vault (write-only: it is never
-//! shown again), audited without any secret. Every instance serves the change within the
-//! cache bound (the row announces it); this one at once. A provider is switched off, never
-//! deleted: its grants stay revocable at the provider, and nothing new starts.
+//! `[providers.<id>]` is, and more (their endpoints reached only through the SSRF guard,
+//! no `allow_private_endpoints` or `allow_idn_hosts`, a display name fit for a page), the
+//! client secret sealed by the vault (write-only: never shown again), audited without any
+//! secret. A provider's identity (template, client, endpoints) is fixed once it is made:
+//! its grants and links were made with that client at those endpoints, and a refresh or a
+//! revocation must never carry them elsewhere; a new identity is a new provider. Every
+//! instance serves a change within the cache bound (the row announces it); this one at
+//! once. A provider is switched off, never deleted: its grants stay revocable at the
+//! provider, and nothing new starts.
 
 use crate::config::RawProvider;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
 use crate::oauth::Provider;
 use crate::store::{self, PgPool, audit::AuditEvent};
-use crate::tenants::{Providers, seal_client_secret};
+use crate::tenants::{IDENTITY, Providers, identity_of, open_client_secret, seal_client_secret};
 use crate::vault::Vault;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 
 /// Why the operator API refused a provider change.
@@ -18,12 +23,16 @@ use std::sync::Arc;
 pub enum ProviderRefusal {
     #[error("no provider {0} made over the operator API")]
     NotFound(String),
-    #[error("provider {0} exists already")]
+    #[error("provider {0} exists already, or grants or links of that id do")]
     Exists(String),
     #[error("provider {0} is kept by a configuration file: change it there")]
     KeptByFile(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// Its sealed secret does not open (a key gone from the keyring, or a row changed
+    /// outside the API): only a new `client_secret` (or switching it off) helps.
+    #[error("provider {0}'s client secret does not open with the keyring: send a new client_secret")]
+    Unopenable(String),
     #[error("sealing the client secret: {0}")]
     Vault(#[from] crate::vault::VaultError),
     #[error("database: {0}")]
@@ -31,30 +40,63 @@ pub enum ProviderRefusal {
 }
 
 /// A provider's settings as given (every field a file's `[providers.<id>]` has, but
-/// `client_secret_file`), as a JSON object of the fields given.
+/// `client_secret_file`, `allow_private_endpoints` and `allow_idn_hosts`), as a JSON object
+/// of the fields given.
 pub type Settings = serde_json::Map<String, serde_json::Value>;
 
-/// The settings checked as a file's are, with the secret: the provider they make, and
-/// what is stored of them.
+fn invalid(field: &str, message: impl Into<String>) -> ProviderRefusal {
+    ProviderRefusal::Invalid { field: field.to_owned(), message: message.into() }
+}
+
+/// The settings checked as a file's are, and as the API adds: the raw settings stored.
 fn checked(
     id: &str,
     settings: Settings,
     secret: &SecretString,
-) -> Result<(Provider, serde_json::Value), ProviderRefusal> {
-    let invalid = |field: String, message: String| ProviderRefusal::Invalid { field, message };
-    let mut raw: RawProvider = serde_json::from_value(serde_json::Value::Object(settings))
-        .map_err(|e| invalid("settings".to_owned(), e.to_string()))?;
-    // Never a file on this host: the secret is the one given.
-    raw.client_secret_file = None;
-    let stored = serde_json::to_value(&raw).map_err(|e| invalid("settings".to_owned(), e.to_string()))?;
-    let p = crate::config::validate_provider(id, raw, Some(secrecy::ExposeSecret::expose_secret(secret).to_owned()))
-        .map_err(|e| {
-            // `providers.<id>.token_url` as the file names it; the API names the field.
-            let prefix = format!("providers.{id}.");
-            let field = e.field.strip_prefix(&prefix).unwrap_or(&e.field).to_owned();
-            invalid(field, e.message)
-        })?;
-    Ok((p, stored))
+    providers: &Providers,
+) -> Result<RawProvider, ProviderRefusal> {
+    let raw: RawProvider =
+        serde_json::from_value(serde_json::Value::Object(settings)).map_err(|e| invalid("settings", e.to_string()))?;
+    let s = secret.expose_secret();
+    if s.is_empty() || s.chars().count() > 4096 {
+        return Err(invalid("client_secret", "must be 1-4096 characters"));
+    }
+    if raw
+        .client_id
+        .as_ref()
+        .is_some_and(|c| c.is_empty() || c.chars().count() > 1000 || c.chars().any(char::is_control))
+    {
+        return Err(invalid("client_id", "must be 1-1000 printable characters"));
+    }
+    // Shown on our pages and in the message the MCP client shows the person (and the model).
+    if raw.display_name.as_ref().is_some_and(|d| {
+        let d = d.trim();
+        d.is_empty() || d.chars().count() > 100 || d.chars().any(char::is_control)
+    }) {
+        return Err(invalid("display_name", "must be 1-100 printable characters"));
+    }
+    let p = crate::config::validate_provider(id, raw.clone(), Some(s.to_owned())).map_err(|e| {
+        // `providers.<id>.token_url` as the file names it; the API names the field.
+        let prefix = format!("providers.{id}.");
+        ProviderRefusal::Invalid {
+            field: e.field.strip_prefix(&prefix).unwrap_or(&e.field).to_owned(),
+            message: e.message,
+        }
+    })?;
+    // An address that may not be reached is refused now (a name is judged again on every
+    // connection, by the guard).
+    let policy = providers.reach().policy();
+    let urls = [("issuer", p.issuer.as_ref().map(|i| i.url())), ("token_url", p.token_url.as_ref())]
+        .into_iter()
+        .chain([("userinfo_url", p.userinfo_url.as_ref()), ("revocation_url", p.revocation_url.as_ref())]);
+    for (field, url) in urls {
+        if let Some(url) = url {
+            crate::oauth::ssrf::check_url(url, policy).map_err(|r| {
+                invalid(field, format!("{r} (a provider of the operator API reaches only public https addresses unless [operator] allow_private_endpoints is set)"))
+            })?;
+        }
+    }
+    Ok(raw)
 }
 
 /// Who did it, as the trail says.
@@ -70,7 +112,12 @@ fn event(kind: AuditKind, id: &str, by: &ApiKeyId, detail: serde_json::Value) ->
     ev
 }
 
-/// Makes a provider, active, and serves it here at once.
+fn stored(raw: &RawProvider) -> Result<serde_json::Value, ProviderRefusal> {
+    serde_json::to_value(raw).map_err(|e| invalid("settings", e.to_string()))
+}
+
+/// Makes a provider, active, and serves it here at once. An id of grants or links made
+/// before (a provider a file had) is refused: they were made with another client.
 pub async fn create_provider(
     pool: &PgPool,
     vault: &Vault,
@@ -80,25 +127,27 @@ pub async fn create_provider(
     secret: SecretString,
     by: &ApiKeyId,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
-    let pid = ProviderId::parse(id)
-        .map_err(|e| ProviderRefusal::Invalid { field: "id".to_owned(), message: e.to_string() })?;
+    let pid = ProviderId::parse(id).map_err(|e| invalid("id", e.to_string()))?;
     if providers.in_file(&pid) {
         return Err(ProviderRefusal::KeptByFile(id.to_owned()));
     }
-    let (_, stored) = checked(id, settings, &secret)?;
-    let sealed = seal_client_secret(vault, id, 1, &secret)?;
+    let raw = checked(id, settings, &secret, providers)?;
+    let sealed = seal_client_secret(vault, id, 1, &identity_of(&raw), &secret)?;
     let mut tx = store::begin(pool).await?;
-    if !store::providers::insert(&mut *tx, id, &stored, &sealed, vault.current_key_id().as_str()).await? {
+    if store::providers::id_has_history(&mut *tx, id).await?
+        || !store::providers::insert(&mut *tx, id, &stored(&raw)?, &sealed, vault.current_key_id().as_str()).await?
+    {
         return Err(ProviderRefusal::Exists(id.to_owned()));
     }
-    let detail = serde_json::json!({ "by": by_text(by), "settings": stored });
+    let detail = serde_json::json!({ "by": by_text(by), "settings": stored(&raw)? });
     store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderCreated, id, by, detail)).await?;
     tx.commit().await?;
     served(pool, providers, &pid).await
 }
 
-/// What a change sets: settings given replace those stored; a new secret is sealed at the
-/// row's next generation; `active` switches it off or on.
+/// What a change sets: settings given replace those stored (but the identity, which is
+/// fixed); a new secret is sealed at the row's next generation; `active` switches it off
+/// or on.
 pub struct ProviderChange {
     pub settings: Settings,
     pub client_secret: Option<SecretString>,
@@ -121,37 +170,41 @@ pub async fn change_provider(
     let row = store::providers::one(&mut *tx, id.as_str(), true)
         .await?
         .ok_or_else(|| ProviderRefusal::NotFound(id.to_string()))?;
-    let secret = match &change.client_secret {
-        Some(s) => s.clone(),
-        None => crate::tenants::open_client_secret(
-            vault,
-            &row.id,
-            row.secret_version,
-            &row.key_id,
-            &row.client_secret_sealed,
-        )?,
-    };
-    let mut merged = row.settings.as_object().cloned().unwrap_or_default();
-    let settings_changed = !change.settings.is_empty();
-    merged.extend(change.settings);
-    let (_, stored) = checked(id.as_str(), merged, &secret)?;
-    let next = row.secret_version + 1;
-    let sealed = match &change.client_secret {
-        Some(s) => Some(seal_client_secret(vault, &row.id, next, s)?),
-        None => None,
-    };
+    let current = row.settings.as_object().cloned().unwrap_or_default();
+    for field in IDENTITY {
+        if change.settings.get(field).is_some_and(|v| current.get(field).unwrap_or(&serde_json::Value::Null) != v) {
+            return Err(invalid(
+                field,
+                "is fixed once the provider is made (its grants and links were made with that client at those \
+                 endpoints): make a new provider",
+            ));
+        }
+    }
+    let settings_changed = change.settings.iter().any(|(k, v)| current.get(k) != Some(v));
+    let mut sealed = None;
+    let mut settings = row.settings.clone();
+    if settings_changed || change.client_secret.is_some() {
+        let identity = crate::tenants::row_identity(&row).map_err(|e| invalid("settings", e.to_string()))?;
+        let secret = match &change.client_secret {
+            Some(s) => s.clone(),
+            None => {
+                open_client_secret(vault, &row, &identity).map_err(|_| ProviderRefusal::Unopenable(row.id.clone()))?
+            }
+        };
+        let mut merged = current.clone();
+        merged.extend(change.settings);
+        let raw = checked(id.as_str(), merged, &secret, providers)?;
+        settings = stored(&raw)?;
+        if let Some(s) = &change.client_secret {
+            sealed = Some(seal_client_secret(vault, &row.id, row.secret_version + 1, &identity, s)?);
+        }
+    }
     let active = change.active.unwrap_or(row.active);
-    store::providers::update(
-        &mut *tx,
-        &row.id,
-        &stored,
-        sealed.as_deref().map(|s| (s, vault.current_key_id().as_str(), next)),
-        active,
-    )
-    .await?;
+    let secret = sealed.as_deref().map(|s| (s, vault.current_key_id().as_str(), row.secret_version + 1));
+    store::providers::update(&mut *tx, &row.id, &settings, secret, active).await?;
     if settings_changed || sealed.is_some() {
         let detail = serde_json::json!({
-            "by": by_text(by), "settings": stored, "client_secret_replaced": sealed.is_some(),
+            "by": by_text(by), "settings": settings, "client_secret_replaced": sealed.is_some(),
         });
         store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderChanged, &row.id, by, detail)).await?;
     }
@@ -164,8 +217,9 @@ pub async fn change_provider(
     served(pool, providers, id).await
 }
 
-/// Reads the providers again here (the others hear of it) and returns the one served.
+/// Reads the providers again here (the others hear of it) and returns the one served
+/// (`Unopenable`: its row is not served, its secret does not open).
 async fn served(pool: &PgPool, providers: &Providers, id: &ProviderId) -> Result<Arc<Provider>, ProviderRefusal> {
     providers.reload(pool).await?;
-    providers.get(id).ok_or_else(|| ProviderRefusal::NotFound(id.to_string()))
+    providers.get(id).ok_or_else(|| ProviderRefusal::Unopenable(id.to_string()))
 }

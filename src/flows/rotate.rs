@@ -125,7 +125,7 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
 /// The client secrets of providers made over the operator API, re-sealed under the
 /// current key at their next generation.
 async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
-    use crate::tenants::{open_client_secret, seal_client_secret};
+    use crate::tenants::{open_client_secret, row_identity, seal_client_secret};
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;
@@ -136,9 +136,9 @@ async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, ba
         for row in &rows {
             let unopenable = |e| RotateError::ProviderUnopenable(row.id.clone(), e);
             let next = row.secret_version + 1;
-            let secret = open_client_secret(vault, &row.id, row.secret_version, &row.key_id, &row.client_secret_sealed)
-                .map_err(unopenable)?;
-            let sealed = seal_client_secret(vault, &row.id, next, &secret).map_err(unopenable)?;
+            let identity = row_identity(row).map_err(|_| unopenable(crate::vault::VaultError::Encoding))?;
+            let secret = open_client_secret(vault, row, &identity).map_err(unopenable)?;
+            let sealed = seal_client_secret(vault, &row.id, next, &identity, &secret).map_err(unopenable)?;
             store::providers::store_resealed(&mut *tx, &row.id, current, &sealed, next).await?;
         }
         tx.commit().await?;

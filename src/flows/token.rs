@@ -342,6 +342,7 @@ async fn pending_elicitation(
             let mut ev = AuditEvent::new(AuditKind::ElicitationCreated);
             ev.tenant_id = Some(t.to_owned());
             ev.subject = Some(s.to_owned());
+            ev.issuer = Some(issuer.to_owned());
             ev.provider = Some(p.to_owned());
             ev.elicitation_id = Some(id.as_uuid());
             ev.detail = serde_json::json!({ "scopes": scopes.as_slice() });

@@ -132,6 +132,8 @@ error_codes! {
     ProviderExists = "provider_exists" => CONFLICT,
     /// A configuration file keeps this provider: change it there.
     ProviderKeptByFile = "provider_kept_by_file" => CONFLICT,
+    /// The provider's sealed client secret does not open with the keyring (a key removed, or its row changed outside the API): it is not served; send a new `client_secret`.
+    ProviderSecretUnopenable = "provider_secret_unopenable" => CONFLICT,
     /// No such endpoint.
     NotFound = "not_found" => NOT_FOUND,
     /// The endpoint does not take that method (405, with `Allow`).

@@ -310,7 +310,7 @@ pub async fn change_tenant(
     Ok(HttpResponse::Ok().json(Tenant::from(row)))
 }
 
-/// Makes a key of an active tenant. The answer holds the key, once.
+/// Makes a key of an active tenant this API made. The answer holds the key, once.
 #[utoipa::path(
     post,
     path = "/operator/v1/tenants/{tenant}/keys",
@@ -322,6 +322,7 @@ pub async fn change_tenant(
         (status = 201, description = "Made; it works on every instance at once.", body = NewKey),
         (status = 400, description = "`invalid_tenant_id`, `invalid_json` or `invalid_request` (scope, label).", body = ErrorBody),
         (status = 404, description = "`tenant_not_found`: no active tenant of that id.", body = ErrorBody),
+        (status = 409, description = "`tenant_kept_by_file`: its keys are made with the CLI.", body = ErrorBody),
     ),
     security(("operator_key" = [])),
 )]
@@ -340,8 +341,19 @@ pub async fn create_tenant_key(
     if label.is_some_and(|l| l.chars().count() > 200 || l.chars().any(char::is_control)) {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "label must be at most 200 characters, none a control"));
     }
-    if !store::tenants::tenant_exists(&state.pool, id.as_str()).await.map_err(ApiError::from_db)? {
-        return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}")));
+    let tenant = store::tenants::tenant(&state.pool, id.as_str(), false).await.map_err(ApiError::from_db)?;
+    match tenant {
+        Some(t) if !t.active => return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}"))),
+        None => return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}"))),
+        // The keys of a file's tenant are its operators' (`mcp-connect apikey create`): an
+        // operator key reaches no tenant's tokens but those of tenants it made.
+        Some(t) if t.managed_by != "api" => {
+            return Err(ApiError::new(
+                ErrorCode::TenantKeptByFile,
+                format!("tenant {id} is kept by a configuration file: make its keys with `mcp-connect apikey create`"),
+            ));
+        }
+        Some(_) => {}
     }
     let key =
         crate::flows::api_keys::create_api_key_by(&state.pool, &id, scope, label, &caller.0).await.map_err(|e| {
@@ -459,12 +471,8 @@ macro_rules! provider_body {
             #[serde(skip_serializing_if = "Option::is_none")]
             allow_account_change: Option<bool>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            allow_idn_hosts: Option<Vec<String>>,
-            #[serde(skip_serializing_if = "Option::is_none")]
             #[schema(minimum = 0, maximum = 600)]
             clock_skew_seconds: Option<u64>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            allow_private_endpoints: Option<bool>,
         }
     };
 }
@@ -520,6 +528,7 @@ impl From<ProviderRefusal> for ApiError {
             ProviderRefusal::Exists(_) => ApiError::new(ErrorCode::ProviderExists, text),
             ProviderRefusal::KeptByFile(_) => ApiError::new(ErrorCode::ProviderKeptByFile, text),
             ProviderRefusal::Invalid { .. } => ApiError::new(ErrorCode::InvalidRequest, text),
+            ProviderRefusal::Unopenable(_) => ApiError::new(ErrorCode::ProviderSecretUnopenable, text),
             ProviderRefusal::Vault(e) => ApiError::internal(&e),
             ProviderRefusal::Database(e) => ApiError::from_db(e),
         }
@@ -572,7 +581,7 @@ pub async fn list_providers(_caller: OperatorCaller, state: web::Data<AppState>)
         // valid too seldom to follow them (tests/api/schemathesis.rs); `id` is the path.
         (status = 201, description = "Made; `GET` and `PATCH /operator/v1/providers/{id}` take its `id`.", body = ProviderView),
         (status = 400, description = "`invalid_json` or `invalid_request` (the field says which).", body = ErrorBody),
-        (status = 409, description = "`provider_exists`, or `provider_kept_by_file`: a configuration file names that id.", body = ErrorBody),
+        (status = 409, description = "`provider_exists` (also when grants or links of that id exist), or `provider_kept_by_file`: a configuration file names that id.", body = ErrorBody),
     ),
     security(("operator_key" = [])),
 )]
@@ -631,9 +640,9 @@ pub async fn get_provider(
     request_body = ProviderChangeBody,
     responses(
         (status = 200, description = "The provider afterwards.", body = ProviderView),
-        (status = 400, description = "`unknown_provider` (not a provider id), `invalid_json` or `invalid_request`.", body = ErrorBody),
+        (status = 400, description = "`unknown_provider` (not a provider id), `invalid_json` or `invalid_request` (a field out of range, or one of the provider's identity: template, client and endpoints are fixed once it is made).", body = ErrorBody),
         (status = 404, description = "`provider_not_found`.", body = ErrorBody),
-        (status = 409, description = "`provider_kept_by_file`.", body = ErrorBody),
+        (status = 409, description = "`provider_kept_by_file`, or `provider_secret_unopenable` (send a new `client_secret`).", body = ErrorBody),
     ),
     security(("operator_key" = [])),
 )]

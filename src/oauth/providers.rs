@@ -186,6 +186,11 @@ pub struct Provider {
     /// the operator API (what is cached of its discovery is keyed by it, so a change of
     /// its settings is never served from what the old ones found).
     pub revision: i64,
+    /// How its endpoints, configured or discovered, are reached: `None` for a provider of
+    /// the configuration file (its configured origins are the operator's word); for one of
+    /// the operator API, through the SSRF guard (`Public`, or `Private` where
+    /// `[operator] allow_private_endpoints` says so).
+    pub reach: Option<super::http::Reach>,
     /// `false`: switched off over the operator API; kept so that its grants can still be
     /// revoked at the provider, but nothing new starts and nothing is handed out.
     pub active: bool,

@@ -444,19 +444,46 @@ impl Resolver {
     async fn build_provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
         let name = p.id.to_string();
         let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
+        let configured = [p.token_url.as_ref(), p.userinfo_url.as_ref(), p.revocation_url.as_ref()];
+        // A provider of the operator API: no origin is trusted for being configured; each
+        // one we call is reached through the guard.
+        let mut guarded = std::collections::HashMap::new();
+        if let Some(reach) = p.reach {
+            let ours = p.issuer.as_ref().map(Issuer::url).into_iter().chain(configured.into_iter().flatten());
+            for url in ours {
+                crate::oauth::ssrf::check_url(url, reach.policy())
+                    .map_err(|r| ResolveError::Invalid(name.clone(), format!("{url}: {r}")))?;
+                guarded.insert(url.origin().ascii_serialization(), reach);
+            }
+        }
+        let http = &http.with_guard(&Arc::new(guarded.clone()));
         let discovered = match (&p.issuer, p.oidc) {
             (Some(issuer), true) => {
-                let configured = [p.token_url.as_ref(), p.userinfo_url.as_ref(), p.revocation_url.as_ref()];
-                let allowed = Allowed {
-                    configured: std::iter::once(issuer.url().origin())
-                        .chain(configured.into_iter().flatten().map(Url::origin))
-                        .collect(),
-                    allow_idn: &p.allow_idn_hosts,
-                    allow_private: p.allow_private_endpoints,
+                let allowed = match p.reach {
+                    None => Allowed {
+                        configured: std::iter::once(issuer.url().origin())
+                            .chain(configured.into_iter().flatten().map(Url::origin))
+                            .collect(),
+                        allow_idn: &p.allow_idn_hosts,
+                        allow_private: p.allow_private_endpoints,
+                    },
+                    Some(reach) => Allowed {
+                        configured: Vec::new(),
+                        allow_idn: &p.allow_idn_hosts,
+                        allow_private: reach == Reach::Private,
+                    },
                 };
                 Some(discover(http, issuer, &allowed).await?)
             }
             _ => None,
+        };
+        // The discovered origins' guard, and (operator API) the configured ones'.
+        let guard = |found: Option<&super::http::Guard>| -> super::http::Guard {
+            let mut all = guarded.clone();
+            if let Some(found) = found {
+                all.extend(found.iter().map(|(k, v)| (k.clone(), *v)));
+            }
+            Arc::new(all)
         };
         let server = match discovered {
             Some(d) => AuthServer {
@@ -476,7 +503,7 @@ impl Resolver {
                 jwks: Some(d.jwks),
                 id_token_algs: d.id_token_algs,
                 clock_skew: p.clock_skew,
-                guard: d.guard,
+                guard: guard(Some(&d.guard)),
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -491,7 +518,7 @@ impl Resolver {
                 jwks: None,
                 id_token_algs: Vec::new(),
                 clock_skew: p.clock_skew,
-                guard: super::http::Guard::default(),
+                guard: guard(None),
             },
         };
         Ok(Arc::new(server))

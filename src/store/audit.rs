@@ -10,6 +10,8 @@ pub struct AuditEvent {
     pub kind: AuditKind,
     pub tenant_id: Option<String>,
     pub subject: Option<String>,
+    /// The issuer of the IdP whose `sub` `subject` is (the person is the pair).
+    pub issuer: Option<String>,
     pub provider: Option<String>,
     pub elicitation_id: Option<Uuid>,
     pub connection_id: Option<Uuid>,
@@ -23,6 +25,7 @@ impl AuditEvent {
             kind,
             tenant_id: None,
             subject: None,
+            issuer: None,
             provider: None,
             elicitation_id: None,
             connection_id: None,
@@ -36,6 +39,7 @@ impl AuditEvent {
         Self {
             tenant_id: Some(row.tenant_id.as_str().to_owned()),
             subject: Some(row.subject.as_str().to_owned()),
+            issuer: row.issuer.clone(),
             provider: Some(row.provider.as_str().to_owned()),
             connection_id: Some(row.id),
             ..Self::new(kind)
@@ -47,6 +51,7 @@ impl AuditEvent {
         Self {
             tenant_id: Some(e.tenant_id.as_str().to_owned()),
             subject: Some(e.subject.as_str().to_owned()),
+            issuer: e.issuer.clone(),
             provider: Some(e.provider.as_str().to_owned()),
             elicitation_id: Some(e.id),
             ..Self::new(kind)
@@ -54,10 +59,15 @@ impl AuditEvent {
     }
 }
 
+/// Writes an event. One that names no issuer but a link or a connection gets theirs (an
+/// event about a subject always names one of them, and they hold the subject's issuer).
 pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        r#"INSERT INTO audit_events (tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"#,
+        r#"INSERT INTO audit_events
+               (tenant_id, subject, provider, kind, elicitation_id, connection_id, api_key_id, detail, issuer)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+                   COALESCE($9, (SELECT issuer FROM elicitations WHERE id = $5),
+                            (SELECT issuer FROM connections WHERE id = $6)))"#,
         e.tenant_id,
         e.subject,
         e.provider,
@@ -65,7 +75,8 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
         e.elicitation_id,
         e.connection_id,
         e.api_key_id,
-        e.detail
+        e.detail,
+        e.issuer
     )
     .execute(db)
     .await?;
@@ -133,8 +144,9 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
     }
     sqlx::query!(
         r#"INSERT INTO audit_events
-               (at, tenant_id, subject, provider, kind, connection_id, api_key_id, instance, count, first_at, last_at)
-           SELECT u.at, c.tenant_id, c.subject, c.provider, $1, u.id, u.key, $2, u.n, u.first_at, u.last_at
+               (at, tenant_id, subject, issuer, provider, kind, connection_id, api_key_id, instance, count, first_at,
+                last_at)
+           SELECT u.at, c.tenant_id, c.subject, c.issuer, c.provider, $1, u.id, u.key, $2, u.n, u.first_at, u.last_at
            FROM unnest($3::timestamptz[], $4::uuid[], $5::text[], $6::int[], $7::timestamptz[], $8::timestamptz[])
                 AS u(at, id, key, n, first_at, last_at)
            LEFT JOIN connections c ON c.id = u.id
@@ -161,6 +173,8 @@ pub struct AuditRow {
     pub tenant_id: Option<String>,
     pub at: time::OffsetDateTime,
     pub subject: Option<String>,
+    /// The issuer of the IdP whose `sub` `subject` is.
+    pub issuer: Option<String>,
     pub provider: Option<String>,
     pub kind: String,
     pub elicitation_id: Option<Uuid>,
@@ -278,8 +292,8 @@ async fn list(db: &sqlx::PgPool, whose: Whose<'_>, f: &AuditFilter<'_>) -> Resul
     macro_rules! select {
         ($tenant:literal) => {
             concat!(
-                "SELECT id, recorded::text::bigint AS recorded, tenant_id, at, subject, provider, kind, elicitation_id,
-                    connection_id, api_key_id, detail, count, first_at, last_at, instance
+                "SELECT id, recorded::text::bigint AS recorded, tenant_id, at, subject, issuer, provider, kind,
+                    elicitation_id, connection_id, api_key_id, detail, count, first_at, last_at, instance
              FROM audit_events
              WHERE ",
                 $tenant,

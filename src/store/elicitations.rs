@@ -119,7 +119,8 @@ pub async fn expire_overdue_for(
         r#"UPDATE elicitations SET status = 'expired'
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending'
              AND (expires_at <= $4 OR issuer IS DISTINCT FROM $5)
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+                     issuer"#,
         tenant_id,
         subject,
         provider,
@@ -218,7 +219,8 @@ pub async fn cancel_pending(
            WHERE tenant_id = $1 AND status = 'pending'
              AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
              AND ($5::text IS NULL OR issuer = $5)
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+                     issuer"#,
         tenant_id,
         subject,
         provider,
@@ -241,6 +243,8 @@ pub struct Closed {
     pub tenant_id: TenantId,
     pub subject: Subject,
     pub provider: ProviderId,
+    /// The issuer of the IdP whose `subject` this is (`None`: written before issuers).
+    pub issuer: Option<String>,
 }
 
 /// Clean-up: every pending elicitation past its deadline becomes `expired`.
@@ -249,7 +253,8 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
         Closed,
         r#"UPDATE elicitations SET status = 'expired'
            WHERE status = 'pending' AND expires_at <= $1
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId""#,
+           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+                     issuer"#,
         now
     )
     .fetch_all(db)

@@ -55,6 +55,17 @@ pub async fn one(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Option
     }
 }
 
+/// Whether grants or links of that provider id exist (of a provider a file had).
+pub async fn id_has_history(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM connections WHERE provider = $1)
+               OR EXISTS (SELECT 1 FROM elicitations WHERE provider = $1) AS "e!""#,
+        id
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Inserts a new provider (active, generation 1). `false`: the id is taken.
 pub async fn insert(
     db: impl PgExecutor<'_>,

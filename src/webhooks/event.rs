@@ -78,6 +78,11 @@ pub struct EventData {
     pub tenant: Option<String>,
     /// The MCP subject.
     pub subject: Option<String>,
+    /// The issuer of the identity provider whose `sub` the subject is: the person is the
+    /// pair (`issuer`, `subject`), so two tenants' IdPs may each have an `alice` (`null`:
+    /// no subject, or a row written before issuers were recorded).
+    #[schema(example = "https://login.acme.example")]
+    pub issuer: Option<String>,
     #[schema(example = "github")]
     pub provider: Option<String>,
     pub connection_id: Option<Uuid>,
@@ -107,7 +112,7 @@ pub struct EventData {
     "type": "connection.revoked",
     "timestamp": "2026-12-01T14:03:00Z",
     "data": {
-        "tenant": "acme", "subject": "user-42", "provider": "github",
+        "tenant": "acme", "subject": "user-42", "issuer": "https://login.acme.example", "provider": "github",
         "connection_id": "0193a0c4-e1b2-7c5e-8f0a-1b2c3d4e5f60", "elicitation_id": null,
         "account_login": "octocat", "by": "subject", "reason": "revoked",
         "scopes": ["repo"], "provider_result": "revoked", "note": null

@@ -153,7 +153,21 @@ async fn the_same_sub_at_two_idps_is_two_people_for_pages_links_and_tokens() {
     assert!(location(&r).starts_with(&app.idp.base_url()), "to the default IdP: {}", location(&r));
 
     // Beta's alice connects through her own IdP, and beta hands out her new grant; acme's
-    // alice still has no testp connection.
+    // alice still has no testp connection. Beta's webhook names her by issuer and subject.
+    let beta = mcp_connect::domain::TenantId::parse("beta").unwrap();
+    let beta_admin =
+        mcp_connect::flows::api_keys::create_api_key(&app.pool, &beta, mcp_connect::domain::KeyScope::Admin, None)
+            .await
+            .unwrap();
+    let r = app
+        .client
+        .post(format!("{}/admin/v1/webhooks", app.base))
+        .bearer_auth(secrecy::ExposeSecret::expose_secret(&beta_admin.key))
+        .json(&json!({"url": "http://127.0.0.1:9/hook", "events": ["connection.created"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
     let r = Browser::new().connect(&app, &url, "alice", "octo-beta-alice").await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let b = beta_token(&app, "alice", "testp").await;
@@ -167,6 +181,36 @@ async fn the_same_sub_at_two_idps_is_two_people_for_pages_links_and_tokens() {
             .await
             .unwrap();
     assert_eq!(issuer, second.issuer());
+    let payload: String =
+        sqlx::query_scalar("SELECT payload::text FROM webhook_deliveries WHERE event_type = 'connection.created'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let payload: serde_json::Value = serde_json::from_str(&payload).unwrap();
+    assert_eq!((&payload["data"]["subject"], &payload["data"]["issuer"]), (&json!("alice"), &json!(second.issuer())));
+
+    // The audit trail names each alice with her IdP's issuer.
+    let trail: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT tenant_id, kind, issuer FROM audit_events
+         WHERE subject = 'alice' AND kind IN ('elicitation_created', 'connect_started', 'connect_completed')",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(trail.iter().any(|(t, k, _)| t == "beta" && k == "connect_completed"), "{trail:?}");
+    for (tenant, kind, issuer) in &trail {
+        let want = if tenant == "beta" { second.issuer() } else { app.idp.issuer() };
+        assert_eq!(issuer.as_deref(), Some(want.as_str()), "{tenant} {kind}");
+    }
+    let r = app
+        .client
+        .get(format!("{}/admin/v1/audit?kind=connect_completed", app.base))
+        .bearer_auth(secrecy::ExposeSecret::expose_secret(&beta_admin.key))
+        .send()
+        .await
+        .unwrap();
+    let listed: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(listed["events"][0]["issuer"], json!(second.issuer()), "{listed}");
 }
 
 #[tokio::test]

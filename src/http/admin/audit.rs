@@ -51,6 +51,9 @@ pub struct AuditRow {
     #[serde(with = "time::serde::rfc3339")]
     at: time::OffsetDateTime,
     subject: Option<String>,
+    /// The issuer of the identity provider whose `sub` `subject` is: the person is the
+    /// pair (`null`: no subject, or written before issuers were recorded).
+    issuer: Option<String>,
     provider: Option<String>,
     kind: String,
     elicitation_id: Option<Uuid>,
@@ -75,6 +78,7 @@ impl From<store::audit::AuditRow> for AuditRow {
             id: r.id,
             at: r.at,
             subject: r.subject,
+            issuer: r.issuer,
             provider: r.provider,
             kind: r.kind,
             elicitation_id: r.elicitation_id,
