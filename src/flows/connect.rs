@@ -124,8 +124,11 @@ async fn load_for_session(
         record_identity_mismatch(state, &e, session).await?;
         return Err(ConnectError::IdentityMismatch);
     }
-    let provider =
-        policy::provider_for(state, &e.tenant_id, path_provider).map_err(|_| ConnectError::ProviderNotAllowed)?;
+    // A provider switched off over the operator API is paused, as a kill switch pauses it.
+    let provider = policy::provider_for(state, &e.tenant_id, path_provider).map_err(|e| match e {
+        policy::PolicyError::ProviderDeactivated => ConnectError::ProviderDisabled,
+        _ => ConnectError::ProviderNotAllowed,
+    })?;
     if kill_state(&state.pool, &state.caches, &e.tenant_id, &e.provider).await? != KillState::Open {
         return Err(ConnectError::ProviderDisabled);
     }

@@ -300,10 +300,26 @@ async fn a_provider_made_over_the_api_connects_on_a_second_instance_and_stops_ha
 
     // Switched off on A: B stops handing out within the cache bound (here: at the
     // notification), with the kill switch's code.
+    // A link made before the switch-off, for bob.
+    let bobs = json_of(b.token(&key, json!({"subject": "bob", "provider": "runtimep"})).await, 200).await;
+    let bobs_url = bobs["elicitation"]["url"].as_str().unwrap().to_owned();
+    // A change of settings on A reaches B's copy too (its discovery is keyed by revision).
+    let scopes = json!({"scopes": ["openid", "profile", "email"]});
+    json_of(a.operator(&op, Method::PATCH, "/providers/runtimep", Some(scopes)).await, 200).await;
+    assert!(b.state.caches.barrier(&b.pool).await);
+    let id = mcp_connect::domain::ProviderId::parse("runtimep").unwrap();
+    let on_b = b.state.providers.get(&id).unwrap();
+    assert_eq!(on_b.default_scopes.as_slice(), ["email", "openid", "profile"]);
+    assert_eq!(on_b.revision, 2);
+
     let off = a.operator(&op, Method::PATCH, "/providers/runtimep", Some(json!({"active": false}))).await;
     assert_eq!(json_of(off, 200).await["active"], false);
     assert!(b.state.caches.barrier(&b.pool).await, "the switch-off's notification arrived");
     assert_error(b.token(&key, token_body("runtimep")).await, 403, "provider_disabled").await;
+    // Its pages pause too: bob's link is not followed to the provider.
+    let r = crate::support::browser::Browser::new().open(&b, &bobs_url, "bob").await;
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("Connecting this provider is paused"));
     let on = a.operator(&op, Method::PATCH, "/providers/runtimep", Some(json!({"active": true}))).await;
     assert_eq!(json_of(on, 200).await["active"], true);
     assert!(b.state.caches.barrier(&b.pool).await);
@@ -317,7 +333,9 @@ async fn a_provider_made_over_the_api_connects_on_a_second_instance_and_stops_ha
     .await
     .unwrap();
     let kinds: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(kinds, ["provider_created", "provider_deactivated", "provider_activated"]);
+    assert_eq!(kinds, ["provider_created", "provider_changed", "provider_deactivated", "provider_activated"]);
+    assert_eq!(rows[1].1["settings"]["scopes"], json!(["openid", "profile", "email"]));
+    assert_eq!(rows[1].1["client_secret_replaced"], false);
     assert_eq!(rows[0].1["settings"]["client_id"], "runtimep-client");
     let all = serde_json::to_string(&rows.iter().map(|r| &r.1).collect::<Vec<_>>()).unwrap();
     assert!(!all.contains("runtimep-secret"), "{all}");

@@ -238,7 +238,10 @@ async fn consumed(
     let expected_redirect = state.provider_redirect_uri(path_provider);
     checks::state_binding(st, path_provider, session, &expected_redirect)?;
     let (tenant, subject) = (st.tenant_id.clone(), st.subject.clone());
-    let provider = policy::provider_for(state, &tenant, path_provider).map_err(|_| CallbackRefusal::ElicitationGone)?;
+    let provider = policy::provider_for(state, &tenant, path_provider).map_err(|e| match e {
+        policy::PolicyError::ProviderDeactivated => CallbackRefusal::ProviderDisabled,
+        _ => CallbackRefusal::ElicitationGone,
+    })?;
     if policy::kill_state(&state.pool, &state.caches, &st.tenant_id, &st.provider).await.map_err(Fault::from)?
         != KillState::Open
     {
