@@ -523,6 +523,7 @@ async fn migrate(config: &Path) -> anyhow::Result<()> {
     let pool = store::connect(config.database_url.expose_secret(), 1).await?;
     store::migrate(&pool).await?;
     sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
+    crate::startup::record_configured_providers(&pool, &config.providers).await?;
     Ok(())
 }
 

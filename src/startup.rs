@@ -223,7 +223,19 @@ async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
         store::check_schema(&pool).await?;
     }
     sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
+    record_configured_providers(&pool, &config.providers).await?;
     Ok(pool)
+}
+
+/// Records the provider ids this configuration names, so that the operator API uses none
+/// of them on any instance (`configured_providers`).
+pub async fn record_configured_providers(
+    pool: &PgPool,
+    providers: &crate::oauth::ProviderRegistry,
+) -> anyhow::Result<()> {
+    let ids: Vec<String> = providers.iter().map(|p| p.id.to_string()).collect();
+    store::providers::record_configured(pool, &ids).await?;
+    Ok(())
 }
 
 /// The service's state for a one-shot operator command that changes what instances serve

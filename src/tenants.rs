@@ -107,10 +107,13 @@ impl Providers {
     /// the log by id only.
     pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
         let rows = store::providers::all(pool).await?;
+        // An id some instance's file names is the files' everywhere (an instance whose file
+        // lacks it serves none under it, never the API's).
+        let configured: std::collections::HashSet<String> =
+            store::providers::configured_ids(pool).await?.into_iter().collect();
         let mut more = Vec::new();
         for row in rows {
-            // The file's win (its next start took the id over); a malformed id is no provider.
-            if ProviderId::parse(&row.id).is_ok_and(|id| self.file.get(&id).is_some()) {
+            if configured.contains(&row.id) {
                 continue;
             }
             match provider_of(&self.vault, &row, self.reach) {

@@ -25,7 +25,7 @@ pub enum ProviderRefusal {
     NotFound(String),
     #[error("provider {0} exists already, or grants or links of that id do")]
     Exists(String),
-    #[error("provider {0} is kept by a configuration file: change it there")]
+    #[error("provider {0} is named by a configuration file (of this or another instance): change it there")]
     KeptByFile(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
@@ -128,7 +128,7 @@ pub async fn create_provider(
     by: &ApiKeyId,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
     let pid = ProviderId::parse(id).map_err(|e| invalid("id", e.to_string()))?;
-    if providers.in_file(&pid) {
+    if providers.in_file(&pid) || store::providers::is_configured(pool, id).await? {
         return Err(ProviderRefusal::KeptByFile(id.to_owned()));
     }
     let raw = checked(id, settings, &secret, providers)?;
@@ -163,7 +163,7 @@ pub async fn change_provider(
     change: ProviderChange,
     by: &ApiKeyId,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
-    if providers.in_file(id) {
+    if providers.in_file(id) || store::providers::is_configured(pool, id.as_str()).await? {
         return Err(ProviderRefusal::KeptByFile(id.to_string()));
     }
     let mut tx = store::begin(pool).await?;

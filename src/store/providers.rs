@@ -160,3 +160,23 @@ pub async fn store_resealed(
     .await?;
     Ok(())
 }
+
+/// Records the provider ids a configuration file names (see `configured_providers`).
+pub async fn record_configured(db: impl PgExecutor<'_>, ids: &[String]) -> Result<(), sqlx::Error> {
+    sqlx::query!("INSERT INTO configured_providers (id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING", ids)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Every provider id a configuration file has named.
+pub async fn configured_ids(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT id FROM configured_providers").fetch_all(db).await
+}
+
+/// Whether a configuration file has named this provider id.
+pub async fn is_configured(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM configured_providers WHERE id = $1) AS "e!""#, id)
+        .fetch_one(db)
+        .await
+}

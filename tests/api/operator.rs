@@ -516,3 +516,32 @@ async fn rotate_key_reseals_the_providers_client_secrets_and_the_new_key_alone_s
     let p = new_only.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client_secret), "the-secret");
 }
+
+#[tokio::test]
+async fn a_provider_id_any_instances_file_names_is_the_files_on_every_instance() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    let body = |id: &str| {
+        json!({"id": id, "template": "oauth2", "client_id": "c", "client_secret": "s",
+               "authorize_url": "https://auth.example.com/authorize", "token_url": "https://auth.example.com/token"})
+    };
+    // Another instance's file named `elsewhere` (this one's does not): the API does not take it.
+    mcp_connect::store::providers::record_configured(&app.pool, &["elsewhere".to_owned()]).await.unwrap();
+    let e = refused(&app, &op, Method::POST, "/providers", body("elsewhere"), 409, "provider_kept_by_file").await;
+    assert!(e["error_description"].as_str().unwrap().contains("another instance"), "{e}");
+    // An API provider whose id a file names later: no instance serves the API's under it,
+    // and the API changes it no more.
+    json_of(app.operator(&op, Method::POST, "/providers", Some(body("later"))).await, 201).await;
+    let id = mcp_connect::domain::ProviderId::parse("later").unwrap();
+    assert!(app.state.providers.get(&id).is_some());
+    mcp_connect::store::providers::record_configured(&app.pool, &["later".to_owned()]).await.unwrap();
+    app.state.tenants.reload(&app.pool).await.unwrap();
+    assert!(app.state.providers.get(&id).is_none(), "the files' now");
+    refused(&app, &op, Method::PATCH, "/providers/later", json!({"active": false}), 409, "provider_kept_by_file").await;
+    // Each start records its file's ids.
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM configured_providers ORDER BY id").fetch_all(&app.pool).await.unwrap();
+    for configured in ["deadrev", "github", "gitlab", "plainp", "testp"] {
+        assert!(ids.iter().any(|i| i == configured), "{configured} in {ids:?}");
+    }
+}
