@@ -8,3 +8,10 @@ CREATE TABLE configured_providers (
     id         text PRIMARY KEY,
     first_seen timestamptz NOT NULL DEFAULT now()
 );
+
+-- An id newly named is announced as a provider change: every instance reads its providers
+-- again and stops serving an API provider under it at once.
+CREATE TRIGGER configured_providers_notify AFTER INSERT ON configured_providers
+    FOR EACH ROW EXECUTE FUNCTION mcpc_notify_provider();
+CREATE TRIGGER configured_providers_log AFTER INSERT ON configured_providers
+    FOR EACH ROW EXECUTE FUNCTION mcpc_log_change('provider');

@@ -234,6 +234,18 @@ pub async fn record_configured_providers(
     providers: &crate::oauth::ProviderRegistry,
 ) -> anyhow::Result<()> {
     let ids: Vec<String> = providers.iter().map(|p| p.id.to_string()).collect();
+    // A file naming a provider the operator API made would carry its grants to the file's
+    // client and endpoints: refused, saying so.
+    if let Some(id) = store::providers::made_over_the_api(pool, &ids).await?.first() {
+        return Err(crate::config::ConfigError {
+            field: format!("providers.{id}"),
+            message: format!(
+                "{id:?} is a provider made over the operator API (its grants were made with its client): give the \
+                 file's provider another name"
+            ),
+        }
+        .into());
+    }
     store::providers::record_configured(pool, &ids).await?;
     Ok(())
 }

@@ -186,14 +186,19 @@ const CLIENT_SECRET_PURPOSE: &str = "provider_client_secret";
 pub const IDENTITY: [&str; 7] =
     ["template", "client_id", "issuer", "authorize_url", "token_url", "userinfo_url", "revocation_url"];
 
-/// The identity a row's settings say (as bound into its sealed secret).
-pub fn row_identity(row: &store::providers::ProviderRow) -> Result<[u8; 32], serde_json::Error> {
-    Ok(identity_of(&serde_json::from_value(row.settings.clone())?))
+/// The identity a row's stored settings say (as bound into its sealed secret): read from
+/// the JSON as stored, so that settings of a newer release still yield it.
+pub fn row_identity(row: &store::providers::ProviderRow) -> [u8; 32] {
+    identity_of_settings(&row.settings)
 }
 
 /// The identity of a provider's settings, as bound into its sealed secret.
 pub fn identity_of(raw: &crate::config::RawProvider) -> [u8; 32] {
-    let v = serde_json::to_value(raw).unwrap_or_default();
+    identity_of_settings(&serde_json::to_value(raw).unwrap_or_default())
+}
+
+/// The identity of settings as stored (`RawProvider` as JSON).
+fn identity_of_settings(v: &serde_json::Value) -> [u8; 32] {
     let fixed: Vec<&serde_json::Value> =
         IDENTITY.iter().map(|k| v.get(*k).unwrap_or(&serde_json::Value::Null)).collect();
     crate::crypto::lookup_hash(CLIENT_SECRET_PURPOSE, &serde_json::to_string(&fixed).unwrap_or_default())

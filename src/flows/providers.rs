@@ -184,7 +184,7 @@ pub async fn change_provider(
     let mut sealed = None;
     let mut settings = row.settings.clone();
     if settings_changed || change.client_secret.is_some() {
-        let identity = crate::tenants::row_identity(&row).map_err(|e| invalid("settings", e.to_string()))?;
+        let identity = crate::tenants::row_identity(&row);
         let secret = match &change.client_secret {
             Some(s) => s.clone(),
             None => {

@@ -136,7 +136,7 @@ async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, ba
         for row in &rows {
             let unopenable = |e| RotateError::ProviderUnopenable(row.id.clone(), e);
             let next = row.secret_version + 1;
-            let identity = row_identity(row).map_err(|_| unopenable(crate::vault::VaultError::Encoding))?;
+            let identity = row_identity(row);
             let secret = open_client_secret(vault, row, &identity).map_err(unopenable)?;
             let sealed = seal_client_secret(vault, &row.id, next, &identity, &secret).map_err(unopenable)?;
             store::providers::store_resealed(&mut *tx, &row.id, current, &sealed, next).await?;

@@ -169,6 +169,11 @@ pub async fn record_configured(db: impl PgExecutor<'_>, ids: &[String]) -> Resul
     Ok(())
 }
 
+/// Which of these ids are providers made over the operator API.
+pub async fn made_over_the_api(db: impl PgExecutor<'_>, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT id FROM providers WHERE id = ANY($1) ORDER BY id", ids).fetch_all(db).await
+}
+
 /// Every provider id a configuration file has named.
 pub async fn configured_ids(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar!("SELECT id FROM configured_providers").fetch_all(db).await

@@ -534,9 +534,10 @@ async fn a_provider_id_any_instances_file_names_is_the_files_on_every_instance()
     json_of(app.operator(&op, Method::POST, "/providers", Some(body("later"))).await, 201).await;
     let id = mcp_connect::domain::ProviderId::parse("later").unwrap();
     assert!(app.state.providers.get(&id).is_some());
+    // (As `record_configured` is what a start runs; the write announces itself.)
     mcp_connect::store::providers::record_configured(&app.pool, &["later".to_owned()]).await.unwrap();
-    app.state.tenants.reload(&app.pool).await.unwrap();
-    assert!(app.state.providers.get(&id).is_none(), "the files' now");
+    assert!(app.state.caches.barrier(&app.pool).await, "the notification arrived");
+    assert!(app.state.providers.get(&id).is_none(), "the files' now, without a reload asked for");
     refused(&app, &op, Method::PATCH, "/providers/later", json!({"active": false}), 409, "provider_kept_by_file").await;
     // Each start records its file's ids.
     let ids: Vec<String> =
@@ -544,4 +545,27 @@ async fn a_provider_id_any_instances_file_names_is_the_files_on_every_instance()
     for configured in ["deadrev", "github", "gitlab", "plainp", "testp"] {
         assert!(ids.iter().any(|i| i == configured), "{configured} in {ids:?}");
     }
+}
+
+#[tokio::test]
+async fn an_instance_whose_file_names_a_provider_the_api_made_refuses_to_start() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    let body = json!({"id": "apip", "template": "oauth2", "client_id": "c", "client_secret": "s",
+                      "authorize_url": "https://auth.example.com/authorize", "token_url": "https://auth.example.com/token"});
+    json_of(app.operator(&op, Method::POST, "/providers", Some(body)).await, 201).await;
+    // Another instance whose file has a provider of that name (another client, elsewhere).
+    let opts = Options {
+        extra_toml: "[providers.apip]\ntemplate = \"github\"\nclient_id = \"gh\"\n".to_owned(),
+        env: vec![("MCP_CONNECT_PROVIDER_APIP_CLIENT_SECRET", "gh-secret".to_owned())],
+        ..Options::default()
+    };
+    let started = TestApp::start_on(&app.db_url, app.db.clone(), app.idp.clone(), app.provider.clone(), &opts).await;
+    let e = started.err().expect("refused to start");
+    assert!(format!("{e:#}").contains("made over the operator API"), "{e:#}");
+    let recorded: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM configured_providers WHERE id = 'apip')")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert!(!recorded, "nothing was recorded");
 }
