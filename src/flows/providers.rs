@@ -9,6 +9,7 @@
 //! once. A provider is switched off, never deleted: its grants stay revocable at the
 //! provider, and nothing new starts.
 
+use super::tenants::by_text;
 use crate::config::RawProvider;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
 use crate::oauth::Provider;
@@ -86,9 +87,12 @@ fn checked(
     // An address that may not be reached is refused now (a name is judged again on every
     // connection, by the guard).
     let policy = providers.reach().policy();
-    let urls = [("issuer", p.issuer.as_ref().map(|i| i.url())), ("token_url", p.token_url.as_ref())]
-        .into_iter()
-        .chain([("userinfo_url", p.userinfo_url.as_ref()), ("revocation_url", p.revocation_url.as_ref())]);
+    let urls = [
+        ("issuer", p.issuer.as_ref().map(|i| i.url())),
+        ("token_url", p.token_url.as_ref()),
+        ("userinfo_url", p.userinfo_url.as_ref()),
+        ("revocation_url", p.revocation_url.as_ref()),
+    ];
     for (field, url) in urls {
         if let Some(url) = url {
             crate::oauth::ssrf::check_url(url, policy).map_err(|r| {
@@ -99,9 +103,13 @@ fn checked(
     Ok(raw)
 }
 
-/// Who did it, as the trail says.
-fn by_text(key: &ApiKeyId) -> String {
-    format!("operator key {key}")
+/// `KeptByFile` for an id this instance's file, or any instance's (`configured_providers`),
+/// names.
+async fn refuse_if_a_files(pool: &PgPool, providers: &Providers, id: &ProviderId) -> Result<(), ProviderRefusal> {
+    if providers.in_file(id) || store::providers::is_configured(pool, id.as_str()).await? {
+        return Err(ProviderRefusal::KeptByFile(id.to_string()));
+    }
+    Ok(())
 }
 
 fn event(kind: AuditKind, id: &str, by: &ApiKeyId, detail: serde_json::Value) -> AuditEvent {
@@ -128,9 +136,7 @@ pub async fn create_provider(
     by: &ApiKeyId,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
     let pid = ProviderId::parse(id).map_err(|e| invalid("id", e.to_string()))?;
-    if providers.in_file(&pid) || store::providers::is_configured(pool, id).await? {
-        return Err(ProviderRefusal::KeptByFile(id.to_owned()));
-    }
+    refuse_if_a_files(pool, providers, &pid).await?;
     let raw = checked(id, settings, &secret, providers)?;
     let sealed = seal_client_secret(vault, id, 1, &identity_of(&raw), &secret)?;
     let mut tx = store::begin(pool).await?;
@@ -163,9 +169,7 @@ pub async fn change_provider(
     change: ProviderChange,
     by: &ApiKeyId,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
-    if providers.in_file(id) || store::providers::is_configured(pool, id.as_str()).await? {
-        return Err(ProviderRefusal::KeptByFile(id.to_string()));
-    }
+    refuse_if_a_files(pool, providers, id).await?;
     let mut tx = store::begin(pool).await?;
     let row = store::providers::one(&mut *tx, id.as_str(), true)
         .await?
@@ -181,6 +185,7 @@ pub async fn change_provider(
         }
     }
     let settings_changed = change.settings.iter().any(|(k, v)| current.get(k) != Some(v));
+    let next = row.secret_version + 1;
     let mut sealed = None;
     let mut settings = row.settings.clone();
     if settings_changed || change.client_secret.is_some() {
@@ -196,11 +201,11 @@ pub async fn change_provider(
         let raw = checked(id.as_str(), merged, &secret, providers)?;
         settings = stored(&raw)?;
         if let Some(s) = &change.client_secret {
-            sealed = Some(seal_client_secret(vault, &row.id, row.secret_version + 1, &identity, s)?);
+            sealed = Some(seal_client_secret(vault, &row.id, next, &identity, s)?);
         }
     }
     let active = change.active.unwrap_or(row.active);
-    let secret = sealed.as_deref().map(|s| (s, vault.current_key_id().as_str(), row.secret_version + 1));
+    let secret = sealed.as_deref().map(|s| (s, vault.current_key_id().as_str(), next));
     store::providers::update(&mut *tx, &row.id, &settings, secret, active).await?;
     if settings_changed || sealed.is_some() {
         let detail = serde_json::json!({

@@ -187,8 +187,8 @@ pub async fn change_tenant(
     Ok(row)
 }
 
-/// Who made a change, as the trail's `by` says it.
-fn by_text(key: &ApiKeyId) -> String {
+/// Who made a change over the operator API, as the trail's `by` says it.
+pub fn by_text(key: &ApiKeyId) -> String {
     format!("operator key {key}")
 }
 

@@ -342,18 +342,16 @@ pub async fn create_tenant_key(
         return Err(ApiError::new(ErrorCode::InvalidRequest, "label must be at most 200 characters, none a control"));
     }
     let tenant = store::tenants::tenant(&state.pool, id.as_str(), false).await.map_err(ApiError::from_db)?;
-    match tenant {
-        Some(t) if !t.active => return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}"))),
-        None => return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}"))),
-        // The keys of a file's tenant are its operators' (`mcp-connect apikey create`): an
-        // operator key reaches no tenant's tokens but those of tenants it made.
-        Some(t) if t.managed_by != "api" => {
-            return Err(ApiError::new(
-                ErrorCode::TenantKeptByFile,
-                format!("tenant {id} is kept by a configuration file: make its keys with `mcp-connect apikey create`"),
-            ));
-        }
-        Some(_) => {}
+    let Some(tenant) = tenant.filter(|t| t.active) else {
+        return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}")));
+    };
+    // The keys of a file's tenant are its operators' (`mcp-connect apikey create`): an
+    // operator key reaches no tenant's tokens but those of tenants it made.
+    if tenant.managed_by != "api" {
+        return Err(ApiError::new(
+            ErrorCode::TenantKeptByFile,
+            format!("tenant {id} is kept by a configuration file: make its keys with `mcp-connect apikey create`"),
+        ));
     }
     let key =
         crate::flows::api_keys::create_api_key_by(&state.pool, &id, scope, label, &caller.0).await.map_err(|e| {
