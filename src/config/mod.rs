@@ -4,6 +4,7 @@
 //! database URL with its password) come from the environment or from files; they may
 //! never be required inside the TOML.
 
+mod credential;
 mod env;
 mod raw;
 mod validate;

@@ -221,6 +221,41 @@ pub struct RawProvider {
     pub clock_skew_seconds: Option<u64>,
     #[serde(default)]
     pub allow_private_endpoints: bool,
+    /// `api_key` only: the inputs of the connect page (default: one secret "API key").
+    pub fields: Option<Vec<RawField>>,
+    /// `api_key` and `basic`: the request that tells a good credential from a bad one.
+    pub check: Option<RawCheck>,
+}
+
+/// One input of an `api_key` provider's connect page.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawField {
+    pub name: String,
+    pub label: String,
+    #[serde(default = "yes")]
+    pub secret: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A credential provider's check request, as the file writes it.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    pub url: String,
+    /// `GET` (default), `POST` or `HEAD`.
+    pub method: Option<String>,
+    /// The header that carries the key (`api_key`; default `Authorization`) ...
+    pub header: Option<String>,
+    /// ... after this prefix (default `"Bearer "` for `Authorization`, else none).
+    pub prefix: Option<String>,
+    /// Or the query parameter that carries it (instead of a header).
+    pub query: Option<String>,
+    /// The status that means valid (default 200).
+    pub valid_status: Option<u16>,
 }
 
 /// The secrets only the environment gives (they have no place in the file, only their

@@ -533,6 +533,15 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
     let field = format!("providers.{name}");
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
+    if p.template.is_credential() {
+        return super::credential::validate(id, &f, p, secret);
+    }
+    if p.fields.is_some() {
+        return Err(err(f("fields"), "only the api_key template asks for fields"));
+    }
+    if p.check.is_some() {
+        return Err(err(f("check"), "only the api_key and basic templates are checked by a request"));
+    }
     let t = p.template.template();
     let (client_id, client_secret) = provider_client(&id, &f, &p, secret)?;
     let ends = endpoints(&f, &p, &t)?;
@@ -569,6 +578,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         revision: 0,
         reach: None,
         active: true,
+        credential: None,
     })
 }
 

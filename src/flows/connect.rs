@@ -102,12 +102,15 @@ pub enum ConnectError {
     ProviderDisabled,
     #[error("provider configuration could not be resolved: {0}")]
     Resolve(#[source] crate::oauth::resolve::ResolveError),
+    /// Connect (the OAuth redirect) asked of a provider whose credential is typed here.
+    #[error("the provider takes a typed credential, not an OAuth sign-in")]
+    NotOAuth,
     #[error(transparent)]
     Fault(#[from] super::Fault),
 }
 super::fault::wraps_fault!(ConnectError);
 
-async fn load_for_session(
+pub(super) async fn load_for_session(
     state: &AppState,
     id: ElicitationId,
     path_provider: &ProviderId,
@@ -146,6 +149,16 @@ pub struct ConsentView {
     pub authorize_origin: String,
 }
 
+/// What the credential form shows.
+pub struct CredentialView {
+    pub elicitation: ElicitationRow,
+    pub tenant_name: String,
+    pub provider: Arc<Provider>,
+    pub spec: Arc<crate::oauth::credential::CredentialSpec>,
+    /// The host the value is checked at, shown in full; `None` when it is not checked.
+    pub domain: Option<String>,
+}
+
 /// The full authority people are sent to, as pages show it: the host, and the port where
 /// it is not the scheme's default.
 pub fn authority(url: &Url) -> String {
@@ -160,6 +173,8 @@ pub fn authority(url: &Url) -> String {
 pub enum Consent {
     /// The consent page, after every check.
     View(Box<ConsentView>),
+    /// The credential form of an `api_key` or `basic` provider, after every check.
+    Credential(Box<CredentialView>),
     /// The link is good, and nobody is signed in, or someone of another IdP than the one
     /// the link is for: the page sends the person to sign in at `idp` (its name) first, and
     /// the checks that need the person run when they come back.
@@ -187,6 +202,11 @@ pub async fn consent_view(
     };
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
+    if let Some(spec) = provider.credential.clone() {
+        // Typed on this page: the check's host is where the value goes.
+        let domain = spec.check.as_ref().map(|c| authority(&c.url));
+        return Ok(Consent::Credential(Box::new(CredentialView { elicitation, tenant_name, provider, spec, domain })));
+    }
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
@@ -208,6 +228,9 @@ pub async fn start_authorization(
     now: OffsetDateTime,
 ) -> Result<Url, ConnectError> {
     let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
+    if provider.credential.is_some() {
+        return Err(ConnectError::NotOAuth);
+    }
     let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
     let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
     let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");

@@ -9,6 +9,7 @@ pub mod callback;
 pub mod cancel;
 pub mod cleanup;
 pub mod connect;
+pub mod credential;
 pub mod events;
 pub mod fault;
 pub mod held;

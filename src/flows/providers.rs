@@ -58,6 +58,14 @@ fn checked(
 ) -> Result<RawProvider, ProviderRefusal> {
     let raw: RawProvider =
         serde_json::from_value(serde_json::Value::Object(settings)).map_err(|e| invalid("settings", e.to_string()))?;
+    // Their fields and check request are the file's for now (the check URL would need the
+    // SSRF guard and a place in the fixed identity first).
+    if raw.template.is_credential() {
+        return Err(invalid(
+            "template",
+            "api_key and basic providers are configured in the file; this API makes OAuth ones",
+        ));
+    }
     let s = secret.expose_secret();
     if s.is_empty() || s.chars().count() > 4096 {
         return Err(invalid("client_secret", "must be 1-4096 characters"));

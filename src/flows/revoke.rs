@@ -152,6 +152,11 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
     let Some(provider) = state.providers.get(&row.provider) else {
         return "failed: provider no longer configured".to_owned();
     };
+    // A typed credential: nothing to tell the provider (the key is the person's, and
+    // revoking it is theirs); the local revocation deletes its ciphertext.
+    if provider.credential.is_some() {
+        return "no_revocation_endpoint".to_owned();
+    }
     let server = match state.resolver.provider(&state.outbound, &provider).await {
         Ok(s) => s,
         Err(e) => {

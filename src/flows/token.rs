@@ -11,6 +11,8 @@ use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationId, ElicitationStatus, KillState,
     ProviderId, Scopes, Subject, TenantId,
 };
+use crate::oauth::Provider;
+use crate::oauth::credential::Credential;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
@@ -33,6 +35,8 @@ pub struct TokenRequest {
 pub enum TokenOutcome {
     Connected {
         access_token: SecretString,
+        /// For an `api_key` or `basic` provider: its kind and every field typed.
+        credential: Option<(&'static str, Credential)>,
         token_type: String,
         expires_at: Option<OffsetDateTime>,
         scopes: Vec<String>,
@@ -90,7 +94,7 @@ pub async fn token_for(
     {
         return Ok(answer);
     }
-    if let Some(out) = cached_token(state, tenant, issuer, &req, now)? {
+    if let Some(out) = cached_token(state, tenant, &provider, issuer, &req, now)? {
         record_handout(state, api_key, &out).await;
         return Ok(out);
     }
@@ -108,7 +112,7 @@ pub async fn token_for(
         state.caches.store_connection(ticket, t, s, p, &entry);
     }
     if let Some(c) = &conn
-        && let Some(out) = usable_token(state, tenant, &req, c, now).await?
+        && let Some(out) = usable_token(state, tenant, &provider, &req, c, now).await?
     {
         record_handout(state, api_key, &out).await;
         return Ok(out);
@@ -191,6 +195,7 @@ async fn elicitation_answer(
 fn cached_token(
     state: &AppState,
     tenant: &TenantId,
+    provider: &Provider,
     issuer: &str,
     req: &TokenRequest,
     now: OffsetDateTime,
@@ -209,7 +214,7 @@ fn cached_token(
                     state.unknown_expiry_refresh,
                 ) =>
         {
-            hand_out(state, tenant, req, &c).map(Some)
+            hand_out(state, tenant, provider, req, &c)
         }
         _ => Ok(None),
     }
@@ -220,6 +225,7 @@ fn cached_token(
 async fn usable_token(
     state: &AppState,
     tenant: &TenantId,
+    provider: &Provider,
     req: &TokenRequest,
     c: &ConnectionRow,
     now: OffsetDateTime,
@@ -244,7 +250,10 @@ async fn usable_token(
                 {
                     return Ok(None);
                 }
-                return CachedConnection::of(&now_row).map(|e| hand_out(state, tenant, req, &e)).transpose();
+                return Ok(CachedConnection::of(&now_row)
+                    .map(|e| hand_out(state, tenant, provider, req, &e))
+                    .transpose()?
+                    .flatten());
             }
             // Still valid for a little while and nothing to refresh with: hand it out.
             c
@@ -262,7 +271,7 @@ async fn usable_token(
         c
     };
     match CachedConnection::of(c) {
-        Some(entry) => Ok(Some(hand_out(state, tenant, req, &entry)?)),
+        Some(entry) => hand_out(state, tenant, provider, req, &entry),
         None => Ok(None),
     }
 }
@@ -274,19 +283,38 @@ fn covers(have: &[String], req: &TokenRequest) -> bool {
     }
 }
 
-/// Opens the access token of a usable connection for the caller.
+/// Opens the access token of a usable connection for the caller; `None`: the row is of
+/// another kind than its provider (see below).
 fn hand_out(
     state: &AppState,
     tenant: &TenantId,
+    provider: &Provider,
     req: &TokenRequest,
     c: &CachedConnection,
-) -> Result<TokenOutcome, TokenError> {
+) -> Result<Option<TokenOutcome>, TokenError> {
     let connection = ConnectionId::from_uuid(c.id);
     let row =
         RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection, generation: c.seal_version };
-    let access_token = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
-    Ok(TokenOutcome::Connected {
+    let opened = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
+    // A typed credential is sealed as one document: its primary value is the token, and
+    // every field goes along. (The provider's kind decides, not the stored token type.)
+    // A row of the other kind (the file changed the provider's template since it was
+    // made) is not handed out: the person connects anew, and that replaces it.
+    let typed_row = matches!(&*c.shape.token_type, "api_key" | "basic");
+    let (access_token, credential) = match (&provider.credential, typed_row) {
+        (None, false) => (opened, None),
+        (Some(spec), true) => match Credential::from_opened(&opened) {
+            Some(typed) => (SecretString::from(typed.token.clone()), Some((spec.credential_type(), typed))),
+            None => return Ok(None),
+        },
+        _ => {
+            tracing::warn!(provider = %req.provider, "a connection of another kind than its provider's; a new connect replaces it");
+            return Ok(None);
+        }
+    };
+    Ok(Some(TokenOutcome::Connected {
         access_token,
+        credential,
         token_type: c.shape.token_type.to_string(),
         expires_at: c.access_expires_at,
         scopes: c.shape.scopes.to_vec(),
@@ -295,7 +323,7 @@ fn hand_out(
             .as_ref()
             .map(|id| Account { id: id.to_string(), login: c.account_login.as_ref().map(|l| l.to_string()) }),
         connection_id: connection,
-    })
+    }))
 }
 
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).

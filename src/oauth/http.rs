@@ -228,6 +228,23 @@ impl Outbound {
         serde_json::from_slice(&a.body).map_err(|_| OutboundError::Json)
     }
 
+    /// A credential check (`oauth::credential`): the request as given, with the headers
+    /// (marked sensitive by the caller) and HTTP Basic; returns the status and the body.
+    pub async fn send_check(
+        &self,
+        method: reqwest::Method,
+        url: &url::Url,
+        headers: reqwest::header::HeaderMap,
+        basic: Option<(String, String)>,
+    ) -> Result<(u16, Vec<u8>), OutboundError> {
+        let mut r = self.client.request(method, url.as_str()).header("accept", "application/json").headers(headers);
+        if let Some((user, password)) = basic {
+            r = r.basic_auth(user, Some(password));
+        }
+        let a = self.send(r).await?;
+        Ok((a.status.as_u16(), a.body))
+    }
+
     /// POST a form with HTTP Basic client authentication (RFC 6749 §2.3.1); for RFC 7009
     /// revocation. Returns the status.
     pub async fn post_form_basic(

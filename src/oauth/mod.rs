@@ -3,6 +3,8 @@
 
 pub mod access_token;
 pub mod callback;
+/// Credentials typed on our page (API keys, passwords) and their check at the provider.
+pub mod credential;
 pub mod flow;
 pub mod http;
 pub mod id_token;

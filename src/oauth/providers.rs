@@ -22,6 +22,10 @@ pub enum ProviderKind {
     Oidc,
     /// Any OAuth 2.0 provider, endpoints given explicitly.
     Oauth2,
+    /// No OAuth: an API key (and any other fields) typed on our page (`oauth::credential`).
+    ApiKey,
+    /// No OAuth: a username and password typed on our page, used as HTTP Basic.
+    Basic,
 }
 
 /// What a template knows about a provider; every field can be overridden in the config.
@@ -51,7 +55,13 @@ impl ProviderKind {
             ProviderKind::Microsoft => MICROSOFT,
             ProviderKind::Oidc => OIDC,
             ProviderKind::Oauth2 => OAUTH2,
+            ProviderKind::ApiKey | ProviderKind::Basic => CREDENTIAL,
         }
+    }
+
+    /// A kind whose credential is typed on our page rather than granted by OAuth.
+    pub fn is_credential(self) -> bool {
+        matches!(self, ProviderKind::ApiKey | ProviderKind::Basic)
     }
 }
 
@@ -149,6 +159,10 @@ const OIDC: Template = Template {
 const OAUTH2: Template =
     Template { display_name: "", scope_separator: " ", account_id_field: "id", account_login_field: "login", ..EMPTY };
 
+/// `api_key` and `basic`: no endpoints, no scopes; their account fields name none unless
+/// configured.
+const CREDENTIAL: Template = Template { display_name: "", scope_separator: " ", ..EMPTY };
+
 /// One configured downstream provider, ready to use.
 #[derive(Debug)]
 pub struct Provider {
@@ -194,6 +208,10 @@ pub struct Provider {
     /// `false`: switched off over the operator API; kept so that its grants can still be
     /// revoked at the provider, but nothing new starts and nothing is handed out.
     pub active: bool,
+    /// `Some` for the `api_key` and `basic` kinds: what the connect page asks for and how it
+    /// is checked. Their OAuth fields (client, endpoints, scopes) are empty and never used:
+    /// every path that would talk OAuth to the provider asks [`Provider::credential`] first.
+    pub credential: Option<Arc<super::credential::CredentialSpec>>,
 }
 
 /// All configured providers by id.

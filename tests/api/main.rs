@@ -11,6 +11,7 @@ mod cli;
 mod connect_flow;
 mod connections_page;
 mod crash;
+mod credentials;
 mod deploy;
 mod dev_command;
 mod discovery;

@@ -22,6 +22,8 @@ pub struct Stats {
     pub authorize_requests: u64,
     /// The query of the last `GET /authorize` (first value of a repeated name).
     pub last_authorize_params: Option<BTreeMap<String, String>>,
+    /// `GET /api/me` requests (the API-key service), valid or not.
+    pub credential_checks: u64,
 }
 
 /// One `/revoke` call (RFC 7009).

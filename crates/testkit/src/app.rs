@@ -162,7 +162,8 @@ pub fn config_env(db_url: &str, opts: &Options) -> HashMap<&'static str, String>
 
 /// The test configuration's text, with the options' extra TOML and patches applied.
 pub fn config_text(base: &str, idp: &str, provider: &str, opts: &Options) -> Result<String> {
-    let mut toml = config_toml(base, idp, provider, &opts.extra_toml);
+    // `{PROVIDER}` in the extra TOML: the dev provider's address, known once it runs.
+    let mut toml = config_toml(base, idp, provider, &opts.extra_toml.replace("{PROVIDER}", provider));
     if let Some(audience) = &opts.mcp_audience {
         // The MCP server the IdP's access tokens are for is acme's: it may prove its
         // subjects with them (`subject_token`).

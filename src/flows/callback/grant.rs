@@ -2,7 +2,7 @@
 //! written: a new connection, or the existing one's grant replaced. Inside the caller's
 //! transaction; the caller commits.
 
-use super::{CallbackError, CallbackRefusal, Exchanged};
+use super::{CallbackError, CallbackRefusal, Grant};
 use crate::app::AppState;
 use crate::domain::{Account, ConnectionId};
 use crate::oauth::flow;
@@ -36,7 +36,7 @@ pub async fn save(
     state: &AppState,
     tx: &mut store::Tx,
     e: &ElicitationRow,
-    x: &Exchanged,
+    x: &Grant<'_>,
     account: Option<&Account>,
     existing: Option<&ConnectionRow>,
     now: OffsetDateTime,
@@ -46,13 +46,13 @@ pub async fn save(
     // if put back), a new row's first.
     let generation = crate::vault::next_generation(existing.and_then(|c| c.seal_version));
     let row = RowBinding {
-        tenant: &x.tenant,
-        subject: &x.subject,
-        provider: &x.provider.id,
+        tenant: &x.key.tenant,
+        subject: &x.key.subject,
+        provider: &x.key.provider,
         connection,
         generation: Some(generation),
     };
-    let tokens = &x.tokens;
+    let tokens = x.tokens;
     let sealed = Sealed::of(state, &row, tokens)?;
     let granted = super::checks::granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {

@@ -158,6 +158,14 @@ impl Exchanged {
     }
 }
 
+/// A grant to keep, however it was made: by a code exchange here, or typed on the
+/// credential form (`flows::credential`).
+pub(super) struct Grant<'a> {
+    pub(super) key: ConnectionKey,
+    pub(super) provider: &'a Provider,
+    pub(super) tokens: &'a flow::TokenSet,
+}
+
 /// `GET /connect/{provider}/callback`. Every refusal after the state was consumed is
 /// written to the audit trail as `connect_failed` with its reason.
 pub async fn complete(
@@ -328,7 +336,7 @@ async fn declined_at_provider(tx: &mut store::Tx, e: &ElicitationRow, now: Offse
 }
 
 /// What [`keep`] wrote into the transaction.
-enum Kept {
+pub(super) enum Kept {
     /// The grant, the completed elicitation, its audit row and event.
     Connected(Option<Account>),
     /// Only the `account_mismatch` audit row: the held grant of another account stays.
@@ -346,7 +354,22 @@ async fn keep(
 ) -> Result<Kept, CallbackError> {
     // The time of the check, not of the request: the exchange took a while.
     let account = account::verified(state, x, OffsetDateTime::now_utc()).await?;
-    let existing = match store::connections::find_connection(&mut **tx, &x.key()).await? {
+    let grant = Grant { key: x.key(), provider: &x.provider, tokens: &x.tokens };
+    keep_grant(state, tx, e, &grant, account, now).await
+}
+
+/// Writes a checked grant under the elicitation lock `tx` holds (account pinning, the
+/// replaced grant of another IdP's namesake revoked, the grant sealed, the elicitation
+/// completed, audited, announced); the caller commits.
+pub(super) async fn keep_grant(
+    state: &AppState,
+    tx: &mut store::Tx,
+    e: &ElicitationRow,
+    x: &Grant<'_>,
+    account: Option<Account>,
+    now: OffsetDateTime,
+) -> Result<Kept, CallbackError> {
+    let existing = match store::connections::find_connection(&mut **tx, &x.key).await? {
         // Under its lock: a revoke that commits meanwhile is seen (its status decides the
         // event, and the grant is stored over the row as it is then).
         Some(found) => store::connections::lock_connection(&mut **tx, found.id).await?,

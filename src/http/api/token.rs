@@ -205,9 +205,19 @@ async fn answer(
     let provider = req.provider.clone();
     let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
     Ok(match outcome {
-        TokenOutcome::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => (
+        TokenOutcome::Connected {
+            access_token,
+            credential,
+            token_type,
+            expires_at,
+            scopes,
+            account,
+            connection_id,
+        } => (
             HttpResponse::Ok().json(TokenAnswer::Connected(Connected {
                 access_token: access_token.expose_secret(),
+                credential_type: credential.as_ref().map_or("oauth2", |(kind, _)| kind),
+                fields: credential.as_ref().map(|(_, c)| &c.fields),
                 token_type: &token_type,
                 expires_at: expires_at.map(rfc3339),
                 scopes: &scopes,
@@ -244,8 +254,18 @@ pub enum TokenAnswer<'a> {
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Connected<'a> {
     /// The provider's access token: hand it to the tool, never to the model or a log.
+    /// For `api_key` and `basic`: the key, or the password.
     #[schema(example = "<the provider's access token>")]
     access_token: &'a str,
+    /// How the MCP server uses it: `oauth2` (a bearer token), `api_key` (as the provider
+    /// documents its key), `basic` (HTTP Basic with `fields.username` and `access_token`).
+    #[schema(example = "oauth2")]
+    credential_type: &'a str,
+    /// `api_key` and `basic` only: every field typed on the connect page, by the name the
+    /// provider's configuration gives it (secret ones too: hand them to the tool only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fields: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// `Bearer` (or what the provider said) for `oauth2`; the `credential_type` otherwise.
     #[schema(example = "bearer")]
     token_type: &'a str,
     /// When the token expires (RFC 3339); null when the provider did not say.

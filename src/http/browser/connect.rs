@@ -1,16 +1,20 @@
 //! `/connect/{provider}`: the page a URL-mode elicitation points to, the Connect/Decline
 //! form, and the provider's callback.
 
-use super::pages::{ConsentPage, HINT_RETRY, PageError, PageKind, ResultPage, render};
+use super::pages::{
+    ConsentPage, CredentialPage, HINT_RETRY, PageError, PageKind, ResultPage, render, render_refused_form,
+};
 use super::refusals::{callback_error, connect_error, forbidden_csrf, unknown_link};
 use super::session::{MaybeSession, request_id};
 use crate::app::AppState;
 use crate::domain::{ElicitationId, ProviderId};
 use crate::flows::callback::{self, CallbackOutcome};
 use crate::flows::connect::{self, ConnectError};
+use crate::flows::credential::{self, CredentialError, CredentialOutcome, CredentialRefusal};
 use crate::http::middleware::RequestId;
 use crate::oauth::callback::CallbackQuery;
 use actix_web::{HttpRequest, HttpResponse, web};
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
 #[derive(serde::Deserialize)]
@@ -40,13 +44,16 @@ pub async fn show(
         Ok(v) => v,
         Err(e) => return Err(refusal(&state, &rid, session.as_ref(), (&provider, &id), e).await),
     };
+    if let (connect::Consent::Credential(v), Some(session)) = (&view, &session) {
+        return render(&credential_page(v, session, &id.to_string(), None), None);
+    }
     let (connect::Consent::View(v), Some(session)) = (&view, session) else {
         // A good link and nobody signed in (or someone of another IdP): to the sign-in of
         // the link's IdP. An absolute URL on our origin (invariant 14), built from parsed
         // values only.
         let idp = match &view {
             connect::Consent::SignIn { idp } => Some(idp.as_str()),
-            connect::Consent::View(_) => None,
+            connect::Consent::View(_) | connect::Consent::Credential(_) => None,
         };
         let login = super::login::sign_in_url(&state, &format!("/connect/{provider}?e={id}"), idp);
         return Ok(HttpResponse::SeeOther().insert_header(("location", login)).finish());
@@ -130,6 +137,100 @@ pub async fn authorize(
     }
 }
 
+/// The credential form of `v`, with why the last submit was not taken.
+fn credential_page<'a>(
+    v: &'a connect::CredentialView,
+    session: &'a super::BrowserSession,
+    elicitation_id: &'a str,
+    error: Option<&'a str>,
+) -> CredentialPage<'a> {
+    CredentialPage {
+        tenant_name: &v.tenant_name,
+        provider_name: &v.provider.display_name,
+        provider_domain: v.domain.as_deref(),
+        provider_id: v.provider.id.as_str(),
+        fields: &v.spec.fields,
+        signed_in_as: session.info.subject.as_str(),
+        csrf: session.csrf(),
+        elicitation_id,
+        error,
+    }
+}
+
+/// `POST /connect/{provider}/credential`: the typed credential of an `api_key` or `basic`
+/// provider. The session and its CSRF token first; then the link's checks, the provider's
+/// check, and the value sealed (`flows::credential`). A value the provider refused, or a
+/// form that lacks one, shows the form again with why (and never the value).
+pub async fn credential(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    session: MaybeSession,
+    form: web::Form<BTreeMap<String, String>>,
+) -> Result<HttpResponse, PageError> {
+    let rid = request_id(&req);
+    let provider = parse_provider(&rid, &path)?;
+    let Some(session) = session.0 else {
+        return Err(super::refusals::session_expired(&rid, "Open the link from your assistant again."));
+    };
+    let form = form.into_inner();
+    if !session.csrf_matches(form.get("csrf").map(String::as_str)) {
+        return Err(forbidden_csrf(&rid, "Open the link from your assistant again."));
+    }
+    let id = form.get("e").and_then(|e| ElicitationId::parse(e).ok()).ok_or_else(|| unknown_link(&rid))?;
+    let now = OffsetDateTime::now_utc();
+    let submitted = credential::submit(&state, id, &provider, &session.info, &form, now).await;
+    drop(form);
+    match submitted {
+        Ok(CredentialOutcome::Connected { tenant_name, account }) => connected_page(&tenant_name, account),
+        Ok(CredentialOutcome::AlreadyConnected { tenant_name }) => already_connected_page(&tenant_name),
+        Err(CredentialError::Connect(e)) => Err(refusal(&state, &rid, Some(&session), (&provider, &id), e).await),
+        Err(CredentialError::Refused(r)) => {
+            tracing::warn!(reason = r.code(), "credential refused");
+            let again = match &r {
+                CredentialRefusal::Form(f) => Some(format!("{f}. Nothing was stored.")),
+                CredentialRefusal::Refused(_) => Some(
+                    "The provider did not accept what you typed. Nothing was stored; check it and try again."
+                        .to_owned(),
+                ),
+                _ => None,
+            };
+            match again {
+                // The form again, after the link's checks once more (it may have expired).
+                Some(message) => match connect::consent_view(&state, id, &provider, Some(&session.info), now).await {
+                    Ok(connect::Consent::Credential(v)) => {
+                        render_refused_form(&credential_page(&v, &session, &id.to_string(), Some(&message)))
+                    }
+                    Ok(_) => Err(unknown_link(&rid)),
+                    Err(e) => Err(refusal(&state, &rid, Some(&session), (&provider, &id), e).await),
+                },
+                None => Err(super::refusals::credential_error(&rid, r)),
+            }
+        }
+        Err(CredentialError::Fault(f)) => Err(super::refusals::fault(&rid, &f)),
+    }
+}
+
+fn connected_page(tenant_name: &str, account: Option<String>) -> Result<HttpResponse, PageError> {
+    let message = match account {
+        Some(a) => format!("Your account {a} is connected."),
+        None => "Your account is connected.".to_owned(),
+    };
+    render(&ResultPage { title: "Connected", message: &message, tenant_name, class: "ok" }, None)
+}
+
+fn already_connected_page(tenant_name: &str) -> Result<HttpResponse, PageError> {
+    render(
+        &ResultPage {
+            title: "Already connected",
+            message: "This connection was completed before; nothing more was done.",
+            tenant_name,
+            class: "ok",
+        },
+        None,
+    )
+}
+
 fn declined_page(tenant_name: &str) -> Result<HttpResponse, PageError> {
     render(
         &ResultPage {
@@ -177,22 +278,8 @@ pub async fn callback(
     };
     let outcome = task.await.map_err(|e| PageError::internal(&rid.0, &e))?;
     match outcome {
-        Ok(CallbackOutcome::Connected { tenant_name, account }) => {
-            let message = match account {
-                Some(a) => format!("Your account {a} is connected."),
-                None => "Your account is connected.".to_owned(),
-            };
-            render(&ResultPage { title: "Connected", message: &message, tenant_name: &tenant_name, class: "ok" }, None)
-        }
-        Ok(CallbackOutcome::AlreadyConnected { tenant_name }) => render(
-            &ResultPage {
-                title: "Already connected",
-                message: "This connection was completed before; nothing more was done.",
-                tenant_name: &tenant_name,
-                class: "ok",
-            },
-            None,
-        ),
+        Ok(CallbackOutcome::Connected { tenant_name, account }) => connected_page(&tenant_name, account),
+        Ok(CallbackOutcome::AlreadyConnected { tenant_name }) => already_connected_page(&tenant_name),
         Ok(CallbackOutcome::Declined { tenant_name }) => declined_page(&tenant_name),
         Err(r) => Err(callback_error(&rid, &q, r)),
     }

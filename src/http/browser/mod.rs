@@ -24,6 +24,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/connect/{provider}", web::get().to(connect::show))
         .route("/connect/{provider}/authorize", web::post().to(connect::authorize))
         .route("/connect/{provider}/callback", web::get().to(connect::callback))
+        // Up to five fields of up to 4096 characters each, percent-encoded.
+        .service(
+            web::resource("/connect/{provider}/credential")
+                .app_data(web::FormConfig::default().limit(128 * 1024))
+                .route(web::post().to(connect::credential)),
+        )
         .route("/connections", web::get().to(connections::show))
         .route("/connections/disconnect", web::post().to(connections::disconnect));
 }

@@ -40,6 +40,28 @@ pub struct ConsentPage<'a> {
 }
 
 #[derive(Template)]
+#[template(path = "credential.html")]
+pub struct CredentialPage<'a> {
+    pub tenant_name: &'a str,
+    pub provider_name: &'a str,
+    /// The host the value is checked at; `None`: not checked.
+    pub provider_domain: Option<&'a str>,
+    pub provider_id: &'a str,
+    pub fields: &'a [crate::oauth::credential::Field],
+    pub signed_in_as: &'a str,
+    pub csrf: &'a str,
+    pub elicitation_id: &'a str,
+    /// Why the last submit was not taken (never the value).
+    pub error: Option<&'a str>,
+}
+
+/// The credential form again, with why the last submit was not taken (400).
+pub fn render_refused_form(page: &CredentialPage<'_>) -> Result<HttpResponse, PageError> {
+    let html = page.render().map_err(|e| PageError::internal("-", &e))?;
+    Ok(respond(StatusCode::BAD_REQUEST, html, None))
+}
+
+#[derive(Template)]
 #[template(path = "result.html")]
 pub struct ResultPage<'a> {
     pub title: &'a str,

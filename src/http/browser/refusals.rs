@@ -88,6 +88,13 @@ pub fn connect_error(
             PageError::with_page(rid, PageKind::Forbidden, "This link was made for another account", &page)
         }
         ConnectError::ProviderNotAllowed => unknown_link(rid),
+        ConnectError::NotOAuth => PageError::new(
+            rid,
+            PageKind::Refused,
+            "This provider is connected with a form",
+            "It takes a key or password typed on the connect page, not a sign-in at the provider.",
+            HINT_RETRY,
+        ),
         ConnectError::ProviderDisabled => PageError::new(
             rid,
             PageKind::Unavailable,
@@ -209,6 +216,27 @@ fn refusal_text(r: CallbackRefusal) -> RefusalText {
         CallbackRefusal::ProviderDisabled => PROVIDER_PAUSED,
         CallbackRefusal::Resolve(_) => PROVIDER_UNAVAILABLE,
     }
+}
+
+/// A typed credential not kept, where the form is not shown again.
+pub fn credential_error(rid: &RequestId, r: crate::flows::credential::CredentialRefusal) -> PageError {
+    use crate::flows::credential::CredentialRefusal as R;
+    let t = match r {
+        R::NotACredentialProvider => {
+            return PageError::new(
+                rid,
+                PageKind::Refused,
+                "This provider is connected at its own sign-in",
+                "It takes no key or password typed here.",
+                HINT_RETRY,
+            );
+        }
+        R::Unavailable => PROVIDER_UNAVAILABLE,
+        R::AccountMismatch => ACCOUNT_MISMATCH,
+        R::ConnectedConcurrently => CONNECTED_CONCURRENTLY,
+        R::ElicitationGone | R::Form(_) | R::Refused(_) => refused("The connect request is no longer active."),
+    };
+    PageError::new(rid, t.kind, t.title, t.message, t.hint)
 }
 
 pub fn login_error(rid: &RequestId, e: LoginError) -> PageError {

@@ -1,6 +1,7 @@
 //! The provider's HTTP surface. Protocol endpoints answer JSON errors as RFC 6749 §5.2
 //! describes; the browser endpoint answers HTML.
 
+mod apikey;
 mod authorize;
 mod client_auth;
 mod discovery;
@@ -21,5 +22,6 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .route("/token", web::post().to(token::token))
         .route("/userinfo", web::get().to(userinfo::userinfo))
         .route("/userinfo", web::post().to(userinfo::userinfo))
-        .route("/revoke", web::post().to(revoke::revoke));
+        .route("/revoke", web::post().to(revoke::revoke))
+        .route("/api/me", web::get().to(apikey::me));
 }

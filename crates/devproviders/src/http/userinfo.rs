@@ -37,7 +37,7 @@ pub(crate) async fn userinfo(state: web::Data<ProviderState>, req: HttpRequest) 
 }
 
 /// A stable positive number per name, below 2^53 so JavaScript readers keep it exact.
-fn numeric_id(username: &str) -> u64 {
+pub(crate) fn numeric_id(username: &str) -> u64 {
     let digest = Sha256::digest(username.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
