@@ -48,8 +48,14 @@ pub(super) fn validate(
     };
     let check = p.check.map(|c| check(&f("check"), p.template, c, &p.allow_idn_hosts)).transpose()?;
     let has_account = p.account_id_field.as_ref().is_some_and(|a| !a.is_empty());
-    if has_account && check.is_none() {
-        return Err(err(f("account_id_field"), "is read from the check's answer: configure [check]"));
+    if has_account && check.as_ref().is_none_or(|c| c.method == reqwest::Method::HEAD) {
+        return Err(err(
+            f("account_id_field"),
+            "is read from the check's answer: configure a [check] that is not HEAD",
+        ));
+    }
+    if !has_account && p.account_login_field.is_some() {
+        return Err(err(f("account_login_field"), "needs account_id_field"));
     }
     let display_name = p.display_name.unwrap_or_else(|| id.to_string());
     Ok(Provider {
@@ -153,4 +159,74 @@ fn check(field: &str, kind: ProviderKind, c: RawCheck, allow_idn: &[String]) -> 
         }
     };
     Ok(Check { method, url, placement, valid_status })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{RawProvider, validate_provider};
+
+    fn refused(toml_text: &str) -> (String, String) {
+        let raw: RawProvider = toml::from_str(toml_text).unwrap();
+        let e = validate_provider("p", raw, None).unwrap_err();
+        (e.field, e.message)
+    }
+
+    #[test]
+    fn a_credential_provider_takes_no_oauth_setting_and_checks_its_fields_and_check() {
+        let ok: RawProvider = toml::from_str(
+            "template = \"api_key\"\naccount_id_field = \"id\"\n[check]\nurl = \"https://api.example.com/me\"\n",
+        )
+        .unwrap();
+        let p = validate_provider("p", ok, None).unwrap();
+        let spec = p.credential.as_ref().unwrap();
+        assert_eq!((spec.fields.len(), spec.primary().name.as_str()), (1, "api_key"));
+        assert!(p.client_id.is_empty() && p.authorize_url.is_none());
+
+        let cases = [
+            ("template = \"api_key\"\nclient_id = \"c\"", "providers.p.client_id"),
+            ("template = \"basic\"\nscopes = [\"x\"]", "providers.p.scopes"),
+            ("template = \"basic\"\nfields = [{ name = \"a\", label = \"A\" }]", "providers.p.fields"),
+            ("template = \"api_key\"\nfields = []", "providers.p.fields"),
+            ("template = \"api_key\"\nfields = [{ name = \"csrf\", label = \"A\" }]", "providers.p.fields[0].name"),
+            ("template = \"api_key\"\nfields = [{ name = \"Key\", label = \"A\" }]", "providers.p.fields[0].name"),
+            (
+                "template = \"api_key\"\nfields = [{ name = \"a\", label = \"A\", secret = false }]",
+                "providers.p.fields",
+            ),
+            ("template = \"api_key\"\nfields = [{ name = \"a\", label = \"\" }]", "providers.p.fields[0].label"),
+            ("template = \"api_key\"\naccount_id_field = \"id\"", "providers.p.account_id_field"),
+            ("template = \"api_key\"\n[check]\nurl = \"http://api.example.com/me\"", "providers.p.check.url"),
+            (
+                "template = \"api_key\"\n[check]\nurl = \"https://a.example/\"\nmethod = \"PUT\"",
+                "providers.p.check.method",
+            ),
+            (
+                "template = \"api_key\"\n[check]\nurl = \"https://a.example/\"\nvalid_status = 401",
+                "providers.p.check.valid_status",
+            ),
+            (
+                "template = \"api_key\"\n[check]\nurl = \"https://a.example/\"\nheader = \"X\"\nquery = \"k\"",
+                "providers.p.check.query",
+            ),
+            (
+                "template = \"api_key\"\n[check]\nurl = \"https://a.example/\"\nheader = \"bad header\"",
+                "providers.p.check.header",
+            ),
+            (
+                "template = \"basic\"\n[check]\nurl = \"https://a.example/\"\nheader = \"X-Key\"",
+                "providers.p.check.header",
+            ),
+            (
+                "template = \"api_key\"\naccount_id_field = \"id\"\n[check]\nurl = \"https://a.example/\"\nmethod = \"HEAD\"",
+                "providers.p.account_id_field",
+            ),
+            ("template = \"github\"\nclient_id = \"c\"\n[check]\nurl = \"https://a.example/\"", "providers.p.check"),
+        ];
+        for (text, field) in cases {
+            assert_eq!(refused(text).0, field, "{text}");
+        }
+        // A client secret from the environment is refused too (it would be unused).
+        let raw: RawProvider = toml::from_str("template = \"api_key\"").unwrap();
+        assert_eq!(validate_provider("p", raw, Some("s".into())).unwrap_err().field, "providers.p.client_secret_file");
+    }
 }

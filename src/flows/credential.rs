@@ -8,8 +8,9 @@
 use super::Fault;
 use super::callback::{CallbackError, Grant, Kept, keep_grant};
 use super::connect::{ConnectError, SessionInfo, load_for_session};
+use super::policy::kill_state;
 use crate::app::AppState;
-use crate::domain::{AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, ProviderId};
+use crate::domain::{AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, KillState, ProviderId};
 use crate::oauth::credential::{self, Checked, FormRefusal};
 use crate::oauth::flow::TokenSet;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
@@ -46,6 +47,10 @@ pub enum CredentialRefusal {
     AccountMismatch,
     #[error("the elicitation is no longer pending")]
     ElicitationGone,
+    /// The provider refused [`MAX_REFUSED`] values typed for this link already: no more are
+    /// checked (guessing through us), the link ends with its expiry.
+    #[error("too many refused attempts on this link")]
+    TooManyAttempts,
     /// Another link of the same subject and provider connected at the same moment: that
     /// connection is kept.
     #[error("another link of this subject connected this provider at the same moment")]
@@ -62,6 +67,7 @@ impl CredentialRefusal {
             CredentialRefusal::Unavailable => "provider_unavailable",
             CredentialRefusal::AccountMismatch => "account_mismatch",
             CredentialRefusal::ElicitationGone => "elicitation_not_pending",
+            CredentialRefusal::TooManyAttempts => "too_many_attempts",
             CredentialRefusal::ConnectedConcurrently => "connected_concurrently",
         }
     }
@@ -89,6 +95,11 @@ impl From<CallbackError> for CredentialError {
     }
 }
 
+/// Values the provider may refuse per link before no more are sent to it: a person who
+/// mistyped tries again; a guesser gets five tries per link (a new link comes only after
+/// this one expired, `elicitations.ttl_seconds`).
+pub const MAX_REFUSED: i64 = 5;
+
 /// `POST /connect/{provider}/credential`: the form's values checked, sealed and kept.
 pub async fn submit(
     state: &AppState,
@@ -104,6 +115,9 @@ pub async fn submit(
     let account = match &spec.check {
         None => None,
         Some(check) => {
+            if store::audit::credential_refusals(&state.pool, &e).await? >= MAX_REFUSED {
+                return Err(CredentialRefusal::TooManyAttempts.into());
+            }
             let fields = (provider.account_id_field.as_str(), provider.account_login_field.as_str());
             match credential::check(&state.outbound, check, &typed, fields).await {
                 Ok(Checked::Valid(account)) => account,
@@ -122,6 +136,11 @@ pub async fn submit(
         }
     };
     let tenant_name = state.tenant_name(&e.tenant_id);
+    // The check took a while: the link's expiry and the kill switch as they are now.
+    let now = OffsetDateTime::now_utc();
+    if kill_state(&state.pool, &state.caches, &e.tenant_id, &e.provider).await? != KillState::Open {
+        return Err(ConnectError::ProviderDisabled.into());
+    }
 
     let mut tx = store::begin(&state.pool).await?;
     // Locked from here to the commit: a second submit (double click, two tabs) waits and
@@ -141,7 +160,8 @@ pub async fn submit(
         id_token: None,
         token_type: spec.credential_type().to_owned(),
         expires_in: None,
-        scope: None,
+        // A typed credential has no scopes (`/v1/token` asks for none for it).
+        scope: Some(String::new()),
     };
     let key = ConnectionKey { tenant: e.tenant_id.clone(), subject: e.subject.clone(), provider: e.provider.clone() };
     let grant = Grant { key, provider: &provider, tokens: &tokens };

@@ -139,6 +139,11 @@ async fn refresh_locked(
     };
     let refresh_token = state.vault.open(key_id, &binding, Field::RefreshToken, rt_ct)?;
     let provider = state.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
+    // An OAuth grant under an id that now names a typed-credential provider: nothing to
+    // refresh it with; the person connects anew.
+    if provider.credential.is_some() {
+        return Err(RefreshError::NeedsReauth);
+    }
     let server = state
         .resolver
         .provider(&state.outbound, &provider)

@@ -152,10 +152,14 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
     let Some(provider) = state.providers.get(&row.provider) else {
         return "failed: provider no longer configured".to_owned();
     };
-    // A typed credential: nothing to tell the provider (the key is the person's, and
-    // revoking it is theirs); the local revocation deletes its ciphertext.
-    if provider.credential.is_some() {
+    // A typed credential (by the row: the provider may have changed kind since): nothing
+    // to tell the provider, and its document is never sent anywhere (the key is the
+    // person's to revoke there); the local revocation deletes its ciphertext.
+    if matches!(row.token_type.as_str(), "api_key" | "basic") {
         return "no_revocation_endpoint".to_owned();
+    }
+    if provider.credential.is_some() {
+        return "failed: the provider takes typed credentials now; revoke the grant at the provider".to_owned();
     }
     let server = match state.resolver.provider(&state.outbound, &provider).await {
         Ok(s) => s,

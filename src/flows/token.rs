@@ -81,6 +81,11 @@ pub async fn token_for(
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
     let provider = provider_for(state, tenant, &req.provider)?;
+    // A typed credential has no scopes: whatever a tool names, it is asked for none.
+    let mut req = req;
+    if provider.credential.is_some() {
+        req.scopes = Some(Scopes::default());
+    }
     // The subject is the tenant's IdP's: rows of another IdP's namesake are not its.
     let idp = state.tenant_idp(tenant).ok_or(TokenError::IdpUnavailable)?;
     let issuer = idp.issuer.as_str();
@@ -300,12 +305,16 @@ fn hand_out(
     // every field goes along. (The provider's kind decides, not the stored token type.)
     // A row of the other kind (the file changed the provider's template since it was
     // made) is not handed out: the person connects anew, and that replaces it.
+    // So is a typed one of another type or other fields than the provider asks for now
+    // (a password is never handed out as an API key).
     let typed_row = matches!(&*c.shape.token_type, "api_key" | "basic");
     let (access_token, credential) = match (&provider.credential, typed_row) {
         (None, false) => (opened, None),
         (Some(spec), true) => match Credential::from_opened(&opened) {
-            Some(typed) => (SecretString::from(typed.token.clone()), Some((spec.credential_type(), typed))),
-            None => return Ok(None),
+            Some(typed) if spec.fits(&c.shape.token_type, &typed) => {
+                (SecretString::from(typed.token.clone()), Some((spec.credential_type(), typed)))
+            }
+            _ => return Ok(None),
         },
         _ => {
             tracing::warn!(provider = %req.provider, "a connection of another kind than its provider's; a new connect replaces it");

@@ -83,6 +83,9 @@ pub enum FormRefusal {
     TooLong(String),
     #[error("{0} holds a control character")]
     Control(String),
+    /// HTTP Basic cannot carry a username with a colon (RFC 7617 §2).
+    #[error("{0} may not hold a colon")]
+    Colon(String),
 }
 
 impl CredentialSpec {
@@ -102,6 +105,16 @@ impl CredentialSpec {
         self.fields.iter().find(|f| f.secret).unwrap_or(&self.fields[0])
     }
 
+    /// Whether a stored credential (its row's `token_type` and its document) is of this
+    /// kind, with these fields: one that is not is not handed out (the file changed the
+    /// provider since; the person connects anew).
+    pub fn fits(&self, token_type: &str, c: &Credential) -> bool {
+        token_type == self.credential_type()
+            && c.fields.len() == self.fields.len()
+            && self.fields.iter().all(|f| c.fields.contains_key(&f.name))
+            && c.fields.get(&self.primary().name) == Some(&c.token)
+    }
+
     /// The values of the form, one per field, each non-empty, bounded and printable
     /// (surrounding white space is dropped: a pasted key often brings a newline). Other
     /// inputs of the form are ignored.
@@ -117,6 +130,9 @@ impl CredentialSpec {
             }
             if v.chars().any(char::is_control) {
                 return Err(FormRefusal::Control(f.label.clone()));
+            }
+            if self.kind == ProviderKind::Basic && f.name == "username" && v.contains(':') {
+                return Err(FormRefusal::Colon(f.label.clone()));
             }
             fields.insert(f.name.clone(), v.to_owned());
         }
@@ -190,14 +206,16 @@ pub async fn check(
     }
     let (status, body) = http.send_check(check.method.clone(), &url, headers, basic).await?;
     if status == check.valid_status {
-        let answer: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-        let account = answer.as_ref().and_then(|v| {
-            let (id_field, login_field) = account_fields;
-            let id = (!id_field.is_empty()).then(|| super::flow::json_field(v, id_field)).flatten()?;
-            let login = (!login_field.is_empty()).then(|| super::flow::json_field(v, login_field)).flatten();
-            Some(Account { id, login })
-        });
-        return Ok(Checked::Valid(account));
+        let (id_field, login_field) = account_fields;
+        if id_field.is_empty() {
+            return Ok(Checked::Valid(None));
+        }
+        // The account is what pins the connection to one upstream account: an answer that
+        // does not name it is not taken as valid (as a failed user lookup is not, in OAuth).
+        let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|_| OutboundError::Json)?;
+        let id = super::flow::json_field(&answer, id_field).ok_or(OutboundError::Json)?;
+        let login = (!login_field.is_empty()).then(|| super::flow::json_field(&answer, login_field)).flatten();
+        return Ok(Checked::Valid(Some(Account { id, login })));
     }
     if status == 429 || status >= 500 {
         return Err(OutboundError::Status(status));
@@ -240,6 +258,26 @@ mod tests {
         let basic = CredentialSpec { kind: ProviderKind::Basic, fields: basic_fields(), check: None };
         let c = basic.values(&form(&[("username", "ann"), ("password", "pw")])).unwrap();
         assert_eq!((c.token.as_str(), basic.credential_type()), ("pw", "basic"));
+    }
+
+    #[test]
+    fn a_stored_credential_fits_only_the_kind_and_fields_it_was_typed_for() {
+        let fields = |names: &[&str]| -> BTreeMap<String, String> {
+            names.iter().map(|n| ((*n).to_owned(), format!("v-{n}"))).collect()
+        };
+        let key = spec(api_key_fields());
+        let typed = key.values(&fields(&["api_key"])).unwrap();
+        assert!(key.fits("api_key", &typed));
+        assert!(!key.fits("basic", &typed), "the row's type");
+        let basic = CredentialSpec { kind: ProviderKind::Basic, fields: basic_fields(), check: None };
+        let pair = basic.values(&fields(&["username", "password"])).unwrap();
+        assert!(basic.fits("basic", &pair));
+        assert!(!key.fits("api_key", &pair), "a password is not handed out as a key");
+        assert!(!basic.fits("basic", &typed));
+        assert_eq!(
+            basic.values(&form(&[("username", "a:b"), ("password", "p")])).unwrap_err(),
+            FormRefusal::Colon("Username".into())
+        );
     }
 
     #[test]

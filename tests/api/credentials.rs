@@ -324,3 +324,54 @@ async fn a_typed_credential_reaches_no_log_audit_row_webhook_url_or_error_page_a
         }
     }
 }
+
+#[tokio::test]
+async fn five_refused_values_end_the_checks_for_a_link() {
+    let app = spawn().await;
+    let (id, url) = app.elicit("alice", "basicp").await;
+    let browser = Browser::new();
+    let page = form_page(&app, &browser, &url, "alice").await;
+    for n in 0..5 {
+        let password = format!("guess-{n}-0123456789");
+        let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", &password)]).await;
+        assert_eq!(r.status(), 400, "attempt {n}");
+    }
+    // The sixth, even the right one, is not sent to the provider.
+    let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("Too many attempts"));
+    assert_eq!(app.provider.stats().credential_checks, 5);
+    assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+}
+
+#[tokio::test]
+async fn a_typed_credential_is_not_handed_out_after_its_provider_changed_kind() {
+    let app = spawn().await;
+    let (id, url) = app.elicit("alice", "basicp").await;
+    let browser = Browser::new();
+    let page = form_page(&app, &browser, &url, "alice").await;
+    let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(retry(&app, "alice", "basicp", &id).await["credential_type"], "basic");
+
+    // The same database, a file in which `basicp` now asks for an API key: the password
+    // is never handed out as one; the person is asked to connect anew.
+    let mut opts = options();
+    opts.extra_toml = opts
+        .extra_toml
+        .replace("[providers.basicp]\ntemplate = \"basic\"", "[providers.basicp]\ntemplate = \"api_key\"");
+    opts.extra_toml = opts.extra_toml.replace(
+        "[providers.basicp.check]\nurl = \"{PROVIDER}/api/me\"\n",
+        "[providers.basicp.check]\nurl = \"{PROVIDER}/api/me\"\nheader = \"X-Api-Key\"\n",
+    );
+    assert!(opts.extra_toml.contains("template = \"api_key\"\ndisplay_name = \"Basic Service\""));
+    let changed = crate::support::spawn_on(&app, &opts).await;
+    let b = changed.token_ok(json!({"subject": "alice", "provider": "basicp"})).await;
+    assert_eq!(b["status"], "connect_required", "{b}");
+    // And revoking the row tells no provider anything (it is typed, whatever the file says).
+    let conn: uuid::Uuid = sqlx::query_scalar("SELECT id FROM connections").fetch_one(&app.pool).await.unwrap();
+    let r = changed.admin(reqwest::Method::POST, &format!("/connections/{conn}/revoke"), None).await;
+    let out: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(out["provider_result"], "no_revocation_endpoint", "{out}");
+}

@@ -115,7 +115,7 @@ class Service:
                 {
                     "status": "connected",
                     "access_token": f"gho-{body['subject']}",
-                    "token_type": "bearer",
+                    "credential_type": "oauth2", "token_type": "bearer",
                     "expires_at": None,
                     "scopes": ["read"],
                     "account": {"id": "7", "login": "octo"},

@@ -31,7 +31,7 @@ EID = "3f2b8c1e-0d4a-4e5b-9c6d-7e8f9a0b1c2d"
 CONNECTED = {
     "status": "connected",
     "access_token": "gho_tokensecret",
-    "token_type": "bearer",
+    "credential_type": "oauth2", "token_type": "bearer",
     "expires_at": "2030-01-01T00:00:00Z",
     "scopes": ["repo"],
     "account": {"id": "42", "login": "octo"},

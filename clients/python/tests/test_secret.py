@@ -48,7 +48,7 @@ def test_logging_a_secret_logs_the_placeholder(caplog: pytest.LogCaptureFixture)
 
 def test_a_connected_answer_never_prints_or_dumps_the_token() -> None:
     body = json.dumps(
-        {"status": "connected", "access_token": SECRET, "token_type": "bearer", "scopes": [], "connection_id": "c"}
+        {"status": "connected", "access_token": SECRET, "credential_type": "oauth2", "token_type": "bearer", "scopes": [], "connection_id": "c"}
     ).encode()
     outcome = parse_token_answer(body)
     assert isinstance(outcome, Connected)
@@ -58,6 +58,25 @@ def test_a_connected_answer_never_prints_or_dumps_the_token() -> None:
     conn = Connection("dev", "alice", outcome.access_token, "bearer", (), datetime.now(UTC), None, "c")
     assert SECRET not in repr(conn)
     assert conn.headers() == {"Authorization": f"Bearer {SECRET}"}
+
+
+def test_a_typed_credentials_fields_are_redacted_too() -> None:
+    body = json.dumps(
+        {
+            "status": "connected",
+            "access_token": SECRET,
+            "credential_type": "basic",
+            "fields": {"username": "ann", "password": SECRET},
+            "token_type": "basic",
+            "scopes": [],
+            "connection_id": "c",
+        }
+    ).encode()
+    outcome = parse_token_answer(body)
+    assert isinstance(outcome, Connected) and outcome.credential_type == "basic"
+    assert SECRET not in repr(outcome) and SECRET not in outcome.model_dump_json()
+    assert outcome.fields is not None and outcome.fields["password"].reveal() == SECRET
+    assert outcome.fields["username"].reveal() == "ann"
 
 
 def test_the_client_does_not_print_its_key_nor_put_it_in_errors() -> None:

@@ -81,6 +81,8 @@ export interface AccountWire {
 }
 export interface ConnectedWire {
   access_token: string;
+  credential_type: string;
+  fields?: Record<string, string>;
   token_type: string;
   expires_at?: string | null;
   scopes: string[];
@@ -133,7 +135,7 @@ export interface ErrorBodyWire {
 export const WIRE = {
   TokenBody: { subject: false, subject_token: false, provider: true, scopes: false, elicitation_id: false, wait_seconds: false, mcp_session_id: false },
   Account: { id: true, login: false },
-  Connected: { access_token: true, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
+  Connected: { access_token: true, credential_type: true, fields: false, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
   ElicitationLink: { id: true, url: true, expires_at: true },
   McpElicitation: { mode: true, message: true, url: true, elicitationId: true },
   ConnectRequired: { elicitation: true, mcp: true },
@@ -197,6 +199,10 @@ export type TokenOutcome =
       status: 'connected';
       /** Redacted in logs and JSON; `token.reveal()` for the provider call. */
       token: AccessToken;
+      /** `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page). */
+      credentialType: string;
+      /** `api_key` and `basic`: every field typed, by name, each redacted like `token`. */
+      fields: Record<string, AccessToken> | null;
       tokenType: string;
       expiresAt: Date | null;
       scopes: string[];
@@ -258,6 +264,14 @@ function str(o: Obj, k: string, what: string): string {
 function optStr(o: Obj, k: string, what: string): string | null {
   return o[k] === undefined || o[k] === null ? null : str(o, k, what);
 }
+/** The typed credential's fields (absent for OAuth), each wrapped so no log shows it. */
+function credentialFields(o: Obj): Record<string, AccessToken> | null {
+  if (o.fields === undefined || o.fields === null) return null;
+  const f = obj(o.fields, 'answer.fields');
+  const out: Record<string, AccessToken> = {};
+  for (const k of Object.keys(f)) out[k] = new AccessToken(str(f, k, 'answer.fields'));
+  return out;
+}
 function strings(o: Obj, k: string, what: string): string[] {
   const v = o[k];
   if (!Array.isArray(v) || !v.every((s) => typeof s === 'string')) throw new ShapeError(`${what}.${k} is not a list of strings`);
@@ -285,6 +299,8 @@ export function parseTokenAnswer(body: unknown): TokenOutcome {
       return {
         status: 'connected',
         token: new AccessToken(str(o, 'access_token', 'answer')),
+        credentialType: optStr(o, 'credential_type', 'answer') ?? 'oauth2',
+        fields: credentialFields(o),
         tokenType: str(o, 'token_type', 'answer'),
         expiresAt: optDate(o, 'expires_at', 'answer'),
         scopes: strings(o, 'scopes', 'answer'),

@@ -184,6 +184,10 @@ pub enum TokenOutcome {
     /// A usable connection exists; the token was refreshed first if it was about to expire.
     Connected {
         token: AccessToken,
+        /// `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page).
+        credential_type: String,
+        /// `api_key` and `basic`: every field typed, by name, each redacted like `token`.
+        fields: Option<std::collections::BTreeMap<String, AccessToken>>,
         token_type: String,
         expires_at: Option<OffsetDateTime>,
         scopes: Vec<String>,
@@ -205,6 +209,10 @@ pub enum TokenOutcome {
 pub(crate) enum TokenWire {
     Connected {
         access_token: String,
+        #[serde(default = "oauth2")]
+        credential_type: String,
+        #[serde(default)]
+        fields: Option<std::collections::BTreeMap<String, String>>,
         token_type: String,
         #[serde(with = "time::serde::rfc3339::option")]
         expires_at: Option<OffsetDateTime>,
@@ -221,19 +229,32 @@ pub(crate) enum TokenWire {
     },
 }
 
+fn oauth2() -> String {
+    "oauth2".to_owned()
+}
+
 impl From<TokenWire> for TokenOutcome {
     fn from(w: TokenWire) -> Self {
         match w {
-            TokenWire::Connected { access_token, token_type, expires_at, scopes, account, connection_id } => {
-                TokenOutcome::Connected {
-                    token: AccessToken::new(access_token),
-                    token_type,
-                    expires_at,
-                    scopes,
-                    account,
-                    connection_id,
-                }
-            }
+            TokenWire::Connected {
+                access_token,
+                credential_type,
+                fields,
+                token_type,
+                expires_at,
+                scopes,
+                account,
+                connection_id,
+            } => TokenOutcome::Connected {
+                token: AccessToken::new(access_token),
+                credential_type,
+                fields: fields.map(|f| f.into_iter().map(|(k, v)| (k, AccessToken::new(v))).collect()),
+                token_type,
+                expires_at,
+                scopes,
+                account,
+                connection_id,
+            },
             TokenWire::ConnectRequired { elicitation, mcp } => TokenOutcome::ConnectRequired { elicitation, mcp },
             TokenWire::Declined { elicitation_id } => TokenOutcome::Declined { elicitation_id },
         }

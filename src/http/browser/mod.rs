@@ -24,10 +24,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/connect/{provider}", web::get().to(connect::show))
         .route("/connect/{provider}/authorize", web::post().to(connect::authorize))
         .route("/connect/{provider}/callback", web::get().to(connect::callback))
-        // Up to five fields of up to 4096 characters each, percent-encoded.
+        // Up to five fields of up to 4096 characters each, of up to 4 bytes, percent-encoded.
         .service(
             web::resource("/connect/{provider}/credential")
-                .app_data(web::FormConfig::default().limit(128 * 1024))
+                .app_data(web::FormConfig::default().limit(256 * 1024))
                 .route(web::post().to(connect::credential)),
         )
         .route("/connections", web::get().to(connections::show))

@@ -232,6 +232,15 @@ pub fn credential_error(rid: &RequestId, r: crate::flows::credential::Credential
             );
         }
         R::Unavailable => PROVIDER_UNAVAILABLE,
+        R::TooManyAttempts => {
+            return PageError::new(
+                rid,
+                PageKind::Refused,
+                "Too many attempts",
+                "The provider refused what was typed several times; this link takes no more.",
+                "Ask your assistant again in a few minutes; it will give you a new link.",
+            );
+        }
         R::AccountMismatch => ACCOUNT_MISMATCH,
         R::ConnectedConcurrently => CONNECTED_CONCURRENTLY,
         R::ElicitationGone | R::Form(_) | R::Refused(_) => refused("The connect request is no longer active."),

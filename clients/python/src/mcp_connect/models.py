@@ -175,12 +175,20 @@ def _redacted(_: AccessToken) -> str:
     return "[REDACTED]"
 
 
+def _redacted_all(v: dict[str, AccessToken]) -> dict[str, str]:
+    return {k: "[REDACTED]" for k in v}
+
+
 class Connected(_Wire):
     """A usable token (refreshed first if it was about to expire)."""
 
     status: Literal["connected"] = "connected"
     # Never printed, and dumped as "[REDACTED]": `access_token.reveal()` reads it.
     access_token: Annotated[AccessToken, PlainSerializer(_redacted, return_type=str)]
+    # `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page).
+    credential_type: str
+    # `api_key` and `basic`: every field typed, by name, each redacted like the token.
+    fields: Annotated[dict[str, AccessToken], PlainSerializer(_redacted_all, return_type=dict)] | None = None
     token_type: str
     expires_at: datetime | None = None
     scopes: list[str]
@@ -197,6 +205,15 @@ class Connected(_Wire):
         if not isinstance(v, str):
             raise ValueError("access_token must be a string")
         return AccessToken(v)
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _wrap_fields(cls, v: Any) -> dict[str, AccessToken] | None:
+        if v is None:
+            return None
+        if not isinstance(v, dict) or not all(isinstance(x, (str, AccessToken)) for x in v.values()):
+            raise ValueError("fields must map names to strings")
+        return {str(k): x if isinstance(x, AccessToken) else AccessToken(x) for k, x in v.items()}
 
 
 class ConnectRequired(_Wire):
