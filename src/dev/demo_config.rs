@@ -24,8 +24,16 @@ poll_interval_ms = 500
 [[tenants]]
 id = "dev"
 display_name = "Dev Assistant"
-providers = ["dev"]
+providers = ["dev", "devkeys"]
 subject_token_audience = "{mcp_url}"
+[providers.devkeys]
+template = "api_key"
+display_name = "Dev Key Service"
+account_id_field = "id"
+account_login_field = "login"
+[providers.devkeys.check]
+url = "{provider}/api/me"
+header = "X-Api-Key"
 [providers.dev]
 template = "oidc"
 display_name = "Dev Provider"

@@ -31,6 +31,10 @@ Try it (in another terminal):
        -d '{{"subject":"alice","provider":"dev","elicitation_id":"<id from step 1>"}}' $MCP_CONNECT_URL/v1/token
   #    -> "status":"connected" with the token.
 
+  # An API key instead of OAuth: step 1 with "provider":"devkeys". The link opens a form
+  # on this service's page; type devkey-alice (any devkey-<name> is valid, anything else
+  # is refused by the Dev Key Service's check). Step 3 answers "credential_type":"api_key".
+
   # Now try the phishing case: make a new link (step 1 with "subject":"carol"), open it,
   # and sign in as bob. The page refuses: the link was made for another account.
 

@@ -95,6 +95,28 @@ async fn walkthrough(env: &HashMap<String, String>) {
     assert_eq!(again["status"], "connected");
     assert_eq!(again["account"]["login"], "alice-at-dev");
 
+    // The API-key provider of the walkthrough: the form on our page, the key checked.
+    let keyed = ask(serde_json::json!({"subject": "alice", "provider": "devkeys"})).await;
+    let browser = Browser::new();
+    let page = browser.open(&app, keyed["elicitation"]["url"].as_str().unwrap(), "alice").await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    let form = [
+        ("csrf", crate::support::browser::form_value(&page, "csrf")),
+        ("e", crate::support::browser::form_value(&page, "e")),
+        ("api_key", "devkey-alice".to_owned()),
+    ];
+    let r = browser.client.post(format!("{base}/connect/devkeys/credential")).form(&form).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let key_answer = ask(
+        serde_json::json!({"subject": "alice", "provider": "devkeys", "elicitation_id": keyed["elicitation"]["id"]}),
+    )
+    .await;
+    assert_eq!(
+        (key_answer["credential_type"].as_str(), key_answer["access_token"].as_str()),
+        (Some("api_key"), Some("devkey-alice"))
+    );
+
     let carol = ask(serde_json::json!({"subject": "carol", "provider": "dev"})).await;
     let r = Browser::new().open(&app, carol["elicitation"]["url"].as_str().unwrap(), "bob").await;
     assert_eq!(r.status(), 403);
