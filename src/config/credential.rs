@@ -34,6 +34,7 @@ pub(super) fn validate(
         ("extra_authorize_params", !p.extra_authorize_params.is_empty()),
         ("clock_skew_seconds", p.clock_skew_seconds.is_some()),
         ("allow_private_endpoints", p.allow_private_endpoints),
+        ("resource", p.resource.is_some()),
     ];
     if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(err(f(field), format!("the {template} template has no OAuth client, endpoints or scopes")));
@@ -84,6 +85,7 @@ pub(super) fn validate(
         reach: None,
         active: true,
         credential: Some(Arc::new(CredentialSpec { kind: p.template, fields, check })),
+        resource: None,
     })
 }
 

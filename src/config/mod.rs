@@ -7,6 +7,7 @@
 mod credential;
 mod env;
 mod raw;
+mod remote;
 mod validate;
 
 use crate::oauth::providers::ProviderRegistry;

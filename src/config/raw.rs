@@ -225,6 +225,8 @@ pub struct RawProvider {
     pub fields: Option<Vec<RawField>>,
     /// `api_key` and `basic`: the request that tells a good credential from a bad one.
     pub check: Option<RawCheck>,
+    /// `mcp`: the remote MCP server's URL (its resource identifier).
+    pub resource: Option<String>,
 }
 
 /// One input of an `api_key` provider's connect page.

@@ -536,6 +536,12 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
     if p.template.is_credential() {
         return super::credential::validate(id, &f, p, secret);
     }
+    if p.template == ProviderKind::Mcp {
+        return super::remote::validate_mcp(id, &f, p, secret);
+    }
+    if p.resource.is_some() {
+        return Err(err(f("resource"), "only the mcp template names a resource"));
+    }
     if p.fields.is_some() {
         return Err(err(f("fields"), "only the api_key template asks for fields"));
     }
@@ -579,6 +585,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         reach: None,
         active: true,
         credential: None,
+        resource: None,
     })
 }
 

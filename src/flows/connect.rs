@@ -207,7 +207,7 @@ pub async fn consent_view(
         let domain = spec.check.as_ref().map(|c| authority(&c.url));
         return Ok(Consent::Credential(Box::new(CredentialView { elicitation, tenant_name, provider, spec, domain })));
     }
-    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
+    let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
     Ok(Consent::View(Box::new(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })))
@@ -231,7 +231,7 @@ pub async fn start_authorization(
     if provider.credential.is_some() {
         return Err(ConnectError::NotOAuth);
     }
-    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(ConnectError::Resolve)?;
+    let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
     let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
     let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.provider_redirect_uri(path_provider);

@@ -90,7 +90,7 @@ async fn provider_domain(state: &AppState, provider: &str) -> Option<String> {
     if let Some(spec) = &p.credential {
         return spec.check.as_ref().map(|c| super::connect::authority(&c.url));
     }
-    let server = state.resolver.provider(&state.outbound, &p).await.ok()?;
+    let server = super::remote::provider_server(state, &p).await.ok()?;
     Some(super::connect::authority(&server.authorize_url))
 }
 

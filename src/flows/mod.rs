@@ -18,6 +18,7 @@ pub mod login;
 pub mod policy;
 pub mod providers;
 pub mod refresh;
+pub mod remote;
 pub mod revoke;
 pub mod rotate;
 pub mod subject;

@@ -60,10 +60,10 @@ fn checked(
         serde_json::from_value(serde_json::Value::Object(settings)).map_err(|e| invalid("settings", e.to_string()))?;
     // Their fields and check request are the file's for now (the check URL would need the
     // SSRF guard and a place in the fixed identity first).
-    if raw.template.is_credential() {
+    if raw.template.is_credential() || raw.template == crate::oauth::ProviderKind::Mcp {
         return Err(invalid(
             "template",
-            "api_key and basic providers are configured in the file; this API makes OAuth ones",
+            "api_key, basic and mcp providers are configured in the file; this API makes OAuth ones",
         ));
     }
     let s = secret.expose_secret();

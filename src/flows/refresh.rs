@@ -144,11 +144,8 @@ async fn refresh_locked(
     if provider.credential.is_some() {
         return Err(RefreshError::NeedsReauth);
     }
-    let server = state
-        .resolver
-        .provider(&state.outbound, &provider)
-        .await
-        .map_err(|e| RefreshError::Transient(e.to_string()))?;
+    let server =
+        super::remote::provider_server(state, &provider).await.map_err(|e| RefreshError::Transient(e.to_string()))?;
     let redirect = state.provider_redirect_uri(&row.provider);
     let answer = flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await;
     metrics::counter!(REFRESHES, "outcome" => answer.as_ref().map_or_else(FlowError::reason, |_| "succeeded"))

@@ -161,7 +161,7 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
     if provider.credential.is_some() {
         return "failed: the provider takes typed credentials now; revoke the grant at the provider".to_owned();
     }
-    let server = match state.resolver.provider(&state.outbound, &provider).await {
+    let server = match super::remote::provider_server(state, &provider).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "provider unavailable for revocation");

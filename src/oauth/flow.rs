@@ -40,6 +40,9 @@ pub struct AuthServer {
     /// The origins its discovery put endpoints on that are reached guarded (see
     /// `oauth::http`); every request for this server goes through it.
     pub guard: super::http::Guard,
+    /// RFC 8707: the resource the tokens are for (a remote MCP server), sent on the
+    /// authorization, token and refresh requests.
+    pub resource: Option<String>,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -163,11 +166,16 @@ pub struct AuthorizeRequest {
 }
 
 fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
-    Client::new(oauth2::ClientId::new(server.client_id.clone()))
-        .set_client_secret(oauth2::ClientSecret::new(server.client_secret.expose_secret().to_owned()))
+    let c = Client::new(oauth2::ClientId::new(server.client_id.clone()))
         .set_auth_uri(AuthUrl::from_url(server.authorize_url.clone()))
         .set_token_uri(TokenUrl::from_url(server.token_url.clone()))
-        .set_redirect_uri(RedirectUrl::from_url(redirect_uri.clone()))
+        .set_redirect_uri(RedirectUrl::from_url(redirect_uri.clone()));
+    // A public client (registered by a client ID metadata document): its id in the body.
+    if server.client_secret.expose_secret().is_empty() {
+        c.set_auth_type(oauth2::AuthType::RequestBody)
+    } else {
+        c.set_client_secret(oauth2::ClientSecret::new(server.client_secret.expose_secret().to_owned()))
+    }
 }
 
 /// Builds the authorization URL with a 256-bit state, PKCE S256 and, for OIDC, a nonce.
@@ -193,6 +201,9 @@ pub fn authorize(
     }
     for (k, v) in extra_params {
         req = req.add_extra_param(k.clone(), v.clone());
+    }
+    if let Some(r) = &server.resource {
+        req = req.add_extra_param("resource", r.clone());
     }
     let (url, _) = req.url();
     AuthorizeRequest { url, state, pkce_verifier: verifier.secret().to_owned(), nonce }
@@ -254,12 +265,13 @@ pub async fn exchange_code(
 ) -> Result<TokenSet, FlowError> {
     let c = client(server, redirect_uri);
     let http = http.with_guard(&server.guard);
-    let resp = c
+    let mut req = c
         .exchange_code(AuthorizationCode::new(code.to_owned()))
-        .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()))
-        .request_async(&http.as_client())
-        .await
-        .map_err(map_token_error::<OutboundError>)?;
+        .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()));
+    if let Some(r) = &server.resource {
+        req = req.add_extra_param("resource", r.clone());
+    }
+    let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
     Ok(token_set(resp))
 }
 
@@ -273,11 +285,13 @@ pub async fn refresh(
     let c = client(server, redirect_uri);
     let http = http.with_guard(&server.guard);
     let rt = RefreshToken::new(refresh_token.expose_secret().to_owned());
-    let resp = c
-        .exchange_refresh_token(&rt)
-        .request_async(&http.as_client())
-        .await
-        .map_err(map_token_error::<OutboundError>)?;
+    let mut req = c.exchange_refresh_token(&rt);
+    // Without it a server of several resources answers `invalid_target`, or a token for
+    // another audience.
+    if let Some(r) = &server.resource {
+        req = req.add_extra_param("resource", r.clone());
+    }
+    let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
     Ok(token_set(resp))
 }
 
@@ -426,6 +440,7 @@ mod tests {
             id_token_algs: id_token_algs(None),
             clock_skew: time::Duration::seconds(60),
             guard: crate::oauth::http::Guard::default(),
+            resource: None,
         }
     }
 

@@ -228,6 +228,22 @@ impl Outbound {
         serde_json::from_slice(&a.body).map_err(|_| OutboundError::Json)
     }
 
+    /// A request without a token to a protected resource (RFC 9728 §5.1): its status and
+    /// `WWW-Authenticate` challenge, if any.
+    pub async fn probe(&self, url: &url::Url) -> Result<(u16, Option<String>), OutboundError> {
+        let r = self.client.get(url.as_str()).header("accept", "application/json, text/event-stream");
+        let a = self.send(r).await?;
+        let challenge = a.headers.get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok((a.status.as_u16(), challenge))
+    }
+
+    /// POST a JSON document (RFC 7591 registration); the status and the body.
+    pub async fn post_json(&self, url: &url::Url, body: &serde_json::Value) -> Result<(u16, Vec<u8>), OutboundError> {
+        let r = self.client.post(url.as_str()).header("accept", "application/json").json(body);
+        let a = self.send(r).await?;
+        Ok((a.status.as_u16(), a.body))
+    }
+
     /// A credential check (`oauth::credential`): the request as given, with the headers
     /// (marked sensitive by the caller) and HTTP Basic; returns the status and the body.
     pub async fn send_check(
@@ -255,7 +271,14 @@ impl Outbound {
         form: &[(&str, &str)],
     ) -> Result<u16, OutboundError> {
         let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let r = self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form);
+        // A public client (no secret) names itself in the body (RFC 7009 §2.1).
+        let r = if client_secret.is_empty() {
+            let mut with_id = form.to_vec();
+            with_id.push(("client_id", client_id));
+            self.client.post(url.as_str()).form(&with_id)
+        } else {
+            self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form)
+        };
         Ok(self.send(r).await?.status.as_u16())
     }
 }

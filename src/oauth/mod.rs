@@ -8,6 +8,8 @@ pub mod credential;
 pub mod flow;
 pub mod http;
 pub mod id_token;
+/// Remote MCP servers as providers: RFC 9728 and RFC 8414 discovery, RFC 7591 registration.
+pub mod mcp;
 pub mod providers;
 pub mod resolve;
 /// Guards against server-side request forgery (provider discovery here, and the webhook

@@ -26,6 +26,9 @@ pub enum ProviderKind {
     ApiKey,
     /// No OAuth: a username and password typed on our page, used as HTTP Basic.
     Basic,
+    /// A remote MCP server: its authorization server discovered (RFC 9728, RFC 8414),
+    /// mcp-connect registered there, its tokens bound to it (RFC 8707).
+    Mcp,
 }
 
 /// What a template knows about a provider; every field can be overridden in the config.
@@ -56,6 +59,7 @@ impl ProviderKind {
             ProviderKind::Oidc => OIDC,
             ProviderKind::Oauth2 => OAUTH2,
             ProviderKind::ApiKey | ProviderKind::Basic => CREDENTIAL,
+            ProviderKind::Mcp => MCP,
         }
     }
 
@@ -163,6 +167,9 @@ const OAUTH2: Template =
 /// configured.
 const CREDENTIAL: Template = Template { display_name: "", scope_separator: " ", ..EMPTY };
 
+/// `mcp`: everything from discovery; no account endpoint (an MCP server has none).
+const MCP: Template = Template { display_name: "", scope_separator: " ", ..EMPTY };
+
 /// One configured downstream provider, ready to use.
 #[derive(Debug)]
 pub struct Provider {
@@ -212,6 +219,10 @@ pub struct Provider {
     /// is checked. Their OAuth fields (client, endpoints, scopes) are empty and never used:
     /// every path that would talk OAuth to the provider asks [`Provider::credential`] first.
     pub credential: Option<Arc<super::credential::CredentialSpec>>,
+    /// `Some` for the `mcp` kind: the remote MCP server's URL, its resource identifier.
+    /// Its endpoints come from discovery; its client id from the configuration, or from
+    /// registering (`flows::remote`).
+    pub resource: Option<Url>,
 }
 
 /// All configured providers by id.

@@ -431,8 +431,18 @@ impl Resolver {
             id_token_algs: d.id_token_algs,
             clock_skew: idp.clock_skew,
             guard: d.guard,
+            resource: None,
         });
         Ok(server)
+    }
+
+    /// A provider resolved by the caller's `build` (a remote MCP server, whose client
+    /// registration needs the database), cached and gated as every other server.
+    pub async fn provider_with<F>(&self, p: &Provider, build: F) -> Result<Arc<AuthServer>, ResolveError>
+    where
+        F: std::future::Future<Output = Result<Arc<AuthServer>, ResolveError>>,
+    {
+        self.resolve(&provider_key(p), build).await
     }
 
     /// A downstream provider: configured endpoints win; OIDC providers add discovery
@@ -504,6 +514,7 @@ impl Resolver {
                 id_token_algs: d.id_token_algs,
                 clock_skew: p.clock_skew,
                 guard: guard(Some(&d.guard)),
+                resource: None,
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -519,6 +530,7 @@ impl Resolver {
                 id_token_algs: Vec::new(),
                 clock_skew: p.clock_skew,
                 guard: guard(None),
+                resource: None,
             },
         };
         Ok(Arc::new(server))

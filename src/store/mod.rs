@@ -11,6 +11,7 @@ pub mod handouts;
 pub mod kill_switches;
 pub mod lookup;
 pub mod providers;
+pub mod remote_clients;
 pub mod sessions;
 pub mod states;
 pub mod tenants;

@@ -187,7 +187,7 @@ async fn interop_with(idp: Value, provider: Value, more: impl Fn(&Peer) -> Strin
 
 /// Signs in at a peer's login page as `name`, starting at `url` and following the peer's
 /// redirects until the browser is sent away from the peer; returns that address.
-async fn sign_in_at(b: &Browser, peer: &Peer, url: &str, name: &str) -> String {
+pub(crate) async fn sign_in_at(b: &Browser, peer: &Peer, url: &str, name: &str) -> String {
     let on_peer = |loc: &str| url::Url::parse(&peer.origin()).unwrap().join(loc).unwrap().to_string();
     let mut next = on_peer(url);
     for _ in 0..10 {

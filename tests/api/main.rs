@@ -27,6 +27,7 @@ mod metrics;
 mod openapi;
 mod operator;
 mod ops;
+mod remote_mcp;
 mod schemathesis;
 mod sdks;
 mod serve;

@@ -12,7 +12,7 @@ import { randomBytes, generateKeyPairSync } from 'node:crypto';
 import http from 'node:http';
 import process from 'node:process';
 
-import Provider, { interactionPolicy } from 'oidc-provider';
+import Provider, { errors, interactionPolicy } from 'oidc-provider';
 // oidc-provider's own in-memory adapter; its storage is module-level, so sessions, grants and
 // tokens survive the Provider rebuilds done by the admin endpoints. Bigger than the default
 // 1000 entries so that long test runs do not evict live sessions.
@@ -46,7 +46,7 @@ const ALGS = new Set(['RS256', 'PS256', 'ES256']);
 const cfg = readConfig();
 const KNOWN = new Set(['port', 'issuer_path', 'alg', 'clients', 'access_ttl', 'refresh_ttl', 'id_token_ttl',
   'rotate_refresh_tokens', 'issue_refresh_tokens', 'expires_with_session', 'logout_confirm',
-  'exit_on_stdin_close', 'log']);
+  'exit_on_stdin_close', 'log', 'mcp_resource']);
 for (const k of Object.keys(cfg)) if (!KNOWN.has(k)) fail(`unknown configuration field "${k}"`);
 const settings = {
   port: cfg.port ?? 0,
@@ -61,7 +61,13 @@ const settings = {
   logoutConfirm: cfg.logout_confirm ?? false,
   exitOnStdinClose: cfg.exit_on_stdin_close ?? true,
   log: cfg.log ?? (process.env.OIDC_LOG === '1'),
+  // Also a remote MCP server's authorization server: `/mcp` is a protected resource whose
+  // 401 names its RFC 9728 metadata; its tokens are JWTs for it (RFC 8707 resource
+  // indicators), and clients register themselves (RFC 7591).
+  mcpResource: cfg.mcp_resource ?? false,
 };
+const MCP_SCOPE = 'mcp:tools';
+const mcpResourceUrl = () => `${issuer.replace(/\/+$/, '').replace(mountPath, '')}/mcp`;
 
 if (!Number.isInteger(settings.port) || settings.port < 0 || settings.port > 65535) fail('port must be an integer 0..65535');
 if (!ALGS.has(settings.alg)) fail(`alg must be one of ${[...ALGS].join(', ')}`);
@@ -123,6 +129,9 @@ function freshStats() {
     revocations: { requests: 0, ok: 0, access_token: 0, refresh_token: 0, not_found: 0 },
     introspections: { requests: 0, active: 0, inactive: 0 },
     userinfo_requests: { total: 0, ok: 0 },
+    // The remote MCP server's side: probes of /mcp, metadata reads, registrations, and the
+    // `resource` of each authorization and token request (null: none sent).
+    mcp: { probes: 0, metadata_requests: 0, registrations: 0, authorize_resources: [], token_resources: [] },
     end_session: { requests: 0, confirmed: 0 },
   };
 }
@@ -143,10 +152,15 @@ async function statsMiddleware(ctx, next) {
   switch (route) {
     case 'authorization':
       stats.authorization_requests += 1;
+      stats.mcp.authorize_resources.push(ctx.oidc.params?.resource ?? null);
+      break;
+    case 'registration':
+      if (ctx.status === 201) stats.mcp.registrations += 1;
       break;
     case 'token': {
       const gt = ctx.oidc.params?.grant_type ?? '(none)';
       stats.token_requests.total += 1;
+      stats.mcp.token_resources.push({ grant_type: gt, resource: ctx.oidc.params?.resource ?? null });
       inc(stats.token_requests.by_grant_type, gt);
       stats.client_auth.token ??= {};
       inc(stats.client_auth.token, clientAuthMethod(ctx));
@@ -303,6 +317,8 @@ function buildProvider() {
       }
       const scope = [...oidc.requestParamOIDCScopes].join(' ');
       if (scope) grant.addOIDCScope(scope);
+      const resource = oidc.params?.resource;
+      if (settings.mcpResource && resource === mcpResourceUrl()) grant.addResourceScope(resource, MCP_SCOPE);
       const claims = [...oidc.requestParamClaims];
       if (claims.length) grant.addOIDCClaims(claims);
       await grant.save();
@@ -314,7 +330,18 @@ function buildProvider() {
     },
     features: {
       devInteractions: { enabled: false },
-      resourceIndicators: { enabled: false }, // opaque access tokens, usable at userinfo
+      // Off: opaque access tokens, usable at userinfo. On (mcp_resource): JWTs for /mcp,
+      // and only when the request names it (a refresh without `resource` gets none).
+      resourceIndicators: settings.mcpResource ? {
+        enabled: true,
+        defaultResource: () => undefined,
+        useGrantedResource: () => false,
+        getResourceServerInfo: (ctx, indicator) => {
+          if (indicator !== mcpResourceUrl()) throw new errors.InvalidTarget();
+          return { scope: MCP_SCOPE, audience: indicator, accessTokenFormat: 'jwt', accessTokenTTL: settings.accessTtl };
+        },
+      } : { enabled: false },
+      registration: { enabled: settings.mcpResource },
       revocation: { enabled: true },
       introspection: { enabled: true },
       userinfo: { enabled: true },
@@ -620,6 +647,16 @@ const server = http.createServer(async (req, res) => {
       rest = pathname.slice(mountPath.length) || '/';
     }
     if (rest.startsWith('/interaction/')) return await interaction(req, res, rest);
+    if (settings.mcpResource && pathname === '/mcp') {
+      // The MCP server itself: no token, no entry, and where to read about it.
+      stats.mcp.probes += 1;
+      res.setHeader('www-authenticate', `Bearer resource_metadata="${mcpResourceUrl().replace('/mcp', '/.well-known/oauth-protected-resource/mcp')}"`);
+      return sendJson(res, 401, { error: 'invalid_token' });
+    }
+    if (settings.mcpResource && pathname === '/.well-known/oauth-protected-resource/mcp') {
+      stats.mcp.metadata_requests += 1;
+      return sendJson(res, 200, { resource: mcpResourceUrl(), authorization_servers: [issuer], scopes_supported: [MCP_SCOPE] });
+    }
     if (mountPath) {
       // oidc-provider derives its mount path from originalUrl minus url
       req.originalUrl = req.url;

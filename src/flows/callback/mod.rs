@@ -255,7 +255,7 @@ async fn consumed(
     {
         return Err(CallbackRefusal::ProviderDisabled.into());
     }
-    let server = state.resolver.provider(&state.outbound, &provider).await.map_err(CallbackRefusal::Resolve)?;
+    let server = super::remote::provider_server(state, &provider).await.map_err(CallbackRefusal::Resolve)?;
     // RFC 9207 applies to error responses too.
     flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
     let tenant_name = state.tenant_name(&st.tenant_id);

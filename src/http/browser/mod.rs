@@ -30,8 +30,24 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(web::FormConfig::default().limit(256 * 1024))
                 .route(web::post().to(connect::credential)),
         )
+        .route("/clients/{provider}", web::get().to(client_metadata))
         .route("/connections", web::get().to(connections::show))
         .route("/connections/disconnect", web::post().to(connections::disconnect));
+}
+
+/// `GET /clients/{provider}`: the Client ID Metadata Document mcp-connect is known by at a
+/// remote MCP server's authorization server (its URL is the client id); 404 for anything
+/// else.
+async fn client_metadata(state: web::Data<crate::app::AppState>, path: web::Path<String>) -> HttpResponse {
+    let doc = crate::domain::ProviderId::parse(&path)
+        .ok()
+        .and_then(|id| state.providers.get(&id))
+        .and_then(|p| crate::flows::remote::client_metadata(&state, &p));
+    match doc {
+        Some(d) => HttpResponse::Ok().insert_header(("cache-control", "public, max-age=300")).json(d),
+        None => HttpResponse::NotFound()
+            .json(serde_json::json!({"error": "not_found", "error_description": "no such client"})),
+    }
 }
 
 async fn style() -> HttpResponse {

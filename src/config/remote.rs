@@ -1,0 +1,82 @@
+//! `[providers.<name>]` of the `mcp` template: a remote MCP server's URL; its endpoints
+//! come from discovery, its client from the configuration or from registering.
+
+use super::raw::RawProvider;
+use super::{ConfigError, err};
+use crate::domain::{ProviderId, Scopes};
+use crate::oauth::providers::Provider;
+use crate::oauth::urls;
+use secrecy::SecretString;
+
+/// A remote MCP server provider, checked. A `client_id` (with its secret, from the
+/// environment or `client_secret_file`) is a client registered by hand; without one,
+/// mcp-connect registers itself.
+pub(super) fn validate_mcp(
+    id: ProviderId,
+    f: &dyn Fn(&str) -> String,
+    p: RawProvider,
+    secret: Option<String>,
+) -> Result<Provider, ConfigError> {
+    let discovered = [
+        ("authorize_url", p.authorize_url.is_some()),
+        ("token_url", p.token_url.is_some()),
+        ("userinfo_url", p.userinfo_url.is_some()),
+        ("revocation_url", p.revocation_url.is_some()),
+        ("issuer", p.issuer.is_some()),
+        ("fields", p.fields.is_some()),
+        ("check", p.check.is_some()),
+        ("account_id_field", p.account_id_field.is_some()),
+        ("account_login_field", p.account_login_field.is_some()),
+        ("extra_authorize_params", !p.extra_authorize_params.is_empty()),
+    ];
+    if let Some((field, _)) = discovered.iter().find(|(_, set)| *set) {
+        return Err(err(f(field), "the mcp template finds its endpoints by discovery (RFC 9728, RFC 8414)"));
+    }
+    let raw = p.resource.ok_or_else(|| err(f("resource"), "required: the remote MCP server's URL"))?;
+    let resource = urls::endpoint(&raw, &p.allow_idn_hosts).map_err(|e| err(f("resource"), format!("{raw:?} {e}")))?;
+    if resource.fragment().is_some() || resource.query().is_some() {
+        return Err(err(f("resource"), "no query or fragment (RFC 8707 §2)"));
+    }
+    let secret = match (&secret, &p.client_secret_file) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(path)) => Some(super::validate::read_secret_file(&f("client_secret_file"), path)?),
+        (None, None) => None,
+    };
+    if p.client_id.is_none() && secret.is_some() {
+        return Err(err(f("client_id"), "a client secret needs its client_id"));
+    }
+    let scopes = Scopes::parse(p.scopes.as_deref().unwrap_or_default()).map_err(|e| err(f("scopes"), e.to_string()))?;
+    let separator = p.scope_separator.unwrap_or_else(|| " ".to_owned());
+    if !matches!(separator.as_str(), " " | ",") {
+        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
+    }
+    let clock_skew = time::Duration::seconds(i64::try_from(p.clock_skew_seconds.unwrap_or(60)).unwrap_or(60));
+    Ok(Provider {
+        display_name: p.display_name.unwrap_or_else(|| id.to_string()),
+        id,
+        kind: p.template,
+        client_id: p.client_id.unwrap_or_default(),
+        client_secret: SecretString::from(secret.unwrap_or_default()),
+        authorize_url: None,
+        token_url: None,
+        userinfo_url: None,
+        revocation_url: None,
+        issuer: None,
+        authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
+        oidc: false,
+        scope_separator: separator,
+        default_scopes: scopes,
+        extra_authorize_params: Vec::new(),
+        account_id_field: String::new(),
+        account_login_field: String::new(),
+        allow_account_change: p.allow_account_change,
+        allow_idn_hosts: p.allow_idn_hosts,
+        clock_skew,
+        allow_private_endpoints: p.allow_private_endpoints,
+        revision: 0,
+        reach: None,
+        active: true,
+        credential: None,
+        resource: Some(resource),
+    })
+}

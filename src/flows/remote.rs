@@ -1,0 +1,146 @@
+//! The authorization server of a provider, resolved: for a remote MCP server
+//! (`template = "mcp"`) by discovery (`oauth::mcp`) and a client registration of
+//! mcp-connect's own there; for every other provider by `oauth::resolve`. Every use of a
+//! provider's server (the consent page, Connect, the callback, refresh, revocation) goes
+//! through [`provider_server`].
+//!
+//! How mcp-connect becomes a client of a remote MCP server's authorization server, in the
+//! order the MCP authorization spec prefers: a `client_id` configured (registered by
+//! hand); a Client ID Metadata Document where the server fetches one (`client_id` is the
+//! URL of the document this service serves at `/clients/<provider>`: a public client, PKCE
+//! only); else dynamic registration (RFC 7591), stored (`remote_mcp_clients`, the secret
+//! sealed) so that every instance and every later refresh uses the same client.
+
+use crate::app::AppState;
+use crate::oauth::Provider;
+use crate::oauth::flow::AuthServer;
+use crate::oauth::mcp::{self, Discovered};
+use crate::oauth::resolve::ResolveError;
+use crate::store::{self, remote_clients::RemoteClientRow};
+use secrecy::{ExposeSecret, SecretString};
+use std::sync::Arc;
+use url::Url;
+
+const SECRET_PURPOSE: &str = "remote_mcp_client_secret";
+
+/// The provider's authorization server, resolved and cached.
+pub async fn provider_server(state: &AppState, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
+    match &p.resource {
+        None => state.resolver.provider(&state.outbound, p).await,
+        Some(resource) => state.resolver.provider_with(p, build(state, p, resource)).await,
+    }
+}
+
+/// `<public base>/clients/<provider>`: the Client ID Metadata Document's URL, and so the
+/// client id.
+pub fn client_metadata_url(state: &AppState, p: &Provider) -> Url {
+    let mut u = state.public_base_url.clone();
+    u.set_path(&format!("/clients/{}", p.id));
+    u
+}
+
+/// The Client ID Metadata Document of a remote MCP server provider (`None` for another).
+pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Value> {
+    p.resource.as_ref()?;
+    Some(serde_json::json!({
+        "client_id": client_metadata_url(state, p).as_str(),
+        "client_name": "mcp-connect",
+        "client_uri": state.public_base_url.as_str(),
+        "redirect_uris": [state.provider_redirect_uri(&p.id).as_str()],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }))
+}
+
+async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<AuthServer>, ResolveError> {
+    let d = mcp::discover(&state.outbound, resource, p.allow_private_endpoints).await?;
+    let (client_id, client_secret) = if !p.client_id.is_empty() {
+        (p.client_id.clone(), p.client_secret.clone())
+    } else if d.client_id_metadata_documents {
+        (client_metadata_url(state, p).to_string(), SecretString::from(String::new()))
+    } else if let Some(url) = &d.registration_url {
+        registered(state, p, &d, url).await?
+    } else {
+        return Err(ResolveError::Invalid(
+            p.id.to_string(),
+            "its authorization server takes neither client ID metadata documents nor registrations: configure a \
+             client_id registered there"
+                .to_owned(),
+        ));
+    };
+    Ok(Arc::new(AuthServer {
+        client_id,
+        client_secret,
+        authorize_url: d.authorize_url,
+        token_url: d.token_url,
+        userinfo_url: None,
+        revocation_url: d.revocation_url,
+        end_session_url: None,
+        issuer: Some(d.issuer),
+        iss_parameter_required: p.authorization_response_iss || d.iss_parameter_supported,
+        jwks: None,
+        id_token_algs: Vec::new(),
+        clock_skew: p.clock_skew,
+        guard: d.guard,
+        resource: Some(d.resource),
+    }))
+}
+
+/// What a registration's sealed secret is bound to: its provider, server, redirect URI
+/// and client id.
+fn binding(p: &Provider, issuer: &str, redirect: &str, client_id: &str) -> Vec<u8> {
+    [p.id.as_str(), issuer, redirect, client_id].join("\0").into_bytes()
+}
+
+/// The client registered at `url` for this provider: the one stored, else a new
+/// registration (of the registrations made at once, the first stored is everyone's).
+async fn registered(
+    state: &AppState,
+    p: &Provider,
+    d: &Discovered,
+    url: &Url,
+) -> Result<(String, SecretString), ResolveError> {
+    let name = p.id.to_string();
+    let fault =
+        |what: &str| ResolveError::Invalid(name.clone(), format!("the client registration could not be {what}"));
+    let redirect = state.provider_redirect_uri(&p.id);
+    let find = || store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str());
+    let row = match find().await.map_err(|_| fault("read"))? {
+        Some(row) => row,
+        None => {
+            let r =
+                mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
+            tracing::info!(provider = %p.id, client_id = %r.client_id, "registered at the remote MCP server's authorization server");
+            let sealed = match &r.client_secret {
+                Some(s) => Some(
+                    state
+                        .vault
+                        .seal_aux(SECRET_PURPOSE, &binding(p, &d.issuer, redirect.as_str(), &r.client_id), s.as_bytes())
+                        .map_err(|_| fault("sealed"))?,
+                ),
+                None => None,
+            };
+            let new = RemoteClientRow {
+                client_id: r.client_id.clone(),
+                key_id: sealed.as_ref().map(|_| state.vault.current_key_id().as_str().to_owned()),
+                secret_ct: sealed,
+            };
+            store::remote_clients::insert(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str(), &new)
+                .await
+                .map_err(|_| fault("stored"))?;
+            find().await.map_err(|_| fault("read"))?.ok_or_else(|| fault("read"))?
+        }
+    };
+    let secret = match (&row.key_id, &row.secret_ct) {
+        (Some(key_id), Some(ct)) => {
+            let b = binding(p, &d.issuer, redirect.as_str(), &row.client_id);
+            let opened = state.vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| fault("opened"))?;
+            let s = String::from_utf8(opened.to_vec()).map_err(|_| fault("opened"))?;
+            SecretString::from(s)
+        }
+        _ => SecretString::from(String::new()),
+    };
+    debug_assert!(secret.expose_secret().len() < 100_000);
+    Ok((row.client_id, secret))
+}
