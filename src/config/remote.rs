@@ -80,3 +80,37 @@ pub(super) fn validate_mcp(
         resource: Some(resource),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{RawProvider, validate_provider};
+
+    #[test]
+    fn an_mcp_provider_names_its_resource_and_nothing_discovery_finds() {
+        let raw: RawProvider =
+            toml::from_str("template = \"mcp\"\nresource = \"https://mcp.example.com/mcp\"").unwrap();
+        let p = validate_provider("p", raw, None).unwrap();
+        assert_eq!(p.resource.as_ref().map(url::Url::as_str), Some("https://mcp.example.com/mcp"));
+        assert!(p.client_id.is_empty(), "registered by mcp-connect itself");
+        let cases = [
+            ("template = \"mcp\"", "providers.p.resource"),
+            ("template = \"mcp\"\nresource = \"http://mcp.example.com/mcp\"", "providers.p.resource"),
+            ("template = \"mcp\"\nresource = \"https://mcp.example.com/mcp#x\"", "providers.p.resource"),
+            (
+                "template = \"mcp\"\nresource = \"https://m.example/mcp\"\ntoken_url = \"https://m.example/t\"",
+                "providers.p.token_url",
+            ),
+            (
+                "template = \"mcp\"\nresource = \"https://m.example/mcp\"\nissuer = \"https://m.example\"",
+                "providers.p.issuer",
+            ),
+            ("template = \"oauth2\"\nresource = \"https://m.example/mcp\"", "providers.p.resource"),
+        ];
+        for (text, field) in cases {
+            let raw: RawProvider = toml::from_str(text).unwrap();
+            assert_eq!(validate_provider("p", raw, None).unwrap_err().field, field, "{text}");
+        }
+        let raw: RawProvider = toml::from_str("template = \"mcp\"\nresource = \"https://m.example/mcp\"").unwrap();
+        assert_eq!(validate_provider("p", raw, Some("s".into())).unwrap_err().field, "providers.p.client_id");
+    }
+}

@@ -113,3 +113,172 @@ async fn a_refresh_names_the_resource_and_a_second_instance_uses_the_one_registr
     assert_eq!(stats["mcp"]["registrations"], 1, "one client for every instance");
     assert_eq!(stats["token_requests"]["errors"], json!({}), "{stats}");
 }
+
+#[tokio::test]
+async fn a_server_that_reads_client_id_metadata_documents_knows_us_by_the_one_we_serve() {
+    let peer = Peer::start(json!({"port": 0, "mcp_resource": true, "cimd": true})).await;
+    let resource = format!("{}/mcp", peer.origin());
+    let app = spawn_app_with(options(&resource)).await;
+    // The document: our client id is its URL, a public client with our callback.
+    let doc: Value = reqwest::get(format!("{}/clients/remote", app.base)).await.unwrap().json().await.unwrap();
+    assert_eq!(doc["client_id"], format!("{}/clients/remote", app.base));
+    assert_eq!(doc["redirect_uris"], json!([format!("{}/connect/remote/callback", app.base)]));
+    assert_eq!(doc["token_endpoint_auth_method"], "none");
+    // Only for remote MCP server providers.
+    assert_eq!(reqwest::get(format!("{}/clients/testp", app.base)).await.unwrap().status(), 404);
+
+    let (id, url) = app.elicit("alice", "remote").await;
+    let b = crate::support::browser::Browser::new();
+    let page = b.open(&app, &url, "alice").await;
+    let html = page.text().await.unwrap();
+    let r = b.consent(&app, "remote", &html, "connect").await;
+    assert_eq!(r.status(), 303);
+    let to = crate::support::browser::location(&r);
+    assert!(to.contains(&format!("client_id={}", enc(&format!("{}/clients/remote", app.base)))), "{to}");
+    let cb = crate::interop::sign_in_at(&b, &peer, &to, "alice-remote").await;
+    assert_eq!(b.get(&cb).await.status(), 200);
+    let t = app.token_ok(json!({"subject": "alice", "provider": "remote", "elicitation_id": id})).await;
+    assert_eq!(claims(t["access_token"].as_str().unwrap())["aud"], resource.as_str());
+
+    let stats = peer.stats().await;
+    assert!(stats["mcp"]["cimd_fetches"].as_u64().unwrap() >= 1, "{stats}");
+    assert_eq!(stats["mcp"]["registrations"], 0, "no registration where a document does");
+    assert_eq!(stats["client_auth"]["token"], json!({"none": 1}), "a public client: PKCE, no secret");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM remote_mcp_clients").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(rows, 0);
+}
+
+fn enc(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// A remote MCP server that misbehaves on purpose: a real HTTP server on loopback whose
+/// answers (by path) the test sets.
+struct Host {
+    origin: String,
+    pages: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u16, Option<String>, Value)>>>,
+}
+
+impl Host {
+    fn start() -> Host {
+        let pages = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let origin = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let p: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u16, Option<String>, Value)>>> =
+            pages.clone();
+        let server = actix_web::HttpServer::new(move || {
+            let p = p.clone();
+            actix_web::App::new().default_service(actix_web::web::to(move |req: actix_web::HttpRequest| {
+                let found = p.lock().unwrap().get(req.path()).cloned();
+                async move {
+                    let (status, challenge, body) = found.unwrap_or((404, None, json!({"error": "not_found"})));
+                    let mut r = actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap());
+                    if let Some(c) = challenge {
+                        r.insert_header(("www-authenticate", c));
+                    }
+                    r.json(body)
+                }
+            }))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        tokio::spawn(server);
+        Host { origin, pages }
+    }
+
+    fn set(&self, path: &str, status: u16, challenge: Option<String>, body: Value) {
+        self.pages.lock().unwrap().insert(path.to_owned(), (status, challenge, body));
+    }
+
+    /// A well-behaved server and authorization server on this origin.
+    fn good(&self) {
+        let o = &self.origin;
+        self.set(
+            "/mcp",
+            401,
+            Some(format!(r#"Bearer resource_metadata="{o}/.well-known/oauth-protected-resource/mcp""#)),
+            json!({}),
+        );
+        self.set(
+            "/.well-known/oauth-protected-resource/mcp",
+            200,
+            None,
+            json!({"resource": format!("{o}/mcp"), "authorization_servers": [o]}),
+        );
+        self.set(
+            "/.well-known/oauth-authorization-server",
+            200,
+            None,
+            json!({"issuer": o, "authorization_endpoint": format!("{o}/authorize"), "token_endpoint": format!("{o}/token"),
+                   "code_challenge_methods_supported": ["S256"], "registration_endpoint": format!("{o}/register")}),
+        );
+    }
+}
+
+#[tokio::test]
+async fn discovery_refuses_metadata_of_another_resource_or_issuer_without_s256_or_on_another_origin() {
+    use mcp_connect::oauth::mcp::discover;
+    let host = Host::start();
+    host.good();
+    let http = mcp_connect::oauth::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
+    let resource = url::Url::parse(&format!("{}/mcp", host.origin)).unwrap();
+    let d = discover(&http, &resource, false).await.unwrap();
+    assert_eq!(d.issuer, host.origin);
+    assert_eq!(d.token_url.as_str(), format!("{}/token", host.origin));
+    assert!(d.registration_url.is_some() && !d.client_id_metadata_documents);
+
+    let refused = |e: Result<mcp_connect::oauth::mcp::Discovered, _>| -> String {
+        e.map(|_| "discovered").map_err(|e: mcp_connect::oauth::resolve::ResolveError| e.to_string()).unwrap_err()
+    };
+    // Metadata about another resource (RFC 9728 §3.3).
+    let o = host.origin.clone();
+    host.set(
+        "/.well-known/oauth-protected-resource/mcp",
+        200,
+        None,
+        json!({"resource": format!("{o}/other"), "authorization_servers": [o]}),
+    );
+    let why = refused(discover(&http, &resource, false).await);
+    assert!(why.contains("its metadata is for another resource"), "{why}");
+    // An authorization server whose metadata names another issuer (RFC 8414 §3.3).
+    host.good();
+    host.set(
+        "/.well-known/oauth-authorization-server",
+        200,
+        None,
+        json!({"issuer": "https://evil.example", "authorization_endpoint": format!("{o}/authorize"),
+               "token_endpoint": format!("{o}/token"), "code_challenge_methods_supported": ["S256"]}),
+    );
+    let why = refused(discover(&http, &resource, false).await);
+    assert!(why.contains("authorization server issuer \"https://evil.example\""), "{why}");
+    // No PKCE S256 advertised.
+    host.good();
+    host.set(
+        "/.well-known/oauth-authorization-server",
+        200,
+        None,
+        json!({"issuer": o, "authorization_endpoint": format!("{o}/authorize"), "token_endpoint": format!("{o}/token"),
+               "code_challenge_methods_supported": ["plain"]}),
+    );
+    let why = refused(discover(&http, &resource, false).await);
+    assert!(why.contains("does not advertise PKCE S256"), "{why}");
+    // A token endpoint on another origin, a loopback address: never sent our secrets.
+    host.good();
+    host.set(
+        "/.well-known/oauth-authorization-server",
+        200,
+        None,
+        json!({"issuer": o, "authorization_endpoint": format!("{o}/authorize"),
+               "token_endpoint": "http://127.0.0.1:9/token", "code_challenge_methods_supported": ["S256"]}),
+    );
+    let why = refused(discover(&http, &resource, false).await);
+    assert!(why.contains("token_endpoint http://127.0.0.1:9/token is on another origin than the server"), "{why}");
+    // Metadata named on another origin, a loopback address.
+    host.good();
+    host.set("/mcp", 401, Some(r#"Bearer resource_metadata="http://127.0.0.1:9/prm""#.to_owned()), json!({}));
+    let why = refused(discover(&http, &resource, false).await);
+    assert!(why.contains("resource_metadata http://127.0.0.1:9/prm is on another origin"), "{why}");
+}

@@ -46,7 +46,7 @@ const ALGS = new Set(['RS256', 'PS256', 'ES256']);
 const cfg = readConfig();
 const KNOWN = new Set(['port', 'issuer_path', 'alg', 'clients', 'access_ttl', 'refresh_ttl', 'id_token_ttl',
   'rotate_refresh_tokens', 'issue_refresh_tokens', 'expires_with_session', 'logout_confirm',
-  'exit_on_stdin_close', 'log', 'mcp_resource']);
+  'exit_on_stdin_close', 'log', 'mcp_resource', 'cimd']);
 for (const k of Object.keys(cfg)) if (!KNOWN.has(k)) fail(`unknown configuration field "${k}"`);
 const settings = {
   port: cfg.port ?? 0,
@@ -65,6 +65,9 @@ const settings = {
   // 401 names its RFC 9728 metadata; its tokens are JWTs for it (RFC 8707 resource
   // indicators), and clients register themselves (RFC 7591).
   mcpResource: cfg.mcp_resource ?? false,
+  // Client ID Metadata Documents: a client id that is an http(s) URL is looked up by
+  // fetching that URL (the document's `client_id` must be the URL), and discovery says so.
+  cimd: cfg.cimd ?? false,
 };
 const MCP_SCOPE = 'mcp:tools';
 const mcpResourceUrl = () => `${issuer.replace(/\/+$/, '').replace(mountPath, '')}/mcp`;
@@ -131,7 +134,7 @@ function freshStats() {
     userinfo_requests: { total: 0, ok: 0 },
     // The remote MCP server's side: probes of /mcp, metadata reads, registrations, and the
     // `resource` of each authorization and token request (null: none sent).
-    mcp: { probes: 0, metadata_requests: 0, registrations: 0, authorize_resources: [], token_resources: [] },
+    mcp: { probes: 0, metadata_requests: 0, registrations: 0, cimd_fetches: 0, authorize_resources: [], token_resources: [] },
     end_session: { requests: 0, confirmed: 0 },
   };
 }
@@ -238,6 +241,29 @@ ${error ? `<p id="login-error">${esc(error)}</p>` : ''}
 }
 
 // ---------------------------------------------------------------------------------------------
+// Client ID Metadata Documents (as the MCP authorization spec describes them)
+
+class MetadataDocumentClients extends MemoryAdapter {
+  async find(id) {
+    const known = await super.find(id);
+    if (known || !/^https?:\/\//.test(id)) return known;
+    const r = await fetch(id, { headers: { accept: 'application/json' }, redirect: 'error' });
+    if (!r.ok) return undefined;
+    const doc = await r.json();
+    if (doc.client_id !== id || !Array.isArray(doc.redirect_uris)) return undefined;
+    stats.mcp.cimd_fetches += 1;
+    return {
+      client_id: id,
+      client_name: doc.client_name,
+      redirect_uris: doc.redirect_uris,
+      grant_types: doc.grant_types ?? ['authorization_code'],
+      response_types: doc.response_types ?? ['code'],
+      token_endpoint_auth_method: 'none',
+    };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // provider
 
 let issuer; // set once the port is known
@@ -274,10 +300,13 @@ function buildProvider() {
       token_endpoint_auth_method: 'client_secret_basic',
       id_token_signed_response_alg: settings.alg,
     },
-    adapter: (name) => new MemoryAdapter(name), // a factory, which also silences the dev warning
+    // A factory, which also silences the dev warning.
+    adapter: (name) => (name === 'Client' && settings.cimd ? new MetadataDocumentClients(name) : new MemoryAdapter(name)),
+    discovery: settings.cimd ? { client_id_metadata_document_supported: true } : {},
     jwks: { keys },
     responseTypes: ['code'],
-    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
+    // `none`: the public clients of client ID metadata documents (PKCE is required anyway).
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post', ...(settings.cimd ? ['none'] : [])],
     enabledJWA: { idTokenSigningAlgValues: algs },
     cookies: {
       keys: cookieKeys,
