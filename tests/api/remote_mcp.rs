@@ -152,20 +152,22 @@ fn enc(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// Status, `WWW-Authenticate` and JSON body, by path.
+type Pages = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u16, Option<String>, Value)>>>;
+
 /// A remote MCP server that misbehaves on purpose: a real HTTP server on loopback whose
 /// answers (by path) the test sets.
 struct Host {
     origin: String,
-    pages: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u16, Option<String>, Value)>>>,
+    pages: Pages,
 }
 
 impl Host {
     fn start() -> Host {
-        let pages = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let pages: Pages = Pages::default();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let origin = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        let p: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (u16, Option<String>, Value)>>> =
-            pages.clone();
+        let p = pages.clone();
         let server = actix_web::HttpServer::new(move || {
             let p = p.clone();
             actix_web::App::new().default_service(actix_web::web::to(move |req: actix_web::HttpRequest| {
