@@ -15,3 +15,13 @@ CREATE TABLE remote_mcp_clients (
     PRIMARY KEY (provider_id, issuer, redirect_uri),
     CHECK ((key_id IS NULL) = (secret_ct IS NULL))
 );
+
+-- The authorization server each remote MCP server provider was first found to use (or the
+-- one its configuration names): a later discovery naming another is refused, so that a
+-- changed (or forged) metadata document never gets our client secret, a person's code or
+-- a stored refresh token.
+CREATE TABLE remote_mcp_issuers (
+    provider_id text PRIMARY KEY,
+    issuer text NOT NULL,
+    pinned_at timestamptz NOT NULL DEFAULT now()
+);

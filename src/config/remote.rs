@@ -22,7 +22,6 @@ pub(super) fn validate_mcp(
         ("token_url", p.token_url.is_some()),
         ("userinfo_url", p.userinfo_url.is_some()),
         ("revocation_url", p.revocation_url.is_some()),
-        ("issuer", p.issuer.is_some()),
         ("fields", p.fields.is_some()),
         ("check", p.check.is_some()),
         ("account_id_field", p.account_id_field.is_some()),
@@ -45,6 +44,17 @@ pub(super) fn validate_mcp(
     if p.client_id.is_none() && secret.is_some() {
         return Err(err(f("client_id"), "a client secret needs its client_id"));
     }
+    // The authorization server the discovered one must be (else the first one found is
+    // pinned); a client registered by hand belongs to one, so it is named.
+    let issuer = match &p.issuer {
+        Some(i) => {
+            Some(urls::Issuer::parse(i, &p.allow_idn_hosts).map_err(|e| err(f("issuer"), format!("{i:?} {e}")))?)
+        }
+        None if p.client_id.is_some() => {
+            return Err(err(f("issuer"), "required with a client_id: the authorization server it is registered at"));
+        }
+        None => None,
+    };
     let scopes = Scopes::parse(p.scopes.as_deref().unwrap_or_default()).map_err(|e| err(f("scopes"), e.to_string()))?;
     let separator = p.scope_separator.unwrap_or_else(|| " ".to_owned());
     if !matches!(separator.as_str(), " " | ",") {
@@ -61,7 +71,7 @@ pub(super) fn validate_mcp(
         token_url: None,
         userinfo_url: None,
         revocation_url: None,
-        issuer: None,
+        issuer,
         authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
         oidc: false,
         scope_separator: separator,
@@ -100,10 +110,7 @@ mod tests {
                 "template = \"mcp\"\nresource = \"https://m.example/mcp\"\ntoken_url = \"https://m.example/t\"",
                 "providers.p.token_url",
             ),
-            (
-                "template = \"mcp\"\nresource = \"https://m.example/mcp\"\nissuer = \"https://m.example\"",
-                "providers.p.issuer",
-            ),
+            ("template = \"mcp\"\nresource = \"https://m.example/mcp\"\nclient_id = \"c\"", "providers.p.issuer"),
             ("template = \"oauth2\"\nresource = \"https://m.example/mcp\"", "providers.p.resource"),
         ];
         for (text, field) in cases {

@@ -17,7 +17,7 @@ use crate::oauth::flow::AuthServer;
 use crate::oauth::mcp::{self, Discovered};
 use crate::oauth::resolve::ResolveError;
 use crate::store::{self, remote_clients::RemoteClientRow};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use std::sync::Arc;
 use url::Url;
 
@@ -55,8 +55,17 @@ pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Val
 
 async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<AuthServer>, ResolveError> {
     let d = mcp::discover(&state.outbound, resource, p.allow_private_endpoints).await?;
+    pinned(state, p, &d).await?;
+    let redirect = state.provider_redirect_uri(&p.id);
+    let stored = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
+        .await
+        .map_err(|_| store_fault(p, "read"))?;
     let (client_id, client_secret) = if !p.client_id.is_empty() {
         (p.client_id.clone(), p.client_secret.clone())
+    } else if let Some(row) = stored {
+        // Registered before: kept (the grants made with it refresh with it), even if the
+        // server has since begun to read metadata documents.
+        opened(state, p, &d.issuer, &redirect, row)?
     } else if d.client_id_metadata_documents {
         (client_metadata_url(state, p).to_string(), SecretString::from(String::new()))
     } else if let Some(url) = &d.registration_url {
@@ -87,60 +96,110 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
     }))
 }
 
-/// What a registration's sealed secret is bound to: its provider, server, redirect URI
-/// and client id.
-fn binding(p: &Provider, issuer: &str, redirect: &str, client_id: &str) -> Vec<u8> {
-    [p.id.as_str(), issuer, redirect, client_id].join("\0").into_bytes()
+/// The authorization server found is the one pinned for the provider: the one its
+/// configuration names (`issuer`), else the first one found. Another is refused (the
+/// metadata document changed, or was forged): our client, the person's code and the
+/// stored refresh tokens go to the server the grants were made at, or nowhere.
+async fn pinned(state: &AppState, p: &Provider, d: &Discovered) -> Result<(), ResolveError> {
+    let refuse = |pinned: &str, how: &str| {
+        ResolveError::Invalid(
+            p.id.to_string(),
+            format!(
+                "its authorization server is now {:?}, not {pinned:?} ({how}): refused; if the move is real, name \
+                 the new one as the provider's `issuer`",
+                d.issuer
+            ),
+        )
+    };
+    if let Some(configured) = &p.issuer {
+        if configured.as_str() != d.issuer {
+            return Err(refuse(configured.as_str(), "the configuration's issuer"));
+        }
+        return store::remote_clients::pin_issuer(&state.pool, p.id.as_str(), &d.issuer, true)
+            .await
+            .map_err(|_| store_fault(p, "pinned"));
+    }
+    store::remote_clients::pin_issuer(&state.pool, p.id.as_str(), &d.issuer, false)
+        .await
+        .map_err(|_| store_fault(p, "pinned"))?;
+    match store::remote_clients::pinned_issuer(&state.pool, p.id.as_str()).await {
+        Ok(Some(pin)) if pin == d.issuer => Ok(()),
+        Ok(Some(pin)) => {
+            tracing::error!(provider = %p.id, pinned = %pin, found = %d.issuer, "a remote MCP server names another authorization server than the one pinned; refused");
+            Err(refuse(&pin, "pinned when it was first found"))
+        }
+        _ => Err(store_fault(p, "pinned")),
+    }
 }
 
-/// The client registered at `url` for this provider: the one stored, else a new
-/// registration (of the registrations made at once, the first stored is everyone's).
+fn store_fault(p: &Provider, what: &str) -> ResolveError {
+    ResolveError::Invalid(p.id.to_string(), format!("the client registration could not be {what}"))
+}
+
+/// What a registration's sealed secret is bound to: its provider, server, redirect URI
+/// and client id.
+fn binding(provider: &str, issuer: &str, redirect: &str, client_id: &str) -> Vec<u8> {
+    [provider, issuer, redirect, client_id].join("\0").into_bytes()
+}
+
+/// A stored registration's client id and secret, opened.
+fn opened(
+    state: &AppState,
+    p: &Provider,
+    issuer: &str,
+    redirect: &Url,
+    row: RemoteClientRow,
+) -> Result<(String, SecretString), ResolveError> {
+    let secret = match (&row.key_id, &row.secret_ct) {
+        (Some(key_id), Some(ct)) => {
+            let b = binding(p.id.as_str(), issuer, redirect.as_str(), &row.client_id);
+            let opened = state.vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| store_fault(p, "opened"))?;
+            SecretString::from(String::from_utf8(opened.to_vec()).map_err(|_| store_fault(p, "opened"))?)
+        }
+        _ => SecretString::from(String::new()),
+    };
+    Ok((row.client_id, secret))
+}
+
+/// Key rotation: a registration's secret sealed again under the current key.
+pub fn reseal(
+    vault: &crate::vault::Vault,
+    row: &store::remote_clients::SealedClientRow,
+) -> Result<Vec<u8>, crate::vault::VaultError> {
+    let b = binding(&row.provider_id, &row.issuer, &row.redirect_uri, &row.client_id);
+    let plain = vault.open_aux(&row.key_id, SECRET_PURPOSE, &b, &row.secret_ct)?;
+    vault.seal_aux(SECRET_PURPOSE, &b, &plain)
+}
+
+/// A new registration at `url` for this provider (of the registrations made at once, the
+/// first stored is everyone's).
 async fn registered(
     state: &AppState,
     p: &Provider,
     d: &Discovered,
     url: &Url,
 ) -> Result<(String, SecretString), ResolveError> {
-    let name = p.id.to_string();
-    let fault =
-        |what: &str| ResolveError::Invalid(name.clone(), format!("the client registration could not be {what}"));
     let redirect = state.provider_redirect_uri(&p.id);
-    let find = || store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str());
-    let row = match find().await.map_err(|_| fault("read"))? {
-        Some(row) => row,
-        None => {
-            let r =
-                mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
-            tracing::info!(provider = %p.id, client_id = %r.client_id, "registered at the remote MCP server's authorization server");
-            let sealed = match &r.client_secret {
-                Some(s) => Some(
-                    state
-                        .vault
-                        .seal_aux(SECRET_PURPOSE, &binding(p, &d.issuer, redirect.as_str(), &r.client_id), s.as_bytes())
-                        .map_err(|_| fault("sealed"))?,
-                ),
-                None => None,
-            };
-            let new = RemoteClientRow {
-                client_id: r.client_id.clone(),
-                key_id: sealed.as_ref().map(|_| state.vault.current_key_id().as_str().to_owned()),
-                secret_ct: sealed,
-            };
-            store::remote_clients::insert(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str(), &new)
-                .await
-                .map_err(|_| fault("stored"))?;
-            find().await.map_err(|_| fault("read"))?.ok_or_else(|| fault("read"))?
+    let r = mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
+    tracing::info!(provider = %p.id, client_id = %r.client_id, "registered at the remote MCP server's authorization server");
+    let bound = binding(p.id.as_str(), &d.issuer, redirect.as_str(), &r.client_id);
+    let sealed = match &r.client_secret {
+        Some(s) => {
+            Some(state.vault.seal_aux(SECRET_PURPOSE, &bound, s.as_bytes()).map_err(|_| store_fault(p, "sealed"))?)
         }
+        None => None,
     };
-    let secret = match (&row.key_id, &row.secret_ct) {
-        (Some(key_id), Some(ct)) => {
-            let b = binding(p, &d.issuer, redirect.as_str(), &row.client_id);
-            let opened = state.vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| fault("opened"))?;
-            let s = String::from_utf8(opened.to_vec()).map_err(|_| fault("opened"))?;
-            SecretString::from(s)
-        }
-        _ => SecretString::from(String::new()),
+    let new = RemoteClientRow {
+        client_id: r.client_id.clone(),
+        key_id: sealed.as_ref().map(|_| state.vault.current_key_id().as_str().to_owned()),
+        secret_ct: sealed,
     };
-    debug_assert!(secret.expose_secret().len() < 100_000);
-    Ok((row.client_id, secret))
+    store::remote_clients::insert(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str(), &new)
+        .await
+        .map_err(|_| store_fault(p, "stored"))?;
+    let row = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
+        .await
+        .map_err(|_| store_fault(p, "read"))?
+        .ok_or_else(|| store_fault(p, "read"))?;
+    opened(state, p, &d.issuer, &redirect, row)
 }

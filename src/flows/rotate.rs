@@ -75,9 +75,11 @@ pub async fn rotate_keys(
     }
     done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
     done += reseal_provider_secrets(pool, vault, &current, batch).await?;
+    done += reseal_remote_clients(pool, vault, &current, batch).await?;
     let remaining = store::connections::count_rows_not_under_key(pool, &current).await?
         + store::webhooks::count_secrets_not_under_key(pool, &current).await?
-        + store::providers::count_not_under_key(pool, &current).await?;
+        + store::providers::count_not_under_key(pool, &current).await?
+        + store::remote_clients::count_not_under_key(pool, &current).await?;
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
@@ -140,6 +142,26 @@ async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, ba
             let secret = open_client_secret(vault, row, &identity).map_err(unopenable)?;
             let sealed = seal_client_secret(vault, &row.id, next, &identity, &secret).map_err(unopenable)?;
             store::providers::store_resealed(&mut *tx, &row.id, current, &sealed, next).await?;
+        }
+        tx.commit().await?;
+        done += rows.len() as u64;
+    }
+}
+
+/// The client secrets of registrations at remote MCP servers, re-sealed under the current
+/// key (one that does not open stops the rotation, as a provider's does).
+async fn reseal_remote_clients(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+    let mut done = 0u64;
+    loop {
+        let mut tx = pool.begin().await?;
+        let rows = store::remote_clients::lock_not_under_key(&mut *tx, current, batch).await?;
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        for row in &rows {
+            let sealed = super::remote::reseal(vault, row)
+                .map_err(|e| RotateError::ProviderUnopenable(row.provider_id.clone(), e))?;
+            store::remote_clients::store_resealed(&mut *tx, row, current, &sealed).await?;
         }
         tx.commit().await?;
         done += rows.len() as u64;

@@ -64,8 +64,13 @@ struct ServerMetadata {
 
 /// The `resource_metadata` parameter of a `WWW-Authenticate: Bearer …` challenge.
 pub fn resource_metadata_of(challenge: &str) -> Option<String> {
-    let at = challenge.find("resource_metadata=")? + "resource_metadata=".len();
-    let rest = &challenge[at..];
+    let params = challenge.strip_prefix("Bearer ").or_else(|| challenge.strip_prefix("bearer "))?;
+    // The parameter itself (at the start, or after a `,` or a space, outside any quoted
+    // value), not text inside another parameter that mentions it.
+    let at = params.match_indices("resource_metadata=").map(|(i, _)| i).find(|&i| {
+        (i == 0 || matches!(params.as_bytes()[i - 1], b' ' | b',')) && params[..i].matches('"').count() % 2 == 0
+    })? + "resource_metadata=".len();
+    let rest = &params[at..];
     match rest.strip_prefix('"') {
         Some(quoted) => quoted.split('"').next().map(str::to_owned),
         None => rest.split([',', ' ']).next().map(str::to_owned),
@@ -121,9 +126,9 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
     };
     let guarded = || http.with_guard(&Arc::new(guard.borrow().clone()));
     // The server's own answer to a request without a token names its metadata.
-    let (_, challenge) =
+    let (status, challenge) =
         http.probe(resource).await.map_err(|source| ResolveError::Fetch { url: name.to_owned(), source })?;
-    let named = challenge.as_deref().and_then(resource_metadata_of);
+    let named = challenge.as_deref().filter(|_| status == 401).and_then(resource_metadata_of);
     let metadata_urls = match named {
         Some(u) => vec![urls::endpoint(&u, &[]).map_err(|e| invalid(name, format!("resource_metadata {u:?}: {e}")))?],
         None => {
@@ -253,7 +258,16 @@ pub async fn register(
     if !(200..300).contains(&status) {
         return Err(ResolveError::Fetch { url: url.to_string(), source: OutboundError::Status(status) });
     }
-    serde_json::from_slice(&answer).map_err(|e| invalid(&d.resource, format!("registration answer: {e}")))
+    let r: Registered =
+        serde_json::from_slice(&answer).map_err(|e| invalid(&d.resource, format!("registration answer: {e}")))?;
+    // It goes into every authorization URL and a database row.
+    if r.client_id.is_empty() || r.client_id.len() > 255 || r.client_id.chars().any(char::is_control) {
+        return Err(invalid(&d.resource, "the registration answer's client_id is not 1-255 printable characters"));
+    }
+    if r.client_secret.as_ref().is_some_and(|s| s.len() > 4096 || s.chars().any(char::is_control)) {
+        return Err(invalid(&d.resource, "the registration answer's client_secret is not 1-4096 printable characters"));
+    }
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -274,6 +288,9 @@ mod tests {
             ("Bearer resource_metadata=https://m.example/y, scope=a", Some("https://m.example/y")),
             (r#"Bearer realm="x""#, None),
             (r#"Bearer resource_metadata="""#, None),
+            (r#"Bearer error_description="see resource_metadata=https://evil.example/x""#, None),
+            (r#"Bearer xresource_metadata="https://evil.example/x""#, None),
+            (r#"Basic resource_metadata="https://m.example/x""#, None),
         ];
         for (challenge, want) in cases {
             assert_eq!(resource_metadata_of(challenge).as_deref(), want, "{challenge}");

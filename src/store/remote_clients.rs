@@ -52,3 +52,89 @@ pub async fn insert(
     .await?;
     Ok(())
 }
+
+/// A registration with its key, as key rotation reads it.
+#[derive(Debug)]
+pub struct SealedClientRow {
+    pub provider_id: String,
+    pub issuer: String,
+    pub redirect_uri: String,
+    pub client_id: String,
+    pub key_id: String,
+    pub secret_ct: Vec<u8>,
+}
+
+/// Registrations whose secret is sealed under another key than `current`, locked.
+pub async fn lock_not_under_key(
+    db: impl PgExecutor<'_>,
+    current: &str,
+    limit: i64,
+) -> Result<Vec<SealedClientRow>, sqlx::Error> {
+    sqlx::query_as!(
+        SealedClientRow,
+        r#"SELECT provider_id, issuer, redirect_uri, client_id, key_id AS "key_id!", secret_ct AS "secret_ct!"
+             FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id <> $1
+            ORDER BY provider_id, issuer, redirect_uri LIMIT $2 FOR UPDATE"#,
+        current,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn count_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
+    let n = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id <> $1"#,
+        current
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(n)
+}
+
+pub async fn store_resealed(
+    db: impl PgExecutor<'_>,
+    row: &SealedClientRow,
+    key_id: &str,
+    secret_ct: &[u8],
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE remote_mcp_clients SET key_id = $4, secret_ct = $5
+          WHERE provider_id = $1 AND issuer = $2 AND redirect_uri = $3",
+        row.provider_id,
+        row.issuer,
+        row.redirect_uri,
+        key_id,
+        secret_ct
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The authorization server pinned for a provider, if any.
+pub async fn pinned_issuer(db: impl PgExecutor<'_>, provider: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT issuer FROM remote_mcp_issuers WHERE provider_id = $1", provider)
+        .fetch_optional(db)
+        .await
+}
+
+/// Pins `issuer` unless one is pinned (`replace`: the configuration names it, and wins).
+pub async fn pin_issuer(
+    db: impl PgExecutor<'_>,
+    provider: &str,
+    issuer: &str,
+    replace: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO remote_mcp_issuers (provider_id, issuer) VALUES ($1, $2)
+         ON CONFLICT (provider_id) DO UPDATE SET issuer = EXCLUDED.issuer, pinned_at = now()
+          WHERE $3 AND remote_mcp_issuers.issuer <> EXCLUDED.issuer",
+        provider,
+        issuer,
+        replace
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -284,3 +284,53 @@ async fn discovery_refuses_metadata_of_another_resource_or_issuer_without_s256_o
     let why = refused(discover(&http, &resource, false).await);
     assert!(why.contains("resource_metadata http://127.0.0.1:9/prm is on another origin"), "{why}");
 }
+
+#[tokio::test]
+async fn an_authorization_server_other_than_the_one_first_found_is_refused_on_every_instance() {
+    let (a, b) = (Host::start(), Host::start());
+    a.good();
+    b.good();
+    for h in [&a, &b] {
+        h.set(
+            "/register",
+            201,
+            None,
+            json!({"client_id": format!("client-at-{}", h.origin), "client_secret": "s-123"}),
+        );
+    }
+    // Two authorization servers on loopback: another origin than the resource's is allowed
+    // by `allow_private_endpoints` only.
+    let options = |resource: &str| {
+        let mut o = options(resource);
+        o.extra_toml.push_str("allow_private_endpoints = true\n");
+        o
+    };
+    let app = spawn_app_with(options(&format!("{}/mcp", a.origin))).await;
+    let id = mcp_connect::domain::ProviderId::parse("remote").unwrap();
+    let provider = app.state.providers.get(&id).unwrap();
+    let server = mcp_connect::flows::remote::provider_server(&app.state, &provider).await.unwrap();
+    assert_eq!(server.issuer.as_deref(), Some(a.origin.as_str()));
+    assert_eq!(server.client_id, format!("client-at-{}", a.origin), "registered");
+    assert_eq!(server.resource.as_deref(), Some(format!("{}/mcp", a.origin).as_str()));
+
+    // The server's metadata now names B. A fresh instance (nothing cached) refuses it.
+    let o = a.origin.clone();
+    a.set(
+        "/.well-known/oauth-protected-resource/mcp",
+        200,
+        None,
+        json!({"resource": format!("{o}/mcp"), "authorization_servers": [b.origin]}),
+    );
+    let other = spawn_on(&app, &options(&format!("{}/mcp", a.origin))).await;
+    let provider = other.state.providers.get(&id).unwrap();
+    let why = mcp_connect::flows::remote::provider_server(&other.state, &provider).await.unwrap_err().to_string();
+    assert!(why.contains(&format!("its authorization server is now \"{}\"", b.origin)), "{why}");
+    assert!(why.contains("pinned when it was first found"), "{why}");
+    // Named in the configuration, the move is the operator's: accepted (and pinned).
+    let mut named = options(&format!("{}/mcp", a.origin));
+    named.extra_toml.push_str(&format!("issuer = \"{}\"\n", b.origin));
+    let third = spawn_on(&app, &named).await;
+    let provider = third.state.providers.get(&id).unwrap();
+    let server = mcp_connect::flows::remote::provider_server(&third.state, &provider).await.unwrap();
+    assert_eq!(server.issuer.as_deref(), Some(b.origin.as_str()));
+}

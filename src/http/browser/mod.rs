@@ -42,6 +42,8 @@ async fn client_metadata(state: web::Data<crate::app::AppState>, path: web::Path
     let doc = crate::domain::ProviderId::parse(&path)
         .ok()
         .and_then(|id| state.providers.get(&id))
+        // A client registered by hand is known by its own id: no document.
+        .filter(|p| p.client_id.is_empty())
         .and_then(|p| crate::flows::remote::client_metadata(&state, &p));
     match doc {
         Some(d) => HttpResponse::Ok().insert_header(("cache-control", "public, max-age=300")).json(d),
