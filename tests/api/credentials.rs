@@ -249,6 +249,22 @@ async fn basic_credentials_are_checked_as_http_basic_and_handed_out_with_the_use
     assert_eq!(b["access_token"], "devpass-ann");
     assert_eq!(b["fields"], json!({"username": "ann", "password": "devpass-ann"}));
     assert_eq!(b["token_type"], "basic");
+    // "Your connections" lists it, with where it is checked; disconnecting it there ends it.
+    let listed = browser.get(&format!("{}/connections", app.base)).await.text().await.unwrap();
+    assert!(listed.contains("Basic Service · ann"), "{listed}");
+    let authority = app.provider.base_url().trim_start_matches("http://").to_owned();
+    assert!(listed.contains(&format!("<code>{authority}</code>")), "{listed}");
+    assert!(!listed.contains("devpass-ann"));
+    let r = browser
+        .client
+        .post(format!("{}/connections/disconnect", app.base))
+        .form(&[("csrf", form_value(&listed, "csrf")), ("id", form_value(&listed, "id"))])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success() || r.status().is_redirection(), "{}", r.status());
+    let after = app.token_ok(json!({"subject": "alice", "provider": "basicp"})).await;
+    assert_eq!(after["status"], "connect_required", "{after}");
 
     // Several fields, the check's value in a query parameter; and an unchecked provider.
     let (qid, qurl) = app.elicit("alice", "queryp").await;
@@ -374,4 +390,32 @@ async fn a_typed_credential_is_not_handed_out_after_its_provider_changed_kind() 
     let r = changed.admin(reqwest::Method::POST, &format!("/connections/{conn}/revoke"), None).await;
     let out: serde_json::Value = r.json().await.unwrap();
     assert_eq!(out["provider_result"], "no_revocation_endpoint", "{out}");
+}
+
+#[tokio::test]
+async fn a_key_of_another_upstream_account_does_not_replace_the_one_connected() {
+    let app = spawn().await;
+    let browser = Browser::new();
+    let (first, url) = app.elicit("alice", "keyp").await;
+    let page = form_page(&app, &browser, &url, "alice").await;
+    assert_eq!(submit(&app, &browser, "keyp", &page, &[("api_key", GOOD_KEY)]).await.status(), 200);
+    assert_eq!(retry(&app, "alice", "keyp", &first).await["account"]["login"], "alice-upstream");
+
+    // A reconnect (a new link) with a valid key of someone else's account at the service.
+    sqlx::query("UPDATE connections SET status = 'needs_reauth'").execute(&app.pool).await.unwrap();
+    app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
+        tenant: mcp_connect::domain::TenantId::parse("acme").unwrap(),
+        subject: mcp_connect::domain::Subject::parse("alice").unwrap(),
+        provider: mcp_connect::domain::ProviderId::parse("keyp").unwrap(),
+    });
+    let (second, url) = app.elicit("alice", "keyp").await;
+    assert_ne!(first, second);
+    let page = form_page(&app, &browser, &url, "alice").await;
+    let r = submit(&app, &browser, "keyp", &page, &[("api_key", "devkey-mallory-key")]).await;
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("belongs to another account than the one already connected"));
+    let kinds = app.audit_kinds().await;
+    assert!(kinds.iter().any(|k| k == "account_mismatch"), "{kinds:?}");
+    let held: String = sqlx::query_scalar("SELECT account_login FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(held, "alice-upstream", "the connection held stays");
 }

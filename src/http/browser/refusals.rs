@@ -241,7 +241,14 @@ pub fn credential_error(rid: &RequestId, r: crate::flows::credential::Credential
                 "Ask your assistant again in a few minutes; it will give you a new link.",
             );
         }
-        R::AccountMismatch => ACCOUNT_MISMATCH,
+        R::AccountMismatch => RefusalText {
+            kind: PageKind::Conflict,
+            title: "A different account is already connected",
+            message: "What you typed belongs to another account than the one already connected here. The existing \
+                      connection was kept.",
+            hint: "Type the credentials of the account you connected before, or disconnect it first at Your \
+                   connections.",
+        },
         R::ConnectedConcurrently => CONNECTED_CONCURRENTLY,
         R::ElicitationGone | R::Form(_) | R::Refused(_) => refused("The connect request is no longer active."),
     };
