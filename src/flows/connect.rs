@@ -200,7 +200,7 @@ pub async fn consent_view(
         let idp = idp.ok_or(ConnectError::Entry(EntryRefusal::Expired))?;
         return Ok(Consent::SignIn { idp: idp.name.clone() });
     };
-    let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
+    let (mut elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
     if let Some(spec) = provider.credential.clone() {
         // Typed on this page: the check's host is where the value goes.
@@ -208,6 +208,10 @@ pub async fn consent_view(
         return Ok(Consent::Credential(Box::new(CredentialView { elicitation, tenant_name, provider, spec, domain })));
     }
     let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
+    // The page shows what Connect will ask for (see `start_authorization`).
+    if elicitation.scopes.is_empty() {
+        elicitation.scopes.clone_from(&server.scopes_supported);
+    }
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
     Ok(Consent::View(Box::new(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })))
@@ -232,7 +236,11 @@ pub async fn start_authorization(
         return Err(ConnectError::NotOAuth);
     }
     let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
-    let scopes = Scopes::parse(&e.scopes).unwrap_or_default();
+    let mut scopes = Scopes::parse(&e.scopes).unwrap_or_default();
+    // A remote MCP server, and nothing asked for: what its metadata lists (MCP authorization).
+    if scopes.as_slice().is_empty() && !server.scopes_supported.is_empty() {
+        scopes = Scopes::parse(&server.scopes_supported).unwrap_or_default();
+    }
     let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.provider_redirect_uri(path_provider);
     let req = flow::authorize(

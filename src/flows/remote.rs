@@ -93,6 +93,7 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
         clock_skew: p.clock_skew,
         guard: d.guard,
         resource: Some(d.resource),
+        scopes_supported: d.scopes_supported,
     }))
 }
 

@@ -43,6 +43,9 @@ pub struct AuthServer {
     /// RFC 8707: the resource the tokens are for (a remote MCP server), sent on the
     /// authorization, token and refresh requests.
     pub resource: Option<String>,
+    /// The scopes the resource's metadata lists (RFC 9728 `scopes_supported`): asked for
+    /// when the connect names none, as the MCP authorization spec says.
+    pub scopes_supported: Vec<String>,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -441,6 +444,7 @@ mod tests {
             clock_skew: time::Duration::seconds(60),
             guard: crate::oauth::http::Guard::default(),
             resource: None,
+            scopes_supported: Vec::new(),
         }
     }
 

@@ -32,7 +32,7 @@ pub struct Discovered {
     /// Documents, as the MCP authorization spec describes).
     pub client_id_metadata_documents: bool,
     pub iss_parameter_supported: bool,
-    /// The scopes the resource names (used when the configuration names none).
+    /// The scopes the resource's metadata lists (asked for when a connect names none).
     pub scopes_supported: Vec<String>,
     /// The origins other than the resource's that we send to, and how they are reached.
     pub guard: Guard,

@@ -432,6 +432,7 @@ impl Resolver {
             clock_skew: idp.clock_skew,
             guard: d.guard,
             resource: None,
+            scopes_supported: Vec::new(),
         });
         Ok(server)
     }
@@ -515,6 +516,7 @@ impl Resolver {
                 clock_skew: p.clock_skew,
                 guard: guard(Some(&d.guard)),
                 resource: None,
+                scopes_supported: Vec::new(),
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -531,6 +533,7 @@ impl Resolver {
                 clock_skew: p.clock_skew,
                 guard: guard(None),
                 resource: None,
+                scopes_supported: Vec::new(),
             },
         };
         Ok(Arc::new(server))

@@ -118,7 +118,11 @@ async fn a_refresh_names_the_resource_and_a_second_instance_uses_the_one_registr
 async fn a_server_that_reads_client_id_metadata_documents_knows_us_by_the_one_we_serve() {
     let peer = Peer::start(json!({"port": 0, "mcp_resource": true, "cimd": true})).await;
     let resource = format!("{}/mcp", peer.origin());
-    let app = spawn_app_with(options(&resource)).await;
+    // No scopes configured: those the server's metadata lists are asked for.
+    let mut opts = options(&resource);
+    opts.extra_toml = opts.extra_toml.replace("scopes = [\"mcp:tools\"]\n", "");
+    assert!(!opts.extra_toml.contains("scopes"));
+    let app = spawn_app_with(opts).await;
     // The document: our client id is its URL, a public client with our callback.
     let doc: Value = reqwest::get(format!("{}/clients/remote", app.base)).await.unwrap().json().await.unwrap();
     assert_eq!(doc["client_id"], format!("{}/clients/remote", app.base));
@@ -131,6 +135,7 @@ async fn a_server_that_reads_client_id_metadata_documents_knows_us_by_the_one_we
     let b = crate::support::browser::Browser::new();
     let page = b.open(&app, &url, "alice").await;
     let html = page.text().await.unwrap();
+    assert!(html.contains("<li><code>mcp:tools</code></li>"), "the page shows what is asked for: {html}");
     let r = b.consent(&app, "remote", &html, "connect").await;
     assert_eq!(r.status(), 303);
     let to = crate::support::browser::location(&r);
@@ -138,7 +143,10 @@ async fn a_server_that_reads_client_id_metadata_documents_knows_us_by_the_one_we
     let cb = crate::interop::sign_in_at(&b, &peer, &to, "alice-remote").await;
     assert_eq!(b.get(&cb).await.status(), 200);
     let t = app.token_ok(json!({"subject": "alice", "provider": "remote", "elicitation_id": id})).await;
-    assert_eq!(claims(t["access_token"].as_str().unwrap())["aud"], resource.as_str());
+    let token = claims(t["access_token"].as_str().unwrap());
+    assert_eq!(token["aud"], resource.as_str());
+    assert_eq!(token["scope"], "mcp:tools", "the metadata's scopes_supported: {token}");
+    assert_eq!(t["scopes"], json!(["mcp:tools"]));
 
     let stats = peer.stats().await;
     assert!(stats["mcp"]["cimd_fetches"].as_u64().unwrap() >= 1, "{stats}");
