@@ -3,7 +3,7 @@
 
 use super::raw::RawProvider;
 use super::{ConfigError, err};
-use crate::domain::{ProviderId, Scopes};
+use crate::domain::ProviderId;
 use crate::oauth::providers::Provider;
 use crate::oauth::urls;
 use secrecy::SecretString;
@@ -31,16 +31,12 @@ pub(super) fn validate_mcp(
     if let Some((field, _)) = discovered.iter().find(|(_, set)| *set) {
         return Err(err(f(field), "the mcp template finds its endpoints by discovery (RFC 9728, RFC 8414)"));
     }
-    let raw = p.resource.ok_or_else(|| err(f("resource"), "required: the remote MCP server's URL"))?;
-    let resource = urls::endpoint(&raw, &p.allow_idn_hosts).map_err(|e| err(f("resource"), format!("{raw:?} {e}")))?;
+    let raw = p.resource.as_deref().ok_or_else(|| err(f("resource"), "required: the remote MCP server's URL"))?;
+    let resource = urls::endpoint(raw, &p.allow_idn_hosts).map_err(|e| err(f("resource"), format!("{raw:?} {e}")))?;
     if resource.fragment().is_some() || resource.query().is_some() {
         return Err(err(f("resource"), "no query or fragment (RFC 8707 §2)"));
     }
-    let secret = match (&secret, &p.client_secret_file) {
-        (Some(s), _) => Some(s.clone()),
-        (None, Some(path)) => Some(super::validate::read_secret_file(&f("client_secret_file"), path)?),
-        (None, None) => None,
-    };
+    let secret = super::validate::client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
     if p.client_id.is_none() && secret.is_some() {
         return Err(err(f("client_id"), "a client secret needs its client_id"));
     }
@@ -55,12 +51,8 @@ pub(super) fn validate_mcp(
         }
         None => None,
     };
-    let scopes = Scopes::parse(p.scopes.as_deref().unwrap_or_default()).map_err(|e| err(f("scopes"), e.to_string()))?;
-    let separator = p.scope_separator.unwrap_or_else(|| " ".to_owned());
-    if !matches!(separator.as_str(), " " | ",") {
-        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
-    }
-    let clock_skew = time::Duration::seconds(i64::try_from(p.clock_skew_seconds.unwrap_or(60)).unwrap_or(60));
+    let (scopes, separator) = super::validate::provider_scopes(f, &p, &p.template.template())?;
+    let clock_skew = super::validate::clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
     Ok(Provider {
         display_name: p.display_name.unwrap_or_else(|| id.to_string()),
         id,

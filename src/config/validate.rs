@@ -656,7 +656,11 @@ fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Resul
 }
 
 /// Default scopes (configured, else the template's) and the separator they are sent with.
-fn provider_scopes(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<(Scopes, String), ConfigError> {
+pub(super) fn provider_scopes(
+    f: &dyn Fn(&str) -> String,
+    p: &RawProvider,
+    t: &Template,
+) -> Result<(Scopes, String), ConfigError> {
     let scopes = match &p.scopes {
         Some(s) => Scopes::parse(s),
         None => Scopes::parse(t.default_scopes),
@@ -671,7 +675,7 @@ fn provider_scopes(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) ->
 
 /// A provider's client secret: the environment, else the file named (trimmed); `None` when
 /// neither is given.
-fn client_secret(
+pub(super) fn client_secret(
     field: &str,
     env_value: Option<String>,
     file: &Option<PathBuf>,

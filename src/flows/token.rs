@@ -307,7 +307,7 @@ fn hand_out(
     // made) is not handed out: the person connects anew, and that replaces it.
     // So is a typed one of another type or other fields than the provider asks for now
     // (a password is never handed out as an API key).
-    let typed_row = matches!(&*c.shape.token_type, "api_key" | "basic");
+    let typed_row = crate::oauth::credential::is_typed(&c.shape.token_type);
     let (access_token, credential) = match (&provider.credential, typed_row) {
         (None, false) => (opened, None),
         (Some(spec), true) => match Credential::from_opened(&opened) {

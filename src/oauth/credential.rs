@@ -61,6 +61,12 @@ pub struct CredentialSpec {
     pub check: Option<Check>,
 }
 
+/// Whether a connection row's `token_type` is a typed credential's (its access-token slot
+/// holds a sealed [`Credential`] document, not a token).
+pub fn is_typed(token_type: &str) -> bool {
+    matches!(token_type, "api_key" | "basic")
+}
+
 /// The fields of the `basic` template.
 pub fn basic_fields() -> Vec<Field> {
     vec![
