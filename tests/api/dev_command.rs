@@ -238,15 +238,22 @@ async fn dev_with_webhook_echo_prints_each_event_it_verified() {
     let out = dev.dir.join("stdout.txt");
     let text = eventually_ok(Duration::from_secs(20), "a verified connection.created printed", || async {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
-        let created = text
-            .lines()
-            .any(|l| l.starts_with("webhook (signature verified): ") && l.contains(r#""type":"connection.created""#));
+        // The walkthrough connects two providers (`dev` and `devkeys`); their events may
+        // arrive in either order: wait for the `dev` one.
+        let created = text.lines().any(|l| {
+            l.starts_with("webhook (signature verified): ")
+                && l.contains(r#""type":"connection.created""#)
+                && l.contains(r#""account_login":"alice-at-dev""#)
+        });
         if created { Ok(text) } else { Err(text) }
     })
     .await;
     let verified: Vec<&str> = text.lines().filter(|l| l.starts_with("webhook (signature verified): ")).collect();
     assert!(text.contains("Webhooks: every event of the dev tenant goes to http://127.0.0.1:"), "{text}");
-    let created = verified.iter().find(|l| l.contains("connection.created")).unwrap();
+    let created = verified
+        .iter()
+        .find(|l| l.contains("connection.created") && l.contains(r#""account_login":"alice-at-dev""#))
+        .unwrap();
     assert!(created.contains(r#""subject":"alice""#) && created.contains(r#""account_login":"alice-at-dev""#));
     assert!(!text.contains("REFUSED"), "{text}");
 }
