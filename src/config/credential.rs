@@ -35,6 +35,7 @@ pub(super) fn validate(
         ("clock_skew_seconds", p.clock_skew_seconds.is_some()),
         ("allow_private_endpoints", p.allow_private_endpoints),
         ("resource", p.resource.is_some()),
+        ("token_endpoint_auth_method", p.token_endpoint_auth_method.is_some()),
     ];
     if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(err(f(field), format!("the {template} template has no OAuth client, endpoints or scopes")));
@@ -86,6 +87,7 @@ pub(super) fn validate(
         active: true,
         credential: Some(Arc::new(CredentialSpec { kind: p.template, fields, check })),
         resource: None,
+        token_endpoint_auth_method: None,
     })
 }
 

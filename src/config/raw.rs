@@ -227,6 +227,9 @@ pub struct RawProvider {
     pub check: Option<RawCheck>,
     /// `mcp`: the remote MCP server's URL (its resource identifier).
     pub resource: Option<String>,
+    /// `client_secret_basic`, `client_secret_post` or `none` (a public client); unset: what
+    /// the server's metadata lists, else `client_secret_basic`.
+    pub token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
 }
 
 /// One input of an `api_key` provider's connect page.

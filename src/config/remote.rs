@@ -40,6 +40,14 @@ pub(super) fn validate_mcp(
     if p.client_id.is_none() && secret.is_some() {
         return Err(err(f("client_id"), "a client secret needs its client_id"));
     }
+    // Without a client_id mcp-connect registers, and uses the method it registered with.
+    if p.client_id.is_none() && p.token_endpoint_auth_method.is_some() {
+        return Err(err(
+            f("token_endpoint_auth_method"),
+            "is for a client_id registered by hand; a registration uses what the server lists",
+        ));
+    }
+    super::validate::auth_method_fits(f, p.token_endpoint_auth_method, secret.is_some())?;
     // The authorization server the discovered one must be (else the first one found is
     // pinned); a client registered by hand belongs to one, so it is named.
     let issuer = match &p.issuer {
@@ -80,6 +88,7 @@ pub(super) fn validate_mcp(
         active: true,
         credential: None,
         resource: Some(resource),
+        token_endpoint_auth_method: p.token_endpoint_auth_method,
     })
 }
 

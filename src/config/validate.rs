@@ -4,6 +4,7 @@ use super::raw::EnvSecrets;
 use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
 use super::{Config, ConfigError, LogFormat, TenantConfig, err};
 use crate::domain::{DEFAULT_IDP, ProviderId, Scopes, TenantId};
+use crate::oauth::client_auth::ClientAuth;
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
 use crate::oauth::urls;
@@ -586,6 +587,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         active: true,
         credential: None,
         resource: None,
+        token_endpoint_auth_method: p.token_endpoint_auth_method,
     })
 }
 
@@ -601,10 +603,34 @@ fn provider_client(
         .clone()
         .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(id, "CLIENT_ID"))))?;
     let secret_env = provider_env(id, "CLIENT_SECRET");
-    let client_secret = client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?.ok_or_else(|| {
+    let client_secret = client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
+    auth_method_fits(f, p.token_endpoint_auth_method, client_secret.is_some())?;
+    if p.token_endpoint_auth_method == Some(ClientAuth::Public) {
+        return Ok((client_id, String::new()));
+    }
+    let client_secret = client_secret.ok_or_else(|| {
         err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
     })?;
     Ok((client_id, client_secret))
+}
+
+/// A configured `token_endpoint_auth_method` fits the secret there is: `none` sends no
+/// secret (one configured would be unused: a mistake), the others need one.
+pub(super) fn auth_method_fits(
+    f: &dyn Fn(&str) -> String,
+    method: Option<ClientAuth>,
+    has_secret: bool,
+) -> Result<(), ConfigError> {
+    match method {
+        Some(ClientAuth::Public) if has_secret => Err(err(
+            f("token_endpoint_auth_method"),
+            "\"none\" sends no client secret: remove the secret, or name a method that sends it",
+        )),
+        Some(m) if m.sends_secret() && !has_secret => {
+            Err(err(f("token_endpoint_auth_method"), format!("{:?} needs a client secret", m.as_str())))
+        }
+        _ => Ok(()),
+    }
 }
 
 struct Endpoints {

@@ -13,11 +13,12 @@
 
 use crate::app::AppState;
 use crate::oauth::Provider;
+use crate::oauth::client_auth::{self, ClientAuth};
 use crate::oauth::flow::AuthServer;
 use crate::oauth::mcp::{self, Discovered};
 use crate::oauth::resolve::ResolveError;
 use crate::store::{self, remote_clients::RemoteClientRow};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 use url::Url;
 
@@ -60,14 +61,17 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
     let stored = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?;
-    let (client_id, client_secret) = if !p.client_id.is_empty() {
-        (p.client_id.clone(), p.client_secret.clone())
+    let (client_id, client_secret, client_auth) = if !p.client_id.is_empty() {
+        let has_secret = !p.client_secret.expose_secret().is_empty();
+        let auth = client_auth::choose(p.token_endpoint_auth_method, d.auth_methods.as_deref(), has_secret)
+            .map_err(|e| ResolveError::Invalid(p.id.to_string(), e))?;
+        (p.client_id.clone(), p.client_secret.clone(), auth)
     } else if let Some(row) = stored {
         // Registered before: kept (the grants made with it refresh with it), even if the
         // server has since begun to read metadata documents.
         opened(state, p, &d.issuer, &redirect, row)?
     } else if d.client_id_metadata_documents {
-        (client_metadata_url(state, p).to_string(), SecretString::from(String::new()))
+        (client_metadata_url(state, p).to_string(), SecretString::from(String::new()), ClientAuth::Public)
     } else if let Some(url) = &d.registration_url {
         registered(state, p, &d, url).await?
     } else {
@@ -94,6 +98,7 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
         guard: d.guard,
         resource: Some(d.resource),
         scopes_supported: d.scopes_supported,
+        client_auth,
     }))
 }
 
@@ -143,14 +148,14 @@ fn binding(provider: &str, issuer: &str, redirect: &str, client_id: &str) -> Vec
     [provider, issuer, redirect, client_id].join("\0").into_bytes()
 }
 
-/// A stored registration's client id and secret, opened.
+/// A stored registration's client id, secret (opened) and authentication method.
 fn opened(
     state: &AppState,
     p: &Provider,
     issuer: &str,
     redirect: &Url,
     row: RemoteClientRow,
-) -> Result<(String, SecretString), ResolveError> {
+) -> Result<(String, SecretString, ClientAuth), ResolveError> {
     let secret = match (&row.key_id, &row.secret_ct) {
         (Some(key_id), Some(ct)) => {
             let b = binding(p.id.as_str(), issuer, redirect.as_str(), &row.client_id);
@@ -159,7 +164,13 @@ fn opened(
         }
         _ => SecretString::from(String::new()),
     };
-    Ok((row.client_id, secret))
+    // A row of the release before registered asking for HTTP Basic.
+    let auth = match row.token_endpoint_auth_method.as_deref() {
+        Some(name) => ClientAuth::parse(name).ok_or_else(|| store_fault(p, "read"))?,
+        None if secret.expose_secret().is_empty() => ClientAuth::Public,
+        None => ClientAuth::Basic,
+    };
+    Ok((row.client_id, secret, auth))
 }
 
 /// Key rotation: a registration's secret sealed again under the current key.
@@ -179,10 +190,10 @@ async fn registered(
     p: &Provider,
     d: &Discovered,
     url: &Url,
-) -> Result<(String, SecretString), ResolveError> {
+) -> Result<(String, SecretString, ClientAuth), ResolveError> {
     let redirect = state.provider_redirect_uri(&p.id);
     let r = mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
-    tracing::info!(provider = %p.id, client_id = %r.client_id, "registered at the remote MCP server's authorization server");
+    tracing::info!(provider = %p.id, client_id = %r.client_id, token_endpoint_auth_method = r.auth.as_str(), "registered at the remote MCP server's authorization server");
     let bound = binding(p.id.as_str(), &d.issuer, redirect.as_str(), &r.client_id);
     let sealed = match &r.client_secret {
         Some(s) => {
@@ -194,6 +205,7 @@ async fn registered(
         client_id: r.client_id.clone(),
         key_id: sealed.as_ref().map(|_| state.vault.current_key_id().as_str().to_owned()),
         secret_ct: sealed,
+        token_endpoint_auth_method: Some(r.auth.as_str().to_owned()),
     };
     store::remote_clients::insert(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str(), &new)
         .await

@@ -46,6 +46,8 @@ pub struct AuthServer {
     /// The scopes the resource's metadata lists (RFC 9728 `scopes_supported`): asked for
     /// when the connect names none, as the MCP authorization spec says.
     pub scopes_supported: Vec<String>,
+    /// How the client authenticates at the token and revocation endpoints.
+    pub client_auth: super::client_auth::ClientAuth,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -169,15 +171,17 @@ pub struct AuthorizeRequest {
 }
 
 fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
+    use super::client_auth::ClientAuth;
     let c = Client::new(oauth2::ClientId::new(server.client_id.clone()))
         .set_auth_uri(AuthUrl::from_url(server.authorize_url.clone()))
         .set_token_uri(TokenUrl::from_url(server.token_url.clone()))
         .set_redirect_uri(RedirectUrl::from_url(redirect_uri.clone()));
-    // A public client (registered by a client ID metadata document): its id in the body.
-    if server.client_secret.expose_secret().is_empty() {
-        c.set_auth_type(oauth2::AuthType::RequestBody)
-    } else {
-        c.set_client_secret(oauth2::ClientSecret::new(server.client_secret.expose_secret().to_owned()))
+    let secret = || oauth2::ClientSecret::new(server.client_secret.expose_secret().to_owned());
+    match server.client_auth {
+        ClientAuth::Basic => c.set_client_secret(secret()),
+        ClientAuth::Post => c.set_client_secret(secret()).set_auth_type(oauth2::AuthType::RequestBody),
+        // A public client: its id in the body, no secret.
+        ClientAuth::Public => c.set_auth_type(oauth2::AuthType::RequestBody),
     }
 }
 
@@ -238,12 +242,26 @@ fn map_token_error<E: std::error::Error>(e: RequestTokenError<E, BasicErrorRespo
             BasicErrorResponseType::Extension(code) if code == "temporarily_unavailable" || code == "server_error" => {
                 FlowError::Transient(code.clone())
             }
-            other => FlowError::Protocol(format!("error response {}", other.as_ref())),
+            other => {
+                FlowError::Protocol(server_error_answer(other.as_ref(), r.error_description().map(String::as_str)))
+            }
         },
         RequestTokenError::Request(e) => FlowError::Transient(e.to_string()),
         // A body that is not a token response: commonly a 5xx page from a proxy.
         RequestTokenError::Parse(_, _) => FlowError::Transient("unparseable token response".to_owned()),
         RequestTokenError::Other(s) => FlowError::Protocol(s),
+    }
+}
+
+/// An authorization server's error answer (RFC 6749 §5.2) as the log shows it: its code and
+/// description, each cut short and stripped of control characters (a description is the
+/// server's text: it names a field, never one of our secrets, which the server does not
+/// echo; a line break in it would forge a log line).
+pub fn server_error_answer(code: &str, description: Option<&str>) -> String {
+    let clean = |s: &str, max: usize| s.chars().filter(|c| !c.is_control()).take(max).collect::<String>();
+    match description {
+        Some(d) => format!("error response {} ({:?})", clean(code, 64), clean(d, 200)),
+        None => format!("error response {}", clean(code, 64)),
     }
 }
 
@@ -308,8 +326,9 @@ pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'st
     let mut failures = Vec::new();
     for (hint, token) in tokens {
         let sent = http
-            .post_form_basic(
+            .post_form_client(
                 url,
+                server.client_auth,
                 &server.client_id,
                 server.client_secret.expose_secret(),
                 &[("token", token.expose_secret()), ("token_type_hint", hint)],
@@ -445,6 +464,7 @@ mod tests {
             guard: crate::oauth::http::Guard::default(),
             resource: None,
             scopes_supported: Vec::new(),
+            client_auth: crate::oauth::client_auth::ClientAuth::Basic,
         }
     }
 

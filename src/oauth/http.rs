@@ -228,10 +228,22 @@ impl Outbound {
         serde_json::from_slice(&a.body).map_err(|_| OutboundError::Json)
     }
 
-    /// A request without a token to a protected resource (RFC 9728 §5.1): its status and
-    /// `WWW-Authenticate` challenge, if any.
+    /// A request without a token to a remote MCP server (RFC 9728 §5.1): the `initialize`
+    /// an MCP client sends first (Streamable HTTP), for its status and `WWW-Authenticate`
+    /// challenge, if any.
     pub async fn probe(&self, url: &url::Url) -> Result<(u16, Option<String>), OutboundError> {
-        let r = self.client.get(url.as_str()).header("accept", "application/json, text/event-stream");
+        let initialize = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-connect", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let r =
+            self.client.post(url.as_str()).header("accept", "application/json, text/event-stream").json(&initialize);
         let a = self.send(r).await?;
         let challenge = a.headers.get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
         Ok((a.status.as_u16(), challenge))
@@ -261,23 +273,32 @@ impl Outbound {
         Ok((a.status.as_u16(), a.body))
     }
 
-    /// POST a form with HTTP Basic client authentication (RFC 6749 §2.3.1); for RFC 7009
-    /// revocation. Returns the status.
-    pub async fn post_form_basic(
+    /// POST a form with the client authenticated as `auth` says (RFC 6749 §2.3.1); for
+    /// RFC 7009 revocation. Returns the status.
+    pub async fn post_form_client(
         &self,
         url: &url::Url,
+        auth: super::client_auth::ClientAuth,
         client_id: &str,
         client_secret: &str,
         form: &[(&str, &str)],
     ) -> Result<u16, OutboundError> {
+        use super::client_auth::ClientAuth;
         let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        // A public client (no secret) names itself in the body (RFC 7009 §2.1).
-        let r = if client_secret.is_empty() {
-            let mut with_id = form.to_vec();
-            with_id.push(("client_id", client_id));
-            self.client.post(url.as_str()).form(&with_id)
-        } else {
-            self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form)
+        let mut body = form.to_vec();
+        let r = match auth {
+            ClientAuth::Basic => {
+                self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form)
+            }
+            ClientAuth::Post => {
+                body.extend([("client_id", client_id), ("client_secret", client_secret)]);
+                self.client.post(url.as_str()).form(&body)
+            }
+            // A public client names itself in the body (RFC 7009 §2.1).
+            ClientAuth::Public => {
+                body.push(("client_id", client_id));
+                self.client.post(url.as_str()).form(&body)
+            }
         };
         Ok(self.send(r).await?.status.as_u16())
     }

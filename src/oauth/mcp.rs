@@ -10,6 +10,7 @@
 //! Written by hand: neither `oauth2` nor `openidconnect` reads RFC 9728 metadata or a
 //! `WWW-Authenticate` challenge.
 
+use super::client_auth::ClientAuth;
 use super::http::{Guard, Outbound, OutboundError, Reach};
 use super::resolve::ResolveError;
 use super::urls;
@@ -32,8 +33,12 @@ pub struct Discovered {
     /// Documents, as the MCP authorization spec describes).
     pub client_id_metadata_documents: bool,
     pub iss_parameter_supported: bool,
-    /// The scopes the resource's metadata lists (asked for when a connect names none).
+    /// The scopes to ask for when a connect names none: the `scope` of the server's
+    /// challenge, else those its resource metadata lists (the MCP authorization spec's
+    /// scope selection).
     pub scopes_supported: Vec<String>,
+    /// `token_endpoint_auth_methods_supported`, if the server's metadata lists them.
+    pub auth_methods: Option<Vec<String>>,
     /// The origins other than the resource's that we send to, and how they are reached.
     pub guard: Guard,
 }
@@ -60,22 +65,63 @@ struct ServerMetadata {
     client_id_metadata_document_supported: bool,
     #[serde(default)]
     authorization_response_iss_parameter_supported: bool,
+    token_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
-/// The `resource_metadata` parameter of a `WWW-Authenticate: Bearer …` challenge.
-pub fn resource_metadata_of(challenge: &str) -> Option<String> {
-    let params = challenge.strip_prefix("Bearer ").or_else(|| challenge.strip_prefix("bearer "))?;
-    // The parameter itself (at the start, or after a `,` or a space, outside any quoted
-    // value), not text inside another parameter that mentions it.
-    let at = params.match_indices("resource_metadata=").map(|(i, _)| i).find(|&i| {
-        (i == 0 || matches!(params.as_bytes()[i - 1], b' ' | b',')) && params[..i].matches('"').count() % 2 == 0
-    })? + "resource_metadata=".len();
-    let rest = &params[at..];
-    match rest.strip_prefix('"') {
-        Some(quoted) => quoted.split('"').next().map(str::to_owned),
-        None => rest.split([',', ' ']).next().map(str::to_owned),
+/// The parameters of a `WWW-Authenticate: Bearer …` challenge (RFC 6750 §3, in the
+/// auth-param syntax of RFC 9110 §11.2: `name=token` or `name="quoted string"`, where a
+/// quoted string may hold `\"` and `\\`). `None` if the header is not a Bearer challenge
+/// or does not parse: a parameter is read only where the whole list is well formed, never
+/// out of another parameter's value.
+pub fn bearer_params(challenge: &str) -> Option<HashMap<String, String>> {
+    let (scheme, rest) = challenge.trim_start().split_once(' ').unwrap_or((challenge.trim(), ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
     }
-    .filter(|s| !s.is_empty())
+    let mut params = HashMap::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.next_if(|c| *c == ' ' || *c == ',' || *c == '\t').is_some() {}
+        if chars.peek().is_none() {
+            return Some(params);
+        }
+        let name: String =
+            std::iter::from_fn(|| chars.next_if(|c| c.is_ascii_alphanumeric() || "-_.!#$%&'*+^`|~".contains(*c)))
+                .collect();
+        while chars.next_if(|c| *c == ' ').is_some() {}
+        if name.is_empty() || chars.next() != Some('=') {
+            return None;
+        }
+        while chars.next_if(|c| *c == ' ').is_some() {}
+        let value = if chars.next_if_eq(&'"').is_some() {
+            let mut v = String::new();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => v.push(chars.next()?),
+                    c => v.push(c),
+                }
+            }
+            v
+        } else {
+            std::iter::from_fn(|| chars.next_if(|c| *c != ',' && *c != ' ')).collect()
+        };
+        params.entry(name.to_ascii_lowercase()).or_insert(value);
+    }
+}
+
+/// The `resource_metadata` parameter of a Bearer challenge (RFC 9728 §5.1).
+pub fn resource_metadata_of(challenge: &str) -> Option<String> {
+    bearer_params(challenge)?.remove("resource_metadata").filter(|s| !s.is_empty())
+}
+
+/// The `scope` parameter of a Bearer challenge (RFC 6750 §3): the scopes the resource
+/// needs, space-separated.
+pub fn scope_of(challenge: &str) -> Vec<String> {
+    bearer_params(challenge)
+        .and_then(|mut p| p.remove("scope"))
+        .map(|s| s.split(' ').filter(|x| !x.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// RFC 9728 §3.1 and RFC 8414 §3.1: the well-known name inserted between the host and the
@@ -125,16 +171,26 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
         Ok(())
     };
     let guarded = || http.with_guard(&Arc::new(guard.borrow().clone()));
-    // The server's own answer to a request without a token names its metadata.
+    // The server's own answer to the request an MCP client sends first, without a token,
+    // names its metadata (RFC 9728 §5.1) and may name the scopes it needs (RFC 6750 §3).
+    // A POST of `initialize`: Streamable HTTP lets a server answer a GET with 405.
     let (status, challenge) =
         http.probe(resource).await.map_err(|source| ResolveError::Fetch { url: name.to_owned(), source })?;
-    let named = challenge.as_deref().filter(|_| status == 401).and_then(resource_metadata_of);
+    let challenge = challenge.filter(|_| status == 401);
+    let named = challenge.as_deref().and_then(resource_metadata_of);
+    let challenge_scopes = challenge.as_deref().map(scope_of).unwrap_or_default();
+    // Where the metadata is: the URL the challenge gave, else the well-known URL built from
+    // the resource's path, then the one built from its origin (RFC 9728 §3.1).
     let metadata_urls = match named {
         Some(u) => vec![urls::endpoint(&u, &[]).map_err(|e| invalid(name, format!("resource_metadata {u:?}: {e}")))?],
         None => {
             let mut root = resource.clone();
             root.set_path("/");
-            vec![well_known(resource, "oauth-protected-resource"), well_known(&root, "oauth-protected-resource")]
+            let mut all = vec![well_known(resource, "oauth-protected-resource")];
+            if resource.path() != "/" {
+                all.push(well_known(&root, "oauth-protected-resource"));
+            }
+            all
         }
     };
     let mut found = None;
@@ -155,9 +211,9 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
     let prm: ResourceMetadata =
         serde_json::from_value(raw).map_err(|e| invalid(name, format!("protected resource metadata: {e}")))?;
     // RFC 9728 §3.3: the metadata is for the resource asked about, or it is not used.
-    if !same_resource(&prm.resource, resource) {
+    let Some(said) = resource_named(&prm.resource, resource) else {
         return Err(invalid(name, format!("its metadata is for another resource ({:?})", prm.resource)));
-    }
+    };
     let issuer = prm.authorization_servers.first().ok_or_else(|| invalid(name, "no authorization_servers"))?;
     let issuer_url = urls::endpoint(issuer, &[]).map_err(|e| invalid(name, format!("authorization server: {e}")))?;
     let mut doc = None;
@@ -203,7 +259,7 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
         }
     }
     Ok(Discovered {
-        resource: resource.as_str().to_owned(),
+        resource: said,
         issuer: meta.issuer,
         authorize_url,
         token_url,
@@ -211,31 +267,79 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
         registration_url,
         client_id_metadata_documents: meta.client_id_metadata_document_supported,
         iss_parameter_supported: meta.authorization_response_iss_parameter_supported,
-        scopes_supported: prm.scopes_supported,
+        scopes_supported: if challenge_scopes.is_empty() { prm.scopes_supported } else { challenge_scopes },
+        auth_methods: meta.token_endpoint_auth_methods_supported,
         guard: Arc::new(guard.into_inner()),
     })
 }
 
-/// Whether the metadata's `resource` names the configured one (compared as parsed URLs, so
-/// that `https://h` and `https://h/` are one; a different path or host is not).
-fn same_resource(said: &str, configured: &Url) -> bool {
-    Url::parse(said).is_ok_and(|u| u == *configured)
+/// The resource identifier to send (RFC 8707) if the metadata's `resource` (`said`) names
+/// the configured resource (compared as parsed URLs, so that `https://h` and `https://h/`
+/// are one) or a parent of it on its origin, at a `/` (`https://h/` for `https://h/mcp`:
+/// RFC 9728 §3.3 for metadata found at the root, whose identifier is the origin, and what
+/// the MCP SDKs accept wherever it was found). The server then names itself by it, and its
+/// tokens are for it. `None`: another resource.
+fn resource_named(said: &str, configured: &Url) -> Option<String> {
+    let u = Url::parse(said).ok()?;
+    if u == *configured {
+        return Some(configured.as_str().to_owned());
+    }
+    let (path, ours) = (u.path(), configured.path());
+    let parent = u.origin() == configured.origin()
+        && u.query().is_none()
+        && u.fragment().is_none()
+        && u.username().is_empty()
+        && (path.ends_with('/') && ours.starts_with(path)
+            || ours.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')));
+    parent.then(|| said.to_owned())
 }
 
-/// RFC 7591: a registration's answer.
+/// RFC 7591 §3.2.1: a registration's answer, as far as we read it.
 #[derive(serde::Deserialize)]
+struct RegistrationAnswer {
+    client_id: String,
+    client_secret: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// RFC 7591 §3.2.2: a registration refused.
+#[derive(serde::Deserialize)]
+struct RegistrationError {
+    error: String,
+    error_description: Option<String>,
+}
+
+/// A registration: the client and how it authenticates (as the server registered it).
 pub struct Registered {
     pub client_id: String,
     pub client_secret: Option<String>,
+    pub auth: ClientAuth,
 }
 
 impl std::fmt::Debug for Registered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registered").field("client_id", &self.client_id).finish_non_exhaustive()
+        f.debug_struct("Registered")
+            .field("client_id", &self.client_id)
+            .field("auth", &self.auth)
+            .finish_non_exhaustive()
     }
 }
 
-/// Registers mcp-connect at `url` (RFC 7591) with this redirect URI.
+/// SEP-837 (the MCP authorization spec's 2026 draft, after OIDC Registration §2): `native`
+/// for a redirect URI on a loopback address, else `web`.
+fn application_type(redirect_uri: &Url) -> &'static str {
+    let loopback = match redirect_uri.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    if loopback { "native" } else { "web" }
+}
+
+/// Registers mcp-connect at `url` (RFC 7591) with this redirect URI, asking for a client
+/// authentication method the server lists (a secret where it offers one), and takes the
+/// method the answer says it registered.
 pub async fn register(
     http: &Outbound,
     d: &Discovered,
@@ -243,31 +347,60 @@ pub async fn register(
     client_name: &str,
     redirect_uri: &Url,
 ) -> Result<Registered, ResolveError> {
+    let asked = super::client_auth::for_registration(d.auth_methods.as_deref());
     let body = serde_json::json!({
         "client_name": client_name,
         "redirect_uris": [redirect_uri.as_str()],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
-        "token_endpoint_auth_method": "client_secret_basic",
+        "token_endpoint_auth_method": asked.as_str(),
+        "application_type": application_type(redirect_uri),
     });
     let (status, answer) = http
         .with_guard(&d.guard)
         .post_json(url, &body)
         .await
         .map_err(|source| ResolveError::Fetch { url: url.to_string(), source })?;
+    if status == 400 || status == 401 || status == 403 {
+        // A refusal a retry will not change: the server's own words (never a secret of ours:
+        // the request carried none).
+        let said = serde_json::from_slice::<RegistrationError>(&answer)
+            .map(|e| super::flow::server_error_answer(&e.error, e.error_description.as_deref()))
+            .unwrap_or_else(|_| format!("HTTP {status}"));
+        return Err(invalid(&d.resource, format!("its authorization server refused our registration: {said}")));
+    }
     if !(200..300).contains(&status) {
         return Err(ResolveError::Fetch { url: url.to_string(), source: OutboundError::Status(status) });
     }
-    let r: Registered =
+    let r: RegistrationAnswer =
         serde_json::from_slice(&answer).map_err(|e| invalid(&d.resource, format!("registration answer: {e}")))?;
     // It goes into every authorization URL and a database row.
     if r.client_id.is_empty() || r.client_id.len() > 255 || r.client_id.chars().any(char::is_control) {
         return Err(invalid(&d.resource, "the registration answer's client_id is not 1-255 printable characters"));
     }
-    if r.client_secret.as_ref().is_some_and(|s| s.len() > 4096 || s.chars().any(char::is_control)) {
+    let secret = r.client_secret.filter(|s| !s.is_empty());
+    if secret.as_ref().is_some_and(|s| s.len() > 4096 || s.chars().any(char::is_control)) {
         return Err(invalid(&d.resource, "the registration answer's client_secret is not 1-4096 printable characters"));
     }
-    Ok(r)
+    // RFC 7591 §3.2.1: the answer holds the metadata as registered, which may differ from
+    // what was asked; where it leaves the method out, it is the one asked.
+    let auth = match r.token_endpoint_auth_method.as_deref() {
+        None => asked,
+        Some(name) => ClientAuth::parse(name).ok_or_else(|| {
+            invalid(
+                &d.resource,
+                format!("it registered us for token_endpoint_auth_method {name:?}, which mcp-connect does not use"),
+            )
+        })?,
+    };
+    match (auth.sends_secret(), secret) {
+        (true, None) => {
+            Err(invalid(&d.resource, format!("it registered us for {} but gave no client_secret", auth.as_str())))
+        }
+        // A public client: a secret it gave would never be sent.
+        (false, _) => Ok(Registered { client_id: r.client_id, client_secret: None, auth }),
+        (true, secret) => Ok(Registered { client_id: r.client_id, client_secret: secret, auth }),
+    }
 }
 
 #[cfg(test)]
@@ -291,10 +424,30 @@ mod tests {
             (r#"Bearer error_description="see resource_metadata=https://evil.example/x""#, None),
             (r#"Bearer xresource_metadata="https://evil.example/x""#, None),
             (r#"Basic resource_metadata="https://m.example/x""#, None),
+            // A quoted value may hold an escaped quote: what follows it is still that value.
+            (
+                r#"Bearer error_description="a \" resource_metadata=\"https://evil.example/x\"", resource_metadata="https://m.example/z""#,
+                Some("https://m.example/z"),
+            ),
+            (r#"Bearer error_description="a \" resource_metadata=\"https://evil.example/x\"""#, None),
+            (r#"bearer   resource_metadata = "https://m.example/s""#, Some("https://m.example/s")),
+            (r#"Bearer resource_metadata="https://m.example/unterminated"#, None),
         ];
         for (challenge, want) in cases {
             assert_eq!(resource_metadata_of(challenge).as_deref(), want, "{challenge}");
         }
+    }
+
+    #[test]
+    fn the_scope_of_a_challenge_is_read_as_a_parameter() {
+        let none = Vec::<String>::new();
+        assert_eq!(
+            scope_of(r#"Bearer error="insufficient_scope", scope="files:read files:write""#),
+            ["files:read", "files:write"]
+        );
+        assert_eq!(scope_of(r#"Bearer realm="x", error_description="scope=\"admin\"""#), none);
+        assert_eq!(scope_of("Bearer scope=tools"), ["tools"]);
+        assert_eq!(scope_of(r#"Basic scope="a""#), none);
     }
 
     #[test]
@@ -318,8 +471,31 @@ mod tests {
                 "https://as.example/tenant1/.well-known/openid-configuration",
             ]
         );
-        assert!(same_resource("https://m.example/mcp", &u("https://m.example/mcp")));
-        assert!(!same_resource("https://m.example/other", &u("https://m.example/mcp")));
-        assert!(!same_resource("https://evil.example/mcp", &u("https://m.example/mcp")));
+    }
+
+    #[test]
+    fn metadata_names_the_resource_or_a_parent_of_it_on_its_origin() {
+        let mcp = Url::parse("https://m.example/mcp").unwrap();
+        let cases = [
+            ("https://m.example/mcp", Some("https://m.example/mcp")),
+            ("https://m.example/", Some("https://m.example/")),
+            ("https://m.example", Some("https://m.example")),
+            ("https://m.example/other", None),
+            ("https://m.example/mc", None),
+            ("https://m.example/mcp/deeper", None),
+            ("https://evil.example/mcp", None),
+            ("https://evil.example/", None),
+            ("http://m.example/", None),
+            ("https://m.example:8443/", None),
+            ("https://m.example/?x=1", None),
+            ("not a url", None),
+        ];
+        for (said, want) in cases {
+            assert_eq!(resource_named(said, &mcp).as_deref(), want, "{said}");
+        }
+        let nested = Url::parse("https://m.example/a/b/mcp").unwrap();
+        assert_eq!(resource_named("https://m.example/a", &nested).as_deref(), Some("https://m.example/a"));
+        assert_eq!(resource_named("https://m.example/a/", &nested).as_deref(), Some("https://m.example/a/"));
+        assert_eq!(resource_named("https://m.example/a/b/mc", &nested), None);
     }
 }

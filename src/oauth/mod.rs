@@ -3,6 +3,8 @@
 
 pub mod access_token;
 pub mod callback;
+/// How the client authenticates at token and revocation endpoints (RFC 6749 §2.3.1).
+pub mod client_auth;
 /// Credentials typed on our page (API keys, passwords) and their check at the provider.
 pub mod credential;
 pub mod flow;

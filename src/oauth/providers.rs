@@ -223,6 +223,10 @@ pub struct Provider {
     /// Its endpoints come from discovery; its client id from the configuration, or from
     /// registering (`flows::remote`).
     pub resource: Option<Url>,
+    /// How the client authenticates at the token and revocation endpoints, where the
+    /// configuration says (`token_endpoint_auth_method`); `None`: the server's metadata
+    /// decides, else HTTP Basic (`oauth::client_auth::choose`).
+    pub token_endpoint_auth_method: Option<super::client_auth::ClientAuth>,
 }
 
 /// All configured providers by id.

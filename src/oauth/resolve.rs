@@ -9,7 +9,7 @@ use super::http::{Outbound, OutboundError, Reach};
 use super::providers::Provider;
 use super::urls::{self, Issuer};
 use openidconnect::core::CoreJsonWebKeySet;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,6 +118,7 @@ struct DiscoveryDoc {
     #[serde(default)]
     authorization_response_iss_parameter_supported: bool,
     id_token_signing_alg_values_supported: Option<Vec<String>>,
+    token_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
 /// What discovery found, with every URL checked by the same rules as configured ones.
@@ -131,6 +132,8 @@ struct Discovered {
     jwks: CoreJsonWebKeySet,
     iss_supported: bool,
     id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
+    /// `token_endpoint_auth_methods_supported`, if the document lists them.
+    auth_methods: Option<Vec<String>>,
     guard: super::http::Guard,
 }
 
@@ -226,6 +229,7 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
         jwks,
         iss_supported: doc.authorization_response_iss_parameter_supported,
         id_token_algs: super::flow::id_token_algs(doc.id_token_signing_alg_values_supported.as_deref()),
+        auth_methods: doc.token_endpoint_auth_methods_supported,
         guard,
     })
 }
@@ -417,6 +421,8 @@ impl Resolver {
         };
         let d = discover(http, &idp.issuer, &allowed).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
+        let client_auth = super::client_auth::choose(None, d.auth_methods.as_deref(), true)
+            .map_err(|e| ResolveError::Invalid(idp.issuer.as_str().to_owned(), e))?;
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
             client_secret: idp.client_secret.clone(),
@@ -433,6 +439,7 @@ impl Resolver {
             guard: d.guard,
             resource: None,
             scopes_supported: Vec::new(),
+            client_auth,
         });
         Ok(server)
     }
@@ -496,6 +503,10 @@ impl Resolver {
             }
             Arc::new(all)
         };
+        let has_secret = !p.client_secret.expose_secret().is_empty();
+        let advertised = discovered.as_ref().and_then(|d| d.auth_methods.as_deref());
+        let client_auth = super::client_auth::choose(p.token_endpoint_auth_method, advertised, has_secret)
+            .map_err(|e| ResolveError::Invalid(name.clone(), e))?;
         let server = match discovered {
             Some(d) => AuthServer {
                 client_id: p.client_id.clone(),
@@ -517,6 +528,7 @@ impl Resolver {
                 guard: guard(Some(&d.guard)),
                 resource: None,
                 scopes_supported: Vec::new(),
+                client_auth,
             },
             None => AuthServer {
                 client_id: p.client_id.clone(),
@@ -534,6 +546,7 @@ impl Resolver {
                 guard: guard(None),
                 resource: None,
                 scopes_supported: Vec::new(),
+                client_auth,
             },
         };
         Ok(Arc::new(server))

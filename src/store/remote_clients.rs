@@ -9,6 +9,8 @@ pub struct RemoteClientRow {
     pub client_id: String,
     pub key_id: Option<String>,
     pub secret_ct: Option<Vec<u8>>,
+    /// As registered (RFC 7591 name); `None` for a row of a release that did not store it.
+    pub token_endpoint_auth_method: Option<String>,
 }
 
 pub async fn find(
@@ -19,7 +21,7 @@ pub async fn find(
 ) -> Result<Option<RemoteClientRow>, sqlx::Error> {
     sqlx::query_as!(
         RemoteClientRow,
-        "SELECT client_id, key_id, secret_ct FROM remote_mcp_clients
+        "SELECT client_id, key_id, secret_ct, token_endpoint_auth_method FROM remote_mcp_clients
           WHERE provider_id = $1 AND issuer = $2 AND redirect_uri = $3",
         provider,
         issuer,
@@ -39,14 +41,16 @@ pub async fn insert(
     row: &RemoteClientRow,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "INSERT INTO remote_mcp_clients (provider_id, issuer, redirect_uri, client_id, key_id, secret_ct)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        "INSERT INTO remote_mcp_clients
+                (provider_id, issuer, redirect_uri, client_id, key_id, secret_ct, token_endpoint_auth_method)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
         provider,
         issuer,
         redirect_uri,
         row.client_id,
         row.key_id,
-        row.secret_ct
+        row.secret_ct,
+        row.token_endpoint_auth_method
     )
     .execute(db)
     .await?;
