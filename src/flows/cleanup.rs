@@ -20,6 +20,8 @@ pub struct CleanupReport {
     pub audit_partitions_made: u64,
     /// Webhook deliveries finished more than [`WEBHOOK_DELIVERIES_KEPT`] ago.
     pub webhook_deliveries_deleted: u64,
+    /// Typed-credential check budgets whose window is over.
+    pub credential_budgets_deleted: u64,
 }
 
 /// How long a finished webhook delivery stays listed.
@@ -41,6 +43,11 @@ pub async fn run_once(
         webhook_deliveries_deleted: store::webhooks::delete_finished_before(pool, now - WEBHOOK_DELIVERIES_KEPT)
             .await?,
         elicitations_expired: expired,
+        credential_budgets_deleted: store::credential_checks::delete_before(
+            pool,
+            now - super::credential::CHECK_WINDOW,
+        )
+        .await?,
         states_deleted: store::states::delete_spent_states(pool, now).await?,
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,
         sessions_deleted: store::sessions::delete_expired_sessions(pool, now).await?,

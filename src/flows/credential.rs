@@ -13,7 +13,7 @@ use crate::app::AppState;
 use crate::domain::{AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, KillState, ProviderId};
 use crate::oauth::credential::{self, Checked, FormRefusal};
 use crate::oauth::flow::TokenSet;
-use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
+use crate::store::{self, audit::AuditEvent, credential_checks::BudgetKey, elicitations::ElicitationRow};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
@@ -47,9 +47,9 @@ pub enum CredentialRefusal {
     AccountMismatch,
     #[error("the elicitation is no longer pending")]
     ElicitationGone,
-    /// The provider refused [`MAX_REFUSED`] values typed for this link already: no more are
-    /// checked (guessing through us), the link ends with its expiry.
-    #[error("too many refused attempts on this link")]
+    /// The person had [`MAX_CHECKS`] values refused (or unchecked) at this provider within
+    /// [`CHECK_WINDOW`]: no more are sent to it (guessing through us) until the window ends.
+    #[error("too many refused attempts at this provider")]
     TooManyAttempts,
     /// Another link of the same subject and provider connected at the same moment: that
     /// connection is kept.
@@ -95,10 +95,15 @@ impl From<CallbackError> for CredentialError {
     }
 }
 
-/// Values the provider may refuse per link before no more are sent to it: a person who
-/// mistyped tries again; a guesser gets five tries per link (a new link comes only after
-/// this one expired, `elicitations.ttl_seconds`).
-pub const MAX_REFUSED: i64 = 5;
+/// Checks a person may have sent to one provider per [`CHECK_WINDOW`] that did not end in
+/// a valid value: one who mistyped tries again; a guesser gets five tries an hour, however
+/// many links, tabs or concurrent submits (the budget is the person's, taken atomically
+/// before the check: `store::credential_checks`). mcp-connect is then no oracle for keys
+/// or passwords at the provider, and sends it too little to get its address blocked.
+pub const MAX_CHECKS: i32 = 5;
+
+/// The window [`MAX_CHECKS`] counts in.
+pub const CHECK_WINDOW: time::Duration = time::Duration::hours(1);
 
 /// `POST /connect/{provider}/credential`: the form's values checked, sealed and kept.
 pub async fn submit(
@@ -115,12 +120,22 @@ pub async fn submit(
     let account = match &spec.check {
         None => None,
         Some(check) => {
-            if store::audit::credential_refusals(&state.pool, &e).await? >= MAX_REFUSED {
+            let budget = BudgetKey {
+                tenant: e.tenant_id.as_str(),
+                issuer: e.issuer.as_deref().unwrap_or(&session.issuer),
+                subject: e.subject.as_str(),
+                provider: e.provider.as_str(),
+            };
+            if !store::credential_checks::take(&state.pool, &budget, now, CHECK_WINDOW, MAX_CHECKS).await? {
+                audit_refusal(state, &e, &CredentialRefusal::TooManyAttempts, None).await;
                 return Err(CredentialRefusal::TooManyAttempts.into());
             }
             let fields = (provider.account_id_field.as_str(), provider.account_login_field.as_str());
             match credential::check(&state.outbound, check, &typed, fields).await {
-                Ok(Checked::Valid(account)) => account,
+                Ok(Checked::Valid(account)) => {
+                    store::credential_checks::give_back(&state.pool, &budget).await?;
+                    account
+                }
                 Ok(Checked::Refused(status)) => {
                     let r = CredentialRefusal::Refused(status);
                     audit_refusal(state, &e, &r, Some(status)).await;

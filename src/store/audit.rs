@@ -1,6 +1,5 @@
 //! `audit_events`: who did what to which grant. Details hold ids and reason codes only.
 
-use super::elicitations::ElicitationRow;
 use crate::domain::AuditKind;
 use sqlx::PgExecutor;
 use uuid::Uuid;
@@ -58,23 +57,6 @@ impl AuditEvent {
             ..Self::new(kind)
         }
     }
-}
-
-/// How many typed credentials the provider refused for this link (`connect_failed` with
-/// reason `credential_refused`), read along the subject index from the link's creation.
-pub async fn credential_refusals(db: impl PgExecutor<'_>, e: &ElicitationRow) -> Result<i64, sqlx::Error> {
-    let n = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM audit_events
-            WHERE tenant_id = $1 AND subject = $2 AND at >= $3 AND elicitation_id = $4
-              AND kind = 'connect_failed' AND detail->>'reason' = 'credential_refused'"#,
-        e.tenant_id.as_str(),
-        e.subject.as_str(),
-        e.created_at,
-        e.id,
-    )
-    .fetch_one(db)
-    .await?;
-    Ok(n)
 }
 
 /// Writes an event. One that names no issuer but a link or a connection gets theirs (an

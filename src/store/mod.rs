@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod audit;
 pub mod changes;
 pub mod connections;
+pub mod credential_checks;
 pub mod elicitations;
 pub mod handouts;
 pub mod kill_switches;

@@ -342,7 +342,7 @@ async fn a_typed_credential_reaches_no_log_audit_row_webhook_url_or_error_page_a
 }
 
 #[tokio::test]
-async fn five_refused_values_end_the_checks_for_a_link() {
+async fn five_refused_values_end_the_checks_for_the_person_and_a_declined_links_successor_gets_no_more() {
     let app = spawn().await;
     let (id, url) = app.elicit("alice", "basicp").await;
     let browser = Browser::new();
@@ -358,6 +358,58 @@ async fn five_refused_values_end_the_checks_for_a_link() {
     assert!(r.text().await.unwrap().contains("Too many attempts"));
     assert_eq!(app.provider.stats().credential_checks, 5);
     assert_eq!(app.connection_count().await, 0);
+    assert_eq!(app.elicitation_status(&id).await, "pending");
+    let last = connect_failures(&app).await.pop().unwrap();
+    assert_eq!(last["reason"], "too_many_attempts", "audited: {last}");
+
+    // Declined: the next link is the same person's, with the same (spent) budget.
+    let r = browser.consent(&app, "basicp", &page, "decline").await;
+    assert!(r.status().is_success() || r.status().is_redirection(), "{}", r.status());
+    assert_eq!(app.elicitation_status(&id).await, "declined");
+    let (next, url) = app.elicit("alice", "basicp").await;
+    assert_ne!(next, id);
+    let page = form_page(&app, &browser, &url, "alice").await;
+    let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("Too many attempts"));
+    assert_eq!(app.provider.stats().credential_checks, 5, "a new link brings no new checks");
+
+    // Another person's budget is their own; and past the window it is full again.
+    let other = Browser::new();
+    let (_, url) = app.elicit("bob", "basicp").await;
+    let page_b = form_page(&app, &other, &url, "bob").await;
+    let r = submit(&app, &other, "basicp", &page_b, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(app.provider.stats().credential_checks, 6);
+    sqlx::query("UPDATE credential_check_budget SET window_start = window_start - interval '61 minutes'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 200, "a new window");
+    assert_eq!(app.provider.stats().credential_checks, 7);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_submits_of_one_person_reach_the_provider_at_most_five_times() {
+    let app = spawn().await;
+    let (id, url) = app.elicit("alice", "basicp").await;
+    let browser = Browser::new();
+    let page = form_page(&app, &browser, &url, "alice").await;
+    let guesses: Vec<String> = (0..20).map(|n| format!("guess-{n}-0123456789")).collect();
+    let forms: Vec<[(&str, &str); 2]> =
+        guesses.iter().map(|g| [("username", "ann"), ("password", g.as_str())]).collect();
+    let calls = forms.iter().map(|f| submit(&app, &browser, "basicp", &page, f));
+    let answers = futures_util::future::join_all(calls).await;
+    let mut too_many = 0;
+    for r in answers {
+        assert_eq!(r.status(), 400);
+        if r.text().await.unwrap().contains("Too many attempts") {
+            too_many += 1;
+        }
+    }
+    assert_eq!(app.provider.stats().credential_checks, 5, "taken before the check, atomically");
+    assert_eq!(too_many, 15);
     assert_eq!(app.elicitation_status(&id).await, "pending");
 }
 

@@ -78,8 +78,40 @@ async def test_a_genuine_token_gives_its_subject(idp: Idp) -> None:
     got = await v.verify_token(token(idp, scope="a b"))
     assert got is not None
     assert (got.subject, got.client_id, got.scopes, got.resource) == ("alice", "c1", ["a", "b"], AUD)
-    ec_token = token(idp, key=EC_KEY, alg="ES256", kid="e1", typ=None)
-    assert (await v.verify_token(ec_token)) is not None, "ES256, and no typ is accepted"
+    ec_token = token(idp, key=EC_KEY, alg="ES256", kid="e1")
+    assert (await v.verify_token(ec_token)) is not None, "ES256 is accepted"
+
+
+@pytest.mark.parametrize("typ", ["at+jwt", "AT+JWT", "application/at+jwt", "Application/At+JWT"])
+async def test_a_token_whose_typ_is_at_jwt_in_any_case_is_accepted(idp: Idp, typ: str) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    got = await v.verify_token(token(idp, typ=typ))
+    assert got is not None and got.subject == "alice", typ
+
+
+@pytest.mark.parametrize(
+    ("typ", "reason"),
+    [
+        (None, "no typ"),
+        ("JWT", "typ is not at+jwt"),
+        ("application/jwt", "typ is not at+jwt"),
+        ("at+jwt; charset=utf-8", "typ is not at+jwt"),
+        (1, "typ is not at+jwt"),
+    ],
+)
+async def test_a_token_without_typ_at_jwt_is_refused_with_its_reason(
+    idp: Idp, typ: Any, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # RFC 9068 §4, as the service checks a subject token (src/oauth/access_token.rs): an
+    # ID token, or any other JWT of the IdP that does not say it is an access token, is not
+    # one, whatever its audience and signature.
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    tok = token(idp, typ=typ)
+    if typ is None:
+        assert "typ" not in jwt.get_unverified_header(tok), "the token has no typ at all"
+    with caplog.at_level(logging.INFO, logger="mcp_connect.auth"):
+        assert await v.verify_token(tok) is None, repr(typ)
+    assert f"access token refused: {reason}" in caplog.messages, caplog.messages
 
 
 @pytest.mark.parametrize(
@@ -93,6 +125,7 @@ async def test_a_genuine_token_gives_its_subject(idp: Idp) -> None:
         ("no sub", lambda idp: token(idp, sub=None)),
         ("empty sub", lambda idp: token(idp, sub="")),
         ("typ JWT (an ID token)", lambda idp: token(idp, typ="JWT")),
+        ("no typ", lambda idp: token(idp, typ=None)),
         ("signed by another key", lambda idp: token(idp, key=OTHER_KEY)),
         ("unknown kid", lambda idp: token(idp, kid="nope")),
         ("PS256 with a key published for RS256", lambda idp: token(idp, alg="PS256")),

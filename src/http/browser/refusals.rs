@@ -237,8 +237,8 @@ pub fn credential_error(rid: &RequestId, r: crate::flows::credential::Credential
                 rid,
                 PageKind::Refused,
                 "Too many attempts",
-                "The provider refused what was typed several times; this link takes no more.",
-                "Ask your assistant again in a few minutes; it will give you a new link.",
+                "The provider refused what was typed several times; nothing more is sent to it for now.",
+                "Try again in an hour: a new link from your assistant will not lift the limit sooner.",
             );
         }
         R::AccountMismatch => RefusalText {

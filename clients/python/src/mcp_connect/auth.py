@@ -1,6 +1,6 @@
 """MCP authorization, resource-server side: a `TokenVerifier` for the official SDK that
 checks the IdP's JWT access tokens (RFC 9068): an RS256, PS256 or ES256 signature against
-the JWKS named by the issuer's discovery document, `typ` `at+jwt` when present, `iss`,
+the JWKS named by the issuer's discovery document, `typ` `at+jwt` (RFC 9068 §4), `iss`,
 `aud` = this server's resource, `exp` (and `nbf`), and a non-empty `sub`. The SDK's bearer
 middleware turns a refusal into `401` with the RFC 9728 metadata pointer.
 
@@ -91,8 +91,13 @@ class JwtVerifier:
         alg = header.get("alg")
         if alg not in ALGORITHMS:
             raise ValueError(f"algorithm {alg!r} is not accepted")
+        # RFC 9068 §4: an access token says so (`at+jwt`, or its full media type, compared
+        # as media types are: ASCII case-insensitively). An ID token or any other JWT of
+        # the IdP is refused, whatever its audience. The same check as the service's.
         typ = header.get("typ")
-        if typ is not None and str(typ).lower() not in ("at+jwt", "application/at+jwt"):
+        if typ is None:
+            raise ValueError("no typ")
+        if not isinstance(typ, str) or not typ.isascii() or typ.lower() not in ("at+jwt", "application/at+jwt"):
             raise ValueError("typ is not at+jwt")
         kid = header.get("kid")
         if not isinstance(kid, str):
