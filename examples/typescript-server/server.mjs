@@ -28,7 +28,12 @@ const verifier = {
   async verifyAccessToken(token) {
     try {
       const { payload, protectedHeader } = await jwtVerify(token, jwks, { issuer, audience: resource, algorithms: ['RS256', 'PS256', 'ES256'], requiredClaims: ['exp', 'sub'] });
-      if (protectedHeader.typ && !['at+jwt', 'application/at+jwt'].includes(protectedHeader.typ.toLowerCase())) fail('typ is not at+jwt');
+      // RFC 9068 §4, as mcp-connect checks it: `at+jwt` or its full media type, ASCII
+      // case-insensitively (an /i regex without /u folds ASCII only); an ID token or any
+      // other JWT of the IdP is not an access token.
+      const { typ } = protectedHeader;
+      if (typ === undefined || typ === null) fail('no typ');
+      if (typeof typ !== 'string' || !/^(application\/)?at\+jwt$/i.test(typ)) fail('typ is not at+jwt');
       return { token, clientId: String(payload.client_id ?? payload.azp ?? ''), scopes: String(payload.scope ?? '').split(' ').filter(Boolean), expiresAt: payload.exp, resource: new URL(resource), extra: { sub: payload.sub } };
     } catch (e) {
       console.error(`access token refused: ${e.code ?? e.message}`); // the reason, never the token

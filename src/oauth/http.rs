@@ -96,14 +96,14 @@ struct Answer {
 
 pub type BoxedResponse<'a> = Pin<Box<dyn Future<Output = Result<HttpResponse, OutboundError>> + Send + 'a>>;
 
-/// How long an idle pooled connection is kept: below the keep-alive of common servers and
-/// load balancers (gunicorn 2 s, Node and Apache 5 s), so that we seldom send on one the
-/// peer is closing. (reqwest's default is 90 s.)
-pub const POOL_IDLE: Duration = Duration::from_millis(1500);
-
-/// A request that failed on a closed connection within this long is sent again (see
-/// `send`).
-const RETRY_WITHIN: Duration = Duration::from_secs(1);
+/// No connection is kept idle for reuse: each request goes out on a connection of its
+/// own. A pooled connection the peer is closing as we send on it (its keep-alive ran out)
+/// fails the request after it may have been read, and a token or refresh request must not
+/// be sent twice (a rotated refresh token used twice makes a server with reuse detection
+/// revoke the whole grant), nor fail for a reason that is ours. Outbound requests are few
+/// (discovery and keys are cached; a hand-out makes none unless it refreshes), so a
+/// handshake each is cheap next to a lost grant.
+const POOL_MAX_IDLE: usize = 0;
 
 impl Outbound {
     /// `cas`: certificate authorities trusted besides the system's store and the built-in
@@ -114,7 +114,7 @@ impl Outbound {
             cas.iter()
                 .fold(b, |b, ca| b.add_root_certificate(ca.clone()))
                 .redirect(reqwest::redirect::Policy::none())
-                .pool_idle_timeout(POOL_IDLE)
+                .pool_max_idle_per_host(POOL_MAX_IDLE)
                 .no_proxy()
                 .connect_timeout(Duration::from_secs(3).min(timeout))
                 .timeout(timeout)
@@ -172,23 +172,9 @@ impl Outbound {
                 inject_traceparent(request.headers_mut());
             }
             let client = self.client_for(request.url())?;
-            let again = request.try_clone();
-            let started = std::time::Instant::now();
-            let resp = match (client.execute(request).await, again) {
-                (Ok(r), _) => r,
-                // Sent on a pooled connection the peer closed as we used it (its keep-alive
-                // ran out as the request arrived, so it read none of it): the same request
-                // goes out once more, at once, on a new connection. Only when the failure
-                // came at once: a peer that took the request and died over it later may
-                // have acted on it, and the two tries together must stay within about one
-                // timeout (a refresh's row lock is fenced by it). A code sent twice is at
-                // worst refused the second time, never used twice.
-                (Err(e), Some(again)) if closed_before_answer(&e) && started.elapsed() < RETRY_WITHIN => {
-                    tracing::debug!("outbound request met a closed connection; sent again");
-                    client.execute(again).await.map_err(classify)?
-                }
-                (Err(e), _) => return Err(classify(e)),
-            };
+            // Sent once: never again after a failure, since a peer that closed without
+            // answering may have read and acted on it (see `POOL_MAX_IDLE`).
+            let resp = client.execute(request).await.map_err(classify)?;
             let (status, headers) = (resp.status(), resp.headers().clone());
             tracing::Span::current().record("http.response.status_code", status.as_u16());
             Ok(Answer { status, headers, body: read_bounded(resp).await? })
@@ -325,33 +311,6 @@ fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
     let context = tracing::Span::current().context();
     opentelemetry_sdk::propagation::TraceContextPropagator::new()
         .inject_context(&context, &mut TraceparentOnly(headers));
-}
-
-/// Whether a request failed because its connection was closed or reset before any byte
-/// of an answer came: hyper's "connection closed before message completed", or a reset or
-/// broken pipe while sending. (A timeout or a refused connection is not this.)
-fn closed_before_answer(e: &reqwest::Error) -> bool {
-    if e.is_timeout() || e.is_connect() || e.is_status() || e.is_body() || e.is_decode() {
-        return false;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
-            return true;
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            )
-        {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 fn classify(e: reqwest::Error) -> OutboundError {

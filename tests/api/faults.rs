@@ -356,3 +356,66 @@ async fn a_thousand_sign_in_starts_write_no_rows() {
     eprintln!("1000 sign-in starts added {added} rows");
     assert!(added <= 100, "{added} rows for 1000 unauthenticated requests");
 }
+
+/// A token endpoint that reads each request whole and closes the connection without a word,
+/// counting the requests it read.
+async fn mute_token_endpoint() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Head, then as much body as it says.
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                            .unwrap_or(0usize);
+                        if got.len() >= end + 4 + len {
+                            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            return; // closes, unanswered
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, count)
+}
+
+#[tokio::test]
+async fn a_token_endpoint_that_reads_a_refresh_request_and_closes_without_answering_sees_it_once() {
+    let (p, requests) = mute_token_endpoint().await;
+    let app = spawn_app_with(Options {
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"mute\"]".to_owned())],
+        extra_toml: format!(
+            "[providers.mute]\ntemplate = \"oauth2\"\nauthorize_url = \"http://127.0.0.1:{p}/authorize\"\n\
+             token_url = \"http://127.0.0.1:{p}/token\"\nclient_id = \"mute\"\n"
+        ),
+        env: vec![("MCP_CONNECT_PROVIDER_MUTE_CLIENT_SECRET", "mute-secret".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    // An expired access token: the hand-out refreshes first.
+    let expired = OffsetDateTime::now_utc() - time::Duration::minutes(5);
+    app.insert_connection("acme", "alice", "mute", "old-access", &[], Some(expired)).await;
+    let r = app.token(&app.key, json!({"subject": "alice", "provider": "mute"})).await;
+    assert_eq!(r.status(), 503, "a transient failure: the grant is kept");
+    assert!(r.headers().get("retry-after").is_some());
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a refresh request the peer may have read is never sent again (a rotated refresh token used twice ends the grant)"
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(status, "active");
+}

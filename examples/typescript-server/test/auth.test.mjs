@@ -93,6 +93,7 @@ test('a token whose typ is at+jwt or application/at+jwt, in any case, passes the
     const from = stderr.length;
     const r = await post(await token(typ));
     assert.notEqual(r.status, 401, `${typ}: ${r.text}`);
+    assert.equal(r.headers['www-authenticate'], undefined, typ);
     assert.doesNotMatch(stderr.slice(from), /access token refused/, typ);
   }
 });
