@@ -163,6 +163,17 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issue
     let before: std::collections::HashMap<String, String> =
         store::tenants::all_tenants(&mut *tx).await?.into_iter().map(|t| (t.id, t.idp)).collect();
     for t in tenants {
+        // A tenant the operator API made: the file's from now on, with none of what the
+        // operator set (its IdP, subject-token settings) and none of the keys it had (the
+        // holder of an operator key would otherwise keep serving as the platform's tenant).
+        if store::tenants::take_over(&mut *tx, t).await? {
+            let revoked = store::api_keys::revoke_tenant_keys(&mut *tx, t.id.as_str()).await?;
+            tracing::warn!(tenant = %t.id, keys_revoked = revoked.len(), "the configuration takes over a tenant the operator API made; its keys are revoked");
+            let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
+            ev.tenant_id = Some(t.id.to_string());
+            ev.detail = serde_json::json!({ "by": "configuration", "keys_revoked": revoked });
+            store::audit::insert_event(&mut *tx, &ev).await?;
+        }
         store::tenants::upsert_tenant(&mut *tx, t).await?;
         // A tenant moved to another IdP: its people are others now (links and connections
         // of the old IdP's subjects are not handed to the new one's). Said in the trail.

@@ -61,6 +61,9 @@ audit_kinds! {
     TenantDeactivated = "tenant_deactivated",
     TenantActivated = "tenant_activated",
     TenantIdpChanged = "tenant_idp_changed",
+    /// A configuration file took over a tenant the operator API made: its settings became
+    /// the file's and the keys it had were revoked.
+    TenantTakenOver = "tenant_taken_over",
     LoginFailed = "login_failed",
 }
 

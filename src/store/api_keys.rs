@@ -87,6 +87,16 @@ pub async fn list_api_keys(db: impl PgExecutor<'_>, tenant_id: Option<&str>) -> 
     .await
 }
 
+/// Revokes every key of a tenant still in force; returns their ids.
+pub async fn revoke_tenant_keys(db: impl PgExecutor<'_>, tenant: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "UPDATE api_keys SET revoked_at = now() WHERE tenant_id = $1 AND revoked_at IS NULL RETURNING id",
+        tenant
+    )
+    .fetch_all(db)
+    .await
+}
+
 /// Revokes a key; returns its tenant (`Some(None)`: an operator key), or `None` when there
 /// is no such unrevoked key.
 pub async fn revoke_api_key(db: impl PgExecutor<'_>, id: &str) -> Result<Option<Option<TenantId>>, sqlx::Error> {

@@ -135,6 +135,29 @@ pub async fn tenant(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Opt
     }
 }
 
+/// A file takes over a tenant the operator API made: every setting becomes the file's,
+/// those it leaves out the defaults (no subject-token audience, not required, the default
+/// IdP), not the operator's (whose keys the caller revokes). `false`: not an API tenant.
+pub async fn take_over(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {
+    let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
+    let r = sqlx::query!(
+        r#"UPDATE tenants
+              SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
+                  require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'),
+                  managed_by = 'file', updated_at = now()
+            WHERE id = $1 AND managed_by = 'api'"#,
+        t.id.as_str(),
+        t.display_name,
+        &providers,
+        t.subject_token.audience,
+        t.subject_token.required,
+        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
 /// Inserts a tenant the operator API makes (active, `managed_by = 'api'`). `false`: a
 /// tenant with that id exists already (it is left as it is).
 pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {

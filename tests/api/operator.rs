@@ -182,15 +182,23 @@ async fn tenants_are_checked_as_a_file_checks_them_and_each_refusal_has_its_code
 }
 
 #[tokio::test]
-async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_at_its_next_start() {
+async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys_and_resetting_its_settings() {
     let app = spawn_app().await;
     let op = app.operator_key().await;
-    let gamma = json!({"id": "gamma", "display_name": "Gamma (API)", "providers": ["testp"]});
+    let gamma = json!({"id": "gamma", "display_name": "Gamma (API)", "providers": ["testp"],
+                       "subject_token_audience": "https://mcp.gamma.example/mcp", "require_subject_token": true});
     json_of(app.operator(&op, Method::POST, "/tenants", Some(gamma)).await, 201).await;
+    let key =
+        json_of(app.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server"}))).await, 201)
+            .await;
+    let key = key["key"].as_str().unwrap().to_owned();
+    // The operator's key serves (the subject token it requires is missing: not a key error).
+    let r = app.token(&key, json!({"subject": "alice", "provider": "testp"})).await;
+    assert_ne!(r.status(), 401, "the key is good before the takeover");
     let file = mcp_connect::domain::TenantConfig {
         id: mcp_connect::domain::TenantId::parse("gamma").unwrap(),
         display_name: "Gamma (file)".to_owned(),
-        providers: vec![mcp_connect::domain::ProviderId::parse("plainp").unwrap()],
+        providers: vec![mcp_connect::domain::ProviderId::parse("testp").unwrap()],
         subject_token: Default::default(),
         idp: None,
     };
@@ -198,7 +206,35 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_at_its_next_start
     let now = json_of(app.operator(&op, Method::GET, "/tenants/gamma", None).await, 200).await;
     assert_eq!(now["managed_by"], "file");
     assert_eq!(now["display_name"], "Gamma (file)");
+    // What the operator set is gone: the file's (here: nothing) is in force.
+    assert_eq!(now["subject_token_audience"], Value::Null, "{now}");
+    assert_eq!(now["require_subject_token"], false, "{now}");
     refused(&app, &op, Method::PATCH, "/tenants/gamma", json!({"display_name": "x"}), 409, "tenant_kept_by_file").await;
+    // And so are the keys it made: the platform makes its own.
+    crate::support::eventually(std::time::Duration::from_secs(5), "the key refused", || async {
+        app.token(&key, json!({"subject": "alice", "provider": "testp"})).await.status() == 401
+    })
+    .await;
+    let detail: Value =
+        sqlx::query_scalar("SELECT detail FROM audit_events WHERE kind = 'tenant_taken_over' AND tenant_id = 'gamma'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(detail["keys_revoked"].as_array().map(Vec::len), Some(1), "{detail}");
+    // A second start of the same file takes nothing over again.
+    let file = mcp_connect::domain::TenantConfig {
+        id: mcp_connect::domain::TenantId::parse("gamma").unwrap(),
+        display_name: "Gamma (file)".to_owned(),
+        providers: vec![mcp_connect::domain::ProviderId::parse("testp").unwrap()],
+        subject_token: Default::default(),
+        idp: None,
+    };
+    mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'tenant_taken_over'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
 }
 
 #[tokio::test]
