@@ -134,21 +134,29 @@ pub fn check_url(url: &Url, policy: AddressPolicy) -> Result<(), Refusal> {
         return Err(Refusal::BadUrl);
     }
     let host = url.host().ok_or(Refusal::BadUrl)?;
-    let literal = match host {
-        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
-        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
-        url::Host::Domain(_) => None,
+    let (literal, loopback_name) = match host {
+        url::Host::Ipv4(v4) => (Some(IpAddr::V4(v4)), false),
+        url::Host::Ipv6(v6) => (Some(IpAddr::V6(v6)), false),
+        url::Host::Domain(d) => (None, is_loopback_name(d)),
     };
     match url.scheme() {
         "https" => {}
-        // By address only: a name (`localhost`) could resolve elsewhere.
-        "http" if policy.allow_loopback && literal.is_some_and(|ip| ip.is_loopback()) => {}
+        // A loopback address, or `localhost`: the guard's resolver lets such a name reach
+        // loopback addresses only (see `GuardedResolver`), so plain http never leaves the host.
+        "http" if policy.allow_loopback && (literal.is_some_and(|ip| ip.is_loopback()) || loopback_name) => {}
         _ => return Err(Refusal::NotHttps),
     }
     match literal {
         Some(ip) => check_ip(ip, policy),
         None => Ok(()),
     }
+}
+
+/// `localhost` and the names under it (RFC 6761 §6.3), which name this host: resolved, they
+/// are reached on loopback addresses only.
+pub fn is_loopback_name(host: &str) -> bool {
+    let h = host.trim_end_matches('.').to_ascii_lowercase();
+    h == "localhost" || h.ends_with(".localhost")
 }
 
 /// Name resolution, replaceable in tests (a resolver that answers the address under test,
@@ -182,6 +190,9 @@ impl GuardedResolver {
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let (lookup, policy, host) = (self.lookup.clone(), self.policy, name.as_str().to_owned());
+        // `localhost` reaches this host or nothing (RFC 6761 §6.3): a resolver that maps it
+        // elsewhere is not followed, and plain http to it (allowed with loopback) stays local.
+        let loopback_only = is_loopback_name(&host);
         Box::pin(async move {
             // A name that does not resolve is refused as one that resolves only to refused
             // addresses: two codes would tell a tenant which internal names exist.
@@ -192,6 +203,10 @@ impl reqwest::dns::Resolve for GuardedResolver {
             let allowed: Vec<SocketAddr> = found
                 .into_iter()
                 .filter(|ip| match check_ip(*ip, policy) {
+                    Ok(()) if loopback_only && !ip.to_canonical().is_loopback() => {
+                        refusal = Refusal::NoAddress;
+                        false
+                    }
                     Ok(()) => true,
                     Err(r) => {
                         refusal = r;
@@ -285,7 +300,11 @@ mod tests {
             ("https://hooks.example.com/in", Ok(()), Ok(())),
             ("http://hooks.example.com/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
             ("http://127.0.0.1:9000/in", Err(Refusal::NotHttps), Ok(())),
-            ("http://localhost:9000/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
+            ("http://localhost:9000/in", Err(Refusal::NotHttps), Ok(())),
+            ("http://LocalHost.:9000/in", Err(Refusal::NotHttps), Ok(())),
+            ("http://api.localhost:9000/in", Err(Refusal::NotHttps), Ok(())),
+            ("http://localhost.example.com:9000/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
+            ("http://notlocalhost:9000/in", Err(Refusal::NotHttps), Err(Refusal::NotHttps)),
             ("https://2130706433/in", Err(Refusal::Loopback), Ok(())),
             ("https://0x7f.1/in", Err(Refusal::Loopback), Ok(())),
             ("https://0177.0.0.1/in", Err(Refusal::Loopback), Ok(())),
@@ -303,5 +322,37 @@ mod tests {
             assert_eq!(check_url(&u, strict), *strictly, "{url} strict");
             assert_eq!(check_url(&u, dev), *in_dev, "{url} dev");
         }
+    }
+
+    /// Answers every name with the addresses given.
+    struct Fixed(Vec<IpAddr>);
+
+    impl Lookup for Fixed {
+        fn lookup(&self, _: String) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+            let found = self.0.clone();
+            Box::pin(async move { Ok(found) })
+        }
+    }
+
+    #[tokio::test]
+    async fn localhost_reaches_loopback_addresses_only_whatever_it_resolves_to() {
+        use reqwest::dns::Resolve;
+        let lax = AddressPolicy { allow_loopback: true, allow_private: true };
+        let ips = |s: &[&str]| s.iter().map(|a| a.parse().unwrap()).collect::<Vec<IpAddr>>();
+        let resolve = |found: Vec<IpAddr>, name: &'static str| {
+            let r = GuardedResolver::new(Arc::new(Fixed(found)), lax);
+            async move {
+                r.resolve(name.parse().unwrap())
+                    .await
+                    .map(|a| a.map(|s| s.ip().to_string()).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            }
+        };
+        assert_eq!(resolve(ips(&["127.0.0.1", "::1"]), "localhost").await.unwrap(), ["127.0.0.1", "::1"]);
+        assert_eq!(resolve(ips(&["10.0.0.7", "127.0.0.1"]), "localhost").await.unwrap(), ["127.0.0.1"]);
+        assert!(resolve(ips(&["10.0.0.7"]), "localhost").await.is_err(), "a private address for localhost");
+        assert!(resolve(ips(&["10.0.0.7"]), "a.localhost").await.is_err());
+        // Another name reaches what the policy allows.
+        assert_eq!(resolve(ips(&["10.0.0.7"]), "internal.example").await.unwrap(), ["10.0.0.7"]);
     }
 }

@@ -605,3 +605,43 @@ async fn an_instance_whose_file_names_a_provider_the_api_made_refuses_to_start()
         .unwrap();
     assert!(!recorded, "nothing was recorded");
 }
+
+#[tokio::test]
+async fn localhost_endpoints_are_taken_where_loopback_is_allowed_and_reached_on_loopback() {
+    let opts = Options { extra_toml: "[operator]\nallow_private_endpoints = true\n".to_owned(), ..Options::default() };
+    let app = spawn_app_with(opts).await;
+    let op = app.operator_key().await;
+    app.provider.add_client(mcp_connect_devproviders::ClientRegistration {
+        client_id: "localp-client".to_owned(),
+        client_secret: "localp-secret".to_owned(),
+        redirect_uris: vec![format!("{}/connect/localp/callback", app.base)],
+    });
+    // The provider's endpoints named as the MCP SDKs' examples name theirs: `localhost`.
+    let local = app.provider.base_url().replace("127.0.0.1", "localhost");
+    assert!(local.starts_with("http://localhost:"), "{local}");
+    let body = json!({
+        "id": "localp", "template": "oauth2", "display_name": "Local Provider",
+        "authorize_url": format!("{local}/authorize"), "token_url": format!("{local}/token"),
+        "userinfo_url": format!("{local}/userinfo"), "client_id": "localp-client", "client_secret": "localp-secret",
+        "scopes": ["openid", "profile"], "account_id_field": "id", "account_login_field": "login",
+    });
+    json_of(app.operator(&op, Method::POST, "/providers", Some(body.clone())).await, 201).await;
+    let tenant = json!({"id": "gamma", "display_name": "Gamma", "providers": ["localp"]});
+    json_of(app.operator(&op, Method::POST, "/tenants", Some(tenant)).await, 201).await;
+    let key =
+        json_of(app.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server"}))).await, 201)
+            .await;
+    let key = key["key"].as_str().unwrap().to_owned();
+    let first = json_of(app.token(&key, token_body("localp")).await, 200).await;
+    let url = first["elicitation"]["url"].as_str().unwrap();
+    let r = crate::support::browser::Browser::new().connect(&app, url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let held = json_of(app.token(&key, token_body("localp")).await, 200).await;
+    assert_eq!(held["status"], "connected", "the code went to http://localhost, guarded: {held}");
+
+    // Where loopback is not allowed, the name is refused as the address is.
+    let strict = spawn_app().await;
+    let op = strict.operator_key().await;
+    let e = refused(&strict, &op, Method::POST, "/providers", body, 400, "invalid_request").await;
+    assert!(e["error_description"].as_str().unwrap().contains("https"), "{e}");
+}
