@@ -368,8 +368,11 @@ pub fn tenant(
     let at = |name: &str| field_name(field, name);
     let id = TenantId::parse(&t.id).map_err(|e| invalid(at("id"), e.to_string()))?;
     let display_name = t.display_name.trim().to_owned();
-    if display_name.is_empty() || display_name.chars().count() > 100 || display_name.chars().any(char::is_control) {
-        return Err(invalid(at("display_name"), "must be 1-100 printable characters"));
+    if !crate::domain::shown::is_display_name(&display_name, 100) {
+        return Err(invalid(
+            at("display_name"),
+            "must be 1-100 printable characters, without control or invisible formatting ones",
+        ));
     }
     let mut providers = Vec::new();
     for p in &t.providers {
@@ -534,6 +537,13 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
     let field = format!("providers.{name}");
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
+    // Shown on our pages and in the message an MCP client shows the person (and a model).
+    if p.display_name.as_ref().is_some_and(|d| !crate::domain::shown::is_display_name(d, 100)) {
+        return Err(err(
+            f("display_name"),
+            "must be 1-100 printable characters, without control or invisible formatting ones",
+        ));
+    }
     if p.template.is_credential() {
         return super::credential::validate(id, &f, p, secret);
     }

@@ -9,6 +9,7 @@ mod ids;
 #[cfg(test)]
 pub(crate) mod props;
 mod scopes;
+pub mod shown;
 
 pub use audit::AuditKind;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -26,6 +26,8 @@ pub enum ProviderRefusal {
     NotFound(String),
     #[error("provider {0} exists already, or grants or links of that id do")]
     Exists(String),
+    #[error("the operator API has made {MAX_API_PROVIDERS} providers, as many as it may")]
+    TooMany,
     #[error("provider {0} is named by a configuration file (of this or another instance): change it there")]
     KeptByFile(String),
     #[error("{field}: {message}")]
@@ -78,11 +80,11 @@ fn checked(
         return Err(invalid("client_id", "must be 1-1000 printable characters"));
     }
     // Shown on our pages and in the message the MCP client shows the person (and the model).
-    if raw.display_name.as_ref().is_some_and(|d| {
-        let d = d.trim();
-        d.is_empty() || d.chars().count() > 100 || d.chars().any(char::is_control)
-    }) {
-        return Err(invalid("display_name", "must be 1-100 printable characters"));
+    if raw.display_name.as_ref().is_some_and(|d| !crate::domain::shown::is_display_name(d, 100)) {
+        return Err(invalid(
+            "display_name",
+            "must be 1-100 printable characters, without control or invisible formatting ones",
+        ));
     }
     let p = crate::config::validate_provider(id, raw.clone(), Some(s.to_owned())).map_err(|e| {
         // `providers.<id>.token_url` as the file names it; the API names the field.
@@ -132,6 +134,10 @@ fn stored(raw: &RawProvider) -> Result<serde_json::Value, ProviderRefusal> {
     serde_json::to_value(raw).map_err(|e| invalid("settings", e.to_string()))
 }
 
+/// At most this many providers of the operator API: every instance holds and resolves each
+/// of them, so an operator key cannot grow that without end.
+pub const MAX_API_PROVIDERS: i64 = 1_000;
+
 /// Makes a provider, active, and serves it here at once. An id of grants or links made
 /// before (a provider a file had) is refused: they were made with another client.
 pub async fn create_provider(
@@ -148,6 +154,11 @@ pub async fn create_provider(
     let raw = checked(id, settings, &secret, providers)?;
     let sealed = seal_client_secret(vault, id, 1, &identity_of(&raw), &secret)?;
     let mut tx = store::begin(pool).await?;
+    // One creation at a time, so that the limit holds under concurrent calls.
+    store::lock_named(&mut *tx, "operator_providers").await?;
+    if store::providers::count(&mut *tx).await? >= MAX_API_PROVIDERS {
+        return Err(ProviderRefusal::TooMany);
+    }
     if store::providers::id_has_history(&mut *tx, id).await?
         || !store::providers::insert(&mut *tx, id, &stored(&raw)?, &sealed, vault.current_key_id().as_str()).await?
     {

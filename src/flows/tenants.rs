@@ -48,6 +48,8 @@ pub enum TenantRefusal {
     NotFound(String),
     #[error("tenant {0} exists already")]
     Exists(String),
+    #[error("the operator API has made {MAX_API_TENANTS} tenants, as many as it may")]
+    TooMany,
     /// Only `active` of a tenant a configuration file keeps may change here: the file
     /// would undo anything else at the next start.
     #[error("tenant {0} is kept by a configuration file: change it there (only `active` may be changed here)")]
@@ -107,6 +109,10 @@ fn checked(spec: RawTenant, known: &Known<'_>) -> Result<TenantConfig, TenantRef
 }
 
 /// Makes a tenant the operator API keeps, active, with its audit event.
+/// At most this many tenants of the operator API: every instance holds every tenant in
+/// memory and reads them all on a change, so an operator key cannot grow that without end.
+pub const MAX_API_TENANTS: i64 = 10_000;
+
 pub async fn create_tenant(
     pool: &PgPool,
     known: &Known<'_>,
@@ -115,6 +121,11 @@ pub async fn create_tenant(
 ) -> Result<TenantRow, TenantRefusal> {
     let t = checked(spec, known)?;
     let mut tx = store::begin(pool).await?;
+    // One creation at a time, so that the limit holds under concurrent calls.
+    store::lock_named(&mut *tx, "operator_tenants").await?;
+    if store::tenants::count_managed(&mut *tx).await? >= MAX_API_TENANTS {
+        return Err(TenantRefusal::TooMany);
+    }
     if !store::tenants::insert_managed_tenant(&mut *tx, &t).await? {
         return Err(TenantRefusal::Exists(t.id.to_string()));
     }

@@ -122,6 +122,10 @@ error_codes! {
     TenantNotFound = "tenant_not_found" => NOT_FOUND,
     /// A tenant of that id exists already.
     TenantExists = "tenant_exists" => CONFLICT,
+    /// The operator API has made as many tenants as it may (10000).
+    TooManyTenants = "too_many_tenants" => CONFLICT,
+    /// The operator API has made as many providers as it may (1000).
+    TooManyProviders = "too_many_providers" => CONFLICT,
     /// A configuration file keeps this tenant's settings: change them there (only `active` changes over the API).
     TenantKeptByFile = "tenant_kept_by_file" => CONFLICT,
     /// No IdP of that name is configured (`default` or one of `[idps.<name>]`).

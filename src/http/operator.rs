@@ -187,6 +187,7 @@ impl From<TenantRefusal> for ApiError {
         match r {
             TenantRefusal::NotFound(_) => ApiError::new(ErrorCode::TenantNotFound, text),
             TenantRefusal::Exists(_) => ApiError::new(ErrorCode::TenantExists, text),
+            TenantRefusal::TooMany => ApiError::new(ErrorCode::TooManyTenants, text),
             TenantRefusal::KeptByFile(_) => ApiError::new(ErrorCode::TenantKeptByFile, text),
             TenantRefusal::UnknownProvider { .. } => ApiError::new(ErrorCode::UnknownProvider, text),
             TenantRefusal::UnknownIdp(_) => ApiError::new(ErrorCode::UnknownIdp, text),
@@ -225,7 +226,7 @@ pub async fn list_tenants(_caller: OperatorCaller, state: web::Data<AppState>) -
                 ("CreateTenantKey" = (operation_id = "createTenantKey", parameters(("tenant" = "$response.body#/id")))),
             )),
         (status = 400, description = "`invalid_json`, `invalid_request` (the field says which), `unknown_provider` or `unknown_idp`.", body = ErrorBody),
-        (status = 409, description = "`tenant_exists`.", body = ErrorBody),
+        (status = 409, description = "`tenant_exists`, or `too_many_tenants` (the API made 10000).", body = ErrorBody),
     ),
     security(("operator_key" = [])),
 )]
@@ -386,6 +387,8 @@ pub struct ProviderView {
     scope_separator: String,
     allow_account_change: bool,
     allow_private_endpoints: bool,
+    /// Configured; `null`: what the server's discovery lists, else `client_secret_basic`.
+    token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
     /// Switched off: nothing new starts, nothing is handed out; its grants stay revocable.
     active: bool,
     /// `file` (a configuration file keeps it) or `api`.
@@ -411,6 +414,7 @@ impl ProviderView {
             scope_separator: p.scope_separator.clone(),
             allow_account_change: p.allow_account_change,
             allow_private_endpoints: p.allow_private_endpoints,
+            token_endpoint_auth_method: p.token_endpoint_auth_method,
             active: p.active,
             managed_by: if in_file { "file" } else { "api" },
         }
@@ -469,8 +473,13 @@ macro_rules! provider_body {
             #[serde(skip_serializing_if = "Option::is_none")]
             allow_account_change: Option<bool>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            #[schema(minimum = 0, maximum = 600)]
+            #[schema(minimum = 0, maximum = 300)]
             clock_skew_seconds: Option<u64>,
+            /// How the client authenticates at the token and revocation endpoints; left out:
+            /// what the server's discovery lists, else `client_secret_basic`. (`none` sends
+            /// no secret: the operator API makes confidential clients only.)
+            #[serde(skip_serializing_if = "Option::is_none")]
+            token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
         }
     };
 }
@@ -524,6 +533,7 @@ impl From<ProviderRefusal> for ApiError {
         match r {
             ProviderRefusal::NotFound(_) => ApiError::new(ErrorCode::ProviderNotFound, text),
             ProviderRefusal::Exists(_) => ApiError::new(ErrorCode::ProviderExists, text),
+            ProviderRefusal::TooMany => ApiError::new(ErrorCode::TooManyProviders, text),
             ProviderRefusal::KeptByFile(_) => ApiError::new(ErrorCode::ProviderKeptByFile, text),
             ProviderRefusal::Invalid { .. } => ApiError::new(ErrorCode::InvalidRequest, text),
             ProviderRefusal::Unopenable(_) => ApiError::new(ErrorCode::ProviderSecretUnopenable, text),
@@ -579,7 +589,7 @@ pub async fn list_providers(_caller: OperatorCaller, state: web::Data<AppState>)
         // valid too seldom to follow them (tests/api/schemathesis.rs); `id` is the path.
         (status = 201, description = "Made; `GET` and `PATCH /operator/v1/providers/{id}` take its `id`.", body = ProviderView),
         (status = 400, description = "`invalid_json` or `invalid_request` (the field says which).", body = ErrorBody),
-        (status = 409, description = "`provider_exists` (also when grants or links of that id exist), or `provider_kept_by_file`: a configuration file names that id.", body = ErrorBody),
+        (status = 409, description = "`provider_exists` (also when grants or links of that id exist), `provider_kept_by_file`: a configuration file names that id, or `too_many_providers` (the API made 1000).", body = ErrorBody),
     ),
     security(("operator_key" = [])),
 )]

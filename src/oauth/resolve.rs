@@ -243,6 +243,11 @@ fn provider_key(p: &Provider) -> String {
     format!("provider:{}#{}", p.id, p.revision)
 }
 
+/// The server a key names, without its revision (`provider:<id>`, `idp:<name>`).
+fn server_of(key: &str) -> &str {
+    key.split_once('#').map_or(key, |(server, _)| server)
+}
+
 /// Resolved servers by key (`idp` or `provider:<id>#<revision>`), each with the time it was made.
 pub struct Resolver {
     cache: RwLock<HashMap<String, (Arc<AuthServer>, Instant)>>,
@@ -296,8 +301,14 @@ impl Resolver {
         c.get(key).filter(|(_, at)| self.clock.since(*at) < STALE_FOR).map(|(s, _)| s.clone())
     }
 
+    /// Keeps `s` for `key`; what is kept for an earlier revision of the same provider, and
+    /// anything too old to be used even stale, goes (a provider changed over the operator
+    /// API a thousand times is held once, not a thousand times).
     async fn store(&self, key: String, s: Arc<AuthServer>) {
-        self.cache.write().await.insert(key, (s, self.clock.now()));
+        let mut c = self.cache.write().await;
+        let server = server_of(&key).to_owned();
+        c.retain(|k, (_, at)| server_of(k) != server && self.clock.since(*at) < STALE_FOR);
+        c.insert(key, (s, self.clock.now()));
     }
 
     fn recent_failure(&self, key: &str) -> Option<ResolveError> {
@@ -334,10 +345,11 @@ impl Resolver {
                     }
                     Err(e) => {
                         tracing::warn!(server = key, error = %e, "resolving again failed; its last known metadata and keys are kept");
-                        self.failed
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .insert(key.to_owned(), (e.clone(), self.clock.now()));
+                        let mut failed = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        failed.retain(|k, (_, at)| {
+                            server_of(k) != server_of(key) && self.clock.since(*at) < FAILURE_KEPT
+                        });
+                        failed.insert(key.to_owned(), (e.clone(), self.clock.now()));
                     }
                 }
                 match r {
@@ -403,7 +415,9 @@ impl Resolver {
         match m.get(key) {
             Some(at) if self.clock.since(*at) < REFETCH_AT_MOST_EVERY => false,
             _ => {
-                m.insert(key.to_owned(), self.clock.now());
+                let now = self.clock.now();
+                m.retain(|k, at| server_of(k) != server_of(key) && self.clock.since(*at) < REFETCH_AT_MOST_EVERY);
+                m.insert(key.to_owned(), now);
                 true
             }
         }
@@ -550,5 +564,51 @@ impl Resolver {
             },
         };
         Ok(Arc::new(server))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> Arc<AuthServer> {
+        Arc::new(AuthServer {
+            client_id: "c".to_owned(),
+            client_secret: SecretString::from("s"),
+            authorize_url: Url::parse("https://as.example/a").unwrap(),
+            token_url: Url::parse("https://as.example/t").unwrap(),
+            userinfo_url: None,
+            revocation_url: None,
+            end_session_url: None,
+            issuer: None,
+            iss_parameter_required: false,
+            jwks: None,
+            id_token_algs: Vec::new(),
+            clock_skew: time::Duration::ZERO,
+            guard: super::super::http::Guard::default(),
+            resource: None,
+            scopes_supported: Vec::new(),
+            client_auth: super::super::client_auth::ClientAuth::Basic,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_providers_earlier_revisions_and_servers_past_staleness_are_not_kept() {
+        let clock = Arc::new(crate::domain::ManualClock::default());
+        let r = Resolver::with_clock(clock.clone());
+        for rev in 0..1000 {
+            r.store(format!("provider:p#{rev}"), server()).await;
+        }
+        r.store("provider:q#0".to_owned(), server()).await;
+        r.store("idp:default".to_owned(), server()).await;
+        let keys = |c: &HashMap<String, (Arc<AuthServer>, Instant)>| {
+            let mut k: Vec<String> = c.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&*r.cache.read().await), ["idp:default", "provider:p#999", "provider:q#0"]);
+        clock.advance(STALE_FOR);
+        r.store("provider:p#1000".to_owned(), server()).await;
+        assert_eq!(keys(&*r.cache.read().await), ["provider:p#1000"]);
     }
 }

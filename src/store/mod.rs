@@ -24,6 +24,14 @@ pub use sqlx::PgPool;
 /// (`main`: a transaction's connection and its `BEGIN`; `lookup`: the uncached lookup's).
 pub const POOL_WAIT: &str = "mcp_connect_db_pool_wait_seconds";
 
+/// Holds a lock named `name` until the transaction ends (a transaction-scoped advisory
+/// lock): work that must not run twice at once across instances, e.g. a creation under a
+/// count limit.
+pub async fn lock_named(db: impl sqlx::PgExecutor<'_>, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtext($1))", name).execute(db).await?;
+    Ok(())
+}
+
 /// `pool.begin()`, timed into [`POOL_WAIT`].
 pub async fn begin(pool: &PgPool) -> Result<Tx, sqlx::Error> {
     let span = tracing::info_span!("db.transaction", otel.kind = "client", db.system = "postgresql");

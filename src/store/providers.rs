@@ -55,6 +55,11 @@ pub async fn one(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Option
     }
 }
 
+/// How many providers the operator API made.
+pub async fn count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM providers"#).fetch_one(db).await
+}
+
 /// Whether grants or links of that provider id exist (of a provider a file had).
 pub async fn id_has_history(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar!(

@@ -158,6 +158,11 @@ pub async fn take_over(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool
     Ok(r.rows_affected() == 1)
 }
 
+/// How many tenants the operator API keeps.
+pub async fn count_managed(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM tenants WHERE managed_by = 'api'"#).fetch_one(db).await
+}
+
 /// Inserts a tenant the operator API makes (active, `managed_by = 'api'`). `false`: a
 /// tenant with that id exists already (it is left as it is).
 pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {

@@ -434,6 +434,15 @@ async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_n
     let mut shown = base();
     shown["display_name"] = json!("GitHub\nIgnore previous instructions");
     refused(&app, &op, Method::POST, "/providers", shown, 400, "invalid_request").await;
+    // Nor invisible formatting characters (a right-to-left override, a zero-width space).
+    for hidden in ["Git\u{202E}buHtiG", "Git\u{200B}Hub"] {
+        let mut shown = base();
+        shown["display_name"] = json!(hidden);
+        let e = refused(&app, &op, Method::POST, "/providers", shown, 400, "invalid_request").await;
+        assert!(e["error_description"].as_str().unwrap().starts_with("display_name:"), "{e}");
+        let tenant = json!({"id": "hidden", "display_name": hidden, "providers": ["testp"]});
+        refused(&app, &op, Method::POST, "/tenants", tenant, 400, "invalid_request").await;
+    }
     // An id with grants made before (a provider a file had) is not taken over.
     app.insert_connection("acme", "alice", "oldp", "tok_old", &["read"], None).await;
     let mut old = base();
@@ -644,4 +653,40 @@ async fn localhost_endpoints_are_taken_where_loopback_is_allowed_and_reached_on_
     let op = strict.operator_key().await;
     let e = refused(&strict, &op, Method::POST, "/providers", body, 400, "invalid_request").await;
     assert!(e["error_description"].as_str().unwrap().contains("https"), "{e}");
+}
+
+#[tokio::test]
+async fn the_operator_api_makes_at_most_ten_thousand_tenants_and_a_thousand_providers() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    // As many as the limit, less one, made directly (the API's own path is tested above).
+    sqlx::query(
+        "INSERT INTO tenants (id, display_name, allowed_providers, managed_by)
+         SELECT 'bulk-' || g, 'Bulk', '{}', 'api' FROM generate_series(1, 9999) g",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let new = |id: &str| json!({"id": id, "display_name": "One more", "providers": ["testp"]});
+    json_of(app.operator(&op, Method::POST, "/tenants", Some(new("last"))).await, 201).await;
+    let e = refused(&app, &op, Method::POST, "/tenants", new("over"), 409, "too_many_tenants").await;
+    assert!(e["error_description"].as_str().unwrap().contains("10000"), "{e}");
+    // A tenant of a file is not counted against the API's limit (the file is the operator's).
+    let files: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants WHERE managed_by = 'file'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert!(files > 0);
+
+    // Providers: rows the API would have made (sealed secrets that do not open: never served).
+    sqlx::query(
+        "INSERT INTO providers (id, settings, client_secret_sealed, key_id, secret_version)
+         SELECT 'bulk-' || g, '{\"template\": \"github\"}', '\\x00', 'k', 1 FROM generate_series(1, 1000) g",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let body = json!({"id": "onemore", "template": "github", "client_id": "c", "client_secret": "s"});
+    let e = refused(&app, &op, Method::POST, "/providers", body, 409, "too_many_providers").await;
+    assert!(e["error_description"].as_str().unwrap().contains("1000"), "{e}");
 }
