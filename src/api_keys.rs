@@ -93,6 +93,16 @@ pub fn hash_key(key: &SecretString) -> Result<String, argon2::password_hash::Err
     Ok(Argon2::default().hash_password(key.expose_secret().as_bytes(), &salt)?.to_string())
 }
 
+/// The key's row, as read, still says what was verified: not revoked, its tenant active,
+/// and the same tenant and scope (a re-check that asked only "usable" would keep a scope
+/// changed meanwhile).
+fn still_as(row: &store::api_keys::ApiKeyRow, key: &VerifiedKey) -> bool {
+    row.revoked_at.is_none()
+        && row.tenant_active
+        && row.tenant_id.as_deref() == key.tenant.as_ref().map(TenantId::as_str)
+        && row.scope == key.scope.as_str()
+}
+
 fn verify_hash(key: &str, phc: &str) -> bool {
     match PasswordHash::new(phc) {
         Ok(h) => Argon2::default().verify_password(key.as_bytes(), &h).is_ok(),
@@ -115,6 +125,10 @@ pub enum KeyRejection {
     Malformed,
     #[error("unknown, wrong or revoked api key")]
     Invalid,
+    /// The key is right, but its tenant is switched off (told only to whoever holds the
+    /// key's secret).
+    #[error("the key's tenant is switched off")]
+    TenantInactive,
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("verification task failed")]
@@ -240,9 +254,15 @@ impl ApiKeyVerifier {
             return Err(KeyRejection::Invalid);
         };
         // A revoked key, or one of an inactive tenant, is refused whatever its secret: no
-        // argon2 run for it either.
-        if row.revoked_at.is_some() || !row.tenant_active {
+        // argon2 run for it either. The holder of a right key of an inactive tenant is told
+        // why, where its verifier says so at no cost.
+        if row.revoked_at.is_some() {
             return Err(KeyRejection::Invalid);
+        }
+        if !row.tenant_active {
+            let right =
+                row.verifier.as_ref().is_some_and(|v| crate::crypto::constant_time_eq(v, &verifier_of(presented)));
+            return Err(if right { KeyRejection::TenantInactive } else { KeyRejection::Invalid });
         }
         if let Some(verifier) = &row.verifier {
             self.remember_verifier(&id, verifier);
@@ -370,12 +390,7 @@ impl ApiKeyVerifier {
     /// tenant active, and the same tenant and scope (a re-check that asked only "usable"
     /// would keep a scope changed meanwhile).
     async fn still_as_verified(&self, key: &VerifiedKey) -> Result<bool, KeyRejection> {
-        Ok(store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?.is_some_and(|row| {
-            row.revoked_at.is_none()
-                && row.tenant_active
-                && row.tenant_id.as_deref() == key.tenant.as_ref().map(TenantId::as_str)
-                && row.scope == key.scope.as_str()
-        }))
+        Ok(store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?.is_some_and(|row| still_as(&row, key)))
     }
 
     /// A key verified before: as cached within its re-check interval, or (due) after asking
@@ -386,12 +401,17 @@ impl ApiKeyVerifier {
             Some(Found::Fresh(key)) => Ok(Some(key)),
             Some(Found::Due(key)) => {
                 let ticket = self.cache.watch().ticket();
-                if self.still_as_verified(&key).await? {
+                let row = store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?;
+                if row.as_ref().is_some_and(|r| still_as(r, &key)) {
                     self.cache.insert(&ticket, *fp, key.clone());
                     return Ok(Some(key));
                 }
                 self.cache.remove(fp);
-                Err(KeyRejection::Invalid)
+                // Verified before (its secret is right): its tenant switched off since.
+                match row {
+                    Some(r) if r.revoked_at.is_none() && !r.tenant_active => Err(KeyRejection::TenantInactive),
+                    _ => Err(KeyRejection::Invalid),
+                }
             }
         }
     }

@@ -380,7 +380,7 @@ pub fn tenant(
         if registry.get(&pid).is_none() {
             return Err(TenantInvalid {
                 problem: TenantProblem::UnknownProvider,
-                error: err(at("providers"), format!("provider {pid:?} is not configured under [providers]")),
+                error: err(at("providers"), format!("provider {:?} is not configured under [providers]", pid.as_str())),
             });
         }
         if !providers.contains(&pid) {

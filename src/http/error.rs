@@ -50,6 +50,8 @@ error_codes! {
     InvalidApiKey = "invalid_api_key" => UNAUTHORIZED,
     /// The key is valid but of the other scope (server vs admin) (403, with WWW-Authenticate).
     InsufficientScope = "insufficient_scope" => FORBIDDEN,
+    /// The key is right, but its tenant is switched off by an operator.
+    TenantDisabled = "tenant_disabled" => FORBIDDEN,
     /// The database or this instance is busy, unreachable or shutting down, or the request collided with a concurrent change (503, with Retry-After).
     TemporarilyUnavailable = "temporarily_unavailable" => SERVICE_UNAVAILABLE,
     /// Several wrong secrets were sent for this key id just now: it is verified again after `Retry-After` seconds (429).

@@ -260,10 +260,21 @@ async fn an_admin_key_on_the_server_api_is_403_insufficient_scope() {
 }
 
 #[tokio::test]
-async fn a_key_of_a_deactivated_tenant_is_401() {
+async fn a_right_key_of_a_deactivated_tenant_is_403_tenant_disabled_and_a_wrong_one_401() {
     let app = spawn_app().await;
     sqlx::query("UPDATE tenants SET active = false WHERE id = 'beta'").execute(&app.pool).await.unwrap();
-    assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
+    let e = assert_error(app.token(&app.beta_key, body()).await, 403, "tenant_disabled").await;
+    assert!(e["error_description"].as_str().unwrap().contains("switched off"), "{e}");
+    // The same id with another secret: nothing said about the tenant.
+    let mut wrong = app.beta_key.clone();
+    let last = if wrong.ends_with('A') { 'B' } else { 'A' };
+    wrong.pop();
+    wrong.push(last);
+    assert_error(app.token(&wrong, body()).await, 401, "invalid_api_key").await;
+    // A key made before verifiers (argon2 only) of such a tenant: refused without argon2.
+    without_verifier(&app.pool, &app.beta_key).await;
+    let other = crate::support::spawn_on(&app, &crate::support::Options::default()).await;
+    assert_error(other.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
 }
 
 #[tokio::test]

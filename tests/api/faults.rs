@@ -129,6 +129,7 @@ async fn a_code_exchange_against_a_token_endpoint_that_is_down_shows_a_clear_pag
     assert!(r.headers().get("retry-after").is_some(), "Retry-After on the 503 page");
     let page = r.text().await.unwrap();
     assert!(page.contains("The provider is unavailable") && page.contains("Nothing was connected"), "{page}");
+    assert_eq!(page.matches("Nothing was connected").count(), 1, "said once: {page}");
     assert_eq!(app.connection_count().await, 0);
     assert_eq!(app.elicitation_status(&id).await, "pending");
     assert_eq!(last_connect_failure(&app).await["reason"], "provider_unavailable");
@@ -147,6 +148,7 @@ async fn exchange_fails_softly(failure: TokenFailure, reason: &str) {
     let expected = if reason == "provider_unavailable" { 503 } else { 502 };
     assert_eq!(status, expected, "a clear page");
     assert!(page.contains("<h1") && page.contains("Nothing was connected"), "{page}");
+    assert_eq!(page.matches("Nothing was connected").count(), 1, "said once: {page}");
     assert_eq!(app.connection_count().await, 0);
     assert_eq!(app.elicitation_status(&id).await, "pending");
     assert_eq!(last_connect_failure(&app).await["reason"], reason);

@@ -105,6 +105,10 @@ async fn the_same_sub_at_two_idps_is_two_people_for_pages_links_and_tokens() {
     sign_in(&app, &at_b, Some("second"), &second, "alice").await;
     let html_b = connections_page(&app, &at_b).await;
     assert!(html_b.contains("<h2>Beta Bot</h2>") && !html_b.contains("Acme Assistant"), "{html_b}");
+    // Each page says at which IdP its alice signed in.
+    let host = |u: String| u.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    assert!(html.contains(&format!("at <code>{}</code>", host(app.idp.issuer()))), "{html}");
+    assert!(html_b.contains(&format!("at <code>{}</code>", host(second.issuer()))), "{html_b}");
 
     // Neither ends the other's: the same answer as for a connection that does not exist.
     let csrf = form_value(&html, "csrf");

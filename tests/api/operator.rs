@@ -31,7 +31,8 @@ async fn only_an_operator_key_reaches_the_operator_api_and_it_reaches_no_tenants
     // Above tenants, it is no tenant's key: /v1 and /admin/v1 refuse it.
     assert_error(app.token(&op, token_body("testp")).await, 403, "insufficient_scope").await;
     let r = app.client.get(format!("{}/admin/v1/connections", app.base)).bearer_auth(&op).send().await.unwrap();
-    assert_error(r, 403, "insufficient_scope").await;
+    let body = assert_error(r, 403, "insufficient_scope").await;
+    assert_eq!(body["error_description"], "this endpoint needs an admin key", "{body}");
 
     let listed = json_of(app.operator(&op, Method::GET, "/tenants", None).await, 200).await;
     let acme = listed["tenants"].as_array().unwrap().iter().find(|t| t["id"] == "acme").unwrap().clone();
@@ -80,7 +81,7 @@ async fn a_tenant_made_over_the_api_serves_on_a_second_instance_and_stops_there_
     let off = a.operator(&op, Method::PATCH, "/tenants/gamma", Some(json!({"active": false}))).await;
     assert_eq!(json_of(off, 200).await["active"], false);
     assert!(b.state.caches.barrier(&b.pool).await, "the switch-off's notification arrived");
-    assert_error(b.token(&gamma_key, token_body("testp")).await, 401, "invalid_api_key").await;
+    assert_error(b.token(&gamma_key, token_body("testp")).await, 403, "tenant_disabled").await;
 
     // Each step is in the trail, with the operator key that made it.
     let op_id = &op[5..21];

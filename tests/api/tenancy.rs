@@ -73,10 +73,16 @@ async fn tenant_deactivate_and_activate_are_audited_and_reach_every_instance() {
     assert_eq!(b.token(&a.beta_key, body.clone()).await.status(), 200);
     assert_eq!(mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(), Some(true));
     assert!(b.state.caches.barrier(&b.pool).await);
-    assert_error(b.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
+    // The holder of the right key is told why; a wrong secret of its id learns nothing.
+    assert_error(b.token(&a.beta_key, body.clone()).await, 403, "tenant_disabled").await;
+    let mut wrong = a.beta_key.clone();
+    let last = if wrong.ends_with('A') { 'B' } else { 'A' };
+    wrong.pop();
+    wrong.push(last);
+    assert_error(b.token(&wrong, body.clone()).await, 401, "invalid_api_key").await;
     // Restarting an instance whose file names beta does not bring it back.
     let c = crate::support::spawn_on(&a, &crate::support::Options::default()).await;
-    assert_error(c.token(&a.beta_key, body.clone()).await, 401, "invalid_api_key").await;
+    assert_error(c.token(&a.beta_key, body.clone()).await, 403, "tenant_disabled").await;
     assert_eq!(
         mcp_connect::flows::tenants::set_tenant_active(&a.pool, &beta, false, "cli").await.unwrap(),
         Some(false)

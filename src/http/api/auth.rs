@@ -53,6 +53,12 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         Ok(k) => k,
         Err(KeyRejection::Malformed) => return Err(unauthorized("malformed api key", true)),
         Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
+        Err(KeyRejection::TenantInactive) => {
+            return Err(ApiError::new(
+                ErrorCode::TenantDisabled,
+                "the key's tenant is switched off (an operator's active: false); ask the operator",
+            ));
+        }
         Err(KeyRejection::Database(e)) => return Err(ApiError::from_db(e)),
         Err(e @ KeyRejection::Task) => return Err(ApiError::internal(&e)),
         Err(KeyRejection::Throttled(wait)) => {
@@ -74,6 +80,7 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
             ErrorCode::InsufficientScope,
             match scope {
                 KeyScope::Operator => "this endpoint needs an operator key".to_owned(),
+                KeyScope::Admin => "this endpoint needs an admin key".to_owned(),
                 other => format!("this endpoint needs a {} key", other.as_str()),
             },
         );

@@ -16,6 +16,9 @@ use uuid::Uuid;
 #[template(path = "connections.html")]
 struct ConnectionsPage<'a> {
     signed_in_as: &'a str,
+    /// The host (and port) of the IdP the person signed in at, where more than one is
+    /// configured.
+    signed_in_at: Option<String>,
     csrf: &'a str,
     groups: Vec<GroupView>,
     notice: Option<Notice>,
@@ -86,6 +89,12 @@ async fn page(
     let groups = held::held_by(state, &session.info).await.map_err(|e| PageError::internal(rid, &e))?;
     let page = ConnectionsPage {
         signed_in_as: session.info.subject.as_str(),
+        // Where tenants sign in at several IdPs, one name may be two people: the page says
+        // which IdP's this is.
+        signed_in_at: (state.idps.named_count() > 0)
+            .then(|| url::Url::parse(&session.info.issuer).ok())
+            .flatten()
+            .map(|u| u[url::Position::BeforeHost..url::Position::AfterPort].to_owned()),
         csrf: session.csrf(),
         groups: view(groups),
         notice,

@@ -155,13 +155,13 @@ const OTHER_SESSION: RefusalText = RefusalText {
 const PROVIDER_ERROR: RefusalText = RefusalText {
     kind: PageKind::ProviderFailed,
     title: "The provider reported an error",
-    message: "Nothing was connected.",
+    message: "The provider answered with an error instead of a grant.",
     hint: "You can open the same link again and retry.",
 };
 const ANSWER_FAILED_CHECKS: RefusalText = RefusalText {
     kind: PageKind::ProviderFailed,
     title: "The provider's answer did not pass the checks",
-    message: "Nothing was connected.",
+    message: "mcp-connect checks each answer of the provider before it keeps anything, and this one failed a check.",
     hint: "You can open the same link again and retry.",
 };
 const CONNECTED_CONCURRENTLY: RefusalText = RefusalText {
@@ -182,13 +182,13 @@ const ACCOUNT_MISMATCH: RefusalText = RefusalText {
 const PROVIDER_PAUSED: RefusalText = RefusalText {
     kind: PageKind::Unavailable,
     title: "Connecting this provider is paused",
-    message: "The operator of this service has paused connections to this provider. Nothing was connected.",
+    message: "The operator of this service has paused connections to this provider.",
     hint: "Try again later, or ask your administrator.",
 };
 const PROVIDER_UNAVAILABLE: RefusalText = RefusalText {
     kind: PageKind::Unavailable,
     title: "The provider is unavailable",
-    message: "Nothing was connected.",
+    message: "The provider did not answer, or answered that it is busy.",
     hint: "Open the same link again in a minute.",
 };
 
