@@ -139,7 +139,7 @@ async fn pinned(state: &AppState, p: &Provider, d: &Discovered) -> Result<(), Re
 }
 
 fn store_fault(p: &Provider, what: &str) -> ResolveError {
-    ResolveError::Invalid(p.id.to_string(), format!("the client registration could not be {what}"))
+    ResolveError::Unavailable(p.id.to_string(), format!("the client registration could not be {what}"))
 }
 
 /// What a registration's sealed secret is bound to: its provider, server, redirect URI

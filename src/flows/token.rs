@@ -13,6 +13,7 @@ use crate::domain::{
 };
 use crate::oauth::Provider;
 use crate::oauth::credential::Credential;
+use crate::oauth::resolve::ResolveError;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
@@ -57,6 +58,13 @@ pub enum TokenError {
     ElicitationMismatch,
     #[error("the provider is disabled by the operator")]
     ProviderDisabled,
+    /// The provider's server cannot be used as it is configured or describes itself, and
+    /// no retry changes that: no link is made that could only fail.
+    #[error("the provider's configuration is refused: {0}")]
+    ProviderMisconfigured(#[source] ResolveError),
+    /// The provider's server could not be resolved just now (down, slow, busy).
+    #[error("the provider could not be reached: {0}")]
+    ProviderUnreachable(#[source] ResolveError),
     /// The refresh the hand-out needed did not happen: the provider is down, this
     /// instance is stopping, or a fault (a dead grant is not an error: it asks for a new
     /// consent).
@@ -133,6 +141,14 @@ pub async fn token_for(
         Some(c) if c.status == ConnectionStatus::Active => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
         _ => wanted,
     };
+    // A link is made only for a provider whose server can be used: a configuration or a
+    // server that is refused would send the person to a page that can only fail, and the
+    // MCP server and the person to wait for what cannot come.
+    if provider.credential.is_none() {
+        super::remote::provider_server(state, &provider).await.map_err(|e| {
+            if e.is_transient() { TokenError::ProviderUnreachable(e) } else { TokenError::ProviderMisconfigured(e) }
+        })?;
+    }
     let e = pending_elicitation(state, tenant, issuer, &req, &wanted, now).await?;
     Ok(TokenOutcome::ConnectRequired(e))
 }

@@ -102,8 +102,10 @@ error_codes! {
     ProviderNotAllowed = "provider_not_allowed" => FORBIDDEN,
     /// An operator has switched the provider off (kill switch).
     ProviderDisabled = "provider_disabled" => FORBIDDEN,
-    /// The provider could not refresh the token just now; the connection is kept (503, with Retry-After).
+    /// The provider could not refresh the token, or its server be reached, just now; a connection is kept (503, with Retry-After).
     ProviderUnavailable = "provider_unavailable" => SERVICE_UNAVAILABLE,
+    /// The provider's configuration, or what its server says of itself (discovery), is refused for a reason a retry cannot fix; no link is made. The operator must fix it; the service log says what (502, no Retry-After).
+    ProviderMisconfigured = "provider_misconfigured" => BAD_GATEWAY,
     /// The connection id is not a UUID.
     InvalidConnectionId = "invalid_connection_id" => BAD_REQUEST,
     /// No connection of that id belongs to the caller's tenant.
@@ -311,6 +313,23 @@ impl From<crate::flows::token::TokenError> for ApiError {
             }
             T::ProviderDisabled => {
                 Self::new(ErrorCode::ProviderDisabled, "the operator has disabled this provider for now")
+            }
+            // The detail (which endpoint, which address, the server's words) is the
+            // operator's: in the log, not in a tenant's answer.
+            T::ProviderMisconfigured(e) => {
+                tracing::error!(error = %e, "a provider's configuration or server is refused; no link is made");
+                Self::new(
+                    ErrorCode::ProviderMisconfigured,
+                    "this provider's configuration, or what its server says of itself, is refused; a retry will not \
+                     help: the operator of mcp-connect must fix it (the service log says what)",
+                )
+            }
+            T::ProviderUnreachable(e) => {
+                tracing::warn!(error = %e, "a provider's server could not be resolved");
+                Self::new(
+                    ErrorCode::ProviderUnavailable,
+                    "the provider's server could not be reached just now; retry later",
+                )
             }
             T::Refresh(R::Transient(why)) => {
                 tracing::warn!(reason = %why, "refresh failed transiently");

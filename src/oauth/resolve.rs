@@ -104,6 +104,24 @@ pub enum ResolveError {
     Fetch { url: String, source: OutboundError },
     #[error("discovery document of {0} is invalid: {1}")]
     Invalid(String, String),
+    /// Our side could not finish (the database, for a registration): the server is not
+    /// at fault, and a retry may succeed.
+    #[error("resolving {0} could not finish: {1}")]
+    Unavailable(String, String),
+}
+
+impl ResolveError {
+    /// Whether trying again later may help (the server is down, slow or busy, or our side
+    /// was); `false`: the server or the configuration is refused as it is (metadata of
+    /// another issuer, an endpoint on a refused address, no PKCE, a document missing),
+    /// until someone changes it.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ResolveError::Fetch { source, .. } => source.is_transient(),
+            ResolveError::Invalid(..) => false,
+            ResolveError::Unavailable(..) => true,
+        }
+    }
 }
 
 #[derive(serde::Deserialize)]

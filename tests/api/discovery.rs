@@ -32,7 +32,13 @@ async fn catcher() -> Catcher {
 
 /// The connect flow at `testp` as far as it goes: the last status and page.
 async fn attempt(app: &TestApp) -> (u16, String) {
-    let (_, url) = app.elicit("alice", "testp").await;
+    // A refused discovery makes no link (502 provider_misconfigured): refused before a page.
+    let r = app.token(&app.key, json!({"subject": "alice", "provider": "testp"})).await;
+    if r.status() != 200 {
+        return (r.status().as_u16(), r.text().await.unwrap());
+    }
+    let body: serde_json::Value = r.json().await.unwrap();
+    let url = body["elicitation"]["url"].as_str().unwrap().to_owned();
     let browser = Browser::new();
     let page = browser.open(app, &url, "alice").await;
     if page.status() != 200 {

@@ -342,3 +342,51 @@ async fn an_authorization_server_other_than_the_one_first_found_is_refused_on_ev
     let server = mcp_connect::flows::remote::provider_server(&third.state, &provider).await.unwrap();
     assert_eq!(server.issuer.as_deref(), Some(b.origin.as_str()));
 }
+
+#[tokio::test]
+async fn a_provider_whose_server_is_refused_gets_no_link_and_its_page_says_why_not_to_wait() {
+    let host = Host::start();
+    host.good();
+    host.set("/register", 201, None, json!({"client_id": "c-1", "client_secret": "s-123"}));
+    let resource = format!("{}/mcp", host.origin);
+    let app = spawn_app_with(options(&resource)).await;
+    let (_, url) = app.elicit("alice", "remote").await;
+
+    // The server now says it is another issuer's: refused for as long as it says so.
+    let o = host.origin.clone();
+    host.set(
+        "/.well-known/oauth-authorization-server",
+        200,
+        None,
+        json!({"issuer": "https://evil.example", "authorization_endpoint": format!("{o}/authorize"),
+               "token_endpoint": format!("{o}/token"), "code_challenge_methods_supported": ["S256"]}),
+    );
+    // An instance that has not resolved it yet (nothing cached): no link, a code that says
+    // a retry will not help, and no Retry-After.
+    let other = spawn_on(&app, &options(&resource)).await;
+    let r = other.token(&other.key, json!({"subject": "bob", "provider": "remote"})).await;
+    assert!(r.headers().get("retry-after").is_none(), "nothing to wait for");
+    let e = crate::support::assert_error(r, 502, "provider_misconfigured").await;
+    assert!(!e.to_string().contains("evil.example"), "the detail is the operator's, in the log: {e}");
+    let links: i64 = sqlx::query_scalar("SELECT count(*) FROM elicitations WHERE subject = 'bob'")
+        .fetch_one(&other.pool)
+        .await
+        .unwrap();
+    assert_eq!(links, 0);
+    // A link made before: its page names the reason class, not "try again in a minute".
+    let b = crate::support::browser::Browser::new();
+    let url = url.replace(&app.base, &other.base);
+    let page = b.open(&other, &url, "alice").await;
+    assert_eq!(page.status(), 502);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("This provider&#39;s configuration is refused"), "{html}");
+    assert!(html.contains("Trying again will not help"), "{html}");
+    assert!(!html.contains("in a minute"), "{html}");
+
+    // A server that is down is another matter: 503 with Retry-After (a retry may help).
+    host.set("/.well-known/oauth-authorization-server", 503, None, json!({}));
+    let third = spawn_on(&app, &options(&resource)).await;
+    let r = third.token(&third.key, json!({"subject": "carol", "provider": "remote"})).await;
+    assert!(r.headers().get("retry-after").is_some());
+    crate::support::assert_error(r, 503, "provider_unavailable").await;
+}

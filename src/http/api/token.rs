@@ -164,8 +164,11 @@ fn request(
             `subject_token_subject` (another `sub` than the `subject` named).", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "Only with `insufficient_scope`."))),
         (status = 404, description = "`elicitation_not_found`: no elicitation of that id in this tenant.", body = ErrorBody),
-        (status = 503, description = "`provider_unavailable`: the provider could not refresh the token just now (the \
-            connection is kept), or `temporarily_unavailable` (also: the IdP's keys for a `subject_token` could not \
+        (status = 502, description = "`provider_misconfigured`: the provider's configuration, or what its server says \
+            of itself, is refused for a reason a retry cannot fix; no link is made (the operator must act; the service \
+            log says what). No `Retry-After`.", body = ErrorBody),
+        (status = 503, description = "`provider_unavailable`: the provider could not refresh the token, or its server \
+            be reached, just now (a connection is kept), or `temporarily_unavailable` (also: the IdP's keys for a `subject_token` could not \
             be fetched). Retry after `Retry-After` seconds.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
     ),

@@ -102,8 +102,13 @@ pub fn connect_error(
             "The operator of this service has paused new connections to this provider.",
             "Try again later, or ask your administrator.",
         ),
-        ConnectError::Resolve(msg) => {
-            tracing::error!(error = %msg, "provider resolution failed");
+        ConnectError::Resolve(e) if !e.is_transient() => {
+            tracing::error!(error = %e, "a provider's configuration or server is refused");
+            let t = PROVIDER_REFUSED;
+            PageError::new(rid, t.kind, t.title, t.message, t.hint)
+        }
+        ConnectError::Resolve(e) => {
+            tracing::error!(error = %e, "provider resolution failed");
             PageError::new(
                 rid,
                 PageKind::Unavailable,
@@ -192,6 +197,15 @@ const PROVIDER_UNAVAILABLE: RefusalText = RefusalText {
     hint: "Open the same link again in a minute.",
 };
 
+/// The provider's configuration, or what its server says of itself, is refused: waiting
+/// does not help, the operator must act.
+const PROVIDER_REFUSED: RefusalText = RefusalText {
+    kind: PageKind::ProviderFailed,
+    title: "This provider's configuration is refused",
+    message: "mcp-connect cannot use this provider as it is configured, or as its server describes itself.",
+    hint: "Trying again will not help: ask your administrator (the service log says what is refused).",
+};
+
 /// The page for each refusal.
 fn refusal_text(r: CallbackRefusal) -> RefusalText {
     match r {
@@ -214,6 +228,7 @@ fn refusal_text(r: CallbackRefusal) -> RefusalText {
         CallbackRefusal::ConnectedConcurrently => CONNECTED_CONCURRENTLY,
         CallbackRefusal::AccountMismatch => ACCOUNT_MISMATCH,
         CallbackRefusal::ProviderDisabled => PROVIDER_PAUSED,
+        CallbackRefusal::Resolve(e) if !e.is_transient() => PROVIDER_REFUSED,
         CallbackRefusal::Resolve(_) => PROVIDER_UNAVAILABLE,
     }
 }

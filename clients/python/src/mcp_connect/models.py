@@ -61,6 +61,7 @@ class ErrorCode(StrEnum):
 
     INVALID_API_KEY = "invalid_api_key"
     INSUFFICIENT_SCOPE = "insufficient_scope"
+    TENANT_DISABLED = "tenant_disabled"
     TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
     TOO_MANY_ATTEMPTS = "too_many_attempts"
     INTERNAL_ERROR = "internal_error"
@@ -78,6 +79,7 @@ class ErrorCode(StrEnum):
     PROVIDER_NOT_ALLOWED = "provider_not_allowed"
     PROVIDER_DISABLED = "provider_disabled"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
+    PROVIDER_MISCONFIGURED = "provider_misconfigured"
     SUBJECT_TOKEN_REQUIRED = "subject_token_required"
     SUBJECT_TOKEN_NOT_ACCEPTED = "subject_token_not_accepted"
     SUBJECT_TOKEN_INVALID = "subject_token_invalid"
