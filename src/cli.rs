@@ -569,6 +569,9 @@ async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64
     if report.legacy_closed {
         println!("every sealed value is bound to its row's generation; values without one are refused from now on");
     }
+    if report.unbound_closed {
+        println!("every sealed token is bound to its person's issuer; unbound ones are refused from now on");
+    }
     Ok(())
 }
 

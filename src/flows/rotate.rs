@@ -23,6 +23,9 @@ pub struct RotateReport {
     /// Nothing remained: from now on the database refuses sealed values without a seal
     /// generation (rows of the previous release; see `vault`).
     pub legacy_closed: bool,
+    /// Nothing remained: from now on the database refuses sealed values of a row that names
+    /// an issuer without the issuer bound (rows of the releases before; see `vault`).
+    pub unbound_closed: bool,
 }
 
 pub async fn rotate_keys(
@@ -42,7 +45,7 @@ pub async fn rotate_keys(
         }
         for row in &rows {
             // Opened at the row's generation, sealed at its next (a row sealed before
-            // generations gets its first here).
+            // generations gets its first here), with its issuer bound where it names one.
             let (binding, next) = (row.binding(), row.next_binding());
             let old = row.key_id.as_deref().unwrap_or_default();
             let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
@@ -83,7 +86,8 @@ pub async fn rotate_keys(
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
-    Ok(RotateReport { resealed: done, remaining, legacy_closed })
+    let unbound_closed = remaining == 0 && store::connections::close_unbound_writes(pool).await?;
+    Ok(RotateReport { resealed: done, remaining, legacy_closed, unbound_closed })
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose

@@ -314,8 +314,14 @@ fn hand_out(
     c: &CachedConnection,
 ) -> Result<Option<TokenOutcome>, TokenError> {
     let connection = ConnectionId::from_uuid(c.id);
-    let row =
-        RowBinding { tenant, subject: &req.subject, provider: &req.provider, connection, generation: c.seal_version };
+    let row = RowBinding {
+        tenant,
+        subject: &req.subject,
+        provider: &req.provider,
+        connection,
+        generation: c.seal_version,
+        issuer: Some(&c.shape.issuer),
+    };
     let opened = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
     // A typed credential is sealed as one document: its primary value is the token, and
     // every field goes along. (The provider's kind decides, not the stored token type.)

@@ -50,6 +50,7 @@ impl ConnectionRow {
             provider: &self.provider,
             connection: ConnectionId::from_uuid(self.id),
             generation: self.seal_version,
+            issuer: self.issuer.as_deref(),
         }
     }
 
@@ -457,7 +458,10 @@ pub async fn lock_rows_not_under_key(
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!", issuer
            FROM connections
-           WHERE key_id IS NOT NULL AND (key_id <> $1 OR seal_version IS NULL)
+           WHERE key_id IS NOT NULL
+             AND (key_id <> $1 OR seal_version IS NULL
+                  OR (issuer IS NOT NULL AND substring(COALESCE(access_token_ct, refresh_token_ct, id_token_ct)
+                                                       FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
            ORDER BY id
            LIMIT $2
@@ -472,7 +476,10 @@ pub async fn lock_rows_not_under_key(
 pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
     let n = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM connections
-           WHERE key_id IS NOT NULL AND (key_id <> $1 OR seal_version IS NULL)
+           WHERE key_id IS NOT NULL
+             AND (key_id <> $1 OR seal_version IS NULL
+                  OR (issuer IS NOT NULL AND substring(COALESCE(access_token_ct, refresh_token_ct, id_token_ct)
+                                                       FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#,
         current
     )
@@ -491,6 +498,23 @@ pub async fn close_legacy_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx::
              AND NOT EXISTS (SELECT 1 FROM connections WHERE seal_version IS NULL
                              AND COALESCE(access_token_ct, refresh_token_ct, id_token_ct) IS NOT NULL)
              AND NOT EXISTS (SELECT 1 FROM webhooks WHERE secret_version IS NULL)"#
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() > 0)
+}
+
+/// Closes unbound writes (`vault_state.unbound_open`) when no row that names an issuer
+/// holds a sealed value without it bound (checked in the same statement): the database
+/// refuses such values from now on. Whether it closed them now.
+pub async fn close_unbound_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"UPDATE vault_state SET unbound_open = false
+           WHERE unbound_open
+             AND NOT EXISTS (SELECT 1 FROM connections
+                              WHERE issuer IS NOT NULL
+                                AND substring(COALESCE(access_token_ct, refresh_token_ct, id_token_ct)
+                                              FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea)"#
     )
     .execute(db)
     .await?;

@@ -9,6 +9,12 @@
 //! generation (a trigger). Rows sealed before generations existed (`None`) open under the
 //! first associated-data format until `rotate-key` re-seals them. Every row names the key
 //! id it was sealed under, so keys rotate: the current key seals, older keys only open.
+//!
+//! A row that names the person's issuer (`connections.issuer`) binds it too (the third
+//! format, its ciphertexts marked by [`ISSUER_BOUND`] in front): a database writer who
+//! changes a row's issuer does not hand one IdP's person's grant to another IdP's namesake,
+//! the ciphertext no longer opens. Rows sealed before (no mark) open under the second
+//! format until `rotate-key` re-seals them; then the database refuses unmarked ones.
 
 mod keyring;
 
@@ -21,6 +27,12 @@ use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 
 const NONCE_LEN: usize = 24;
+
+/// In front of a ciphertext sealed with the issuer in its associated data (the third
+/// format). Eight fixed bytes: a random nonce of an older ciphertext begins with them once
+/// in 2^64. Stripping it does not make such a ciphertext open without the issuer: the tag
+/// was made over the third format's associated data.
+pub const ISSUER_BOUND: &[u8; 8] = b"mcpc:v3:";
 
 /// Which column a ciphertext belongs to; part of the associated data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +61,9 @@ pub struct RowBinding<'a> {
     pub provider: &'a ProviderId,
     pub connection: ConnectionId,
     pub generation: Option<i64>,
+    /// The issuer of the IdP whose subject holds the row (`None`: not recorded; such a row
+    /// is sealed in the second format).
+    pub issuer: Option<&'a str>,
 }
 
 /// The generation a new row's ciphertexts are sealed at.
@@ -62,19 +77,23 @@ pub fn next_generation(current: Option<i64>) -> i64 {
 
 impl RowBinding<'_> {
     /// Length-prefixed, so that no two different bindings encode to the same bytes; the
-    /// generation (v2) last, as 8 bytes.
-    fn associated_data(&self, field: Field) -> Vec<u8> {
+    /// generation (v2) last, as 8 bytes; the issuer (v3) before it.
+    fn associated_data(&self, field: Field, with_issuer: Option<&str>) -> Vec<u8> {
         let connection = self.connection.to_string();
-        let parts: [&[u8]; 5] = [
+        let mut parts: Vec<&[u8]> = vec![
             self.tenant.as_str().as_bytes(),
             self.subject.as_str().as_bytes(),
             self.provider.as_str().as_bytes(),
             connection.as_bytes(),
             field.as_str().as_bytes(),
         ];
-        let mut ad = match self.generation {
-            Some(_) => b"mcp-connect/vault/v2".to_vec(),
-            None => b"mcp-connect/vault/v1".to_vec(),
+        let mut ad = match (self.generation, with_issuer) {
+            (Some(_), Some(issuer)) => {
+                parts.push(issuer.as_bytes());
+                b"mcp-connect/vault/v3".to_vec()
+            }
+            (Some(_), None) => b"mcp-connect/vault/v2".to_vec(),
+            (None, _) => b"mcp-connect/vault/v1".to_vec(),
         };
         for p in parts {
             ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
@@ -85,6 +104,16 @@ impl RowBinding<'_> {
         }
         ad
     }
+
+    /// The issuer a new ciphertext of this row binds: its own, where it has a generation.
+    fn binds_issuer(&self) -> Option<&str> {
+        self.generation.and(self.issuer)
+    }
+}
+
+/// Whether a stored ciphertext was sealed with the issuer bound (the third format).
+pub fn is_issuer_bound(sealed: &[u8]) -> bool {
+    sealed.starts_with(ISSUER_BOUND)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,9 +148,15 @@ impl Vault {
         &self.keyring
     }
 
-    /// Seals under the current key. Returns `nonce || ciphertext+tag`.
+    /// Seals under the current key. Returns `nonce || ciphertext+tag`, with [`ISSUER_BOUND`]
+    /// in front where the row binds its issuer.
     pub fn seal(&self, row: &RowBinding<'_>, field: Field, plaintext: &SecretString) -> Result<Vec<u8>, VaultError> {
-        self.seal_bytes(&row.associated_data(field), plaintext.expose_secret().as_bytes())
+        let issuer = row.binds_issuer();
+        let sealed = self.seal_bytes(&row.associated_data(field, issuer), plaintext.expose_secret().as_bytes())?;
+        Ok(match issuer {
+            Some(_) => [ISSUER_BOUND.as_slice(), &sealed].concat(),
+            None => sealed,
+        })
     }
 
     /// Opens a ciphertext sealed under `key_id` for exactly this row and field.
@@ -132,7 +167,15 @@ impl Vault {
         field: Field,
         sealed: &[u8],
     ) -> Result<SecretString, VaultError> {
-        let mut pt = self.open_bytes(key_id, &row.associated_data(field), sealed)?;
+        // Marked: opened with the row's issuer (a row without one cannot open it); else in
+        // the format it was sealed in before issuers were bound.
+        let mut pt = match sealed.strip_prefix(ISSUER_BOUND.as_slice()) {
+            Some(rest) => {
+                let issuer = row.binds_issuer().ok_or(VaultError::Open)?;
+                self.open_bytes(key_id, &row.associated_data(field, Some(issuer)), rest)?
+            }
+            None => self.open_bytes(key_id, &row.associated_data(field, None), sealed)?,
+        };
         let s = String::from_utf8(std::mem::take(&mut *pt)).map_err(|e| {
             let mut bytes = e.into_bytes();
             zeroize::Zeroize::zeroize(&mut bytes);
@@ -208,7 +251,14 @@ mod tests {
 
     /// A new row at the first generation.
     fn row_of<'a>(t: &'a TenantId, s: &'a Subject, p: &'a ProviderId) -> RowBinding<'a> {
-        RowBinding { tenant: t, subject: s, provider: p, connection: ConnectionId::generate(), generation: Some(1) }
+        RowBinding {
+            tenant: t,
+            subject: s,
+            provider: p,
+            connection: ConnectionId::generate(),
+            generation: Some(1),
+            issuer: Some("https://idp.example"),
+        }
     }
 
     const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -255,6 +305,7 @@ mod tests {
             provider: &p,
             connection: ConnectionId::from_uuid(uuid::Uuid::nil()),
             generation: g,
+            issuer: None,
         };
         let older = v.seal(&at(Some(2)), Field::RefreshToken, &SecretString::from("rotated-out")).unwrap();
         let legacy = v.seal(&at(None), Field::RefreshToken, &SecretString::from("before generations")).unwrap();
@@ -271,6 +322,32 @@ mod tests {
         for g in [Some(0), Some(1)] {
             assert!(matches!(v.open("k1", &at(g), Field::RefreshToken, &legacy), Err(VaultError::Open)), "{g:?}");
         }
+    }
+
+    #[test]
+    fn a_ciphertext_opens_only_for_the_issuer_it_was_sealed_for_and_its_mark_cannot_be_stripped() {
+        let (t, s, p) = ids();
+        let v = vault(K1);
+        let row = row_of(&t, &s, &p);
+        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        assert!(is_issuer_bound(&ct));
+        assert_eq!(v.open("k1", &row, Field::AccessToken, &ct).unwrap().expose_secret(), "tok");
+        // Another IdP's namesake, or a row whose issuer was taken away.
+        for issuer in [Some("https://other-idp.example"), Some("https://idp.example/"), None] {
+            let other = RowBinding { issuer, ..row };
+            assert!(matches!(v.open("k1", &other, Field::AccessToken, &ct), Err(VaultError::Open)), "{issuer:?}");
+        }
+        // Without its mark it is no ciphertext of the second format either.
+        let stripped = &ct[ISSUER_BOUND.len()..];
+        for issuer in [Some("https://idp.example"), None] {
+            let as_v2 = RowBinding { issuer, ..row };
+            assert!(v.open("k1", &as_v2, Field::AccessToken, stripped).is_err(), "{issuer:?}");
+        }
+        // A row sealed before issuers were bound still opens, whatever issuer it names now.
+        let before = RowBinding { issuer: None, ..row };
+        let old = v.seal(&before, Field::AccessToken, &SecretString::from("old")).unwrap();
+        assert!(!is_issuer_bound(&old));
+        assert_eq!(v.open("k1", &row, Field::AccessToken, &old).unwrap().expose_secret(), "old");
     }
 
     #[test]

@@ -38,6 +38,7 @@ struct RowIds {
     provider: ProviderId,
     connection: ConnectionId,
     generation: Option<i64>,
+    issuer: &'static str,
 }
 
 impl RowIds {
@@ -48,6 +49,7 @@ impl RowIds {
             provider: &self.provider,
             connection: self.connection,
             generation: self.generation,
+            issuer: Some(self.issuer),
         }
     }
 }
@@ -59,6 +61,7 @@ fn row_ids((tenant, subject, provider, connection): &RowParts) -> RowIds {
         provider: ProviderId::parse(provider).unwrap(),
         connection: ConnectionId::from_uuid(Uuid::from_u128(*connection)),
         generation: Some(1),
+        issuer: "https://idp.example",
     }
 }
 

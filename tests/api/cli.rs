@@ -161,7 +161,7 @@ async fn apikey_revoke_and_tenant_deactivate_take_effect_in_the_running_service_
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("tenant beta is now inactive"));
     assert!(app.state.caches.barrier(&app.pool).await);
-    crate::support::assert_error(app.token(&app.beta_key, body()).await, 401, "invalid_api_key").await;
+    crate::support::assert_error(app.token(&app.beta_key, body()).await, 403, "tenant_disabled").await;
     let kinds = app.audit_kinds().await;
     assert!(kinds.iter().any(|k| k == "api_key_revoked"), "{kinds:?}");
     let beta: Vec<String> =

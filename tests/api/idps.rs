@@ -330,10 +330,24 @@ async fn a_subject_token_is_checked_against_the_tenants_own_idp() {
 async fn connecting_over_another_idps_namesake_revokes_the_old_grant_and_old_links_are_over() {
     let (app, second) = two_idps().await;
     let (old_access, old_refresh) = app.provider.issue_grant("testp-client", "octo-old-idp", "openid profile");
+    // Sealed for the default IdP's alice (as it was written before the move).
+    let mut db = app.pool.acquire().await.unwrap();
+    let scopes = ["openid", "profile"];
+    let issuer = app.idp.issuer();
     let old = app
-        .insert_sealed("beta", "alice", "testp", &old_access, Some(&old_refresh), &["openid", "profile"], None)
+        .insert_sealed_for(
+            &mut db,
+            Some(&issuer),
+            "beta",
+            "alice",
+            "testp",
+            &old_access,
+            Some(&old_refresh),
+            &scopes,
+            None,
+        )
         .await;
-    made_for_the_default_idp(&app, "connections", &old.to_string()).await;
+    drop(db);
 
     // A link of the old IdP's alice (as it was made before the move), opened by her.
     let stale = beta_token(&app, "alice", "github").await;
@@ -474,4 +488,30 @@ async fn ending_an_old_idps_connection_closes_none_of_the_new_idps_namesakes_lin
         .unwrap();
     assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
     assert_eq!(app.elicitation_status(&id).await, "pending", "the second IdP's alice's link stays open");
+}
+
+#[tokio::test]
+async fn a_grant_whose_row_is_rewritten_to_another_idps_namesake_does_not_open() {
+    let (app, second) = two_idps().await;
+    // beta's alice at the second IdP holds a grant, bound to that IdP.
+    app.insert_connection("beta", "alice", "github", "gho_second_alice", &["repo"], None).await;
+    let ct: Vec<u8> = sqlx::query_scalar("SELECT access_token_ct FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert!(mcp_connect::vault::is_issuer_bound(&ct), "sealed with the issuer bound");
+    assert_eq!(beta_token(&app, "alice", "github").await["access_token"], "gho_second_alice");
+
+    // beta moves to the default IdP (an operator's change: its people are others now), and a
+    // database writer rewrites the row's issuer so that the default IdP's alice would get it.
+    sqlx::query("UPDATE tenants SET idp = 'default' WHERE id = 'beta'").execute(&app.pool).await.unwrap();
+    sqlx::query("UPDATE connections SET issuer = $1").bind(app.idp.issuer()).execute(&app.pool).await.unwrap();
+    assert!(app.state.caches.barrier(&app.pool).await);
+    app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
+        tenant: mcp_connect::domain::TenantId::parse("beta").unwrap(),
+        subject: mcp_connect::domain::Subject::parse("alice").unwrap(),
+        provider: mcp_connect::domain::ProviderId::parse("github").unwrap(),
+    });
+    let r = app.token(&app.beta_key, json!({"subject": "alice", "provider": "github"})).await;
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("gho_second_alice"), "another IdP's namesake got the grant: {text}");
+    assert!(text.contains("internal_error"), "{text}");
+    let _ = second;
 }

@@ -142,8 +142,11 @@ async fn a_response_without_a_refresh_token_keeps_the_stored_one() {
     assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     // Still the original refresh token in the vault.
     let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM connections").fetch_one(&app.pool).await.unwrap();
-    let (ct, generation): (Vec<u8>, Option<i64>) =
-        sqlx::query_as("SELECT refresh_token_ct, seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
+    let (ct, generation, issuer): (Vec<u8>, Option<i64>, String) =
+        sqlx::query_as("SELECT refresh_token_ct, seal_version, issuer FROM connections")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     let (t, s, p) = (
         mcp_connect::domain::TenantId::parse("acme").unwrap(),
         mcp_connect::domain::Subject::parse("alice").unwrap(),
@@ -155,6 +158,7 @@ async fn a_response_without_a_refresh_token_keeps_the_stored_one() {
         provider: &p,
         connection: mcp_connect::domain::ConnectionId::from_uuid(id),
         generation,
+        issuer: Some(&issuer),
     };
     let opened = app.state.vault.open("k-old", &row, mcp_connect::vault::Field::RefreshToken, &ct).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&opened), refresh.as_str());

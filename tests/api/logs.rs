@@ -83,8 +83,8 @@ async fn a_whole_flow_logs_no_secret() {
     let t = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
     assert_eq!(t["status"], "connected");
     // The refresh and ID tokens, opened from the vault.
-    let (cid, rt_ct, id_ct, generation): (uuid::Uuid, Vec<u8>, Vec<u8>, Option<i64>) =
-        sqlx::query_as("SELECT id, refresh_token_ct, id_token_ct, seal_version FROM connections")
+    let (cid, rt_ct, id_ct, generation, issuer): (uuid::Uuid, Vec<u8>, Vec<u8>, Option<i64>, String) =
+        sqlx::query_as("SELECT id, refresh_token_ct, id_token_ct, seal_version, issuer FROM connections")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -96,6 +96,7 @@ async fn a_whole_flow_logs_no_secret() {
         provider: &provider,
         connection: ConnectionId::from_uuid(cid),
         generation,
+        issuer: Some(&issuer),
     };
     let refresh = app.state.vault.open("k-old", &row, Field::RefreshToken, &rt_ct).unwrap();
     let id_token = app.state.vault.open("k-old", &row, Field::IdToken, &id_ct).unwrap();

@@ -214,7 +214,7 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
     let (t, s, p) =
         (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("github").unwrap());
     let id = ConnectionId::generate();
-    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None };
+    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None, issuer: None };
     let legacy = |token: &str| {
         app.state.vault.seal(&row, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
     };
@@ -268,4 +268,68 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
         let e = sqlx::query(statement).execute(&app.pool).await.expect_err(statement);
         assert!(e.to_string().contains(why), "{statement}: {e}");
     }
+}
+
+#[tokio::test]
+async fn rotate_key_binds_the_issuer_into_rows_sealed_before_and_then_refuses_unbound_ones() {
+    use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
+    use mcp_connect::vault::{Field, RowBinding, is_issuer_bound};
+    let app = spawn_app().await;
+    // A row as the release before wrote it: a generation, no issuer in the seal.
+    let (t, s, p) =
+        (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("github").unwrap());
+    let id = ConnectionId::generate();
+    let unbound =
+        RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: Some(1), issuer: None };
+    let seal = |token: &str| {
+        app.state.vault.seal(&unbound, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
+    };
+    let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type, issuer, seal_version)
+                  VALUES ($1, 'acme', $2, 'github', '{}', 'active', $3, $4, 'Bearer', $5, 1)";
+    let key = app.state.vault.current_key_id().as_str().to_owned();
+    sqlx::query(insert)
+        .bind(id.as_uuid())
+        .bind("alice")
+        .bind(&key)
+        .bind(seal("gho_unbound"))
+        .bind(app.idp.issuer())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_unbound");
+
+    // Under the current key already, it is re-sealed all the same: with its issuer bound.
+    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.vault, 100, |_, _| {}).await.unwrap();
+    assert_eq!((report.resealed, report.remaining, report.unbound_closed), (1, 0, true), "{report:?}");
+    let (ct, generation): (Vec<u8>, i64) =
+        sqlx::query_as("SELECT access_token_ct, seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
+    assert!(is_issuer_bound(&ct));
+    assert_eq!(generation, 2);
+    app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
+        tenant: t.clone(),
+        subject: s.clone(),
+        provider: p.clone(),
+    });
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_unbound");
+
+    // From now on an unbound value is refused for a row that names an issuer: written anew,
+    // or put back.
+    let e = sqlx::query(insert)
+        .bind(uuid::Uuid::new_v4())
+        .bind("bob")
+        .bind(&key)
+        .bind(seal("gho_bob"))
+        .bind(app.idp.issuer())
+        .execute(&app.pool)
+        .await
+        .expect_err("an unbound sealed value");
+    assert!(e.to_string().contains("rotate-key closed unbound writes"), "{e}");
+    let e = sqlx::query("UPDATE connections SET access_token_ct = $1, seal_version = 3")
+        .bind(seal("gho_again"))
+        .execute(&app.pool)
+        .await
+        .expect_err("an unbound value put back");
+    assert!(e.to_string().contains("rotate-key closed unbound writes"), "{e}");
+    let e = sqlx::query("UPDATE vault_state SET unbound_open = true").execute(&app.pool).await.expect_err("reopened");
+    assert!(e.to_string().contains("stay closed"), "{e}");
 }

@@ -79,7 +79,7 @@ fn seal_row(vault: &Vault, subject: &str, provider: &str, access: &str, refresh:
     let (t, s, p) = (TenantId::parse(TENANT)?, Subject::parse(subject)?, ProviderId::parse(provider)?);
     let id = ConnectionId::generate();
     // Inserted without a seal generation (the columns below), as rows sealed before them.
-    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None };
+    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None, issuer: None };
     let access = vault.seal(&row, Field::AccessToken, &SecretString::from(access.to_owned()))?;
     let refresh = vault.seal(&row, Field::RefreshToken, &SecretString::from(refresh.to_owned()))?;
     Ok(Sealed { id: id.as_uuid(), subject: subject.to_owned(), provider: provider.to_owned(), access, refresh })

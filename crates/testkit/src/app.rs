@@ -457,23 +457,46 @@ impl TestApp {
         scopes: &[&str],
         expires_at: Option<OffsetDateTime>,
     ) -> ConnectionId {
+        self.insert_sealed_for(db, None, tenant, subject, provider, access_token, refresh_token, scopes, expires_at)
+            .await
+    }
+
+    /// [`Self::insert_sealed_on`] for the subject of the IdP `issuer` names (`None`: the
+    /// tenant's), as a row made before its tenant moved to another IdP.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_sealed_for(
+        &self,
+        db: &mut sqlx::PgConnection,
+        issuer: Option<&str>,
+        tenant: &str,
+        subject: &str,
+        provider: &str,
+        access_token: &str,
+        refresh_token: Option<&str>,
+        scopes: &[&str],
+        expires_at: Option<OffsetDateTime>,
+    ) -> ConnectionId {
         let (t, s, p) =
             (TenantId::parse(tenant).unwrap(), Subject::parse(subject).unwrap(), ProviderId::parse(provider).unwrap());
         let id = ConnectionId::generate();
+        // The tenant's IdP's subject, as the callback records it (and binds into the seal).
+        let issuer = match issuer {
+            Some(i) => Some(i.to_owned()),
+            None => self.state.tenant_idp(&t).map(|i| i.issuer.as_str().to_owned()),
+        };
         let row = RowBinding {
             tenant: &t,
             subject: &s,
             provider: &p,
             connection: id,
             generation: Some(mcp_connect::vault::FIRST_GENERATION),
+            issuer: issuer.as_deref(),
         };
         let vault = &self.state.vault;
         let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
         let rt =
             refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
         let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
-        // The tenant's IdP's subject, as the callback records it.
-        let issuer = self.state.tenant_idp(&t).map(|i| i.issuer.as_str().to_owned());
         let inserted = store::connections::insert_connection(
             &mut *db,
             &store::connections::NewConnection {

@@ -51,6 +51,8 @@ pub async fn save(
         provider: &x.key.provider,
         connection,
         generation: Some(generation),
+        // The person's issuer, as the row will name it: bound into the ciphertexts.
+        issuer: e.issuer.as_deref(),
     };
     let tokens = x.tokens;
     let sealed = Sealed::of(state, &row, tokens)?;
