@@ -163,6 +163,7 @@ async fn refresh_locked(
         Err(e) => {
             // The grant is kept as it was: roll back, report, let the caller retry.
             drop(tx);
+            tracing::warn!(provider = %row.provider, reason = e.reason(), provider_answer = %e, "refresh failed");
             let mut ev = AuditEvent::for_connection(AuditKind::RefreshFailed, &row);
             ev.detail = serde_json::json!({ "reason": e.reason() });
             store::audit::insert_event(&state.pool, &ev).await?;

@@ -127,3 +127,32 @@ async fn a_whole_flow_logs_no_secret() {
         assert!(!logs.contains(value.as_str()), "{what} found in the logs");
     }
 }
+
+#[tokio::test]
+async fn a_refused_code_exchange_logs_the_servers_error_answer_and_no_secret() {
+    let buf = capture_logs();
+    let app = crate::support::spawn_app_with(crate::support::Options {
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"wrongp\"]".to_owned())],
+        extra_toml: "[providers.wrongp]\ntemplate = \"oauth2\"\nauthorize_url = \"{PROVIDER}/authorize\"\n\
+                     token_url = \"{PROVIDER}/token\"\nuserinfo_url = \"{PROVIDER}/userinfo\"\nclient_id = \"testp-client\"\n"
+            .to_owned(),
+        env: vec![("MCP_CONNECT_PROVIDER_WRONGP_CLIENT_SECRET", "not-the-secret-4711".to_owned())],
+        ..crate::support::Options::default()
+    })
+    .await;
+    app.provider.add_client(mcp_connect_devproviders::ClientRegistration {
+        client_id: "testp-client".to_owned(),
+        client_secret: "testp-secret".to_owned(),
+        redirect_uris: vec![
+            format!("{}/connect/testp/callback", app.base),
+            format!("{}/connect/wrongp/callback", app.base),
+        ],
+    });
+    let (_, url) = app.elicit("alice", "wrongp").await;
+    let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 502);
+    let logs = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+    let line = logs.lines().find(|l| l.contains("callback refused")).unwrap_or_else(|| panic!("{logs}"));
+    assert!(line.contains("invalid_client") && line.contains("client authentication failed"), "{line}");
+    assert!(!logs.contains("not-the-secret-4711"), "the secret reached a log");
+}

@@ -124,8 +124,15 @@ pub fn connect_error(
 pub fn callback_error(rid: &RequestId, q: &CallbackQuery, f: CallbackFailure) -> PageError {
     let reason = f.error.code();
     metrics::counter!(crate::telemetry::metrics::CONNECT_FAILURES, "reason" => reason).increment(1);
+    // What the provider said, where it said something (its error code and description,
+    // cleaned: `oauth::flow::server_error_answer`), never a token or code of ours.
+    let answer = match &f.error {
+        CallbackError::Refused(CallbackRefusal::Exchange(e)) => Some(e.to_string()),
+        _ => None,
+    };
     tracing::warn!(
         reason,
+        provider_answer = answer.as_deref(),
         provider_revocation = f.provider_revocation.as_deref(),
         query = %q.describe(),
         "callback refused"
