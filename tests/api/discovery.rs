@@ -161,3 +161,52 @@ async fn an_origin_configured_for_another_provider_is_not_trusted_for_a_discover
     assert_ne!(status, 500, "{page}");
     assert_eq!(c.count.load(Ordering::SeqCst), 0, "another provider's origin was reached for testp");
 }
+
+#[tokio::test]
+async fn the_client_authenticates_as_the_servers_discovery_lists_or_as_configured() {
+    let app = spawn_app().await;
+    // The dev provider lists basic and post: basic, RFC 8414's default.
+    let (status, page) = attempt(&app).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(app.provider.stats().token_client_auth, ["client_secret_basic"]);
+    // A server whose discovery lists only the form body gets the secret there (a fresh
+    // instance: discovery is cached per instance).
+    app.provider.switches().set_metadata_override(
+        json!({"token_endpoint_auth_methods_supported": ["client_secret_post"]}).as_object().unwrap().clone(),
+    );
+    let fresh = spawn_on(&app, &Options::default()).await;
+    sqlx::query("UPDATE connections SET status = 'needs_reauth'").execute(&app.pool).await.unwrap();
+    let (status, page) = attempt(&fresh).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(app.provider.stats().token_client_auth, ["client_secret_basic", "client_secret_post"]);
+    // One that lists only a method we cannot use is refused, with its reason, before a link.
+    app.provider.switches().set_metadata_override(
+        json!({"token_endpoint_auth_methods_supported": ["private_key_jwt"]}).as_object().unwrap().clone(),
+    );
+    let third = spawn_on(&app, &Options::default()).await;
+    let r = third.token(&third.key, json!({"subject": "bob", "provider": "testp"})).await;
+    crate::support::assert_error(r, 502, "provider_misconfigured").await;
+}
+
+#[tokio::test]
+async fn a_configured_token_endpoint_auth_method_wins() {
+    let app = spawn_app_with(Options {
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"postp\"]".to_owned())],
+        extra_toml: "[providers.postp]\ntemplate = \"oauth2\"\nauthorize_url = \"{PROVIDER}/authorize\"\n\
+                     token_url = \"{PROVIDER}/token\"\nuserinfo_url = \"{PROVIDER}/userinfo\"\nclient_id = \"postp-client\"\n\
+                     token_endpoint_auth_method = \"client_secret_post\"\n"
+            .to_owned(),
+        env: vec![("MCP_CONNECT_PROVIDER_POSTP_CLIENT_SECRET", "postp-secret".to_owned())],
+        ..Options::default()
+    })
+    .await;
+    app.provider.add_client(mcp_connect_devproviders::ClientRegistration {
+        client_id: "postp-client".to_owned(),
+        client_secret: "postp-secret".to_owned(),
+        redirect_uris: vec![format!("{}/connect/postp/callback", app.base)],
+    });
+    let (_, url) = app.elicit("alice", "postp").await;
+    let r = Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(app.provider.stats().token_client_auth, ["client_secret_post"]);
+}

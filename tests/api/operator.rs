@@ -151,7 +151,11 @@ async fn tenants_are_checked_as_a_file_checks_them_and_each_refusal_has_its_code
 
     // A tenant of the API: a change is checked as a new one is, and a refused one changes nothing.
     json_of(app.operator(&op, Method::POST, "/tenants", Some(new("delta"))).await, 201).await;
-    refused(&app, &op, Method::PATCH, "/tenants/delta", json!({"providers": ["nope"]}), 400, "unknown_provider").await;
+    let e =
+        refused(&app, &op, Method::PATCH, "/tenants/delta", json!({"providers": ["nope"]}), 400, "unknown_provider")
+            .await;
+    let said = e["error_description"].as_str().unwrap();
+    assert!(said.contains("provider \"nope\"") && !said.contains("ProviderId"), "{said}");
     refused(&app, &op, Method::PATCH, "/tenants/delta", json!({"require_subject_token": true}), 400, "invalid_request")
         .await;
     let after = json_of(app.operator(&op, Method::GET, "/tenants/delta", None).await, 200).await;

@@ -12,6 +12,9 @@ pub struct Stats {
     pub refresh_calls: u64,
     /// The W3C `traceparent` header of each token request, in order (`None`: none sent).
     pub token_traceparents: Vec<Option<String>>,
+    /// How the client authenticated on each token request that got past authentication:
+    /// `client_secret_basic` or `client_secret_post`.
+    pub token_client_auth: Vec<&'static str>,
     /// `/userinfo` requests, authorised or not.
     pub userinfo_calls: u64,
     /// Every `/revoke` call by an authenticated client, in order.

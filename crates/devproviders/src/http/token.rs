@@ -57,6 +57,12 @@ pub(crate) async fn token(
 ) -> Result<HttpResponse, OAuthError> {
     let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
     state.record(|stats| stats.token_traceparents.push(traceparent));
+    let how = if req.headers().contains_key(actix_web::http::header::AUTHORIZATION) {
+        "client_secret_basic"
+    } else {
+        "client_secret_post"
+    };
+    state.record(|stats| stats.token_client_auth.push(how));
     let grant_type = form.params.get("grant_type").ok_or(OAuthError::invalid_request("grant_type is missing"))?;
     let response = match grant_type {
         "authorization_code" => {
