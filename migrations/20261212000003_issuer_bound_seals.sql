@@ -26,13 +26,16 @@ END $$;
 CREATE FUNCTION connections_issuer_bound_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
 DECLARE
-    first bytea := COALESCE(NEW.access_token_ct, NEW.refresh_token_ct, NEW.id_token_ct);
+    mark CONSTANT bytea := '\x6d6370633a76333a'::bytea;
 BEGIN
-    -- (A value without a generation is the seal_version guard's to refuse.)
-    IF first IS NOT NULL AND NEW.issuer IS NOT NULL AND NEW.seal_version IS NOT NULL
+    -- (A value without a generation is the seal_version guard's to refuse.) Each column on
+    -- its own: one bound value does not carry an unbound one beside it.
+    IF NEW.issuer IS NOT NULL AND NEW.seal_version IS NOT NULL
        AND (TG_OP = 'INSERT' OR (NEW.access_token_ct, NEW.refresh_token_ct, NEW.id_token_ct)
                                 IS DISTINCT FROM (OLD.access_token_ct, OLD.refresh_token_ct, OLD.id_token_ct))
-       AND substring(first FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
+       AND (substring(NEW.access_token_ct FROM 1 FOR 8) <> mark
+            OR substring(NEW.refresh_token_ct FROM 1 FOR 8) <> mark
+            OR substring(NEW.id_token_ct FROM 1 FOR 8) <> mark)
        AND NOT COALESCE((SELECT unbound_open FROM vault_state), false) THEN
         RAISE EXCEPTION 'connections: sealed values must bind the issuer (rotate-key closed unbound writes)'
             USING ERRCODE = 'check_violation';

@@ -166,24 +166,58 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issue
         // A tenant the operator API made: the file's from now on, with none of what the
         // operator set (its IdP, subject-token settings) and none of the keys it had (the
         // holder of an operator key would otherwise keep serving as the platform's tenant).
-        if store::tenants::take_over(&mut *tx, t).await? {
-            let revoked = store::api_keys::revoke_tenant_keys(&mut *tx, t.id.as_str()).await?;
-            tracing::warn!(tenant = %t.id, keys_revoked = revoked.len(), "the configuration takes over a tenant the operator API made; its keys are revoked");
+        // Nor its webhooks (their receivers and secrets are the previous owner's), nor the
+        // links its MCP server made (a person would connect them to the file's tenant).
+        let taken_over = store::tenants::take_over(&mut *tx, t).await?;
+        if taken_over {
+            let tenant = t.id.as_str();
+            let revoked = store::api_keys::revoke_tenant_keys(&mut *tx, tenant).await?;
+            let mut webhooks = Vec::new();
+            for w in store::webhooks::list_webhooks(&mut *tx, tenant).await? {
+                if store::webhooks::delete_webhook(&mut *tx, tenant, w.id).await? {
+                    webhooks.push(w.id);
+                }
+            }
+            let now = time::OffsetDateTime::now_utc();
+            let links = store::elicitations::cancel_pending(&mut tx, tenant, None, None, None, now).await?;
+            crate::flows::events::links_closed(
+                &mut tx,
+                crate::webhooks::EventKind::ElicitationCancelled,
+                &links,
+                "configuration",
+                "tenant_taken_over",
+            )
+            .await?;
+            tracing::warn!(
+                tenant,
+                keys_revoked = revoked.len(),
+                webhooks_deleted = webhooks.len(),
+                links_cancelled = links.len(),
+                "the configuration takes over a tenant the operator API made"
+            );
             let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
-            ev.tenant_id = Some(t.id.to_string());
-            ev.detail = serde_json::json!({ "by": "configuration", "keys_revoked": revoked });
+            ev.tenant_id = Some(tenant.to_owned());
+            ev.detail = serde_json::json!({
+                "by": "configuration",
+                "keys_revoked": revoked,
+                "webhooks_deleted": webhooks,
+                "links_cancelled": links.len(),
+            });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
         store::tenants::upsert_tenant(&mut *tx, t).await?;
         // A tenant moved to another IdP: its people are others now (links and connections
         // of the old IdP's subjects are not handed to the new one's). Said in the trail.
-        if let (Some(was), Some(now)) = (before.get(t.id.as_str()), &t.idp)
-            && was != now.as_str()
+        // (A takeover resets an IdP the file leaves out to the default one.)
+        let now =
+            t.idp.as_ref().map(crate::domain::IdpName::as_str).or(taken_over.then_some(crate::domain::DEFAULT_IDP));
+        if let (Some(was), Some(now)) = (before.get(t.id.as_str()), now)
+            && was != now
         {
             tracing::warn!(tenant = %t.id, from = %was, to = %now, "the configuration moves a tenant to another IdP");
             let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantIdpChanged);
             ev.tenant_id = Some(t.id.to_string());
-            ev.detail = serde_json::json!({ "from": was, "to": now.as_str(), "by": "configuration" });
+            ev.detail = serde_json::json!({ "from": was, "to": now, "by": "configuration" });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
     }

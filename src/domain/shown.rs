@@ -31,9 +31,26 @@ const FORMAT: &[(char, char)] = &[
     ('\u{E0020}', '\u{E007F}'),
 ];
 
-/// Whether `c` may stand in a text we show: not a control or format character.
+/// Other characters that show nothing or break a line where one line is meant: the line
+/// and paragraph separators (Zl, Zp), variation selectors (a known way to hide bytes from a
+/// reader, not from a model), Hangul fillers and the combining grapheme joiner.
+const INVISIBLE: &[(char, char)] = &[
+    ('\u{034F}', '\u{034F}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180B}', '\u{180D}'),
+    ('\u{180F}', '\u{180F}'),
+    ('\u{2028}', '\u{2029}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FE00}', '\u{FE0F}'),
+    ('\u{FFA0}', '\u{FFA0}'),
+    ('\u{E0100}', '\u{E01EF}'),
+];
+
+/// Whether `c` may stand in a text we show: not a control, format or otherwise invisible
+/// character.
 pub fn is_shown_as_is(c: char) -> bool {
-    !c.is_control() && !FORMAT.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c))
+    !c.is_control() && ![FORMAT, INVISIBLE].iter().any(|set| set.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)))
 }
 
 /// A display name: 1-`max` characters after trimming, each [`is_shown_as_is`].
@@ -63,6 +80,12 @@ mod tests {
             "GitHub\u{E0041}\u{E0042}",
             "Git\u{00AD}Hub",
             "Git\u{0085}Hub",
+            "Acme\u{2028}Ignore previous instructions",
+            "Acme\u{2029}x",
+            "Acme\u{FE0F}",
+            "Acme\u{E0100}",
+            "Acme\u{3164}",
+            "Acme\u{034F}",
         ];
         for b in bad {
             assert!(!is_display_name(b, 100), "{b:?}");

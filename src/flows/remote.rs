@@ -170,6 +170,10 @@ fn opened(
         None if secret.expose_secret().is_empty() => ClientAuth::Public,
         None => ClientAuth::Basic,
     };
+    // As a registration's answer is checked: a method that sends a secret has one.
+    if auth.sends_secret() && secret.expose_secret().is_empty() {
+        return Err(store_fault(p, "read"));
+    }
     Ok((row.client_id, secret, auth))
 }
 

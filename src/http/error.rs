@@ -316,8 +316,9 @@ impl From<crate::flows::token::TokenError> for ApiError {
             }
             // The detail (which endpoint, which address, the server's words) is the
             // operator's: in the log, not in a tenant's answer.
+            // Said once per resolution in the resolver's log (kept a minute): not per call.
             T::ProviderMisconfigured(e) => {
-                tracing::error!(error = %e, "a provider's configuration or server is refused; no link is made");
+                tracing::debug!(error = %e, "a provider's configuration or server is refused; no link is made");
                 Self::new(
                     ErrorCode::ProviderMisconfigured,
                     "this provider's configuration, or what its server says of itself, is refused; a retry will not \
@@ -325,7 +326,7 @@ impl From<crate::flows::token::TokenError> for ApiError {
                 )
             }
             T::ProviderUnreachable(e) => {
-                tracing::warn!(error = %e, "a provider's server could not be resolved");
+                tracing::debug!(error = %e, "a provider's server could not be resolved");
                 Self::new(
                     ErrorCode::ProviderUnavailable,
                     "the provider's server could not be reached just now; retry later",

@@ -108,7 +108,8 @@ mod tests {
         let basic_only = list(&["client_secret_basic"]);
         let both = list(&["client_secret_post", "client_secret_basic"]);
         let jwt_only = list(&["private_key_jwt"]);
-        let cases: [(Option<ClientAuth>, Option<&[String]>, bool, Result<ClientAuth, ()>); 10] = [
+        type Case<'a> = (Option<ClientAuth>, Option<&'a [String]>, bool, Result<ClientAuth, ()>);
+        let cases: [Case<'_>; 10] = [
             (None, None, true, Ok(Basic)),
             (None, Some(&sdk), true, Ok(Post)),
             (None, Some(&basic_only), true, Ok(Basic)),

@@ -258,7 +258,25 @@ fn map_token_error<E: std::error::Error>(e: RequestTokenError<E, BasicErrorRespo
 /// server's text: it names a field, never one of our secrets, which the server does not
 /// echo; a line break in it would forge a log line).
 pub fn server_error_answer(code: &str, description: Option<&str>) -> String {
-    let clean = |s: &str, max: usize| s.chars().filter(|c| !c.is_control()).take(max).collect::<String>();
+    // A server that echoes what it was sent (a code, a refresh token, a secret) would put it
+    // in our log: any run of 16 or more token characters is left out.
+    let clean = |s: &str, max: usize| {
+        let kept: String = s.chars().filter(|c| !c.is_control()).take(max).collect();
+        let token_char = |c: char| c.is_ascii_alphanumeric() || "-._~+/=".contains(c);
+        let mut out = String::with_capacity(kept.len());
+        let mut run = String::new();
+        for c in kept.chars().chain(std::iter::once(' ')) {
+            if token_char(c) {
+                run.push(c);
+                continue;
+            }
+            out.push_str(if run.len() >= 16 { "[…]" } else { &run });
+            run.clear();
+            out.push(c);
+        }
+        out.pop();
+        out
+    };
     match description {
         Some(d) => format!("error response {} ({:?})", clean(code, 64), clean(d, 200)),
         None => format!("error response {}", clean(code, 64)),
@@ -499,6 +517,19 @@ mod tests {
         // RFC 9207 §2.4: present means compared, advertised or not.
         assert_eq!(check_iss(&server(false), Some("https://evil.example")), Err("iss_mismatch"));
         assert_eq!(check_iss(&server(false), Some("https://p.example")), Ok(()));
+    }
+
+    #[test]
+    fn a_servers_error_answer_is_logged_cleaned_and_without_anything_token_like() {
+        assert_eq!(
+            server_error_answer("invalid_request", Some("client_id: expected string")),
+            "error response invalid_request (\"client_id: expected string\")"
+        );
+        let echoed =
+            server_error_answer("invalid_grant", Some("refresh token rt_8f3kQ2xZ9vLmN0pA7sW1 is unknown\nforged"));
+        assert!(!echoed.contains("rt_8f3kQ2xZ9vLmN0pA7sW1") && !echoed.contains('\n'), "{echoed}");
+        assert!(echoed.contains("refresh token […] is unknown"), "{echoed}");
+        assert_eq!(server_error_answer("x", None), "error response x");
     }
 
     #[test]

@@ -181,14 +181,15 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
     let challenge_scopes = challenge.as_deref().map(scope_of).unwrap_or_default();
     // Where the metadata is: the URL the challenge gave, else the well-known URL built from
     // the resource's path, then the one built from its origin (RFC 9728 §3.1).
+    let mut root = resource.clone();
+    root.set_path("/");
+    let root_url = well_known(&root, "oauth-protected-resource");
     let metadata_urls = match named {
         Some(u) => vec![urls::endpoint(&u, &[]).map_err(|e| invalid(name, format!("resource_metadata {u:?}: {e}")))?],
         None => {
-            let mut root = resource.clone();
-            root.set_path("/");
             let mut all = vec![well_known(resource, "oauth-protected-resource")];
             if resource.path() != "/" {
-                all.push(well_known(&root, "oauth-protected-resource"));
+                all.push(root_url.clone());
             }
             all
         }
@@ -199,19 +200,19 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
         admit(url, "resource_metadata")?;
         match guarded().get_json(url, None).await {
             Ok(v) => {
-                found = Some(v);
+                found = Some((v, *url == root_url));
                 break;
             }
             Err(e) => last = Some(ResolveError::Fetch { url: url.to_string(), source: e }),
         }
     }
-    let Some(raw) = found else {
+    let Some((raw, at_root)) = found else {
         return Err(last.unwrap_or_else(|| invalid(name, "no protected resource metadata")));
     };
     let prm: ResourceMetadata =
         serde_json::from_value(raw).map_err(|e| invalid(name, format!("protected resource metadata: {e}")))?;
     // RFC 9728 §3.3: the metadata is for the resource asked about, or it is not used.
-    let Some(said) = resource_named(&prm.resource, resource) else {
+    let Some(said) = resource_named(&prm.resource, resource, at_root) else {
         return Err(invalid(name, format!("its metadata is for another resource ({:?})", prm.resource)));
     };
     let issuer = prm.authorization_servers.first().ok_or_else(|| invalid(name, "no authorization_servers"))?;
@@ -267,31 +268,51 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
         registration_url,
         client_id_metadata_documents: meta.client_id_metadata_document_supported,
         iss_parameter_supported: meta.authorization_response_iss_parameter_supported,
-        scopes_supported: if challenge_scopes.is_empty() { prm.scopes_supported } else { challenge_scopes },
+        scopes_supported: usable_scopes(
+            name,
+            if challenge_scopes.is_empty() { prm.scopes_supported } else { challenge_scopes },
+        )?,
         auth_methods: meta.token_endpoint_auth_methods_supported,
         guard: Arc::new(guard.into_inner()),
     })
 }
 
-/// The resource identifier to send (RFC 8707) if the metadata's `resource` (`said`) names
-/// the configured resource (compared as parsed URLs, so that `https://h` and `https://h/`
-/// are one) or a parent of it on its origin, at a `/` (`https://h/` for `https://h/mcp`:
-/// RFC 9728 §3.3 for metadata found at the root, whose identifier is the origin, and what
-/// the MCP SDKs accept wherever it was found). The server then names itself by it, and its
-/// tokens are for it. `None`: another resource.
-fn resource_named(said: &str, configured: &Url) -> Option<String> {
+/// The scopes a server named (its challenge or its metadata), as they will be shown on the
+/// consent page and asked for: each a valid scope token (RFC 6749 §3.3: printable ASCII,
+/// so nothing invisible reaches the page), the others left out and said in the log; more
+/// than [`crate::domain::Scopes`] takes is refused (the page and the request would differ).
+fn usable_scopes(name: &str, named: Vec<String>) -> Result<Vec<String>, ResolveError> {
+    let (good, bad): (Vec<String>, Vec<String>) =
+        named.into_iter().partition(|s| crate::domain::Scopes::parse(std::slice::from_ref(s)).is_ok());
+    if !bad.is_empty() {
+        tracing::warn!(
+            resource = name,
+            left_out = bad.len(),
+            "a remote MCP server named scopes that are no scope tokens"
+        );
+    }
+    crate::domain::Scopes::parse(&good)
+        .map(|s| s.as_slice().to_vec())
+        .map_err(|e| invalid(name, format!("the scopes it names: {e}; configure `scopes`")))
+}
+
+/// The resource identifier to send (RFC 8707) if the metadata's `resource` (`said`) is the
+/// one its URL was built from (RFC 9728 §3.3; compared as parsed URLs, so that `https://h`
+/// and `https://h/` are one): the configured resource, or, for the document found at the
+/// origin's root well-known URL (`at_root`), the origin itself, as the MCP SDKs serve it.
+/// A document a challenge named, or one at the resource's own path, that names a broader
+/// resource is refused: whoever answers for one path of a shared origin would otherwise
+/// get tokens for every resource on it. `None`: another resource.
+fn resource_named(said: &str, configured: &Url, at_root: bool) -> Option<String> {
     let u = Url::parse(said).ok()?;
+    if !u.username().is_empty() || u.password().is_some() || u.query().is_some() || u.fragment().is_some() {
+        return None;
+    }
     if u == *configured {
         return Some(configured.as_str().to_owned());
     }
-    let (path, ours) = (u.path(), configured.path());
-    let parent = u.origin() == configured.origin()
-        && u.query().is_none()
-        && u.fragment().is_none()
-        && u.username().is_empty()
-        && (path.ends_with('/') && ours.starts_with(path)
-            || ours.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')));
-    parent.then(|| said.to_owned())
+    let origin_only = u.path() == "/" && u.origin() == configured.origin();
+    (at_root && origin_only).then(|| u.as_str().to_owned())
 }
 
 /// RFC 7591 §3.2.1: a registration's answer, as far as we read it.
@@ -474,28 +495,32 @@ mod tests {
     }
 
     #[test]
-    fn metadata_names_the_resource_or_a_parent_of_it_on_its_origin() {
+    fn metadata_names_the_resource_or_at_the_root_its_origin() {
         let mcp = Url::parse("https://m.example/mcp").unwrap();
+        // (said, at the root well-known URL, what is sent)
         let cases = [
-            ("https://m.example/mcp", Some("https://m.example/mcp")),
-            ("https://m.example/", Some("https://m.example/")),
-            ("https://m.example", Some("https://m.example")),
-            ("https://m.example/other", None),
-            ("https://m.example/mc", None),
-            ("https://m.example/mcp/deeper", None),
-            ("https://evil.example/mcp", None),
-            ("https://evil.example/", None),
-            ("http://m.example/", None),
-            ("https://m.example:8443/", None),
-            ("https://m.example/?x=1", None),
-            ("not a url", None),
+            ("https://m.example/mcp", false, Some("https://m.example/mcp")),
+            ("https://m.example/mcp", true, Some("https://m.example/mcp")),
+            ("https://m.example/", true, Some("https://m.example/")),
+            ("https://m.example", true, Some("https://m.example/")),
+            // A broader resource from a challenge's or the path's document: refused.
+            ("https://m.example/", false, None),
+            ("https://m.example/other", true, None),
+            ("https://m.example/mc", true, None),
+            ("https://m.example/mcp/deeper", true, None),
+            ("https://evil.example/mcp", true, None),
+            ("https://evil.example/", true, None),
+            ("http://m.example/", true, None),
+            ("https://m.example:8443/", true, None),
+            ("https://m.example/?x=1", true, None),
+            ("https://:x@m.example/", true, None),
+            ("https://m.exa\tmple/", true, Some("https://m.example/")),
+            ("not a url", true, None),
         ];
-        for (said, want) in cases {
-            assert_eq!(resource_named(said, &mcp).as_deref(), want, "{said}");
+        for (said, at_root, want) in cases {
+            assert_eq!(resource_named(said, &mcp, at_root).as_deref(), want, "{said} {at_root}");
         }
         let nested = Url::parse("https://m.example/a/b/mcp").unwrap();
-        assert_eq!(resource_named("https://m.example/a", &nested).as_deref(), Some("https://m.example/a"));
-        assert_eq!(resource_named("https://m.example/a/", &nested).as_deref(), Some("https://m.example/a/"));
-        assert_eq!(resource_named("https://m.example/a/b/mc", &nested), None);
+        assert_eq!(resource_named("https://m.example/a", &nested, true), None, "not a parent path: the origin only");
     }
 }

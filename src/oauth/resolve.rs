@@ -255,6 +255,12 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
 /// How long a failed resolution is answered from memory.
 pub const FAILURE_KEPT: Duration = Duration::from_secs(5);
 
+/// How long a refusal a retry cannot fix (`ResolveError::is_transient` false) is answered
+/// from memory: `/v1/token` resolves before it makes a link, so a tenant's calls would
+/// otherwise probe, fetch and (for a remote MCP server) register anew every few seconds.
+/// A provider changed over the operator API is a new key, and resolved at once.
+pub const REFUSAL_KEPT: Duration = Duration::from_secs(60);
+
 /// A provider's key among the resolved servers: its id and revision (a provider changed
 /// over the operator API is resolved anew).
 fn provider_key(p: &Provider) -> String {
@@ -331,7 +337,9 @@ impl Resolver {
 
     fn recent_failure(&self, key: &str) -> Option<ResolveError> {
         let f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        f.get(key).filter(|(_, at)| self.clock.since(*at) < FAILURE_KEPT).map(|(e, _)| e.clone())
+        f.get(key)
+            .filter(|(e, at)| self.clock.since(*at) < if e.is_transient() { FAILURE_KEPT } else { REFUSAL_KEPT })
+            .map(|(e, _)| e.clone())
     }
 
     /// The cached server, or the failure remembered, or one resolution by `build` (callers
@@ -365,7 +373,7 @@ impl Resolver {
                         tracing::warn!(server = key, error = %e, "resolving again failed; its last known metadata and keys are kept");
                         let mut failed = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                         failed.retain(|k, (_, at)| {
-                            server_of(k) != server_of(key) && self.clock.since(*at) < FAILURE_KEPT
+                            server_of(k) != server_of(key) && self.clock.since(*at) < REFUSAL_KEPT
                         });
                         failed.insert(key.to_owned(), (e.clone(), self.clock.now()));
                     }

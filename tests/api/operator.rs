@@ -200,6 +200,27 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
     // The operator's key serves (the subject token it requires is missing: not a key error).
     let r = app.token(&key, json!({"subject": "alice", "provider": "testp"})).await;
     assert_ne!(r.status(), 401, "the key is good before the takeover");
+    // What the operator left behind: a webhook to its own receiver, and a pending link.
+    let admin =
+        json_of(app.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "admin"}))).await, 201)
+            .await;
+    let admin = admin["key"].as_str().unwrap().to_owned();
+    let hook = app
+        .client
+        .post(format!("{}/admin/v1/webhooks", app.base))
+        .bearer_auth(&admin)
+        .json(&json!({"url": "https://hooks.example.com/in", "events": ["connection.created"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 201, "{}", hook.text().await.unwrap());
+    sqlx::query("UPDATE tenants SET require_subject_token = false WHERE id = 'gamma'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert!(app.state.caches.barrier(&app.pool).await);
+    let link = json_of(app.token(&key, json!({"subject": "alice", "provider": "testp"})).await, 200).await;
+    let link_id = link["elicitation"]["id"].as_str().unwrap().to_owned();
     let file = mcp_connect::domain::TenantConfig {
         id: mcp_connect::domain::TenantId::parse("gamma").unwrap(),
         display_name: "Gamma (file)".to_owned(),
@@ -225,7 +246,15 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
             .fetch_one(&app.pool)
             .await
             .unwrap();
-    assert_eq!(detail["keys_revoked"].as_array().map(Vec::len), Some(1), "{detail}");
+    assert_eq!(detail["keys_revoked"].as_array().map(Vec::len), Some(2), "{detail}");
+    assert_eq!(detail["webhooks_deleted"].as_array().map(Vec::len), Some(1), "{detail}");
+    assert_eq!(detail["links_cancelled"], 1, "{detail}");
+    let hooks: i64 = sqlx::query_scalar("SELECT count(*) FROM webhooks WHERE tenant_id = 'gamma'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(hooks, 0, "the previous owner's receiver gets nothing of the file's tenant");
+    assert_eq!(app.elicitation_status(&link_id).await, "cancelled");
     // A second start of the same file takes nothing over again.
     let file = mcp_connect::domain::TenantConfig {
         id: mcp_connect::domain::TenantId::parse("gamma").unwrap(),
