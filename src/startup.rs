@@ -46,6 +46,9 @@ impl Application {
             .map(|a| TcpListener::bind(a).map_err(|e| anyhow::anyhow!("cannot listen on {a} (metrics.listen): {e}")))
             .transpose()?;
         let drain = config.drain;
+        // The recorder before anything that sets a metric (the listener's gauge is set at
+        // its start: one set before the recorder would be lost).
+        let recorder = metrics_listener.as_ref().map(|_| crate::telemetry::metrics::install());
         let pool = open_database(&config).await?;
         let split = PoolSplit::new(config.database_max_connections);
         let connect_options = store::connect_options(config.database_url.expose_secret())
@@ -53,12 +56,12 @@ impl Application {
         let state = app_state(config, pool, clock, &connect_options, split, Background::Run).await?;
         let port = listener.local_addr()?.port();
         let server = serve(listener, state.clone(), connect_options, split)?;
-        let metrics = match metrics_listener {
-            Some(l) => {
+        let metrics = match (metrics_listener, recorder) {
+            (Some(l), Some(handle)) => {
                 let port = l.local_addr()?.port();
-                Some((port, crate::telemetry::metrics::serve(l, crate::telemetry::metrics::install())?))
+                Some((port, crate::telemetry::metrics::serve(l, handle)?))
             }
-            None => None,
+            _ => None,
         };
         Ok(Self { port, server, state: web::Data::new(state), metrics, drain })
     }

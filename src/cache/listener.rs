@@ -12,6 +12,9 @@ pub fn spawn_listener(
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
     tenants: Arc<crate::tenants::Tenants>,
 ) {
+    // There from the start, 0 until the listener proves it hears: an instance whose listener
+    // never comes up shows 0 (an alert on `== 0` fires), not nothing.
+    metrics::gauge!(LISTENER_UP).set(0.0);
     tokio::spawn(async move {
         loop {
             if let Err(e) = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await {

@@ -120,6 +120,13 @@ impl Unreachable {
                 )
             }
             Some("53300") => format!("PostgreSQL at {host}:{port} has no free connection slots (too many clients)"),
+            // PgBouncer's answer to a startup parameter it does not pass on (the driver
+            // sends `extra_float_digits`): a server answered, and it is a pooler's setting.
+            Some("08P01") if source.to_string().contains("unsupported startup parameter") => format!(
+                "the connection pooler at {host}:{port} refused a startup parameter the database driver sends \
+                 ({source}): add `ignore_startup_parameters = extra_float_digits` to its [pgbouncer] section \
+                 (docs/operations.md, \"PgBouncer\")"
+            ),
             _ => format!(
                 "no PostgreSQL answers at {host}:{port} (database \"{db}\"): start it, or point MCP_CONNECT_DATABASE_URL at one ({source})"
             ),
@@ -249,6 +256,61 @@ async fn applied_version(pool: &PgPool) -> Result<i64, sqlx::Error> {
 
 #[cfg(test)]
 mod tests {
+    /// A peer that answers every startup as PgBouncer does when the client sends a startup
+    /// parameter it does not know (SSL refused first, then an `ErrorResponse`, 08P01).
+    async fn pooler_refusing_a_startup_parameter() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    loop {
+                        let mut len = [0u8; 4];
+                        if s.read_exact(&mut len).await.is_err() {
+                            return;
+                        }
+                        let mut body = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
+                        if s.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        // SSLRequest (80877103): no.
+                        if body.len() == 4 && body == 80_877_103u32.to_be_bytes() {
+                            let _ = s.write_all(b"N").await;
+                            continue;
+                        }
+                        let mut fields = Vec::new();
+                        for (t, v) in [
+                            (b'S', "FATAL"),
+                            (b'C', "08P01"),
+                            (b'M', "unsupported startup parameter: extra_float_digits"),
+                        ] {
+                            fields.push(t);
+                            fields.extend_from_slice(v.as_bytes());
+                            fields.push(0);
+                        }
+                        fields.push(0);
+                        let mut msg = vec![b'E'];
+                        msg.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+                        msg.extend_from_slice(&fields);
+                        let _ = s.write_all(&msg).await;
+                        return;
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_pooler_that_refuses_a_startup_parameter_is_named_with_the_setting_that_fixes_it() {
+        let port = pooler_refusing_a_startup_parameter().await;
+        let e = super::connect(&format!("postgres://u@127.0.0.1:{port}/db"), 1).await.unwrap_err().to_string();
+        assert!(e.contains("ignore_startup_parameters = extra_float_digits"), "{e}");
+        assert!(e.contains("connection pooler"), "{e}");
+        assert!(!e.contains("no PostgreSQL answers"), "a server answered: {e}");
+    }
+
     #[test]
     fn sessions_are_named_mcp_connect_unless_the_url_names_them() {
         let named = |url: &str| super::connect_options(url).map(|o| o.get_application_name().map(str::to_owned));

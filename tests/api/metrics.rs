@@ -85,6 +85,19 @@ async fn metrics_are_served_on_their_own_listener_and_never_on_the_public_one() 
 }
 
 #[tokio::test]
+async fn the_listener_gauge_is_0_from_the_start_on_an_instance_whose_listener_never_comes_up() {
+    // A listener URL where no PostgreSQL answers: the listener never proves itself.
+    let port = crate::support::free_port();
+    let mut opts = with_metrics();
+    opts.env.push(("MCP_CONNECT_DATABASE_LISTEN_URL", format!("postgres://postgres@127.0.0.1:{port}/none")));
+    let app = spawn_app_with(opts).await;
+    let (_, scrape) = scrape(&app).await;
+    let up: Vec<f64> =
+        scrape.samples.iter().filter(|s| s.name == "mcp_connect_cache_listener_up").map(|s| s.value).collect();
+    assert_eq!(up, [0.0], "present and 0, so McpConnectListenerDown can fire");
+}
+
+#[tokio::test]
 async fn a_connect_flow_moves_the_token_elicitation_cache_and_http_series() {
     let app = spawn_app_with(with_metrics()).await;
     // Keys as the previous release made them (no fast verifier): argon2 checks them once.
