@@ -127,8 +127,9 @@ impl Outbound {
             );
             builder().dns_resolver(std::sync::Arc::new(resolver)).build()
         };
+        let pinned = crate::oauth::ssrf::LoopbackPinned::new(std::sync::Arc::new(crate::oauth::ssrf::SystemLookup));
         Ok(Self {
-            client: builder().build()?,
+            client: builder().dns_resolver(std::sync::Arc::new(pinned)).build()?,
             public: guarded(Reach::Public)?,
             private: guarded(Reach::Private)?,
             guard: Guard::default(),

@@ -223,6 +223,34 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// The resolver of the clients that reach what the configuration names (no SSRF policy: the
+/// operator's word): as the system resolves, but `localhost` and the names under it are this
+/// host's loopback addresses without a lookup (RFC 6761 §6.3), so a configured
+/// `http://localhost:…` never goes to whatever a DNS server or search domain answers for it.
+pub struct LoopbackPinned {
+    lookup: Arc<dyn Lookup>,
+}
+
+impl LoopbackPinned {
+    pub fn new(lookup: Arc<dyn Lookup>) -> Self {
+        Self { lookup }
+    }
+}
+
+impl reqwest::dns::Resolve for LoopbackPinned {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let (lookup, host) = (self.lookup.clone(), name.as_str().to_owned());
+        Box::pin(async move {
+            let found = if is_loopback_name(&host) {
+                vec![IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)]
+            } else {
+                lookup.lookup(host).await.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?
+            };
+            Ok(Box::new(found.into_iter().map(|ip| SocketAddr::new(ip, 0))) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// The refusal behind a failed request, if the guard refused it.
 pub fn refusal_of(e: &reqwest::Error) -> Option<Refusal> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -354,5 +382,19 @@ mod tests {
         assert!(resolve(ips(&["10.0.0.7"]), "a.localhost").await.is_err());
         // Another name reaches what the policy allows.
         assert_eq!(resolve(ips(&["10.0.0.7"]), "internal.example").await.unwrap(), ["10.0.0.7"]);
+    }
+
+    #[tokio::test]
+    async fn a_configured_localhost_is_loopback_without_a_lookup() {
+        use reqwest::dns::Resolve;
+        // A lookup that would send it elsewhere (a DNS server answering for `localhost`).
+        let r = LoopbackPinned::new(Arc::new(Fixed(vec!["203.0.113.9".parse().unwrap()])));
+        let got = |name: &'static str| {
+            let r = &r;
+            async move { r.resolve(name.parse().unwrap()).await.unwrap().map(|s| s.ip().to_string()).collect::<Vec<_>>() }
+        };
+        assert_eq!(got("localhost").await, ["127.0.0.1", "::1"]);
+        assert_eq!(got("api.localhost").await, ["127.0.0.1", "::1"]);
+        assert_eq!(got("idp.example").await, ["203.0.113.9"], "other names as the system resolves them");
     }
 }
