@@ -471,3 +471,20 @@ async fn a_key_of_another_upstream_account_does_not_replace_the_one_connected() 
     let held: String = sqlx::query_scalar("SELECT account_login FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(held, "alice-upstream", "the connection held stays");
 }
+
+#[tokio::test]
+async fn a_valid_value_costs_no_check_of_the_persons_budget() {
+    let app = spawn().await;
+    let (_, url) = app.elicit("alice", "basicp").await;
+    let browser = Browser::new();
+    let page = form_page(&app, &browser, &url, "alice").await;
+    for n in 0..4 {
+        let password = format!("guess-{n}-0123456789");
+        let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", &password)]).await;
+        assert_eq!(r.status(), 400, "attempt {n}");
+    }
+    let r = submit(&app, &browser, "basicp", &page, &[("username", "ann"), ("password", "devpass-ann")]).await;
+    assert_eq!(r.status(), 200);
+    let used: i32 = sqlx::query_scalar("SELECT used FROM credential_check_budget").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(used, 4, "the right value was given back: only refused values count");
+}

@@ -724,3 +724,27 @@ async fn the_operator_api_makes_at_most_ten_thousand_tenants_and_a_thousand_prov
     let e = refused(&app, &op, Method::POST, "/providers", body, 409, "too_many_providers").await;
     assert!(e["error_description"].as_str().unwrap().contains("1000"), "{e}");
 }
+
+#[tokio::test]
+async fn concurrent_creations_at_the_limit_make_one_tenant_not_five() {
+    let app = spawn_app().await;
+    let op = app.operator_key().await;
+    sqlx::query(
+        "INSERT INTO tenants (id, display_name, allowed_providers, managed_by)
+         SELECT 'bulk-' || g, 'Bulk', '{}', 'api' FROM generate_series(1, 9999) g",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let ids = ["race-a", "race-b", "race-c", "race-d", "race-e"];
+    let calls = ids.iter().map(|id| {
+        let body = json!({"id": id, "display_name": "Racer", "providers": ["testp"]});
+        app.operator(&op, Method::POST, "/tenants", Some(body))
+    });
+    let statuses: Vec<u16> = futures_util::future::join_all(calls).await.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 4, "{statuses:?}");
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tenants WHERE managed_by = 'api'").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(n, 10_000);
+}
