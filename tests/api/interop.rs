@@ -11,15 +11,11 @@ use crate::support::chrome::{Chrome, Setup};
 use crate::support::{Options, TestApp, spawn_app_with};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// One `oidc-provider` process. It exits when its stdin closes, so a crashed test leaves
 /// nothing behind.
 pub struct Peer {
-    _child: tokio::process::Child,
-    _stdin: tokio::process::ChildStdin,
+    _node: crate::support::node::NodePeer,
     pub issuer: String,
     pub port: u16,
     http: reqwest::Client,
@@ -28,33 +24,14 @@ pub struct Peer {
 impl Peer {
     pub async fn start(config: Value) -> Peer {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-        assert!(
-            dir.join("node_modules/oidc-provider").is_dir(),
-            "the interop peer is not installed: run `npm ci --prefix tests/interop` (.ci/run does)"
-        );
-        let mut child = tokio::process::Command::new("node")
-            .arg(dir.join("oidc-server.mjs"))
-            .arg(config.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start node (Node.js is needed for the interop tests): {e}"));
-        let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("oidc-server.mjs became ready within 30 s")
-            .unwrap()
-            .expect("oidc-server.mjs ended before it was ready (its stderr is above)");
-        let ready: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(ready["ready"], true, "{line}");
+        let how = "run `npm ci --prefix tests/interop`";
+        let node =
+            crate::support::node::start(&dir, "oidc-server.mjs", &config, "node_modules/oidc-provider", how).await;
+        let ready = &node.ready;
         Peer {
-            _child: child,
-            _stdin: stdin,
             issuer: ready["issuer"].as_str().unwrap().to_owned(),
             port: u16::try_from(ready["port"].as_u64().unwrap()).unwrap(),
+            _node: node,
             http: reqwest::Client::new(),
         }
     }

@@ -11,14 +11,10 @@ use crate::support::chrome::{Chrome, Setup, open_and_sign_in};
 use crate::support::{Options, TestApp, spawn_app_with};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The SDK-built server, running until dropped.
 pub struct SdkServer {
-    _child: tokio::process::Child,
-    _stdin: tokio::process::ChildStdin,
+    _node: crate::support::node::NodePeer,
     pub origin: String,
     pub issuer: String,
     /// The resource its metadata names (the origin's `/` where it keeps it at the root).
@@ -29,35 +25,21 @@ pub struct SdkServer {
 impl SdkServer {
     pub async fn start(config: Value) -> SdkServer {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/ts-client");
-        assert!(
-            dir.join("node_modules/@modelcontextprotocol/sdk").is_dir(),
-            "the TypeScript SDK is not installed: run `npm ci --prefix tests/sdk/ts-client` (.ci/run does)"
-        );
-        let mut child = tokio::process::Command::new("node")
-            .arg(dir.join("auth_mcp_server.mjs"))
-            .arg(config.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start node: {e}"));
-        let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("auth_mcp_server.mjs became ready within 30 s")
-            .unwrap()
-            .expect("auth_mcp_server.mjs ended before it was ready (its stderr is above)");
-        let ready: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(ready["ready"], true, "{line}");
-        let s = |k: &str| ready[k].as_str().unwrap().to_owned();
+        let how = "run `npm ci --prefix tests/sdk/ts-client`";
+        let node = crate::support::node::start(
+            &dir,
+            "auth_mcp_server.mjs",
+            &config,
+            "node_modules/@modelcontextprotocol/sdk",
+            how,
+        )
+        .await;
+        let s = |k: &str| node.ready[k].as_str().unwrap().to_owned();
         SdkServer {
-            _child: child,
-            _stdin: stdin,
             origin: s("origin"),
             issuer: s("issuer"),
             resource: s("resource"),
+            _node: node,
             http: reqwest::Client::new(),
         }
     }
