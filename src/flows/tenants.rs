@@ -108,11 +108,11 @@ fn checked(spec: RawTenant, known: &Known<'_>) -> Result<TenantConfig, TenantRef
     Ok(t)
 }
 
-/// Makes a tenant the operator API keeps, active, with its audit event.
 /// At most this many tenants of the operator API: every instance holds every tenant in
 /// memory and reads them all on a change, so an operator key cannot grow that without end.
 pub const MAX_API_TENANTS: i64 = 10_000;
 
+/// Makes a tenant the operator API keeps, active, with its audit event.
 pub async fn create_tenant(
     pool: &PgPool,
     known: &Known<'_>,
