@@ -23,19 +23,24 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Whether any of a row's sealed values lacks the mark (each column on its own: one bound
+-- value does not carry an unbound one beside it). The guard below, rotate-key's selection
+-- and its closing check all ask this.
+CREATE FUNCTION mcpc_unbound_seal(access bytea, refresh bytea, id bytea) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $$
+    SELECT COALESCE(substring(access FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea, false)
+        OR COALESCE(substring(refresh FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea, false)
+        OR COALESCE(substring(id FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea, false)
+$$;
+
 CREATE FUNCTION connections_issuer_bound_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
-DECLARE
-    mark CONSTANT bytea := '\x6d6370633a76333a'::bytea;
 BEGIN
-    -- (A value without a generation is the seal_version guard's to refuse.) Each column on
-    -- its own: one bound value does not carry an unbound one beside it.
+    -- (A value without a generation is the seal_version guard's to refuse.)
     IF NEW.issuer IS NOT NULL AND NEW.seal_version IS NOT NULL
        AND (TG_OP = 'INSERT' OR (NEW.access_token_ct, NEW.refresh_token_ct, NEW.id_token_ct)
                                 IS DISTINCT FROM (OLD.access_token_ct, OLD.refresh_token_ct, OLD.id_token_ct))
-       AND (substring(NEW.access_token_ct FROM 1 FOR 8) <> mark
-            OR substring(NEW.refresh_token_ct FROM 1 FOR 8) <> mark
-            OR substring(NEW.id_token_ct FROM 1 FOR 8) <> mark)
+       AND mcpc_unbound_seal(NEW.access_token_ct, NEW.refresh_token_ct, NEW.id_token_ct)
        AND NOT COALESCE((SELECT unbound_open FROM vault_state), false) THEN
         RAISE EXCEPTION 'connections: sealed values must bind the issuer (rotate-key closed unbound writes)'
             USING ERRCODE = 'check_violation';

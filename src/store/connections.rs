@@ -460,10 +460,7 @@ pub async fn lock_rows_not_under_key(
            FROM connections
            WHERE key_id IS NOT NULL
              AND (key_id <> $1 OR seal_version IS NULL
-                  OR (issuer IS NOT NULL
-                      AND (substring(access_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                           OR substring(refresh_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                           OR substring(id_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea)))
+                  OR (issuer IS NOT NULL AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct)))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
            ORDER BY id
            LIMIT $2
@@ -480,10 +477,7 @@ pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) ->
         r#"SELECT count(*) AS "n!" FROM connections
            WHERE key_id IS NOT NULL
              AND (key_id <> $1 OR seal_version IS NULL
-                  OR (issuer IS NOT NULL
-                      AND (substring(access_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                           OR substring(refresh_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                           OR substring(id_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea)))
+                  OR (issuer IS NOT NULL AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct)))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#,
         current
     )
@@ -517,9 +511,7 @@ pub async fn close_unbound_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx:
            WHERE unbound_open
              AND NOT EXISTS (SELECT 1 FROM connections
                               WHERE issuer IS NOT NULL
-                                AND (substring(access_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                                     OR substring(refresh_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea
-                                     OR substring(id_token_ct FROM 1 FOR 8) <> '\x6d6370633a76333a'::bytea))"#
+                                AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct))"#
     )
     .execute(db)
     .await?;
