@@ -139,23 +139,7 @@ pub async fn tenant(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Opt
 /// those it leaves out the defaults (no subject-token audience, not required, the default
 /// IdP), not the operator's (whose keys the caller revokes). `false`: not an API tenant.
 pub async fn take_over(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {
-    let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
-    let r = sqlx::query!(
-        r#"UPDATE tenants
-              SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
-                  require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'),
-                  managed_by = 'file', updated_at = now()
-            WHERE id = $1 AND managed_by = 'api'"#,
-        t.id.as_str(),
-        t.display_name,
-        &providers,
-        t.subject_token.audience,
-        t.subject_token.required,
-        t.idp.as_ref().map(crate::domain::IdpName::as_str)
-    )
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected() == 1)
+    write_api_tenant(db, t, "file").await
 }
 
 /// How many tenants the operator API keeps.
@@ -188,18 +172,26 @@ pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) ->
 /// Writes what the operator API keeps of a tenant it made (every setting but `active`).
 /// `false`: no such tenant of the API's (a file took it over meanwhile, or it is gone).
 pub async fn update_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<bool, sqlx::Error> {
+    write_api_tenant(db, t, "api").await
+}
+
+/// Every setting but `active` of a tenant the API keeps, written as `t` says, and who keeps
+/// it from now on (`managed_by`: `api` for a change, `file` for a takeover).
+async fn write_api_tenant(db: impl PgExecutor<'_>, t: &TenantConfig, kept_by: &str) -> Result<bool, sqlx::Error> {
     let providers: Vec<String> = t.providers.iter().map(|p| p.as_str().to_owned()).collect();
     let r = sqlx::query!(
         r#"UPDATE tenants
            SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
-               require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'), updated_at = now()
+               require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'), managed_by = $7,
+               updated_at = now()
            WHERE id = $1 AND managed_by = 'api'"#,
         t.id.as_str(),
         t.display_name,
         &providers,
         t.subject_token.audience,
         t.subject_token.required,
-        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+        t.idp.as_ref().map(crate::domain::IdpName::as_str),
+        kept_by
     )
     .execute(db)
     .await?;
