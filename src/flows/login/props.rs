@@ -118,7 +118,8 @@ proptest! {
     fn plain_paths_and_https_urls_are_accepted(
         base in select(BASES),
         path in "(/[a-z0-9._-]{1,12}){0,6}(\\?[a-z]{1,6}=[a-z0-9]{0,8})?",
-        host in "[a-z][a-z0-9-]{0,20}[a-z0-9]",
+        // No "--": a label starting "xn--" is punycode and must decode (url refuses "xn--a").
+        host in "[a-z][a-z0-9]{0,10}(-[a-z0-9]{1,10}){0,2}",
     ) {
         let base = Url::parse(base).unwrap();
         let path = if path.is_empty() || path.starts_with('?') { format!("/{path}") } else { path };
