@@ -166,7 +166,7 @@ pub const METRIC_HASH_QUEUE_FULL: &str = "mcp_connect_api_key_hash_refused_total
 
 /// Verifies presented keys, with the cache described in the module doc.
 pub struct ApiKeyVerifier {
-    pool: store::PgPool,
+    pool: store::Db,
     /// Verified keys by the SHA-256 of the presented key.
     cache: crate::changes::Cached<[u8; 32], VerifiedKey>,
     /// Ids found missing, and when.
@@ -192,13 +192,13 @@ pub struct ApiKeyVerifier {
 }
 
 impl ApiKeyVerifier {
-    pub fn new(pool: store::PgPool, ttl: Duration, capacity: usize, max_waiting: usize) -> Arc<Self> {
+    pub fn new(pool: store::Db, ttl: Duration, capacity: usize, max_waiting: usize) -> Arc<Self> {
         Self::with_clock(pool, ttl, capacity, max_waiting, Arc::new(SystemClock))
     }
 
     /// [`Self::new`] reading time from `clock` (tests move it instead of sleeping).
     pub fn with_clock(
-        pool: store::PgPool,
+        pool: store::Db,
         ttl: Duration,
         capacity: usize,
         max_waiting: usize,
@@ -210,7 +210,7 @@ impl ApiKeyVerifier {
     /// [`Self::with_clock`] sharing `watch` (listening, drops, confirmations) with the other
     /// caches of the process.
     pub fn sharing(
-        pool: store::PgPool,
+        pool: store::Db,
         ttl: Duration,
         capacity: usize,
         max_waiting: usize,

@@ -6,7 +6,7 @@ use crate::cache::Caches;
 use crate::domain::{ElicitationId, ProviderId, TenantId};
 use crate::oauth::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
-use crate::store::{self, PgPool, handouts::HandoutAudit};
+use crate::store::{self, Db, handouts::HandoutAudit};
 use crate::tenants::Tenants;
 use crate::vault::Vault;
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use uuid::Uuid;
 #[derive(Clone)]
 pub struct AppState {
     /// This worker's pool (background tasks and tests use the one made at start).
-    pub pool: PgPool,
+    pub pool: Db,
     /// This worker's connections for the uncached lookup (see `store::lookup`).
     pub lookups: Arc<store::lookup::LookupConnections>,
     pub vault: Arc<Vault>,

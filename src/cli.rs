@@ -259,7 +259,7 @@ pub fn main() -> std::process::ExitCode {
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mcp-connect: {e:#}");
+            eprintln!("mcp-connect: {e:#}{}", store::pooler_hint(e.as_ref()));
             std::process::ExitCode::from(exit_code(&e))
         }
     }
@@ -426,7 +426,7 @@ struct WebhookLine {
     oldest_pending: Option<time::OffsetDateTime>,
 }
 
-async fn webhooks(pool: &store::PgPool, tenant: Option<&str>, output: Output) -> anyhow::Result<()> {
+async fn webhooks(pool: &store::Db, tenant: Option<&str>, output: Output) -> anyhow::Result<()> {
     let rows: Vec<WebhookLine> = store::webhooks::list_for_operator(pool, tenant)
         .await?
         .into_iter()
@@ -476,7 +476,7 @@ struct AuditLine {
     detail: serde_json::Value,
 }
 
-async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> anyhow::Result<()> {
+async fn audit(pool: &store::Db, action: AuditAction, output: Output) -> anyhow::Result<()> {
     let AuditAction::List { tenant, without_tenant, kind, subject, limit, days } = action;
     let tenant = tenant.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()?;
     let whose = match (&tenant, without_tenant) {
@@ -520,8 +520,14 @@ async fn audit(pool: &store::PgPool, action: AuditAction, output: Output) -> any
 /// `migrate`: the whole configuration (the tenants it writes name configured providers).
 async fn migrate(config: &Path) -> anyhow::Result<()> {
     let config = Config::load(config)?;
-    let pool = store::connect(config.database_url.expose_secret(), 1).await?;
-    store::migrate(&pool).await?;
+    let pool = store::open(
+        config.database_url.expose_secret(),
+        1,
+        config.database_pooler,
+        config.database_listen_url.as_ref().map(|u| u.expose_secret()),
+        true,
+    )
+    .await?;
     sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
     crate::startup::record_configured_providers(&pool, &config.providers).await?;
     Ok(())
@@ -530,10 +536,9 @@ async fn migrate(config: &Path) -> anyhow::Result<()> {
 /// Every other command that works on the database: only the settings it uses (no IdP or
 /// provider secrets), and a schema that must already be this binary's. Only `migrate`
 /// (and `serve`, `dev`) change the schema or write the configured tenants.
-async fn open_database(config: &Path, keyring: bool) -> anyhow::Result<(CommandConfig, store::PgPool)> {
+async fn open_database(config: &Path, keyring: bool) -> anyhow::Result<(CommandConfig, store::Db)> {
     let config = CommandConfig::load(config, keyring)?;
-    let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-    store::check_schema(&pool).await?;
+    let pool = store::open(config.database_url.expose_secret(), 2, config.database_pooler, None, false).await?;
     Ok((config, pool))
 }
 
@@ -556,7 +561,7 @@ async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn rotate_key(pool: &store::PgPool, vault: crate::vault::Vault, batch: i64) -> anyhow::Result<()> {
+async fn rotate_key(pool: &store::Db, vault: crate::vault::Vault, batch: i64) -> anyhow::Result<()> {
     println!("re-sealing under key {}", vault.current_key_id());
     let report = crate::flows::rotate::rotate_keys(pool, &vault, batch.clamp(1, 10_000), |done, total| {
         println!("  {done} of {total} rows re-sealed");
@@ -590,7 +595,7 @@ struct TenantLine {
     managed_by: String,
 }
 
-async fn tenant(pool: &store::PgPool, action: TenantAction, output: Output) -> anyhow::Result<()> {
+async fn tenant(pool: &store::Db, action: TenantAction, output: Output) -> anyhow::Result<()> {
     let (id, active) = match action {
         TenantAction::List => {
             let rows: Vec<TenantLine> = store::tenants::all_tenants(pool)
@@ -641,7 +646,7 @@ struct KeyLine {
     label: Option<String>,
 }
 
-async fn apikey(pool: &store::PgPool, action: ApikeyAction, output: Output) -> anyhow::Result<()> {
+async fn apikey(pool: &store::Db, action: ApikeyAction, output: Output) -> anyhow::Result<()> {
     match action {
         ApikeyAction::Create { tenant, scope: KeyScope::Operator, label } => {
             if tenant.is_some() {
@@ -722,7 +727,7 @@ struct KillLine {
     reason: Option<String>,
 }
 
-async fn killswitch(pool: &store::PgPool, action: KillAction, output: Output) -> anyhow::Result<()> {
+async fn killswitch(pool: &store::Db, action: KillAction, output: Output) -> anyhow::Result<()> {
     let parse_tenant = |t: Option<String>| -> anyhow::Result<Option<TenantId>> {
         t.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()
     };

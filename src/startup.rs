@@ -4,7 +4,7 @@ use crate::api_keys::ApiKeyVerifier;
 use crate::app::AppState;
 use crate::config::{Config, TenantConfig};
 use crate::oauth::http::Outbound;
-use crate::store::{self, PgPool};
+use crate::store::{self, Db};
 use crate::vault::Vault;
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, middleware::from_fn, web};
@@ -50,7 +50,7 @@ impl Application {
         // its start: one set before the recorder would be lost).
         let recorder = metrics_listener.as_ref().map(|_| crate::telemetry::metrics::install());
         let pool = open_database(&config).await?;
-        let split = PoolSplit::new(config.database_max_connections);
+        let split = PoolSplit::new(config.database_max_connections, config.database_pooler);
         let connect_options = store::connect_options(config.database_url.expose_secret())
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
         let state = app_state(config, pool, clock, &connect_options, split, Background::Run).await?;
@@ -161,7 +161,7 @@ pub async fn shutdown_signal() {
 /// Links and connections without an issuer (made before issuers were recorded) become
 /// `default_issuer`'s subjects': the default `[idp]`, the only IdP the binaries before had;
 /// rows such a binary inserts from now on get it at once (`default_idp`).
-pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issuer: &str) -> anyhow::Result<()> {
+pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &str) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     let before: std::collections::HashMap<String, String> =
         store::tenants::all_tenants(&mut *tx).await?.into_iter().map(|t| (t.id, t.idp)).collect();
@@ -263,13 +263,19 @@ pub async fn sync_tenants(pool: &PgPool, tenants: &[TenantConfig], default_issue
 
 /// Connects, migrates (or, with `serve --no-migrate`, checks the schema is this binary's),
 /// and writes the configured tenants.
-async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = store::connect(config.database_url.expose_secret(), config.database_max_connections).await?;
-    if config.migrate_on_start {
-        store::migrate(&pool).await.map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
-    } else {
-        store::check_schema(&pool).await?;
-    }
+async fn open_database(config: &Config) -> anyhow::Result<Db> {
+    let pool = store::open(
+        config.database_url.expose_secret(),
+        config.database_max_connections,
+        config.database_pooler,
+        config.database_listen_url.as_ref().map(|u| u.expose_secret()),
+        config.migrate_on_start,
+    )
+    .await
+    .map_err(|e| match e {
+        store::OpenError::Schema(e) if config.migrate_on_start => anyhow::anyhow!("migrations failed: {e}"),
+        e => e.into(),
+    })?;
     sync_tenants(&pool, &config.tenants, config.idps.default().issuer.as_str()).await?;
     record_configured_providers(&pool, &config.providers).await?;
     Ok(pool)
@@ -277,10 +283,7 @@ async fn open_database(config: &Config) -> anyhow::Result<PgPool> {
 
 /// Records the provider ids this configuration names, so that the operator API uses none
 /// of them on any instance (`configured_providers`).
-pub async fn record_configured_providers(
-    pool: &PgPool,
-    providers: &crate::oauth::ProviderRegistry,
-) -> anyhow::Result<()> {
+pub async fn record_configured_providers(pool: &Db, providers: &crate::oauth::ProviderRegistry) -> anyhow::Result<()> {
     let ids: Vec<String> = providers.iter().map(|p| p.id.to_string()).collect();
     // A file naming a provider the operator API made would carry its grants to the file's
     // client and endpoints: refused, saying so.
@@ -304,16 +307,16 @@ pub async fn record_configured_providers(
 /// configured tenants are not written). Serves nothing and runs none of the background
 /// work (no webhook deliveries, clean-up or change listener).
 pub async fn operator_state(config: Config) -> anyhow::Result<AppState> {
-    let pool = store::connect(config.database_url.expose_secret(), 2).await?;
-    store::check_schema(&pool).await?;
+    let pool = store::open(config.database_url.expose_secret(), 2, config.database_pooler, None, false).await?;
     let connect_options = store::connect_options(config.database_url.expose_secret())
         .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
     let clock = Arc::new(crate::domain::SystemClock);
-    app_state(config, pool, clock, &connect_options, PoolSplit::new(2), Background::None).await
+    app_state(config, pool, clock, &connect_options, PoolSplit::new(2, store::Pooler::None), Background::None).await
 }
 
 /// `database.max_connections` split over the HTTP workers, and each worker's share between
-/// its lookup connections and its pool for everything else.
+/// its lookup connections and its pool for everything else (all of it the pool's behind a
+/// transaction pooler, where lookups run on the pool: `store::lookup`).
 #[derive(Debug, Clone, Copy)]
 struct PoolSplit {
     workers: usize,
@@ -322,10 +325,13 @@ struct PoolSplit {
 }
 
 impl PoolSplit {
-    fn new(max_connections: u32) -> Self {
+    fn new(max_connections: u32, pooler: store::Pooler) -> Self {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per_worker = max_connections.div_ceil(workers as u32).max(2);
-        let lookups_per_worker = per_worker / 2;
+        let lookups_per_worker = match pooler {
+            store::Pooler::None => per_worker / 2,
+            store::Pooler::Transaction => 0,
+        };
         Self { workers, lookups_per_worker, pool_per_worker: per_worker - lookups_per_worker }
     }
 }
@@ -361,7 +367,7 @@ enum Background {
 /// current (clean-up, the change listener, the cache confirmer, webhook deliveries).
 async fn app_state(
     config: Config,
-    pool: PgPool,
+    pool: Db,
     clock: Arc<dyn crate::domain::Clock>,
     connect_options: &sqlx::postgres::PgConnectOptions,
     split: PoolSplit,
@@ -426,7 +432,11 @@ async fn app_state(
         crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
     }
     Ok(AppState {
-        lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
+        lookups: Arc::new(store::lookup::LookupConnections::for_pool(
+            &pool,
+            connect_options.clone(),
+            split.lookups_per_worker,
+        )),
         caches,
         outbound_timeout: config.outbound_timeout,
         refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
@@ -468,9 +478,14 @@ fn serve(
 ) -> std::io::Result<Server> {
     Ok(HttpServer::new(move || {
         // Called once per worker, on the worker's thread.
+        let pool = Db::new(store::connect_lazy(connect_options.clone(), split.pool_per_worker), shared.pool.pooler());
         let data = web::Data::new(AppState {
-            pool: store::connect_lazy(connect_options.clone(), split.pool_per_worker),
-            lookups: Arc::new(store::lookup::LookupConnections::new(connect_options.clone(), split.lookups_per_worker)),
+            lookups: Arc::new(store::lookup::LookupConnections::for_pool(
+                &pool,
+                connect_options.clone(),
+                split.lookups_per_worker,
+            )),
+            pool,
             ..shared.clone()
         });
         App::new()

@@ -15,7 +15,7 @@
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
 use crate::oauth::http::Reach;
 use crate::oauth::{Provider, ProviderRegistry};
-use crate::store::{self, PgPool};
+use crate::store::{self, Db};
 use crate::vault::{Vault, VaultError};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
@@ -29,14 +29,14 @@ pub struct Tenants {
 
 impl Tenants {
     /// Reads the active tenants and the providers from the database.
-    pub async fn load(pool: &PgPool, providers: Arc<Providers>) -> Result<Self, sqlx::Error> {
+    pub async fn load(pool: &Db, providers: Arc<Providers>) -> Result<Self, sqlx::Error> {
         let t = Self { active: RwLock::default(), providers };
         t.reload(pool).await?;
         Ok(t)
     }
 
     /// Reads both again (a tenant or a provider changed).
-    pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+    pub async fn reload(&self, pool: &Db) -> Result<(), sqlx::Error> {
         self.providers.reload(pool).await?;
         let rows = store::tenants::active_tenants(pool).await?;
         let map = rows
@@ -105,7 +105,7 @@ impl Providers {
     /// Reads the providers made over the operator API. One that does not open or check
     /// (a key gone from the keyring, settings of a newer release) is left out, said in
     /// the log by id only.
-    pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+    pub async fn reload(&self, pool: &Db) -> Result<(), sqlx::Error> {
         let rows = store::providers::all(pool).await?;
         // An id some instance's file names is the files' everywhere (an instance whose file
         // lacks it serves none under it, never the API's).

@@ -6,7 +6,7 @@ use super::*;
 
 /// Listens for change notifications until the process ends; reconnects on its own.
 pub fn spawn_listener(
-    pool: PgPool,
+    pool: Db,
     listen_url: Option<secrecy::SecretString>,
     caches: Arc<Caches>,
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
@@ -17,33 +17,76 @@ pub fn spawn_listener(
     metrics::gauge!(LISTENER_UP).set(0.0);
     tokio::spawn(async move {
         loop {
-            if let Err(e) = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await {
-                tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
-            }
+            let again = match listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await {
+                Ok(()) => Duration::from_millis(500),
+                Err(ListenError::Database(e)) => {
+                    tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
+                    Duration::from_millis(500)
+                }
+                // Each LISTEN through a transaction pooler leaves one more server session
+                // listening for other clients to receive: try seldom.
+                Err(ListenError::Unheard) => {
+                    caches.set_unheard(true);
+                    tracing::error!(
+                        waited_seconds = PING_WAIT.as_secs(),
+                        "the change listener did not hear its own test notification: database.listen_url (or, \
+                         without it, database.url) does not keep a session, as a transaction pooler does not; \
+                         point database.listen_url at PostgreSQL itself. Not ready until it hears"
+                    );
+                    UNHEARD_AGAIN
+                }
+            };
             caches.set_healthy(false);
             api_keys.set_listening(false);
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(again).await;
         }
     });
 }
 
+/// How long the listener waits for its own test notification: one that does not arrive
+/// went to another session (a transaction pooler gave the `LISTEN` to whichever server
+/// session was free, and then that session to other clients).
+const PING_WAIT: Duration = Duration::from_secs(10);
+/// How long after an unheard test notification the listener tries again.
+const UNHEARD_AGAIN: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+enum ListenError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("the test notification was not heard")]
+    Unheard,
+}
+
 async fn listen(
-    pool: &PgPool,
+    pool: &Db,
     listen_url: Option<&secrecy::SecretString>,
     caches: &Caches,
     api_keys: &crate::api_keys::ApiKeyVerifier,
     tenants: &crate::tenants::Tenants,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), ListenError> {
     let mut listener = match listen_url {
         Some(url) => sqlx::postgres::PgListener::connect(secrecy::ExposeSecret::expose_secret(url)).await?,
-        None => sqlx::postgres::PgListener::connect_with(pool).await?,
+        None => sqlx::postgres::PgListener::connect_with(pool.sqlx_pool()).await?,
     };
     listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, ELICITATIONS, PING]).await?;
     // Prove the round trip before serving from the caches.
     let token = crate::crypto::random_token(16);
-    sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool).await?;
+    match sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool).await {
+        // A notification reached the pool's own connection: some session the pooler hands
+        // out listens (this listener's, through a transaction pooler).
+        Err(sqlx::Error::Protocol(_)) => return Err(ListenError::Unheard),
+        sent => sent?,
+    };
+    let mut heard = false;
+    let unheard_after = tokio::time::Instant::now() + PING_WAIT;
     loop {
-        match listener.try_recv().await? {
+        let next = if heard {
+            listener.try_recv().await?
+        } else {
+            tokio::time::timeout_at(unheard_after, listener.try_recv()).await.map_err(|_| ListenError::Unheard)??
+        };
+        match next {
             None => return Ok(()), // connection lost; the caller flushes and reconnects
             Some(n) => match n.channel() {
                 CONNECTIONS => caches.invalidate_connection(n.payload()),
@@ -56,6 +99,8 @@ async fn listen(
                     }
                 }
                 PING if n.payload() == token => {
+                    heard = true;
+                    caches.set_unheard(false);
                     // Changes made while we were not listening are in the table.
                     tenants.reload(pool).await?;
                     // The key verifier first: once the caches say they listen, all do.
@@ -87,7 +132,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// entries cached. A lost notification is caught by the next read; an entry in use stays
 /// cached for as long as the reads go on, without its row being read again.
 pub fn spawn_confirmer(
-    pool: PgPool,
+    pool: Db,
     caches: Arc<Caches>,
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
     tenants: Arc<crate::tenants::Tenants>,
@@ -106,7 +151,7 @@ pub fn spawn_confirmer(
 
 /// Where the reading of the change log stands, and what it applies to.
 struct LogReader {
-    pool: PgPool,
+    pool: Db,
     caches: Arc<Caches>,
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
     tenants: Arc<crate::tenants::Tenants>,

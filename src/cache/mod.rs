@@ -19,7 +19,7 @@
 
 use crate::changes::{ChangeWatch, Ticket};
 use crate::domain::{Clock, KillState};
-use crate::store::PgPool;
+use crate::store::Db;
 use hashbrown::HashTable;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -69,6 +69,9 @@ pub struct Caches {
     kill_switches: crate::changes::Cached<(String, String), KillState>,
     /// Requests waiting for an elicitation to change (woken by the same listener).
     pub waiters: waiters::Waiters,
+    /// The listener's test notification did not arrive (a `LISTEN` through a transaction
+    /// pooler): the instance is not ready (`/readyz`) until it does.
+    unheard: std::sync::atomic::AtomicBool,
 }
 
 impl Caches {
@@ -94,6 +97,7 @@ impl Caches {
             kill_switches: crate::changes::Cached::new(watch.clone(), max_age, capacity),
             watch,
             waiters: waiters::Waiters::default(),
+            unheard: Default::default(),
         }
     }
 
@@ -252,6 +256,15 @@ impl Caches {
         }
     }
 
+    /// The change listener did not hear its own test notification (see `listener`).
+    pub fn is_unheard(&self) -> bool {
+        self.unheard.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set_unheard(&self, unheard: bool) {
+        self.unheard.store(unheard, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn set_healthy(&self, healthy: bool) {
         metrics::gauge!(LISTENER_UP).set(if healthy { 1.0 } else { 0.0 });
         if !healthy {
@@ -298,7 +311,7 @@ impl Caches {
     /// Waits until every notification committed before this call has been applied here:
     /// notifications reach a listener in commit order, so once a ping sent now comes back,
     /// everything before it has. `false` when the listener is down or it took over 5 s.
-    pub async fn barrier(&self, pool: &PgPool) -> bool {
+    pub async fn barrier(&self, pool: &Db) -> bool {
         let token = crate::crypto::random_token(16);
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Ok(mut b) = self.barriers.lock() {

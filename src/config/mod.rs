@@ -73,6 +73,8 @@ pub struct Config {
     /// The change listener's own connection (`LISTEN` needs a session: behind PgBouncer in
     /// transaction mode, point this at Postgres or a session-mode pool). Default: the pool's.
     pub database_listen_url: Option<SecretString>,
+    /// What is between `database_url` and PostgreSQL (`database.pooler`; see `store::db`).
+    pub database_pooler: crate::store::Pooler,
     pub keyring: Keyring,
     pub elicitation_ttl: Duration,
     /// The longest a request is held by `wait_seconds` (a larger ask is held this long).
@@ -145,6 +147,7 @@ impl Config {
 #[derive(Debug)]
 pub struct CommandConfig {
     pub database_url: SecretString,
+    pub database_pooler: crate::store::Pooler,
     pub audit_retention: Duration,
     /// Only where asked for (`rotate-key`).
     pub keyring: Option<Keyring>,
@@ -350,6 +353,23 @@ client_id = "abc"
         assert_eq!(error_field(&t, &base_env()), "providers.github.authorize_url");
         let allowed = format!("{t}allow_idn_hosts = [\"xn--gthub-n4a.com\"]\n");
         assert!(Config::from_toml(&allowed, &env_of(&base_env())).is_ok());
+    }
+
+    #[test]
+    fn a_transaction_pooler_needs_a_listen_url_and_an_unknown_pooler_is_refused() {
+        let with = |extra: &str| GOOD.replace("[database]", &format!("[database]\n{extra}"));
+        let e = Config::from_toml(&with("pooler = \"transaction\""), &env_of(&base_env())).unwrap_err();
+        assert!(e.message.contains("needs database.listen_url"), "{}", e.message);
+        assert_eq!(error_field(&with("pooler = \"transaction\""), &base_env()), "database.pooler");
+        assert_eq!(error_field(&with("pooler = \"statement\""), &base_env()), "database.pooler");
+        let ok = with("pooler = \"transaction\"\nlisten_url = \"postgres://db-direct/mcp\"");
+        let c = Config::from_toml(&ok, &env_of(&base_env())).unwrap();
+        assert_eq!(c.database_pooler, crate::store::Pooler::Transaction);
+        assert_eq!(Config::from_toml(GOOD, &env_of(&base_env())).unwrap().database_pooler, crate::store::Pooler::None);
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_DATABASE_POOLER", "transaction"));
+        e.push(("MCP_CONNECT_DATABASE_LISTEN_URL", "postgres://db-direct/mcp"));
+        assert_eq!(Config::from_toml(GOOD, &env_of(&e)).unwrap().database_pooler, crate::store::Pooler::Transaction);
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub(super) struct RawDatabase {
     pub(super) url: Option<String>,
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: Option<u32>,
+    pub(super) pooler: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

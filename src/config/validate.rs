@@ -8,6 +8,7 @@ use crate::oauth::client_auth::ClientAuth;
 use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
 use crate::oauth::urls;
+use crate::store::Pooler;
 use crate::vault::Keyring;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
@@ -92,16 +93,26 @@ fn otlp_endpoint(raw: Option<String>) -> Result<Option<Url>, ConfigError> {
     Ok(Some(url))
 }
 
-/// The pool's URL (the environment laid over the file: `env::overlay`), its size, and the
-/// change listener's own URL if it has one.
-fn database(raw: RawDatabase) -> Result<(String, u32, Option<SecretString>), ConfigError> {
+/// The pool's URL (the environment laid over the file: `env::overlay`), its size, the
+/// change listener's own URL if it has one, and the pooler between the pool and PostgreSQL.
+fn database(raw: RawDatabase) -> Result<(String, u32, Option<SecretString>, Pooler), ConfigError> {
     let url = database_url(raw.url)?;
     let listen_url = raw
         .listen_url
         .map(|u| database_url(Some(u)).map_err(|e| err("database.listen_url", e.message)))
         .transpose()?
         .map(SecretString::from);
-    Ok((url, max_connections(raw.max_connections)?, listen_url))
+    let pooler = match raw.pooler.as_deref() {
+        None => Pooler::None,
+        Some(p) => Pooler::parse(p).ok_or_else(|| err("database.pooler", "must be \"none\" or \"transaction\""))?,
+    };
+    if pooler == Pooler::Transaction && listen_url.is_none() {
+        return Err(err(
+            "database.pooler",
+            "\"transaction\" needs database.listen_url: the change listener (LISTEN) and the migrations need a session of their own, which a transaction pooler does not keep; point it at PostgreSQL itself",
+        ));
+    }
+    Ok((url, max_connections(raw.max_connections)?, listen_url, pooler))
 }
 
 fn max_connections(raw: Option<u32>) -> Result<u32, ConfigError> {
@@ -128,11 +139,12 @@ pub(super) fn validate_for_command(
     secrets: EnvSecrets,
     with_keyring: bool,
 ) -> Result<super::CommandConfig, ConfigError> {
-    let (database_url, _, _) = database(raw.database)?;
+    let (database_url, _, _, database_pooler) = database(raw.database)?;
     let keyring =
         if with_keyring { Some(keyring(exposed(secrets.vault_keys), raw.vault.keys_file.as_deref())?) } else { None };
     Ok(super::CommandConfig {
         database_url: SecretString::from(database_url),
+        database_pooler,
         audit_retention: audit_retention(raw.audit.retention_days)?,
         keyring,
         listen: listen(raw.listen)?,
@@ -226,7 +238,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
     }
     let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
     let outbound_cas = ca_bundle(raw.outbound.ca_file.as_deref())?;
-    let (database_url, database_max_connections, database_listen_url) = database;
+    let (database_url, database_max_connections, database_listen_url, database_pooler) = database;
     Ok(Config {
         cache_enabled,
         cache_max_age,
@@ -245,6 +257,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         database_url: SecretString::from(database_url),
         database_max_connections,
         database_listen_url,
+        database_pooler,
         keyring,
         elicitation_ttl,
         max_wait,

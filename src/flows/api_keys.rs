@@ -9,7 +9,7 @@ use crate::store::{self, audit::AuditEvent};
 /// Makes a key of a tenant (scope `server` or `admin`), stores its hash and an audit
 /// event, and returns it (shown once).
 pub async fn create_api_key(
-    pool: &store::PgPool,
+    pool: &store::Db,
     tenant: &TenantId,
     scope: KeyScope,
     label: Option<&str>,
@@ -22,7 +22,7 @@ pub async fn create_api_key(
 /// As [`create_api_key`], made over the operator API by the operator key `by` (which the
 /// audit event names).
 pub async fn create_api_key_by(
-    pool: &store::PgPool,
+    pool: &store::Db,
     tenant: &TenantId,
     scope: KeyScope,
     label: Option<&str>,
@@ -35,7 +35,7 @@ pub async fn create_api_key_by(
 }
 
 /// Makes an operator key (scope `operator`, of no tenant), as [`create_api_key`] does.
-pub async fn create_operator_key(pool: &store::PgPool, label: Option<&str>) -> anyhow::Result<NewApiKey> {
+pub async fn create_operator_key(pool: &store::Db, label: Option<&str>) -> anyhow::Result<NewApiKey> {
     let key = NewApiKey::generate();
     store_key(pool, &key, None, KeyScope::Operator, label, None).await?;
     Ok(key)
@@ -43,7 +43,7 @@ pub async fn create_operator_key(pool: &store::PgPool, label: Option<&str>) -> a
 
 /// Stores the hash of a tenant's key made by [`NewApiKey::generate`], with its audit event.
 pub async fn store_api_key(
-    pool: &store::PgPool,
+    pool: &store::Db,
     key: &NewApiKey,
     tenant: &TenantId,
     scope: KeyScope,
@@ -54,7 +54,7 @@ pub async fn store_api_key(
 }
 
 async fn store_key(
-    pool: &store::PgPool,
+    pool: &store::Db,
     key: &NewApiKey,
     tenant: Option<&TenantId>,
     scope: KeyScope,
@@ -98,7 +98,7 @@ async fn store_key(
 /// Revokes an active key, with an audit event; every instance refuses it within the API-key
 /// cache's bound (the change is announced from the database). `None`: no active key with
 /// that id; `Some(None)`: an operator key.
-pub async fn revoke_api_key(pool: &store::PgPool, id: &ApiKeyId) -> Result<Option<Option<TenantId>>, sqlx::Error> {
+pub async fn revoke_api_key(pool: &store::Db, id: &ApiKeyId) -> Result<Option<Option<TenantId>>, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
     let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
         return Ok(None);

@@ -4,7 +4,7 @@
 //! later finds nothing to complete.
 
 use crate::domain::AuditKind;
-use crate::store::{self, PgPool, audit::AuditEvent, elicitations::ElicitationRow};
+use crate::store::{self, Db, audit::AuditEvent, elicitations::ElicitationRow};
 use crate::webhooks::EventKind;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -42,7 +42,7 @@ impl Because {
 /// Cancels a tenant's pending links (of one subject and/or provider), with one audit event.
 /// Returns their ids.
 pub async fn cancel_pending(
-    pool: &PgPool,
+    pool: &Db,
     tenant: &str,
     subject: Option<(&str, Option<&str>)>,
     provider: Option<&str>,
@@ -78,7 +78,7 @@ pub async fn cancel_pending(
 /// closed and the answer kept as `cancel_reason`. Returns the row as it is afterwards
 /// (`None`: not this tenant's); a repeat changes nothing and writes no second event.
 pub async fn cancel_by_client(
-    pool: &PgPool,
+    pool: &Db,
     tenant: &str,
     id: Uuid,
     reason: Option<&str>,

@@ -3,7 +3,7 @@
 //! sessions go, the audit partitions of the coming months are made and those past retention
 //! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
-use crate::store::{self, PgPool};
+use crate::store::{self, Db};
 use crate::webhooks::EventKind;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -27,11 +27,7 @@ pub struct CleanupReport {
 /// How long a finished webhook delivery stays listed.
 pub const WEBHOOK_DELIVERIES_KEPT: time::Duration = time::Duration::days(30);
 
-pub async fn run_once(
-    pool: &PgPool,
-    now: OffsetDateTime,
-    audit_retention: Duration,
-) -> Result<CleanupReport, sqlx::Error> {
+pub async fn run_once(pool: &Db, now: OffsetDateTime, audit_retention: Duration) -> Result<CleanupReport, sqlx::Error> {
     let retention = time::Duration::try_from(audit_retention).unwrap_or(time::Duration::days(365));
     let mut tx = store::begin(pool).await?;
     let expired = store::elicitations::expire_overdue(&mut *tx, now).await?;
@@ -57,7 +53,7 @@ pub async fn run_once(
 }
 
 /// Runs `run_once` every `interval` until the process ends.
-pub fn spawn(pool: PgPool, interval: Duration, audit_retention: Duration) {
+pub fn spawn(pool: Db, interval: Duration, audit_retention: Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

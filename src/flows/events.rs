@@ -7,7 +7,7 @@ use crate::webhooks::{self, Event, EventData, EventKind};
 
 /// An event of a connection: its ids, account login and scopes, `by` and `reason`.
 pub async fn connection(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     kind: EventKind,
     row: &ConnectionRow,
     by: &str,
@@ -34,7 +34,7 @@ pub async fn connection(
 
 /// An event of one link.
 pub async fn elicitation(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     kind: EventKind,
     e: &ElicitationRow,
     by: &str,
@@ -55,7 +55,7 @@ pub async fn elicitation(
 
 /// One event for each link a bulk change closed (cancelled or expired).
 pub async fn links_closed(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     kind: EventKind,
     closed: &[Closed],
     by: &str,
@@ -86,7 +86,7 @@ pub async fn links_closed(
 /// A link completed: `connection.created`, or `connection.reconnected` where a connection
 /// was held (`active` or `needs_reauth`) and its grant was replaced.
 pub async fn connected(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     e: &ElicitationRow,
     connection_id: uuid::Uuid,
     account_login: Option<&str>,

@@ -18,12 +18,14 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Worth a retry: the database is unreachable, restarting or out of connections. A
-    /// query error, a vault key that is gone or a task that panicked is not.
+    /// Worth a retry: the database is unreachable, restarting or out of connections, or a
+    /// connection was out of step with it. A query error, a vault key that is gone or a task that panicked is not.
     pub fn is_transient(&self) -> bool {
         match self {
             Fault::Database(e) => {
-                matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+                // A protocol error: the connection read a message it did not expect (a
+                // notification a pooler let through), and was closed (`store::db`).
+                matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_))
                     || crate::store::lookup::connection_lost(e)
                     || crate::store::lookup::server_busy(e)
             }

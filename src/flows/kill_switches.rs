@@ -7,7 +7,7 @@
 use super::Fault;
 use crate::cache::Caches;
 use crate::domain::{ApiKeyId, AuditKind, KillMode, ProviderId, TenantId};
-use crate::store::{self, PgPool, audit::AuditEvent};
+use crate::store::{self, Db, audit::AuditEvent};
 use crate::webhooks::{self, Event};
 
 /// Who changes a switch, and so for whom: a tenant's admin key only ever its own tenant's.
@@ -54,7 +54,7 @@ fn reason_ok(reason: &str) -> bool {
 }
 
 pub async fn change_kill_switch(
-    pool: &PgPool,
+    pool: &Db,
     caches: Option<&Caches>,
     by: Operator<'_>,
     change: KillSwitchChange<'_>,

@@ -5,7 +5,7 @@ use crate::app::AppState;
 use crate::cache::Caches;
 use crate::domain::{KillState, ProviderId, TenantId};
 use crate::oauth::Provider;
-use crate::store::{self, PgPool};
+use crate::store::{self, Db};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum PolicyError {
 /// What the kill switches allow for a tenant's provider now: from the cache, or read and
 /// cached.
 pub async fn kill_state(
-    pool: &PgPool,
+    pool: &Db,
     caches: &Caches,
     tenant: &TenantId,
     provider: &ProviderId,

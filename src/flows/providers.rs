@@ -13,7 +13,7 @@ use super::tenants::by_text;
 use crate::config::RawProvider;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
 use crate::oauth::Provider;
-use crate::store::{self, PgPool, audit::AuditEvent};
+use crate::store::{self, Db, audit::AuditEvent};
 use crate::tenants::{IDENTITY, Providers, identity_of, open_client_secret, seal_client_secret};
 use crate::vault::Vault;
 use secrecy::{ExposeSecret, SecretString};
@@ -115,7 +115,7 @@ fn checked(
 
 /// `KeptByFile` for an id this instance's file, or any instance's (`configured_providers`),
 /// names.
-async fn refuse_if_a_files(pool: &PgPool, providers: &Providers, id: &ProviderId) -> Result<(), ProviderRefusal> {
+async fn refuse_if_a_files(pool: &Db, providers: &Providers, id: &ProviderId) -> Result<(), ProviderRefusal> {
     if providers.in_file(id) || store::providers::is_configured(pool, id.as_str()).await? {
         return Err(ProviderRefusal::KeptByFile(id.to_string()));
     }
@@ -141,7 +141,7 @@ pub const MAX_API_PROVIDERS: i64 = 1_000;
 /// Makes a provider, active, and serves it here at once. An id of grants or links made
 /// before (a provider a file had) is refused: they were made with another client.
 pub async fn create_provider(
-    pool: &PgPool,
+    pool: &Db,
     vault: &Vault,
     providers: &Providers,
     id: &str,
@@ -181,7 +181,7 @@ pub struct ProviderChange {
 
 /// Changes a provider made over the API, and serves the change here at once.
 pub async fn change_provider(
-    pool: &PgPool,
+    pool: &Db,
     vault: &Vault,
     providers: &Providers,
     id: &ProviderId,
@@ -243,7 +243,7 @@ pub async fn change_provider(
 
 /// Reads the providers again here (the others hear of it) and returns the one served
 /// (`Unopenable`: its row is not served, its secret does not open).
-async fn served(pool: &PgPool, providers: &Providers, id: &ProviderId) -> Result<Arc<Provider>, ProviderRefusal> {
+async fn served(pool: &Db, providers: &Providers, id: &ProviderId) -> Result<Arc<Provider>, ProviderRefusal> {
     providers.reload(pool).await?;
     providers.get(id).ok_or_else(|| ProviderRefusal::Unopenable(id.to_string()))
 }

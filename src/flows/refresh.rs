@@ -174,7 +174,7 @@ async fn refresh_locked(
 
 /// The provider call is bounded by the outbound timeout; these bound the row lock and the
 /// idle transaction a little above it, so a stuck instance cannot hold the row.
-async fn fence(tx: &mut sqlx::PgConnection, outbound_timeout: std::time::Duration) -> Result<(), sqlx::Error> {
+async fn fence(tx: &mut crate::store::Conn, outbound_timeout: std::time::Duration) -> Result<(), sqlx::Error> {
     let fence = format!("{}ms", outbound_timeout.as_millis() + 5_000);
     sqlx::query!(
         r#"SELECT set_config('lock_timeout', $1, true) AS "lock!",

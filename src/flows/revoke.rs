@@ -7,7 +7,7 @@ use crate::app::AppState;
 use crate::domain::AuditKind;
 use crate::domain::ConnectionStatus;
 use crate::oauth::flow;
-use crate::store::{self, PgPool, audit::AuditEvent};
+use crate::store::{self, Db, audit::AuditEvent};
 use crate::vault::Field;
 use crate::webhooks::EventKind;
 use uuid::Uuid;
@@ -51,7 +51,7 @@ impl RevokedBy {
 /// later finds its link cancelled. Returns how many links were closed.
 /// `issuer`: only the links of that IdP's subject (`None`: of the subject at any IdP).
 pub async fn cancel_links(
-    pool: &PgPool,
+    pool: &Db,
     tenant: &str,
     subject: &str,
     issuer: Option<&str>,

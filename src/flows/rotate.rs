@@ -3,7 +3,7 @@
 //! beside live instances (rows they are refreshing are skipped and picked up later).
 //! Old keys keep opening until this has finished; then they can be removed.
 
-use crate::store::{self, PgPool};
+use crate::store::{self, Db};
 use crate::vault::{Field, Vault};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub struct RotateReport {
 }
 
 pub async fn rotate_keys(
-    pool: &PgPool,
+    pool: &Db,
     vault: &Vault,
     batch: i64,
     mut progress: impl FnMut(u64, i64),
@@ -93,7 +93,7 @@ pub async fn rotate_keys(
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose
 /// overlap is over is dropped), re-sealed under the current key in batches like the
 /// connections.
-async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+async fn reseal_webhook_secrets(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
     // Overlaps end by the database's clock, as the worker reads them.
     let now = store::webhooks::database_now(pool).await?;
@@ -130,7 +130,7 @@ async fn reseal_webhook_secrets(pool: &PgPool, vault: &Vault, current: &str, bat
 
 /// The client secrets of providers made over the operator API, re-sealed under the
 /// current key at their next generation.
-async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+async fn reseal_provider_secrets(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
     use crate::tenants::{open_client_secret, row_identity, seal_client_secret};
     let mut done = 0u64;
     loop {
@@ -154,7 +154,7 @@ async fn reseal_provider_secrets(pool: &PgPool, vault: &Vault, current: &str, ba
 
 /// The client secrets of registrations at remote MCP servers, re-sealed under the current
 /// key (one that does not open stops the rotation, as a provider's does).
-async fn reseal_remote_clients(pool: &PgPool, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+async fn reseal_remote_clients(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;

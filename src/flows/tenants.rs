@@ -7,12 +7,12 @@ use crate::config::{RawTenant, TenantProblem};
 use crate::domain::{ApiKeyId, AuditKind, TenantConfig, TenantId};
 use crate::oauth::providers::ProviderRegistry;
 use crate::oauth::resolve::Idps;
-use crate::store::{self, PgPool, audit::AuditEvent, tenants::TenantRow};
+use crate::store::{self, Db, audit::AuditEvent, tenants::TenantRow};
 
 /// Switches a tenant on or off, with an audit event when it changed. `None`: no such
 /// tenant; `Some(changed)`.
 pub async fn set_tenant_active(
-    pool: &PgPool,
+    pool: &Db,
     tenant: &TenantId,
     active: bool,
     by: &str,
@@ -24,7 +24,7 @@ pub async fn set_tenant_active(
 }
 
 async fn set_active(
-    tx: &mut sqlx::PgConnection,
+    tx: &mut crate::store::Conn,
     tenant: &TenantId,
     active: bool,
     by: &str,
@@ -114,7 +114,7 @@ pub const MAX_API_TENANTS: i64 = 10_000;
 
 /// Makes a tenant the operator API keeps, active, with its audit event.
 pub async fn create_tenant(
-    pool: &PgPool,
+    pool: &Db,
     known: &Known<'_>,
     spec: RawTenant,
     by: &ApiKeyId,
@@ -144,7 +144,7 @@ pub async fn create_tenant(
 /// Changes a tenant: `active` of any, the rest only of one the operator API keeps. Each
 /// change is audited with the key that made it.
 pub async fn change_tenant(
-    pool: &PgPool,
+    pool: &Db,
     known: &Known<'_>,
     id: &TenantId,
     change: TenantChange,

@@ -2,7 +2,7 @@
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
 use crate::domain::AuditKind;
-use crate::store::{self, PgPool, audit::AuditEvent, webhooks::WebhookRow};
+use crate::store::{self, Db, audit::AuditEvent, webhooks::WebhookRow};
 use crate::vault::Vault;
 use crate::webhooks::{self, EventKind, Slot, ssrf};
 use secrecy::SecretString;
@@ -133,7 +133,7 @@ super::fault::wraps_fault!(WebhookError);
 
 /// Registers an endpoint; returns it and its signing secret (shown this once).
 pub async fn register(
-    pool: &PgPool,
+    pool: &Db,
     vault: &Vault,
     tenant: &str,
     r: &Registration,
@@ -168,18 +168,18 @@ pub async fn register(
     Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
 }
 
-pub async fn list(pool: &PgPool, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
+pub async fn list(pool: &Db, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
     let now = OffsetDateTime::now_utc();
     Ok(store::webhooks::list_webhooks(pool, tenant).await?.iter().map(|r| Webhook::of(r, now)).collect())
 }
 
-pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
+pub async fn get(pool: &Db, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
     let row = store::webhooks::get_webhook(pool, tenant, id).await?;
     Ok(row.map(|r| Webhook::of(&r, OffsetDateTime::now_utc())))
 }
 
 /// Deletes an endpoint and its deliveries (pending ones are not sent). Whether it existed.
-pub async fn delete(pool: &PgPool, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn delete(pool: &Db, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
     if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
         return Ok(false);
@@ -193,7 +193,7 @@ pub async fn delete(pool: &PgPool, tenant: &str, id: Uuid, api_key_id: &str) -> 
 /// `keep_previous` is false (a leaked secret stops at once). `None`: no such endpoint in
 /// this tenant.
 pub async fn rotate_secret(
-    pool: &PgPool,
+    pool: &Db,
     vault: &Vault,
     tenant: &str,
     id: Uuid,
@@ -231,7 +231,7 @@ pub async fn rotate_secret(
 
 /// An endpoint's deliveries, newest first. `None`: no such endpoint in this tenant.
 pub async fn deliveries(
-    pool: &PgPool,
+    pool: &Db,
     tenant: &str,
     id: Uuid,
     before: Option<i64>,

@@ -17,6 +17,12 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     if state.shutdown.is_draining() {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "draining" }));
     }
+    if state.caches.is_unheard() {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "listener_not_hearing",
+            "detail": "the change listener did not hear its own test notification: database.listen_url must reach PostgreSQL itself, not a transaction pooler",
+        }));
+    }
     match crate::store::migrations_applied(&state.pool).await {
         Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
         Ok(false) => HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "migrations_pending" })),

@@ -110,7 +110,7 @@ pub const CHUNK: usize = 64;
 /// behind it waits that long (the benchmark's half-rate p99 went to 113 ms when a minute's
 /// rows went out 2,000 at a time). In short stretches it gives the core back in between.
 pub async fn insert_handouts_paced<P, F>(
-    pool: &sqlx::PgPool,
+    pool: &crate::store::Db,
     instance: &str,
     rows: &[HandoutRow],
     mut pause: P,
@@ -257,7 +257,7 @@ pub struct AuditFilter<'a> {
 /// the trail), the listing first waits until every transaction begun before the request
 /// has ended, for at most [`SETTLE`]; past that it answers with what is listable.
 pub async fn list_events(
-    db: &sqlx::PgPool,
+    db: &crate::store::Db,
     tenant_id: &str,
     f: &AuditFilter<'_>,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
@@ -278,14 +278,14 @@ pub enum Whose<'a> {
 /// The trail across tenants, for operators (`mcp-connect audit list`): the same rules as
 /// [`list_events`], and the events of no tenant, which no tenant's admin API shows.
 pub async fn list_operator_events(
-    db: &sqlx::PgPool,
+    db: &crate::store::Db,
     whose: Whose<'_>,
     f: &AuditFilter<'_>,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
     list(db, whose, f).await
 }
 
-async fn list(db: &sqlx::PgPool, whose: Whose<'_>, f: &AuditFilter<'_>) -> Result<Vec<AuditRow>, sqlx::Error> {
+async fn list(db: &crate::store::Db, whose: Whose<'_>, f: &AuditFilter<'_>) -> Result<Vec<AuditRow>, sqlx::Error> {
     settle(db).await?;
     // One statement text per scope and order (a `CASE` in `ORDER BY`, or an `OR` on the
     // tenant, would defeat the index).
@@ -351,7 +351,7 @@ pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Waits until no transaction that began before this call is still running (10 ms polls,
 /// a pooled connection per poll: none is held while waiting).
-async fn settle(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+async fn settle(db: &crate::store::Db) -> Result<(), sqlx::Error> {
     let deadline = std::time::Instant::now() + SETTLE;
     let next: String = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetch_one(db).await?;
     loop {
@@ -369,7 +369,7 @@ async fn settle(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
 /// Makes the audit partitions of this month and the next two (UTC), those missing; returns
 /// how many it made. Every instance's clean-up runs it. A lock not had within 5 s fails
 /// it, to be retried next time (`audit_partition_ensure`).
-pub async fn ensure_partitions(db: &sqlx::PgPool, now: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
+pub async fn ensure_partitions(db: &crate::store::Db, now: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
     let made: i64 = sqlx::query_scalar!(
         r#"SELECT count(*) FILTER (WHERE audit_partition_ensure($1::timestamptz + make_interval(months => n))) AS "made!"
            FROM generate_series(0, 2) AS n"#,
@@ -384,7 +384,7 @@ pub async fn ensure_partitions(db: &sqlx::PgPool, now: time::OffsetDateTime) -> 
 /// the default partition's rows before it; returns the partitions dropped. A drop briefly
 /// locks the whole table; a lock not had within 5 s fails it, to be retried by the next
 /// clean-up (`audit_partitions_drop_before`).
-pub async fn drop_partitions_before(db: &sqlx::PgPool, cutoff: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
+pub async fn drop_partitions_before(db: &crate::store::Db, cutoff: time::OffsetDateTime) -> Result<u64, sqlx::Error> {
     let dropped: Option<i32> =
         sqlx::query_scalar!("SELECT audit_partitions_drop_before($1)", cutoff).fetch_one(db).await?;
     Ok(dropped.unwrap_or(0) as u64)

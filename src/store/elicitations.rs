@@ -206,7 +206,7 @@ pub async fn mark_declined(
 /// provider) and spends their open states, so a callback in flight finds nothing to
 /// complete.
 pub async fn cancel_pending(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     tenant_id: &str,
     subject: Option<&str>,
     issuer: Option<&str>,
@@ -265,7 +265,7 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
 /// spends its open states. Returns whether this call cancelled it and the row as it now is,
 /// or `None` for another tenant's id.
 pub async fn cancel_one(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     tenant_id: &str,
     id: Uuid,
     reason: Option<&str>,

@@ -19,7 +19,7 @@
 //! never hold up the audit (or, through a full queue, the lookups).
 
 use crate::domain::ApiKeyId;
-use crate::store::{self, PgPool, audit::HandoutRow};
+use crate::store::{self, Db, audit::HandoutRow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -147,7 +147,7 @@ pub struct HandoutAudit {
 
 impl HandoutAudit {
     /// Starts the writer and the toucher. `instance` names this process in the rows.
-    pub fn spawn(pool: PgPool, instance: String, clock: WallClock) -> Self {
+    pub fn spawn(pool: Db, instance: String, clock: WallClock) -> Self {
         let shared = Arc::new(Shared {
             minutes: Mutex::new(Minutes::default()),
             in_flight: AtomicUsize::new(0),
@@ -275,7 +275,7 @@ impl RecentlyTouched {
 
 /// Writes closed minutes (every row when asked), in batches; keeps what failed for the next
 /// round, backing off while Postgres refuses.
-async fn writer(pool: PgPool, shared: Arc<Shared>) {
+async fn writer(pool: Db, shared: Arc<Shared>) {
     let mut unwritten: Vec<Taken> = Vec::new();
     let mut failures: u32 = 0;
     loop {
@@ -314,7 +314,7 @@ async fn writer(pool: PgPool, shared: Arc<Shared>) {
 }
 
 /// Marks connections used, in batches, as fast as the database takes it.
-async fn toucher(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Uuid>) {
+async fn toucher(pool: Db, mut rx: mpsc::UnboundedReceiver<Uuid>) {
     let mut touched = RecentlyTouched::new();
     while let Some(first) = rx.recv().await {
         // Ids come one by one (a connection's first hand-out of a minute): gather a batch.

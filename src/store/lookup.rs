@@ -6,7 +6,9 @@
 //! query failed, or whose request was dropped mid-query, is dropped with it. A connection
 //! that died while idle (a database restart, a proxy's timeout) is found by the next
 //! query, which then runs once more on a new connection: the caller does not see it.
-//! Prepared statements stay cached per connection.
+//! Prepared statements stay cached per connection. Behind a transaction pooler
+//! (`database.pooler = "transaction"`) there are no such connections: the lookup runs on
+//! the pool (`store::db`).
 
 use crate::domain::ConnectionKey;
 use crate::store::connections::{self, ConnectionRow};
@@ -19,6 +21,8 @@ use tokio::sync::Semaphore;
 const WAIT: Duration = Duration::from_secs(5);
 
 pub struct LookupConnections {
+    /// Set behind a transaction pooler: the lookup runs there.
+    through: Option<super::Db>,
     options: PgConnectOptions,
     idle: Mutex<Vec<PgConnection>>,
     slots: Semaphore,
@@ -26,11 +30,22 @@ pub struct LookupConnections {
 
 impl LookupConnections {
     pub fn new(options: PgConnectOptions, max: u32) -> Self {
-        Self { options, idle: Mutex::new(Vec::new()), slots: Semaphore::new(max.max(1) as usize) }
+        Self { through: None, options, idle: Mutex::new(Vec::new()), slots: Semaphore::new(max.max(1) as usize) }
+    }
+
+    /// [`Self::new`], or the pool itself where it is behind a transaction pooler.
+    pub fn for_pool(pool: &super::Db, options: PgConnectOptions, max: u32) -> Self {
+        match pool.pooler() {
+            super::Pooler::None => Self::new(options, max),
+            super::Pooler::Transaction => Self { through: Some(pool.clone()), ..Self::new(options, max) },
+        }
     }
 
     /// [`connections::find_connection`] on one of these connections.
     pub async fn find_connection(&self, key: &ConnectionKey) -> Result<Option<ConnectionRow>, sqlx::Error> {
+        if let Some(pool) = &self.through {
+            return connections::find_connection(pool, key).await;
+        }
         let started = std::time::Instant::now();
         let slot = tokio::time::timeout(WAIT, self.slots.acquire()).await;
         metrics::histogram!(super::POOL_WAIT, "pool" => "lookup").record(started.elapsed().as_secs_f64());

@@ -18,6 +18,9 @@ pub mod states;
 pub mod tenants;
 pub mod webhooks;
 
+pub mod db;
+
+pub use db::{Conn, Db, Pooler, Tx};
 pub use sqlx::PgPool;
 
 /// Metric (catalogue: `telemetry::metrics`): time to get a database connection, by `pool`
@@ -32,40 +35,13 @@ pub async fn lock_named(db: impl sqlx::PgExecutor<'_>, name: &str) -> Result<(),
     Ok(())
 }
 
-/// `pool.begin()`, timed into [`POOL_WAIT`].
-pub async fn begin(pool: &PgPool) -> Result<Tx, sqlx::Error> {
+/// `BEGIN` on `db`, timed into [`POOL_WAIT`].
+pub async fn begin(db: &Db) -> Result<Tx, sqlx::Error> {
     let span = tracing::info_span!("db.transaction", otel.kind = "client", db.system = "postgresql");
     let started = std::time::Instant::now();
-    let tx = pool.begin().await;
+    let tx = db.sqlx_pool().begin().await;
     metrics::histogram!(POOL_WAIT, "pool" => "main").record(started.elapsed().as_secs_f64());
-    Ok(Tx { tx: tx?, _span: span })
-}
-
-/// A transaction, and the span that lasts as long as it does (a child of the span it began
-/// in: its time in a trace is from `BEGIN` to the commit or the rollback at drop).
-pub struct Tx {
-    tx: sqlx::Transaction<'static, sqlx::Postgres>,
-    _span: tracing::Span,
-}
-
-impl Tx {
-    pub async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
-    }
-}
-
-impl std::ops::Deref for Tx {
-    type Target = sqlx::PgConnection;
-
-    fn deref(&self) -> &sqlx::PgConnection {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut sqlx::PgConnection {
-        &mut self.tx
-    }
+    Ok(Tx::new(tx?, db.pooler(), span))
 }
 
 fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
@@ -86,6 +62,70 @@ pub fn connect_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sq
     let options: sqlx::postgres::PgConnectOptions = url.parse()?;
     Ok(if options.get_application_name().is_some() { options } else { options.application_name(APPLICATION_NAME) })
 }
+
+/// Connects the service's pool through `pooler` (see [`db`]) and checks the schema, or
+/// first migrates it (`migrate_on_start`). Migrations take a session-level lock, which a
+/// transaction pooler does not keep, so where there is a `session_url`
+/// (`database.listen_url`, PostgreSQL itself) they run over it, on a connection closed
+/// after them.
+pub async fn open(
+    url: &str,
+    max_connections: u32,
+    pooler: Pooler,
+    session_url: Option<&str>,
+    migrate_on_start: bool,
+) -> Result<Db, OpenError> {
+    let db = Db::new(connect(url, max_connections).await?, pooler);
+    if migrate_on_start {
+        match session_url {
+            Some(session) => {
+                let direct = connect(session, 1).await?;
+                let migrated = migrate(&direct).await;
+                direct.close().await;
+                migrated?;
+            }
+            None => migrate(db.sqlx_pool()).await?,
+        }
+    } else {
+        check_schema(&db).await?;
+    }
+    Ok(db)
+}
+
+/// Why [`open`] did not give a pool.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+    #[error(transparent)]
+    Schema(#[from] SchemaMismatch),
+}
+
+/// What to change when a failure is a transaction pooler's doing (said after the error
+/// when a command fails): a prepared statement
+/// that another client's session already has or this one's lost (SQLSTATE 42P05, 26000),
+/// or a notification arriving on a connection that did not listen.
+pub fn pooler_hint(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(e) = e.downcast_ref::<sqlx::Error>() {
+            let code = e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
+            if matches!(code.as_deref(), Some("42P05" | "26000")) {
+                return POOLER_HINT;
+            }
+            if matches!(e, sqlx::Error::Protocol(m) if m.contains("NotificationResponse")) {
+                return LISTENER_HINT;
+            }
+        }
+        source = e.source();
+    }
+    ""
+}
+
+const POOLER_HINT: &str = " (a transaction pooler is between this service and PostgreSQL: set database.pooler = \"transaction\", \
+     with database.listen_url reaching PostgreSQL itself; or, with PgBouncer 1.21+, max_prepared_statements)";
+const LISTENER_HINT: &str = " (a notification reached a connection that does not listen: a LISTEN went through a \
+     transaction pooler; database.listen_url must reach PostgreSQL itself)";
 
 /// Connects a pool (one connection made now, to fail early). A database that cannot be
 /// reached is a [`Unreachable`] naming where and what to do.
@@ -167,7 +207,7 @@ pub enum SchemaMismatch {
 /// Refuses to go on with a schema this binary cannot run on: one that lacks any of its
 /// migrations, or one with migrations it does not know whose `schema_compat` says it is
 /// too old. Commands other than `serve`, `migrate` and `dev` never migrate.
-pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaMismatch> {
+pub async fn check_schema(pool: &Db) -> Result<(), SchemaMismatch> {
     let applied: Vec<i64> =
         match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(pool)
@@ -191,7 +231,7 @@ pub async fn check_schema(pool: &PgPool) -> Result<(), SchemaMismatch> {
 
 /// A schema with migrations this binary does not know: fine while its
 /// `oldest_binary_level` admits this binary.
-async fn compatible(pool: &PgPool, applied: i64, known: i64) -> Result<(), SchemaMismatch> {
+async fn compatible(pool: &Db, applied: i64, known: i64) -> Result<(), SchemaMismatch> {
     let oldest: i32 = match sqlx::query_scalar("SELECT oldest_binary_level FROM schema_compat").fetch_one(pool).await {
         Ok(level) => level,
         Err(e) if is_undefined_table(&e) || matches!(e, sqlx::Error::RowNotFound) => {
@@ -222,11 +262,17 @@ pub fn connect_lazy(options: sqlx::postgres::PgConnectOptions, max_connections: 
 }
 
 /// Applies this binary's migrations that are not applied yet. A schema a newer release
-/// migrated further is left as it is, when it admits this binary ([`check_schema`]).
+/// migrated further is left as it is, when it admits this binary ([`check_schema`]). A
+/// schema that needs nothing is not locked (the migrator's lock is a session's).
 pub async fn migrate(pool: &PgPool) -> Result<(), SchemaMismatch> {
+    // The checks keep nothing on the session (statements unnamed, each in a transaction):
+    // they pass on any connection, and where that is wrongly a transaction pooler the
+    // migrator's own error names it (`OpenError`).
+    let direct = Db::new(pool.clone(), Pooler::Transaction);
     // A schema that does not admit this binary is refused before anything is applied.
-    match check_schema(pool).await {
-        Ok(()) | Err(SchemaMismatch::Behind { .. }) => {}
+    match check_schema(&direct).await {
+        Ok(()) => return Ok(()),
+        Err(SchemaMismatch::Behind { .. }) => {}
         Err(e) => return Err(e),
     }
     let mut migrator = sqlx::migrate!("./migrations");
@@ -234,11 +280,11 @@ pub async fn migrate(pool: &PgPool) -> Result<(), SchemaMismatch> {
     // them is `schema_compat`'s to say, below.
     migrator.set_ignore_missing(true);
     migrator.run(pool).await?;
-    check_schema(pool).await
+    check_schema(&direct).await
 }
 
 /// Whether every migration this binary knows has been applied (for `/readyz`).
-pub async fn migrations_applied(pool: &PgPool) -> Result<bool, sqlx::Error> {
+pub async fn migrations_applied(pool: &Db) -> Result<bool, sqlx::Error> {
     Ok(applied_version(pool).await? >= known_version())
 }
 
@@ -248,7 +294,7 @@ fn known_version() -> i64 {
 }
 
 /// The newest migration applied to the database (0: none).
-async fn applied_version(pool: &PgPool) -> Result<i64, sqlx::Error> {
+async fn applied_version(pool: &Db) -> Result<i64, sqlx::Error> {
     let applied: Option<i64> =
         sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(pool).await?;
     Ok(applied.unwrap_or(0))

@@ -160,7 +160,7 @@ pub async fn rotate_secret(
 /// Nothing is written (and no lock taken) when no endpoint wants the event. Returns how many
 /// deliveries were written.
 pub async fn enqueue(
-    db: &mut sqlx::PgConnection,
+    db: &mut crate::store::Conn,
     tenant_id: Option<&str>,
     kind: &str,
     stream: &str,
@@ -234,7 +234,7 @@ pub struct Shares {
 /// forward by `skew_us` (tests move it; 0 otherwise). Rows another worker is claiming are
 /// skipped (`FOR UPDATE SKIP LOCKED`); a claim whose worker died lapses.
 pub async fn claim_due(
-    pool: &sqlx::PgPool,
+    pool: &crate::store::Db,
     skew_us: i64,
     lease_us: i64,
     limit: i64,

@@ -23,7 +23,7 @@ const SECRET_PURPOSE: &str = "webhook_secret";
 /// Records `event` for every endpoint that asked for it, in the transaction `db` is in: the
 /// event is delivered if and only if the change it reports commits. Returns the deliveries
 /// written.
-pub async fn emit(db: &mut sqlx::PgConnection, event: &Event) -> Result<u64, sqlx::Error> {
+pub async fn emit(db: &mut crate::store::Conn, event: &Event) -> Result<u64, sqlx::Error> {
     let id = Uuid::new_v4();
     let body = serde_json::to_string(&event.payload(id, OffsetDateTime::now_utc()))
         .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;

@@ -9,7 +9,7 @@
 use super::sign;
 use super::ssrf::{DeliveryClient, DeliveryError};
 use crate::domain::Clock;
-use crate::store::{self, PgPool, webhooks::Claimed};
+use crate::store::{self, Db, webhooks::Claimed};
 use crate::vault::Vault;
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -74,7 +74,7 @@ pub fn next_after(delivered: bool, attempts: i32, created: OffsetDateTime, now: 
 }
 
 pub struct Worker {
-    pub pool: PgPool,
+    pub pool: Db,
     pub vault: Arc<Vault>,
     pub client: DeliveryClient,
     /// Moves the database's time for this worker (tests; the system clock moves nothing).

@@ -12,7 +12,7 @@ fn forged(real: &str) -> String {
 }
 
 /// Stores a server key of tenant acme made beforehand (so a test can present it first).
-async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
+async fn store_acme_key(pool: &mcp_connect::store::Db, key: &NewApiKey) {
     let acme = mcp_connect::domain::TenantId::parse("acme").unwrap();
     mcp_connect::flows::api_keys::store_api_key(pool, key, &acme, mcp_connect::domain::KeyScope::Server, None)
         .await
@@ -21,7 +21,7 @@ async fn store_acme_key(pool: &mcp_connect::store::PgPool, key: &NewApiKey) {
 
 /// Makes a key as the previous release did: without a fast verifier (argon2 checks it
 /// until its first success).
-async fn without_verifier(pool: &mcp_connect::store::PgPool, key: &str) {
+async fn without_verifier(pool: &mcp_connect::store::Db, key: &str) {
     let id = mcp_connect::api_keys::parse_key(key).unwrap();
     sqlx::query("UPDATE api_keys SET verifier = NULL WHERE id = $1").bind(id.as_str()).execute(pool).await.unwrap();
 }
@@ -29,7 +29,7 @@ async fn without_verifier(pool: &mcp_connect::store::PgPool, key: &str) {
 /// `n` live server keys of tenant acme made without a verifier, so that argon2 checks
 /// them (a flood of wrong secrets spread over many ids: one id is verified one at a time
 /// and throttled after a few failures).
-async fn live_keys(pool: &mcp_connect::store::PgPool, n: usize) -> Vec<String> {
+async fn live_keys(pool: &mcp_connect::store::Db, n: usize) -> Vec<String> {
     let mut keys = Vec::new();
     for _ in 0..n {
         let k = NewApiKey::generate();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use time::macros::datetime;
 
-async fn partitions(pool: &sqlx::PgPool) -> Vec<String> {
+async fn partitions(pool: &mcp_connect::store::Db) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = 'audit_events'::regclass ORDER BY 1",
@@ -23,7 +23,7 @@ async fn partitions(pool: &sqlx::PgPool) -> Vec<String> {
     .unwrap()
 }
 
-async fn partition_of(pool: &sqlx::PgPool, kind: &str) -> Vec<String> {
+async fn partition_of(pool: &mcp_connect::store::Db, kind: &str) -> Vec<String> {
     sqlx::query_scalar("SELECT tableoid::regclass::text FROM audit_events WHERE kind = $1")
         .bind(kind)
         .fetch_all(pool)
@@ -31,7 +31,7 @@ async fn partition_of(pool: &sqlx::PgPool, kind: &str) -> Vec<String> {
         .unwrap()
 }
 
-async fn insert_at(pool: &sqlx::PgPool, kind: &str, at: OffsetDateTime) {
+async fn insert_at(pool: &mcp_connect::store::Db, kind: &str, at: OffsetDateTime) {
     sqlx::query("INSERT INTO audit_events (kind, at) VALUES ($1, $2)").bind(kind).bind(at).execute(pool).await.unwrap();
 }
 
@@ -107,7 +107,7 @@ fn manual_clock(start: OffsetDateTime) -> (WallClock, Arc<Mutex<OffsetDateTime>>
 
 type Tally = (OffsetDateTime, uuid::Uuid, String, i32, OffsetDateTime, OffsetDateTime, String, String);
 
-async fn tallies(pool: &sqlx::PgPool) -> Vec<Tally> {
+async fn tallies(pool: &mcp_connect::store::Db) -> Vec<Tally> {
     sqlx::query_as(
         "SELECT at, connection_id, api_key_id, count, first_at, last_at, instance, subject
          FROM audit_events WHERE kind = 'token_handed_out' ORDER BY at, subject, api_key_id",

@@ -733,7 +733,7 @@ async fn a_link_completing_while_another_commits_the_same_connection_keeps_one_g
     let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
     // Another link of alice's (another tab, other scopes) is committing its connection at
     // this very moment: its row is written but not yet committed when our callback looks.
-    let mut other = app.pool.begin().await.unwrap();
+    let mut other = app.pool.sqlx_pool().begin().await.unwrap();
     let kept = app.insert_sealed_on(&mut other, "acme", "alice", "testp", "gho_kept", None, &["openid"], None).await;
     let callback = tokio::spawn({
         let client = browser.client.clone();

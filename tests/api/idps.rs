@@ -331,7 +331,7 @@ async fn connecting_over_another_idps_namesake_revokes_the_old_grant_and_old_lin
     let (app, second) = two_idps().await;
     let (old_access, old_refresh) = app.provider.issue_grant("testp-client", "octo-old-idp", "openid profile");
     // Sealed for the default IdP's alice (as it was written before the move).
-    let mut db = app.pool.acquire().await.unwrap();
+    let mut db = app.pool.sqlx_pool().acquire().await.unwrap();
     let scopes = ["openid", "profile"];
     let issuer = app.idp.issuer();
     let old = app

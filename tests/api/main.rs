@@ -27,6 +27,7 @@ mod metrics;
 mod openapi;
 mod operator;
 mod ops;
+mod pooler;
 mod remote_mcp;
 mod remote_mcp_sdk;
 mod schemathesis;

@@ -53,9 +53,13 @@ fn median_and_p99(mut v: Vec<Duration>) -> (f64, f64) {
 
 pub async fn measure(pool: &PgPool, cached_calls: usize, herd: usize) -> anyhow::Result<ApiKeyResult> {
     let tenant = TenantId::parse(crate::db::TENANT)?;
-    let key =
-        mcp_connect::flows::api_keys::create_api_key(pool, &tenant, KeyScope::Server, Some("bench api-key check"))
-            .await?;
+    let key = mcp_connect::flows::api_keys::create_api_key(
+        &mcp_connect::store::Db::direct(pool.clone()),
+        &tenant,
+        KeyScope::Server,
+        Some("bench api-key check"),
+    )
+    .await?;
     let key = key.key.expose_secret().to_owned();
 
     // One argon2 verify alone, on a hash made with the service's parameters.
@@ -73,7 +77,8 @@ pub async fn measure(pool: &PgPool, cached_calls: usize, herd: usize) -> anyhow:
     .await??;
 
     // The service's defaults: 5 s re-check interval, 10,000 keys.
-    let verifier = ApiKeyVerifier::new(pool.clone(), Duration::from_secs(5), 10_000, 32);
+    let verifier =
+        ApiKeyVerifier::new(mcp_connect::store::Db::direct(pool.clone()), Duration::from_secs(5), 10_000, 32);
     let runs_before = verifier.hash_verifications();
     let t = Instant::now();
     verifier.verify(&key).await.map_err(|e| anyhow::anyhow!("first verify: {e}"))?;
@@ -89,7 +94,7 @@ pub async fn measure(pool: &PgPool, cached_calls: usize, herd: usize) -> anyhow:
     let (cached_median_us, cached_p99_us) = median_and_p99(cached);
 
     // Interval 0: every call after the first finds a stale entry and asks the database.
-    let recheck = ApiKeyVerifier::new(pool.clone(), Duration::ZERO, 10_000, 32);
+    let recheck = ApiKeyVerifier::new(mcp_connect::store::Db::direct(pool.clone()), Duration::ZERO, 10_000, 32);
     recheck.verify(&key).await.map_err(|e| anyhow::anyhow!("verify: {e}"))?;
     let mut rechecks = Vec::with_capacity(1_000);
     for _ in 0..1_000 {
@@ -100,7 +105,7 @@ pub async fn measure(pool: &PgPool, cached_calls: usize, herd: usize) -> anyhow:
     let (recheck_median_us, _) = median_and_p99(rechecks);
 
     // A new instance (or a new key) meeting `herd` concurrent requests.
-    let cold = ApiKeyVerifier::new(pool.clone(), Duration::from_secs(5), 10_000, 32);
+    let cold = ApiKeyVerifier::new(mcp_connect::store::Db::direct(pool.clone()), Duration::from_secs(5), 10_000, 32);
     let before = cold.hash_verifications();
     let t = Instant::now();
     let key = Arc::new(key);
@@ -153,12 +158,18 @@ struct Flood {
 /// first time every 200 ms. Before the hardening every unknown id cost an argon2 run in
 /// the same two slots the first verifications need.
 async fn flood(pool: &PgPool, tenant: &TenantId, valid: &str, rate: u32, run: Duration) -> anyhow::Result<Flood> {
-    let verifier = ApiKeyVerifier::new(pool.clone(), Duration::from_secs(5), 10_000, 32);
+    let verifier =
+        ApiKeyVerifier::new(mcp_connect::store::Db::direct(pool.clone()), Duration::from_secs(5), 10_000, 32);
     verifier.verify(valid).await.map_err(|e| anyhow::anyhow!("verify: {e}"))?;
     let mut fresh = Vec::new();
     for _ in 0..(run.as_millis() / 200) {
-        let k =
-            mcp_connect::flows::api_keys::create_api_key(pool, tenant, KeyScope::Server, Some("bench flood")).await?;
+        let k = mcp_connect::flows::api_keys::create_api_key(
+            &mcp_connect::store::Db::direct(pool.clone()),
+            tenant,
+            KeyScope::Server,
+            Some("bench flood"),
+        )
+        .await?;
         fresh.push(k.key.expose_secret().to_owned());
     }
     let before = verifier.hash_verifications();

@@ -62,7 +62,7 @@ pub async fn prepare(pool: &PgPool, providers: &[String], issuer: &str) -> anyho
         providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,
         subject_token: Default::default(),
     };
-    mcp_connect::startup::sync_tenants(pool, &[tenant], issuer).await?;
+    mcp_connect::startup::sync_tenants(&mcp_connect::store::Db::direct(pool.clone()), &[tenant], issuer).await?;
     Ok(())
 }
 

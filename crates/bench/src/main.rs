@@ -224,7 +224,13 @@ async fn run(
     let floor = floors(args, db, &pool, work, keys, started).await?;
 
     let tenant = TenantId::parse(db::TENANT)?;
-    let key = mcp_connect::flows::api_keys::create_api_key(&pool, &tenant, KeyScope::Server, Some("bench")).await?;
+    let key = mcp_connect::flows::api_keys::create_api_key(
+        &mcp_connect::store::Db::direct(pool.clone()),
+        &tenant,
+        KeyScope::Server,
+        Some("bench"),
+    )
+    .await?;
     let api_key = key.key.expose_secret().to_owned();
     let setup = ServiceSetup {
         binary: binary.to_owned(),

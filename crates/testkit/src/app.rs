@@ -11,7 +11,7 @@ use crate::db::TestDatabase;
 use anyhow::{Context, Result};
 use mcp_connect::config::Config;
 use mcp_connect::domain::{ConnectionId, KeyScope, ProviderId, Subject, TenantId};
-use mcp_connect::store::{self, PgPool};
+use mcp_connect::store;
 use mcp_connect::vault::{Field, RowBinding};
 use mcp_connect::{app::AppState, startup::Application};
 use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
@@ -30,7 +30,7 @@ pub struct TestApp {
     /// A downstream OIDC provider, configured as `testp` (template `oidc`) and as `plainp`
     /// (template `oauth2`, explicit endpoints, RFC 9207 from the config).
     pub provider: Arc<DevProvider>,
-    pub pool: PgPool,
+    pub pool: mcp_connect::store::Db,
     pub state: actix_web::web::Data<AppState>,
     pub db_url: String,
     /// The database, dropped when the last instance on it is (`None`: one the test made
@@ -439,7 +439,7 @@ impl TestApp {
         scopes: &[&str],
         expires_at: Option<OffsetDateTime>,
     ) -> ConnectionId {
-        let mut conn = self.pool.acquire().await.unwrap();
+        let mut conn = self.pool.sqlx_pool().acquire().await.unwrap();
         self.insert_sealed_on(&mut conn, tenant, subject, provider, access_token, refresh_token, scopes, expires_at)
             .await
     }

@@ -54,7 +54,7 @@ impl Stack {
             provider: app.provider.clone(),
             connect_base: app.base.clone(),
             api_key: app.key.clone(),
-            pool: app.pool.clone(),
+            pool: app.pool.sqlx_pool().clone(),
             mcp_audience: mcp_audience.to_owned(),
             app,
         })

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod browser;
 pub mod chrome;
 pub mod node;
+pub mod pgbouncer;
 pub mod receiver;
 
 pub use mcp_connect_testkit::*;
