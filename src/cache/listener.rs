@@ -72,10 +72,14 @@ async fn listen(
     listener.listen_all([CONNECTIONS, KILL_SWITCHES, API_KEYS, ELICITATIONS, PING]).await?;
     // Prove the round trip before serving from the caches.
     let token = crate::crypto::random_token(16);
-    match sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool).await {
-        // A notification reached the pool's own connection: some session the pooler hands
-        // out listens (this listener's, through a transaction pooler).
-        Err(sqlx::Error::Protocol(_)) => return Err(ListenError::Unheard),
+    let ping = || sqlx::query("SELECT pg_notify($1, $2)").bind(PING).bind(&token).execute(pool);
+    // A notification on the pool's own connection (closed with it) means some session the
+    // pooler hands out listens: once may be another's leftover, twice is this one's.
+    match ping().await {
+        Err(sqlx::Error::Protocol(_)) => match ping().await {
+            Err(sqlx::Error::Protocol(_)) => return Err(ListenError::Unheard),
+            sent => sent?,
+        },
         sent => sent?,
     };
     let mut heard = false;
@@ -94,7 +98,9 @@ async fn listen(
                 ELICITATIONS => caches.waiters.changed(n.payload()),
                 API_KEYS => {
                     api_keys.on_notification(n.payload());
-                    if n.payload().starts_with("tenant:") || n.payload().starts_with("provider:") {
+                    // Before the ping is heard the reload would only be repeated by it (and
+                    // count against its wait).
+                    if heard && (n.payload().starts_with("tenant:") || n.payload().starts_with("provider:")) {
                         tenants.reload(pool).await?;
                     }
                 }

@@ -65,9 +65,9 @@ pub fn connect_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sq
 
 /// Connects the service's pool through `pooler` (see [`db`]) and checks the schema, or
 /// first migrates it (`migrate_on_start`). Migrations take a session-level lock, which a
-/// transaction pooler does not keep, so where there is a `session_url`
-/// (`database.listen_url`, PostgreSQL itself) they run over it, on a connection closed
-/// after them.
+/// transaction pooler does not keep, so behind one ([`Pooler::Transaction`]) they run over
+/// `session_url` (`database.listen_url`, PostgreSQL itself), on a connection closed after
+/// them. Otherwise over `url`: the listener's URL may be another role's.
 pub async fn open(
     url: &str,
     max_connections: u32,
@@ -77,7 +77,7 @@ pub async fn open(
 ) -> Result<Db, OpenError> {
     let db = Db::new(connect(url, max_connections).await?, pooler);
     if migrate_on_start {
-        match session_url {
+        match session_url.filter(|_| pooler == Pooler::Transaction) {
             Some(session) => {
                 let direct = connect(session, 1).await?;
                 let migrated = migrate(&direct).await;
