@@ -273,7 +273,10 @@ pub const EX_CONFIG: u8 = 78;
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<crate::config::ConfigError>()) {
         EX_CONFIG
-    } else if e.chain().any(|c| c.is::<store::Unreachable>()) {
+    } else if e.chain().any(|c| {
+        // `OpenError` is transparent: its `Unreachable` is not in the chain of sources.
+        c.is::<store::Unreachable>() || matches!(c.downcast_ref(), Some(store::OpenError::Unreachable(_)))
+    }) {
         EX_UNAVAILABLE
     } else {
         1
