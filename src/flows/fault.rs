@@ -19,7 +19,8 @@ pub enum Fault {
 
 impl Fault {
     /// Worth a retry: the database is unreachable, restarting or out of connections, or a
-    /// connection was out of step with it. A query error, a vault key that is gone or a task that panicked is not.
+    /// connection was out of step with it. A query error, a vault key that is gone or a
+    /// task that panicked is not.
     pub fn is_transient(&self) -> bool {
         match self {
             Fault::Database(e) => {
