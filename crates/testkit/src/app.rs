@@ -278,18 +278,33 @@ impl TestApp {
         // listener that cannot connect goes on after the wait.
         let listening = || async { if state.caches.is_listening() { Ok(()) } else { Err(()) } };
         let _ = crate::poll(std::time::Duration::from_secs(20), listening).await;
+        // The test's keys are written over the test database itself, not through a pooler a
+        // test put before it (whose misconfiguration is what such a test is about).
+        let direct = match &db {
+            Some(d) if d.url != db_url => Some(sqlx::PgPool::connect(&d.url).await?),
+            _ => None,
+        };
+        let writer = direct.clone().map_or_else(|| pool.clone(), store::Db::direct);
         let key = |tenant: &'static str, scope: KeyScope, name: Option<&'static str>| {
-            let pool = pool.clone();
+            let writer = writer.clone();
             async move {
                 let tenant = TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("tenant id: {}", e.0))?;
-                let key = mcp_connect::flows::api_keys::create_api_key(&pool, &tenant, scope, name).await?;
+                let key = mcp_connect::flows::api_keys::create_api_key(&writer, &tenant, scope, name).await?;
                 anyhow::Ok(key.key.expose_secret().to_owned())
             }
         };
+        let (key, admin_key, beta_key) = (
+            key("acme", KeyScope::Server, Some("test")).await?,
+            key("acme", KeyScope::Admin, None).await?,
+            key("beta", KeyScope::Server, None).await?,
+        );
+        if let Some(direct) = direct {
+            direct.close().await;
+        }
         Ok(TestApp {
-            key: key("acme", KeyScope::Server, Some("test")).await?,
-            admin_key: key("acme", KeyScope::Admin, None).await?,
-            beta_key: key("beta", KeyScope::Server, None).await?,
+            key,
+            admin_key,
+            beta_key,
             base,
             idp,
             provider,
