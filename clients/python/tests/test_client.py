@@ -13,15 +13,15 @@ from starlette.responses import RedirectResponse, Response
 from mcp_connect import (
     ApiError,
     CancelReason,
+    ConnectClient,
     Connected,
     ConnectRequired,
     Declined,
-    InvalidResponse,
-    McpConnectClient,
+    InvalidResponseError,
     RetryPolicy,
     TokenRequest,
     TransportError,
-    Unavailable,
+    UnavailableError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +48,7 @@ ALICE = TokenRequest(subject="alice", provider="github")
 
 async def test_a_503_with_retry_after_is_retried_after_that_wait_and_the_key_is_sent() -> None:
     canned = Canned([json_answer(503, BUSY, {"Retry-After": "1"}), json_answer(200, CONNECTED)])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         outcome = await client.token(ALICE)
     assert isinstance(outcome, Connected)
     assert outcome.access_token.reveal() == "gho_tokensecret"
@@ -60,8 +60,8 @@ async def test_a_503_with_retry_after_is_retried_after_that_wait_and_the_key_is_
 
 async def test_429s_are_retried_twice_then_unavailable_with_the_servers_retry_after() -> None:
     canned = Canned([json_answer(429, {"error": "too_many_attempts", "error_description": "x"}, {"Retry-After": "0"})])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
-        with pytest.raises(Unavailable) as e:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
+        with pytest.raises(UnavailableError) as e:
             await client.token(ALICE)
     assert len(canned.seen) == 3, "the first attempt and two retries"
     assert (e.value.status, e.value.code, e.value.retry_after) == (429, "too_many_attempts", 0.0)
@@ -69,9 +69,9 @@ async def test_429s_are_retried_twice_then_unavailable_with_the_servers_retry_af
 
 async def test_a_retry_after_beyond_the_longest_wait_is_not_waited_for() -> None:
     canned = Canned([json_answer(503, BUSY, {"Retry-After": "11"})])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         started = time.monotonic()
-        with pytest.raises(Unavailable) as e:
+        with pytest.raises(UnavailableError) as e:
             await client.token(ALICE)
     assert time.monotonic() - started < 2
     assert len(canned.seen) == 1
@@ -81,8 +81,8 @@ async def test_a_retry_after_beyond_the_longest_wait_is_not_waited_for() -> None
 async def test_the_waits_stay_within_the_total_budget() -> None:
     canned = Canned([json_answer(503, BUSY, {"Retry-After": "1"})])
     policy = RetryPolicy(max_retries=5, max_delay=10, max_total=1.5)
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY, retry=policy) as client:
-        with pytest.raises(Unavailable):
+    async with serve(canned.app()) as base, ConnectClient(base, KEY, retry=policy) as client:
+        with pytest.raises(UnavailableError):
             await client.token(ALICE)
     assert len(canned.seen) == 2, "one wait of 1 s fits in 1.5 s, a second does not"
 
@@ -91,14 +91,14 @@ async def test_a_503_without_retry_after_waits_the_default_delay_and_an_http_dat
     dated = {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}
     canned = Canned([json_answer(503, BUSY, dated), json_answer(200, {"status": "declined", "elicitation_id": EID})])
     policy = RetryPolicy(default_delay=0.3)
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY, retry=policy) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY, retry=policy) as client:
         assert isinstance(await client.token(ALICE), Declined)
     assert 0.25 <= canned.seen[1].at - canned.seen[0].at < 2
 
 
 async def test_other_errors_carry_status_code_and_description_and_are_not_retried() -> None:
     canned = Canned([json_answer(403, {"error": "provider_not_allowed", "error_description": "not for this tenant"})])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         with pytest.raises(ApiError) as e:
             await client.token(ALICE)
     assert (e.value.status, e.value.code, e.value.description) == (403, "provider_not_allowed", "not for this tenant")
@@ -108,7 +108,7 @@ async def test_other_errors_carry_status_code_and_description_and_are_not_retrie
 
 async def test_an_error_without_a_json_body_names_the_status() -> None:
     canned = Canned([lambda _: Response("oops", status_code=500)])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         with pytest.raises(ApiError) as e:
             await client.token(ALICE)
     assert e.value.code == "http_500"
@@ -116,7 +116,7 @@ async def test_an_error_without_a_json_body_names_the_status() -> None:
 
 async def test_redirects_are_not_followed_so_the_key_goes_nowhere_else() -> None:
     canned = Canned([lambda _: RedirectResponse("/elsewhere", status_code=307)])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         with pytest.raises(ApiError) as e:
             await client.token(ALICE)
     assert e.value.status == 307
@@ -126,15 +126,15 @@ async def test_redirects_are_not_followed_so_the_key_goes_nowhere_else() -> None
 async def test_an_answer_over_64_kib_is_refused() -> None:
     huge = {**CONNECTED, "scopes": ["x" * 70_000]}
     canned = Canned([json_answer(200, huge)])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
-        with pytest.raises(InvalidResponse, match="too large"):
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
+        with pytest.raises(InvalidResponseError, match="too large"):
             await client.token(ALICE)
 
 
 async def test_an_answer_that_is_not_the_api_is_refused_without_quoting_it() -> None:
     canned = Canned([json_answer(200, {"status": "connected", "access_token": "gho_leak"})])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
-        with pytest.raises(InvalidResponse) as e:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
+        with pytest.raises(InvalidResponseError) as e:
             await client.token(ALICE)
     assert "gho_leak" not in str(e.value)
     assert "token_type" in str(e.value)
@@ -147,7 +147,7 @@ async def slow(_: Seen) -> Response:
 
 async def test_a_slow_answer_times_out_and_a_waiting_request_gets_its_wait_on_top() -> None:
     canned = Canned([slow])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY, timeout=0.5) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY, timeout=0.5) as client:
         with pytest.raises(TransportError):
             await client.token(ALICE)
         waiting = TokenRequest(subject="alice", provider="github", elicitation_id=EID, wait_seconds=1)
@@ -168,7 +168,7 @@ async def test_elicitation_lookups_escape_the_id_and_carry_the_wait() -> None:
     canned = Canned(
         [json_answer(200, info), json_answer(200, {"id": EID, "status": "cancelled", "cancel_reason": "decline"})]
     )
-    async with serve(canned.app()) as base, McpConnectClient(base + "/prefix/", KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base + "/prefix/", KEY) as client:
         got = await client.elicitation("a/b?c", wait_seconds=30)
         assert got.status == "pending"
         cancelled = await client.cancel_elicitation(EID, CancelReason.DECLINE)
@@ -186,7 +186,7 @@ async def test_elicitation_lookups_escape_the_id_and_carry_the_wait() -> None:
 
 async def test_a_connect_required_answer_parses() -> None:
     canned = Canned([json_answer(200, CONNECT_REQUIRED)])
-    async with serve(canned.app()) as base, McpConnectClient(base, KEY) as client:
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
         outcome = await client.token(ALICE)
     assert isinstance(outcome, ConnectRequired)
     assert outcome.mcp.elicitation_id == outcome.elicitation.id == EID
@@ -194,6 +194,6 @@ async def test_a_connect_required_answer_parses() -> None:
 
 def test_a_base_url_that_is_not_http_is_refused_and_wait_seconds_is_bounded() -> None:
     with pytest.raises(ValueError):
-        McpConnectClient("mailto:a@b", KEY)
+        ConnectClient("mailto:a@b", KEY)
     with pytest.raises(ValueError):
         TokenRequest(subject="a", provider="b", elicitation_id=EID, wait_seconds=31)

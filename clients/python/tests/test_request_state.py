@@ -13,11 +13,12 @@ from conftest import VECTORS
 from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_encrypt
 
 from mcp_connect import (
+    CanonicalizationError,
+    InvalidRequestStateKeyError,
     RequestState,
     RequestStateError,
     RequestStateKey,
     ToolCall,
-    UnsealableCall,
     arguments_digest,
     canonical_json,
 )
@@ -192,12 +193,12 @@ def test_an_authenticated_plaintext_with_a_duplicate_or_odd_field_is_malformed()
     ids=["lone-surrogate", "surrogate-key", "nan", "inf", "beyond-a-double", "not-json", "int-key"],
 )
 def test_a_call_without_a_canonical_form_cannot_be_sealed(arguments: Any) -> None:
-    with pytest.raises(UnsealableCall):
+    with pytest.raises(CanonicalizationError):
         ToolCall.of("alice", "whoami_on", arguments)
 
 
 def test_a_subject_that_is_not_utf8_cannot_be_sealed() -> None:
-    with pytest.raises(UnsealableCall):
+    with pytest.raises(CanonicalizationError):
         ToolCall.of("al\ud800ice", "whoami_on", {})
 
 
@@ -213,6 +214,15 @@ def test_keys_parse_from_standard_base64_and_never_print() -> None:
     for bad in ("c2hvcnQ=", "not base64!", base64.b64encode(bytes(33)).decode(), ""):
         with pytest.raises(ValueError):
             RequestStateKey.from_base64(bad)
+
+
+def test_a_key_that_is_not_32_bytes_is_an_invalid_request_state_key_error() -> None:
+    for bad in ("c2hvcnQ=", "not base64!", base64.b64encode(bytes(33)).decode(), ""):
+        with pytest.raises(InvalidRequestStateKeyError):
+            RequestStateKey.from_base64(bad)
+    with pytest.raises(InvalidRequestStateKeyError):
+        RequestStateKey(bytes(31))
+    assert issubclass(InvalidRequestStateKeyError, ValueError)
 
 
 def test_seal_refuses_what_the_format_cannot_carry() -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mcp_connect import AccessToken, ApiKey, Connected, Connection, McpConnectClient
+from mcp_connect import AccessToken, ApiKey, ConnectClient, Connected, Connection
 from mcp_connect.models import parse_token_answer
 
 SECRET = "gho_supersecretvalue"
@@ -48,7 +48,14 @@ def test_logging_a_secret_logs_the_placeholder(caplog: pytest.LogCaptureFixture)
 
 def test_a_connected_answer_never_prints_or_dumps_the_token() -> None:
     body = json.dumps(
-        {"status": "connected", "access_token": SECRET, "credential_type": "oauth2", "token_type": "bearer", "scopes": [], "connection_id": "c"}
+        {
+            "status": "connected",
+            "access_token": SECRET,
+            "credential_type": "oauth2",
+            "token_type": "bearer",
+            "scopes": [],
+            "connection_id": "c",
+        }
     ).encode()
     outcome = parse_token_answer(body)
     assert isinstance(outcome, Connected)
@@ -80,7 +87,7 @@ def test_a_typed_credentials_fields_are_redacted_too() -> None:
 
 
 def test_the_client_does_not_print_its_key_nor_put_it_in_errors() -> None:
-    client = McpConnectClient("https://connect.example", SECRET)
+    client = ConnectClient("https://connect.example", SECRET)
     assert SECRET not in repr(client)
     try:
         client._id("not an id")

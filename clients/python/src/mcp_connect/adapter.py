@@ -32,28 +32,33 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.request_state import RequestStateBoundary
-from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
-from mcp_types import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    CallToolResult,
-    ClientCapabilities,
-    ElicitRequest,
-    ElicitRequestURLParams,
-    InputRequiredResult,
-)
-from mcp_types.version import is_version_at_least
+from ._lazy import mcp_missing
 
-from .client import McpConnectClient, RetryPolicy
-from .errors import McpConnectError
+try:
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.request_state import RequestStateBoundary
+    from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+    from mcp_types import (
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        CallToolResult,
+        ClientCapabilities,
+        ElicitRequest,
+        ElicitRequestURLParams,
+        InputRequiredResult,
+    )
+    from mcp_types.version import is_version_at_least
+except ModuleNotFoundError as e:
+    mcp_missing("The MCP adapter (mcp_connect.adapter: McpConnect, Connection)", e)
+
+from .client import ConnectClient, RetryPolicy
+from .errors import ConnectError
 from .models import Account, CancelReason, Connected, ConnectRequired, Declined, TokenRequest
 from .pending import CallKey, PendingElicitations
 from .replies import Replies
-from .request_state import RequestState, RequestStateError, RequestStateKey, ToolCall, UnsealableCall
+from .request_state import CanonicalizationError, RequestState, RequestStateError, RequestStateKey, ToolCall
 from .secret import AccessToken, ApiKey, SubjectToken
 from .watch import CompletionWatchers
 
@@ -211,14 +216,14 @@ class McpConnect:
         wait_seconds: int = 20,
         retry: RetryPolicy | None = None,
         replies: Replies | None = None,
-        client: McpConnectClient | None = None,
+        client: ConnectClient | None = None,
         subject: Callable[[Context[Any, Any]], str | None] = _subject_from_auth,
         subject_token: Callable[[Context[Any, Any]], SubjectToken | None] = _subject_token_from_auth,
-        watch_client: McpConnectClient | None = None,
+        watch_client: ConnectClient | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 30:
             raise ValueError("wait_seconds is 0 (off) to 30")
-        self.client = client or McpConnectClient(url, api_key, retry=retry)
+        self.client = client or ConnectClient(url, api_key, retry=retry)
         # The 2025-11-25 completion watchers' long polls: never on the token calls' pool.
         if watch_client is None:
             watch_client = self.client.with_own_pool(WATCH_CONNECTIONS)
@@ -371,7 +376,7 @@ class McpConnect:
         now = time.time()
         try:
             tool_call: ToolCall | None = ToolCall.of(call.subject, call.tool, call.arguments)
-        except UnsealableCall:
+        except CanonicalizationError:
             tool_call = None
         legacy_key: CallKey | None = None
         if call.legacy and tool_call is not None:
@@ -404,7 +409,7 @@ class McpConnect:
             if answered is not None:
                 try:
                     await self.client.cancel_elicitation(answered, reason)
-                except McpConnectError as e:
+                except ConnectError as e:
                     logger.warning("could not close the link at mcp-connect (%s)", e.code or type(e).__name__)
             return self.replies.not_connected(call.provider)
         if call.answer is not None and call.answer != "accept":
@@ -423,7 +428,7 @@ class McpConnect:
         )
         try:
             outcome = await self.client.token(request)
-        except McpConnectError as e:
+        except ConnectError as e:
             logger.warning("mcp-connect could not answer (%s)", e.code or type(e).__name__)
             return self.replies.failed(call.provider, e.code or "unavailable")
         if isinstance(outcome, Connected):

@@ -18,7 +18,13 @@ from typing import Any
 import anyio
 import httpx2
 import jwt
-from mcp.server.auth.provider import AccessToken
+
+from ._lazy import mcp_missing
+
+try:
+    from mcp.server.auth.provider import AccessToken
+except ModuleNotFoundError as e:
+    mcp_missing("JwtVerifier (mcp_connect.auth)", e)
 
 __all__ = ["JwtVerifier"]
 

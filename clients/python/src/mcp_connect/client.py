@@ -10,13 +10,14 @@ import json
 import logging
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import anyio
 import httpx2
 
-from .errors import ApiError, InvalidResponse, McpConnectError, TransportError, Unavailable
+from ._lazy import renamed
+from .errors import ApiError, ConnectError, InvalidResponseError, TransportError, UnavailableError
 from .models import (
     Cancelled,
     CancelReason,
@@ -30,7 +31,7 @@ from .models import (
 )
 from .secret import ApiKey
 
-__all__ = ["McpConnectClient", "RetryPolicy"]
+__all__ = ["ConnectClient", "RetryPolicy"]
 
 logger = logging.getLogger("mcp_connect")
 
@@ -46,7 +47,7 @@ class RetryPolicy:
 
     # Retries after the first attempt.
     max_retries: int = 2
-    # A `Retry-After` longer than this is not waited for: the caller gets `Unavailable`
+    # A `Retry-After` longer than this is not waited for: the caller gets `UnavailableError`
     # at once (a tool call should not hang for minutes).
     max_delay: float = 10.0
     # The sum of all waits stays within this.
@@ -80,7 +81,7 @@ def _error_body(body: bytes, status: int) -> tuple[str, str]:
     return f"http_{status}", "the answer carried no JSON error body"
 
 
-class McpConnectClient:
+class ConnectClient:
     """A client of mcp-connect's `/v1` API for one tenant (the API key decides which).
 
     `base_url` is mcp-connect's public base URL, e.g. `https://connect.example.com` (a
@@ -119,11 +120,11 @@ class McpConnectClient:
             follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout), limits=limits
         )
 
-    def with_own_pool(self, max_connections: int) -> McpConnectClient:
+    def with_own_pool(self, max_connections: int) -> ConnectClient:
         """A client of the same service, API key, retry policy and timeouts on a connection
         pool of its own, of at most `max_connections`: for long polls, which must never hold
         the connections the token calls need. Close it separately."""
-        return McpConnectClient(
+        return ConnectClient(
             self._base,
             self._key,
             retry=self.retry,
@@ -133,9 +134,9 @@ class McpConnectClient:
         )
 
     def __repr__(self) -> str:
-        return f"McpConnectClient({self._base!r}, {self._key!r})"
+        return f"ConnectClient({self._base!r}, {self._key!r})"
 
-    async def __aenter__(self) -> McpConnectClient:
+    async def __aenter__(self) -> ConnectClient:
         return self
 
     async def __aexit__(
@@ -154,7 +155,7 @@ class McpConnectClient:
             return parse_token_answer(body)
         except ValueError as e:
             # pydantic's message quotes the input, and the input may hold a token.
-            raise InvalidResponse(f"token answer: {_fields_of(e)}") from None
+            raise InvalidResponseError(f"token answer: {_fields_of(e)}") from None
 
     async def elicitation(self, elicitation_id: str, *, wait_seconds: int | None = None) -> ElicitationInfo:
         """`GET /v1/elicitations/{id}`; with `wait_seconds` (0-30) a pending one is answered
@@ -164,7 +165,7 @@ class McpConnectClient:
         try:
             return ElicitationInfo.model_validate_json(body)
         except ValueError as e:
-            raise InvalidResponse(f"elicitation answer: {_fields_of(e)}") from None
+            raise InvalidResponseError(f"elicitation answer: {_fields_of(e)}") from None
 
     async def cancel_elicitation(self, elicitation_id: str, reason: CancelReason) -> Cancelled:
         """`POST /v1/elicitations/{id}/cancel`: the MCP client answered the URL elicitation
@@ -174,7 +175,7 @@ class McpConnectClient:
         try:
             return Cancelled.model_validate_json(body)
         except ValueError as e:
-            raise InvalidResponse(f"cancel answer: {_fields_of(e)}") from None
+            raise InvalidResponseError(f"cancel answer: {_fields_of(e)}") from None
 
     @staticmethod
     def _id(elicitation_id: str) -> str:
@@ -214,7 +215,7 @@ class McpConnectClient:
                 and waited + delay <= self.retry.max_total
             )
             if not within:
-                raise Unavailable(status, code, retry_after)
+                raise UnavailableError(status, code, retry_after)
             logger.info("mcp-connect asked to retry (status %d, %s) in %.1f s", status, code, delay)
             await anyio.sleep(delay)
             waited += delay
@@ -236,9 +237,9 @@ class McpConnectClient:
                     async for chunk in resp.aiter_bytes():
                         body += chunk
                         if len(body) > MAX_BODY:
-                            raise InvalidResponse("answer body too large")
+                            raise InvalidResponseError("answer body too large")
                     return resp.status_code, _retry_after(resp.headers.get("retry-after")), bytes(body)
-        except McpConnectError:
+        except ConnectError:
             raise
         except TimeoutError:
             raise TransportError(f"no answer from mcp-connect within {deadline:.0f} s") from None
@@ -256,3 +257,10 @@ def _fields_of(e: ValueError) -> str:
         except Exception:  # noqa: BLE001 - only describing an error
             pass
     return type(e).__name__
+
+
+if TYPE_CHECKING:
+    # The earlier name; at run time answered by `__getattr__`, with a `DeprecationWarning`.
+    McpConnectClient = ConnectClient
+else:
+    __getattr__ = renamed(__name__, {"McpConnectClient": "ConnectClient"}, globals())

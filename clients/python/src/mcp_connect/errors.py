@@ -3,10 +3,14 @@ key, tokens and request bodies never go into a message."""
 
 from __future__ import annotations
 
-__all__ = ["ApiError", "InvalidResponse", "McpConnectError", "TransportError", "Unavailable"]
+from typing import TYPE_CHECKING
+
+from ._lazy import renamed
+
+__all__ = ["ApiError", "ConnectError", "InvalidResponseError", "TransportError", "UnavailableError"]
 
 
-class McpConnectError(Exception):
+class ConnectError(Exception):
     """Base of every error of the token client."""
 
     @property
@@ -15,7 +19,7 @@ class McpConnectError(Exception):
         return None
 
 
-class ApiError(McpConnectError):
+class ApiError(ConnectError):
     """mcp-connect refused the request with a stable code (e.g. `provider_not_allowed`,
     `elicitation_mismatch`, `invalid_api_key`)."""
 
@@ -30,7 +34,7 @@ class ApiError(McpConnectError):
         return self._code
 
 
-class Unavailable(McpConnectError):
+class UnavailableError(ConnectError):
     """mcp-connect or the provider is temporarily unavailable (503 or 429) and the retry
     budget is spent, or the server asked for a longer wait than the policy allows.
     `retry_after` is the server's `Retry-After` in seconds, when it sent one."""
@@ -46,9 +50,24 @@ class Unavailable(McpConnectError):
         return self._code
 
 
-class TransportError(McpConnectError):
+class TransportError(ConnectError):
     """The request did not reach mcp-connect, or its answer did not arrive in time."""
 
 
-class InvalidResponse(McpConnectError):
+class InvalidResponseError(ConnectError):
     """An answer that is not what the API documents (or larger than 64 KiB)."""
+
+
+if TYPE_CHECKING:
+    # The earlier names (the TypeScript package's are the ones now). At run time they are
+    # answered by `__getattr__`, with a `DeprecationWarning`.
+    McpConnectError = ConnectError
+    Unavailable = UnavailableError
+    InvalidResponse = InvalidResponseError
+else:
+    _RENAMED = {
+        "McpConnectError": "ConnectError",
+        "Unavailable": "UnavailableError",
+        "InvalidResponse": "InvalidResponseError",
+    }
+    __getattr__ = renamed(__name__, _RENAMED, globals())

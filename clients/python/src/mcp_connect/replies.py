@@ -8,7 +8,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_types import CallToolResult, TextContent
+from ._lazy import mcp_missing
+
+try:
+    from mcp_types import CallToolResult, TextContent
+except ModuleNotFoundError as e:
+    mcp_missing("Replies (mcp_connect.replies)", e)
 
 __all__ = ["Replies"]
 

@@ -21,7 +21,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import rfc8785
 from nacl.bindings import (
@@ -30,14 +30,16 @@ from nacl.bindings import (
 )
 from nacl.exceptions import CryptoError
 
+from ._lazy import renamed
 from .models import valid_elicitation_id
 
 __all__ = [
+    "CanonicalizationError",
+    "InvalidRequestStateKeyError",
     "RequestState",
     "RequestStateError",
     "RequestStateKey",
     "ToolCall",
-    "UnsealableCall",
     "arguments_digest",
     "canonical_json",
 ]
@@ -82,6 +84,10 @@ class _Key:
         self.kid = _b64url(hashlib.sha256(KID_DOMAIN + secret).digest()[:KID_BYTES])
 
 
+class InvalidRequestStateKeyError(ValueError):
+    """A request-state key that is not 32 bytes (of standard base64, from a string)."""
+
+
 class RequestStateKey:
     """The AEAD key(s) for request states: the current one seals, the one a state names by
     its key id opens it (a key can rotate without failing the calls in flight). Keep it
@@ -91,7 +97,7 @@ class RequestStateKey:
 
     def __init__(self, key: bytes, previous: tuple[_Key, ...] = ()) -> None:
         if not isinstance(key, bytes | bytearray) or len(key) != 32:
-            raise ValueError("a request-state key is 32 bytes")
+            raise InvalidRequestStateKeyError("a request-state key is 32 bytes")
         self._current = _Key(bytes(key))
         self._previous = previous
 
@@ -101,9 +107,9 @@ class RequestStateKey:
         try:
             raw = base64.b64decode(text.strip(), validate=True)
         except (binascii.Error, ValueError):
-            raise ValueError("a request-state key is 32 bytes, standard base64 encoded") from None
+            raise InvalidRequestStateKeyError("a request-state key is 32 bytes, standard base64 encoded") from None
         if len(raw) != 32:
-            raise ValueError("a request-state key is 32 bytes, standard base64 encoded")
+            raise InvalidRequestStateKeyError("a request-state key is 32 bytes, standard base64 encoded")
         return cls(raw)
 
     @classmethod
@@ -135,7 +141,7 @@ class RequestStateKey:
         raise TypeError("RequestStateKey cannot be pickled")
 
 
-class UnsealableCall(ValueError):
+class CanonicalizationError(ValueError):
     """The call's arguments have no RFC 8785 form (an unpaired surrogate, a number beyond
     a double): no state can be sealed for it, and the server asks again without one."""
 
@@ -149,9 +155,9 @@ def _as_doubles(v: Any) -> Any:
         try:
             f = float(v)
         except OverflowError:
-            raise UnsealableCall("a number beyond the range of a double") from None
+            raise CanonicalizationError("a number beyond the range of a double") from None
         if not math.isfinite(f):
-            raise UnsealableCall("a number that is not finite")
+            raise CanonicalizationError("a number that is not finite")
         return f
     if isinstance(v, list | tuple):
         return [_as_doubles(x) for x in v]
@@ -159,10 +165,10 @@ def _as_doubles(v: Any) -> Any:
         out: dict[str, Any] = {}
         for k, x in v.items():
             if not isinstance(k, str):
-                raise UnsealableCall("an object key that is not a string")
+                raise CanonicalizationError("an object key that is not a string")
             out[k] = _as_doubles(x)
         return out
-    raise UnsealableCall(f"a value that is not JSON ({type(v).__name__})")
+    raise CanonicalizationError(f"a value that is not JSON ({type(v).__name__})")
 
 
 def canonical_json(arguments: Any) -> str:
@@ -172,11 +178,11 @@ def canonical_json(arguments: Any) -> str:
         return "{}"
     try:
         return rfc8785.dumps(_as_doubles(arguments)).decode("utf-8")
-    except UnsealableCall:
+    except CanonicalizationError:
         raise
     except (rfc8785.CanonicalizationError, UnicodeError) as e:
         # RFC 8785 §3.2.2.2: strings with unpaired surrogates cannot be canonicalised.
-        raise UnsealableCall(str(e)) from None
+        raise CanonicalizationError(str(e)) from None
 
 
 def arguments_digest(arguments: Any) -> bytes:
@@ -195,7 +201,7 @@ class ToolCall:
 
     @classmethod
     def of(cls, subject: str, tool: str, arguments: Any) -> ToolCall:
-        """Raises `UnsealableCall` for text or arguments without a canonical form."""
+        """Raises `CanonicalizationError` for text or arguments without a canonical form."""
         return cls(_utf8(subject), _utf8(tool), arguments_digest(arguments))
 
     def associated_data(self, kid: str) -> bytes:
@@ -210,7 +216,7 @@ def _utf8(s: str) -> bytes:
     try:
         return s.encode("utf-8")
     except UnicodeError:
-        raise UnsealableCall("text that is not UTF-8") from None
+        raise CanonicalizationError("text that is not UTF-8") from None
 
 
 Reason = Literal["malformed", "invalid", "expired"]
@@ -315,3 +321,10 @@ class RequestState:
         if not _MIN_UNIX <= x <= _MAX_UNIX:
             raise RequestStateError("malformed")
         return cls(e, x), now >= x
+
+
+if TYPE_CHECKING:
+    # The earlier name; at run time answered by `__getattr__`, with a `DeprecationWarning`.
+    UnsealableCall = CanonicalizationError
+else:
+    __getattr__ = renamed(__name__, {"UnsealableCall": "CanonicalizationError"}, globals())

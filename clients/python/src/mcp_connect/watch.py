@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import McpConnectClient
-from .errors import ApiError, McpConnectError
+from .client import ConnectClient
+from .errors import ApiError, ConnectError
 from .models import ElicitationStatus
 
 __all__ = ["CompletionWatchers"]
@@ -54,7 +54,7 @@ class _Poll:
 class CompletionWatchers:
     """The background waits of one `McpConnect`. Not thread-safe: one event loop."""
 
-    def __init__(self, client: McpConnectClient, *, connections: int, total: int, per_subject: int) -> None:
+    def __init__(self, client: ConnectClient, *, connections: int, total: int, per_subject: int) -> None:
         if connections < 1 or total < 0 or per_subject < 0:
             raise ValueError("connections is at least 1; total and per_subject are not negative")
         self._client = client
@@ -155,7 +155,7 @@ class CompletionWatchers:
             except ApiError as e:
                 logger.info("stopped waiting for an elicitation (%s)", e.code)
                 return False
-            except McpConnectError:
+            except ConnectError:
                 await asyncio.sleep(5)
                 continue
             if info.status == ElicitationStatus.COMPLETED:
