@@ -65,6 +65,14 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 export const ELICITATION_STATUSES = ['pending', 'completed', 'declined', 'expired', 'cancelled'] as const;
 export type ElicitationStatus = (typeof ELICITATION_STATUSES)[number];
 
+/**
+ * How an MCP server uses a handed-out credential (`credential_type` of a `/v1/token`
+ * answer): `oauth2` a bearer token, `api_key` as the provider documents its key, `basic`
+ * HTTP Basic with `fields.username` and the token as the password. openapi.json types it
+ * `string` (no enum), so a later mcp-connect may add a kind; see `TokenOutcome`.
+ */
+export type CredentialType = 'oauth2' | 'api_key' | 'basic';
+
 /** The `status` variants of a `/v1/token` answer (openapi.json `TokenAnswer`). */
 export const TOKEN_STATUSES = ['connected', 'connect_required', 'declined'] as const;
 
@@ -203,8 +211,13 @@ export type TokenOutcome =
       status: 'connected';
       /** Redacted in logs and JSON; `token.reveal()` for the provider call. */
       token: AccessToken;
-      /** `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page). */
-      credentialType: string;
+      /**
+       * `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page). Open
+       * (`(string & {})`, as `ElicitationInfo.status`): a kind a later mcp-connect adds
+       * arrives as it is, so a tool that switches on it needs a `default` that refuses
+       * what it does not know how to present, rather than this client refusing the answer.
+       */
+      credentialType: CredentialType | (string & {});
       /** `api_key` and `basic`: every field typed, by name, each redacted like `token`. */
       fields: Record<string, AccessToken> | null;
       tokenType: string;
@@ -279,7 +292,7 @@ function credentialFields(o: Obj): Record<string, AccessToken> | null {
 function strings(o: Obj, k: string, what: string): string[] {
   const v = o[k];
   if (!Array.isArray(v) || !v.every((s) => typeof s === 'string')) throw new ShapeError(`${what}.${k} is not a list of strings`);
-  return v as string[];
+  return v;
 }
 function date(o: Obj, k: string, what: string): Date {
   const d = new Date(str(o, k, what));
@@ -352,6 +365,8 @@ export function parseCancelled(body: unknown): CancelledInfo {
 
 // --- The compiler checks that WIRE and the wire types name the same fields -----------
 
+// The usual exact-equality test: T appears once on each side on purpose.
+// eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 type RequiredKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? never : K }[keyof T];
 type Described<D> = { all: keyof D; required: { [K in keyof D]: D[K] extends true ? K : never }[keyof D] };

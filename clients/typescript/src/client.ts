@@ -9,6 +9,7 @@ import {
   type CancelReason,
   type CancelledInfo,
   type ElicitationInfo,
+  type ErrorCode,
   type TokenBodyWire,
   type TokenOutcome,
   type TokenRequest,
@@ -42,12 +43,23 @@ export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
   defaultDelayMs: 1_000,
 });
 
+/**
+ * The `code` of a ConnectError: one of the API's stable codes (`ErrorCode`), `unavailable`
+ * (the request or its answer failed on the way: TransportError, InvalidResponseError), or
+ * `http_<status>` (an error answer without the API's JSON body).
+ *
+ * Open on purpose (`(string & {})`): mcp-connect documents that new codes may appear, and
+ * a code a newer server sends arrives as it is rather than failing the call here. Editors
+ * still offer the known codes; a `switch` over it needs a `default`.
+ */
+export type ConnectErrorCode = ErrorCode | 'unavailable' | `http_${number}` | (string & {});
+
 /** Why a call did not produce an answer. `code` is what a tool may show (no secret). */
 export class ConnectError extends Error {
   override readonly name: string = 'ConnectError';
   constructor(
     message: string,
-    readonly code: string,
+    readonly code: ConnectErrorCode,
     options?: { cause?: unknown },
   ) {
     super(message, options);
@@ -59,7 +71,7 @@ export class ApiError extends ConnectError {
   override readonly name = 'ApiError';
   constructor(
     readonly status: number,
-    code: string,
+    code: ConnectErrorCode,
     readonly description: string,
   ) {
     super(`mcp-connect answered ${status}: ${code}: ${description}`, code);
@@ -70,7 +82,7 @@ export class ApiError extends ConnectError {
 export class UnavailableError extends ConnectError {
   override readonly name = 'UnavailableError';
   constructor(
-    code: string,
+    code: ConnectErrorCode,
     /** The server's Retry-After, in milliseconds, when it sent one. */
     readonly retryAfterMs: number | undefined,
   ) {
@@ -146,7 +158,7 @@ function json(body: Uint8Array): unknown {
 }
 
 /** The API's `{"error", "error_description"}`, or a stand-in naming the status. */
-function errorBody(body: Uint8Array, status: number): { code: string; description: string } {
+function errorBody(body: Uint8Array, status: number): { code: ConnectErrorCode; description: string } {
   const v = json(body) as { error?: unknown; error_description?: unknown } | undefined;
   if (v && typeof v.error === 'string') {
     return { code: v.error, description: typeof v.error_description === 'string' ? v.error_description : '' };
@@ -216,6 +228,8 @@ export class ConnectClient {
    * `cancel` or `decline`, so the link must stop working. Harmless to repeat.
    */
   async cancelElicitation(id: string, reason: CancelReason, options: { signal?: AbortSignal } = {}): Promise<CancelledInfo> {
+    // For untyped callers: the type already says so.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
     if (reason !== 'cancel' && reason !== 'decline') throw new TypeError('reason is cancel or decline');
     const answer = await this.#send('POST', ['v1', 'elicitations', this.#id(id), 'cancel'], { body: { reason }, signal: options.signal });
     return this.#parse(() => parseCancelled(answer));

@@ -14,7 +14,7 @@
 
 import { type AccessToken, SubjectToken } from './secret.js';
 import type { TokenOutcome } from './api.js';
-import { ApiError, type ConnectClient, ConnectError } from './client.js';
+import { ApiError, type ConnectClient, ConnectError, type ConnectErrorCode } from './client.js';
 import { type RequestStateKey, RequestStateError, openRequestState, sealRequestState } from './requestState.js';
 import { PendingElicitations } from './pending.js';
 
@@ -38,8 +38,9 @@ export type UrlElicitation = 'input_required' | 'error_32042' | 'setup_link';
  * had no URL mode whatever a client claims.
  */
 export function urlElicitation(revision: string | undefined, capabilities: unknown): UrlElicitation {
-  const elicitation = (capabilities as { elicitation?: { url?: unknown } } | undefined)?.elicitation;
-  const urlCapable = typeof elicitation === 'object' && elicitation !== null && elicitation.url !== undefined && elicitation.url !== null;
+  const elicitation: unknown = (capabilities as { elicitation?: unknown } | null | undefined)?.elicitation;
+  const url = typeof elicitation === 'object' && elicitation !== null ? (elicitation as { url?: unknown }).url : undefined;
+  const urlCapable = url !== undefined && url !== null;
   if (!urlCapable || revision === undefined) return 'setup_link';
   if (revision >= FIRST_MODERN_REVISION) return 'input_required';
   return revision === URL_MODE_REVISION ? 'error_32042' : 'setup_link';
@@ -60,7 +61,7 @@ export interface Results {
   /** The client has no URL mode: the link to open outside the workflow. */
   setupLink(provider: string, url: string): ToolResult;
   /** mcp-connect could not answer (its stable error code; no secret). */
-  failed(provider: string, code: string): ToolResult;
+  failed(provider: string, code: ConnectErrorCode): ToolResult;
   /** The provider argument names a provider this server does not serve. */
   unknownProvider(provider: string): ToolResult;
 }
@@ -97,7 +98,8 @@ export interface Logger {
   warn(message: string, fields?: Record<string, unknown>): void;
 }
 
-export interface GateOptions {
+/** The options of McpConnect (both adapters). */
+export interface McpConnectOptions {
   client: ConnectClient;
   stateKey: RequestStateKey;
   /** wait_seconds on the retry after `accept` (default 20; 0 disables). */
@@ -218,13 +220,18 @@ interface Poll {
 /** Resolves after `ms`, or at once when `signal` aborts. */
 function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
+    if (signal.aborted) {
+      resolve();
+      return;
+    }
     const done = () => {
       clearTimeout(timer);
       signal.removeEventListener('abort', done);
       resolve();
     };
     const timer = setTimeout(done, Math.max(0, ms));
+    // Timers of other runtimes (or DOM typings) may have no unref.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
     timer.unref?.();
     signal.addEventListener('abort', done, { once: true });
   });
@@ -249,7 +256,7 @@ export class ConnectGate {
   /** Each subject's polls (elicitation ids), oldest first. */
   readonly #pollsBySubject = new Map<string, Set<string>>();
 
-  constructor(options: GateOptions) {
+  constructor(options: McpConnectOptions) {
     this.client = options.client;
     this.#key = options.stateKey;
     this.#wait = options.waitSeconds ?? 20;
@@ -445,6 +452,8 @@ export class ConnectGate {
       try {
         status = (await this.client.elicitation(id, { waitSeconds, signal })).status;
       } catch (e) {
+        // The abort may have come while the request was out (narrowed by the loop test).
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
         if (signal.aborted) return;
         if (e instanceof ApiError) {
           this.#log.warn('stopped watching an elicitation', { code: e.code });

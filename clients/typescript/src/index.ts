@@ -1,6 +1,10 @@
 // @mcp-connect/client: what a TypeScript MCP server needs to use mcp-connect. The SDK
 // adapters are in '@mcp-connect/client/server' (@modelcontextprotocol/server 2.4) and
 // '@mcp-connect/client/sdk' (@modelcontextprotocol/sdk 1.32).
+//
+// Each name here is a promise kept across minor versions, so the list is explicit (no
+// `export *`): the wire descriptions, parsers and limits stay inside the package, and
+// test/exports.test.ts holds this list and api-report.md the shape of each name.
 
 export { AccessToken, ApiKey, Secret, SubjectToken } from './secret.js';
 export {
@@ -8,17 +12,29 @@ export {
   ConnectClient,
   type ConnectClientOptions,
   ConnectError,
-  DEFAULT_RETRY,
+  type ConnectErrorCode,
   InvalidResponseError,
-  MAX_BODY,
   type RetryPolicy,
   TransportError,
   UnavailableError,
 } from './client.js';
-export * from './api.js';
+export type {
+  Account,
+  CancelReason,
+  CancelledInfo,
+  CredentialType,
+  ElicitationInfo,
+  ElicitationStatus,
+  ErrorCode,
+  McpUrlElicitation,
+  TokenOutcome,
+  TokenRequest,
+} from './api.js';
 export { CanonicalizationError, canonicalJson } from './jcs.js';
 export {
+  // eslint-disable-next-line @typescript-eslint/no-deprecated -- kept for one release
   InvalidRequestStateKey,
+  InvalidRequestStateKeyError,
   type RequestState,
   RequestStateError,
   RequestStateKey,
@@ -27,6 +43,5 @@ export {
   argumentsDigest,
   openRequestState,
   sealRequestState,
-  sealRequestStateWithNonce,
 } from './requestState.js';
-export * from './gate.js';
+export { type UrlElicitation, urlElicitation } from './gate.js';

@@ -69,12 +69,17 @@ class Key {
 }
 
 /** A request-state key that is not 32 bytes of standard base64. */
-export class InvalidRequestStateKey extends Error {
-  override readonly name = 'InvalidRequestStateKey';
+export class InvalidRequestStateKeyError extends Error {
+  override readonly name = 'InvalidRequestStateKeyError';
   constructor() {
     super('a request-state key is 32 bytes, standard base64 encoded');
   }
 }
+
+/** @deprecated Renamed `InvalidRequestStateKeyError` (the same class); this name goes in a later release. */
+export const InvalidRequestStateKey = InvalidRequestStateKeyError;
+/** @deprecated Renamed `InvalidRequestStateKeyError`; this name goes in a later release. */
+export type InvalidRequestStateKey = InvalidRequestStateKeyError;
 
 /**
  * The AEAD key(s) for request states: the current one seals, the one a state names by its
@@ -96,16 +101,18 @@ export class RequestStateKey {
   }
 
   static fromBytes(bytes: Uint8Array): RequestStateKey {
-    if (!(bytes instanceof Uint8Array) || bytes.length !== 32) throw new InvalidRequestStateKey();
+    if (!(bytes instanceof Uint8Array) || bytes.length !== 32) throw new InvalidRequestStateKeyError();
     return new RequestStateKey(new Key(bytes), []);
   }
 
   /** 32 bytes in standard base64 (e.g. `openssl rand -base64 32`). */
   static fromBase64(text: string): RequestStateKey {
+    // String(): an untyped caller may hand in something else (a Buffer read from a file).
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-conversion
     const s = String(text).trim();
-    if (!BASE64.test(s)) throw new InvalidRequestStateKey();
+    if (!BASE64.test(s)) throw new InvalidRequestStateKeyError();
     const bytes = Buffer.from(s, 'base64');
-    if (bytes.toString('base64') !== s) throw new InvalidRequestStateKey();
+    if (bytes.toString('base64') !== s) throw new InvalidRequestStateKeyError();
     return RequestStateKey.fromBytes(new Uint8Array(bytes));
   }
 

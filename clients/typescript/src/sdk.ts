@@ -24,13 +24,15 @@ import {
   type Call,
   ConnectGate,
   type ConnectedToolOptions,
-  type GateOptions,
   URL_MODE_REVISION,
   isKnownProvider,
   providerOf,
   urlElicitation,
 } from './gate.js';
 import type { AccessToken } from './secret.js';
+
+// The option and callback types McpConnect's signatures name (the same in both adapters).
+export type { AuthInfoLike, ConnectedToolOptions, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
 
 export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
@@ -43,7 +45,12 @@ export interface Connection {
 
 export type ConnectedToolHandler<Args> = (args: Args, conn: Connection, extra: Extra) => CallToolResult | Promise<CallToolResult>;
 
-export type ToolConfig = Parameters<McpServer['registerTool']>[1];
+/**
+ * The second argument of McpServer.registerTool (title, description, inputSchema, ...),
+ * read off the method's signature. (`Parameters<>` yields `never` here, as the SDK's
+ * callback type does not fit `(...args: any) => any`, and no config would type-check.)
+ */
+export type ToolConfig = McpServer['registerTool'] extends (name: string, config: infer C, ...rest: never[]) => unknown ? C : never;
 
 /**
  * The revision of this request: the MCP-Protocol-Version header Streamable HTTP clients
@@ -51,6 +58,7 @@ export type ToolConfig = Parameters<McpServer['registerTool']>[1];
  * only be speaking 2025-11-25, the first revision that has it.
  */
 function revisionOf(extra: Extra, capabilities: unknown): string | undefined {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- headers as the SDK types them; kept optional for transports that leave them out
   const h = extra.requestInfo?.headers?.['mcp-protocol-version'];
   const header = Array.isArray(h) ? h[0] : h;
   if (typeof header === 'string') return header;
@@ -77,10 +85,6 @@ function watchersOf(server: McpServer): Map<string, AbortController> {
 }
 
 export class McpConnect extends ConnectGate {
-  constructor(options: GateOptions) {
-    super(options);
-  }
-
   /**
    * Registers `name` on `server` as a tool that needs the user's token at a provider.
    * `handler` runs only once mcp-connect handed out the token; otherwise the adapter
@@ -101,8 +105,8 @@ export class McpConnect extends ConnectGate {
       const subject = this.subjectOf(extra.authInfo);
       if (subject === undefined) throw new McpError(ErrorCode.InternalError, 'no authenticated subject on the request');
       const provider = providerOf(options, args);
-      if (provider === undefined) throw new McpError(ErrorCode.InvalidParams, `${options.providerArg} is required`);
-      if (!isKnownProvider(options, provider)) return this.results.unknownProvider(provider) as CallToolResult;
+      if (provider === undefined) throw new McpError(ErrorCode.InvalidParams, `${options.providerArg ?? 'the provider'} is required`);
+      if (!isKnownProvider(options, provider)) return this.results.unknownProvider(provider);
       const capabilities = server.server.getClientCapabilities();
       const call: Call = {
         subject,
@@ -120,7 +124,7 @@ export class McpConnect extends ConnectGate {
         case 'token':
           return handler(args, { provider, token: access.token, outcome: access.outcome }, extra);
         case 'result':
-          return access.result as CallToolResult;
+          return access.result;
         case 'input_required':
           throw new McpError(ErrorCode.InternalError, 'input_required is not available on this SDK');
         case 'error_32042': {

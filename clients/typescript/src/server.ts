@@ -33,7 +33,6 @@ import {
   type Call,
   ConnectGate,
   type ConnectedToolOptions,
-  type GateOptions,
   INPUT_KEY,
   type Resumed,
   type ToolResult,
@@ -46,6 +45,9 @@ import { RequestStateError } from './requestState.js';
 import type { AccessToken } from './secret.js';
 import type { TokenOutcome } from './api.js';
 
+// The option and callback types McpConnect's signatures name (the same in both adapters).
+export type { AuthInfoLike, ConnectedToolOptions, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
+
 /** What a connected tool's body gets besides its arguments. */
 export interface Connection {
   provider: string;
@@ -56,8 +58,22 @@ export interface Connection {
 
 export type ConnectedToolHandler<Args> = (args: Args, conn: Connection, ctx: ServerContext) => CallToolResult | Promise<CallToolResult>;
 
-/** The second argument of McpServer.registerTool (title, description, inputSchema, ...). */
-export type ToolConfig = Parameters<McpServer['registerTool']>[1];
+/** The config argument of each of a pair of overloads (inferred from the last two). */
+type ConfigOfOverloads<F> = F extends {
+  (name: string, config: infer A, ...rest: never[]): unknown;
+  // Two signatures on purpose: inference reads one overload per signature.
+  // eslint-disable-next-line @typescript-eslint/unified-signatures
+  (name: string, config: infer B, ...rest: never[]): unknown;
+}
+  ? A | B
+  : never;
+
+/**
+ * The second argument of McpServer.registerTool (title, description, inputSchema, ...).
+ * It has two overloads: a Standard Schema (`z.object(...)`, `fromJsonSchema(...)`) and the
+ * deprecated raw zod shape; `Parameters<>` would see the last one only, refusing the first.
+ */
+export type ToolConfig = ConfigOfOverloads<McpServer['registerTool']>;
 
 /** One tools/call of a connected tool, prepared before McpServer runs the tool. */
 type Prepared = { call: Call; resumed: Resumed } | { result: ToolResult };
@@ -74,12 +90,17 @@ const PREPARED = new WeakMap<object, Prepared>();
 
 function revisionOf(server: McpServer, ctx: ServerContext): string | undefined {
   const v = (ctx.mcpReq.envelope as Record<string, unknown> | undefined)?.[PROTOCOL_VERSION_META_KEY];
+  // Deprecated for 2026-07-28 requests, which the envelope answers above; for 2025-era
+  // sessions it is the initialize-negotiated revision, which is what is wanted here.
+  // eslint-disable-next-line @typescript-eslint/no-deprecated
   return typeof v === 'string' ? v : server.server.getNegotiatedProtocolVersion();
 }
 
 /** 2026-07-28: the request's own capabilities; 2025-11-25: those declared at initialize. */
 function capabilitiesOf(server: McpServer, ctx: ServerContext): unknown {
   const envelope = ctx.mcpReq.envelope as Record<string, unknown> | undefined;
+  // As above: only 2025-era sessions get here, for which this is the initialize-scoped value.
+  // eslint-disable-next-line @typescript-eslint/no-deprecated
   return envelope !== undefined ? envelope[CLIENT_CAPABILITIES_META_KEY] : server.server.getClientCapabilities();
 }
 
@@ -99,7 +120,7 @@ function prepare(server: McpServer, entry: ServerEntry, request: { params: { nam
   if (subject === undefined) throw new ProtocolError(ProtocolErrorCode.InternalError, 'no authenticated subject on the request');
   const args = request.params.arguments ?? {};
   const provider = providerOf(options, args);
-  if (provider === undefined) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `${options.providerArg} is required`);
+  if (provider === undefined) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `${options.providerArg ?? 'the provider'} is required`);
   if (!isKnownProvider(options, provider)) {
     PREPARED.set(ctx, { result: gate.results.unknownProvider(provider) });
     return;
@@ -135,6 +156,8 @@ function entryOf(server: McpServer): ServerEntry {
   }
   const entry: ServerEntry = { tools: new Map(), watchers: new Map() };
   SERVERS.set(server, entry);
+  // Called below with the server's own `this`, as the wrapper it is replaced by.
+  // eslint-disable-next-line @typescript-eslint/unbound-method
   const own = low.setRequestHandler;
   const wrapping = function (this: typeof low, method: string, ...rest: unknown[]) {
     if (method === 'tools/call' && typeof rest[0] === 'function') {
@@ -174,10 +197,6 @@ function providerChanged(sent: string, validated: string | undefined): CallToolR
 }
 
 export class McpConnect extends ConnectGate {
-  constructor(options: GateOptions) {
-    super(options);
-  }
-
   /**
    * Registers `name` on `server` as a tool that needs the user's token at a provider.
    * `handler` runs only once mcp-connect handed out the token; otherwise the adapter
@@ -200,7 +219,7 @@ export class McpConnect extends ConnectGate {
       const [args, ctx] = (a.length >= 2 ? a : [{}, a[0]]) as [Args, ServerContext];
       const prepared = PREPARED.get(ctx);
       if (prepared === undefined) throw new Error('mcp-connect: the tools/call wrapper did not run');
-      if ('result' in prepared) return prepared.result as CallToolResult;
+      if ('result' in prepared) return prepared.result;
       // The wrapper read the provider from the arguments as sent; the body gets them as
       // the inputSchema made them. A schema that coerces, defaults or transforms could
       // make the two name different providers: the body would get one provider's token
@@ -212,7 +231,8 @@ export class McpConnect extends ConnectGate {
       const access = await this.access(prepared.call, prepared.resumed);
       return this.#answer(server, entry, prepared.call, access, args, ctx, handler);
     };
-    return server.registerTool(name, config, callback as never);
+    // Which overload `config` fits is the caller's business; the callback fits both.
+    return server.registerTool(name, config as never, callback as never);
   }
 
   async #answer<Args>(
@@ -228,7 +248,7 @@ export class McpConnect extends ConnectGate {
       case 'token':
         return handler(args, { provider: call.provider, token: access.token, outcome: access.outcome }, ctx);
       case 'result':
-        return access.result as CallToolResult;
+        return access.result;
       case 'input_required':
         return inputRequired({
           inputRequests: { [INPUT_KEY]: inputRequired.elicitUrl({ message: access.message, url: access.url }) },
@@ -411,7 +431,7 @@ export function createConnectHandler(factory: McpServerFactory, options: Connect
       slots.clear();
       sessions.clear();
       byOwner.clear();
-      await Promise.all(all.map((s) => s.transport?.close().catch(() => {})));
+      await Promise.all(all.flatMap((s) => (s.transport === undefined ? [] : [s.transport.close().catch(() => {})])));
     },
   };
 }

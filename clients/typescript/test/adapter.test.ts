@@ -7,21 +7,44 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { after, describe, test } from 'node:test';
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { McpServer, fromJsonSchema } from '@modelcontextprotocol/server';
+import { Client, type ClientCapabilities, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { McpServer, type StandardSchemaWithJSON, fromJsonSchema } from '@modelcontextprotocol/server';
 import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as LegacyTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpServer as McpServer132 } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { WebStandardStreamableHTTPServerTransport as Transport132 } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { ConnectClient, PendingElicitations, RequestStateKey, SubjectToken, openRequestState, sealRequestState, urlElicitation } from '../dist/index.js';
-import { McpConnect, createConnectHandler } from '../dist/server.js';
-import { McpConnect as McpConnect132 } from '../dist/sdk.js';
+import { type AccessToken, ConnectClient, RequestStateKey, SubjectToken, type UrlElicitation, openRequestState, sealRequestState, urlElicitation } from '@mcp-connect/client';
+import { type ConnectHandlerOptions, McpConnect, type McpConnectOptions, createConnectHandler } from '@mcp-connect/client/server';
+import { McpConnect as McpConnect132 } from '@mcp-connect/client/sdk';
+// The 2025-11-25 session memory (not exported): from the module itself.
+import { PendingElicitations } from '../dist/pending.js';
+import { listen, settled } from './helpers.js';
+
+/** What a JSON-RPC error thrown by the SDK clients carries, as far as these tests read it. */
+interface RpcError extends Error {
+  code: unknown;
+  data: { elicitations: Array<Record<string, unknown>> };
+}
+const rpcError = (e: unknown) => e as RpcError;
+
+/** A tools/call answer as the 2.4 client hands it out with `allowInputRequired`. */
+interface Answered {
+  content: Array<{ type: string; text?: string }>;
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
+  resultType?: string;
+  requestState?: string;
+  inputRequests?: Record<string, { params: { url: string } }>;
+}
+const answered = (r: unknown) => r as Answered;
+
+type Answer = 'accept' | 'decline' | 'cancel';
 
 test('the decision table: revision x capabilities', () => {
   const url = { elicitation: { form: {}, url: {} } };
-  const rows = [
+  const rows: Array<[string | undefined, unknown, UrlElicitation]> = [
     ['2026-07-28', url, 'input_required'],
     ['2026-09-01', url, 'input_required'],
     ['2025-11-25', url, 'error_32042'],
@@ -40,110 +63,190 @@ test('the decision table: revision x capabilities', () => {
 
 // --- A peer that answers as mcp-connect ------------------------------------------------
 
-const uuid = (n) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+const uuid = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+
+interface Elicitation {
+  id: string;
+  status: string;
+  subject: string;
+  provider: string;
+  cancel_reason?: string | null;
+}
+/** A request body the peer got (the /v1/token fields, or a cancel's `reason`). */
+interface Body {
+  subject: string;
+  provider: string;
+  subject_token?: string;
+  elicitation_id?: string;
+  wait_seconds?: number;
+  mcp_session_id?: string;
+  reason?: string;
+}
+interface Recorded {
+  method: string | undefined;
+  path: string;
+  query: string;
+  body: Body | undefined;
+  auth: string | undefined;
+}
 
 async function fakeConnect() {
-  const state = { elicitations: new Map(), connected: new Set(), calls: [], refuse: undefined, n: 0 };
+  const state = {
+    elicitations: new Map<string, Elicitation>(),
+    connected: new Set<string>(),
+    calls: [] as Recorded[],
+    refuse: undefined as string | undefined,
+    n: 0,
+  };
   const server = createServer((req, res) => {
     let text = '';
-    req.on('data', (c) => (text += c));
-    req.on('end', async () => {
-      const url = new URL(req.url, 'http://x');
-      const body = text ? JSON.parse(text) : undefined;
-      state.calls.push({ method: req.method, path: url.pathname, query: url.search, body, auth: req.headers.authorization });
-      const send = (status, v) => {
-        res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(v));
-      };
-      if (state.refuse) return send(403, { error: state.refuse, error_description: 'refused' });
-      const m = url.pathname.match(/^\/v1\/elicitations\/([^/]+)(\/cancel)?$/);
-      if (url.pathname === '/v1/token') {
-        const key = `${body.subject}/${body.provider}`;
-        const e = body.elicitation_id && state.elicitations.get(body.elicitation_id);
-        if (state.connected.has(key) || e?.status === 'completed') {
-          return send(200, { status: 'connected', access_token: `tok-${body.subject}`, token_type: 'bearer', expires_at: null, scopes: [], account: null, connection_id: uuid(999) });
+    req.on('data', (c: Buffer) => (text += c.toString()));
+    req.on('end', () => {
+      void (async (): Promise<void> => {
+        const url = new URL(req.url ?? '/', 'http://x');
+        const body = text ? (JSON.parse(text) as Body) : undefined;
+        state.calls.push({ method: req.method, path: url.pathname, query: url.search, body, auth: req.headers.authorization });
+        const send = (status: number, v: unknown) => {
+          res.writeHead(status, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(v));
+        };
+        if (state.refuse) {
+          send(403, { error: state.refuse, error_description: 'refused' });
+          return;
         }
-        if (e?.status === 'declined') return send(200, { status: 'declined', elicitation_id: e.id });
-        const el = e && e.status === 'pending' ? e : { id: uuid(++state.n), status: 'pending', subject: body.subject, provider: body.provider };
-        state.elicitations.set(el.id, el);
-        const link = `http://connect.test/connect/${body.provider}?e=${el.id}`;
-        const expires = new Date(Date.now() + 900_000).toISOString();
-        return send(200, {
-          status: 'connect_required',
-          elicitation: { id: el.id, url: link, expires_at: expires },
-          mcp: { mode: 'url', message: `Connect ${body.provider}`, url: link, elicitationId: el.id },
-        });
-      }
-      const e = m && state.elicitations.get(decodeURIComponent(m[1]));
-      if (!e) return send(404, { error: 'elicitation_not_found', error_description: 'none' });
-      if (m[2]) {
-        if (e.status === 'pending') Object.assign(e, { status: 'cancelled', cancel_reason: body?.reason ?? null });
-        return send(200, { id: e.id, status: e.status, cancel_reason: e.cancel_reason ?? null });
-      }
-      const until = Date.now() + Number(url.searchParams.get('wait_seconds') ?? 0) * 1000;
-      let gone = false;
-      res.on('close', () => (gone = true)); // the watcher stopped asking
-      while (e.status === 'pending' && Date.now() < until && !gone) await new Promise((r) => setTimeout(r, 20));
-      if (gone) return;
-      const t = new Date().toISOString();
-      send(200, { id: e.id, status: e.status, subject: e.subject, provider: e.provider, scopes: [], created_at: t, expires_at: t, completed_at: null });
+        const m = /^\/v1\/elicitations\/([^/]+)(\/cancel)?$/.exec(url.pathname);
+        if (url.pathname === '/v1/token' && body !== undefined) {
+          const key = `${body.subject}/${body.provider}`;
+          const e = body.elicitation_id === undefined ? undefined : state.elicitations.get(body.elicitation_id);
+          if (state.connected.has(key) || e?.status === 'completed') {
+            send(200, { status: 'connected', access_token: `tok-${body.subject}`, token_type: 'bearer', expires_at: null, scopes: [], account: null, connection_id: uuid(999) });
+            return;
+          }
+          if (e?.status === 'declined') {
+            send(200, { status: 'declined', elicitation_id: e.id });
+            return;
+          }
+          const el = e && e.status === 'pending' ? e : { id: uuid(++state.n), status: 'pending', subject: body.subject, provider: body.provider };
+          state.elicitations.set(el.id, el);
+          const link = `http://connect.test/connect/${body.provider}?e=${el.id}`;
+          const expires = new Date(Date.now() + 900_000).toISOString();
+          send(200, {
+            status: 'connect_required',
+            elicitation: { id: el.id, url: link, expires_at: expires },
+            mcp: { mode: 'url', message: `Connect ${body.provider}`, url: link, elicitationId: el.id },
+          });
+          return;
+        }
+        const e = m && state.elicitations.get(decodeURIComponent(m[1] ?? ''));
+        if (!e) {
+          send(404, { error: 'elicitation_not_found', error_description: 'none' });
+          return;
+        }
+        if (m[2]) {
+          if (e.status === 'pending') Object.assign(e, { status: 'cancelled', cancel_reason: body?.reason ?? null });
+          send(200, { id: e.id, status: e.status, cancel_reason: e.cancel_reason ?? null });
+          return;
+        }
+        const until = Date.now() + Number(url.searchParams.get('wait_seconds') ?? 0) * 1000;
+        let gone = false;
+        res.on('close', () => (gone = true)); // the watcher stopped asking
+        // `e.status` and `gone` change while this waits (the test, the close event).
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
+        while (e.status === 'pending' && Date.now() < until && !gone) await new Promise((r) => setTimeout(r, 20));
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
+        if (gone) return;
+        const t = new Date().toISOString();
+        send(200, { id: e.id, status: e.status, subject: e.subject, provider: e.provider, scopes: [], created_at: t, expires_at: t, completed_at: null });
+      })();
     });
   });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const url = await listen(server);
   after(() => {
     server.closeAllConnections(); // also the keep-alive ones that fall idle later
     server.close();
   });
   const tokenCalls = () => state.calls.filter((c) => c.path === '/v1/token');
-  const complete = (id) => {
+  /** The `i`th /v1/token body (negative: from the end), which must exist. */
+  const tokenBody = (i: number): Body => {
+    const body = tokenCalls().at(i)?.body;
+    assert.ok(body !== undefined, `no /v1/token call ${i}`);
+    return body;
+  };
+  /** The body of the first cancel, which must exist. */
+  const cancelBody = (): Body | undefined => {
+    const cancel = state.calls.find((c) => c.path.endsWith('/cancel'));
+    assert.ok(cancel, 'the link is closed at mcp-connect');
+    return cancel.body;
+  };
+  const complete = (id: string) => {
     const e = state.elicitations.get(id);
+    assert.ok(e, `no elicitation ${id}`);
     e.status = 'completed';
     state.connected.add(`${e.subject}/${e.provider}`);
   };
-  return { url: `http://127.0.0.1:${server.address().port}`, state, tokenCalls, complete };
+  return { url, state, tokenCalls, tokenBody, cancelBody, complete };
 }
 
 // --- The MCP server under test ------------------------------------------------------------
 
 const stateKey = RequestStateKey.generate();
 const inputSchema = fromJsonSchema({ type: 'object', properties: { provider: { type: 'string' } }, required: ['provider'] });
-const body = (args, conn) => ({ content: [{ type: 'text', text: `${args.provider}: ${conn.token.reveal()}` }], structuredContent: { connected: true } });
+/** The tool body, the same for both adapters. */
+const body = (args: { provider: string }, conn: { token: AccessToken }) => ({
+  content: [{ type: 'text' as const, text: `${args.provider}: ${conn.token.reveal()}` }],
+  structuredContent: { connected: true },
+});
 
 /** Test-side stand-in for the bearer check: `Bearer as-<sub>` is that subject. */
-function authOf(headers) {
+function authOf(headers: HeadersInit | undefined) {
   const m = /^Bearer as-(.+)$/.exec(new Headers(headers).get('authorization') ?? '');
   return m ? { token: 'opaque', clientId: 'test', scopes: [], expiresAt: 4e9, extra: { sub: m[1] } } : undefined;
 }
 
-async function mcpServer(extra = {}, handlerOptions = {}, { schema = inputSchema, knownProviders = ['dev'], factoryDelayMs = 0 } = {}) {
+type Fetch = (url: string | URL, init?: RequestInit) => Promise<Response>;
+
+interface ServerSetup {
+  schema?: StandardSchemaWithJSON;
+  knownProviders?: string[];
+  factoryDelayMs?: number;
+}
+
+async function mcpServer(extra: Partial<McpConnectOptions> = {}, handlerOptions: ConnectHandlerOptions = {}, { schema = inputSchema, knownProviders = ['dev'], factoryDelayMs = 0 }: ServerSetup = {}) {
   const connect = await fakeConnect();
   const gate = new McpConnect({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
   const factory = async () => {
     if (factoryDelayMs > 0) await new Promise((r) => setTimeout(r, factoryDelayMs));
     const server = new McpServer({ name: 'test', version: '1' });
-    gate.registerTool(server, 'whoami_on', { inputSchema: schema }, { providerArg: 'provider', knownProviders }, body);
+    gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: schema }, { providerArg: 'provider', knownProviders }, body);
     return server;
   };
   const handler = createConnectHandler(factory, handlerOptions);
   after(() => handler.close());
-  const wire = [];
+  const wire: Array<{ params?: { requestState?: string; inputResponses?: unknown } }> = [];
   /** The transports' fetch: straight into the handler, as the bearer check would hand it on. */
-  const fetch = async (url, init) => {
+  const fetch: Fetch = async (url, init) => {
     const request = new Request(url, init);
-    if (typeof init?.body === 'string') wire.push(JSON.parse(init.body));
+    if (typeof init?.body === 'string') wire.push(JSON.parse(init.body) as (typeof wire)[number]);
     const authInfo = authOf(init?.headers);
     return handler.fetch(request, authInfo ? { authInfo } : {});
   };
   return { connect, fetch, wire, complete: connect.complete, gate };
 }
 
-async function modernClient(fetch, { sub = 'alice', capabilities = { elicitation: { form: {}, url: {} } }, answer } = {}) {
+interface ModernOptions {
+  sub?: string;
+  capabilities?: ClientCapabilities;
+  answer: (params: { url?: string }) => Answer | Promise<Answer>;
+}
+
+async function modernClient(fetch: Fetch, { sub = 'alice', capabilities = { elicitation: { form: {}, url: {} } }, answer }: ModernOptions) {
   const client = new Client({ name: 't', version: '1' }, { capabilities, versionNegotiation: { mode: { pin: '2026-07-28' } } });
-  const prompts = [];
+  const prompts: Array<Record<string, unknown> & { url?: string }> = [];
   if (capabilities.elicitation) {
     client.setRequestHandler('elicitation/create', async (request) => {
-      prompts.push(request.params);
-      return { action: await answer(request.params) };
+      const params = request.params as Record<string, unknown> & { url?: string };
+      prompts.push(params);
+      return { action: await answer(params) };
     });
   }
   await client.connect(new StreamableHTTPClientTransport(new URL('http://mcp.test/mcp'), { fetch, requestInit: { headers: { authorization: `Bearer as-${sub}` } } }));
@@ -151,9 +254,9 @@ async function modernClient(fetch, { sub = 'alice', capabilities = { elicitation
   return { client, prompts };
 }
 
-async function legacyClient(fetch, { sub = 'alice', capabilities = { elicitation: { form: {}, url: {} } } } = {}) {
+async function legacyClient(fetch: Fetch, { sub = 'alice', capabilities = { elicitation: { form: {}, url: {} } } }: { sub?: string; capabilities?: object } = {}) {
   const client = new LegacyClient({ name: 't', version: '1' }, { capabilities });
-  const completions = [];
+  const completions: string[] = [];
   client.setNotificationHandler(ElicitationCompleteNotificationSchema, (n) => void completions.push(n.params.elicitationId));
   const transport = new LegacyTransport(new URL('http://mcp.test/mcp'), { fetch, requestInit: { headers: { authorization: `Bearer as-${sub}` } } });
   await client.connect(transport);
@@ -161,56 +264,70 @@ async function legacyClient(fetch, { sub = 'alice', capabilities = { elicitation
   return { client, completions, transport };
 }
 
-const text = (r) => r.content.map((c) => c.text).join('');
-const eventually = async (f, ms = 5000) => {
+/**
+ * A tools/call of the 2.4 client that may answer input_required. A hand-made retry sends
+ * `requestState` and `inputResponses`, which the typed params do not list.
+ */
+const callTool = (client: Client, params: { name: string; arguments: Record<string, unknown>; requestState?: unknown; inputResponses?: unknown }) =>
+  client.callTool(params as Parameters<Client['callTool']>[0], { allowInputRequired: true }).then(answered);
+
+const text = (r: unknown) => answered(r).content.map((c) => c.text).join('');
+const eventually = async (f: () => boolean, ms = 5000) => {
   for (const end = Date.now() + ms; Date.now() < end; await new Promise((r) => setTimeout(r, 20))) if (f()) return;
   assert.fail('timed out');
 };
+/** `v`, which must be there. */
+function must<T>(v: T | undefined): T {
+  assert.ok(v !== undefined);
+  return v;
+}
+/** The elicitation id in a connect link (`...?e=<id>`). */
+const linkId = (url: string | undefined) => new URL(url ?? '').searchParams.get('e') ?? '';
 
 describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
   test('accept, then connected: our mcs2 state is what travels, and the retry waits on the elicitation', async () => {
     const s = await mcpServer();
     const { client, prompts } = await modernClient(s.fetch, {
-      answer: async (params) => {
-        s.complete(new URL(params.url).searchParams.get('e')); // the user connects in the browser
+      answer: (params) => {
+        s.complete(linkId(params.url)); // the user connects in the browser
         return 'accept';
       },
     });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(text(r), 'dev: tok-alice');
     assert.equal(prompts.length, 1);
-    assert.deepEqual(Object.keys(prompts[0]).filter((k) => k !== '_meta').sort(), ['message', 'mode', 'url']); // no elicitationId in 2026-07-28
-    const [first, retry] = s.connect.tokenCalls();
+    assert.deepEqual(Object.keys(prompts[0] ?? {}).filter((k) => k !== '_meta').sort(), ['message', 'mode', 'url']); // no elicitationId in 2026-07-28
+    const [first, retry] = [s.connect.tokenBody(0), s.connect.tokenBody(1)];
     // The validated access token goes along as the proof of the subject.
-    assert.deepEqual(first.body, { subject: 'alice', subject_token: 'opaque', provider: 'dev' });
-    const id = new URL(prompts[0].url).searchParams.get('e');
-    assert.deepEqual(retry.body, { subject: 'alice', subject_token: 'opaque', provider: 'dev', elicitation_id: id, wait_seconds: 20 });
-    const sent = s.wire.find((m) => m.params?.requestState);
-    assert.match(sent.params.requestState, /^mcs2\.[A-Za-z0-9_-]{8}\.[A-Za-z0-9_-]+$/);
-    assert.equal(openRequestState(sent.params.requestState, stateKey, { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'dev' } }).elicitationId, id);
-    assert.deepEqual(sent.params.inputResponses, { connect: { action: 'accept' } });
+    assert.deepEqual(first, { subject: 'alice', subject_token: 'opaque', provider: 'dev' });
+    const id = linkId(prompts[0]?.url);
+    assert.deepEqual(retry, { subject: 'alice', subject_token: 'opaque', provider: 'dev', elicitation_id: id, wait_seconds: 20 });
+    const sent = s.wire.find((m) => m.params?.requestState)?.params;
+    assert.ok(sent?.requestState !== undefined);
+    assert.match(sent.requestState, /^mcs2\.[A-Za-z0-9_-]{8}\.[A-Za-z0-9_-]+$/);
+    assert.equal(openRequestState(sent.requestState, stateKey, { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'dev' } }).elicitationId, id);
+    assert.deepEqual(sent.inputResponses, { connect: { action: 'accept' } });
   });
 
-  for (const action of ['decline', 'cancel']) {
+  for (const action of ['decline', 'cancel'] as const) {
     test(`${action} closes the link at mcp-connect and ends in "not connected", no new prompt`, async () => {
       const s = await mcpServer();
-      const { client, prompts } = await modernClient(s.fetch, { answer: async () => action });
+      const { client, prompts } = await modernClient(s.fetch, { answer: () => action });
       const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
       assert.equal(text(r), 'Not connected to dev: nothing was shared.');
       assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: null });
       assert.equal(prompts.length, 1);
-      const cancel = s.connect.state.calls.find((c) => c.path.endsWith('/cancel'));
-      assert.deepEqual(cancel.body, { reason: action });
+      assert.deepEqual(s.connect.cancelBody(), { reason: action });
       assert.equal(s.connect.tokenCalls().length, 1, 'mcp-connect is not asked again');
     });
   }
 
-  for (const action of ['decline', 'cancel']) {
+  for (const action of ['decline', 'cancel'] as const) {
     test(`${action} after the state's deadline still closes the link at mcp-connect (the elicitation outlives the state)`, async () => {
       let now = Date.now() / 1000;
       const s = await mcpServer({ now: () => now });
       const { client, prompts } = await modernClient(s.fetch, {
-        answer: async () => {
+        answer: () => {
           now += 601; // the user answers after the state's 10 minutes; the link is still good
           return action;
         },
@@ -222,7 +339,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
       assert.ok(cancel, 'the link of the expired state is closed at mcp-connect');
       assert.equal(cancel.path, `/v1/elicitations/${uuid(1)}/cancel`);
       assert.deepEqual(cancel.body, { reason: action });
-      assert.equal(s.connect.state.elicitations.get(uuid(1)).status, 'cancelled');
+      assert.equal(s.connect.state.elicitations.get(uuid(1))?.status, 'cancelled');
       assert.equal(s.connect.tokenCalls().length, 1, 'no new round');
     });
   }
@@ -230,13 +347,11 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
   test('an expired state from another user or key still refuses, even with decline', async () => {
     let now = Date.now() / 1000;
     const s = await mcpServer({ now: () => now });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
-    const first = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const first = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
     now += 601;
-    const bob = await modernClient(s.fetch, { sub: 'bob', answer: async () => 'accept' });
-    const err = await bob.client
-      .callTool({ name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'decline' } } }, { allowInputRequired: true })
-      .catch((e) => e);
+    const bob = await modernClient(s.fetch, { sub: 'bob', answer: () => 'accept' });
+    const err = rpcError(await settled(callTool(bob.client, { name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'decline' } } })));
     assert.equal(err.code, -32602);
     assert.ok(!s.connect.state.calls.some((c) => c.path.endsWith('/cancel')), "bob cannot close alice's link");
   });
@@ -245,7 +360,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
     // A schema that transforms the provider: the raw arguments say dev, the body would get prod.
     const schema = z.object({ provider: z.string().transform((p) => (p === 'dev' ? 'prod' : p)) });
     const s = await mcpServer({}, {}, { schema, knownProviders: ['dev', 'prod'] });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
     s.connect.state.connected.add('alice/dev'); // a dev token would be handed out at once
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(r.isError, true);
@@ -256,7 +371,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
   test('a schema that transforms other arguments but not the provider still runs the body', async () => {
     const schema = z.object({ provider: z.string(), n: z.string().default('x').transform((v) => v.length) });
     const s = await mcpServer({}, {}, { schema });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
     s.connect.state.connected.add('alice/dev');
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(text(r), 'dev: tok-alice');
@@ -264,36 +379,35 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
 
   test('subjectTokenOf can leave the proof out, and the token never prints', async () => {
     const s = await mcpServer({ subjectTokenOf: () => undefined });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'decline' });
-    await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
-    assert.deepEqual(s.connect.tokenCalls()[0].body, { subject: 'alice', provider: 'dev' });
+    const { client } = await modernClient(s.fetch, { answer: () => 'decline' });
+    await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.deepEqual(s.connect.tokenBody(0), { subject: 'alice', provider: 'dev' });
     const token = new SubjectToken('opaque-secret');
     assert.ok(!JSON.stringify({ token }).includes('opaque-secret') && !String(token).includes('opaque-secret'));
   });
 
   test('a pending retry answers input_required again with a fresh state', async () => {
     const s = await mcpServer({ waitSeconds: 1 });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
-    const first = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const first = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(first.resultType, 'input_required');
-    const again = await client.callTool(
-      { name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'accept' } } },
-      { allowInputRequired: true },
-    );
+    const again = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'accept' } } });
     assert.equal(again.resultType, 'input_required');
+    assert.ok(again.inputRequests?.connect && first.inputRequests?.connect);
     assert.equal(again.inputRequests.connect.params.url, first.inputRequests.connect.params.url, 'the same elicitation');
-    assert.equal(s.connect.tokenCalls()[1].body.wait_seconds, 1);
+    assert.equal(s.connect.tokenBody(1).wait_seconds, 1);
   });
 
   test('a tampered, foreign or misplaced requestState is -32602 naming requestState, and nothing is asked', async () => {
     const s = await mcpServer();
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
-    const first = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const first = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
     const st = first.requestState;
-    const flipped = st.slice(0, -2) + (st.at(-2) === 'A' ? 'B' : 'A') + st.at(-1);
-    const bob = await modernClient(s.fetch, { sub: 'bob', answer: async () => 'accept' });
+    assert.ok(st !== undefined);
+    const flipped = st.slice(0, -2) + (st.at(-2) === 'A' ? 'B' : 'A') + st.slice(-1);
+    const bob = await modernClient(s.fetch, { sub: 'bob', answer: () => 'accept' });
     const foreign = sealForeign();
-    const cases = [
+    const cases: Array<[Client, string, Record<string, unknown>, string]> = [
       [client, flipped, { provider: 'dev' }, 'requestState does not belong to this call'],
       [bob.client, st, { provider: 'dev' }, 'requestState does not belong to this call'], // another user's state
       [client, foreign, { provider: 'dev' }, 'requestState does not belong to this call'], // another server's key
@@ -301,9 +415,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
     ];
     const before = s.connect.tokenCalls().length;
     for (const [c, requestState, args, message] of cases) {
-      const err = await c
-        .callTool({ name: 'whoami_on', arguments: args, requestState, inputResponses: { connect: { action: 'accept' } } }, { allowInputRequired: true })
-        .catch((e) => e);
+      const err = rpcError(await settled(callTool(c, { name: 'whoami_on', arguments: args, requestState, inputResponses: { connect: { action: 'accept' } } })));
       assert.equal(err.code, -32602, String(err));
       assert.match(err.message, new RegExp(message));
     }
@@ -313,21 +425,22 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
   test('an expired state starts over instead of failing', async () => {
     let now = Date.now() / 1000;
     const s = await mcpServer({ now: () => now });
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
-    const first = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }, { allowInputRequired: true });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const first = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
     now += 601;
-    const again = await client.callTool(
-      { name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'accept' } } },
-      { allowInputRequired: true },
-    );
+    const again = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' }, requestState: first.requestState, inputResponses: { connect: { action: 'accept' } } });
     assert.equal(again.resultType, 'input_required');
-    assert.deepEqual(s.connect.tokenCalls()[1].body, { subject: 'alice', subject_token: 'opaque', provider: 'dev' }, 'a first round again');
+    assert.deepEqual(s.connect.tokenBody(1), { subject: 'alice', subject_token: 'opaque', provider: 'dev' }, 'a first round again');
   });
 
-  for (const [name, capabilities] of [['no elicitation', {}], ['form only', { elicitation: { form: {} } }]]) {
+  const noUrlMode: Array<[string, ClientCapabilities]> = [
+    ['no elicitation', {}],
+    ['form only', { elicitation: { form: {} } }],
+  ];
+  for (const [name, capabilities] of noUrlMode) {
     test(`${name}: a normal result naming the setup link, never a form`, async () => {
       const s = await mcpServer();
-      const { client, prompts } = await modernClient(s.fetch, { capabilities, answer: async () => 'accept' });
+      const { client, prompts } = await modernClient(s.fetch, { capabilities, answer: () => 'accept' });
       const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
       const link = `http://connect.test/connect/dev?e=${uuid(1)}`;
       assert.equal(text(r), `Not connected to dev. This client cannot open a connect page by itself: open ${link} in your browser to connect the account, then ask again.`);
@@ -339,15 +452,15 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
 
   test('no authenticated subject: an error, and mcp-connect is not asked', async () => {
     const s = await mcpServer();
-    const { client } = await modernClient(s.fetch, { sub: '', answer: async () => 'accept' });
-    const err = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
-    assert.match(String(err.message), /no authenticated subject/);
+    const { client } = await modernClient(s.fetch, { sub: '', answer: () => 'accept' });
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
+    assert.match(err.message, /no authenticated subject/);
     assert.equal(s.connect.tokenCalls().length, 0);
   });
 
   test('mcp-connect refusals are tool errors naming the code; unknown providers are refused first', async () => {
     const s = await mcpServer();
-    const { client } = await modernClient(s.fetch, { answer: async () => 'accept' });
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
     const unknown = await client.callTool({ name: 'whoami_on', arguments: { provider: 'nope' } });
     assert.equal(text(unknown), 'This server does not know the provider "nope".');
     assert.equal(unknown.isError, true);
@@ -369,7 +482,7 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
   test('-32042 with the elicitation, the completion notification on the session, then the token', async () => {
     const s = await mcpServer();
     const { client, completions } = await legacyClient(s.fetch);
-    const err = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
     assert.equal(err.code, -32042);
     const [e] = err.data.elicitations;
     assert.deepEqual(e, { mode: 'url', message: 'Connect dev', url: `http://connect.test/connect/dev?e=${uuid(1)}`, elicitationId: uuid(1) });
@@ -378,28 +491,28 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
     assert.deepEqual(completions, [uuid(1)]);
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(text(r), 'dev: tok-alice');
-    const retry = s.connect.tokenCalls().at(-1).body;
+    const retry = s.connect.tokenBody(-1);
     assert.equal(retry.elicitation_id, uuid(1), 'the session remembered the elicitation');
     // No wait on 2025-11-25: the notification tells the client, and a host asking again
     // later must not stall on a link the user left.
     assert.equal(retry.wait_seconds, undefined);
-    assert.match(retry.mcp_session_id, /^[0-9a-f-]{36}$/);
+    assert.match(retry.mcp_session_id ?? '', /^[0-9a-f-]{36}$/);
   });
 
   test('without elicitation.url: the setup link', async () => {
     const s = await mcpServer();
     const { client } = await legacyClient(s.fetch, { capabilities: {} });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
-    assert.equal(r.structuredContent.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+    assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
   });
 
   test('a session belongs to the subject that opened it', async () => {
     const s = await mcpServer();
     const { transport } = await legacyClient(s.fetch);
-    const call = (sub) =>
+    const call = (sub: string) =>
       s.fetch('http://mcp.test/mcp', {
         method: 'POST',
-        headers: { authorization: `Bearer as-${sub}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': transport.sessionId, 'mcp-protocol-version': '2025-11-25' },
+        headers: { authorization: `Bearer as-${sub}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': String(transport.sessionId), 'mcp-protocol-version': '2025-11-25' },
         body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
       });
     assert.equal((await call('bob')).status, 404);
@@ -422,7 +535,7 @@ describe('2025-11-25 sessions are bounded', () => {
   });
 });
 
-const initialize = (fetch, sub) =>
+const initialize = (fetch: Fetch, sub: string) =>
   fetch('http://mcp.test/mcp', {
     method: 'POST',
     headers: { authorization: `Bearer as-${sub}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
@@ -452,9 +565,9 @@ describe('2025-11-25 sessions are bounded per owner', () => {
 
   test('the default is 16 sessions per owner', async () => {
     const s = await mcpServer();
-    const alice = [];
+    const alice: Array<Awaited<ReturnType<typeof legacyClient>>> = [];
     for (let i = 0; i < 17; i++) alice.push(await legacyClient(s.fetch));
-    await assert.rejects(alice[0].client.listTools(), /404|Session not found/);
+    await assert.rejects(alice[0]?.client.listTools() ?? Promise.resolve(), /404|Session not found/);
     for (const a of alice.slice(1)) await a.client.listTools();
   });
 
@@ -472,7 +585,7 @@ describe('2025-11-25 sessions are bounded per owner', () => {
     assert.equal(ok.length, 2, String(answers.map((r) => r.status)));
     for (const r of answers.filter((r) => r.status !== 200)) {
       assert.equal(r.status, 503);
-      assert.equal((await r.json()).error.message, 'Too many sessions');
+      assert.equal(((await r.json()) as { error: { message: string } }).error.message, 'Too many sessions');
     }
     // Once open, a new one replaces alice's least recently used instead.
     assert.equal((await initialize(s.fetch, 'alice')).status, 200);
@@ -482,7 +595,7 @@ describe('2025-11-25 sessions are bounded per owner', () => {
 describe('the 2025-11-25 session memory is bounded per subject', () => {
   test('past 32 entries of one subject, its oldest goes; another subject\'s stay', () => {
     const pending = new PendingElicitations();
-    const key = (sub, n) => PendingElicitations.key('s1', sub, 'whoami_on', { provider: 'dev', n });
+    const key = (sub: string, n: number) => must(PendingElicitations.key('s1', sub, 'whoami_on', { provider: 'dev', n }));
     pending.remember(key('bob', 0), uuid(100), 2e9, 1e9, 'bob');
     for (let n = 1; n <= 33; n++) pending.remember(key('alice', n), uuid(n), 2e9, 1e9, 'alice');
     assert.equal(pending.size, 33, "alice's 32 and bob's 1");
@@ -494,7 +607,7 @@ describe('the 2025-11-25 session memory is bounded per subject', () => {
 
   test('one subject cannot fill the whole memory; remembering a key again refreshes it', () => {
     const pending = new PendingElicitations({ capacity: 4, perSubject: 2 });
-    const key = (sub, n) => PendingElicitations.key(undefined, sub, 't', { n });
+    const key = (sub: string, n: number) => must(PendingElicitations.key(undefined, sub, 't', { n }));
     for (let n = 1; n <= 10; n++) pending.remember(key('alice', n), uuid(n), 2e9, 1e9, 'alice');
     pending.remember(key('bob', 1), uuid(101), 2e9, 1e9, 'bob');
     pending.remember(key('carol', 1), uuid(201), 2e9, 1e9, 'carol');
@@ -510,20 +623,20 @@ describe('the 2025-11-25 session memory is bounded per subject', () => {
   test('through the adapter: a user varying the arguments pushes out only their own entries', async () => {
     const s = await mcpServer();
     const bob = await legacyClient(s.fetch, { sub: 'bob' });
-    const bobErr = await bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
+    const bobErr = rpcError(await settled(bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
     assert.equal(bobErr.code, -32042);
     const alice = await legacyClient(s.fetch);
     for (let n = 0; n < 33; n++) {
-      const err = await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n } }).catch((e) => e);
+      const err = rpcError(await settled(alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n } })));
       assert.equal(err.code, -32042);
     }
     assert.equal(s.gate.legacy.size, 33, "alice's 32 and bob's 1");
-    await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 1 } }).catch((e) => e);
-    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, uuid(3), 'the second is remembered');
-    await alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 0 } }).catch((e) => e);
-    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, undefined, "alice's oldest was forgotten: a new round");
-    await bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
-    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, uuid(1), "bob's entry survived");
+    await settled(alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 1 } }));
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, uuid(3), 'the second is remembered');
+    await settled(alice.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev', n: 0 } }));
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, undefined, "alice's oldest was forgotten: a new round");
+    await settled(bob.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }));
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, uuid(1), "bob's entry survived");
   });
 });
 
@@ -531,15 +644,19 @@ describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
   async function server132() {
     const connect = await fakeConnect();
     const gate = new McpConnect132({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} } });
-    const sessions = new Map();
-    const fetch = async (url, init) => {
+    const sessions = new Map<string, Transport132>();
+    const fetch: Fetch = async (url, init) => {
       const request = new Request(url, init);
       const authInfo = authOf(init?.headers);
       const id = request.headers.get('mcp-session-id');
-      if (id) return sessions.get(id).handleRequest(request, { authInfo });
+      if (id) return must(sessions.get(id)).handleRequest(request, { authInfo });
       const server = new McpServer132({ name: 'test', version: '1' });
-      gate.registerTool(server, 'whoami_on', { inputSchema: inputSchema132 }, { providerArg: 'provider' }, body);
-      const transport = new Transport132({ sessionIdGenerator: () => crypto.randomUUID(), enableJsonResponse: true, onsessioninitialized: (sid) => sessions.set(sid, transport) });
+      gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: inputSchema132 }, { providerArg: 'provider' }, body);
+      const transport: Transport132 = new Transport132({
+        sessionIdGenerator: () => crypto.randomUUID(),
+        enableJsonResponse: true,
+        onsessioninitialized: (sid) => void sessions.set(sid, transport),
+      });
       await server.connect(transport);
       after(() => server.close());
       return transport.handleRequest(request, { authInfo });
@@ -551,20 +668,20 @@ describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
   test('-32042, the completion notification, then the token', async () => {
     const s = await server132();
     const { client, completions } = await legacyClient(s.fetch);
-    const err = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } }).catch((e) => e);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
     assert.equal(err.code, -32042);
-    assert.equal(err.data.elicitations[0].elicitationId, uuid(1));
+    assert.equal(err.data.elicitations[0]?.elicitationId, uuid(1));
     s.complete(uuid(1));
     await eventually(() => completions.length === 1);
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(text(r), 'dev: tok-alice');
-    assert.equal(s.connect.tokenCalls().at(-1).body.elicitation_id, uuid(1));
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, uuid(1));
   });
 
   test('without elicitation.url: the setup link', async () => {
     const s = await server132();
     const { client } = await legacyClient(s.fetch, { capabilities: {} });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
-    assert.equal(r.structuredContent.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+    assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
   });
 });

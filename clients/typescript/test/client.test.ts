@@ -3,33 +3,49 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { after, test } from 'node:test';
-import { ApiError, ConnectClient, InvalidResponseError, TransportError, UnavailableError } from '../dist/index.js';
+import { ApiError, ConnectClient, type ConnectClientOptions, InvalidResponseError, TransportError, UnavailableError } from '@mcp-connect/client';
+import { listen, settled } from './helpers.js';
 
 const KEY = 'mcpc_0123456789abcdef_supersecret';
 const ID = '0b5c2a1e-7c1d-4b8e-9a55-2f0e1c9d8a77';
 const connected = { status: 'connected', access_token: 'gho_tok', token_type: 'bearer', expires_at: null, scopes: ['repo'], account: { id: '42', login: 'octo' }, connection_id: 'c1' };
 
-/** A peer answering each request with the next canned answer; it records what it got. */
-async function peer(answers) {
-  const seen = [];
-  const server = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', async () => {
-      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body: body ? JSON.parse(body) : undefined });
-      const a = answers[Math.min(seen.length - 1, answers.length - 1)];
-      if (a.delayMs) await new Promise((r) => setTimeout(r, a.delayMs));
-      res.writeHead(a.status ?? 200, { 'content-type': 'application/json', ...a.headers });
-      res.end(typeof a.body === 'string' ? a.body : JSON.stringify(a.body ?? {}));
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  after(() => server.close());
-  return { url: `http://127.0.0.1:${server.address().port}`, seen };
+interface Answer {
+  status?: number;
+  headers?: Record<string, string>;
+  body?: unknown;
+  delayMs?: number;
+}
+interface Seen {
+  method: string | undefined;
+  url: string | undefined;
+  auth: string | undefined;
+  body: unknown;
 }
 
-const client = (url, extra = {}) => new ConnectClient({ baseUrl: url, apiKey: KEY, retry: { defaultDelayMs: 10 }, ...extra });
-const unavailable = (retryAfter) => ({ status: 503, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter }, body: { error: 'temporarily_unavailable', error_description: 'busy' } });
+/** A peer answering each request with the next canned answer; it records what it got. */
+async function peer(answers: Answer[]): Promise<{ url: string; seen: Seen[] }> {
+  const seen: Seen[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      void (async () => {
+        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body: body ? JSON.parse(body) : undefined });
+        const a = answers[Math.min(seen.length - 1, answers.length - 1)] ?? {};
+        if (a.delayMs) await new Promise((r) => setTimeout(r, a.delayMs));
+        res.writeHead(a.status ?? 200, { 'content-type': 'application/json', ...a.headers });
+        res.end(typeof a.body === 'string' ? a.body : JSON.stringify(a.body ?? {}));
+      })();
+    });
+  });
+  const url = await listen(server);
+  after(() => server.close());
+  return { url, seen };
+}
+
+const client = (url: string, extra: Partial<ConnectClientOptions> = {}) => new ConnectClient({ baseUrl: url, apiKey: KEY, retry: { defaultDelayMs: 10 }, ...extra });
+const unavailable = (retryAfter?: string): Answer => ({ status: 503, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter }, body: { error: 'temporarily_unavailable', error_description: 'busy' } });
 
 test('a 200 answer parses, and the request carries the key and the documented body', async () => {
   const p = await peer([{ body: connected }]);
@@ -53,7 +69,7 @@ test('503 and 429 are retried after Retry-After, within the budget', async () =>
 
 test('past the retries: UnavailableError with the code and the Retry-After', async () => {
   const p = await peer([unavailable('0')]);
-  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof UnavailableError);
   assert.equal(err.code, 'temporarily_unavailable');
   assert.equal(err.retryAfterMs, 0);
@@ -63,7 +79,7 @@ test('past the retries: UnavailableError with the code and the Retry-After', asy
 test('a Retry-After beyond the longest single wait is not waited for', async () => {
   const p = await peer([unavailable('11'), { body: connected }]);
   const started = Date.now();
-  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof UnavailableError && err.retryAfterMs === 11_000);
   assert.equal(p.seen.length, 1);
   assert.ok(Date.now() - started < 1000);
@@ -71,7 +87,7 @@ test('a Retry-After beyond the longest single wait is not waited for', async () 
 
 test('the waits stay within the total budget', async () => {
   const p = await peer([unavailable('1'), unavailable('1'), { body: connected }]);
-  const err = await client(p.url, { retry: { maxTotalMs: 1500 } }).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url, { retry: { maxTotalMs: 1500 } }).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof UnavailableError);
   assert.equal(p.seen.length, 2, 'one wait of 1 s fits, a second does not');
 });
@@ -84,40 +100,40 @@ test('an HTTP-date Retry-After counts as absent (the default delay)', async () =
 
 test('other errors are ApiError with status, stable code and description, not retried', async () => {
   const p = await peer([{ status: 403, body: { error: 'provider_not_allowed', error_description: 'not for this tenant' } }]);
-  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof ApiError);
   assert.deepEqual([err.status, err.code, err.description], [403, 'provider_not_allowed', 'not for this tenant']);
   assert.equal(p.seen.length, 1);
   const q = await peer([{ status: 502, body: '<html>bad gateway</html>' }]);
-  const e2 = await client(q.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
-  assert.equal(e2.code, 'http_502');
+  const e2 = await settled(client(q.url).token({ subject: 'a', provider: 'p' }));
+  assert.equal((e2 as ApiError).code, 'http_502');
 });
 
 test('a redirect is not followed, so the key goes nowhere else', async () => {
   const target = await peer([{ body: connected }]);
   const p = await peer([{ status: 307, headers: { location: `${target.url}/v1/token` } }]);
-  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof TransportError, String(err));
   assert.equal(target.seen.length, 0);
 });
 
 test('an answer larger than 64 KiB is refused', async () => {
   const p = await peer([{ body: { ...connected, pad: 'x'.repeat(70_000) } }]);
-  const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof InvalidResponseError && /too large/.test(err.message));
 });
 
 test('an answer that is not what the API documents is refused', async () => {
   for (const body of [{ status: 'connected' }, { status: 'maybe' }, { status: 'connect_required', elicitation: {}, mcp: {} }, 'not json']) {
     const p = await peer([{ body }]);
-    const err = await client(p.url).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+    const err = await settled(client(p.url).token({ subject: 'a', provider: 'p' }));
     assert.ok(err instanceof InvalidResponseError, JSON.stringify(body));
   }
 });
 
 test('each exchange has a timeout, which a wait_seconds extends', async () => {
   const slow = await peer([{ delayMs: 600, body: connected }]);
-  const err = await client(slow.url, { timeoutMs: 200 }).token({ subject: 'a', provider: 'p' }).catch((e) => e);
+  const err = await settled(client(slow.url, { timeoutMs: 200 }).token({ subject: 'a', provider: 'p' }));
   assert.ok(err instanceof TransportError && /timed out/.test(err.message));
   const held = await peer([{ delayMs: 600, body: connected }]);
   const ok = await client(held.url, { timeoutMs: 200 }).token({ subject: 'a', provider: 'p', elicitationId: ID, waitSeconds: 1 });
@@ -139,12 +155,16 @@ test('elicitations: the id is escaped, wait_seconds goes in the query; cancel se
   assert.equal(got.expiresAt.toISOString(), '2030-01-01T00:10:00.000Z');
   const cancelled = await c.cancelElicitation(ID, 'decline');
   assert.equal(cancelled.cancelReason, 'decline');
-  assert.deepEqual(p.seen.map((s) => [s.method, s.url, s.body]), [
-    ['GET', `/v1/elicitations/${ID}?wait_seconds=30`, undefined],
-    ['POST', `/v1/elicitations/${ID}/cancel`, { reason: 'decline' }],
-  ]);
+  assert.deepEqual(
+    p.seen.map((s) => [s.method, s.url, s.body]),
+    [
+      ['GET', `/v1/elicitations/${ID}?wait_seconds=30`, undefined],
+      ['POST', `/v1/elicitations/${ID}/cancel`, { reason: 'decline' }],
+    ],
+  );
   await assert.rejects(c.elicitation('a/../b c'), TypeError);
-  await assert.rejects(c.cancelElicitation(ID, 'accept'), TypeError);
+  // An untyped caller's reason: refused at run time too.
+  await assert.rejects(c.cancelElicitation(ID, 'accept' as 'cancel'), TypeError);
 });
 
 test('the base URL must be http(s) without credentials', () => {

@@ -4,21 +4,23 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   CanonicalizationError,
-  InvalidRequestStateKey,
+  InvalidRequestStateKeyError,
   RequestStateError,
   RequestStateKey,
   argumentsDigest,
   canonicalJson,
   openRequestState,
   sealRequestState,
-} from '../dist/index.js';
+  type RequestStateRefusal,
+  type ToolCall,
+} from '@mcp-connect/client';
 
 const key = RequestStateKey.fromBytes(new Uint8Array(32).fill(7));
 const now = 1_900_000_000;
 const state = { elicitationId: '3f2b8c1e-0d4a-4e5b-9c6d-7e8f9a0b1c2d', expiresAt: now + 600 };
-const call = { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'github', verbose: true } };
-const refusedAs = (reason) => (e) => e instanceof RequestStateError && e.reason === reason && e.message.includes('requestState');
-const split = (s) => [s.slice(0, s.lastIndexOf('.') + 1), Buffer.from(s.slice(s.lastIndexOf('.') + 1), 'base64url')];
+const call: ToolCall = { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'github', verbose: true } };
+const refusedAs = (reason: RequestStateRefusal) => (e: unknown) => e instanceof RequestStateError && e.reason === reason && e.message.includes('requestState');
+const split = (s: string): [string, Buffer] => [s.slice(0, s.lastIndexOf('.') + 1), Buffer.from(s.slice(s.lastIndexOf('.') + 1), 'base64url')];
 
 test('a sealed state opens for the same call, and hides the id and the subject', () => {
   const sealed = sealRequestState(key, call, state);
@@ -33,7 +35,7 @@ test('a changed byte of the nonce, the ciphertext or the tag is invalid', () => 
   const [head, raw] = split(sealRequestState(key, call, state));
   for (const i of [0, 23, 24, raw.length - 17, raw.length - 1]) {
     const forged = Buffer.from(raw);
-    forged[i] ^= 1;
+    forged.writeUInt8(forged.readUInt8(i) ^ 1, i);
     assert.throws(() => openRequestState(head + forged.toString('base64url'), key, call, now), refusedAs('invalid'), `byte ${i}`);
   }
 });
@@ -74,7 +76,7 @@ test('a state under another key is invalid until that key is a previous one; the
 test('malformed states are refused before any key is tried', () => {
   const sealed = sealRequestState(key, call, state);
   const body = sealed.slice(sealed.lastIndexOf('.') + 1);
-  for (const bad of [
+  const malformed: unknown[] = [
     '',
     'mcs2.',
     `mcs2.${key.keyId}`,
@@ -84,9 +86,10 @@ test('malformed states are refused before any key is tried', () => {
     `${sealed}${'A'.repeat(2049 - sealed.length)}`,
     `mcs2.${key.keyId}.${body}=`, // padding is not base64url-without-padding
     `mcs2.${key.keyId}.${body.slice(0, 10)} ${body.slice(10)}`,
-    12345,
-  ]) {
-    assert.throws(() => openRequestState(bad, key, call, now), refusedAs('malformed'), String(bad).slice(0, 30));
+    12345, // an untyped caller's
+  ];
+  for (const bad of malformed) {
+    assert.throws(() => openRequestState(bad as string, key, call, now), refusedAs('malformed'), String(bad).slice(0, 30));
   }
 });
 
@@ -96,8 +99,8 @@ test('a last character that only changes unused bits is refused, not decoded to 
   const body = sealed.slice(sealed.lastIndexOf('.') + 1);
   assert.notEqual(body.length % 4, 0, 'the body ends in a partial group');
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
-  const last = alphabet.indexOf(body.at(-1));
-  const sibling = alphabet[last ^ 1]; // differs in the lowest bit only, which is padding here
+  const last = alphabet.indexOf(body.slice(-1));
+  const sibling = alphabet.charAt(last ^ 1); // differs in the lowest bit only, which is padding here
   const edited = sealed.slice(0, -1) + sibling;
   assert.deepEqual(Buffer.from(edited.slice(edited.lastIndexOf('.') + 1), 'base64url'), Buffer.from(body, 'base64url'));
   assert.throws(() => openRequestState(edited, key, call, now), refusedAs('malformed'));
@@ -129,7 +132,7 @@ test('keys are 32 bytes of canonical standard base64 and never print', () => {
   const k = RequestStateKey.fromBase64(` ${b64}\n`);
   assert.equal(k.keyId, RequestStateKey.fromBytes(new Uint8Array(32).fill(1)).keyId);
   for (const bad of ['c2hvcnQ=', 'not base64!', Buffer.alloc(33).toString('base64'), b64.replace(/=$/, ''), Buffer.alloc(32, 0xfb).toString('base64').replace('+', '-')]) {
-    assert.throws(() => RequestStateKey.fromBase64(bad), InvalidRequestStateKey, bad);
+    assert.throws(() => RequestStateKey.fromBase64(bad), InvalidRequestStateKeyError, bad);
   }
-  assert.throws(() => RequestStateKey.fromBytes(new Uint8Array(31)), InvalidRequestStateKey);
+  assert.throws(() => RequestStateKey.fromBytes(new Uint8Array(31)), InvalidRequestStateKeyError);
 });
