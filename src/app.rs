@@ -4,7 +4,7 @@
 use crate::api_keys::ApiKeyVerifier;
 use crate::cache::Caches;
 use crate::domain::{ElicitationId, ProviderId, TenantId};
-use crate::oauth::http::Outbound;
+use crate::net::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
 use crate::store::{self, Db, handouts::HandoutAudit};
 use crate::tenants::Tenants;
@@ -41,8 +41,8 @@ pub struct AppState {
     /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
     pub secure_cookies: bool,
     pub outbound_timeout: Duration,
-    pub refresh_margin: time::Duration,
-    pub unknown_expiry_refresh: time::Duration,
+    /// When a stored token is refreshed before it is handed out.
+    pub refresh: crate::domain::RefreshPolicy,
     pub refresh_gate: Arc<RefreshGate>,
     pub handouts: HandoutAudit,
     pub caches: Arc<Caches>,
@@ -55,7 +55,7 @@ pub struct AppState {
     /// base is https and `[hsts] max_age_seconds` is not 0.
     pub hsts: Option<actix_web::http::header::HeaderValue>,
     /// The addresses webhook endpoints may have (`[webhooks]`).
-    pub webhook_policy: crate::webhooks::ssrf::AddressPolicy,
+    pub webhook_policy: crate::net::ssrf::AddressPolicy,
 }
 
 impl AppState {

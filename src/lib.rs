@@ -25,6 +25,9 @@ pub mod domain;
 pub mod flows;
 /// HTTP surfaces: API, admin, browser pages, health.
 pub mod http;
+/// Every call out of the service: the outbound client and its guard, the SSRF policy for
+/// providers, IdPs and webhooks, the URL rules.
+pub mod net;
 /// Providers, discovery, and the OAuth code flow.
 pub mod oauth;
 /// Application assembly shared by `serve` and the tests.
@@ -37,7 +40,7 @@ pub mod telemetry;
 pub mod tenants;
 /// Sealing tokens at rest.
 pub mod vault;
-/// Webhook signatures (Standard Webhooks) and the SSRF-safe delivery client.
+/// Webhook events, signatures (Standard Webhooks) and their delivery.
 pub mod webhooks;
 
 /// What `mcp-connect --version` says: the release and the commit it was built from.

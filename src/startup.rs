@@ -3,7 +3,7 @@
 use crate::api_keys::ApiKeyVerifier;
 use crate::app::AppState;
 use crate::config::{Config, TenantConfig};
-use crate::oauth::http::Outbound;
+use crate::net::http::Outbound;
 use crate::store::{self, Db};
 use crate::vault::Vault;
 use actix_web::dev::Server;
@@ -388,7 +388,7 @@ async fn app_state(
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
-    let webhook_policy = crate::webhooks::ssrf::AddressPolicy {
+    let webhook_policy = crate::net::ssrf::AddressPolicy {
         allow_loopback: config.webhooks.allow_loopback,
         allow_private: config.webhooks.allow_private,
     };
@@ -396,9 +396,9 @@ async fn app_state(
     let worker = crate::webhooks::worker::Worker {
         pool: pool.clone(),
         vault: vault.clone(),
-        client: crate::webhooks::ssrf::DeliveryClient::trusting(
+        client: crate::net::delivery::DeliveryClient::trusting(
             webhook_policy,
-            Arc::new(crate::webhooks::ssrf::SystemLookup),
+            Arc::new(crate::net::ssrf::SystemLookup),
             config.webhooks.timeout,
             &config.outbound_cas,
         )
@@ -439,8 +439,10 @@ async fn app_state(
         )),
         caches,
         outbound_timeout: config.outbound_timeout,
-        refresh_margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
-        unknown_expiry_refresh: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
+        refresh: crate::domain::RefreshPolicy {
+            margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
+            unknown_expiry: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
+        },
         refresh_gate: Arc::default(),
         handouts: crate::store::handouts::HandoutAudit::spawn(
             pool.clone(),

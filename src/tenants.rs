@@ -13,7 +13,7 @@
 //! file's win where both name one id.
 
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
-use crate::oauth::http::Reach;
+use crate::net::http::Reach;
 use crate::oauth::{Provider, ProviderRegistry};
 use crate::store::{self, Db};
 use crate::vault::{Vault, VaultError};

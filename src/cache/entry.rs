@@ -3,7 +3,7 @@
 //! key id, token type, scopes, the subject's issuer) kept once as a [`Shape`].
 
 use super::SEP;
-use crate::domain::ConnectionStatus;
+use crate::domain::{ConnectionFacts, ConnectionStatus, Scopes};
 use crate::store::connections::ConnectionRow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -15,7 +15,8 @@ use uuid::Uuid;
 pub struct Shape {
     pub key_id: Box<str>,
     pub token_type: Box<str>,
-    pub scopes: Box<[String]>,
+    /// As granted (stored scopes that no longer parse count as none).
+    pub scopes: Scopes,
     /// The issuer of the IdP whose subject holds the connection.
     pub issuer: Box<str>,
 }
@@ -51,7 +52,7 @@ impl CachedConnection {
             shape: Arc::new(Shape {
                 key_id: row.key_id.as_deref()?.into(),
                 token_type: row.token_type.as_str().into(),
-                scopes: row.scopes.clone().into_boxed_slice(),
+                scopes: Scopes::parse(&row.scopes).unwrap_or_default(),
                 issuer: row.issuer.as_deref()?.into(),
             }),
             access_token_ct: row.access_token_ct.as_deref()?.into(),
@@ -62,6 +63,18 @@ impl CachedConnection {
             refreshed_at: row.refreshed_at,
             seal_version: row.seal_version,
         })
+    }
+
+    /// What the hand-out decides on (`domain::check_handout`): a cached row is active.
+    pub fn facts(&self) -> ConnectionFacts<'_> {
+        ConnectionFacts {
+            status: ConnectionStatus::Active,
+            issuer: Some(&self.shape.issuer),
+            scopes: &self.shape.scopes,
+            access_expires_at: self.access_expires_at,
+            has_refresh_token: self.has_refresh_token,
+            refreshed_at: self.refreshed_at,
+        }
     }
 }
 

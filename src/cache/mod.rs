@@ -352,7 +352,7 @@ mod tests {
             shape: Arc::new(Shape {
                 key_id: "k".into(),
                 token_type: "Bearer".into(),
-                scopes: vec![].into(),
+                scopes: crate::domain::Scopes::default(),
                 issuer: "https://idp.example".into(),
             }),
             access_token_ct: vec![1, 2, 3].into(),

@@ -4,9 +4,9 @@
 use super::raw::{RawCheck, RawField, RawProvider};
 use super::{ConfigError, err};
 use crate::domain::{ProviderId, Scopes};
+use crate::net::urls;
 use crate::oauth::credential::{Check, CredentialSpec, Field, Placement, api_key_fields, basic_fields};
 use crate::oauth::providers::{Provider, ProviderKind};
-use crate::oauth::urls;
 use secrecy::SecretString;
 use std::sync::Arc;
 

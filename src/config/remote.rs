@@ -4,8 +4,8 @@
 use super::raw::RawProvider;
 use super::{ConfigError, err};
 use crate::domain::ProviderId;
+use crate::net::urls;
 use crate::oauth::providers::Provider;
-use crate::oauth::urls;
 use secrecy::SecretString;
 
 /// A remote MCP server provider, checked. A `client_id` (with its secret, from the

@@ -5,6 +5,7 @@ mod audit;
 mod clock;
 pub mod failpoint;
 pub mod gate;
+mod handout;
 mod ids;
 #[cfg(test)]
 pub(crate) mod props;
@@ -13,6 +14,7 @@ pub mod shown;
 
 pub use audit::AuditKind;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use handout::{ConnectionFacts, HandOut, HandOutRequest, RefreshPolicy, check_handout};
 pub use ids::{
     ApiKeyId, ConnectionId, ConnectionKey, DEFAULT_IDP, ElicitationId, IdpName, ProviderId, Subject, TenantId,
     WebhookId,

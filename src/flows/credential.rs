@@ -157,6 +157,8 @@ pub async fn submit(
         return Err(ConnectError::ProviderDisabled.into());
     }
 
+    let key = ConnectionKey { tenant: e.tenant_id.clone(), subject: e.subject.clone(), provider: e.provider.clone() };
+    let replaced = super::callback::revoke_replaced(state, &key, e.issuer.as_deref()).await?;
     let mut tx = store::begin(&state.pool).await?;
     // Locked from here to the commit: a second submit (double click, two tabs) waits and
     // then finds the link completed; no second connection is written.
@@ -178,9 +180,8 @@ pub async fn submit(
         // A typed credential has no scopes (`/v1/token` asks for none for it).
         scope: Some(String::new()),
     };
-    let key = ConnectionKey { tenant: e.tenant_id.clone(), subject: e.subject.clone(), provider: e.provider.clone() };
     let grant = Grant { key, provider: &provider, tokens: &tokens };
-    match keep_grant(state, &mut tx, &locked, &grant, account, now).await? {
+    match keep_grant(state, &mut tx, &locked, &grant, account, replaced, now).await? {
         Kept::Connected(account) => {
             tx.commit().await?;
             state.caches.forget_connection(&grant.key);

@@ -105,7 +105,7 @@ fn checked(
     ];
     for (field, url) in urls {
         if let Some(url) = url {
-            crate::oauth::ssrf::check_url(url, policy).map_err(|r| {
+            crate::net::ssrf::check_url(url, policy).map_err(|r| {
                 invalid(field, format!("{r} (a provider of the operator API reaches only public https addresses unless [operator] allow_private_endpoints is set)"))
             })?;
         }

@@ -11,7 +11,7 @@
 
 use crate::app::AppState;
 use crate::domain::AuditKind;
-use crate::domain::ConnectionStatus;
+use crate::domain::{ConnectionStatus, RefreshPolicy};
 use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
 use crate::telemetry::metrics::REFRESHES;
@@ -21,37 +21,10 @@ use crate::webhooks::EventKind;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-/// When a row needs a refresh before its token is handed out.
-pub fn needs_refresh(
-    row: &ConnectionRow,
-    now: OffsetDateTime,
-    margin: time::Duration,
-    unknown_after: time::Duration,
-) -> bool {
-    needs_refresh_at(
-        row.access_expires_at,
-        row.refresh_token_ct.is_some(),
-        row.refreshed_at,
-        now,
-        margin,
-        unknown_after,
-    )
-}
-
-/// The same rule on the fields alone (the cache keeps no refresh ciphertext).
-pub fn needs_refresh_at(
-    access_expires_at: Option<OffsetDateTime>,
-    has_refresh_token: bool,
-    refreshed_at: Option<OffsetDateTime>,
-    now: OffsetDateTime,
-    margin: time::Duration,
-    unknown_after: time::Duration,
-) -> bool {
-    match access_expires_at {
-        Some(exp) => exp <= now + margin,
-        // Unknown expiry: refresh on a schedule when we can, rather than trusting it forever.
-        None => has_refresh_token && refreshed_at.is_none_or(|t| t + unknown_after <= now),
-    }
+/// When a row needs a refresh before its token is handed out (the rule is
+/// [`RefreshPolicy::needs_refresh`]).
+pub fn needs_refresh(row: &ConnectionRow, now: OffsetDateTime, policy: RefreshPolicy) -> bool {
+    policy.needs_refresh(row.access_expires_at, row.refresh_token_ct.is_some(), row.refreshed_at, now)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,8 +100,7 @@ async fn refresh_locked(
             RefreshError::Gone
         });
     }
-    if row.version != observed.version || !needs_refresh(&row, now, state.refresh_margin, state.unknown_expiry_refresh)
-    {
+    if row.version != observed.version || !needs_refresh(&row, now, state.refresh) {
         // Refreshed by another caller while we waited for the lock: use theirs.
         tx.commit().await?;
         return Ok(row);
@@ -354,21 +326,19 @@ mod tests {
     #[test]
     fn a_token_is_refreshed_within_the_margin_of_its_expiry() {
         let now = OffsetDateTime::now_utc();
-        let m = time::Duration::seconds(60);
-        let h = time::Duration::hours(1);
-        assert!(needs_refresh(&row(Some(now + time::Duration::seconds(30)), true, None), now, m, h));
-        assert!(needs_refresh(&row(Some(now - time::Duration::seconds(1)), true, None), now, m, h));
-        assert!(!needs_refresh(&row(Some(now + time::Duration::seconds(120)), true, None), now, m, h));
+        let p = RefreshPolicy { margin: time::Duration::seconds(60), unknown_expiry: time::Duration::hours(1) };
+        assert!(needs_refresh(&row(Some(now + time::Duration::seconds(30)), true, None), now, p));
+        assert!(needs_refresh(&row(Some(now - time::Duration::seconds(1)), true, None), now, p));
+        assert!(!needs_refresh(&row(Some(now + time::Duration::seconds(120)), true, None), now, p));
     }
 
     #[test]
     fn an_unknown_expiry_is_refreshed_on_a_schedule_not_never() {
         let now = OffsetDateTime::now_utc();
-        let m = time::Duration::seconds(60);
-        let h = time::Duration::hours(1);
-        assert!(!needs_refresh(&row(None, true, Some(now - time::Duration::minutes(5))), now, m, h));
-        assert!(needs_refresh(&row(None, true, Some(now - time::Duration::minutes(61))), now, m, h));
+        let p = RefreshPolicy { margin: time::Duration::seconds(60), unknown_expiry: time::Duration::hours(1) };
+        assert!(!needs_refresh(&row(None, true, Some(now - time::Duration::minutes(5))), now, p));
+        assert!(needs_refresh(&row(None, true, Some(now - time::Duration::minutes(61))), now, p));
         // Nothing to refresh with: handed out until the provider says otherwise.
-        assert!(!needs_refresh(&row(None, false, Some(now - time::Duration::days(2))), now, m, h));
+        assert!(!needs_refresh(&row(None, false, Some(now - time::Duration::days(2))), now, p));
     }
 }

@@ -6,11 +6,11 @@ use super::policy::{PolicyError, kill_state, provider_for};
 use super::refresh::{self, RefreshError};
 use crate::app::AppState;
 use crate::cache::CachedConnection;
-use crate::domain::AuditKind;
 use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationId, ElicitationStatus, KillState,
     ProviderId, Scopes, Subject, TenantId,
 };
+use crate::domain::{AuditKind, HandOut, HandOutRequest, check_handout};
 use crate::oauth::Provider;
 use crate::oauth::credential::Credential;
 use crate::oauth::resolve::ResolveError;
@@ -119,13 +119,13 @@ pub async fn token_for(
     // since) is not this subject's: as if there were none, and a new grant replaces it.
     let conn = state.lookups.find_connection(&key).await?.filter(|c| c.issuer.as_deref() == Some(issuer));
     if let Some(row) = &conn
-        && !refresh::needs_refresh(row, now, state.refresh_margin, state.unknown_expiry_refresh)
+        && !refresh::needs_refresh(row, now, state.refresh)
         && let Some(entry) = CachedConnection::of(row)
     {
         state.caches.store_connection(ticket, t, s, p, &entry);
     }
     if let Some(c) = &conn
-        && let Some(out) = usable_token(state, tenant, &provider, &req, c, now).await?
+        && let Some(out) = usable_token(state, tenant, &provider, &req, issuer, c, now).await?
     {
         record_handout(state, api_key, &out).await;
         return Ok(out);
@@ -138,7 +138,7 @@ pub async fn token_for(
     // re-connect for one more scope does not lose the others.
     let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes.clone());
     let wanted = match &conn {
-        Some(c) if c.status == ConnectionStatus::Active => wanted.union(&Scopes::parse(&c.scopes).unwrap_or_default()),
+        Some(c) if c.status == ConnectionStatus::Active => wanted.union(&c.granted()),
         _ => wanted,
     };
     // A link is made only for a provider whose server can be used: a configuration or a
@@ -212,7 +212,7 @@ async fn elicitation_answer(
     })
 }
 
-/// The fast path: the row as cached (ciphertext), unless it is near expiry.
+/// The fast path: the row as cached (ciphertext), when it can go out as it is.
 fn cached_token(
     state: &AppState,
     tenant: &TenantId,
@@ -222,22 +222,14 @@ fn cached_token(
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
     let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    match state.caches.connection(t, s, p) {
-        Some(c)
-            if *c.shape.issuer == *issuer
-                && covers(&c.shape.scopes, req)
-                && !refresh::needs_refresh_at(
-                    c.access_expires_at,
-                    c.has_refresh_token,
-                    c.refreshed_at,
-                    now,
-                    state.refresh_margin,
-                    state.unknown_expiry_refresh,
-                ) =>
-        {
-            hand_out(state, tenant, provider, req, &c)
-        }
-        _ => Ok(None),
+    let Some(c) = state.caches.connection(t, s, p) else {
+        return Ok(None);
+    };
+    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
+    match check_handout(c.facts(), ask, state.refresh, now) {
+        HandOut::Serve => hand_out(state, tenant, provider, req, &c),
+        // Anything else is decided on the row as it is now.
+        HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),
     }
 }
 
@@ -248,59 +240,39 @@ async fn usable_token(
     tenant: &TenantId,
     provider: &Provider,
     req: &TokenRequest,
+    issuer: &str,
     c: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    if c.status != ConnectionStatus::Active || !covers(&c.scopes, req) {
-        return Ok(None);
-    }
-    let refreshed;
-    let c = if refresh::needs_refresh(c, now, state.refresh_margin, state.unknown_expiry_refresh) {
-        if c.refresh_token_ct.is_none() {
-            if c.access_expires_at.is_some_and(|t| t <= now) {
-                if refresh::expire_without_refresh(state, c).await? {
-                    return Ok(None);
-                }
-                // Changed since it was read (a reconnect): serve the row as it is now.
-                let Some(now_row) = store::connections::find_connection(&state.pool, &c.key()).await? else {
-                    return Ok(None);
-                };
-                if now_row.status != ConnectionStatus::Active
-                    || now_row.issuer != c.issuer
-                    || refresh::needs_refresh(&now_row, now, state.refresh_margin, state.unknown_expiry_refresh)
-                {
-                    return Ok(None);
-                }
-                return Ok(CachedConnection::of(&now_row)
-                    .map(|e| hand_out(state, tenant, provider, req, &e))
-                    .transpose()?
-                    .flatten());
+    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
+    let entry = match check_handout(c.facts(&c.granted()), ask, state.refresh, now) {
+        HandOut::Reconnect => return Ok(None),
+        // Near expiry with nothing to refresh with: still valid for a little while.
+        HandOut::Serve | HandOut::ServeNearExpiry => CachedConnection::of(c),
+        HandOut::Refresh => match refresh::refresh(state, c, now).await {
+            Ok(row) => CachedConnection::of(&row),
+            Err(RefreshError::NeedsReauth | RefreshError::Gone) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        },
+        HandOut::Expire => {
+            if refresh::expire_without_refresh(state, c).await? {
+                return Ok(None);
             }
-            // Still valid for a little while and nothing to refresh with: hand it out.
-            c
-        } else {
-            match refresh::refresh(state, c, now).await {
-                Ok(row) => {
-                    refreshed = row;
-                    &refreshed
-                }
-                Err(RefreshError::NeedsReauth | RefreshError::Gone) => return Ok(None),
-                Err(e) => return Err(e.into()),
+            // Changed since it was read (a reconnect): serve the row as it is now.
+            let Some(now_row) = store::connections::find_connection(&state.pool, &c.key()).await? else {
+                return Ok(None);
+            };
+            if now_row.issuer != c.issuer
+                || check_handout(now_row.facts(&now_row.granted()), ask, state.refresh, now) != HandOut::Serve
+            {
+                return Ok(None);
             }
+            CachedConnection::of(&now_row)
         }
-    } else {
-        c
     };
-    match CachedConnection::of(c) {
+    match entry {
         Some(entry) => hand_out(state, tenant, provider, req, &entry),
         None => Ok(None),
-    }
-}
-
-fn covers(have: &[String], req: &TokenRequest) -> bool {
-    match &req.scopes {
-        None => true,
-        Some(want) => Scopes::parse(have).unwrap_or_default().covers(want),
     }
 }
 
@@ -348,7 +320,7 @@ fn hand_out(
         credential,
         token_type: c.shape.token_type.to_string(),
         expires_at: c.access_expires_at,
-        scopes: c.shape.scopes.to_vec(),
+        scopes: c.shape.scopes.as_slice().to_vec(),
         account: c
             .account_id
             .as_ref()

@@ -2,9 +2,10 @@
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
 use crate::domain::AuditKind;
+use crate::net::ssrf;
 use crate::store::{self, Db, audit::AuditEvent, webhooks::WebhookRow};
 use crate::vault::Vault;
-use crate::webhooks::{self, EventKind, Slot, ssrf};
+use crate::webhooks::{self, EventKind, Slot};
 use secrecy::SecretString;
 use time::OffsetDateTime;
 use url::Url;

@@ -3,8 +3,7 @@
 //! ([`check_url`]), and every address it connects to by its resolver ([`GuardedResolver`]).
 //! Redirects are not followed, and the timeout is short.
 
-use crate::oauth::ssrf::refusal_of;
-pub use crate::oauth::ssrf::{AddressPolicy, GuardedResolver, Lookup, Refusal, SystemLookup, check_ip, check_url};
+use super::ssrf::{AddressPolicy, GuardedResolver, Lookup, Refusal, check_url, refusal_of};
 use std::sync::Arc;
 use std::time::Duration;
 use url::Url;

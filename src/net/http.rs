@@ -7,7 +7,7 @@
 //! private addresses included (an internal Keycloak). An endpoint a server's discovery
 //! document puts on another origin came from a document someone else serves, and is reached
 //! as that server's [`Reach`] says (`with_guard`): over https on a public address, checked
-//! on the address actually connected to (`crate::oauth::ssrf`), so a discovery host cannot send our
+//! on the address actually connected to (`net::ssrf`), so a discovery host cannot send our
 //! client secret to `http://127.0.0.1:…` or into the private network; or, where the operator
 //! allowed private endpoints for it, private and loopback addresses too (never link-local
 //! ones or cloud metadata). The guard belongs to the one server: another provider's or
@@ -36,7 +36,7 @@ pub enum OutboundError {
     /// A URL on an origin the configuration does not name, that is not https on a public
     /// address.
     #[error("refused: {0}")]
-    Refused(crate::oauth::ssrf::Refusal),
+    Refused(crate::net::ssrf::Refusal),
 }
 
 impl OutboundError {
@@ -62,10 +62,10 @@ pub enum Reach {
 }
 
 impl Reach {
-    pub fn policy(self) -> crate::oauth::ssrf::AddressPolicy {
+    pub fn policy(self) -> crate::net::ssrf::AddressPolicy {
         match self {
-            Reach::Public => crate::oauth::ssrf::AddressPolicy::default(),
-            Reach::Private => crate::oauth::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
+            Reach::Public => crate::net::ssrf::AddressPolicy::default(),
+            Reach::Private => crate::net::ssrf::AddressPolicy { allow_loopback: true, allow_private: true },
         }
     }
 }
@@ -121,13 +121,13 @@ impl Outbound {
                 .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
         };
         let guarded = |reach: Reach| {
-            let resolver = crate::oauth::ssrf::GuardedResolver::new(
-                std::sync::Arc::new(crate::oauth::ssrf::SystemLookup),
+            let resolver = crate::net::ssrf::GuardedResolver::new(
+                std::sync::Arc::new(crate::net::ssrf::SystemLookup),
                 reach.policy(),
             );
             builder().dns_resolver(std::sync::Arc::new(resolver)).build()
         };
-        let pinned = crate::oauth::ssrf::LoopbackPinned::new(std::sync::Arc::new(crate::oauth::ssrf::SystemLookup));
+        let pinned = crate::net::ssrf::LoopbackPinned::new(std::sync::Arc::new(crate::net::ssrf::SystemLookup));
         Ok(Self {
             client: builder().dns_resolver(std::sync::Arc::new(pinned)).build()?,
             public: guarded(Reach::Public)?,
@@ -149,7 +149,7 @@ impl Outbound {
     /// alone would not see it).
     fn client_for(&self, url: &url::Url) -> Result<&reqwest::Client, OutboundError> {
         let Some(reach) = self.guard.get(&url.origin().ascii_serialization()) else { return Ok(&self.client) };
-        crate::oauth::ssrf::check_url(url, reach.policy()).map_err(OutboundError::Refused)?;
+        crate::net::ssrf::check_url(url, reach.policy()).map_err(OutboundError::Refused)?;
         Ok(match reach {
             Reach::Public => &self.public,
             Reach::Private => &self.private,
@@ -260,34 +260,20 @@ impl Outbound {
         Ok((a.status.as_u16(), a.body))
     }
 
-    /// POST a form with the client authenticated as `auth` says (RFC 6749 §2.3.1); for
-    /// RFC 7009 revocation. Returns the status.
-    pub async fn post_form_client(
+    /// POST a form, with HTTP Basic credentials where given (already form-encoded as
+    /// RFC 6749 §2.3.1 asks: `oauth::client_auth` decides); for RFC 7009 revocation.
+    /// Returns the status.
+    pub async fn post_form(
         &self,
         url: &url::Url,
-        auth: super::client_auth::ClientAuth,
-        client_id: &str,
-        client_secret: &str,
+        basic: Option<(String, String)>,
         form: &[(&str, &str)],
     ) -> Result<u16, OutboundError> {
-        use super::client_auth::ClientAuth;
-        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let mut body = form.to_vec();
-        let r = match auth {
-            ClientAuth::Basic => {
-                self.client.post(url.as_str()).basic_auth(enc(client_id), Some(enc(client_secret))).form(form)
-            }
-            ClientAuth::Post => {
-                body.extend([("client_id", client_id), ("client_secret", client_secret)]);
-                self.client.post(url.as_str()).form(&body)
-            }
-            // A public client names itself in the body (RFC 7009 §2.1).
-            ClientAuth::Public => {
-                body.push(("client_id", client_id));
-                self.client.post(url.as_str()).form(&body)
-            }
-        };
-        Ok(self.send(r).await?.status.as_u16())
+        let mut r = self.client.post(url.as_str());
+        if let Some((user, password)) = basic {
+            r = r.basic_auth(user, Some(password));
+        }
+        Ok(self.send(r.form(form)).await?.status.as_u16())
     }
 }
 
@@ -315,7 +301,7 @@ fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
 }
 
 fn classify(e: reqwest::Error) -> OutboundError {
-    if let Some(r) = crate::oauth::ssrf::refusal_of(&e) {
+    if let Some(r) = crate::net::ssrf::refusal_of(&e) {
         OutboundError::Refused(r)
     } else if e.is_timeout() {
         OutboundError::Timeout

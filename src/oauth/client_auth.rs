@@ -9,6 +9,11 @@
 //! way the server did not list: many servers (the MCP TypeScript SDK's among them) answer
 //! HTTP Basic with `invalid_request`, not with a hint.
 
+/// Form fields, in order.
+pub type Form<'a> = Vec<(&'a str, &'a str)>;
+/// An HTTP Basic user and password.
+pub type Basic = (String, String);
+
 /// One way of authenticating the client at the token and revocation endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 pub enum ClientAuth {
@@ -47,6 +52,20 @@ impl ClientAuth {
     /// Whether it sends a client secret.
     pub fn sends_secret(self) -> bool {
         self != ClientAuth::Public
+    }
+
+    /// A form request (RFC 7009 revocation) authenticated this way: the form with what
+    /// goes in the body, and the HTTP Basic user and password (form-encoded first, RFC
+    /// 6749 §2.3.1), if any.
+    pub fn form<'a>(self, client_id: &'a str, client_secret: &'a str, mut form: Form<'a>) -> (Form<'a>, Option<Basic>) {
+        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        match self {
+            ClientAuth::Basic => return (form, Some((enc(client_id), enc(client_secret)))),
+            ClientAuth::Post => form.extend([("client_id", client_id), ("client_secret", client_secret)]),
+            // A public client names itself in the body (RFC 7009 §2.1).
+            ClientAuth::Public => form.push(("client_id", client_id)),
+        }
+        (form, None)
     }
 }
 

@@ -7,11 +7,11 @@
 //! account fields read from its answer. The values are sealed as one JSON document
 //! ([`Credential`]) into the connection's access-token slot and handed out with their
 //! kind, so the MCP server knows how to use them. Nothing here logs a value: the check's
-//! span names method and host only (`oauth::http`).
+//! span names method and host only (`net::http`).
 
-use super::http::{Outbound, OutboundError};
 use super::providers::ProviderKind;
 use crate::domain::Account;
+use crate::net::http::{Outbound, OutboundError};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
 use url::Url;

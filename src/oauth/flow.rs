@@ -2,8 +2,8 @@
 //! at the primary IdP and by downstream providers: building the authorization URL,
 //! exchanging the code, refreshing, and verifying OIDC ID tokens (OIDC Core §3.1.3.7).
 
-use super::http::{Outbound, OutboundError};
 use super::id_token::IdTokenRefusal;
+use crate::net::http::{Outbound, OutboundError};
 use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenType};
 use oauth2::{
     AuthUrl, AuthorizationCode, Client, CsrfToken, EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier,
@@ -38,8 +38,8 @@ pub struct AuthServer {
     /// Tolerance for `exp` and `iat` against our clock.
     pub clock_skew: time::Duration,
     /// The origins its discovery put endpoints on that are reached guarded (see
-    /// `oauth::http`); every request for this server goes through it.
-    pub guard: super::http::Guard,
+    /// `net::http`); every request for this server goes through it.
+    pub guard: crate::net::http::Guard,
     /// RFC 8707: the resource the tokens are for (a remote MCP server), sent on the
     /// authorization, token and refresh requests.
     pub resource: Option<String>,
@@ -343,15 +343,12 @@ pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'st
     let http = http.with_guard(&server.guard);
     let mut failures = Vec::new();
     for (hint, token) in tokens {
-        let sent = http
-            .post_form_client(
-                url,
-                server.client_auth,
-                &server.client_id,
-                server.client_secret.expose_secret(),
-                &[("token", token.expose_secret()), ("token_type_hint", hint)],
-            )
-            .await;
+        let (form, basic) = server.client_auth.form(
+            &server.client_id,
+            server.client_secret.expose_secret(),
+            vec![("token", token.expose_secret()), ("token_type_hint", hint)],
+        );
+        let sent = http.post_form(url, basic, &form).await;
         // RFC 7009 §2.2: 200 whether or not the token was still valid.
         match sent {
             Ok(200) => {}
@@ -479,7 +476,7 @@ mod tests {
             jwks: None,
             id_token_algs: id_token_algs(None),
             clock_skew: time::Duration::seconds(60),
-            guard: crate::oauth::http::Guard::default(),
+            guard: crate::net::http::Guard::default(),
             resource: None,
             scopes_supported: Vec::new(),
             client_auth: crate::oauth::client_auth::ClientAuth::Basic,

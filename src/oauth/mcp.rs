@@ -11,11 +11,11 @@
 //! `WWW-Authenticate` challenge.
 
 use super::client_auth::ClientAuth;
-use super::http::{Guard, Outbound, OutboundError, Reach};
 use super::resolve::ResolveError;
-use super::urls;
+use crate::net::http::{Guard, Outbound, OutboundError};
+use crate::net::metadata::{Admission, MetadataError};
+use crate::net::urls;
 use std::collections::HashMap;
-use std::sync::Arc;
 use url::Url;
 
 /// What discovery found for one remote MCP server.
@@ -154,126 +154,159 @@ fn invalid(resource: &str, message: impl Into<String>) -> ResolveError {
 
 /// Discovers the authorization server of the remote MCP server at `resource`. Every origin
 /// but the resource's (the operator's word) is reached through the SSRF guard: public
-/// https addresses only, or private ones too where `allow_private` says so.
+/// https addresses only, or private ones too where `allow_private` says so. Fetching is
+/// here; what is fetched is judged by [`check_resource_metadata`] and
+/// [`check_server_metadata`].
 pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> Result<Discovered, ResolveError> {
     let name = resource.as_str();
-    let reach = if allow_private { Reach::Private } else { Reach::Public };
-    let guard = std::cell::RefCell::new(HashMap::<String, Reach>::new());
-    let ours = resource.origin();
-    let admit = |url: &Url, what: &str| -> Result<(), ResolveError> {
-        if url.origin() != ours {
-            crate::oauth::ssrf::check_url(url, reach.policy()).map_err(|r| {
-                let hint = if allow_private { "" } else { " (set allow_private_endpoints to allow it)" };
-                invalid(name, format!("{what} {url} is on another origin than the server and {r}{hint}"))
-            })?;
-            guard.borrow_mut().insert(url.origin().ascii_serialization(), reach);
-        }
-        Ok(())
-    };
-    let guarded = || http.with_guard(&Arc::new(guard.borrow().clone()));
+    let mut adm = Admission::new(vec![resource.origin()], allow_private, "the server");
     // The server's own answer to the request an MCP client sends first, without a token,
     // names its metadata (RFC 9728 §5.1) and may name the scopes it needs (RFC 6750 §3).
     // A POST of `initialize`: Streamable HTTP lets a server answer a GET with 405.
     let (status, challenge) =
         http.probe(resource).await.map_err(|source| ResolveError::Fetch { url: name.to_owned(), source })?;
     let challenge = challenge.filter(|_| status == 401);
-    let named = challenge.as_deref().and_then(resource_metadata_of);
+    let (raw, at_root) = resource_metadata(http, &mut adm, resource, challenge.as_deref()).await?;
+    let found = check_resource_metadata(raw, resource, at_root).map_err(|e| invalid(name, e))?;
     let challenge_scopes = challenge.as_deref().map(scope_of).unwrap_or_default();
-    // Where the metadata is: the URL the challenge gave, else the well-known URL built from
-    // the resource's path, then the one built from its origin (RFC 9728 §3.1).
-    let mut root = resource.clone();
-    root.set_path("/");
-    let root_url = well_known(&root, "oauth-protected-resource");
-    let metadata_urls = match named {
-        Some(u) => vec![urls::endpoint(&u, &[]).map_err(|e| invalid(name, format!("resource_metadata {u:?}: {e}")))?],
-        None => {
-            let mut all = vec![well_known(resource, "oauth-protected-resource")];
-            if resource.path() != "/" {
-                all.push(root_url.clone());
-            }
-            all
-        }
-    };
-    let mut found = None;
-    let mut last = None;
-    for url in &metadata_urls {
-        admit(url, "resource_metadata")?;
-        match guarded().get_json(url, None).await {
-            Ok(v) => {
-                found = Some((v, *url == root_url));
-                break;
-            }
-            Err(e) => last = Some(ResolveError::Fetch { url: url.to_string(), source: e }),
-        }
-    }
-    let Some((raw, at_root)) = found else {
-        return Err(last.unwrap_or_else(|| invalid(name, "no protected resource metadata")));
-    };
-    let prm: ResourceMetadata =
-        serde_json::from_value(raw).map_err(|e| invalid(name, format!("protected resource metadata: {e}")))?;
-    // RFC 9728 §3.3: the metadata is for the resource asked about, or it is not used.
-    let Some(said) = resource_named(&prm.resource, resource, at_root) else {
-        return Err(invalid(name, format!("its metadata is for another resource ({:?})", prm.resource)));
-    };
-    let issuer = prm.authorization_servers.first().ok_or_else(|| invalid(name, "no authorization_servers"))?;
-    let issuer_url = urls::endpoint(issuer, &[]).map_err(|e| invalid(name, format!("authorization server: {e}")))?;
-    let mut doc = None;
-    let mut last = None;
-    for url in server_metadata_urls(&issuer_url) {
-        admit(&url, "authorization server metadata")?;
-        match guarded().get_json(&url, None).await {
-            Ok(v) => {
-                doc = Some(v);
-                break;
-            }
-            Err(e @ OutboundError::Status(404)) => last = Some(ResolveError::Fetch { url: url.to_string(), source: e }),
-            Err(e) => return Err(ResolveError::Fetch { url: url.to_string(), source: e }),
-        }
-    }
-    let doc = doc.ok_or_else(|| last.unwrap_or_else(|| invalid(name, "no authorization server metadata")))?;
-    let meta: ServerMetadata =
-        serde_json::from_value(doc).map_err(|e| invalid(name, format!("authorization server metadata: {e}")))?;
-    // RFC 8414 §3.3: the issuer is exactly the one the metadata was asked for.
-    if meta.issuer != *issuer {
-        return Err(invalid(name, format!("authorization server issuer {:?} is not {issuer:?}", meta.issuer)));
-    }
-    // The MCP authorization spec: no PKCE S256 advertised, no authorization.
-    if !meta.code_challenge_methods_supported.iter().any(|m| m == "S256") {
-        return Err(invalid(name, "the authorization server does not advertise PKCE S256"));
-    }
-    let endpoint = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
-        u.map(|s| urls::endpoint(&s, &[]).map_err(|e| invalid(name, format!("{what}: {e}")))).transpose()
-    };
-    let authorize_url = endpoint("authorization_endpoint", meta.authorization_endpoint)?
-        .ok_or_else(|| invalid(name, "no authorization_endpoint"))?;
-    let token_url =
-        endpoint("token_endpoint", meta.token_endpoint)?.ok_or_else(|| invalid(name, "no token_endpoint"))?;
-    let revocation_url = endpoint("revocation_endpoint", meta.revocation_endpoint)?;
-    let registration_url = endpoint("registration_endpoint", meta.registration_endpoint)?;
+    let issuer_url =
+        urls::endpoint(&found.issuer, &[]).map_err(|e| invalid(name, format!("authorization server: {e}")))?;
+    let doc = server_metadata(http, &mut adm, name, &issuer_url).await?;
+    let meta = check_server_metadata(doc, &found.issuer).map_err(|e| invalid(name, e))?;
     // The endpoints we send secrets to: guarded unless on the resource's origin.
-    for (url, what) in [(Some(&token_url), "token_endpoint"), (revocation_url.as_ref(), "revocation_endpoint")]
-        .into_iter()
-        .chain([(registration_url.as_ref(), "registration_endpoint")])
-    {
+    let ours = [("token_endpoint", Some(&meta.token_url)), ("revocation_endpoint", meta.revocation_url.as_ref())];
+    for (what, url) in ours.into_iter().chain([("registration_endpoint", meta.registration_url.as_ref())]) {
         if let Some(u) = url {
-            admit(u, what)?;
+            adm.admit(u, what).map_err(|e| ResolveError::of_metadata(name, e))?;
         }
     }
     Ok(Discovered {
-        resource: said,
+        resource: found.resource,
         issuer: meta.issuer,
-        authorize_url,
-        token_url,
-        revocation_url,
-        registration_url,
-        client_id_metadata_documents: meta.client_id_metadata_document_supported,
-        iss_parameter_supported: meta.authorization_response_iss_parameter_supported,
+        authorize_url: meta.authorize_url,
+        token_url: meta.token_url,
+        revocation_url: meta.revocation_url,
+        registration_url: meta.registration_url,
+        client_id_metadata_documents: meta.client_id_metadata_documents,
+        iss_parameter_supported: meta.iss_parameter_supported,
         scopes_supported: usable_scopes(
             name,
-            if challenge_scopes.is_empty() { prm.scopes_supported } else { challenge_scopes },
+            if challenge_scopes.is_empty() { found.scopes_supported } else { challenge_scopes },
         )?,
+        auth_methods: meta.auth_methods,
+        guard: adm.guard(),
+    })
+}
+
+/// The protected resource metadata (RFC 9728 §3.1): at the URL the challenge gave, else
+/// the well-known URL built from the resource's path, then the one built from its origin.
+/// The document, and whether it came from the origin's root well-known URL.
+async fn resource_metadata(
+    http: &Outbound,
+    adm: &mut Admission,
+    resource: &Url,
+    challenge: Option<&str>,
+) -> Result<(serde_json::Value, bool), ResolveError> {
+    let name = resource.as_str();
+    let mut root = resource.clone();
+    root.set_path("/");
+    let root_url = well_known(&root, "oauth-protected-resource");
+    let urls = match challenge.and_then(resource_metadata_of) {
+        Some(u) => vec![urls::endpoint(&u, &[]).map_err(|e| invalid(name, format!("resource_metadata {u:?}: {e}")))?],
+        None if resource.path() != "/" => vec![well_known(resource, "oauth-protected-resource"), root_url.clone()],
+        None => vec![well_known(resource, "oauth-protected-resource")],
+    };
+    let mut last = None;
+    for url in &urls {
+        match adm.get_json(http, url, "resource_metadata").await {
+            Ok(v) => return Ok((v, *url == root_url)),
+            Err(e @ MetadataError::Refused(_)) => return Err(ResolveError::of_metadata(name, e)),
+            Err(e) => last = Some(ResolveError::of_metadata(name, e)),
+        }
+    }
+    Err(last.unwrap_or_else(|| invalid(name, "no protected resource metadata")))
+}
+
+/// The authorization server's metadata, at the places the MCP authorization spec lists in
+/// its order; a place that answers 404 is passed over, any other failure ends the search.
+async fn server_metadata(
+    http: &Outbound,
+    adm: &mut Admission,
+    name: &str,
+    issuer: &Url,
+) -> Result<serde_json::Value, ResolveError> {
+    let mut last = None;
+    for url in server_metadata_urls(issuer) {
+        match adm.get_json(http, &url, "authorization server metadata").await {
+            Ok(v) => return Ok(v),
+            Err(e @ MetadataError::Fetch { source: OutboundError::Status(404), .. }) => {
+                last = Some(ResolveError::of_metadata(name, e));
+            }
+            Err(e) => return Err(ResolveError::of_metadata(name, e)),
+        }
+    }
+    Err(last.unwrap_or_else(|| invalid(name, "no authorization server metadata")))
+}
+
+/// What a protected resource metadata document says, once checked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceFound {
+    /// The resource identifier to send (see [`resource_named`]).
+    pub resource: String,
+    /// The authorization server: the first one listed.
+    pub issuer: String,
+    pub scopes_supported: Vec<String>,
+}
+
+/// Checks a protected resource metadata document (RFC 9728 §3.2, §3.3) fetched for
+/// `resource` (`at_root`: from the origin's root well-known URL).
+pub fn check_resource_metadata(raw: serde_json::Value, resource: &Url, at_root: bool) -> Result<ResourceFound, String> {
+    let prm: ResourceMetadata = serde_json::from_value(raw).map_err(|e| format!("protected resource metadata: {e}"))?;
+    // RFC 9728 §3.3: the metadata is for the resource asked about, or it is not used.
+    let said = resource_named(&prm.resource, resource, at_root)
+        .ok_or_else(|| format!("its metadata is for another resource ({:?})", prm.resource))?;
+    let issuer = prm.authorization_servers.into_iter().next().ok_or("no authorization_servers")?;
+    Ok(ResourceFound { resource: said, issuer, scopes_supported: prm.scopes_supported })
+}
+
+/// What an authorization server's metadata says, once checked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ServerFound {
+    pub issuer: String,
+    pub authorize_url: Url,
+    pub token_url: Url,
+    pub revocation_url: Option<Url>,
+    pub registration_url: Option<Url>,
+    pub client_id_metadata_documents: bool,
+    pub iss_parameter_supported: bool,
+    pub auth_methods: Option<Vec<String>>,
+}
+
+/// Checks an authorization server's metadata (RFC 8414) asked of `issuer`: the issuer is
+/// exactly that one (§3.3), PKCE S256 is advertised (the MCP authorization spec: else no
+/// authorization), the endpoints are URLs by our rules and the two the flow needs are there.
+pub fn check_server_metadata(raw: serde_json::Value, issuer: &str) -> Result<ServerFound, String> {
+    let meta: ServerMetadata =
+        serde_json::from_value(raw).map_err(|e| format!("authorization server metadata: {e}"))?;
+    if meta.issuer != issuer {
+        return Err(format!("authorization server issuer {:?} is not {issuer:?}", meta.issuer));
+    }
+    if !meta.code_challenge_methods_supported.iter().any(|m| m == "S256") {
+        return Err("the authorization server does not advertise PKCE S256".to_owned());
+    }
+    let endpoint = |what: &str, u: Option<String>| -> Result<Option<Url>, String> {
+        u.map(|s| urls::endpoint(&s, &[]).map_err(|e| format!("{what}: {e}"))).transpose()
+    };
+    Ok(ServerFound {
+        authorize_url: endpoint("authorization_endpoint", meta.authorization_endpoint)?
+            .ok_or("no authorization_endpoint")?,
+        token_url: endpoint("token_endpoint", meta.token_endpoint)?.ok_or("no token_endpoint")?,
+        revocation_url: endpoint("revocation_endpoint", meta.revocation_endpoint)?,
+        registration_url: endpoint("registration_endpoint", meta.registration_endpoint)?,
+        client_id_metadata_documents: meta.client_id_metadata_document_supported,
+        iss_parameter_supported: meta.authorization_response_iss_parameter_supported,
         auth_methods: meta.token_endpoint_auth_methods_supported,
-        guard: Arc::new(guard.into_inner()),
+        issuer: meta.issuer,
     })
 }
 
@@ -492,6 +525,105 @@ mod tests {
                 "https://as.example/tenant1/.well-known/openid-configuration",
             ]
         );
+    }
+
+    #[test]
+    fn resource_metadata_is_for_the_resource_and_names_an_authorization_server() {
+        let mcp = Url::parse("https://m.example/mcp").unwrap();
+        let ok = check_resource_metadata(
+            serde_json::json!({"resource": "https://m.example/mcp", "authorization_servers": ["https://as.example", "https://b.example"], "scopes_supported": ["files:read"]}),
+            &mcp,
+            false,
+        );
+        assert_eq!(
+            ok,
+            Ok(ResourceFound {
+                resource: "https://m.example/mcp".to_owned(),
+                issuer: "https://as.example".to_owned(),
+                scopes_supported: vec!["files:read".to_owned()],
+            })
+        );
+        // (document, from the root well-known URL, what the refusal says)
+        let cases = [
+            (
+                serde_json::json!({"resource": "https://evil.example/mcp", "authorization_servers": ["https://as.example"]}),
+                true,
+                "for another resource",
+            ),
+            (
+                serde_json::json!({"resource": "https://m.example/", "authorization_servers": ["https://as.example"]}),
+                false,
+                "for another resource",
+            ),
+            (
+                serde_json::json!({"resource": "https://m.example/mcp", "authorization_servers": []}),
+                false,
+                "no authorization_servers",
+            ),
+            (serde_json::json!({"resource": "https://m.example/mcp"}), false, "no authorization_servers"),
+            (
+                serde_json::json!({"authorization_servers": ["https://as.example"]}),
+                false,
+                "protected resource metadata: missing field `resource`",
+            ),
+            (serde_json::json!(["not", "an", "object"]), false, "protected resource metadata"),
+        ];
+        for (doc, at_root, why) in cases {
+            let got = check_resource_metadata(doc.clone(), &mcp, at_root).unwrap_err();
+            assert!(got.contains(why), "{doc}: {got}");
+        }
+        // At the root: the origin is the resource the token is for.
+        let root = check_resource_metadata(
+            serde_json::json!({"resource": "https://m.example", "authorization_servers": ["https://as.example"]}),
+            &mcp,
+            true,
+        );
+        assert_eq!(root.map(|f| f.resource), Ok("https://m.example/".to_owned()));
+    }
+
+    #[test]
+    fn server_metadata_is_the_issuers_with_pkce_and_the_endpoints_the_flow_needs() {
+        let good = serde_json::json!({
+            "issuer": "https://as.example",
+            "authorization_endpoint": "https://as.example/authorize",
+            "token_endpoint": "https://as.example/token",
+            "revocation_endpoint": "https://as.example/revoke",
+            "registration_endpoint": "https://as.example/register",
+            "code_challenge_methods_supported": ["plain", "S256"],
+            "client_id_metadata_document_supported": true,
+            "authorization_response_iss_parameter_supported": true,
+            "token_endpoint_auth_methods_supported": ["client_secret_post"],
+        });
+        let found = check_server_metadata(good.clone(), "https://as.example").unwrap();
+        assert_eq!(found.token_url.as_str(), "https://as.example/token");
+        assert_eq!(found.registration_url.as_ref().map(Url::as_str), Some("https://as.example/register"));
+        assert!(found.client_id_metadata_documents && found.iss_parameter_supported);
+        assert_eq!(found.auth_methods, Some(vec!["client_secret_post".to_owned()]));
+        let with = |key: &str, value: serde_json::Value| {
+            let mut d = good.clone();
+            match value {
+                serde_json::Value::Null => d.as_object_mut().unwrap().remove(key),
+                v => d.as_object_mut().unwrap().insert(key.to_owned(), v),
+            };
+            d
+        };
+        // (document, what the refusal says)
+        let cases = [
+            (with("issuer", "https://as.example/".into()), "is not \"https://as.example\""),
+            (with("issuer", "https://evil.example".into()), "is not"),
+            (with("code_challenge_methods_supported", serde_json::json!(["plain"])), "PKCE S256"),
+            (with("code_challenge_methods_supported", serde_json::Value::Null), "PKCE S256"),
+            (with("authorization_endpoint", serde_json::Value::Null), "no authorization_endpoint"),
+            (with("token_endpoint", serde_json::Value::Null), "no token_endpoint"),
+            (with("token_endpoint", "http://as.example/token".into()), "token_endpoint:"),
+            (with("revocation_endpoint", "https://user:pw@as.example/revoke".into()), "revocation_endpoint:"),
+            (with("registration_endpoint", "not a url".into()), "registration_endpoint:"),
+            (with("issuer", serde_json::Value::Null), "authorization server metadata: missing field `issuer`"),
+        ];
+        for (doc, why) in cases {
+            let got = check_server_metadata(doc.clone(), "https://as.example").unwrap_err();
+            assert!(got.contains(why), "{doc}: {got}");
+        }
     }
 
     #[test]

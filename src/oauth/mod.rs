@@ -8,15 +8,10 @@ pub mod client_auth;
 /// Credentials typed on our page (API keys, passwords) and their check at the provider.
 pub mod credential;
 pub mod flow;
-pub mod http;
 pub mod id_token;
 /// Remote MCP servers as providers: RFC 9728 and RFC 8414 discovery, RFC 7591 registration.
 pub mod mcp;
 pub mod providers;
 pub mod resolve;
-/// Guards against server-side request forgery (provider discovery here, and the webhook
-/// deliveries' client): address and URL checks, a checking resolver.
-pub mod ssrf;
-pub mod urls;
 
 pub use providers::{Provider, ProviderKind, ProviderRegistry};

@@ -183,7 +183,7 @@ pub struct Provider {
     pub token_url: Option<Url>,
     pub userinfo_url: Option<Url>,
     pub revocation_url: Option<Url>,
-    pub issuer: Option<super::urls::Issuer>,
+    pub issuer: Option<crate::net::urls::Issuer>,
     /// RFC 9207: the provider puts `iss` in its authorization responses, so a response
     /// without it, or with another value, is a mix-up attempt.
     pub authorization_response_iss: bool,
@@ -195,7 +195,7 @@ pub struct Provider {
     pub account_login_field: String,
     /// Whether a re-connect may replace the upstream account pinned to a subject.
     pub allow_account_change: bool,
-    /// Hosts in punycode accepted for this provider (see `oauth::urls`).
+    /// Hosts in punycode accepted for this provider (see `net::urls`).
     pub allow_idn_hosts: Vec<String>,
     /// Tolerance for ID-token `exp` and `iat` (`clock_skew_seconds`).
     pub clock_skew: time::Duration,
@@ -211,7 +211,7 @@ pub struct Provider {
     /// the configuration file (its configured origins are the operator's word); for one of
     /// the operator API, through the SSRF guard (`Public`, or `Private` where
     /// `[operator] allow_private_endpoints` says so).
-    pub reach: Option<super::http::Reach>,
+    pub reach: Option<crate::net::http::Reach>,
     /// `false`: switched off over the operator API; kept so that its grants can still be
     /// revoked at the provider, but nothing new starts and nothing is handed out.
     pub active: bool,

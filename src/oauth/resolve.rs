@@ -5,9 +5,10 @@
 //! to the outbound timeout) per `/login`.
 
 use super::flow::AuthServer;
-use super::http::{Outbound, OutboundError, Reach};
 use super::providers::Provider;
-use super::urls::{self, Issuer};
+use crate::net::http::{Outbound, OutboundError, Reach};
+use crate::net::metadata::Admission;
+use crate::net::urls::{self, Issuer};
 use openidconnect::core::CoreJsonWebKeySet;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
@@ -111,6 +112,14 @@ pub enum ResolveError {
 }
 
 impl ResolveError {
+    /// A metadata document of `name`'s server that could not be had.
+    pub fn of_metadata(name: &str, e: crate::net::metadata::MetadataError) -> Self {
+        match e {
+            crate::net::metadata::MetadataError::Refused(why) => ResolveError::Invalid(name.to_owned(), why),
+            crate::net::metadata::MetadataError::Fetch { url, source } => ResolveError::Fetch { url, source },
+        }
+    }
+
     /// Whether trying again later may help (the server is down, slow or busy, or our side
     /// was); `false`: the server or the configuration is refused as it is (metadata of
     /// another issuer, an endpoint on a refused address, no PKCE, a document missing),
@@ -152,38 +161,24 @@ struct Discovered {
     id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
     /// `token_endpoint_auth_methods_supported`, if the document lists them.
     auth_methods: Option<Vec<String>>,
-    guard: super::http::Guard,
-}
-
-/// How a discovered endpoint that we call ourselves is reached: as it is on the issuer's
-/// origin or one the server's configuration names (`None`); else over https on a public
-/// address ([`Reach::Public`]: an IP literal checked here, a name by the outbound client's
-/// resolver on every connection), or, where the operator said `allow_private_endpoints`,
-/// on private and loopback addresses too ([`Reach::Private`]). Otherwise the discovery
-/// host could point `token_endpoint` at `http://127.0.0.1:…` or an internal address and
-/// receive our client secret and the user's code. The decision is this server's alone: an
-/// origin configured for another provider is not trusted for it.
-fn reach_of(
-    configured: &[url::Origin],
-    url: &Url,
-    allow_private: bool,
-) -> Result<Option<Reach>, crate::oauth::ssrf::Refusal> {
-    if configured.contains(&url.origin()) {
-        return Ok(None);
-    }
-    let reach = if allow_private { Reach::Private } else { Reach::Public };
-    crate::oauth::ssrf::check_url(url, reach.policy())?;
-    Ok(Some(reach))
+    guard: crate::net::http::Guard,
 }
 
 /// What discovery is allowed to reach for one server: the origins its configuration names
-/// (the issuer's first), and whether private endpoints are allowed elsewhere.
+/// (the issuer's first), and whether private endpoints are allowed elsewhere. A discovered
+/// endpoint that we call ourselves is reached as it is on one of those origins; else only
+/// through the guard (`net::metadata::Admission`). Otherwise the discovery host could point
+/// `token_endpoint` at `http://127.0.0.1:…` or an internal address and receive our client
+/// secret and the user's code. The decision is this server's alone: an origin configured
+/// for another provider is not trusted for it.
 struct Allowed<'a> {
     configured: Vec<url::Origin>,
     allow_idn: &'a [String],
     allow_private: bool,
 }
 
+/// OpenID discovery of `issuer`, checked: the document's issuer, every URL by the same
+/// rules as configured ones, the endpoints we call admitted, and its JWKS fetched.
 async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Result<Discovered, ResolveError> {
     let allow_idn = allowed.allow_idn;
     let base = issuer.as_str();
@@ -207,20 +202,11 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
     };
     // Endpoints we call ourselves (the browser goes to the others), and the guard they are
     // reached through.
-    let mut guard = std::collections::HashMap::new();
+    let mut adm = Admission::new(allowed.configured.clone(), allowed.allow_private, "the issuer");
     let mut ours = |what: &str, u: Option<String>| -> Result<Option<Url>, ResolveError> {
         let u = check(what, u)?;
         if let Some(url) = &u {
-            let reach = reach_of(&allowed.configured, url, allowed.allow_private).map_err(|r| {
-                let hint = if allowed.allow_private { "" } else { " (set allow_private_endpoints to allow it)" };
-                ResolveError::Invalid(
-                    base.to_owned(),
-                    format!("{what} is on another origin than the issuer and {r}{hint}"),
-                )
-            })?;
-            if let Some(reach) = reach {
-                guard.insert(url.origin().ascii_serialization(), reach);
-            }
+            adm.admit(url, what).map_err(|e| ResolveError::of_metadata(base, e))?;
         }
         Ok(u)
     };
@@ -229,12 +215,7 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
     let token_endpoint = ours("token_endpoint", doc.token_endpoint)?;
     let userinfo_endpoint = ours("userinfo_endpoint", doc.userinfo_endpoint)?;
     let revocation_endpoint = ours("revocation_endpoint", doc.revocation_endpoint)?;
-    let guard = std::sync::Arc::new(guard);
-    let jwks_raw = http
-        .with_guard(&guard)
-        .get_json(&jwks_uri, None)
-        .await
-        .map_err(|source| ResolveError::Fetch { url: jwks_uri.to_string(), source })?;
+    let jwks_raw = adm.get_json(http, &jwks_uri, "jwks_uri").await.map_err(|e| ResolveError::of_metadata(base, e))?;
     let jwks: CoreJsonWebKeySet =
         serde_json::from_value(jwks_raw).map_err(|e| ResolveError::Invalid(base.to_owned(), format!("jwks: {e}")))?;
     Ok(Discovered {
@@ -248,7 +229,7 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
         iss_supported: doc.authorization_response_iss_parameter_supported,
         id_token_algs: super::flow::id_token_algs(doc.id_token_signing_alg_values_supported.as_deref()),
         auth_methods: doc.token_endpoint_auth_methods_supported,
-        guard,
+        guard: adm.guard(),
     })
 }
 
@@ -509,7 +490,7 @@ impl Resolver {
         if let Some(reach) = p.reach {
             let ours = p.issuer.as_ref().map(Issuer::url).into_iter().chain(configured.into_iter().flatten());
             for url in ours {
-                crate::oauth::ssrf::check_url(url, reach.policy())
+                crate::net::ssrf::check_url(url, reach.policy())
                     .map_err(|r| ResolveError::Invalid(name.clone(), format!("{url}: {r}")))?;
                 guarded.insert(url.origin().ascii_serialization(), reach);
             }
@@ -536,7 +517,7 @@ impl Resolver {
             _ => None,
         };
         // The discovered origins' guard, and (operator API) the configured ones'.
-        let guard = |found: Option<&super::http::Guard>| -> super::http::Guard {
+        let guard = |found: Option<&crate::net::http::Guard>| -> crate::net::http::Guard {
             let mut all = guarded.clone();
             if let Some(found) = found {
                 all.extend(found.iter().map(|(k, v)| (k.clone(), *v)));
@@ -611,7 +592,7 @@ mod tests {
             jwks: None,
             id_token_algs: Vec::new(),
             clock_skew: time::Duration::ZERO,
-            guard: super::super::http::Guard::default(),
+            guard: crate::net::http::Guard::default(),
             resource: None,
             scopes_supported: Vec::new(),
             client_auth: super::super::client_auth::ClientAuth::Basic,

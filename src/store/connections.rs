@@ -1,6 +1,8 @@
 //! `connections`: one sealed downstream grant per (tenant, subject, provider).
 
-use crate::domain::{ConnectionId, ConnectionKey, ConnectionStatus, ProviderId, Subject, TenantId};
+use crate::domain::{
+    ConnectionFacts, ConnectionId, ConnectionKey, ConnectionStatus, ProviderId, Scopes, Subject, TenantId,
+};
 use crate::vault::RowBinding;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
@@ -40,6 +42,24 @@ pub struct ConnectionRow {
 impl ConnectionRow {
     pub fn key(&self) -> ConnectionKey {
         ConnectionKey { tenant: self.tenant_id.clone(), subject: self.subject.clone(), provider: self.provider.clone() }
+    }
+
+    /// What the hand-out decides on (`domain::check_handout`), with the row's scopes as
+    /// parsed by the caller.
+    pub fn facts<'a>(&'a self, scopes: &'a Scopes) -> ConnectionFacts<'a> {
+        ConnectionFacts {
+            status: self.status,
+            issuer: self.issuer.as_deref(),
+            scopes,
+            access_expires_at: self.access_expires_at,
+            has_refresh_token: self.refresh_token_ct.is_some(),
+            refreshed_at: self.refreshed_at,
+        }
+    }
+
+    /// The granted scopes; stored ones that no longer parse count as none.
+    pub fn granted(&self) -> Scopes {
+        Scopes::parse(&self.scopes).unwrap_or_default()
     }
 
     /// To open the row's ciphertexts: the vault's associated data.

@@ -120,7 +120,7 @@ pub async fn lock_webhook(
 /// microseconds by the database's clock (the one deliveries are scheduled by); with none,
 /// it is dropped at once (a secret that leaked). A secret rotated out earlier, still in
 /// its overlap, is dropped. Call with the row locked ([`lock_webhook`]).
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments, reason = "one statement's bind parameters, each named at the call")]
 pub async fn rotate_secret(
     db: impl PgExecutor<'_>,
     tenant_id: &str,

@@ -1,12 +1,12 @@
 //! Signed webhooks (Standard Webhooks) to the endpoints tenants register: the events and
 //! their payloads (`event`), recording an event in the transaction of the change it reports
-//! ([`emit`]), the signing of a delivery (`sign`), the only HTTP client deliveries may use
-//! (`ssrf`), which refuses private, loopback, link-local and other internal addresses on the
-//! address it actually connects to, and the worker that delivers (`worker`).
+//! ([`emit`]), the signing of a delivery (`sign`), and the worker that delivers (`worker`)
+//! through the only HTTP client deliveries may use (`net::delivery`), which refuses
+//! private, loopback, link-local and other internal addresses on the address it actually
+//! connects to.
 
 pub mod event;
 pub mod sign;
-pub mod ssrf;
 pub mod worker;
 
 pub use event::{Event, EventData, EventKind, Payload};

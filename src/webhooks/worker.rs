@@ -7,8 +7,8 @@
 //! claim to lapse, and another sends the event again under the same `webhook-id`.
 
 use super::sign;
-use super::ssrf::{DeliveryClient, DeliveryError};
 use crate::domain::Clock;
+use crate::net::delivery::{DeliveryClient, DeliveryError};
 use crate::store::{self, Db, webhooks::Claimed};
 use crate::vault::Vault;
 use secrecy::SecretString;

@@ -134,7 +134,7 @@ async fn the_outbound_client_ignores_a_proxy_from_the_environment() {
                 .await;
         }
     });
-    let outbound = mcp_connect::oauth::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
+    let outbound = mcp_connect::net::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
     let doc = outbound.get_json(&url, None).await.expect("fetched directly, not through the proxy");
     assert_eq!(doc, json!({"ok": true}));
 }

@@ -233,7 +233,7 @@ async fn discovery_refuses_metadata_of_another_resource_or_issuer_without_s256_o
     use mcp_connect::oauth::mcp::discover;
     let host = Host::start();
     host.good();
-    let http = mcp_connect::oauth::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
+    let http = mcp_connect::net::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
     let resource = url::Url::parse(&format!("{}/mcp", host.origin)).unwrap();
     let d = discover(&http, &resource, false).await.unwrap();
     assert_eq!(d.issuer, host.origin);

@@ -2,8 +2,9 @@
 //! verifier from PyPI, and the delivery client's refusal of internal addresses, proven
 //! with a resolver that answers the address under test (no packet is sent to it).
 
+use mcp_connect::net::delivery::{DeliveryClient, DeliveryError};
+use mcp_connect::net::ssrf::{AddressPolicy, Lookup, Refusal};
 use mcp_connect::webhooks::sign::{new_secret, sign};
-use mcp_connect::webhooks::ssrf::{AddressPolicy, DeliveryClient, DeliveryError, Lookup, Refusal};
 use secrecy::{ExposeSecret, SecretString};
 use std::future::Future;
 use std::net::IpAddr;

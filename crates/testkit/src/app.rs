@@ -443,7 +443,7 @@ impl TestApp {
         self.insert_sealed(tenant, subject, provider, access_token, Some(&refresh), scopes, expires_at).await
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "a test's row, spelled out at each call")]
     pub async fn insert_sealed(
         &self,
         tenant: &str,
@@ -460,7 +460,7 @@ impl TestApp {
     }
 
     /// [`Self::insert_sealed`] on a given connection (e.g. inside a test's open transaction).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "a test's row, spelled out at each call")]
     pub async fn insert_sealed_on(
         &self,
         db: &mut sqlx::PgConnection,
@@ -478,7 +478,7 @@ impl TestApp {
 
     /// [`Self::insert_sealed_on`] for the subject of the IdP `issuer` names (`None`: the
     /// tenant's), as a row made before its tenant moved to another IdP.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "a test's row, spelled out at each call")]
     pub async fn insert_sealed_for(
         &self,
         db: &mut sqlx::PgConnection,

@@ -3,7 +3,7 @@
 
 use super::{path_and_query, safe_return_to};
 use crate::domain::props::made_of;
-use crate::oauth::urls::{Issuer, endpoint};
+use crate::net::urls::{Issuer, endpoint};
 use proptest::prelude::*;
 use proptest::sample::select;
 use url::Url;
@@ -111,7 +111,7 @@ proptest! {
 }
 
 proptest! {
-    /// The properties above and those of configured URLs (`oauth::urls::props`) hold for
+    /// The properties above and those of configured URLs (`net::urls::props`) hold for
     /// what is accepted; these show that what should be accepted is (a validator that
     /// refused everything would pass them).
     #[test]
