@@ -28,8 +28,10 @@ pub mod http;
 /// Every call out of the service: the outbound client and its guard, the SSRF policy for
 /// providers, IdPs and webhooks, the URL rules.
 pub mod net;
-/// Providers, discovery, and the OAuth code flow.
+/// Discovery and the OAuth code flow with providers and IdPs.
 pub mod oauth;
+/// The downstream providers: a sum of kinds (OAuth, remote MCP server, typed credential).
+pub mod providers;
 /// Application assembly shared by `serve` and the tests.
 pub mod startup;
 /// SQL, one function per query.

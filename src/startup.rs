@@ -283,7 +283,10 @@ async fn open_database(config: &Config) -> anyhow::Result<Db> {
 
 /// Records the provider ids this configuration names, so that the operator API uses none
 /// of them on any instance (`configured_providers`).
-pub async fn record_configured_providers(pool: &Db, providers: &crate::oauth::ProviderRegistry) -> anyhow::Result<()> {
+pub async fn record_configured_providers(
+    pool: &Db,
+    providers: &crate::providers::ProviderRegistry,
+) -> anyhow::Result<()> {
     let ids: Vec<String> = providers.iter().map(|p| p.id.to_string()).collect();
     // A file naming a provider the operator API made would carry its grants to the file's
     // client and endpoints: refused, saying so.

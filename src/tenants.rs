@@ -14,7 +14,7 @@
 
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
 use crate::net::http::Reach;
-use crate::oauth::{Provider, ProviderRegistry};
+use crate::providers::{Origin, Provider, ProviderRegistry};
 use crate::store::{self, Db};
 use crate::vault::{Vault, VaultError};
 use secrecy::{ExposeSecret, SecretString};
@@ -171,9 +171,7 @@ pub fn provider_of(
     let secret = open_client_secret(vault, row, &identity_of(&raw))?;
     let mut p = crate::config::validate_provider(&row.id, raw, Some(secret.expose_secret().to_owned()))
         .map_err(ProviderRowError::Invalid)?;
-    p.revision = row.revision;
-    p.reach = Some(reach);
-    p.active = row.active;
+    p.origin = Origin::Operator { revision: row.revision, reach, active: row.active };
     Ok(p)
 }
 

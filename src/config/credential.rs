@@ -3,11 +3,10 @@
 
 use super::raw::{RawCheck, RawField, RawProvider};
 use super::{ConfigError, err};
-use crate::domain::{ProviderId, Scopes};
+use crate::domain::ProviderId;
 use crate::net::urls;
-use crate::oauth::credential::{Check, CredentialSpec, Field, Placement, api_key_fields, basic_fields};
-use crate::oauth::providers::{Provider, ProviderKind};
-use secrecy::SecretString;
+use crate::providers::credential::{Check, CredentialSpec, Field, Placement, api_key_fields, basic_fields};
+use crate::providers::{AccountFields, Origin, Policy, Provider, ProviderKind, Typed, Upstream};
 use std::sync::Arc;
 
 /// A credential provider, checked; `secret` is a client secret from the environment,
@@ -64,30 +63,20 @@ pub(super) fn validate(
         id,
         kind: p.template,
         display_name,
-        client_id: String::new(),
-        client_secret: SecretString::from(String::new()),
-        authorize_url: None,
-        token_url: None,
-        userinfo_url: None,
-        revocation_url: None,
-        issuer: None,
-        authorization_response_iss: false,
-        oidc: false,
-        scope_separator: " ".to_owned(),
-        default_scopes: Scopes::default(),
-        extra_authorize_params: Vec::new(),
-        account_id_field: p.account_id_field.unwrap_or_default(),
-        account_login_field: p.account_login_field.unwrap_or_default(),
-        allow_account_change: p.allow_account_change,
-        allow_idn_hosts: p.allow_idn_hosts,
-        clock_skew: time::Duration::ZERO,
-        allow_private_endpoints: false,
-        revision: 0,
-        reach: None,
-        active: true,
-        credential: Some(Arc::new(CredentialSpec { kind: p.template, fields, check })),
-        resource: None,
-        token_endpoint_auth_method: None,
+        policy: Policy {
+            allow_account_change: p.allow_account_change,
+            allow_idn_hosts: p.allow_idn_hosts,
+            clock_skew: time::Duration::ZERO,
+            allow_private_endpoints: false,
+        },
+        origin: Origin::File,
+        upstream: Upstream::Typed(Typed {
+            spec: Arc::new(CredentialSpec { kind: p.template, fields, check }),
+            account: AccountFields {
+                id_field: p.account_id_field.unwrap_or_default(),
+                login_field: p.account_login_field.unwrap_or_default(),
+            },
+        }),
     })
 }
 
@@ -182,9 +171,9 @@ mod tests {
         )
         .unwrap();
         let p = validate_provider("p", ok, None).unwrap();
-        let spec = p.credential.as_ref().unwrap();
+        let spec = p.credential().unwrap();
         assert_eq!((spec.fields.len(), spec.primary().name.as_str()), (1, "api_key"));
-        assert!(p.client_id.is_empty() && p.authorize_url.is_none());
+        assert!(p.client().is_none() && p.endpoints().is_none());
 
         let cases = [
             ("template = \"api_key\"\nclient_id = \"c\"", "providers.p.client_id"),

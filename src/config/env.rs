@@ -24,8 +24,9 @@
 //! convention the project already had. Generic layered-config crates map
 //! `SECTION_KEY` ambiguously when keys themselves contain `_`.
 
+use super::fields::read_secret_file;
 use super::raw::EnvSecrets;
-use super::validate::{read_secret_file, upper};
+use super::validate::upper;
 use super::{ConfigError, EnvLookup, err};
 use secrecy::SecretString;
 

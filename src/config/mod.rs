@@ -6,12 +6,13 @@
 
 mod credential;
 mod env;
+mod fields;
 mod raw;
 mod remote;
 mod validate;
 
-use crate::oauth::providers::ProviderRegistry;
 use crate::oauth::resolve::Idps;
+use crate::providers::ProviderRegistry;
 use crate::vault::Keyring;
 use secrecy::SecretString;
 use std::net::SocketAddr;
@@ -250,8 +251,9 @@ client_id = "abc"
     fn a_good_config_loads_with_template_endpoints() {
         let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
         let gh = c.providers.get(&ProviderId::parse("github").unwrap()).unwrap();
-        assert_eq!(gh.authorize_url.as_ref().and_then(|u| u.host_str()), Some("github.com"));
-        assert_eq!(gh.default_scopes.as_slice(), &["read:user".to_owned()]);
+        let authorize_url = gh.endpoints().and_then(|e| e.authorize_url.as_ref());
+        assert_eq!(authorize_url.and_then(|u| u.host_str()), Some("github.com"));
+        assert_eq!(gh.default_scopes().as_slice(), &["read:user".to_owned()]);
         assert_eq!(c.tenants[0].display_name, "Acme Assistant");
     }
 
@@ -384,7 +386,7 @@ client_id = "abc"
 
     #[test]
     fn the_id_token_clock_skew_defaults_to_a_minute_and_comes_from_the_file_or_the_environment() {
-        let gh = |c: &Config| c.providers.get(&ProviderId::parse("github").unwrap()).unwrap().clock_skew;
+        let gh = |c: &Config| c.providers.get(&ProviderId::parse("github").unwrap()).unwrap().policy.clock_skew;
         let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
         assert_eq!((c.idps.default().clock_skew, gh(&c)), (time::Duration::seconds(60), time::Duration::seconds(60)));
         let file = GOOD.replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclock_skew_seconds = 5");

@@ -1,7 +1,7 @@
 //! The configuration file as written: serde structs that refuse unknown fields, so a
 //! misspelt setting is an error and not silently ignored.
 
-use crate::oauth::providers::ProviderKind;
+use crate::providers::ProviderKind;
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -230,7 +230,7 @@ pub struct RawProvider {
     pub resource: Option<String>,
     /// `client_secret_basic`, `client_secret_post` or `none` (a public client); unset: what
     /// the server's metadata lists, else `client_secret_basic`.
-    pub token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
+    pub token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
 }
 
 /// One input of an `api_key` provider's connect page.

@@ -5,7 +5,7 @@ use super::raw::RawProvider;
 use super::{ConfigError, err};
 use crate::domain::ProviderId;
 use crate::net::urls;
-use crate::oauth::providers::Provider;
+use crate::providers::{Client, McpClient, Origin, Policy, Provider, RemoteMcp, ScopeRules, Upstream};
 use secrecy::SecretString;
 
 /// A remote MCP server provider, checked. A `client_id` (with its secret, from the
@@ -36,7 +36,7 @@ pub(super) fn validate_mcp(
     if resource.fragment().is_some() || resource.query().is_some() {
         return Err(err(f("resource"), "no query or fragment (RFC 8707 §2)"));
     }
-    let secret = super::validate::client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
+    let secret = super::fields::client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
     if p.client_id.is_none() && secret.is_some() {
         return Err(err(f("client_id"), "a client secret needs its client_id"));
     }
@@ -47,7 +47,7 @@ pub(super) fn validate_mcp(
             "is for a client_id registered by hand; a registration uses what the server lists",
         ));
     }
-    super::validate::auth_method_fits(f, p.token_endpoint_auth_method, secret.is_some())?;
+    super::fields::auth_method_fits(f, p.token_endpoint_auth_method, secret.is_some())?;
     // The authorization server the discovered one must be (else the first one found is
     // pinned); a client registered by hand belongs to one, so it is named.
     let issuer = match &p.issuer {
@@ -59,36 +59,34 @@ pub(super) fn validate_mcp(
         }
         None => None,
     };
-    let (scopes, separator) = super::validate::provider_scopes(f, &p, &p.template.template())?;
-    let clock_skew = super::validate::clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
+    let (scopes, separator) = super::fields::provider_scopes(f, &p, &p.template.template())?;
+    let clock_skew = super::fields::clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
+    let client = match p.client_id {
+        Some(id) => McpClient::Configured(Client {
+            id,
+            secret: SecretString::from(secret.unwrap_or_default()),
+            auth: p.token_endpoint_auth_method,
+        }),
+        None => McpClient::Automatic,
+    };
     Ok(Provider {
         display_name: p.display_name.unwrap_or_else(|| id.to_string()),
         id,
         kind: p.template,
-        client_id: p.client_id.unwrap_or_default(),
-        client_secret: SecretString::from(secret.unwrap_or_default()),
-        authorize_url: None,
-        token_url: None,
-        userinfo_url: None,
-        revocation_url: None,
-        issuer,
-        authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
-        oidc: false,
-        scope_separator: separator,
-        default_scopes: scopes,
-        extra_authorize_params: Vec::new(),
-        account_id_field: String::new(),
-        account_login_field: String::new(),
-        allow_account_change: p.allow_account_change,
-        allow_idn_hosts: p.allow_idn_hosts,
-        clock_skew,
-        allow_private_endpoints: p.allow_private_endpoints,
-        revision: 0,
-        reach: None,
-        active: true,
-        credential: None,
-        resource: Some(resource),
-        token_endpoint_auth_method: p.token_endpoint_auth_method,
+        policy: Policy {
+            allow_account_change: p.allow_account_change,
+            allow_idn_hosts: p.allow_idn_hosts,
+            clock_skew,
+            allow_private_endpoints: p.allow_private_endpoints,
+        },
+        origin: Origin::File,
+        upstream: Upstream::RemoteMcp(RemoteMcp {
+            resource,
+            client,
+            issuer,
+            authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
+            scopes: ScopeRules { default: scopes, separator },
+        }),
     })
 }
 
@@ -101,8 +99,8 @@ mod tests {
         let raw: RawProvider =
             toml::from_str("template = \"mcp\"\nresource = \"https://mcp.example.com/mcp\"").unwrap();
         let p = validate_provider("p", raw, None).unwrap();
-        assert_eq!(p.resource.as_ref().map(url::Url::as_str), Some("https://mcp.example.com/mcp"));
-        assert!(p.client_id.is_empty(), "registered by mcp-connect itself");
+        assert_eq!(p.resource().map(url::Url::as_str), Some("https://mcp.example.com/mcp"));
+        assert!(p.client().is_none(), "registered by mcp-connect itself");
         let cases = [
             ("template = \"mcp\"", "providers.p.resource"),
             ("template = \"mcp\"\nresource = \"http://mcp.example.com/mcp\"", "providers.p.resource"),

@@ -1,19 +1,23 @@
 //! From raw settings to a checked `Config` of ready objects: every error names its field.
 
+use super::fields::{auth_method_fits, client_secret, clock_skew, provider_scopes, read_secret_file};
 use super::raw::EnvSecrets;
 use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
 use super::{Config, ConfigError, LogFormat, TenantConfig, err};
 use crate::domain::{DEFAULT_IDP, ProviderId, Scopes, TenantId};
 use crate::net::urls;
-use crate::oauth::client_auth::ClientAuth;
-use crate::oauth::providers::{Provider, ProviderKind, ProviderRegistry, Template};
 use crate::oauth::resolve::IdpConfig;
+use crate::providers::client_auth::ClientAuth;
+use crate::providers::{
+    AccountFields, Client, Endpoints, OAuth, Origin, Policy, Provider, ProviderKind, ProviderRegistry, ScopeRules,
+    Template, Upstream,
+};
 use crate::store::Pooler;
 use crate::vault::Keyring;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use url::Url;
 
@@ -34,21 +38,6 @@ fn exposed(secret: Option<SecretString>) -> Option<String> {
 /// A name as it stands in a variable: capitals, `-` as `_`.
 pub(super) fn upper(s: &str) -> String {
     s.to_ascii_uppercase().replace('-', "_")
-}
-
-/// A clock skew for ID tokens: the setting, else 60 s; at most 5 min.
-pub(super) fn clock_skew(field: &str, raw: Option<u64>) -> Result<time::Duration, ConfigError> {
-    let secs = raw.unwrap_or(60);
-    if secs > 300 {
-        return Err(err(field, "must be at most 300 (a larger skew keeps expired ID tokens alive)"));
-    }
-    Ok(time::Duration::seconds(secs as i64))
-}
-
-pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .map_err(|e| err(field, format!("cannot read {}: {e}", path.display())))
 }
 
 fn listen(raw: Option<String>) -> Result<SocketAddr, ConfigError> {
@@ -587,30 +576,35 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         id,
         kind: p.template,
         display_name,
-        client_id,
-        client_secret: SecretString::from(client_secret),
-        authorize_url: ends.authorize_url,
-        token_url: ends.token_url,
-        userinfo_url: ends.userinfo_url,
-        revocation_url: ends.revocation_url,
-        issuer: ends.issuer,
-        authorization_response_iss: ends.authorization_response_iss,
-        oidc: t.oidc,
-        scope_separator,
-        default_scopes,
-        extra_authorize_params: extra,
-        account_id_field: p.account_id_field.unwrap_or_else(|| t.account_id_field.to_owned()),
-        account_login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
-        allow_account_change: p.allow_account_change,
-        allow_idn_hosts: p.allow_idn_hosts,
-        clock_skew,
-        allow_private_endpoints: p.allow_private_endpoints,
-        revision: 0,
-        reach: None,
-        active: true,
-        credential: None,
-        resource: None,
-        token_endpoint_auth_method: p.token_endpoint_auth_method,
+        policy: Policy {
+            allow_account_change: p.allow_account_change,
+            allow_idn_hosts: p.allow_idn_hosts,
+            clock_skew,
+            allow_private_endpoints: p.allow_private_endpoints,
+        },
+        origin: Origin::File,
+        upstream: Upstream::OAuth(OAuth {
+            client: Client {
+                id: client_id,
+                secret: SecretString::from(client_secret),
+                auth: p.token_endpoint_auth_method,
+            },
+            endpoints: Endpoints {
+                authorize_url: ends.authorize_url,
+                token_url: ends.token_url,
+                userinfo_url: ends.userinfo_url,
+                revocation_url: ends.revocation_url,
+            },
+            issuer: ends.issuer,
+            oidc: t.oidc,
+            authorization_response_iss: ends.authorization_response_iss,
+            scopes: ScopeRules { default: default_scopes, separator: scope_separator },
+            extra_authorize_params: extra,
+            account: AccountFields {
+                id_field: p.account_id_field.unwrap_or_else(|| t.account_id_field.to_owned()),
+                login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
+            },
+        }),
     })
 }
 
@@ -637,26 +631,7 @@ fn provider_client(
     Ok((client_id, client_secret))
 }
 
-/// A configured `token_endpoint_auth_method` fits the secret there is: `none` sends no
-/// secret (one configured would be unused: a mistake), the others need one.
-pub(super) fn auth_method_fits(
-    f: &dyn Fn(&str) -> String,
-    method: Option<ClientAuth>,
-    has_secret: bool,
-) -> Result<(), ConfigError> {
-    match method {
-        Some(ClientAuth::Public) if has_secret => Err(err(
-            f("token_endpoint_auth_method"),
-            "\"none\" sends no client secret: remove the secret, or name a method that sends it",
-        )),
-        Some(m) if m.sends_secret() && !has_secret => {
-            Err(err(f("token_endpoint_auth_method"), format!("{:?} needs a client secret", m.as_str())))
-        }
-        _ => Ok(()),
-    }
-}
-
-struct Endpoints {
+struct Configured {
     authorize_url: Option<Url>,
     token_url: Option<Url>,
     userinfo_url: Option<Url>,
@@ -667,7 +642,7 @@ struct Endpoints {
 
 /// The provider's URLs (configured, else the template's), and what its template needs:
 /// `oidc` an issuer for discovery, `oauth2` explicit authorize and token endpoints.
-fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<Endpoints, ConfigError> {
+fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<Configured, ConfigError> {
     let allow = &p.allow_idn_hosts;
     let url_field = |sub: &str, raw: &Option<String>, default: Option<&str>| -> Result<Option<Url>, ConfigError> {
         match raw.as_deref().or(default) {
@@ -675,7 +650,7 @@ fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Resul
             Some(s) => urls::endpoint(s, allow).map(Some).map_err(|e| err(f(sub), format!("{s:?} {e}"))),
         }
     };
-    let ends = Endpoints {
+    let ends = Configured {
         authorize_url: url_field("authorize_url", &p.authorize_url, t.authorize_url)?,
         token_url: url_field("token_url", &p.token_url, t.token_url)?,
         userinfo_url: url_field("userinfo_url", &p.userinfo_url, t.userinfo_url)?,
@@ -702,38 +677,6 @@ fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Resul
         return Err(err(f("authorization_response_iss"), "needs `issuer` to compare against"));
     }
     Ok(ends)
-}
-
-/// Default scopes (configured, else the template's) and the separator they are sent with.
-pub(super) fn provider_scopes(
-    f: &dyn Fn(&str) -> String,
-    p: &RawProvider,
-    t: &Template,
-) -> Result<(Scopes, String), ConfigError> {
-    let scopes = match &p.scopes {
-        Some(s) => Scopes::parse(s),
-        None => Scopes::parse(t.default_scopes),
-    }
-    .map_err(|e| err(f("scopes"), e.to_string()))?;
-    let separator = p.scope_separator.clone().unwrap_or_else(|| t.scope_separator.to_owned());
-    if !matches!(separator.as_str(), " " | ",") {
-        return Err(err(f("scope_separator"), "must be \" \" or \",\""));
-    }
-    Ok((scopes, separator))
-}
-
-/// A provider's client secret: the environment, else the file named (trimmed); `None` when
-/// neither is given.
-pub(super) fn client_secret(
-    field: &str,
-    env_value: Option<String>,
-    file: &Option<PathBuf>,
-) -> Result<Option<String>, ConfigError> {
-    match (env_value, file) {
-        (Some(s), _) => Ok(Some(s)),
-        (None, Some(path)) => read_secret_file(field, path).map(Some),
-        (None, None) => Ok(None),
-    }
 }
 
 /// The template's extra authorization parameters, overridden by the configured ones; the

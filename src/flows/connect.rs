@@ -7,8 +7,8 @@ use crate::app::AppState;
 use crate::crypto;
 use crate::domain::AuditKind;
 use crate::domain::{ElicitationId, ElicitationStatus, KillState, ProviderId, Scopes, Subject};
-use crate::oauth::Provider;
 use crate::oauth::flow;
+use crate::providers::{Provider, Upstream};
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow};
 use crate::webhooks::EventKind;
 use std::sync::Arc;
@@ -154,7 +154,7 @@ pub struct CredentialView {
     pub elicitation: ElicitationRow,
     pub tenant_name: String,
     pub provider: Arc<Provider>,
-    pub spec: Arc<crate::oauth::credential::CredentialSpec>,
+    pub spec: Arc<crate::providers::credential::CredentialSpec>,
     /// The host the value is checked at, shown in full; `None` when it is not checked.
     pub domain: Option<String>,
 }
@@ -202,7 +202,7 @@ pub async fn consent_view(
     };
     let (mut elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
-    if let Some(spec) = provider.credential.clone() {
+    if let Some(spec) = provider.credential().cloned() {
         // Typed on this page: the check's host is where the value goes.
         let domain = spec.check.as_ref().map(|c| authority(&c.url));
         return Ok(Consent::Credential(Box::new(CredentialView { elicitation, tenant_name, provider, spec, domain })));
@@ -232,7 +232,7 @@ pub async fn start_authorization(
     now: OffsetDateTime,
 ) -> Result<Url, ConnectError> {
     let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    if provider.credential.is_some() {
+    if provider.credential().is_some() {
         return Err(ConnectError::NotOAuth);
     }
     let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
@@ -241,15 +241,13 @@ pub async fn start_authorization(
     if scopes.as_slice().is_empty() && !server.scopes_supported.is_empty() {
         scopes = Scopes::parse(&server.scopes_supported).unwrap_or_default();
     }
-    let oidc = provider.oidc && scopes.as_slice().iter().any(|s| s == "openid");
+    let (oidc, extra) = match &provider.upstream {
+        Upstream::OAuth(o) => (o.oidc, o.extra_authorize_params.as_slice()),
+        Upstream::RemoteMcp(_) | Upstream::Typed(_) => (false, &[][..]),
+    };
+    let oidc = oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.provider_redirect_uri(path_provider);
-    let req = flow::authorize(
-        &server,
-        &redirect,
-        &scopes.join(&provider.scope_separator),
-        &provider.extra_authorize_params,
-        oidc,
-    );
+    let req = flow::authorize(&server, &redirect, &scopes.join(provider.scope_separator()), extra, oidc);
 
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
     let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })?;

@@ -11,8 +11,8 @@ use super::connect::{ConnectError, SessionInfo, load_for_session};
 use super::policy::kill_state;
 use crate::app::AppState;
 use crate::domain::{AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, KillState, ProviderId};
-use crate::oauth::credential::{self, Checked, FormRefusal};
 use crate::oauth::flow::TokenSet;
+use crate::providers::credential::{self, Checked, FormRefusal};
 use crate::store::{self, audit::AuditEvent, credential_checks::BudgetKey, elicitations::ElicitationRow};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
@@ -115,7 +115,7 @@ pub async fn submit(
     now: OffsetDateTime,
 ) -> Result<CredentialOutcome, CredentialError> {
     let (e, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    let spec = provider.credential.clone().ok_or(CredentialRefusal::NotACredentialProvider)?;
+    let spec = provider.credential().cloned().ok_or(CredentialRefusal::NotACredentialProvider)?;
     let typed = spec.values(form).map_err(CredentialRefusal::Form)?;
     let account = match &spec.check {
         None => None,
@@ -130,7 +130,8 @@ pub async fn submit(
                 audit_refusal(state, &e, &CredentialRefusal::TooManyAttempts, None).await;
                 return Err(CredentialRefusal::TooManyAttempts.into());
             }
-            let fields = (provider.account_id_field.as_str(), provider.account_login_field.as_str());
+            let account = provider.account_fields().cloned().unwrap_or_default();
+            let fields = (account.id_field.as_str(), account.login_field.as_str());
             match credential::check(&state.outbound, check, &typed, fields).await {
                 Ok(Checked::Valid(account)) => {
                     store::credential_checks::give_back(&state.pool, &budget).await?;

@@ -87,7 +87,7 @@ pub fn provider_name(state: &AppState, provider: &str) -> String {
 /// provider's metadata cannot be had just now.
 async fn provider_domain(state: &AppState, provider: &str) -> Option<String> {
     let p = state.providers.get(&ProviderId::parse(provider).ok()?)?.clone();
-    if let Some(spec) = &p.credential {
+    if let Some(spec) = p.credential() {
         return spec.check.as_ref().map(|c| super::connect::authority(&c.url));
     }
     let server = super::remote::provider_server(state, &p).await.ok()?;

@@ -4,7 +4,7 @@
 use crate::app::AppState;
 use crate::cache::Caches;
 use crate::domain::{KillState, ProviderId, TenantId};
-use crate::oauth::Provider;
+use crate::providers::Provider;
 use crate::store::{self, Db};
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) 
     if state.tenants.allows(tenant, provider) != Some(true) {
         return Err(PolicyError::ProviderNotAllowed);
     }
-    if !p.active {
+    if !p.is_active() {
         return Err(PolicyError::ProviderDeactivated);
     }
     Ok(p)

@@ -12,7 +12,7 @@
 use super::tenants::by_text;
 use crate::config::RawProvider;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
-use crate::oauth::Provider;
+use crate::providers::Provider;
 use crate::store::{self, Db, audit::AuditEvent};
 use crate::tenants::{IDENTITY, Providers, identity_of, open_client_secret, seal_client_secret};
 use crate::vault::Vault;
@@ -62,7 +62,7 @@ fn checked(
         serde_json::from_value(serde_json::Value::Object(settings)).map_err(|e| invalid("settings", e.to_string()))?;
     // Their fields and check request are the file's for now (the check URL would need the
     // SSRF guard and a place in the fixed identity first).
-    if raw.template.is_credential() || raw.template == crate::oauth::ProviderKind::Mcp {
+    if raw.template.is_credential() || raw.template == crate::providers::ProviderKind::Mcp {
         return Err(invalid(
             "template",
             "api_key, basic and mcp providers are configured in the file; this API makes OAuth ones",
@@ -97,13 +97,7 @@ fn checked(
     // An address that may not be reached is refused now (a name is judged again on every
     // connection, by the guard).
     let policy = providers.reach().policy();
-    let urls = [
-        ("issuer", p.issuer.as_ref().map(|i| i.url())),
-        ("token_url", p.token_url.as_ref()),
-        ("userinfo_url", p.userinfo_url.as_ref()),
-        ("revocation_url", p.revocation_url.as_ref()),
-    ];
-    for (field, url) in urls {
+    for (field, url) in p.configured_urls() {
         if let Some(url) = url {
             crate::net::ssrf::check_url(url, policy).map_err(|r| {
                 invalid(field, format!("{r} (a provider of the operator API reaches only public https addresses unless [operator] allow_private_endpoints is set)"))

@@ -113,7 +113,7 @@ async fn refresh_locked(
     let provider = state.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
     // An OAuth grant under an id that now names a typed-credential provider: nothing to
     // refresh it with; the person connects anew.
-    if provider.credential.is_some() {
+    if provider.credential().is_some() {
         return Err(RefreshError::NeedsReauth);
     }
     let server =

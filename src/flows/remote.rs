@@ -12,11 +12,11 @@
 //! sealed) so that every instance and every later refresh uses the same client.
 
 use crate::app::AppState;
-use crate::oauth::Provider;
-use crate::oauth::client_auth::{self, ClientAuth};
 use crate::oauth::flow::AuthServer;
 use crate::oauth::mcp::{self, Discovered};
 use crate::oauth::resolve::ResolveError;
+use crate::providers::client_auth::{self, ClientAuth};
+use crate::providers::{McpClient, Provider, RemoteMcp, Upstream};
 use crate::store::{self, remote_clients::RemoteClientRow};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
@@ -26,9 +26,9 @@ const SECRET_PURPOSE: &str = "remote_mcp_client_secret";
 
 /// The provider's authorization server, resolved and cached.
 pub async fn provider_server(state: &AppState, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
-    match &p.resource {
-        None => state.resolver.provider(&state.outbound, p).await,
-        Some(resource) => state.resolver.provider_with(p, build(state, p, resource)).await,
+    match &p.upstream {
+        Upstream::RemoteMcp(m) => state.resolver.provider_with(p, build(state, p, m)).await,
+        Upstream::OAuth(_) | Upstream::Typed(_) => state.resolver.provider(&state.outbound, p).await,
     }
 }
 
@@ -42,7 +42,7 @@ pub fn client_metadata_url(state: &AppState, p: &Provider) -> Url {
 
 /// The Client ID Metadata Document of a remote MCP server provider (`None` for another).
 pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Value> {
-    p.resource.as_ref()?;
+    p.resource()?;
     Some(serde_json::json!({
         "client_id": client_metadata_url(state, p).as_str(),
         "client_name": "mcp-connect",
@@ -54,18 +54,17 @@ pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Val
     }))
 }
 
-async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<AuthServer>, ResolveError> {
-    let d = mcp::discover(&state.outbound, resource, p.allow_private_endpoints).await?;
-    pinned(state, p, &d).await?;
+async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<AuthServer>, ResolveError> {
+    let d = mcp::discover(&state.outbound, &m.resource, p.policy.allow_private_endpoints).await?;
+    pinned(state, p, m, &d).await?;
     let redirect = state.provider_redirect_uri(&p.id);
     let stored = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?;
-    let (client_id, client_secret, client_auth) = if !p.client_id.is_empty() {
-        let has_secret = !p.client_secret.expose_secret().is_empty();
-        let auth = client_auth::choose(p.token_endpoint_auth_method, d.auth_methods.as_deref(), has_secret)
+    let (client_id, client_secret, client_auth) = if let McpClient::Configured(c) = &m.client {
+        let auth = client_auth::choose(c.auth, d.auth_methods.as_deref(), c.has_secret())
             .map_err(|e| ResolveError::Invalid(p.id.to_string(), e))?;
-        (p.client_id.clone(), p.client_secret.clone(), auth)
+        (c.id.clone(), c.secret.clone(), auth)
     } else if let Some(row) = stored {
         // Registered before: kept (the grants made with it refresh with it), even if the
         // server has since begun to read metadata documents.
@@ -91,10 +90,10 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
         revocation_url: d.revocation_url,
         end_session_url: None,
         issuer: Some(d.issuer),
-        iss_parameter_required: p.authorization_response_iss || d.iss_parameter_supported,
+        iss_parameter_required: m.authorization_response_iss || d.iss_parameter_supported,
         jwks: None,
         id_token_algs: Vec::new(),
-        clock_skew: p.clock_skew,
+        clock_skew: p.policy.clock_skew,
         guard: d.guard,
         resource: Some(d.resource),
         scopes_supported: d.scopes_supported,
@@ -106,7 +105,7 @@ async fn build(state: &AppState, p: &Provider, resource: &Url) -> Result<Arc<Aut
 /// configuration names (`issuer`), else the first one found. Another is refused (the
 /// metadata document changed, or was forged): our client, the person's code and the
 /// stored refresh tokens go to the server the grants were made at, or nowhere.
-async fn pinned(state: &AppState, p: &Provider, d: &Discovered) -> Result<(), ResolveError> {
+async fn pinned(state: &AppState, p: &Provider, m: &RemoteMcp, d: &Discovered) -> Result<(), ResolveError> {
     let refuse = |pinned: &str, how: &str| {
         ResolveError::Invalid(
             p.id.to_string(),
@@ -117,7 +116,7 @@ async fn pinned(state: &AppState, p: &Provider, d: &Discovered) -> Result<(), Re
             ),
         )
     };
-    if let Some(configured) = &p.issuer {
+    if let Some(configured) = &m.issuer {
         if configured.as_str() != d.issuer {
             return Err(refuse(configured.as_str(), "the configuration's issuer"));
         }

@@ -155,10 +155,10 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
     // A typed credential (by the row: the provider may have changed kind since): nothing
     // to tell the provider, and its document is never sent anywhere (the key is the
     // person's to revoke there); the local revocation deletes its ciphertext.
-    if crate::oauth::credential::is_typed(&row.token_type) {
+    if crate::providers::credential::is_typed(&row.token_type) {
         return "no_revocation_endpoint".to_owned();
     }
-    if provider.credential.is_some() {
+    if provider.credential().is_some() {
         return "failed: the provider takes typed credentials now; revoke the grant at the provider".to_owned();
     }
     let server = match super::remote::provider_server(state, &provider).await {

@@ -5,8 +5,8 @@
 
 use crate::config::{RawTenant, TenantProblem};
 use crate::domain::{ApiKeyId, AuditKind, TenantConfig, TenantId};
-use crate::oauth::providers::ProviderRegistry;
 use crate::oauth::resolve::Idps;
+use crate::providers::ProviderRegistry;
 use crate::store::{self, Db, audit::AuditEvent, tenants::TenantRow};
 
 /// Switches a tenant on or off, with an audit event when it changed. `None`: no such

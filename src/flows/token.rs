@@ -11,9 +11,9 @@ use crate::domain::{
     ProviderId, Scopes, Subject, TenantId,
 };
 use crate::domain::{AuditKind, HandOut, HandOutRequest, check_handout};
-use crate::oauth::Provider;
-use crate::oauth::credential::Credential;
 use crate::oauth::resolve::ResolveError;
+use crate::providers::Provider;
+use crate::providers::credential::Credential;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
@@ -91,7 +91,7 @@ pub async fn token_for(
     let provider = provider_for(state, tenant, &req.provider)?;
     // A typed credential has no scopes: whatever a tool names, it is asked for none.
     let mut req = req;
-    if provider.credential.is_some() {
+    if provider.credential().is_some() {
         req.scopes = Some(Scopes::default());
     }
     // The subject is the tenant's IdP's: rows of another IdP's namesake are not its.
@@ -136,7 +136,7 @@ pub async fn token_for(
 
     // A new grant asks for what was asked plus what the old connection had, so a
     // re-connect for one more scope does not lose the others.
-    let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes.clone());
+    let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes().clone());
     let wanted = match &conn {
         Some(c) if c.status == ConnectionStatus::Active => wanted.union(&c.granted()),
         _ => wanted,
@@ -144,7 +144,7 @@ pub async fn token_for(
     // A link is made only for a provider whose server can be used: a configuration or a
     // server that is refused would send the person to a page that can only fail, and the
     // MCP server and the person to wait for what cannot come.
-    if provider.credential.is_none() {
+    if provider.credential().is_none() {
         super::remote::provider_server(state, &provider).await.map_err(|e| {
             if e.is_transient() { TokenError::ProviderUnreachable(e) } else { TokenError::ProviderMisconfigured(e) }
         })?;
@@ -301,8 +301,8 @@ fn hand_out(
     // made) is not handed out: the person connects anew, and that replaces it.
     // So is a typed one of another type or other fields than the provider asks for now
     // (a password is never handed out as an API key).
-    let typed_row = crate::oauth::credential::is_typed(&c.shape.token_type);
-    let (access_token, credential) = match (&provider.credential, typed_row) {
+    let typed_row = crate::providers::credential::is_typed(&c.shape.token_type);
+    let (access_token, credential) = match (provider.credential(), typed_row) {
         (None, false) => (opened, None),
         (Some(spec), true) => match Credential::from_opened(&opened) {
             Some(typed) if spec.fits(&c.shape.token_type, &typed) => {

@@ -12,7 +12,7 @@ use crate::flows::providers::{ProviderChange, ProviderRefusal, Settings};
 use crate::flows::tenants::{Known, TenantChange, TenantRefusal};
 use crate::http::api::OperatorCaller;
 use crate::http::error::{ApiError, BODY_LIMIT, ErrorBody, ErrorCode, json_error, path_error, query_error, resource};
-use crate::oauth::ProviderKind;
+use crate::providers::ProviderKind;
 use crate::store::{self, tenants::TenantRow};
 use actix_web::{HttpResponse, web};
 use secrecy::ExposeSecret;
@@ -388,7 +388,7 @@ pub struct ProviderView {
     allow_account_change: bool,
     allow_private_endpoints: bool,
     /// Configured; `null`: what the server's discovery lists, else `client_secret_basic`.
-    token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
+    token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
     /// Switched off: nothing new starts, nothing is handed out; its grants stay revocable.
     active: bool,
     /// `file` (a configuration file keeps it) or `api`.
@@ -397,25 +397,26 @@ pub struct ProviderView {
 }
 
 impl ProviderView {
-    fn of(p: &crate::oauth::Provider, in_file: bool) -> Self {
-        let url = |u: &Option<url::Url>| u.as_ref().map(ToString::to_string);
+    fn of(p: &crate::providers::Provider, in_file: bool) -> Self {
+        let ends = p.endpoints().cloned().unwrap_or_default();
+        let url = |u: Option<url::Url>| u.as_ref().map(ToString::to_string);
         ProviderView {
             id: p.id.to_string(),
             template: p.kind,
             display_name: p.display_name.clone(),
-            client_id: p.client_id.clone(),
-            authorize_url: url(&p.authorize_url),
-            token_url: url(&p.token_url),
-            userinfo_url: url(&p.userinfo_url),
-            revocation_url: url(&p.revocation_url),
-            issuer: p.issuer.as_ref().map(|i| i.as_str().to_owned()),
-            authorization_response_iss: p.authorization_response_iss,
-            scopes: p.default_scopes.as_slice().to_vec(),
-            scope_separator: p.scope_separator.clone(),
-            allow_account_change: p.allow_account_change,
-            allow_private_endpoints: p.allow_private_endpoints,
-            token_endpoint_auth_method: p.token_endpoint_auth_method,
-            active: p.active,
+            client_id: p.client().map(|c| c.id.clone()).unwrap_or_default(),
+            authorize_url: url(ends.authorize_url),
+            token_url: url(ends.token_url),
+            userinfo_url: url(ends.userinfo_url),
+            revocation_url: url(ends.revocation_url),
+            issuer: p.issuer().map(|i| i.as_str().to_owned()),
+            authorization_response_iss: p.authorization_response_iss(),
+            scopes: p.default_scopes().as_slice().to_vec(),
+            scope_separator: p.scope_separator().to_owned(),
+            allow_account_change: p.policy.allow_account_change,
+            allow_private_endpoints: p.policy.allow_private_endpoints,
+            token_endpoint_auth_method: p.client().and_then(|c| c.auth),
+            active: p.is_active(),
             managed_by: if in_file { "file" } else { "api" },
         }
     }
@@ -479,7 +480,7 @@ macro_rules! provider_body {
             /// what the server's discovery lists, else `client_secret_basic`. (`none` sends
             /// no secret: the operator API makes confidential clients only.)
             #[serde(skip_serializing_if = "Option::is_none")]
-            token_endpoint_auth_method: Option<crate::oauth::client_auth::ClientAuth>,
+            token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
         }
     };
 }

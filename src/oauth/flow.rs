@@ -47,7 +47,7 @@ pub struct AuthServer {
     /// when the connect names none, as the MCP authorization spec says.
     pub scopes_supported: Vec<String>,
     /// How the client authenticates at the token and revocation endpoints.
-    pub client_auth: super::client_auth::ClientAuth,
+    pub client_auth: crate::providers::client_auth::ClientAuth,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -171,7 +171,7 @@ pub struct AuthorizeRequest {
 }
 
 fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
-    use super::client_auth::ClientAuth;
+    use crate::providers::client_auth::ClientAuth;
     let c = Client::new(oauth2::ClientId::new(server.client_id.clone()))
         .set_auth_uri(AuthUrl::from_url(server.authorize_url.clone()))
         .set_token_uri(TokenUrl::from_url(server.token_url.clone()))
@@ -444,20 +444,6 @@ pub fn check_userinfo_subject(id_token_subject: &str, userinfo: &serde_json::Val
     }
 }
 
-/// Reads a field of a user endpoint answer by a dotted path (`user.id`); numbers become
-/// strings.
-pub fn json_field(v: &serde_json::Value, path: &str) -> Option<String> {
-    let mut cur = v;
-    for part in path.split('.') {
-        cur = cur.get(part)?;
-    }
-    match cur {
-        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,7 +465,7 @@ mod tests {
             guard: crate::net::http::Guard::default(),
             resource: None,
             scopes_supported: Vec::new(),
-            client_auth: crate::oauth::client_auth::ClientAuth::Basic,
+            client_auth: crate::providers::client_auth::ClientAuth::Basic,
         }
     }
 
@@ -609,14 +595,5 @@ mod tests {
         for (info, want) in cases {
             assert_eq!(check_userinfo_subject("u1", &info), want, "{info}");
         }
-    }
-
-    #[test]
-    fn json_fields_are_read_by_dotted_path() {
-        let v = serde_json::json!({"id": 42, "user": {"name": "x"}, "empty": ""});
-        assert_eq!(json_field(&v, "id").as_deref(), Some("42"));
-        assert_eq!(json_field(&v, "user.name").as_deref(), Some("x"));
-        assert_eq!(json_field(&v, "empty"), None);
-        assert_eq!(json_field(&v, "nope"), None);
     }
 }

@@ -10,11 +10,11 @@
 //! Written by hand: neither `oauth2` nor `openidconnect` reads RFC 9728 metadata or a
 //! `WWW-Authenticate` challenge.
 
-use super::client_auth::ClientAuth;
 use super::resolve::ResolveError;
 use crate::net::http::{Guard, Outbound, OutboundError};
 use crate::net::metadata::{Admission, MetadataError};
 use crate::net::urls;
+use crate::providers::client_auth::ClientAuth;
 use std::collections::HashMap;
 use url::Url;
 
@@ -401,7 +401,7 @@ pub async fn register(
     client_name: &str,
     redirect_uri: &Url,
 ) -> Result<Registered, ResolveError> {
-    let asked = super::client_auth::for_registration(d.auth_methods.as_deref());
+    let asked = crate::providers::client_auth::for_registration(d.auth_methods.as_deref());
     let body = serde_json::json!({
         "client_name": client_name,
         "redirect_uris": [redirect_uri.as_str()],

@@ -1,17 +1,12 @@
-//! Downstream providers: the registry built from configuration and provider templates.
-//! The browser flow (authorize, callback, refresh, revocation) builds on this registry.
+//! OAuth with providers and IdPs: their servers resolved (configured, or by discovery:
+//! OpenID, RFC 8414, RFC 9728 for remote MCP servers), the code flow (authorize, the
+//! callback's query, the exchange, refresh, revocation) and the ID and access tokens'
+//! checks. What a provider is lives in `providers`; every call out goes through `net`.
 
 pub mod access_token;
 pub mod callback;
-/// How the client authenticates at token and revocation endpoints (RFC 6749 §2.3.1).
-pub mod client_auth;
-/// Credentials typed on our page (API keys, passwords) and their check at the provider.
-pub mod credential;
 pub mod flow;
 pub mod id_token;
 /// Remote MCP servers as providers: RFC 9728 and RFC 8414 discovery, RFC 7591 registration.
 pub mod mcp;
-pub mod providers;
 pub mod resolve;
-
-pub use providers::{Provider, ProviderKind, ProviderRegistry};

@@ -5,12 +5,12 @@
 //! to the outbound timeout) per `/login`.
 
 use super::flow::AuthServer;
-use super::providers::Provider;
 use crate::net::http::{Outbound, OutboundError, Reach};
 use crate::net::metadata::Admission;
 use crate::net::urls::{self, Issuer};
+use crate::providers::{ClientAuth, OAuth, Provider, Upstream};
 use openidconnect::core::CoreJsonWebKeySet;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,15 +148,17 @@ struct DiscoveryDoc {
     token_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
-/// What discovery found, with every URL checked by the same rules as configured ones.
+/// What discovery found, with every URL checked by the same rules as configured ones
+/// (`Default`: nothing, for a provider without discovery).
+#[derive(Default)]
 struct Discovered {
-    issuer: String,
+    issuer: Option<String>,
     authorization_endpoint: Option<Url>,
     token_endpoint: Option<Url>,
     userinfo_endpoint: Option<Url>,
     revocation_endpoint: Option<Url>,
     end_session_endpoint: Option<Url>,
-    jwks: CoreJsonWebKeySet,
+    jwks: Option<CoreJsonWebKeySet>,
     iss_supported: bool,
     id_token_algs: Vec<openidconnect::core::CoreJwsSigningAlgorithm>,
     /// `token_endpoint_auth_methods_supported`, if the document lists them.
@@ -219,13 +221,13 @@ async fn discover(http: &Outbound, issuer: &Issuer, allowed: &Allowed<'_>) -> Re
     let jwks: CoreJsonWebKeySet =
         serde_json::from_value(jwks_raw).map_err(|e| ResolveError::Invalid(base.to_owned(), format!("jwks: {e}")))?;
     Ok(Discovered {
-        issuer: doc.issuer,
+        issuer: Some(doc.issuer),
         authorization_endpoint: check("authorization_endpoint", doc.authorization_endpoint)?,
         token_endpoint,
         userinfo_endpoint,
         revocation_endpoint,
         end_session_endpoint: check("end_session_endpoint", doc.end_session_endpoint)?,
-        jwks,
+        jwks: Some(jwks),
         iss_supported: doc.authorization_response_iss_parameter_supported,
         id_token_algs: super::flow::id_token_algs(doc.id_token_signing_alg_values_supported.as_deref()),
         auth_methods: doc.token_endpoint_auth_methods_supported,
@@ -245,7 +247,7 @@ pub const REFUSAL_KEPT: Duration = Duration::from_secs(60);
 /// A provider's key among the resolved servers: its id and revision (a provider changed
 /// over the operator API is resolved anew).
 fn provider_key(p: &Provider) -> String {
-    format!("provider:{}#{}", p.id, p.revision)
+    format!("provider:{}#{}", p.id, p.revision())
 }
 
 /// The server a key names, without its revision (`provider:<id>`, `idp:<name>`).
@@ -442,7 +444,7 @@ impl Resolver {
         };
         let d = discover(http, &idp.issuer, &allowed).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
-        let client_auth = super::client_auth::choose(None, d.auth_methods.as_deref(), true)
+        let client_auth = crate::providers::client_auth::choose(None, d.auth_methods.as_deref(), true)
             .map_err(|e| ResolveError::Invalid(idp.issuer.as_str().to_owned(), e))?;
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
@@ -452,9 +454,9 @@ impl Resolver {
             userinfo_url: d.userinfo_endpoint,
             revocation_url: d.revocation_endpoint,
             end_session_url: d.end_session_endpoint,
-            issuer: Some(d.issuer),
+            issuer: d.issuer,
             iss_parameter_required: d.iss_supported,
-            jwks: Some(d.jwks),
+            jwks: d.jwks,
             id_token_algs: d.id_token_algs,
             clock_skew: idp.clock_skew,
             guard: d.guard,
@@ -482,96 +484,97 @@ impl Resolver {
 
     async fn build_provider(&self, http: &Outbound, p: &Provider) -> Result<Arc<AuthServer>, ResolveError> {
         let name = p.id.to_string();
-        let invalid = |what: &str| ResolveError::Invalid(name.clone(), format!("no {what}"));
-        let configured = [p.token_url.as_ref(), p.userinfo_url.as_ref(), p.revocation_url.as_ref()];
-        // A provider of the operator API: no origin is trusted for being configured; each
-        // one we call is reached through the guard.
-        let mut guarded = std::collections::HashMap::new();
-        if let Some(reach) = p.reach {
-            let ours = p.issuer.as_ref().map(Issuer::url).into_iter().chain(configured.into_iter().flatten());
-            for url in ours {
-                crate::net::ssrf::check_url(url, reach.policy())
-                    .map_err(|r| ResolveError::Invalid(name.clone(), format!("{url}: {r}")))?;
-                guarded.insert(url.origin().ascii_serialization(), reach);
-            }
-        }
+        let Upstream::OAuth(o) = &p.upstream else {
+            return Err(ResolveError::Invalid(
+                name,
+                "not an OAuth provider: its server is found by its kind".to_owned(),
+            ));
+        };
+        let guarded = operator_guard(p, o, &name)?;
         let http = &http.with_guard(&Arc::new(guarded.clone()));
-        let discovered = match (&p.issuer, p.oidc) {
-            (Some(issuer), true) => {
-                let allowed = match p.reach {
-                    None => Allowed {
-                        configured: std::iter::once(issuer.url().origin())
-                            .chain(configured.into_iter().flatten().map(Url::origin))
-                            .collect(),
-                        allow_idn: &p.allow_idn_hosts,
-                        allow_private: p.allow_private_endpoints,
-                    },
-                    Some(reach) => Allowed {
-                        configured: Vec::new(),
-                        allow_idn: &p.allow_idn_hosts,
-                        allow_private: reach == Reach::Private,
-                    },
-                };
-                Some(discover(http, issuer, &allowed).await?)
-            }
+        let discovered = match (&o.issuer, o.oidc) {
+            (Some(issuer), true) => Some(discover(http, issuer, &discovery_allowed(p, o, issuer)).await?),
             _ => None,
         };
-        // The discovered origins' guard, and (operator API) the configured ones'.
-        let guard = |found: Option<&crate::net::http::Guard>| -> crate::net::http::Guard {
-            let mut all = guarded.clone();
-            if let Some(found) = found {
-                all.extend(found.iter().map(|(k, v)| (k.clone(), *v)));
-            }
-            Arc::new(all)
-        };
-        let has_secret = !p.client_secret.expose_secret().is_empty();
         let advertised = discovered.as_ref().and_then(|d| d.auth_methods.as_deref());
-        let client_auth = super::client_auth::choose(p.token_endpoint_auth_method, advertised, has_secret)
+        let client_auth = crate::providers::client_auth::choose(o.client.auth, advertised, o.client.has_secret())
             .map_err(|e| ResolveError::Invalid(name.clone(), e))?;
-        let server = match discovered {
-            Some(d) => AuthServer {
-                client_id: p.client_id.clone(),
-                client_secret: p.client_secret.clone(),
-                authorize_url: p
-                    .authorize_url
-                    .clone()
-                    .or(d.authorization_endpoint)
-                    .ok_or_else(|| invalid("authorize_url"))?,
-                token_url: p.token_url.clone().or(d.token_endpoint).ok_or_else(|| invalid("token_url"))?,
-                userinfo_url: p.userinfo_url.clone().or(d.userinfo_endpoint),
-                revocation_url: p.revocation_url.clone().or(d.revocation_endpoint),
-                end_session_url: d.end_session_endpoint,
-                issuer: Some(d.issuer),
-                iss_parameter_required: p.authorization_response_iss || d.iss_supported,
-                jwks: Some(d.jwks),
-                id_token_algs: d.id_token_algs,
-                clock_skew: p.clock_skew,
-                guard: guard(Some(&d.guard)),
-                resource: None,
-                scopes_supported: Vec::new(),
-                client_auth,
-            },
-            None => AuthServer {
-                client_id: p.client_id.clone(),
-                client_secret: p.client_secret.clone(),
-                authorize_url: p.authorize_url.clone().ok_or_else(|| invalid("authorize_url"))?,
-                token_url: p.token_url.clone().ok_or_else(|| invalid("token_url"))?,
-                userinfo_url: p.userinfo_url.clone(),
-                revocation_url: p.revocation_url.clone(),
-                end_session_url: None,
-                issuer: p.issuer.as_ref().map(|i| i.as_str().to_owned()),
-                iss_parameter_required: p.authorization_response_iss,
-                jwks: None,
-                id_token_algs: Vec::new(),
-                clock_skew: p.clock_skew,
-                guard: guard(None),
-                resource: None,
-                scopes_supported: Vec::new(),
-                client_auth,
-            },
-        };
-        Ok(Arc::new(server))
+        oauth_server(p, o, discovered, guarded, client_auth).map(Arc::new)
     }
+}
+
+/// A provider of the operator API: no origin is trusted for being configured; each one we
+/// call is reached through the guard (empty for the file's providers).
+fn operator_guard(p: &Provider, o: &OAuth, name: &str) -> Result<HashMap<String, Reach>, ResolveError> {
+    let mut guarded = HashMap::new();
+    if let Some(reach) = p.reach() {
+        let configured =
+            [o.endpoints.token_url.as_ref(), o.endpoints.userinfo_url.as_ref(), o.endpoints.revocation_url.as_ref()];
+        for url in o.issuer.as_ref().map(Issuer::url).into_iter().chain(configured.into_iter().flatten()) {
+            crate::net::ssrf::check_url(url, reach.policy())
+                .map_err(|r| ResolveError::Invalid(name.to_owned(), format!("{url}: {r}")))?;
+            guarded.insert(url.origin().ascii_serialization(), reach);
+        }
+    }
+    Ok(guarded)
+}
+
+/// What an OIDC provider's discovery may reach as it is: the file's provider, its issuer's
+/// and configured endpoints' origins; the operator API's, nothing (its reach decides).
+fn discovery_allowed<'a>(p: &'a Provider, o: &OAuth, issuer: &Issuer) -> Allowed<'a> {
+    let configured =
+        [o.endpoints.token_url.as_ref(), o.endpoints.userinfo_url.as_ref(), o.endpoints.revocation_url.as_ref()];
+    match p.reach() {
+        None => Allowed {
+            configured: std::iter::once(issuer.url().origin())
+                .chain(configured.into_iter().flatten().map(Url::origin))
+                .collect(),
+            allow_idn: &p.policy.allow_idn_hosts,
+            allow_private: p.policy.allow_private_endpoints,
+        },
+        Some(reach) => Allowed {
+            configured: Vec::new(),
+            allow_idn: &p.policy.allow_idn_hosts,
+            allow_private: reach == Reach::Private,
+        },
+    }
+}
+
+/// The server of an OAuth provider: configured endpoints win over discovered ones; the
+/// guard holds the operator API's configured origins and the discovered ones.
+fn oauth_server(
+    p: &Provider,
+    o: &OAuth,
+    discovered: Option<Discovered>,
+    mut guard: HashMap<String, Reach>,
+    client_auth: ClientAuth,
+) -> Result<AuthServer, ResolveError> {
+    let invalid = |what: &str| ResolveError::Invalid(p.id.to_string(), format!("no {what}"));
+    let ends = &o.endpoints;
+    let d = discovered.unwrap_or_default();
+    guard.extend(d.guard.iter().map(|(k, v)| (k.clone(), *v)));
+    Ok(AuthServer {
+        client_id: o.client.id.clone(),
+        client_secret: o.client.secret.clone(),
+        authorize_url: ends
+            .authorize_url
+            .clone()
+            .or(d.authorization_endpoint)
+            .ok_or_else(|| invalid("authorize_url"))?,
+        token_url: ends.token_url.clone().or(d.token_endpoint).ok_or_else(|| invalid("token_url"))?,
+        userinfo_url: ends.userinfo_url.clone().or(d.userinfo_endpoint),
+        revocation_url: ends.revocation_url.clone().or(d.revocation_endpoint),
+        end_session_url: d.end_session_endpoint,
+        issuer: d.issuer.or_else(|| o.issuer.as_ref().map(|i| i.as_str().to_owned())),
+        iss_parameter_required: o.authorization_response_iss || d.iss_supported,
+        jwks: d.jwks,
+        id_token_algs: d.id_token_algs,
+        clock_skew: p.policy.clock_skew,
+        guard: Arc::new(guard),
+        resource: None,
+        scopes_supported: Vec::new(),
+        client_auth,
+    })
 }
 
 #[cfg(test)]
@@ -595,7 +598,7 @@ mod tests {
             guard: crate::net::http::Guard::default(),
             resource: None,
             scopes_supported: Vec::new(),
-            client_auth: super::super::client_auth::ClientAuth::Basic,
+            client_auth: ClientAuth::Basic,
         })
     }
 

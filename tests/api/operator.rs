@@ -379,8 +379,8 @@ async fn a_provider_made_over_the_api_connects_on_a_second_instance_and_stops_ha
     assert!(b.state.caches.barrier(&b.pool).await);
     let id = mcp_connect::domain::ProviderId::parse("runtimep").unwrap();
     let on_b = b.state.providers.get(&id).unwrap();
-    assert_eq!(on_b.default_scopes.as_slice(), ["email", "openid", "profile"]);
-    assert_eq!(on_b.revision, 2);
+    assert_eq!(on_b.default_scopes().as_slice(), ["email", "openid", "profile"]);
+    assert_eq!(on_b.revision(), 2);
 
     let off = a.operator(&op, Method::PATCH, "/providers/runtimep", Some(json!({"active": false}))).await;
     assert_eq!(json_of(off, 200).await["active"], false);
@@ -534,7 +534,7 @@ async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_n
     let same = json!({"token_url": "https://auth.example.com/token", "display_name": "Extra"});
     json_of(app.operator(&op, Method::PATCH, "/providers/extra", Some(same)).await, 200).await;
     let p = app.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
-    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client_secret), "s2");
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client().unwrap().secret), "s2");
     // The first secret put back does not open (its generation is bound in), and the
     // database refuses to lower the generation.
     let e =
@@ -593,7 +593,7 @@ async fn rotate_key_reseals_the_providers_client_secrets_and_the_new_key_alone_s
     assert_eq!((key_id.as_str(), version), ("k-new", 2));
     let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
     let p = new_only.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
-    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client_secret), "the-secret");
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client().unwrap().secret), "the-secret");
 }
 
 #[tokio::test]

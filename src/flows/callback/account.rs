@@ -32,8 +32,9 @@ pub async fn verified(state: &AppState, x: &Exchanged, now: OffsetDateTime) -> R
     if let Some(id_sub) = &id_subject {
         flow::check_userinfo_subject(id_sub, &info).map_err(CallbackRefusal::UserinfoSubject)?;
     }
-    let id = flow::json_field(&info, &x.provider.account_id_field).ok_or(CallbackRefusal::Account)?;
-    let login = flow::json_field(&info, &x.provider.account_login_field);
+    let fields = x.provider.account_fields().ok_or(CallbackRefusal::Account)?;
+    let id = crate::providers::json_field(&info, &fields.id_field).ok_or(CallbackRefusal::Account)?;
+    let login = crate::providers::json_field(&info, &fields.login_field);
     Ok(Some(Account { id, login }))
 }
 

@@ -25,9 +25,9 @@ use crate::domain::AuditKind;
 use crate::domain::{
     Account, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
 };
-use crate::oauth::Provider;
 use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
+use crate::providers::Provider;
 use crate::store::{self, audit::AuditEvent, elicitations::ElicitationRow, states::OauthStateRow};
 use crate::webhooks::EventKind;
 use std::sync::Arc;
@@ -437,7 +437,7 @@ pub(super) async fn keep_grant(
     // not this person's: no account is pinned by it, and this grant replaces it.
     let own = |c: &&store::connections::ConnectionRow| c.issuer.is_some() && c.issuer == e.issuer;
     let held = existing.as_ref().filter(own).map(|c| (c.status, c.account_id.as_deref()));
-    if checks::account_pinning(held, account.as_ref(), x.provider.allow_account_change).is_err() {
+    if checks::account_pinning(held, account.as_ref(), x.provider.policy.allow_account_change).is_err() {
         let mut ev = AuditEvent::for_elicitation(AuditKind::AccountMismatch, e);
         ev.connection_id = existing.as_ref().map(|c| c.id);
         store::audit::insert_event(&mut **tx, &ev).await?;

@@ -47,7 +47,7 @@ pub struct CredentialPage<'a> {
     /// The host the value is checked at; `None`: not checked.
     pub provider_domain: Option<&'a str>,
     pub provider_id: &'a str,
-    pub fields: &'a [crate::oauth::credential::Field],
+    pub fields: &'a [crate::providers::credential::Field],
     pub signed_in_as: &'a str,
     pub csrf: &'a str,
     pub elicitation_id: &'a str,

@@ -1,14 +1,7 @@
-//! Provider templates and the registry of configured providers.
-//!
-//! A template fills in the well-known endpoints of a provider; configuration supplies the
+//! Provider templates: the kinds a provider is configured as, and what a template knows
+//! of the well-known ones. A template fills in the endpoints; configuration supplies the
 //! client credentials and may override any endpoint. `oidc` providers are configured by
 //! issuer and resolved through discovery when the flow needs them.
-
-use crate::domain::{ProviderId, Scopes};
-use secrecy::SecretString;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use url::Url;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -169,91 +162,3 @@ const CREDENTIAL: Template = Template { display_name: "", scope_separator: " ", 
 
 /// `mcp`: everything from discovery; no account endpoint (an MCP server has none).
 const MCP: Template = Template { display_name: "", scope_separator: " ", ..EMPTY };
-
-/// One configured downstream provider, ready to use.
-#[derive(Debug)]
-pub struct Provider {
-    pub id: ProviderId,
-    pub kind: ProviderKind,
-    pub display_name: String,
-    pub client_id: String,
-    pub client_secret: SecretString,
-    /// Explicit endpoints; `None` for an `oidc` provider until discovery fills them.
-    pub authorize_url: Option<Url>,
-    pub token_url: Option<Url>,
-    pub userinfo_url: Option<Url>,
-    pub revocation_url: Option<Url>,
-    pub issuer: Option<crate::net::urls::Issuer>,
-    /// RFC 9207: the provider puts `iss` in its authorization responses, so a response
-    /// without it, or with another value, is a mix-up attempt.
-    pub authorization_response_iss: bool,
-    pub oidc: bool,
-    pub scope_separator: String,
-    pub default_scopes: Scopes,
-    pub extra_authorize_params: Vec<(String, String)>,
-    pub account_id_field: String,
-    pub account_login_field: String,
-    /// Whether a re-connect may replace the upstream account pinned to a subject.
-    pub allow_account_change: bool,
-    /// Hosts in punycode accepted for this provider (see `net::urls`).
-    pub allow_idn_hosts: Vec<String>,
-    /// Tolerance for ID-token `exp` and `iat` (`clock_skew_seconds`).
-    pub clock_skew: time::Duration,
-    /// Endpoints found by discovery on another origin than the issuer may be private or
-    /// loopback addresses, or plain http to loopback (`allow_private_endpoints`: an internal
-    /// IdP whose discovery the operator trusts).
-    pub allow_private_endpoints: bool,
-    /// 0 for a provider of the configuration file; the row's `revision` for one made over
-    /// the operator API (what is cached of its discovery is keyed by it, so a change of
-    /// its settings is never served from what the old ones found).
-    pub revision: i64,
-    /// How its endpoints, configured or discovered, are reached: `None` for a provider of
-    /// the configuration file (its configured origins are the operator's word); for one of
-    /// the operator API, through the SSRF guard (`Public`, or `Private` where
-    /// `[operator] allow_private_endpoints` says so).
-    pub reach: Option<crate::net::http::Reach>,
-    /// `false`: switched off over the operator API; kept so that its grants can still be
-    /// revoked at the provider, but nothing new starts and nothing is handed out.
-    pub active: bool,
-    /// `Some` for the `api_key` and `basic` kinds: what the connect page asks for and how it
-    /// is checked. Their OAuth fields (client, endpoints, scopes) are empty and never used:
-    /// every path that would talk OAuth to the provider asks [`Provider::credential`] first.
-    pub credential: Option<Arc<super::credential::CredentialSpec>>,
-    /// `Some` for the `mcp` kind: the remote MCP server's URL, its resource identifier.
-    /// Its endpoints come from discovery; its client id from the configuration, or from
-    /// registering (`flows::remote`).
-    pub resource: Option<Url>,
-    /// How the client authenticates at the token and revocation endpoints, where the
-    /// configuration says (`token_endpoint_auth_method`); `None`: the server's metadata
-    /// decides, else HTTP Basic (`oauth::client_auth::choose`).
-    pub token_endpoint_auth_method: Option<super::client_auth::ClientAuth>,
-}
-
-/// All configured providers by id.
-#[derive(Debug, Clone, Default)]
-pub struct ProviderRegistry {
-    providers: Arc<BTreeMap<ProviderId, Arc<Provider>>>,
-}
-
-impl ProviderRegistry {
-    pub fn new(providers: Vec<Provider>) -> Self {
-        Self { providers: Arc::new(providers.into_iter().map(|p| (p.id.clone(), Arc::new(p))).collect()) }
-    }
-
-    /// These providers, and beside them `more` whose ids these do not have (the file's win).
-    pub fn with(&self, more: Vec<Provider>) -> Self {
-        let mut all = (*self.providers).clone();
-        for p in more {
-            all.entry(p.id.clone()).or_insert_with(|| Arc::new(p));
-        }
-        Self { providers: Arc::new(all) }
-    }
-
-    pub fn get(&self, id: &ProviderId) -> Option<&Arc<Provider>> {
-        self.providers.get(id)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
-        self.providers.values()
-    }
-}

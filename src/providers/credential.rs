@@ -9,7 +9,7 @@
 //! kind, so the MCP server knows how to use them. Nothing here logs a value: the check's
 //! span names method and host only (`net::http`).
 
-use super::providers::ProviderKind;
+use super::templates::ProviderKind;
 use crate::domain::Account;
 use crate::net::http::{Outbound, OutboundError};
 use secrecy::{ExposeSecret, SecretString};
@@ -219,8 +219,8 @@ pub async fn check(
         // The account is what pins the connection to one upstream account: an answer that
         // does not name it is not taken as valid (as a failed user lookup is not, in OAuth).
         let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|_| OutboundError::Json)?;
-        let id = super::flow::json_field(&answer, id_field).ok_or(OutboundError::Json)?;
-        let login = (!login_field.is_empty()).then(|| super::flow::json_field(&answer, login_field)).flatten();
+        let id = super::json_field(&answer, id_field).ok_or(OutboundError::Json)?;
+        let login = (!login_field.is_empty()).then(|| super::json_field(&answer, login_field)).flatten();
         return Ok(Checked::Valid(Some(Account { id, login })));
     }
     if status == 429 || status >= 500 {
