@@ -292,21 +292,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{entry}");
             Ok(())
         }
-        Command::Serve { no_migrate } => {
-            let mut config = Config::load(&cli.config)?;
-            config.migrate_on_start = !no_migrate;
-            let traces = config.otlp_endpoint.as_ref().map(|endpoint| crate::telemetry::TraceExport {
-                endpoint,
-                timeout: config.outbound_timeout,
-                cas: &config.outbound_cas,
-            });
-            let _logs = crate::telemetry::init(config.log_format, traces);
-            let (listen, metrics) = (config.listen, config.metrics_listen);
-            let app = Application::build(config).await?;
-            tracing::info!(%listen, metrics = ?metrics, "mcp-connect serving");
-            app.run_until_signalled().await?;
-            Ok(())
-        }
+        Command::Serve { no_migrate } => serve(&cli.config, no_migrate).await,
         Command::Migrate => {
             migrate(&cli.config).await?;
             println!("migrations applied");
@@ -332,23 +318,59 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Healthcheck => healthcheck(CommandConfig::load(&cli.config, false)?.listen).await,
         Command::Apikey { action } => apikey(&open_database(&cli.config, false).await?.1, action, cli.output).await,
-        Command::Config { action: ConfigAction::Check } => {
-            let config = Config::load(&cli.config)?;
-            let (tenants, idps) = (config.tenants.len(), 1 + config.idps.named_count());
-            println!(
-                "{}: valid ({tenants} tenants, {} providers, {idps} identity providers)",
-                cli.config.display(),
-                config.providers.iter().count()
-            );
+        Command::Config { action: ConfigAction::Check } => config_check(&cli.config),
+        Command::Audit { action } => audit(&open_database(&cli.config, false).await?.1, action, cli.output).await,
+        Command::Connections { action } => connections(&cli.config, action, cli.output).await,
+        Command::Webhooks { action: WebhooksAction::List { tenant } } => {
+            let pool = open_database(&cli.config, false).await?.1;
+            webhooks(&pool, tenant.as_deref(), cli.output).await
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "mcp-connect", &mut std::io::stdout());
             Ok(())
         }
-        Command::Audit { action } => audit(&open_database(&cli.config, false).await?.1, action, cli.output).await,
-        Command::Connections { action: ConnectionsAction::Revoke { tenant, subject, provider } } => {
+    }
+}
+
+/// `serve`: the service until SIGTERM or SIGINT.
+async fn serve(path: &std::path::Path, no_migrate: bool) -> anyhow::Result<()> {
+    let mut config = Config::load(path)?;
+    config.migrate_on_start = !no_migrate;
+    let traces = config.otlp_endpoint.as_ref().map(|endpoint| crate::telemetry::TraceExport {
+        endpoint,
+        timeout: config.outbound_timeout,
+        cas: &config.outbound_cas,
+    });
+    let _logs = crate::telemetry::init(config.log_format, traces);
+    let (listen, metrics) = (config.listen, config.metrics_listen);
+    let app = Application::build(config).await?;
+    tracing::info!(%listen, metrics = ?metrics, "mcp-connect serving");
+    app.run_until_signalled().await?;
+    Ok(())
+}
+
+/// `config check`: the file loads, and what it holds.
+fn config_check(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let (tenants, idps) = (config.tenants.len(), 1 + config.idps.named_count());
+    println!(
+        "{}: valid ({tenants} tenants, {} providers, {idps} identity providers)",
+        path.display(),
+        config.providers.iter().count()
+    );
+    Ok(())
+}
+
+/// `connections revoke` and `connections list`.
+async fn connections(config: &std::path::Path, action: ConnectionsAction, output: Output) -> anyhow::Result<()> {
+    match action {
+        ConnectionsAction::Revoke { tenant, subject, provider } => {
             let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
             let subject = crate::domain::Subject::parse(&subject).map_err(|e| anyhow::anyhow!("--subject: {e}"))?;
             let provider =
                 provider.map(|p| ProviderId::parse(&p).map_err(|e| anyhow::anyhow!("--provider: {e}"))).transpose()?;
-            let state = crate::startup::operator_state(Config::load(&cli.config)?).await?;
+            let state = crate::startup::operator_state(Config::load(config)?).await?;
             anyhow::ensure!(
                 store::tenants::tenant_exists(&state.pool, tenant.as_str()).await?,
                 "--tenant: no active tenant {tenant}"
@@ -371,11 +393,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Connections { action: ConnectionsAction::List { tenant, subject, limit } } => {
-            let pool = open_database(&cli.config, false).await?.1;
+        ConnectionsAction::List { tenant, subject, limit } => {
+            let pool = open_database(config, false).await?.1;
             let rows =
                 store::connections::list_for_operator(&pool, tenant.as_deref(), subject.as_deref(), limit).await?;
-            print_rows(cli.output, &rows, |c| {
+            print_rows(output, &rows, |c| {
                 format!(
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     c.id,
@@ -387,15 +409,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     c.scopes.join(" ")
                 )
             })
-        }
-        Command::Webhooks { action: WebhooksAction::List { tenant } } => {
-            let pool = open_database(&cli.config, false).await?.1;
-            webhooks(&pool, tenant.as_deref(), cli.output).await
-        }
-        Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "mcp-connect", &mut std::io::stdout());
-            Ok(())
         }
     }
 }

@@ -173,40 +173,7 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
         // links its MCP server made (a person would connect them to the file's tenant).
         let taken_over = store::tenants::take_over(&mut *tx, t).await?;
         if taken_over {
-            let tenant = t.id.as_str();
-            let revoked = store::api_keys::revoke_tenant_keys(&mut *tx, tenant).await?;
-            let mut webhooks = Vec::new();
-            for w in store::webhooks::list_webhooks(&mut *tx, tenant).await? {
-                if store::webhooks::delete_webhook(&mut *tx, tenant, w.id).await? {
-                    webhooks.push(w.id);
-                }
-            }
-            let now = time::OffsetDateTime::now_utc();
-            let links = store::elicitations::cancel_pending(&mut tx, tenant, None, None, None, now).await?;
-            crate::flows::events::links_closed(
-                &mut tx,
-                crate::webhooks::EventKind::ElicitationCancelled,
-                &links,
-                "configuration",
-                "tenant_taken_over",
-            )
-            .await?;
-            tracing::warn!(
-                tenant,
-                keys_revoked = revoked.len(),
-                webhooks_deleted = webhooks.len(),
-                links_cancelled = links.len(),
-                "the configuration takes over a tenant the operator API made"
-            );
-            let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
-            ev.tenant_id = Some(tenant.to_owned());
-            ev.detail = serde_json::json!({
-                "by": "configuration",
-                "keys_revoked": revoked,
-                "webhooks_deleted": webhooks,
-                "links_cancelled": links.len(),
-            });
-            store::audit::insert_event(&mut *tx, &ev).await?;
+            clear_taken_over(&mut tx, t).await?;
         }
         store::tenants::upsert_tenant(&mut *tx, t).await?;
         // A tenant moved to another IdP: its people are others now (links and connections
@@ -226,6 +193,63 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
     }
     store::connections::set_default_issuer(&mut *tx, default_issuer).await?;
     tx.commit().await?;
+    backfill_issuers(pool, default_issuer).await?;
+    // Say so where a tenant that is gone from this file still works: removing it from the
+    // file no longer switches it off (instances with different files would fight).
+    let listed: Vec<&str> = tenants.iter().map(|t| t.id.as_str()).collect();
+    for t in store::tenants::active_tenants(pool).await? {
+        if !listed.contains(&t.id.as_str()) {
+            tracing::warn!(
+                tenant = %t.id,
+                "an active tenant is not in this configuration; it stays active (`mcp-connect tenant deactivate` stops it)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A tenant the operator API made, taken over by the file: its keys revoked, its webhooks
+/// deleted, its pending links cancelled, and the takeover in the audit trail.
+async fn clear_taken_over(tx: &mut store::Tx, t: &TenantConfig) -> anyhow::Result<()> {
+    let tenant = t.id.as_str();
+    let revoked = store::api_keys::revoke_tenant_keys(&mut **tx, tenant).await?;
+    let mut webhooks = Vec::new();
+    for w in store::webhooks::list_webhooks(&mut **tx, tenant).await? {
+        if store::webhooks::delete_webhook(&mut **tx, tenant, w.id).await? {
+            webhooks.push(w.id);
+        }
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let links = store::elicitations::cancel_pending(tx, tenant, None, None, None, now).await?;
+    crate::flows::events::links_closed(
+        tx,
+        crate::webhooks::EventKind::ElicitationCancelled,
+        &links,
+        "configuration",
+        "tenant_taken_over",
+    )
+    .await?;
+    tracing::warn!(
+        tenant,
+        keys_revoked = revoked.len(),
+        webhooks_deleted = webhooks.len(),
+        links_cancelled = links.len(),
+        "the configuration takes over a tenant the operator API made"
+    );
+    let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
+    ev.tenant_id = Some(tenant.to_owned());
+    ev.detail = serde_json::json!({
+        "by": "configuration",
+        "keys_revoked": revoked,
+        "webhooks_deleted": webhooks,
+        "links_cancelled": links.len(),
+    });
+    store::audit::insert_event(&mut **tx, &ev).await?;
+    Ok(())
+}
+
+/// The issuer of rows written without one: the default IdP's.
+async fn backfill_issuers(pool: &Db, default_issuer: &str) -> anyhow::Result<()> {
     // In batches, each its own statement: the rows of a large table are locked a thousand
     // at a time, never all at once (a refresh waiting on one would time out).
     const BATCH: i64 = 1000;
@@ -246,17 +270,6 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
     }
     if links + connections > 0 {
         tracing::info!(links, connections, issuer = default_issuer, "recorded the issuer of rows written without one");
-    }
-    // Say so where a tenant that is gone from this file still works: removing it from the
-    // file no longer switches it off (instances with different files would fight).
-    let listed: Vec<&str> = tenants.iter().map(|t| t.id.as_str()).collect();
-    for t in store::tenants::active_tenants(pool).await? {
-        if !listed.contains(&t.id.as_str()) {
-            tracing::warn!(
-                tenant = %t.id,
-                "an active tenant is not in this configuration; it stays active (`mcp-connect tenant deactivate` stops it)"
-            );
-        }
     }
     Ok(())
 }
@@ -378,42 +391,16 @@ async fn app_state(
 ) -> anyhow::Result<AppState> {
     // One change watch for every cache: one listener, one drop counter, one confirmation.
     let watch = crate::changes::ChangeWatch::new(clock.clone());
-    let api_keys = ApiKeyVerifier::sharing(
-        pool.clone(),
-        config.api_key_cache_ttl,
-        config.api_key_cache_capacity,
-        config.api_key_hash_queue,
-        clock.clone(),
-        watch.clone(),
-    );
+    let api_keys = api_key_verifier(&config, pool.clone(), clock.clone(), watch.clone());
+    let refresh = refresh_policy(&config);
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers, &config.outbound_cas)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
-    let webhook_policy = crate::net::ssrf::AddressPolicy {
-        allow_loopback: config.webhooks.allow_loopback,
-        allow_private: config.webhooks.allow_private,
-    };
     let vault = Arc::new(Vault::new(config.keyring));
-    let worker = crate::webhooks::worker::Worker {
-        pool: pool.clone(),
-        vault: vault.clone(),
-        client: crate::net::delivery::DeliveryClient::trusting(
-            webhook_policy,
-            Arc::new(crate::net::ssrf::SystemLookup),
-            config.webhooks.timeout,
-            &config.outbound_cas,
-        )
-        .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?,
-        clock: clock.clone(),
-        poll: config.webhooks.poll_interval,
-        // Longer than an attempt can take (the timeout bounds the request, and again the
-        // reading of its answer); a dead instance's claims lapse after it.
-        lease: config.webhooks.timeout * 2 + std::time::Duration::from_secs(5),
-        slow_after: config.webhooks.timeout / 2,
-        max_pending_per_tenant: i64::try_from(config.webhooks.max_pending_per_tenant).unwrap_or(i64::MAX),
-    };
+    let (webhook_policy, worker) =
+        webhook_worker(&config.webhooks, &config.outbound_cas, pool.clone(), vault.clone(), clock.clone())?;
     if background == Background::Run {
         worker.spawn();
     }
@@ -442,10 +429,7 @@ async fn app_state(
         )),
         caches,
         outbound_timeout: config.outbound_timeout,
-        refresh: crate::domain::RefreshPolicy {
-            margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
-            unknown_expiry: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
-        },
+        refresh,
         refresh_gate: Arc::default(),
         handouts: crate::store::handouts::HandoutAudit::spawn(
             pool.clone(),
@@ -457,9 +441,7 @@ async fn app_state(
         outbound,
         session_ttl: config.session_ttl,
         secure_cookies: config.public_base_url.scheme() == "https",
-        hsts: (config.public_base_url.scheme() == "https" && config.hsts_max_age > 0)
-            .then(|| format!("max-age={}", config.hsts_max_age))
-            .and_then(|v| actix_web::http::header::HeaderValue::from_str(&v).ok()),
+        hsts: hsts(&config.public_base_url, config.hsts_max_age),
         vault,
         webhook_policy,
         providers,
@@ -472,6 +454,72 @@ async fn app_state(
         shutdown: Arc::default(),
         pool,
     })
+}
+
+/// The API-key verifier, its cache on the shared change watch.
+fn api_key_verifier(
+    config: &Config,
+    pool: Db,
+    clock: Arc<dyn crate::domain::Clock>,
+    watch: Arc<crate::changes::ChangeWatch>,
+) -> Arc<ApiKeyVerifier> {
+    ApiKeyVerifier::sharing(
+        pool,
+        config.api_key_cache_ttl,
+        config.api_key_cache_capacity,
+        config.api_key_hash_queue,
+        clock,
+        watch,
+    )
+}
+
+/// `[refresh]` as the hand-out decides by it.
+fn refresh_policy(config: &Config) -> crate::domain::RefreshPolicy {
+    crate::domain::RefreshPolicy {
+        margin: time::Duration::try_from(config.refresh_margin).unwrap_or(time::Duration::MINUTE),
+        unknown_expiry: time::Duration::try_from(config.unknown_expiry_refresh).unwrap_or(time::Duration::HOUR),
+    }
+}
+
+/// The addresses webhook endpoints may have, and the delivery worker (spawned by the
+/// caller where background tasks run).
+fn webhook_worker(
+    hooks: &crate::config::WebhookSettings,
+    cas: &[reqwest::Certificate],
+    pool: Db,
+    vault: Arc<Vault>,
+    clock: Arc<dyn crate::domain::Clock>,
+) -> anyhow::Result<(crate::net::ssrf::AddressPolicy, crate::webhooks::worker::Worker)> {
+    let policy =
+        crate::net::ssrf::AddressPolicy { allow_loopback: hooks.allow_loopback, allow_private: hooks.allow_private };
+    let client = crate::net::delivery::DeliveryClient::trusting(
+        policy,
+        Arc::new(crate::net::ssrf::SystemLookup),
+        hooks.timeout,
+        cas,
+    )
+    .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?;
+    let worker = crate::webhooks::worker::Worker {
+        pool,
+        vault,
+        client,
+        clock,
+        poll: hooks.poll_interval,
+        // Longer than an attempt can take (the timeout bounds the request, and again the
+        // reading of its answer); a dead instance's claims lapse after it.
+        lease: hooks.timeout * 2 + std::time::Duration::from_secs(5),
+        slow_after: hooks.timeout / 2,
+        max_pending_per_tenant: i64::try_from(hooks.max_pending_per_tenant).unwrap_or(i64::MAX),
+    };
+    Ok((policy, worker))
+}
+
+/// The `Strict-Transport-Security` value: set when the public base is https and
+/// `[hsts] max_age_seconds` is not 0.
+fn hsts(public_base_url: &url::Url, max_age: u64) -> Option<actix_web::http::header::HeaderValue> {
+    (public_base_url.scheme() == "https" && max_age > 0)
+        .then(|| format!("max-age={max_age}"))
+        .and_then(|v| actix_web::http::header::HeaderValue::from_str(&v).ok())
 }
 
 /// The HTTP server: one worker per core, each with its own pool and lookup connections.

@@ -217,16 +217,9 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
             10_000, 1..=1_000_000, "");
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
     }
-    for (i, t) in tenants.iter().enumerate() {
-        if let Some(name) = t.idp.as_ref().filter(|n| idps.by_name(n.as_str()).is_none()) {
-            return Err(err(
-                format!("tenants[{i}].idp"),
-                format!("{:?} is not configured under [idps]", name.as_str()),
-            ));
-        }
-    }
-    let metrics_listen = metrics_listen(raw.metrics.listen, listen)?;
-    let outbound_cas = ca_bundle(raw.outbound.ca_file.as_deref())?;
+    tenant_idps_exist(&tenants, &idps)?;
+    let (metrics_listen, outbound_cas) =
+        (metrics_listen(raw.metrics.listen, listen)?, ca_bundle(raw.outbound.ca_file.as_deref())?);
     let (database_url, database_max_connections, database_listen_url, database_pooler) = database;
     Ok(Config {
         cache_enabled,
@@ -260,16 +253,39 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         drain,
         hsts_max_age,
         operator_allow_private_endpoints: raw.operator.allow_private_endpoints.unwrap_or(false),
-        webhooks: super::WebhookSettings {
-            allow_loopback: raw.webhooks.allow_loopback.unwrap_or(false),
-            allow_private: raw.webhooks.allow_private.unwrap_or(false),
-            timeout: webhook_timeout,
-            poll_interval: webhook_poll,
-            max_pending_per_tenant: webhook_max_pending,
-        },
+        webhooks: webhook_settings(&raw.webhooks, webhook_timeout, webhook_poll, webhook_max_pending),
         tenants,
         providers: registry,
     })
+}
+
+/// Every tenant's IdP is configured.
+fn tenant_idps_exist(tenants: &[TenantConfig], idps: &crate::oauth::resolve::Idps) -> Result<(), ConfigError> {
+    for (i, t) in tenants.iter().enumerate() {
+        if let Some(name) = t.idp.as_ref().filter(|n| idps.by_name(n.as_str()).is_none()) {
+            return Err(err(
+                format!("tenants[{i}].idp"),
+                format!("{:?} is not configured under [idps]", name.as_str()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[webhooks]`, its numbers checked with the others.
+fn webhook_settings(
+    raw: &super::raw::RawWebhooks,
+    timeout: Duration,
+    poll_interval: Duration,
+    max_pending_per_tenant: u64,
+) -> super::WebhookSettings {
+    super::WebhookSettings {
+        allow_loopback: raw.allow_loopback.unwrap_or(false),
+        allow_private: raw.allow_private.unwrap_or(false),
+        timeout,
+        poll_interval,
+        max_pending_per_tenant,
+    }
 }
 
 /// A number of seconds (or days) within `range`, `default` when unset.

@@ -10,8 +10,9 @@ use super::callback::{CallbackError, Grant, Kept, keep_grant};
 use super::connect::{ConnectError, SessionInfo, load_for_session};
 use super::policy::kill_state;
 use crate::app::AppState;
-use crate::domain::{AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, KillState, ProviderId};
+use crate::domain::{Account, AuditKind, ConnectionKey, ElicitationId, ElicitationStatus, KillState, ProviderId};
 use crate::oauth::flow::TokenSet;
+use crate::providers::Provider;
 use crate::providers::credential::{self, Checked, FormRefusal};
 use crate::store::{self, audit::AuditEvent, credential_checks::BudgetKey, elicitations::ElicitationRow};
 use std::collections::BTreeMap;
@@ -119,37 +120,7 @@ pub async fn submit(
     let typed = spec.values(form).map_err(CredentialRefusal::Form)?;
     let account = match &spec.check {
         None => None,
-        Some(check) => {
-            let budget = BudgetKey {
-                tenant: e.tenant_id.as_str(),
-                issuer: e.issuer.as_deref().unwrap_or(&session.issuer),
-                subject: e.subject.as_str(),
-                provider: e.provider.as_str(),
-            };
-            if !store::credential_checks::take(&state.pool, &budget, now, CHECK_WINDOW, MAX_CHECKS).await? {
-                audit_refusal(state, &e, &CredentialRefusal::TooManyAttempts, None).await;
-                return Err(CredentialRefusal::TooManyAttempts.into());
-            }
-            let account = provider.account_fields().cloned().unwrap_or_default();
-            let fields = (account.id_field.as_str(), account.login_field.as_str());
-            match credential::check(&state.outbound, check, &typed, fields).await {
-                Ok(Checked::Valid(account)) => {
-                    store::credential_checks::give_back(&state.pool, &budget).await?;
-                    account
-                }
-                Ok(Checked::Refused(status)) => {
-                    let r = CredentialRefusal::Refused(status);
-                    audit_refusal(state, &e, &r, Some(status)).await;
-                    return Err(r.into());
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, provider = %provider.id, "credential check failed");
-                    let r = CredentialRefusal::Unavailable;
-                    audit_refusal(state, &e, &r, None).await;
-                    return Err(r.into());
-                }
-            }
-        }
+        Some(check) => checked_account(state, &e, session, &provider, check, &typed, now).await?,
     };
     let tenant_name = state.tenant_name(&e.tenant_id);
     // The check took a while: the link's expiry and the kill switch as they are now.
@@ -193,6 +164,48 @@ pub async fn submit(
             // The refusal's audit row commits; the connection held stays.
             tx.commit().await?;
             Err(CredentialRefusal::AccountMismatch.into())
+        }
+    }
+}
+
+/// The typed value checked at the provider (within the person's budget of failed checks):
+/// the account it names, if the check reads one.
+async fn checked_account(
+    state: &AppState,
+    e: &ElicitationRow,
+    session: &SessionInfo,
+    provider: &Provider,
+    check: &credential::Check,
+    typed: &credential::Credential,
+    now: OffsetDateTime,
+) -> Result<Option<Account>, CredentialError> {
+    let budget = BudgetKey {
+        tenant: e.tenant_id.as_str(),
+        issuer: e.issuer.as_deref().unwrap_or(&session.issuer),
+        subject: e.subject.as_str(),
+        provider: e.provider.as_str(),
+    };
+    if !store::credential_checks::take(&state.pool, &budget, now, CHECK_WINDOW, MAX_CHECKS).await? {
+        audit_refusal(state, e, &CredentialRefusal::TooManyAttempts, None).await;
+        return Err(CredentialRefusal::TooManyAttempts.into());
+    }
+    let account = provider.account_fields().cloned().unwrap_or_default();
+    let fields = (account.id_field.as_str(), account.login_field.as_str());
+    match credential::check(&state.outbound, check, typed, fields).await {
+        Ok(Checked::Valid(account)) => {
+            store::credential_checks::give_back(&state.pool, &budget).await?;
+            Ok(account)
+        }
+        Ok(Checked::Refused(status)) => {
+            let r = CredentialRefusal::Refused(status);
+            audit_refusal(state, e, &r, Some(status)).await;
+            Err(r.into())
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, provider = %provider.id, "credential check failed");
+            let r = CredentialRefusal::Unavailable;
+            audit_refusal(state, e, &r, None).await;
+            Err(r.into())
         }
     }
 }

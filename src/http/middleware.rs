@@ -63,22 +63,7 @@ pub async fn request_context(
     record_duration(&res, &method, elapsed);
     match res {
         Ok(mut res) => {
-            let h = res.headers_mut();
-            if let Ok(v) = HeaderValue::from_str(&id) {
-                h.insert(HeaderName::from_static("x-request-id"), v);
-            }
-            secure_headers(h);
-            if let Some(v) = hsts {
-                // RFC 6797 §7.2: sent on https only; the public base says which we are
-                // behind a TLS-terminating proxy.
-                h.insert(actix_web::http::header::STRICT_TRANSPORT_SECURITY, v);
-            }
-
-            if draining {
-                // Clients open their next request elsewhere instead of on a connection
-                // that the stop will close under them.
-                res.response_mut().head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
-            }
+            answer_headers(&mut res, &id, hsts, draining);
             tracing::info!(
                 request_id = %id,
                 %method,
@@ -101,6 +86,27 @@ pub async fn request_context(
             );
             Err(e)
         }
+    }
+}
+
+/// What every answer carries: its request id, the security headers, HSTS where the public
+/// base is https, and `Connection: close` while the instance drains.
+#[inline]
+fn answer_headers<B>(res: &mut ServiceResponse<B>, id: &str, hsts: Option<HeaderValue>, draining: bool) {
+    let h = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(id) {
+        h.insert(HeaderName::from_static("x-request-id"), v);
+    }
+    secure_headers(h);
+    if let Some(v) = hsts {
+        // RFC 6797 §7.2: sent on https only; the public base says which we are behind a
+        // TLS-terminating proxy.
+        h.insert(actix_web::http::header::STRICT_TRANSPORT_SECURITY, v);
+    }
+    if draining {
+        // Clients open their next request elsewhere instead of on a connection that the
+        // stop will close under them.
+        res.response_mut().head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
     }
 }
 
