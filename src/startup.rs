@@ -173,7 +173,7 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
         // links its MCP server made (a person would connect them to the file's tenant).
         let taken_over = store::tenants::take_over(&mut *tx, t).await?;
         if taken_over {
-            let tenant = t.id.as_str();
+            let tenant = &t.id;
             let revoked = store::api_keys::revoke_tenant_keys(&mut *tx, tenant).await?;
             let mut webhooks = Vec::new();
             for w in store::webhooks::list_webhooks(&mut *tx, tenant).await? {
@@ -192,14 +192,14 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
             )
             .await?;
             tracing::warn!(
-                tenant,
+                tenant = %tenant,
                 keys_revoked = revoked.len(),
                 webhooks_deleted = webhooks.len(),
                 links_cancelled = links.len(),
                 "the configuration takes over a tenant the operator API made"
             );
             let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
-            ev.tenant_id = Some(tenant.to_owned());
+            ev.tenant_id = Some(tenant.clone());
             ev.detail = serde_json::json!({
                 "by": "configuration",
                 "keys_revoked": revoked,
@@ -219,7 +219,7 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
         {
             tracing::warn!(tenant = %t.id, from = %was, to = %now, "the configuration moves a tenant to another IdP");
             let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantIdpChanged);
-            ev.tenant_id = Some(t.id.to_string());
+            ev.tenant_id = Some(t.id.clone());
             ev.detail = serde_json::json!({ "from": was, "to": now, "by": "configuration" });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
