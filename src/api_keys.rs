@@ -97,10 +97,7 @@ pub fn hash_key(key: &SecretString) -> Result<String, argon2::password_hash::Err
 /// and the same tenant and scope (a re-check that asked only "usable" would keep a scope
 /// changed meanwhile).
 fn still_as(row: &store::api_keys::ApiKeyRow, key: &VerifiedKey) -> bool {
-    row.revoked_at.is_none()
-        && row.tenant_active
-        && row.tenant_id.as_deref() == key.tenant.as_ref().map(TenantId::as_str)
-        && row.scope == key.scope.as_str()
+    row.revoked_at.is_none() && row.tenant_active && row.tenant_id == key.tenant && row.scope == key.scope
 }
 
 fn verify_hash(key: &str, phc: &str) -> bool {
@@ -249,7 +246,7 @@ impl ApiKeyVerifier {
             return Err(KeyRejection::Invalid);
         }
         let ticket = self.cache.watch().ticket();
-        let Some(row) = store::api_keys::find_api_key(&self.pool, id.as_str()).await? else {
+        let Some(row) = store::api_keys::find_api_key(&self.pool, &id).await? else {
             self.remember_missing(id);
             return Err(KeyRejection::Invalid);
         };
@@ -332,7 +329,7 @@ impl ApiKeyVerifier {
         self.clear_failures(&id);
         // Its verifier from now on (argon2 need not run for it again, on any instance).
         let verifier = verifier_of(presented);
-        if let Err(e) = store::api_keys::set_verifier(&self.pool, id.as_str(), &verifier).await {
+        if let Err(e) = store::api_keys::set_verifier(&self.pool, &id, &verifier).await {
             tracing::warn!(error = %e, "could not store an api key's verifier");
         }
         self.remember_verifier(&id, &verifier);
@@ -350,16 +347,12 @@ impl ApiKeyVerifier {
         fingerprint: [u8; 32],
         ticket: Ticket,
     ) -> Result<VerifiedKey, KeyRejection> {
-        let key = VerifiedKey {
-            id,
-            tenant: row.tenant_id.as_deref().map(TenantId::parse).transpose().map_err(|_| KeyRejection::Invalid)?,
-            scope: KeyScope::parse(&row.scope).map_err(|_| KeyRejection::Invalid)?,
-        };
+        let key = VerifiedKey { id, tenant: row.tenant_id.clone(), scope: row.scope };
         self.remember_verified(fingerprint, &key, ticket).await?;
         let pool = self.pool.clone();
         let key_id = key.id.clone();
         tokio::spawn(async move {
-            if let Err(e) = store::api_keys::touch_api_key(&pool, key_id.as_str()).await {
+            if let Err(e) = store::api_keys::touch_api_key(&pool, &key_id).await {
                 tracing::warn!(error = %e, "could not record api key use");
             }
         });
@@ -390,7 +383,7 @@ impl ApiKeyVerifier {
     /// tenant active, and the same tenant and scope (a re-check that asked only "usable"
     /// would keep a scope changed meanwhile).
     async fn still_as_verified(&self, key: &VerifiedKey) -> Result<bool, KeyRejection> {
-        Ok(store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?.is_some_and(|row| still_as(&row, key)))
+        Ok(store::api_keys::find_api_key(&self.pool, &key.id).await?.is_some_and(|row| still_as(&row, key)))
     }
 
     /// A key verified before: as cached within its re-check interval, or (due) after asking
@@ -401,7 +394,7 @@ impl ApiKeyVerifier {
             Some(Found::Fresh(key)) => Ok(Some(key)),
             Some(Found::Due(key)) => {
                 let ticket = self.cache.watch().ticket();
-                let row = store::api_keys::find_api_key(&self.pool, key.id.as_str()).await?;
+                let row = store::api_keys::find_api_key(&self.pool, &key.id).await?;
                 if row.as_ref().is_some_and(|r| still_as(r, &key)) {
                     self.cache.insert(&ticket, *fp, key.clone());
                     return Ok(Some(key));

@@ -3,7 +3,7 @@
 
 use crate::api_keys::ApiKeyVerifier;
 use crate::cache::Caches;
-use crate::domain::{ElicitationId, ProviderId, TenantId};
+use crate::domain::{ConnectionId, ElicitationId, ProviderId, TenantId};
 use crate::net::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
 use crate::store::{self, Db, handouts::HandoutAudit};
@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use url::Url;
-use uuid::Uuid;
 
 /// Everything a handler can reach. No globals: this is it. Each HTTP worker has its own
 /// copy with its own database pool and lookup connections; everything else is shared
@@ -105,16 +104,16 @@ impl AppState {
 /// Per-process single flight, one async mutex per connection being refreshed.
 #[derive(Default)]
 pub struct RefreshGate {
-    locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<ConnectionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl RefreshGate {
-    pub fn lock_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+    pub fn lock_for(&self, id: ConnectionId) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         m.entry(id).or_default().clone()
     }
 
-    pub fn release(&self, id: Uuid, lock: Arc<tokio::sync::Mutex<()>>) {
+    pub fn release(&self, id: ConnectionId, lock: Arc<tokio::sync::Mutex<()>>) {
         let mut m = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Ours and the map's: nobody else is waiting, the entry can go.
         if Arc::strong_count(&lock) <= 2 {

@@ -323,7 +323,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Connections { action } => connections(&cli.config, action, cli.output).await,
         Command::Webhooks { action: WebhooksAction::List { tenant } } => {
             let pool = open_database(&cli.config, false).await?.1;
-            webhooks(&pool, tenant.as_deref(), cli.output).await
+            webhooks(&pool, parse_tenant(tenant)?.as_ref(), cli.output).await
         }
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -372,17 +372,11 @@ async fn connections(config: &std::path::Path, action: ConnectionsAction, output
                 provider.map(|p| ProviderId::parse(&p).map_err(|e| anyhow::anyhow!("--provider: {e}"))).transpose()?;
             let state = crate::startup::operator_state(Config::load(config)?).await?;
             anyhow::ensure!(
-                store::tenants::tenant_exists(&state.pool, tenant.as_str()).await?,
+                store::tenants::tenant_exists(&state.pool, &tenant).await?,
                 "--tenant: no active tenant {tenant}"
             );
-            let done = crate::flows::revoke::revoke_subject(
-                &state,
-                tenant.as_str(),
-                subject.as_str(),
-                provider.as_ref().map(ProviderId::as_str),
-                "cli",
-            )
-            .await?;
+            let done =
+                crate::flows::revoke::revoke_subject(&state, &tenant, &subject, provider.as_ref(), "cli").await?;
             for r in &done.revoked {
                 println!("revoked {} ({}): provider {}", r.connection_id, r.provider, r.provider_result);
             }
@@ -395,8 +389,11 @@ async fn connections(config: &std::path::Path, action: ConnectionsAction, output
         }
         ConnectionsAction::List { tenant, subject, limit } => {
             let pool = open_database(config, false).await?.1;
-            let rows =
-                store::connections::list_for_operator(&pool, tenant.as_deref(), subject.as_deref(), limit).await?;
+            let tenant = parse_tenant(tenant)?;
+            let subject = subject
+                .map(|s| crate::domain::Subject::parse(&s).map_err(|e| anyhow::anyhow!("--subject: {e}")))
+                .transpose()?;
+            let rows = store::connections::list_for_operator(&pool, tenant.as_ref(), subject.as_ref(), limit).await?;
             print_rows(output, &rows, |c| {
                 format!(
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}",
@@ -404,7 +401,7 @@ async fn connections(config: &std::path::Path, action: ConnectionsAction, output
                     c.tenant_id,
                     c.subject,
                     c.provider,
-                    c.status,
+                    c.status.as_str(),
                     c.account_login.as_deref().unwrap_or("-"),
                     c.scopes.join(" ")
                 )
@@ -429,8 +426,8 @@ fn print_rows<T: serde::Serialize>(output: Output, rows: &[T], line: impl Fn(&T)
 /// One webhook endpoint as `webhooks list` prints it.
 #[derive(serde::Serialize)]
 struct WebhookLine {
-    id: uuid::Uuid,
-    tenant: String,
+    id: crate::domain::WebhookId,
+    tenant: TenantId,
     /// The URL's host (and port): its path may hold the receiver's own secret.
     host: String,
     events: Vec<String>,
@@ -442,7 +439,7 @@ struct WebhookLine {
     oldest_pending: Option<time::OffsetDateTime>,
 }
 
-async fn webhooks(pool: &store::Db, tenant: Option<&str>, output: Output) -> anyhow::Result<()> {
+async fn webhooks(pool: &store::Db, tenant: Option<&TenantId>, output: Output) -> anyhow::Result<()> {
     let rows: Vec<WebhookLine> = store::webhooks::list_for_operator(pool, tenant)
         .await?
         .into_iter()
@@ -492,11 +489,16 @@ struct AuditLine {
     detail: serde_json::Value,
 }
 
+/// `--tenant`, when given, as a tenant id.
+fn parse_tenant(t: Option<String>) -> anyhow::Result<Option<TenantId>> {
+    t.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()
+}
+
 async fn audit(pool: &store::Db, action: AuditAction, output: Output) -> anyhow::Result<()> {
     let AuditAction::List { tenant, without_tenant, kind, subject, limit, days } = action;
     let tenant = tenant.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()?;
     let whose = match (&tenant, without_tenant) {
-        (Some(t), _) => store::audit::Whose::Tenant(t.as_str()),
+        (Some(t), _) => store::audit::Whose::Tenant(t),
         (None, true) => store::audit::Whose::NoTenant,
         (None, false) => store::audit::Whose::Everyone,
     };
@@ -650,10 +652,10 @@ async fn tenant(pool: &store::Db, action: TenantAction, output: Output) -> anyho
 /// One API key as `apikey list` prints it (never the key).
 #[derive(serde::Serialize)]
 struct KeyLine {
-    id: String,
+    id: ApiKeyId,
     /// `None`: an operator key.
-    tenant: Option<String>,
-    scope: String,
+    tenant: Option<TenantId>,
+    scope: KeyScope,
     revoked: bool,
     #[serde(with = "time::serde::rfc3339")]
     created_at: time::OffsetDateTime,
@@ -678,7 +680,7 @@ async fn apikey(pool: &store::Db, action: ApikeyAction, output: Output) -> anyho
                 anyhow::bail!("--tenant: a {} key belongs to a tenant", scope.as_str());
             };
             let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
-            if !store::tenants::tenant_exists(pool, tenant.as_str()).await? {
+            if !store::tenants::tenant_exists(pool, &tenant).await? {
                 anyhow::bail!(
                     "--tenant: tenant {tenant} is not in the database: list it under [[tenants]] in the configuration \
                      and run `mcp-connect migrate`, which writes the configured tenants"
@@ -694,13 +696,13 @@ async fn apikey(pool: &store::Db, action: ApikeyAction, output: Output) -> anyho
             Ok(())
         }
         ApikeyAction::List { tenant } => {
-            let rows: Vec<KeyLine> = store::api_keys::list_api_keys(pool, tenant.as_deref())
+            let rows: Vec<KeyLine> = store::api_keys::list_api_keys(pool, parse_tenant(tenant)?.as_ref())
                 .await?
                 .into_iter()
                 .map(|k| KeyLine {
-                    id: k.id.to_string(),
+                    id: k.id,
                     tenant: k.tenant_id,
-                    scope: k.scope.to_string(),
+                    scope: k.scope,
                     revoked: k.revoked_at.is_some(),
                     created_at: k.created_at,
                     last_used_at: k.last_used_at,
@@ -711,8 +713,8 @@ async fn apikey(pool: &store::Db, action: ApikeyAction, output: Output) -> anyho
                 format!(
                     "{}\t{}\t{}\t{}\tcreated {}\tlast used {}\t{}",
                     k.id,
-                    k.tenant.as_deref().unwrap_or("(operator)"),
-                    k.scope,
+                    k.tenant.as_ref().map_or("(operator)", TenantId::as_str),
+                    k.scope.as_str(),
                     if k.revoked { "revoked" } else { "active" },
                     k.created_at,
                     k.last_used_at.map_or_else(|| "never".to_owned(), |t| t.to_string()),
@@ -744,9 +746,6 @@ struct KillLine {
 }
 
 async fn killswitch(pool: &store::Db, action: KillAction, output: Output) -> anyhow::Result<()> {
-    let parse_tenant = |t: Option<String>| -> anyhow::Result<Option<TenantId>> {
-        t.map(|t| TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))).transpose()
-    };
     let (provider, tenant, mode, reason) = match action {
         KillAction::List => {
             let rows: Vec<KillLine> = store::kill_switches::list_kill_switches(pool, None)
@@ -776,7 +775,7 @@ async fn killswitch(pool: &store::Db, action: KillAction, output: Output) -> any
     };
     let provider = ProviderId::parse(&provider).map_err(|e| anyhow::anyhow!("provider: {e}"))?;
     if let Some(t) = &tenant
-        && !store::tenants::tenant_exists(pool, t.as_str()).await?
+        && !store::tenants::tenant_exists(pool, t).await?
     {
         anyhow::bail!("--tenant: no tenant {t} in the database");
     }

@@ -186,7 +186,7 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
         {
             tracing::warn!(tenant = %t.id, from = %was, to = %now, "the configuration moves a tenant to another IdP");
             let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantIdpChanged);
-            ev.tenant_id = Some(t.id.to_string());
+            ev.tenant_id = Some(t.id.clone());
             ev.detail = serde_json::json!({ "from": was, "to": now, "by": "configuration" });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
@@ -211,7 +211,7 @@ pub async fn sync_tenants(pool: &Db, tenants: &[TenantConfig], default_issuer: &
 /// A tenant the operator API made, taken over by the file: its keys revoked, its webhooks
 /// deleted, its pending links cancelled, and the takeover in the audit trail.
 async fn clear_taken_over(tx: &mut store::Tx, t: &TenantConfig) -> anyhow::Result<()> {
-    let tenant = t.id.as_str();
+    let tenant = &t.id;
     let revoked = store::api_keys::revoke_tenant_keys(&mut **tx, tenant).await?;
     let mut webhooks = Vec::new();
     for w in store::webhooks::list_webhooks(&mut **tx, tenant).await? {
@@ -230,14 +230,14 @@ async fn clear_taken_over(tx: &mut store::Tx, t: &TenantConfig) -> anyhow::Resul
     )
     .await?;
     tracing::warn!(
-        tenant,
+        tenant = %tenant,
         keys_revoked = revoked.len(),
         webhooks_deleted = webhooks.len(),
         links_cancelled = links.len(),
         "the configuration takes over a tenant the operator API made"
     );
     let mut ev = store::audit::AuditEvent::new(crate::domain::AuditKind::TenantTakenOver);
-    ev.tenant_id = Some(tenant.to_owned());
+    ev.tenant_id = Some(tenant.clone());
     ev.detail = serde_json::json!({
         "by": "configuration",
         "keys_revoked": revoked,

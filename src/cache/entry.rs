@@ -3,19 +3,18 @@
 //! key id, token type, scopes, the subject's issuer) kept once as a [`Shape`].
 
 use super::SEP;
-use crate::domain::{ConnectionFacts, ConnectionStatus, Scopes};
+use crate::domain::{ConnectionFacts, ConnectionId, ConnectionKey, ConnectionStatus, Scopes};
 use crate::store::connections::ConnectionRow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// What many connection rows have in common: one copy is shared by all of them.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub key_id: Box<str>,
     pub token_type: Box<str>,
-    /// As granted (stored scopes that no longer parse count as none).
+    /// As granted.
     pub scopes: Scopes,
     /// The issuer of the IdP whose subject holds the connection.
     pub issuer: Box<str>,
@@ -24,7 +23,7 @@ pub struct Shape {
 /// What a hand-out needs from a connection row: ciphertext, never a plaintext token.
 #[derive(Debug, Clone)]
 pub struct CachedConnection {
-    pub id: Uuid,
+    pub id: ConnectionId,
     /// The row version read with it (see [`ConnectionRow::xmin`]): 0 marks a row changed
     /// in memory, which is never cached. (Entries are confirmed by the change log, not by
     /// this version.)
@@ -52,7 +51,7 @@ impl CachedConnection {
             shape: Arc::new(Shape {
                 key_id: row.key_id.as_deref()?.into(),
                 token_type: row.token_type.as_str().into(),
-                scopes: Scopes::parse(&row.scopes).unwrap_or_default(),
+                scopes: row.scopes.clone(),
                 issuer: row.issuer.as_deref()?.into(),
             }),
             access_token_ct: row.access_token_ct.as_deref()?.into(),
@@ -105,7 +104,7 @@ pub(super) struct Entry {
     pub(super) xmin: u32,
     /// When it was last asked for, in seconds since the change watch began.
     pub(super) used_s: AtomicU32,
-    pub(super) id: Uuid,
+    pub(super) id: ConnectionId,
     pub(super) shape: Arc<Shape>,
     /// Unix time in microseconds (PostgreSQL's precision), [`NONE`] for none.
     pub(super) access_expires_us: i64,
@@ -119,13 +118,13 @@ pub(super) struct Entry {
 
 impl Entry {
     pub(super) fn pack(
-        key: (&str, &str, &str),
+        key: &ConnectionKey,
         c: &CachedConnection,
         shape: Arc<Shape>,
         confirmed_ms: u64,
         used_s: u32,
     ) -> Option<Self> {
-        let (t, s, p) = key;
+        let (t, s, p) = (key.tenant.as_str(), key.subject.as_str(), key.provider.as_str());
         let key_len = t.len() + s.len() + p.len() + 2;
         let account_id = c.account_id.as_deref().unwrap_or("");
         let login = c.account_login.as_deref().unwrap_or("");
@@ -172,7 +171,8 @@ impl Entry {
         &self.data[..self.key_len as usize]
     }
 
-    pub(super) fn is_key(&self, t: &str, s: &str, p: &str) -> bool {
+    pub(super) fn is_key(&self, key: &ConnectionKey) -> bool {
+        let (t, s, p) = (key.tenant.as_str(), key.subject.as_str(), key.provider.as_str());
         let k = self.key();
         k.len() == t.len() + s.len() + p.len() + 2
             && k.starts_with(t.as_bytes())

@@ -18,7 +18,7 @@
 //! account, and the parts many rows share (vault key id, token type, scopes) kept once.
 
 use crate::changes::{ChangeWatch, Ticket};
-use crate::domain::{Clock, KillState};
+use crate::domain::{Clock, ConnectionKey, KillState, ProviderId, TenantId};
 use crate::store::Db;
 use hashbrown::HashTable;
 use std::collections::HashMap;
@@ -66,7 +66,7 @@ pub struct Caches {
     /// Boxed: the tables' free slots then cost a pointer each, not a whole entry.
     connections: Box<[RwLock<HashTable<Box<Entry>>>]>,
     shapes: Mutex<HashMap<Arc<Shape>, ()>>,
-    kill_switches: crate::changes::Cached<(String, String), KillState>,
+    kill_switches: crate::changes::Cached<(TenantId, ProviderId), KillState>,
     /// Requests waiting for an elicitation to change (woken by the same listener).
     pub waiters: waiters::Waiters,
     /// The listener's test notification did not arrive (a `LISTEN` through a transaction
@@ -120,14 +120,15 @@ impl Caches {
         self.enabled && self.watch.is_listening()
     }
 
-    /// The key's bytes are hashed as one stream, so the parts hash like the joined key.
-    fn hash_parts(&self, t: &str, s: &str, p: &str) -> u64 {
+    /// The key's bytes are hashed as one stream (`tenant␟subject␟provider`), so the parts
+    /// hash like the joined key a notification names.
+    fn hash_parts(&self, key: &ConnectionKey) -> u64 {
         let mut h = self.hasher.build_hasher();
-        h.write(t.as_bytes());
+        h.write(key.tenant.as_str().as_bytes());
         h.write(&[SEP]);
-        h.write(s.as_bytes());
+        h.write(key.subject.as_str().as_bytes());
         h.write(&[SEP]);
-        h.write(p.as_bytes());
+        h.write(key.provider.as_str().as_bytes());
         h.finish()
     }
 
@@ -143,20 +144,20 @@ impl Caches {
         h.finish()
     }
 
-    pub fn connection(&self, tenant: &str, subject: &str, provider: &str) -> Option<CachedConnection> {
+    pub fn connection(&self, key: &ConnectionKey) -> Option<CachedConnection> {
         if !self.is_serving() {
             metrics::counter!(LOOKUPS, "result" => "bypass").increment(1);
             return None;
         }
-        let found = self.find_fresh(tenant, subject, provider);
+        let found = self.find_fresh(key);
         metrics::counter!(LOOKUPS, "result" => if found.is_some() { "hit" } else { "miss" }).increment(1);
         found
     }
 
-    fn find_fresh(&self, tenant: &str, subject: &str, provider: &str) -> Option<CachedConnection> {
-        let hash = self.hash_parts(tenant, subject, provider);
+    fn find_fresh(&self, key: &ConnectionKey) -> Option<CachedConnection> {
+        let hash = self.hash_parts(key);
         let table = self.shard(hash).read().ok()?;
-        let e = table.find(hash, |e| e.is_key(tenant, subject, provider))?;
+        let e = table.find(hash, |e| e.is_key(key))?;
         if !self.watch.is_fresh(e.confirmed_ms, self.max_age) {
             return None;
         }
@@ -179,24 +180,22 @@ impl Caches {
         shape.clone()
     }
 
-    pub fn store_connection(&self, ticket: Ticket, tenant: &str, subject: &str, provider: &str, c: &CachedConnection) {
+    pub fn store_connection(&self, ticket: Ticket, key: &ConnectionKey, c: &CachedConnection) {
         if !self.is_serving() {
             return;
         }
         // The age counts from before the read began.
         let now_s = self.watch.now_s();
-        let Some(entry) =
-            Entry::pack((tenant, subject, provider), c, self.shared_shape(&c.shape), ticket.at_ms(), now_s)
-        else {
+        let Some(entry) = Entry::pack(key, c, self.shared_shape(&c.shape), ticket.at_ms(), now_s) else {
             return;
         };
-        let hash = self.hash_parts(tenant, subject, provider);
+        let hash = self.hash_parts(key);
         if let Ok(mut table) = self.shard(hash).write() {
             // Checked under the write lock: a drop after our read bumped the counter.
             if !self.watch.admits(&ticket) {
                 return;
             }
-            if let Ok(old) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
+            if let Ok(old) = table.find_entry(hash, |e| e.is_key(key)) {
                 old.remove();
             }
             let capacity = self.capacity.div_ceil(SHARDS);
@@ -212,19 +211,19 @@ impl Caches {
 
     /// Kill switches are cached even with the connection cache switched off: they change
     /// rarely, and the same notifications, change log and maximum age protect them.
-    pub fn kill_state(&self, tenant: &str, provider: &str) -> Option<KillState> {
+    pub fn kill_state(&self, tenant: &TenantId, provider: &ProviderId) -> Option<KillState> {
         if !self.watch.is_listening() {
             return None;
         }
-        match self.kill_switches.get(&(tenant.to_owned(), provider.to_owned()))? {
+        match self.kill_switches.get(&(tenant.clone(), provider.clone()))? {
             crate::changes::Found::Fresh(state) => Some(state),
             crate::changes::Found::Due(_) => None,
         }
     }
 
-    pub fn store_kill_state(&self, ticket: Ticket, tenant: &str, provider: &str, state: KillState) {
+    pub fn store_kill_state(&self, ticket: Ticket, tenant: &TenantId, provider: &ProviderId, state: KillState) {
         if self.watch.is_listening() {
-            self.kill_switches.insert(&ticket, (tenant.to_owned(), provider.to_owned()), state);
+            self.kill_switches.insert(&ticket, (tenant.clone(), provider.clone()), state);
         }
     }
 
@@ -281,12 +280,11 @@ impl Caches {
 
     /// Drops this instance's copy at once (read-your-writes on the instance that made the
     /// change; the others hear the notification).
-    pub fn forget_connection(&self, key: &crate::domain::ConnectionKey) {
-        let (tenant, subject, provider) = (key.tenant.as_str(), key.subject.as_str(), key.provider.as_str());
-        let hash = self.hash_parts(tenant, subject, provider);
+    pub fn forget_connection(&self, key: &ConnectionKey) {
+        let hash = self.hash_parts(key);
         if let Ok(mut table) = self.shard(hash).write() {
             self.watch.changed();
-            if let Ok(e) = table.find_entry(hash, |e| e.is_key(tenant, subject, provider)) {
+            if let Ok(e) = table.find_entry(hash, |e| e.is_key(key)) {
                 e.remove();
             }
         }
@@ -347,7 +345,7 @@ mod tests {
 
     fn entry() -> CachedConnection {
         CachedConnection {
-            id: Uuid::nil(),
+            id: crate::domain::ConnectionId::from_uuid(Uuid::nil()),
             xmin: 100,
             shape: Arc::new(Shape {
                 key_id: "k".into(),
@@ -362,6 +360,14 @@ mod tests {
             access_expires_at: None,
             refreshed_at: None,
             seal_version: Some(1),
+        }
+    }
+
+    fn key(t: &str, s: &str, p: &str) -> ConnectionKey {
+        ConnectionKey {
+            tenant: TenantId::parse(t).unwrap(),
+            subject: crate::domain::Subject::parse(s).unwrap(),
+            provider: ProviderId::parse(p).unwrap(),
         }
     }
 
@@ -391,33 +397,34 @@ mod tests {
         e.account_login = Some("alice".into());
         e.access_expires_at = Some(OffsetDateTime::UNIX_EPOCH + time::Duration::microseconds(1_795_000_000_123_456));
         e.refreshed_at = Some(OffsetDateTime::UNIX_EPOCH - time::Duration::microseconds(1));
-        c.store_connection(c.ticket(), "t", "s", "p", &e);
-        let got = c.connection("t", "s", "p").expect("cached");
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &e);
+        let got = c.connection(&key("t", "s", "p")).expect("cached");
         assert_eq!(format!("{got:?}"), format!("{e:?}"));
-        for (t, s, p) in [("t", "s", "q"), ("t", "sp", ""), ("ts", "", "p"), ("t", "s", "pp"), ("", "t", "s")] {
-            assert!(c.connection(t, s, p).is_none(), "{t:?} {s:?} {p:?}");
+        // (No part of a key can be empty, so a separator cannot be moved to make another.)
+        for (t, s, p) in [("t", "s", "q"), ("t", "sp", "p"), ("ts", "s", "p"), ("t", "s", "pp"), ("p", "t", "s")] {
+            assert!(c.connection(&key(t, s, p)).is_none(), "{t:?} {s:?} {p:?}");
         }
         // Rows of one shape share it.
         let other = entry();
-        c.store_connection(c.ticket(), "t", "s2", "p", &other);
-        let (a, b) = (c.connection("t", "s", "p").unwrap(), c.connection("t", "s2", "p").unwrap());
+        c.store_connection(c.ticket(), &key("t", "s2", "p"), &other);
+        let (a, b) = (c.connection(&key("t", "s", "p")).unwrap(), c.connection(&key("t", "s2", "p")).unwrap());
         assert!(Arc::ptr_eq(&a.shape, &b.shape));
     }
 
     #[test]
     fn nothing_is_served_before_the_listener_proved_itself() {
         let c = Caches::new(true, Duration::from_secs(5), 1000);
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
     fn a_notification_drops_the_entry() {
         let c = healthy(Duration::from_secs(5));
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_some());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_some());
         c.invalidate_connection("t\u{1f}s\u{1f}p");
-        assert!(c.connection("t", "s", "p").is_none());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
@@ -425,33 +432,33 @@ mod tests {
         let c = healthy(Duration::from_secs(5));
         let before = c.ticket();
         c.invalidate_connection("t\u{1f}s\u{1f}p");
-        c.store_connection(before, "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(before, &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
     fn losing_the_listener_empties_and_bypasses_the_cache() {
         let c = healthy(Duration::from_secs(5));
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
         let before = c.ticket();
         c.set_healthy(false);
-        assert!(c.connection("t", "s", "p").is_none());
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
         assert!(c.is_empty());
         // Back: a read begun before the gap is still not stored.
         c.set_healthy(true);
-        c.store_connection(before, "t", "s", "p", &entry());
+        c.store_connection(before, &key("t", "s", "p"), &entry());
         assert!(c.is_empty());
     }
 
     #[test]
     fn entries_expire_after_the_maximum_age() {
         let (c, clock) = healthy_on_a_clock(Duration::from_millis(20));
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
         clock.advance(Duration::from_millis(19));
-        assert!(c.connection("t", "s", "p").is_some(), "younger than the maximum age");
+        assert!(c.connection(&key("t", "s", "p")).is_some(), "younger than the maximum age");
         clock.advance(Duration::from_millis(1));
-        assert!(c.connection("t", "s", "p").is_none());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
@@ -459,36 +466,36 @@ mod tests {
         let (c, clock) = healthy_on_a_clock(Duration::from_millis(40));
         let before_read = c.ticket();
         clock.advance(Duration::from_millis(50));
-        c.store_connection(before_read, "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(before_read, &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
         // The same store from a read just made is served.
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_some());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_some());
     }
 
     #[test]
     fn a_disabled_cache_never_serves() {
         let c = Caches::new(false, Duration::from_secs(5), 1000);
         c.set_healthy(true);
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
     fn a_change_log_read_drops_what_it_names_and_confirms_the_rest_as_of_its_start() {
         let (c, clock) = healthy_on_a_clock(Duration::from_millis(100));
-        c.store_connection(c.ticket(), "t", "s", "p", &entry());
-        c.store_connection(c.ticket(), "t", "s2", "p", &entry());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &entry());
+        c.store_connection(c.ticket(), &key("t", "s2", "p"), &entry());
         clock.advance(Duration::from_millis(60));
         let read_ms = c.watch.now_ms();
         clock.advance(Duration::from_millis(10));
         c.apply_changes(&[change("connection", "t\u{1f}s2\u{1f}p"), change("connection", "t\u{1f}x\u{1f}p")]);
         c.watch.confirm(read_ms);
-        assert!(c.connection("t", "s2", "p").is_none(), "named in the log: dropped");
+        assert!(c.connection(&key("t", "s2", "p")).is_none(), "named in the log: dropped");
         clock.advance(Duration::from_millis(80));
-        assert!(c.connection("t", "s", "p").is_some(), "150 ms after its read, 90 ms after the log read began");
+        assert!(c.connection(&key("t", "s", "p")).is_some(), "150 ms after its read, 90 ms after the log read began");
         clock.advance(Duration::from_millis(10));
-        assert!(c.connection("t", "s", "p").is_none(), "the log read is as old as the maximum age");
+        assert!(c.connection(&key("t", "s", "p")).is_none(), "the log read is as old as the maximum age");
     }
 
     #[test]
@@ -496,19 +503,20 @@ mod tests {
         let c = healthy(Duration::from_secs(5));
         let before = c.ticket();
         c.apply_changes(&[change("connection", "t\u{1f}s\u{1f}p")]);
-        c.store_connection(before, "t", "s", "p", &entry());
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(before, &key("t", "s", "p"), &entry());
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 
     #[test]
     fn a_change_log_read_naming_kill_switches_drops_every_cached_state() {
         let c = healthy(Duration::from_secs(5));
-        c.store_kill_state(c.ticket(), "t", "p", KillState::Open);
-        assert_eq!(c.kill_state("t", "p"), Some(KillState::Open));
+        let (t, p) = (TenantId::parse("t").unwrap(), ProviderId::parse("p").unwrap());
+        c.store_kill_state(c.ticket(), &t, &p, KillState::Open);
+        assert_eq!(c.kill_state(&t, &p), Some(KillState::Open));
         c.apply_changes(&[change("connection", "t\u{1f}s\u{1f}p")]);
-        assert_eq!(c.kill_state("t", "p"), Some(KillState::Open), "a connection change leaves it");
+        assert_eq!(c.kill_state(&t, &p), Some(KillState::Open), "a connection change leaves it");
         c.apply_changes(&[change("kill_switch", "")]);
-        assert_eq!(c.kill_state("t", "p"), None);
+        assert_eq!(c.kill_state(&t, &p), None);
     }
 
     #[test]
@@ -519,20 +527,20 @@ mod tests {
         c.set_healthy(true);
         // Two keys of one shard.
         let keys: Vec<String> = (0..1000).map(|i| format!("s{i}")).collect();
-        let shard_of = |s: &str| (c.hash_parts("t", s, "p") >> 32) as usize % SHARDS;
+        let shard_of = |s: &str| (c.hash_parts(&key("t", s, "p")) >> 32) as usize % SHARDS;
         let first = &keys[0];
         let second = keys.iter().find(|k| *k != first && shard_of(k) == shard_of(first)).unwrap();
-        c.store_connection(c.ticket(), "t", first, "p", &entry());
-        c.store_connection(c.ticket(), "t", second, "p", &entry());
-        assert!(c.connection("t", second, "p").is_none(), "the shard is full of an entry in use");
+        c.store_connection(c.ticket(), &key("t", first, "p"), &entry());
+        c.store_connection(c.ticket(), &key("t", second, "p"), &entry());
+        assert!(c.connection(&key("t", second, "p")).is_none(), "the shard is full of an entry in use");
         // Kept confirmed for over a minute, but not asked for.
         for _ in 0..13 {
             clock.advance(Duration::from_secs(5));
             c.watch.confirm(c.watch.now_ms());
         }
-        c.store_connection(c.ticket(), "t", second, "p", &entry());
-        assert!(c.connection("t", second, "p").is_some());
-        assert!(c.connection("t", first, "p").is_none(), "the idle entry made room");
+        c.store_connection(c.ticket(), &key("t", second, "p"), &entry());
+        assert!(c.connection(&key("t", second, "p")).is_some());
+        assert!(c.connection(&key("t", first, "p")).is_none(), "the idle entry made room");
     }
 
     #[test]
@@ -540,7 +548,7 @@ mod tests {
         let c = healthy(Duration::from_secs(5));
         let mut e = entry();
         e.xmin = 0;
-        c.store_connection(c.ticket(), "t", "s", "p", &e);
-        assert!(c.connection("t", "s", "p").is_none());
+        c.store_connection(c.ticket(), &key("t", "s", "p"), &e);
+        assert!(c.connection(&key("t", "s", "p")).is_none());
     }
 }

@@ -19,7 +19,9 @@ pub(super) async fn start_webhook_echo(app: &Application) -> anyhow::Result<Stri
         Some("mcp-connect dev --webhook-echo"),
         state.webhook_policy,
     )?;
-    let (_, secret) = crate::flows::webhooks::register(&state.pool, &state.vault, "dev", &r, "dev").await?;
+    let dev = crate::domain::TenantId::parse("dev")?;
+    // No API key made this registration (the audit event names none).
+    let (_, secret) = crate::flows::webhooks::register(&state.pool, &state.vault, &dev, &r, None).await?;
     let hook = std::sync::Arc::new(
         standardwebhooks::Webhook::new(secret.expose_secret()).map_err(|e| anyhow::anyhow!("echo secret: {e:?}"))?,
     );

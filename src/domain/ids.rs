@@ -7,11 +7,10 @@ use std::fmt;
 
 /// The MCP subject: the `sub` the primary IdP puts in the MCP access token. Opaque to us;
 /// compared byte for byte, never normalised, never matched against names or e-mails.
-// `sqlx(transparent)`: read back as the TEXT it was written as, unchecked: every value in
-// the database was parsed on its way in (only this service writes these columns).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, sqlx::Type)]
+/// Stored as `TEXT` and read back through [`Subject::parse`] (`text_column!` in
+/// `domain`): a stored value that no longer parses is a decode error, not a subject.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
-#[sqlx(transparent)]
 pub struct Subject(String);
 
 impl Subject {
@@ -45,9 +44,8 @@ impl fmt::Display for Subject {
 macro_rules! slug_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, sqlx::Type)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
         #[serde(transparent)]
-        #[sqlx(transparent)]
         pub struct $name(String);
 
         impl $name {

@@ -184,9 +184,9 @@ impl ConnectionStatus {
     }
 }
 
-/// Stores a status enum in its `TEXT` column as [`as_str`](ElicitationStatus::as_str)
-/// spells it, and reads it back through `parse`: a value the code does not know is a
-/// decode error, not a string that compares unequal to everything.
+/// Stores a status enum or an id in its `TEXT` column as [`as_str`](ElicitationStatus::as_str)
+/// spells it, and reads it back through `parse`: a value the code does not know (or that
+/// no longer parses) is a decode error, not a string that compares unequal to everything.
 macro_rules! text_column {
     ($t:ty) => {
         impl sqlx::Type<sqlx::Postgres> for $t {
@@ -216,6 +216,63 @@ macro_rules! text_column {
 text_column!(ElicitationStatus);
 text_column!(ConnectionStatus);
 text_column!(KillMode);
+text_column!(Subject);
+text_column!(TenantId);
+text_column!(IdpName);
+text_column!(ProviderId);
+text_column!(ApiKeyId);
+text_column!(KeyScope);
+
+/// An id in a `TEXT[]` column (a tenant's providers): an array of [`text_column!`]s.
+macro_rules! text_array_column {
+    ($t:ty) => {
+        impl sqlx::postgres::PgHasArrayType for $t {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+            fn array_compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::postgres::PgHasArrayType>::array_compatible(ty)
+            }
+        }
+    };
+}
+text_array_column!(ProviderId);
+
+/// Stores an id newtype over a `Uuid` in its `UUID` column. Every UUID is a well-formed id
+/// (`parse` only insists on one spelling of its text), so decoding cannot refuse one.
+macro_rules! uuid_column {
+    ($t:ty) => {
+        impl sqlx::Type<sqlx::Postgres> for $t {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <uuid::Uuid as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <uuid::Uuid as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+        impl sqlx::postgres::PgHasArrayType for $t {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <uuid::Uuid as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $t {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(Self::from_uuid(<uuid::Uuid as sqlx::Decode<sqlx::Postgres>>::decode(value)?))
+            }
+        }
+        impl sqlx::Encode<'_, sqlx::Postgres> for $t {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <uuid::Uuid as sqlx::Encode<sqlx::Postgres>>::encode(self.as_uuid(), buf)
+            }
+        }
+    };
+}
+uuid_column!(ElicitationId);
+uuid_column!(ConnectionId);
+uuid_column!(WebhookId);
 
 /// Scope of an API key: MCP servers call `/v1`, operators call `/admin/v1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]

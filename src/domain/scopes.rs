@@ -59,6 +59,33 @@ impl Scopes {
     }
 }
 
+/// Stored in a `TEXT[]` column as the sorted list, and read back through [`Scopes::parse`]:
+/// a stored list that no longer parses is a decode error, never quietly no scopes.
+impl sqlx::Type<sqlx::Postgres> for Scopes {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <Vec<String> as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <Vec<String> as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Scopes {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let items = <Vec<String> as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Ok(Self::parse(&items)?)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for Scopes {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&[String] as sqlx::Encode<sqlx::Postgres>>::encode(self.as_slice(), buf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,26 +66,18 @@ async fn store_key(
         tokio::task::spawn_blocking(move || hash_key(&secret)).await?.map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
     let mut tx = pool.begin().await?;
     let verifier = crate::api_keys::verifier_of(secrecy::ExposeSecret::expose_secret(&key.key));
-    store::api_keys::insert_api_key(
-        &mut *tx,
-        key.id.as_str(),
-        tenant.map(TenantId::as_str),
-        scope.as_str(),
-        &hash,
-        &verifier,
-        label,
-    )
-    .await
-    .map_err(|e| match (e.as_database_error().and_then(|d| d.code()).as_deref(), tenant) {
-        (Some("23503"), Some(tenant)) => anyhow::anyhow!(
-            "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
+    store::api_keys::insert_api_key(&mut *tx, &key.id, tenant, scope, &hash, &verifier, label).await.map_err(
+        |e| match (e.as_database_error().and_then(|d| d.code()).as_deref(), tenant) {
+            (Some("23503"), Some(tenant)) => anyhow::anyhow!(
+                "tenant {tenant} is not in the database: list it under [[tenants]] in the configuration and run \
                  `mcp-connect migrate` (or start `serve`), which writes the configured tenants"
-        ),
-        _ => e.into(),
-    })?;
+            ),
+            _ => e.into(),
+        },
+    )?;
     let mut ev = AuditEvent::new(AuditKind::ApiKeyCreated);
-    ev.tenant_id = tenant.map(ToString::to_string);
-    ev.api_key_id = Some(key.id.to_string());
+    ev.tenant_id = tenant.cloned();
+    ev.api_key_id = Some(key.id.clone());
     ev.detail = match by {
         None => serde_json::json!({ "scope": scope.as_str() }),
         Some(by) => serde_json::json!({ "scope": scope.as_str(), "by": format!("operator key {by}") }),
@@ -100,12 +92,12 @@ async fn store_key(
 /// that id; `Some(None)`: an operator key.
 pub async fn revoke_api_key(pool: &store::Db, id: &ApiKeyId) -> Result<Option<Option<TenantId>>, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
-    let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id.as_str()).await? else {
+    let Some(tenant) = store::api_keys::revoke_api_key(&mut *tx, id).await? else {
         return Ok(None);
     };
     let mut ev = AuditEvent::new(AuditKind::ApiKeyRevoked);
-    ev.tenant_id = tenant.as_ref().map(ToString::to_string);
-    ev.api_key_id = Some(id.to_string());
+    ev.tenant_id = tenant.clone();
+    ev.api_key_id = Some(id.clone());
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
     Ok(Some(tenant))

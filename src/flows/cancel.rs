@@ -3,18 +3,17 @@
 //! Their in-flight states are spent in the same transaction, so a callback that arrives
 //! later finds nothing to complete.
 
-use crate::domain::AuditKind;
+use crate::domain::{ApiKeyId, AuditKind, ElicitationId, ProviderId, Subject, TenantId};
 use crate::store::{self, Db, audit::AuditEvent, elicitations::ElicitationRow};
 use crate::webhooks::EventKind;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// Who closed the links, for the audit event.
 pub struct Closer<'a> {
     /// `api_key:<id>`, `cli`, ...
     pub actor: &'a str,
     /// The API key behind the request, where there is one.
-    pub api_key_id: Option<&'a str>,
+    pub api_key_id: Option<&'a ApiKeyId>,
     pub because: Because,
     /// Who, in the webhook events: `admin`, `subject`, `offboarding`, `cli`.
     pub by: &'a str,
@@ -43,25 +42,25 @@ impl Because {
 /// Returns their ids.
 pub async fn cancel_pending(
     pool: &Db,
-    tenant: &str,
-    subject: Option<(&str, Option<&str>)>,
-    provider: Option<&str>,
+    tenant: &TenantId,
+    subject: Option<(&Subject, Option<&str>)>,
+    provider: Option<&ProviderId>,
     by: &Closer<'_>,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+) -> Result<Vec<ElicitationId>, sqlx::Error> {
     let (subject, issuer) = subject.map_or((None, None), |(s, i)| (Some(s), i));
     let mut tx = store::begin(pool).await?;
     let now = OffsetDateTime::now_utc();
     let closed = store::elicitations::cancel_pending(&mut tx, tenant, subject, issuer, provider, now).await?;
-    let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
+    let ids: Vec<ElicitationId> = closed.iter().map(|c| c.id).collect();
     super::events::links_closed(&mut tx, EventKind::ElicitationCancelled, &closed, by.by, by.because.as_str()).await?;
     crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, ids.len() as u64);
     if !ids.is_empty() || by.because == Because::Operator {
         let mut ev = AuditEvent::new(AuditKind::ElicitationsCancelled);
-        ev.tenant_id = Some(tenant.to_owned());
-        ev.subject = subject.map(str::to_owned);
+        ev.tenant_id = Some(tenant.clone());
+        ev.subject = subject.cloned();
         ev.issuer = issuer.map(str::to_owned);
-        ev.provider = provider.map(str::to_owned);
-        ev.api_key_id = by.api_key_id.map(str::to_owned);
+        ev.provider = provider.cloned();
+        ev.api_key_id = by.api_key_id.cloned();
         ev.detail = serde_json::json!({
             "count": ids.len(),
             "elicitation_ids": ids,
@@ -79,10 +78,10 @@ pub async fn cancel_pending(
 /// (`None`: not this tenant's); a repeat changes nothing and writes no second event.
 pub async fn cancel_by_client(
     pool: &Db,
-    tenant: &str,
-    id: Uuid,
+    tenant: &TenantId,
+    id: ElicitationId,
     reason: Option<&str>,
-    api_key_id: &str,
+    api_key_id: &ApiKeyId,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
     let Some((changed, e)) =
@@ -93,7 +92,7 @@ pub async fn cancel_by_client(
     if changed {
         crate::telemetry::metrics::elicitations_finished(crate::domain::ElicitationStatus::Cancelled, 1);
         let mut ev = AuditEvent::for_elicitation(AuditKind::ElicitationCancelled, &e);
-        ev.api_key_id = Some(api_key_id.to_owned());
+        ev.api_key_id = Some(api_key_id.clone());
         ev.detail = serde_json::json!({ "client_answer": reason });
         store::audit::insert_event(&mut *tx, &ev).await?;
         let why = reason.unwrap_or("cancel");

@@ -117,7 +117,7 @@ pub(super) async fn load_for_session(
     session: &SessionInfo,
     now: OffsetDateTime,
 ) -> Result<(ElicitationRow, Arc<Provider>), ConnectError> {
-    let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
+    let e = store::elicitations::find_by_id(&state.pool, id).await?;
     check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
     let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
     if !of_tenants_idp(state, &e) {
@@ -141,6 +141,9 @@ pub(super) async fn load_for_session(
 /// What the consent page shows.
 pub struct ConsentView {
     pub elicitation: ElicitationRow,
+    /// The scopes Connect will ask for: the link's, or where it names none, those the
+    /// server's metadata lists (as listed).
+    pub scopes: Vec<String>,
     pub tenant_name: String,
     pub provider: Arc<Provider>,
     /// The host the browser will be sent to, shown in full.
@@ -189,7 +192,7 @@ pub async fn consent_view(
     session: Option<&SessionInfo>,
     now: OffsetDateTime,
 ) -> Result<Consent, ConnectError> {
-    let e = store::elicitations::find_by_id(&state.pool, id.as_uuid()).await?;
+    let e = store::elicitations::find_by_id(&state.pool, id).await?;
     check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
     let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
     let Some(session) = session.filter(|s| same_issuer(&e, s)) else {
@@ -200,7 +203,7 @@ pub async fn consent_view(
         let idp = idp.ok_or(ConnectError::Entry(EntryRefusal::Expired))?;
         return Ok(Consent::SignIn { idp: idp.name.clone() });
     };
-    let (mut elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
+    let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
     let tenant_name = state.tenant_name(&elicitation.tenant_id);
     if let Some(spec) = provider.credential().cloned() {
         // Typed on this page: the check's host is where the value goes.
@@ -209,12 +212,13 @@ pub async fn consent_view(
     }
     let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
     // The page shows what Connect will ask for (see `start_authorization`).
-    if elicitation.scopes.is_empty() {
-        elicitation.scopes.clone_from(&server.scopes_supported);
-    }
+    let scopes = match elicitation.scopes.is_empty() {
+        true => server.scopes_supported.clone(),
+        false => elicitation.scopes.as_slice().to_vec(),
+    };
     let domain = authority(&server.authorize_url);
     let authorize_origin = server.authorize_url.origin().ascii_serialization();
-    Ok(Consent::View(Box::new(ConsentView { elicitation, tenant_name, provider, domain, authorize_origin })))
+    Ok(Consent::View(Box::new(ConsentView { elicitation, scopes, tenant_name, provider, domain, authorize_origin })))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -236,7 +240,7 @@ pub async fn start_authorization(
         return Err(ConnectError::NotOAuth);
     }
     let server = super::remote::provider_server(state, &provider).await.map_err(ConnectError::Resolve)?;
-    let mut scopes = Scopes::parse(&e.scopes).unwrap_or_default();
+    let mut scopes = e.scopes.clone();
     // A remote MCP server, and nothing asked for: what its metadata lists (MCP authorization).
     if scopes.as_slice().is_empty() && !server.scopes_supported.is_empty() {
         scopes = Scopes::parse(&server.scopes_supported).unwrap_or_default();
@@ -259,9 +263,9 @@ pub async fn start_authorization(
             state_hash: &state_hash,
             elicitation_id: e.id,
             session_hash: &session.id_hash,
-            tenant_id: e.tenant_id.as_str(),
-            subject: e.subject.as_str(),
-            provider: e.provider.as_str(),
+            tenant_id: &e.tenant_id,
+            subject: &e.subject,
+            provider: &e.provider,
             redirect_uri: redirect.as_str(),
             key_id: state.vault.current_key_id().as_str(),
             sealed: &sealed,
@@ -284,7 +288,7 @@ pub async fn decline(
 ) -> Result<String, ConnectError> {
     let (e, _) = load_for_session(state, id, path_provider, session, now).await?;
     let mut tx = store::begin(&state.pool).await?;
-    if store::elicitations::mark_declined(&mut *tx, e.id, e.subject.as_str(), now).await? {
+    if store::elicitations::mark_declined(&mut *tx, e.id, &e.subject, now).await? {
         crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
         let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, &e);
         ev.detail = serde_json::json!({ "where": "consent_page" });
@@ -307,11 +311,11 @@ mod tests {
     fn row(status: &str, provider: &str, expires_in: i64, cancel_reason: Option<&str>) -> ElicitationRow {
         let now = OffsetDateTime::UNIX_EPOCH + time::Duration::days(1);
         ElicitationRow {
-            id: uuid::Uuid::nil(),
+            id: ElicitationId::from_uuid(uuid::Uuid::nil()),
             tenant_id: crate::domain::TenantId::parse("acme").unwrap(),
             subject: Subject::parse("alice").unwrap(),
             provider: ProviderId::parse(provider).unwrap(),
-            scopes: vec![],
+            scopes: Scopes::default(),
             status: ElicitationStatus::parse(status).unwrap(),
             created_at: now,
             expires_at: now + time::Duration::seconds(expires_in),

@@ -180,10 +180,10 @@ async fn checked_account(
     now: OffsetDateTime,
 ) -> Result<Option<Account>, CredentialError> {
     let budget = BudgetKey {
-        tenant: e.tenant_id.as_str(),
+        tenant: &e.tenant_id,
         issuer: e.issuer.as_deref().unwrap_or(&session.issuer),
-        subject: e.subject.as_str(),
-        provider: e.provider.as_str(),
+        subject: &e.subject,
+        provider: &e.provider,
     };
     if !store::credential_checks::take(&state.pool, &budget, now, CHECK_WINDOW, MAX_CHECKS).await? {
         audit_refusal(state, e, &CredentialRefusal::TooManyAttempts, None).await;

@@ -16,19 +16,15 @@ pub async fn connection(
 ) -> Result<(), sqlx::Error> {
     let data = EventData {
         issuer: row.issuer.clone(),
-        connection_id: Some(row.id),
+        connection_id: Some(row.id.as_uuid()),
         account_login: row.account_login.clone(),
-        scopes: Some(row.scopes.clone()),
+        scopes: Some(row.scopes.as_slice().to_vec()),
         by: Some(by.to_owned()),
         reason: reason.to_owned(),
         provider_result: provider_result.map(str::to_owned),
         ..EventData::default()
     };
-    webhooks::emit(
-        db,
-        &Event::connection(kind, row.tenant_id.as_str(), row.subject.as_str(), row.provider.as_str(), data),
-    )
-    .await?;
+    webhooks::emit(db, &Event::connection(kind, &row.tenant_id, &row.subject, &row.provider, data)).await?;
     Ok(())
 }
 
@@ -42,14 +38,13 @@ pub async fn elicitation(
 ) -> Result<(), sqlx::Error> {
     let data = EventData {
         issuer: e.issuer.clone(),
-        elicitation_id: Some(e.id),
-        connection_id: e.connection_id,
+        elicitation_id: Some(e.id.as_uuid()),
+        connection_id: e.connection_id.map(|id| id.as_uuid()),
         by: Some(by.to_owned()),
         reason: reason.to_owned(),
         ..EventData::default()
     };
-    webhooks::emit(db, &Event::connection(kind, e.tenant_id.as_str(), e.subject.as_str(), e.provider.as_str(), data))
-        .await?;
+    webhooks::emit(db, &Event::connection(kind, &e.tenant_id, &e.subject, &e.provider, data)).await?;
     Ok(())
 }
 
@@ -64,21 +59,22 @@ pub async fn links_closed(
     // In one order (every transaction takes the stream locks it needs in this order).
     let mut closed: Vec<&Closed> = closed.iter().collect();
     closed.sort_by(|a, b| {
-        (&a.tenant_id, &a.provider, &a.subject, a.id).cmp(&(&b.tenant_id, &b.provider, &b.subject, b.id))
+        (&a.tenant_id, &a.provider, &a.subject, a.id.as_uuid()).cmp(&(
+            &b.tenant_id,
+            &b.provider,
+            &b.subject,
+            b.id.as_uuid(),
+        ))
     });
     for c in closed {
         let data = EventData {
             issuer: c.issuer.clone(),
-            elicitation_id: Some(c.id),
+            elicitation_id: Some(c.id.as_uuid()),
             by: Some(by.to_owned()),
             reason: reason.to_owned(),
             ..EventData::default()
         };
-        webhooks::emit(
-            &mut *db,
-            &Event::connection(kind, c.tenant_id.as_str(), c.subject.as_str(), c.provider.as_str(), data),
-        )
-        .await?;
+        webhooks::emit(&mut *db, &Event::connection(kind, &c.tenant_id, &c.subject, &c.provider, data)).await?;
     }
     Ok(())
 }
@@ -88,9 +84,9 @@ pub async fn links_closed(
 pub async fn connected(
     db: &mut crate::store::Conn,
     e: &ElicitationRow,
-    connection_id: uuid::Uuid,
+    connection_id: crate::domain::ConnectionId,
     account_login: Option<&str>,
-    scopes: &[String],
+    scopes: &crate::domain::Scopes,
     replaced: Option<crate::domain::ConnectionStatus>,
 ) -> Result<(), sqlx::Error> {
     let (kind, reason) = match replaced {
@@ -99,15 +95,14 @@ pub async fn connected(
     };
     let data = EventData {
         issuer: e.issuer.clone(),
-        connection_id: Some(connection_id),
-        elicitation_id: Some(e.id),
+        connection_id: Some(connection_id.as_uuid()),
+        elicitation_id: Some(e.id.as_uuid()),
         account_login: account_login.map(str::to_owned),
-        scopes: Some(scopes.to_vec()),
+        scopes: Some(scopes.as_slice().to_vec()),
         by: Some("subject".to_owned()),
         reason: reason.to_owned(),
         ..EventData::default()
     };
-    webhooks::emit(db, &Event::connection(kind, e.tenant_id.as_str(), e.subject.as_str(), e.provider.as_str(), data))
-        .await?;
+    webhooks::emit(db, &Event::connection(kind, &e.tenant_id, &e.subject, &e.provider, data)).await?;
     Ok(())
 }

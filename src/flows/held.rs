@@ -4,12 +4,11 @@
 //! links for that provider closed) with `by: subject` in the audit trail.
 
 use crate::app::AppState;
-use crate::domain::{ConnectionStatus, ProviderId};
+use crate::domain::{ConnectionId, ConnectionStatus, ProviderId, Scopes, TenantId};
 use crate::flows::connect::SessionInfo;
 use crate::flows::revoke::{self, Revoked};
 use crate::store::{self, connections::Owner};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// How long the page waits for a provider's metadata (for the host it shows).
 const DOMAIN_LOOKUP: std::time::Duration = std::time::Duration::from_secs(2);
@@ -19,12 +18,12 @@ pub const BY_SUBJECT: &str = "subject";
 
 /// One connection as its owner sees it.
 pub struct Held {
-    pub id: Uuid,
+    pub id: ConnectionId,
     pub provider_name: String,
     /// The host the provider signs people in at, where known.
     pub provider_domain: Option<String>,
     pub account_login: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     pub connected_since: OffsetDateTime,
     /// To the minute: the usage table is written at most once a minute.
     pub last_used: Option<OffsetDateTime>,
@@ -40,17 +39,17 @@ pub struct Group {
 /// The person's connections that are not revoked, grouped by tenant: those of the session's
 /// subject at the session's IdP.
 pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group>, sqlx::Error> {
-    let rows = store::connections::held_by_subject(&state.pool, &person.issuer, person.subject.as_str()).await?;
+    let rows = store::connections::held_by_subject(&state.pool, &person.issuer, &person.subject).await?;
     // Each provider once, all at once, each bounded: a provider whose metadata cannot be
     // had just now costs the page two seconds at most, and shows no host.
-    let mut providers: Vec<&str> = rows.iter().map(|r| r.meta.provider.as_str()).collect();
+    let mut providers: Vec<&ProviderId> = rows.iter().map(|r| &r.meta.provider).collect();
     providers.sort_unstable();
     providers.dedup();
     let lookups = providers.iter().map(|p| async move {
         let domain = tokio::time::timeout(DOMAIN_LOOKUP, provider_domain(state, p)).await.ok().flatten();
-        ((*p).to_owned(), domain)
+        ((*p).clone(), domain)
     });
-    let domains: std::collections::HashMap<String, Option<String>> =
+    let domains: std::collections::HashMap<ProviderId, Option<String>> =
         futures_util::future::join_all(lookups).await.into_iter().collect();
     let mut groups: Vec<(crate::domain::TenantId, Group)> = Vec::new();
     for row in rows {
@@ -76,17 +75,14 @@ pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group
 }
 
 /// The provider's display name, or its id when it is no longer configured.
-pub fn provider_name(state: &AppState, provider: &str) -> String {
-    ProviderId::parse(provider)
-        .ok()
-        .and_then(|p| state.providers.get(&p).map(|p| p.display_name.clone()))
-        .unwrap_or_else(|| provider.to_owned())
+pub fn provider_name(state: &AppState, provider: &ProviderId) -> String {
+    state.providers.get(provider).map_or_else(|| provider.to_string(), |p| p.display_name.clone())
 }
 
 /// The full authority people sign in at (as on the consent page); `None` when the
 /// provider's metadata cannot be had just now.
-async fn provider_domain(state: &AppState, provider: &str) -> Option<String> {
-    let p = state.providers.get(&ProviderId::parse(provider).ok()?)?.clone();
+async fn provider_domain(state: &AppState, provider: &ProviderId) -> Option<String> {
+    let p = state.providers.get(provider)?.clone();
     if let Some(spec) = p.credential() {
         return spec.check.as_ref().map(|c| super::connect::authority(&c.url));
     }
@@ -107,9 +103,9 @@ super::fault::wraps_fault!(DisconnectError);
 
 /// Whether `person` may end the connection whose owner is `owner`. The one rule of the
 /// page: a person (the subject at one IdP) ends their own connections only, in any tenant.
-pub fn may_disconnect(person: &SessionInfo, owner: Option<&Owner>) -> Result<String, DisconnectError> {
+pub fn may_disconnect(person: &SessionInfo, owner: Option<&Owner>) -> Result<TenantId, DisconnectError> {
     match owner {
-        Some(o) if o.subject == person.subject.as_str() && o.issuer.as_deref() == Some(person.issuer.as_str()) => {
+        Some(o) if o.subject == person.subject && o.issuer.as_deref() == Some(person.issuer.as_str()) => {
             Ok(o.tenant_id.clone())
         }
         _ => Err(DisconnectError::NotYours),
@@ -117,10 +113,10 @@ pub fn may_disconnect(person: &SessionInfo, owner: Option<&Owner>) -> Result<Str
 }
 
 /// Ends one of `person`'s connections, as the admin revoke does.
-pub async fn disconnect(state: &AppState, person: &SessionInfo, id: Uuid) -> Result<Revoked, DisconnectError> {
+pub async fn disconnect(state: &AppState, person: &SessionInfo, id: ConnectionId) -> Result<Revoked, DisconnectError> {
     let owner = store::connections::owner_of(&state.pool, id).await?;
     let tenant = may_disconnect(person, owner.as_ref())?;
-    let who = (person.issuer.as_str(), person.subject.as_str());
+    let who = (person.issuer.as_str(), &person.subject);
     revoke::revoke_persons(state, &tenant, id, who, BY_SUBJECT, revoke::RevokedBy::Subject)
         .await?
         .ok_or(DisconnectError::NotYours)
@@ -136,7 +132,11 @@ mod tests {
         const A: &str = "https://idp-a.example";
         let alice = SessionInfo { subject: Subject::parse("alice").unwrap(), issuer: A.to_owned(), id_hash: [0; 32] };
         let at = |t: &str, i: Option<&str>, s: &str| {
-            Some(Owner { tenant_id: t.to_owned(), issuer: i.map(str::to_owned), subject: s.to_owned() })
+            Some(Owner {
+                tenant_id: TenantId::parse(t).unwrap(),
+                issuer: i.map(str::to_owned),
+                subject: Subject::parse(s).unwrap(),
+            })
         };
         let owned = |t: &str, s: &str| at(t, Some(A), s);
         let cases: [(Option<Owner>, Option<&str>); 8] = [
@@ -152,7 +152,7 @@ mod tests {
         ];
         for (owner, allowed) in cases {
             let got = may_disconnect(&alice, owner.as_ref()).ok();
-            assert_eq!(got.as_deref(), allowed, "{owner:?}");
+            assert_eq!(got.as_ref().map(TenantId::as_str), allowed, "{owner:?}");
         }
     }
 }

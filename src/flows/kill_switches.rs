@@ -73,21 +73,21 @@ pub async fn change_kill_switch(
     }
     let mode_now = KillMode::or_off(mode);
     let mut ev = AuditEvent::new(AuditKind::KillSwitchChanged);
-    ev.tenant_id = tenant.map(TenantId::to_string);
-    ev.provider = Some(provider.to_string());
+    ev.tenant_id = tenant.cloned();
+    ev.provider = Some(provider.clone());
     let by_name = match by {
         Operator::Cli { .. } => {
             ev.detail = serde_json::json!({ "mode": mode_now, "reason": reason, "by": "cli" });
             "cli"
         }
         Operator::AdminKey { key, .. } => {
-            ev.api_key_id = Some(key.to_string());
+            ev.api_key_id = Some(key.clone());
             ev.detail = serde_json::json!({ "mode": mode_now, "reason": reason });
             "admin"
         }
     };
     store::audit::insert_event(&mut *tx, &ev).await?;
-    let event = Event::kill_switch(tenant.map(TenantId::as_str), provider.as_str(), mode_now, by_name, reason);
+    let event = Event::kill_switch(tenant, provider, mode_now, by_name, reason);
     webhooks::emit(&mut tx, &event).await?;
     tx.commit().await?;
     if let Some(caches) = caches {

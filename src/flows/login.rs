@@ -274,7 +274,7 @@ pub async fn complete(
         )
         .await
         .map_err(LoginError::Flow)?;
-    crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;
+    let subject = crate::domain::Subject::parse(&claims.subject).map_err(|_| LoginError::BadSubject)?;
     // Spent only now, after the IdP completed it: a row per sign-in the IdP vouched for,
     // never per request. (The IdP's own one-time code already refuses most replays.)
     let expires = OffsetDateTime::from_unix_timestamp(secret.expires_at).unwrap_or(now);
@@ -288,7 +288,7 @@ pub async fn complete(
     store::sessions::insert_session(
         &state.pool,
         &crypto::lookup_hash(SESSION_PURPOSE, &session_id),
-        &claims.subject,
+        &subject,
         &claims.issuer,
         expires_at,
     )

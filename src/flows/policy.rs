@@ -27,12 +27,12 @@ pub async fn kill_state(
     tenant: &TenantId,
     provider: &ProviderId,
 ) -> Result<KillState, sqlx::Error> {
-    if let Some(k) = caches.kill_state(tenant.as_str(), provider.as_str()) {
+    if let Some(k) = caches.kill_state(tenant, provider) {
         return Ok(k);
     }
     let ticket = caches.ticket();
     let k = KillState::of(&store::kill_switches::modes_in_force(pool, tenant, provider).await?);
-    caches.store_kill_state(ticket, tenant.as_str(), provider.as_str(), k);
+    caches.store_kill_state(ticket, tenant, provider, k);
     Ok(k)
 }
 

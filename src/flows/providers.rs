@@ -116,10 +116,10 @@ async fn refuse_if_a_files(pool: &Db, providers: &Providers, id: &ProviderId) ->
     Ok(())
 }
 
-fn event(kind: AuditKind, id: &str, by: &ApiKeyId, detail: serde_json::Value) -> AuditEvent {
+fn event(kind: AuditKind, id: &ProviderId, by: &ApiKeyId, detail: serde_json::Value) -> AuditEvent {
     let mut ev = AuditEvent::new(kind);
-    ev.provider = Some(id.to_owned());
-    ev.api_key_id = Some(by.to_string());
+    ev.provider = Some(id.clone());
+    ev.api_key_id = Some(by.clone());
     ev.detail = detail;
     ev
 }
@@ -159,7 +159,7 @@ pub async fn create_provider(
         return Err(ProviderRefusal::Exists(id.to_owned()));
     }
     let detail = serde_json::json!({ "by": by_text(by), "settings": stored(&raw)? });
-    store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderCreated, id, by, detail)).await?;
+    store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderCreated, &pid, by, detail)).await?;
     tx.commit().await?;
     served(pool, providers, &pid).await
 }
@@ -224,12 +224,11 @@ pub async fn change_provider(
         let detail = serde_json::json!({
             "by": by_text(by), "settings": settings, "client_secret_replaced": sealed.is_some(),
         });
-        store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderChanged, &row.id, by, detail)).await?;
+        store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderChanged, id, by, detail)).await?;
     }
     if active != row.active {
         let kind = if active { AuditKind::ProviderActivated } else { AuditKind::ProviderDeactivated };
-        store::audit::insert_event(&mut *tx, &event(kind, &row.id, by, serde_json::json!({ "by": by_text(by) })))
-            .await?;
+        store::audit::insert_event(&mut *tx, &event(kind, id, by, serde_json::json!({ "by": by_text(by) }))).await?;
     }
     tx.commit().await?;
     served(pool, providers, id).await

@@ -300,13 +300,13 @@ mod tests {
 
     fn row(exp: Option<OffsetDateTime>, refresh: bool, refreshed_at: Option<OffsetDateTime>) -> ConnectionRow {
         ConnectionRow {
-            id: uuid::Uuid::nil(),
+            id: crate::domain::ConnectionId::from_uuid(uuid::Uuid::nil()),
             tenant_id: crate::domain::TenantId::parse("t").unwrap(),
             subject: crate::domain::Subject::parse("s").unwrap(),
             provider: crate::domain::ProviderId::parse("p").unwrap(),
             account_id: None,
             account_login: None,
-            scopes: vec![],
+            scopes: crate::domain::Scopes::default(),
             status: ConnectionStatus::Active,
             key_id: Some("k".into()),
             access_token_ct: Some(vec![1]),

@@ -58,7 +58,7 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
     let d = mcp::discover(&state.outbound, &m.resource, p.policy.allow_private_endpoints).await?;
     pinned(state, p, m, &d).await?;
     let redirect = state.provider_redirect_uri(&p.id);
-    let stored = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
+    let stored = store::remote_clients::find(&state.pool, &p.id, &d.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?;
     let (client_id, client_secret, client_auth) = if let McpClient::Configured(c) = &m.client {
@@ -120,14 +120,14 @@ async fn pinned(state: &AppState, p: &Provider, m: &RemoteMcp, d: &Discovered) -
         if configured.as_str() != d.issuer {
             return Err(refuse(configured.as_str(), "the configuration's issuer"));
         }
-        return store::remote_clients::pin_issuer(&state.pool, p.id.as_str(), &d.issuer, true)
+        return store::remote_clients::pin_issuer(&state.pool, &p.id, &d.issuer, true)
             .await
             .map_err(|_| store_fault(p, "pinned"));
     }
-    store::remote_clients::pin_issuer(&state.pool, p.id.as_str(), &d.issuer, false)
+    store::remote_clients::pin_issuer(&state.pool, &p.id, &d.issuer, false)
         .await
         .map_err(|_| store_fault(p, "pinned"))?;
-    match store::remote_clients::pinned_issuer(&state.pool, p.id.as_str()).await {
+    match store::remote_clients::pinned_issuer(&state.pool, &p.id).await {
         Ok(Some(pin)) if pin == d.issuer => Ok(()),
         Ok(Some(pin)) => {
             tracing::error!(provider = %p.id, pinned = %pin, found = %d.issuer, "a remote MCP server names another authorization server than the one pinned; refused");
@@ -181,7 +181,7 @@ pub fn reseal(
     vault: &crate::vault::Vault,
     row: &store::remote_clients::SealedClientRow,
 ) -> Result<Vec<u8>, crate::vault::VaultError> {
-    let b = binding(&row.provider_id, &row.issuer, &row.redirect_uri, &row.client_id);
+    let b = binding(row.provider_id.as_str(), &row.issuer, &row.redirect_uri, &row.client_id);
     let plain = vault.open_aux(&row.key_id, SECRET_PURPOSE, &b, &row.secret_ct)?;
     vault.seal_aux(SECRET_PURPOSE, &b, &plain)
 }
@@ -210,10 +210,10 @@ async fn registered(
         secret_ct: sealed,
         token_endpoint_auth_method: Some(r.auth.as_str().to_owned()),
     };
-    store::remote_clients::insert(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str(), &new)
+    store::remote_clients::insert(&state.pool, &p.id, &d.issuer, redirect.as_str(), &new)
         .await
         .map_err(|_| store_fault(p, "stored"))?;
-    let row = store::remote_clients::find(&state.pool, p.id.as_str(), &d.issuer, redirect.as_str())
+    let row = store::remote_clients::find(&state.pool, &p.id, &d.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?
         .ok_or_else(|| store_fault(p, "read"))?;

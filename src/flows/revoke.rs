@@ -4,8 +4,7 @@
 //! provider said. The row stays as a `revoked` tombstone for the audit trail.
 
 use crate::app::AppState;
-use crate::domain::AuditKind;
-use crate::domain::ConnectionStatus;
+use crate::domain::{AuditKind, ConnectionId, ConnectionStatus, ProviderId, Subject, TenantId};
 use crate::oauth::flow;
 use crate::store::{self, Db, audit::AuditEvent};
 use crate::vault::Field;
@@ -52,10 +51,10 @@ impl RevokedBy {
 /// `issuer`: only the links of that IdP's subject (`None`: of the subject at any IdP).
 pub async fn cancel_links(
     pool: &Db,
-    tenant: &str,
-    subject: &str,
+    tenant: &TenantId,
+    subject: &Subject,
     issuer: Option<&str>,
-    provider: Option<&str>,
+    provider: Option<&ProviderId>,
     actor: &str,
     by: RevokedBy,
 ) -> Result<usize, sqlx::Error> {
@@ -67,8 +66,8 @@ pub async fn cancel_links(
 /// Revokes one connection of `tenant`. `None` when the tenant has no such connection.
 pub async fn revoke_connection(
     state: &AppState,
-    tenant: &str,
-    id: Uuid,
+    tenant: &TenantId,
+    id: ConnectionId,
     actor: &str,
     by: RevokedBy,
 ) -> Result<Option<Revoked>, sqlx::Error> {
@@ -80,9 +79,9 @@ pub async fn revoke_connection(
 /// revoked (`None`).
 pub async fn revoke_persons(
     state: &AppState,
-    tenant: &str,
-    id: Uuid,
-    person: (&str, &str),
+    tenant: &TenantId,
+    id: ConnectionId,
+    person: (&str, &Subject),
     actor: &str,
     by: RevokedBy,
 ) -> Result<Option<Revoked>, sqlx::Error> {
@@ -91,11 +90,11 @@ pub async fn revoke_persons(
 
 async fn revoke_checked(
     state: &AppState,
-    tenant: &str,
-    id: Uuid,
+    tenant: &TenantId,
+    id: ConnectionId,
     actor: &str,
     by: RevokedBy,
-    person: Option<(&str, &str)>,
+    person: Option<(&str, &Subject)>,
 ) -> Result<Option<Revoked>, sqlx::Error> {
     let Some(seen) = store::connections::connection_meta(&state.pool, tenant, id).await? else {
         return Ok(None);
@@ -104,9 +103,9 @@ async fn revoke_checked(
     // revocation belong to a later connect.
     if seen.status == ConnectionStatus::Revoked {
         return Ok(Some(Revoked {
-            connection_id: seen.id,
-            subject: seen.subject,
-            provider: seen.provider,
+            connection_id: seen.id.as_uuid(),
+            subject: seen.subject.to_string(),
+            provider: seen.provider.to_string(),
             provider_result: "already_revoked".to_owned(),
             cancelled_elicitations: 0,
         }));
@@ -117,16 +116,15 @@ async fn revoke_checked(
         cancel_links(&state.pool, tenant, &seen.subject, seen.issuer.as_deref(), Some(&seen.provider), actor, by).await?;
     let mut tx = store::begin(&state.pool).await?;
     let Some(row) = store::connections::lock_connection(&mut *tx, id).await? else { return Ok(None) };
-    if row.tenant_id.as_str() != tenant
-        || person
-            .is_some_and(|(issuer, subject)| row.issuer.as_deref() != Some(issuer) || row.subject.as_str() != subject)
+    if row.tenant_id != *tenant
+        || person.is_some_and(|(issuer, subject)| row.issuer.as_deref() != Some(issuer) || row.subject != *subject)
     {
         return Ok(None);
     }
     let mut out = Revoked {
-        connection_id: row.id,
-        subject: row.subject.as_str().to_owned(),
-        provider: row.provider.as_str().to_owned(),
+        connection_id: row.id.as_uuid(),
+        subject: row.subject.to_string(),
+        provider: row.provider.to_string(),
         provider_result: String::new(),
         cancelled_elicitations,
     };
@@ -207,9 +205,9 @@ pub struct OffBoarded {
 /// connections were listed.
 pub async fn revoke_subject(
     state: &AppState,
-    tenant: &str,
-    subject: &str,
-    provider: Option<&str>,
+    tenant: &TenantId,
+    subject: &Subject,
+    provider: Option<&ProviderId>,
     actor: &str,
 ) -> Result<OffBoarded, sqlx::Error> {
     let by = RevokedBy::Offboarding;

@@ -50,8 +50,9 @@ pub async fn rotate_keys(
             let old = row.key_id.as_deref().unwrap_or_default();
             let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
                 let Some(ct) = ct else { return Ok(None) };
-                let pt = vault.open(old, &binding, field, ct).map_err(|e| RotateError::Unopenable(row.id, e))?;
-                vault.seal(&next, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id, e))
+                let pt =
+                    vault.open(old, &binding, field, ct).map_err(|e| RotateError::Unopenable(row.id.as_uuid(), e))?;
+                vault.seal(&next, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id.as_uuid(), e))
             };
             let access = reseal(Field::AccessToken, &row.access_token_ct)?;
             let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
@@ -105,7 +106,7 @@ async fn reseal_webhook_secrets(pool: &Db, vault: &Vault, current: &str, batch: 
         }
         for row in &rows {
             use crate::webhooks::{Slot, open_secret, seal_secret};
-            let unopenable = |e| RotateError::Unopenable(row.id, e);
+            let unopenable = |e| RotateError::Unopenable(row.id.as_uuid(), e);
             // Opened at the endpoint's generation, sealed at its next (an endpoint sealed
             // before generations gets its first here).
             let (g, next) = (row.secret_version, crate::vault::next_generation(row.secret_version));
@@ -164,7 +165,7 @@ async fn reseal_remote_clients(pool: &Db, vault: &Vault, current: &str, batch: i
         }
         for row in &rows {
             let sealed = super::remote::reseal(vault, row)
-                .map_err(|e| RotateError::ProviderUnopenable(row.provider_id.clone(), e))?;
+                .map_err(|e| RotateError::ProviderUnopenable(row.provider_id.to_string(), e))?;
             store::remote_clients::store_resealed(&mut *tx, row, current, &sealed).await?;
         }
         tx.commit().await?;

@@ -29,12 +29,12 @@ async fn set_active(
     active: bool,
     by: &str,
 ) -> Result<Option<bool>, sqlx::Error> {
-    let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant.as_str(), active).await? else {
+    let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant, active).await? else {
         return Ok(None);
     };
     if was != active {
         let mut ev = AuditEvent::new(if active { AuditKind::TenantActivated } else { AuditKind::TenantDeactivated });
-        ev.tenant_id = Some(tenant.to_string());
+        ev.tenant_id = Some(tenant.clone());
         ev.detail = serde_json::json!({ "by": by });
         store::audit::insert_event(&mut *tx, &ev).await?;
     }
@@ -129,12 +129,12 @@ pub async fn create_tenant(
     if !store::tenants::insert_managed_tenant(&mut *tx, &t).await? {
         return Err(TenantRefusal::Exists(t.id.to_string()));
     }
-    let row = store::tenants::tenant(&mut *tx, t.id.as_str(), false)
+    let row = store::tenants::tenant(&mut *tx, &t.id, false)
         .await?
         .ok_or_else(|| TenantRefusal::NotFound(t.id.to_string()))?;
     let mut ev = AuditEvent::new(AuditKind::TenantCreated);
-    ev.tenant_id = Some(t.id.to_string());
-    ev.api_key_id = Some(by.to_string());
+    ev.tenant_id = Some(t.id.clone());
+    ev.api_key_id = Some(by.clone());
     ev.detail = settings_detail(&row, by);
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
@@ -151,9 +151,8 @@ pub async fn change_tenant(
     by: &ApiKeyId,
 ) -> Result<TenantRow, TenantRefusal> {
     let mut tx = store::begin(pool).await?;
-    let before = store::tenants::tenant(&mut *tx, id.as_str(), true)
-        .await?
-        .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
+    let before =
+        store::tenants::tenant(&mut *tx, id, true).await?.ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
     if change.changes_settings() {
         if before.managed_by != "api" {
             return Err(TenantRefusal::KeptByFile(id.to_string()));
@@ -171,19 +170,19 @@ pub async fn change_tenant(
         };
         let t = checked(spec, known)?;
         store::tenants::update_managed_tenant(&mut *tx, &t).await?;
-        let after = store::tenants::tenant(&mut *tx, id.as_str(), false)
+        let after = store::tenants::tenant(&mut *tx, id, false)
             .await?
             .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
         let mut ev = AuditEvent::new(AuditKind::TenantChanged);
-        ev.tenant_id = Some(id.to_string());
-        ev.api_key_id = Some(by.to_string());
+        ev.tenant_id = Some(id.clone());
+        ev.api_key_id = Some(by.clone());
         ev.detail = settings_detail(&after, by);
         store::audit::insert_event(&mut *tx, &ev).await?;
         if after.idp != before.idp {
             // As a file's move is: the trail says the tenant's people are others now.
             let mut ev = AuditEvent::new(AuditKind::TenantIdpChanged);
-            ev.tenant_id = Some(id.to_string());
-            ev.api_key_id = Some(by.to_string());
+            ev.tenant_id = Some(id.clone());
+            ev.api_key_id = Some(by.clone());
             ev.detail = serde_json::json!({ "from": before.idp, "to": after.idp, "by": by_text(by) });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
@@ -191,9 +190,8 @@ pub async fn change_tenant(
     if let Some(active) = change.active {
         set_active(&mut tx, id, active, &by_text(by)).await?;
     }
-    let row = store::tenants::tenant(&mut *tx, id.as_str(), false)
-        .await?
-        .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
+    let row =
+        store::tenants::tenant(&mut *tx, id, false).await?.ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
     tx.commit().await?;
     Ok(row)
 }

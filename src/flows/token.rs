@@ -112,7 +112,6 @@ pub async fn token_for(
         return Ok(out);
     }
 
-    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
     let ticket = state.caches.ticket();
     let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
     // A connection of another IdP's subject of the same name (the tenant changed its IdP
@@ -122,7 +121,7 @@ pub async fn token_for(
         && !refresh::needs_refresh(row, now, state.refresh)
         && let Some(entry) = CachedConnection::of(row)
     {
-        state.caches.store_connection(ticket, t, s, p, &entry);
+        state.caches.store_connection(ticket, &key, &entry);
     }
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &provider, &req, issuer, c, now).await?
@@ -138,7 +137,7 @@ pub async fn token_for(
     // re-connect for one more scope does not lose the others.
     let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes().clone());
     let wanted = match &conn {
-        Some(c) if c.status == ConnectionStatus::Active => wanted.union(&c.granted()),
+        Some(c) if c.status == ConnectionStatus::Active => wanted.union(&c.scopes),
         _ => wanted,
     };
     // A link is made only for a provider whose server can be used: a configuration or a
@@ -165,7 +164,7 @@ pub async fn token_waiting(
     wait: std::time::Duration,
 ) -> Result<TokenOutcome, TokenError> {
     let named = req.elicitation_id;
-    let watch = named.as_ref().and_then(|id| super::wait::watch(state, tenant.as_str(), id, wait));
+    let watch = named.as_ref().and_then(|id| super::wait::watch(state, tenant, id, wait));
     // Armed before the first read, so a commit in between is not missed.
     let changed = watch.as_ref().map(|w| w.changed());
     let again = changed.is_some().then(|| req.clone());
@@ -173,12 +172,12 @@ pub async fn token_waiting(
     let (Some(changed), Some(again), TokenOutcome::ConnectRequired(e)) = (changed, again, &first) else {
         return Ok(first);
     };
-    if named.is_none_or(|n| n.as_uuid() != e.id) || !super::wait::until(state, changed, e.expires_at, wait).await {
+    if named.is_none_or(|n| n != e.id) || !super::wait::until(state, changed, e.expires_at, wait).await {
         return Ok(first);
     }
     // Up to 30 s have passed since the key was verified: a key revoked (or a tenant
     // switched off) meanwhile gets no token, only what it was answered before the wait.
-    if !store::api_keys::api_key_usable(&state.pool, api_key.as_str()).await? {
+    if !store::api_keys::api_key_usable(&state.pool, api_key).await? {
         return Ok(first);
     }
     token_for(state, tenant, api_key, again, OffsetDateTime::now_utc()).await
@@ -195,9 +194,8 @@ async fn elicitation_answer(
     eid: ElicitationId,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let e = store::elicitations::find_for_tenant(&state.pool, tenant.as_str(), eid.as_uuid())
-        .await?
-        .ok_or(TokenError::ElicitationNotFound)?;
+    let e =
+        store::elicitations::find_for_tenant(&state.pool, tenant, eid).await?.ok_or(TokenError::ElicitationNotFound)?;
     if e.subject != req.subject || e.provider != req.provider {
         return Err(TokenError::ElicitationMismatch);
     }
@@ -221,8 +219,8 @@ fn cached_token(
     req: &TokenRequest,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
-    let Some(c) = state.caches.connection(t, s, p) else {
+    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
+    let Some(c) = state.caches.connection(&key) else {
         return Ok(None);
     };
     let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
@@ -245,7 +243,7 @@ async fn usable_token(
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
     let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
-    let entry = match check_handout(c.facts(&c.granted()), ask, state.refresh, now) {
+    let entry = match check_handout(c.facts(), ask, state.refresh, now) {
         HandOut::Reconnect => return Ok(None),
         // Near expiry with nothing to refresh with: still valid for a little while.
         HandOut::Serve | HandOut::ServeNearExpiry => CachedConnection::of(c),
@@ -262,9 +260,7 @@ async fn usable_token(
             let Some(now_row) = store::connections::find_connection(&state.pool, &c.key()).await? else {
                 return Ok(None);
             };
-            if now_row.issuer != c.issuer
-                || check_handout(now_row.facts(&now_row.granted()), ask, state.refresh, now) != HandOut::Serve
-            {
+            if now_row.issuer != c.issuer || check_handout(now_row.facts(), ask, state.refresh, now) != HandOut::Serve {
                 return Ok(None);
             }
             CachedConnection::of(&now_row)
@@ -285,7 +281,7 @@ fn hand_out(
     req: &TokenRequest,
     c: &CachedConnection,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let connection = ConnectionId::from_uuid(c.id);
+    let connection = c.id;
     let row = RowBinding {
         tenant,
         subject: &req.subject,
@@ -332,7 +328,7 @@ fn hand_out(
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).
 async fn record_handout(state: &AppState, api_key: &ApiKeyId, out: &TokenOutcome) {
     if let TokenOutcome::Connected { connection_id, .. } = out {
-        state.handouts.record(connection_id.as_uuid(), api_key).await;
+        state.handouts.record(*connection_id, api_key).await;
     }
 }
 
@@ -346,39 +342,40 @@ async fn pending_elicitation(
     scopes: &Scopes,
     now: OffsetDateTime,
 ) -> Result<ElicitationRow, TokenError> {
-    let (t, s, p) = (tenant.as_str(), req.subject.as_str(), req.provider.as_str());
+    let (s, p) = (&req.subject, &req.provider);
     let mut tx = store::begin(&state.pool).await?;
-    let expired = store::elicitations::expire_overdue_for(&mut *tx, t, s, p, issuer, now).await?;
+    let expired = store::elicitations::expire_overdue_for(&mut *tx, tenant, s, p, issuer, now).await?;
     super::events::links_closed(&mut tx, EventKind::ElicitationExpired, &expired, "service", "expired").await?;
     tx.commit().await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Expired, expired.len() as u64);
     for _ in 0..3 {
-        if let Some(e) = store::elicitations::find_pending(&state.pool, t, s, issuer, p, scopes.as_slice()).await? {
+        if let Some(e) = store::elicitations::find_pending(&state.pool, tenant, s, issuer, p, scopes).await? {
             return Ok(e);
         }
         let id = ElicitationId::generate();
         let ttl = time::Duration::try_from(state.elicitation_ttl).unwrap_or(time::Duration::minutes(10));
         let new = store::elicitations::NewElicitation {
-            id: id.as_uuid(),
-            tenant_id: t,
+            id,
+            tenant_id: tenant,
             subject: s,
             issuer,
             provider: p,
-            scopes: scopes.as_slice(),
+            scopes,
             mcp_context: req.mcp_context.clone(),
             expires_at: now + ttl,
         };
         let mut tx = store::begin(&state.pool).await?;
         if store::elicitations::insert_pending(&mut *tx, &new).await? {
             let mut ev = AuditEvent::new(AuditKind::ElicitationCreated);
-            ev.tenant_id = Some(t.to_owned());
-            ev.subject = Some(s.to_owned());
+            ev.tenant_id = Some(tenant.clone());
+            ev.subject = Some(s.clone());
             ev.issuer = Some(issuer.to_owned());
-            ev.provider = Some(p.to_owned());
-            ev.elicitation_id = Some(id.as_uuid());
+            ev.provider = Some(p.clone());
+            ev.elicitation_id = Some(id);
             ev.detail = serde_json::json!({ "scopes": scopes.as_slice() });
             store::audit::insert_event(&mut *tx, &ev).await?;
-            metrics::counter!(crate::telemetry::metrics::ELICITATIONS_CREATED, "provider" => p.to_owned()).increment(1);
+            metrics::counter!(crate::telemetry::metrics::ELICITATIONS_CREATED, "provider" => p.to_string())
+                .increment(1);
         }
         tx.commit().await?;
     }

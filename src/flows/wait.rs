@@ -5,7 +5,7 @@
 
 use crate::app::AppState;
 use crate::cache::waiters::Watch;
-use crate::domain::ElicitationId;
+use crate::domain::{ElicitationId, TenantId};
 use std::future::Future;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -16,11 +16,11 @@ pub const MAX_WAIT_SECONDS: u64 = 30;
 /// A registration for changes of `id`, made before the caller reads it; `None` when this
 /// request must not wait: the listener is not hearing changes, the instance is draining,
 /// or too many requests wait already.
-pub fn watch<'a>(state: &'a AppState, tenant: &str, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
+pub fn watch<'a>(state: &'a AppState, tenant: &TenantId, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
     if wait.min(state.max_wait).is_zero() || !state.caches.is_listening() || state.shutdown.is_draining() {
         return None;
     }
-    state.caches.waiters.watch(tenant, id.as_uuid())
+    state.caches.waiters.watch(tenant.as_str(), id.as_uuid())
 }
 
 /// Waits for `changed`, for at most `wait` (and the configured maximum) and not past the

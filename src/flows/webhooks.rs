@@ -1,7 +1,7 @@
 //! An operator registers, lists, rotates and deletes a tenant's webhook endpoints, and reads
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
-use crate::domain::AuditKind;
+use crate::domain::{ApiKeyId, AuditKind, TenantId, WebhookId};
 use crate::net::ssrf;
 use crate::store::{self, Db, audit::AuditEvent, webhooks::WebhookRow};
 use crate::vault::Vault;
@@ -109,7 +109,7 @@ pub struct Webhook {
 impl Webhook {
     fn of(row: &WebhookRow, now: OffsetDateTime) -> Self {
         Self {
-            id: row.id,
+            id: row.id.as_uuid(),
             url: row.url.clone(),
             events: row.events.iter().filter_map(|e| EventKind::parse(e)).collect(),
             description: row.description.clone(),
@@ -136,11 +136,11 @@ super::fault::wraps_fault!(WebhookError);
 pub async fn register(
     pool: &Db,
     vault: &Vault,
-    tenant: &str,
+    tenant: &TenantId,
     r: &Registration,
-    api_key_id: &str,
+    api_key_id: Option<&ApiKeyId>,
 ) -> Result<(Webhook, SecretString), WebhookError> {
-    let id = crate::domain::WebhookId::generate().as_uuid();
+    let id = WebhookId::generate();
     let secret = webhooks::sign::new_secret();
     let sealed = webhooks::seal_secret(vault, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
     let events: Vec<String> = r.events.iter().map(|e| e.as_str().to_owned()).collect();
@@ -169,23 +169,24 @@ pub async fn register(
     Ok((Webhook::of(&row, OffsetDateTime::now_utc()), secret))
 }
 
-pub async fn list(pool: &Db, tenant: &str) -> Result<Vec<Webhook>, sqlx::Error> {
+pub async fn list(pool: &Db, tenant: &TenantId) -> Result<Vec<Webhook>, sqlx::Error> {
     let now = OffsetDateTime::now_utc();
     Ok(store::webhooks::list_webhooks(pool, tenant).await?.iter().map(|r| Webhook::of(r, now)).collect())
 }
 
-pub async fn get(pool: &Db, tenant: &str, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
+pub async fn get(pool: &Db, tenant: &TenantId, id: WebhookId) -> Result<Option<Webhook>, sqlx::Error> {
     let row = store::webhooks::get_webhook(pool, tenant, id).await?;
     Ok(row.map(|r| Webhook::of(&r, OffsetDateTime::now_utc())))
 }
 
 /// Deletes an endpoint and its deliveries (pending ones are not sent). Whether it existed.
-pub async fn delete(pool: &Db, tenant: &str, id: Uuid, api_key_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn delete(pool: &Db, tenant: &TenantId, id: WebhookId, api_key_id: &ApiKeyId) -> Result<bool, sqlx::Error> {
     let mut tx = store::begin(pool).await?;
     if !store::webhooks::delete_webhook(&mut *tx, tenant, id).await? {
         return Ok(false);
     }
-    audit(&mut tx, AuditKind::WebhookDeleted, tenant, id, api_key_id, serde_json::json!({ "host": null })).await?;
+    audit(&mut tx, AuditKind::WebhookDeleted, tenant, id, Some(api_key_id), serde_json::json!({ "host": null }))
+        .await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -196,10 +197,10 @@ pub async fn delete(pool: &Db, tenant: &str, id: Uuid, api_key_id: &str) -> Resu
 pub async fn rotate_secret(
     pool: &Db,
     vault: &Vault,
-    tenant: &str,
-    id: Uuid,
+    tenant: &TenantId,
+    id: WebhookId,
     keep_previous: bool,
-    api_key_id: &str,
+    api_key_id: &ApiKeyId,
 ) -> Result<Option<(Webhook, SecretString)>, WebhookError> {
     let now = OffsetDateTime::now_utc();
     let mut tx = store::begin(pool).await?;
@@ -225,7 +226,7 @@ pub async fn rotate_secret(
         return Ok(None);
     };
     let detail = serde_json::json!({ "previous_kept": keep_previous });
-    audit(&mut tx, AuditKind::WebhookSecretRotated, tenant, id, api_key_id, detail).await?;
+    audit(&mut tx, AuditKind::WebhookSecretRotated, tenant, id, Some(api_key_id), detail).await?;
     tx.commit().await?;
     Ok(Some((Webhook::of(&row, now), secret)))
 }
@@ -233,8 +234,8 @@ pub async fn rotate_secret(
 /// An endpoint's deliveries, newest first. `None`: no such endpoint in this tenant.
 pub async fn deliveries(
     pool: &Db,
-    tenant: &str,
-    id: Uuid,
+    tenant: &TenantId,
+    id: WebhookId,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Option<Vec<store::webhooks::DeliveryRow>>, sqlx::Error> {
@@ -249,14 +250,14 @@ pub async fn deliveries(
 async fn audit(
     tx: &mut store::Tx,
     kind: AuditKind,
-    tenant: &str,
-    id: Uuid,
-    api_key_id: &str,
+    tenant: &TenantId,
+    id: WebhookId,
+    api_key_id: Option<&ApiKeyId>,
     detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
     let mut ev = AuditEvent::new(kind);
-    ev.tenant_id = Some(tenant.to_owned());
-    ev.api_key_id = Some(api_key_id.to_owned());
+    ev.tenant_id = Some(tenant.clone());
+    ev.api_key_id = api_key_id.cloned();
     ev.detail = serde_json::json!({ "webhook_id": id });
     if let (Some(d), serde_json::Value::Object(extra)) = (ev.detail.as_object_mut(), detail) {
         d.extend(extra);

@@ -268,7 +268,7 @@ pub async fn get_tenant(
     path: web::Path<TenantPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = tenant_id(&path.tenant)?;
-    let row = store::tenants::tenant(&state.pool, id.as_str(), false)
+    let row = store::tenants::tenant(&state.pool, &id, false)
         .await
         .map_err(ApiError::from_db)?
         .ok_or_else(|| ApiError::from(TenantRefusal::NotFound(id.to_string())))?;
@@ -342,7 +342,7 @@ pub async fn create_tenant_key(
     if label.is_some_and(|l| l.chars().count() > 200 || l.chars().any(char::is_control)) {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "label must be at most 200 characters, none a control"));
     }
-    let tenant = store::tenants::tenant(&state.pool, id.as_str(), false).await.map_err(ApiError::from_db)?;
+    let tenant = store::tenants::tenant(&state.pool, &id, false).await.map_err(ApiError::from_db)?;
     let Some(tenant) = tenant.filter(|t| t.active) else {
         return Err(ApiError::new(ErrorCode::TenantNotFound, format!("no active tenant {id}")));
     };

@@ -1,6 +1,6 @@
 //! `audit_events`: who did what to which grant. Details hold ids and reason codes only.
 
-use crate::domain::AuditKind;
+use crate::domain::{ApiKeyId, AuditKind, ConnectionId, ElicitationId, ProviderId, Subject, TenantId};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -8,14 +8,14 @@ use uuid::Uuid;
 #[derive(Debug, Clone)]
 pub struct AuditEvent {
     pub kind: AuditKind,
-    pub tenant_id: Option<String>,
-    pub subject: Option<String>,
+    pub tenant_id: Option<TenantId>,
+    pub subject: Option<Subject>,
     /// The issuer of the IdP whose `sub` `subject` is (the person is the pair).
     pub issuer: Option<String>,
-    pub provider: Option<String>,
-    pub elicitation_id: Option<Uuid>,
-    pub connection_id: Option<Uuid>,
-    pub api_key_id: Option<String>,
+    pub provider: Option<ProviderId>,
+    pub elicitation_id: Option<ElicitationId>,
+    pub connection_id: Option<ConnectionId>,
+    pub api_key_id: Option<ApiKeyId>,
     pub detail: serde_json::Value,
 }
 
@@ -37,10 +37,10 @@ impl AuditEvent {
     /// An event about a connection: its tenant, subject, provider and id.
     pub fn for_connection(kind: AuditKind, row: &super::connections::ConnectionRow) -> Self {
         Self {
-            tenant_id: Some(row.tenant_id.as_str().to_owned()),
-            subject: Some(row.subject.as_str().to_owned()),
+            tenant_id: Some(row.tenant_id.clone()),
+            subject: Some(row.subject.clone()),
             issuer: row.issuer.clone(),
-            provider: Some(row.provider.as_str().to_owned()),
+            provider: Some(row.provider.clone()),
             connection_id: Some(row.id),
             ..Self::new(kind)
         }
@@ -49,10 +49,10 @@ impl AuditEvent {
     /// An event about an elicitation: its tenant, subject, provider and id.
     pub fn for_elicitation(kind: AuditKind, e: &super::elicitations::ElicitationRow) -> Self {
         Self {
-            tenant_id: Some(e.tenant_id.as_str().to_owned()),
-            subject: Some(e.subject.as_str().to_owned()),
+            tenant_id: Some(e.tenant_id.clone()),
+            subject: Some(e.subject.clone()),
             issuer: e.issuer.clone(),
-            provider: Some(e.provider.as_str().to_owned()),
+            provider: Some(e.provider.clone()),
             elicitation_id: Some(e.id),
             ..Self::new(kind)
         }
@@ -68,13 +68,13 @@ pub async fn insert_event(db: impl PgExecutor<'_>, e: &AuditEvent) -> Result<(),
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
                    COALESCE($9, (SELECT issuer FROM elicitations WHERE id = $5),
                             (SELECT issuer FROM connections WHERE id = $6)))"#,
-        e.tenant_id,
-        e.subject,
-        e.provider,
+        e.tenant_id.as_ref().map(TenantId::as_str),
+        e.subject.as_ref().map(Subject::as_str),
+        e.provider.as_ref().map(ProviderId::as_str),
         e.kind as AuditKind,
-        e.elicitation_id,
-        e.connection_id,
-        e.api_key_id,
+        e.elicitation_id.map(|id| id.as_uuid()),
+        e.connection_id.map(|id| id.as_uuid()),
+        e.api_key_id.as_ref().map(ApiKeyId::as_str),
         e.detail,
         e.issuer
     )
@@ -92,7 +92,7 @@ pub struct HandoutRow {
     /// The minute (UTC, seconds and below zero).
     pub minute: time::OffsetDateTime,
     pub connection_id: Uuid,
-    pub api_key_id: crate::domain::ApiKeyId,
+    pub api_key_id: ApiKeyId,
     pub count: i32,
     pub first_at: time::OffsetDateTime,
     pub last_at: time::OffsetDateTime,
@@ -165,6 +165,8 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
     Ok(())
 }
 
+/// An event as the trail holds it. Its ids stay text: the trail outlives the rules of the
+/// release that wrote a row, and one row that no longer parses must not hide the others.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditRow {
     pub id: i64,
@@ -258,7 +260,7 @@ pub struct AuditFilter<'a> {
 /// has ended, for at most [`SETTLE`]; past that it answers with what is listable.
 pub async fn list_events(
     db: &crate::store::Db,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     f: &AuditFilter<'_>,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
     list(db, Whose::Tenant(tenant_id), f).await
@@ -268,7 +270,7 @@ pub async fn list_events(
 #[derive(Debug, Clone, Copy)]
 pub enum Whose<'a> {
     /// One tenant's.
-    Tenant(&'a str),
+    Tenant(&'a TenantId),
     /// Every tenant's and those of no tenant.
     Everyone,
     /// Only those of no tenant (`login_failed`).
@@ -324,7 +326,7 @@ async fn list(db: &crate::store::Db, whose: Whose<'_>, f: &AuditFilter<'_>) -> R
         };
     }
     let (tenant, (before, after)) = match whose {
-        Whose::Tenant(t) => (Some(t), ordered!("tenant_id = $1")),
+        Whose::Tenant(t) => (Some(t.as_str()), ordered!("tenant_id = $1")),
         Whose::Everyone => (None, ordered!("$1::text IS NULL")),
         Whose::NoTenant => (None, ordered!("tenant_id IS NULL AND $1::text IS NULL")),
     };

@@ -6,18 +6,17 @@ use crate::domain::{
 use crate::vault::RowBinding;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// A connection row as stored: ciphertexts, not tokens.
 #[derive(Debug, Clone)]
 pub struct ConnectionRow {
-    pub id: Uuid,
+    pub id: ConnectionId,
     pub tenant_id: TenantId,
     pub subject: Subject,
     pub provider: ProviderId,
     pub account_id: Option<String>,
     pub account_login: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     pub status: ConnectionStatus,
     pub key_id: Option<String>,
     pub access_token_ct: Option<Vec<u8>>,
@@ -44,22 +43,16 @@ impl ConnectionRow {
         ConnectionKey { tenant: self.tenant_id.clone(), subject: self.subject.clone(), provider: self.provider.clone() }
     }
 
-    /// What the hand-out decides on (`domain::check_handout`), with the row's scopes as
-    /// parsed by the caller.
-    pub fn facts<'a>(&'a self, scopes: &'a Scopes) -> ConnectionFacts<'a> {
+    /// What the hand-out decides on (`domain::check_handout`).
+    pub fn facts(&self) -> ConnectionFacts<'_> {
         ConnectionFacts {
             status: self.status,
             issuer: self.issuer.as_deref(),
-            scopes,
+            scopes: &self.scopes,
             access_expires_at: self.access_expires_at,
             has_refresh_token: self.refresh_token_ct.is_some(),
             refreshed_at: self.refreshed_at,
         }
-    }
-
-    /// The granted scopes; stored ones that no longer parse count as none.
-    pub fn granted(&self) -> Scopes {
-        Scopes::parse(&self.scopes).unwrap_or_default()
     }
 
     /// To open the row's ciphertexts: the vault's associated data.
@@ -68,7 +61,7 @@ impl ConnectionRow {
             tenant: &self.tenant_id,
             subject: &self.subject,
             provider: &self.provider,
-            connection: ConnectionId::from_uuid(self.id),
+            connection: self.id,
             generation: self.seal_version,
             issuer: self.issuer.as_deref(),
         }
@@ -91,8 +84,8 @@ pub async fn find_connection(
 ) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
-                  provider AS "provider: ProviderId", account_id, account_login, scopes,
+        r#"SELECT id AS "id: ConnectionId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes AS "scopes: Scopes",
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!", issuer
@@ -118,15 +111,14 @@ pub struct SealedGrant<'a> {
 }
 
 pub struct NewConnection<'a> {
-    pub id: Uuid,
-    pub tenant_id: &'a str,
-    pub subject: &'a str,
+    pub id: ConnectionId,
+    /// Whose connection it is: tenant, subject and provider.
+    pub key: &'a ConnectionKey,
     /// The issuer of the IdP whose subject it is.
     pub issuer: Option<&'a str>,
-    pub provider: &'a str,
     pub account_id: Option<&'a str>,
     pub account_login: Option<&'a str>,
-    pub scopes: &'a [String],
+    pub scopes: &'a Scopes,
     pub grant: SealedGrant<'a>,
 }
 
@@ -141,13 +133,13 @@ pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -
                                     access_expires_at, refreshed_at, seal_version, issuer)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10, $11, $12, $13, now(), 1, $14)
            ON CONFLICT (tenant_id, subject, provider) DO NOTHING"#,
-        c.id,
-        c.tenant_id,
-        c.subject,
-        c.provider,
+        c.id.as_uuid(),
+        c.key.tenant.as_str(),
+        c.key.subject.as_str(),
+        c.key.provider.as_str(),
         c.account_id,
         c.account_login,
-        c.scopes,
+        c.scopes.as_slice(),
         c.grant.key_id,
         c.grant.access_token_ct,
         c.grant.refresh_token_ct,
@@ -165,11 +157,11 @@ pub async fn insert_connection(db: impl PgExecutor<'_>, c: &NewConnection<'_>) -
 /// `issuer`'s subject's (the tenant's IdP may have changed since the row was made).
 pub async fn replace_grant(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: ConnectionId,
     issuer: Option<&str>,
     account_id: Option<&str>,
     account_login: Option<&str>,
-    scopes: &[String],
+    scopes: &Scopes,
     grant: &SealedGrant<'_>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
@@ -179,10 +171,10 @@ pub async fn replace_grant(
                access_expires_at = $10, refreshed_at = now(), granted_at = now(), updated_at = now(),
                version = version + 1, seal_version = $11, issuer = COALESCE($12, issuer)
            WHERE id = $1"#,
-        id,
+        id.as_uuid(),
         account_id,
         account_login,
-        scopes,
+        scopes.as_slice(),
         grant.key_id,
         grant.access_token_ct,
         grant.refresh_token_ct,
@@ -198,16 +190,16 @@ pub async fn replace_grant(
 }
 
 /// Locks a connection row for a refresh or a revocation (cross-instance fence).
-pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ConnectionRow>, sqlx::Error> {
+pub async fn lock_connection(db: impl PgExecutor<'_>, id: ConnectionId) -> Result<Option<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
-                  provider AS "provider: ProviderId", account_id, account_login, scopes,
+        r#"SELECT id AS "id: ConnectionId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes AS "scopes: Scopes",
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!", issuer
            FROM connections WHERE id = $1 FOR UPDATE"#,
-        id
+        id.as_uuid()
     )
     .fetch_optional(db)
     .await
@@ -217,7 +209,7 @@ pub async fn lock_connection(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option
 /// the generation counter). Returns whether it was written.
 pub async fn store_refreshed(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: ConnectionId,
     expected_version: i64,
     grant: &SealedGrant<'_>,
 ) -> Result<bool, sqlx::Error> {
@@ -227,7 +219,7 @@ pub async fn store_refreshed(
                access_expires_at = $8, refreshed_at = now(), updated_at = now(), version = version + 1,
                seal_version = $9
            WHERE id = $1 AND version = $2 AND status = 'active'"#,
-        id,
+        id.as_uuid(),
         expected_version,
         grant.key_id,
         grant.access_token_ct,
@@ -245,13 +237,17 @@ pub async fn store_refreshed(
 /// The grant is dead at the provider: keep the row (and its account pin), drop the tokens.
 /// Only if the row is still at `expected_version`, the one the decision was made on: a
 /// grant stored since (a reconnect) is not wiped. Returns whether the row was marked.
-pub async fn mark_needs_reauth(db: impl PgExecutor<'_>, id: Uuid, expected_version: i64) -> Result<bool, sqlx::Error> {
+pub async fn mark_needs_reauth(
+    db: impl PgExecutor<'_>,
+    id: ConnectionId,
+    expected_version: i64,
+) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
         r#"UPDATE connections
            SET status = 'needs_reauth', access_token_ct = NULL, refresh_token_ct = NULL, id_token_ct = NULL,
                updated_at = now(), version = version + 1
            WHERE id = $1 AND version = $2"#,
-        id,
+        id.as_uuid(),
         expected_version
     )
     .execute(db)
@@ -260,13 +256,13 @@ pub async fn mark_needs_reauth(db: impl PgExecutor<'_>, id: Uuid, expected_versi
 }
 
 /// Revoked: a tombstone without ciphertexts, kept for the audit trail.
-pub async fn mark_revoked(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
+pub async fn mark_revoked(db: impl PgExecutor<'_>, id: ConnectionId) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"UPDATE connections
            SET status = 'revoked', access_token_ct = NULL, refresh_token_ct = NULL, id_token_ct = NULL,
                updated_at = now(), version = version + 1
            WHERE id = $1"#,
-        id
+        id.as_uuid()
     )
     .execute(db)
     .await?;
@@ -276,12 +272,12 @@ pub async fn mark_revoked(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx:
 /// Connection metadata for operators: never a ciphertext.
 #[derive(Debug, Clone)]
 pub struct ConnectionMeta {
-    pub id: Uuid,
-    pub subject: String,
-    pub provider: String,
+    pub id: ConnectionId,
+    pub subject: Subject,
+    pub provider: ProviderId,
     pub account_id: Option<String>,
     pub account_login: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     pub status: ConnectionStatus,
     /// When the row was first made (its first connect).
     pub created_at: OffsetDateTime,
@@ -298,25 +294,27 @@ pub struct ConnectionMeta {
 /// What the admin API lists connections by; `None` matches all.
 #[derive(Debug, Default)]
 pub struct ConnectionFilter<'a> {
-    pub id: Option<Uuid>,
-    pub subject: Option<&'a str>,
-    pub provider: Option<&'a str>,
+    pub id: Option<ConnectionId>,
+    pub subject: Option<&'a Subject>,
+    pub provider: Option<&'a ProviderId>,
     pub status: Option<ConnectionStatus>,
-    /// The (subject, provider) of the last row of the page before.
+    /// The (subject, provider) of the last row of the page before, as an opaque cursor
+    /// gave it back (compared as text, never parsed).
     pub after: Option<(&'a str, &'a str)>,
 }
 
 /// One page of a tenant's connections, ordered by (subject, provider), after the cursor.
 pub async fn list_connections(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     filter: &ConnectionFilter<'_>,
     limit: i64,
 ) -> Result<Vec<ConnectionMeta>, sqlx::Error> {
     let (after_subject, after_provider) = filter.after.map_or((None, None), |(s, p)| (Some(s), Some(p)));
     sqlx::query_as!(
         ConnectionMeta,
-        r#"SELECT c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
+        r#"SELECT c.id AS "id: ConnectionId", c.subject AS "subject: Subject", c.provider AS "provider: ProviderId",
+                  c.account_id, c.account_login, c.scopes AS "scopes: Scopes",
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
@@ -328,14 +326,14 @@ pub async fn list_connections(
              AND ($8::uuid IS NULL OR c.id = $8)
            ORDER BY c.subject, c.provider
            LIMIT $7"#,
-        tenant_id,
-        filter.subject,
-        filter.provider,
+        tenant_id.as_str(),
+        filter.subject.map(Subject::as_str),
+        filter.provider.map(ProviderId::as_str),
         filter.status.map(ConnectionStatus::as_str),
         after_subject,
         after_provider,
         limit,
-        filter.id,
+        filter.id.map(|id| id.as_uuid()),
     )
     .fetch_all(db)
     .await
@@ -344,8 +342,8 @@ pub async fn list_connections(
 /// One of a tenant's connections, as listed.
 pub async fn connection_meta(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: ConnectionId,
 ) -> Result<Option<ConnectionMeta>, sqlx::Error> {
     let filter = ConnectionFilter { id: Some(id), ..ConnectionFilter::default() };
     Ok(list_connections(db, tenant_id, &filter, 1).await?.pop())
@@ -364,16 +362,17 @@ pub struct HeldRow {
 pub async fn held_by_subject(
     db: impl PgExecutor<'_>,
     issuer: &str,
-    subject: &str,
+    subject: &Subject,
 ) -> Result<Vec<HeldRow>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id, c.subject, c.provider, c.account_id, c.account_login, c.scopes,
+        r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id AS "id: ConnectionId", c.subject AS "subject: Subject",
+                  c.provider AS "provider: ProviderId", c.account_id, c.account_login, c.scopes AS "scopes: Scopes",
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
                   c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.subject = $1 AND c.issuer = $2 AND c.status <> 'revoked'
            ORDER BY c.tenant_id, c.provider"#,
-        subject,
+        subject.as_str(),
         issuer
     )
     .fetch_all(db)
@@ -404,16 +403,21 @@ pub async fn held_by_subject(
 /// Who holds a connection: its tenant, and the person (issuer, subject).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     pub issuer: Option<String>,
-    pub subject: String,
+    pub subject: Subject,
 }
 
 /// The tenant and person a connection belongs to, whatever its tenant.
-pub async fn owner_of(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Owner>, sqlx::Error> {
-    sqlx::query_as!(Owner, "SELECT tenant_id, issuer, subject FROM connections WHERE id = $1", id)
-        .fetch_optional(db)
-        .await
+pub async fn owner_of(db: impl PgExecutor<'_>, id: ConnectionId) -> Result<Option<Owner>, sqlx::Error> {
+    sqlx::query_as!(
+        Owner,
+        r#"SELECT tenant_id AS "tenant_id: TenantId", issuer, subject AS "subject: Subject"
+           FROM connections WHERE id = $1"#,
+        id.as_uuid()
+    )
+    .fetch_optional(db)
+    .await
 }
 
 /// Records the default IdP's issuer: the one a row inserted without an issuer (by a binary
@@ -447,17 +451,17 @@ pub async fn backfill_issuer(db: impl PgExecutor<'_>, issuer: &str, batch: i64) 
 /// Ids of a subject's connections that still hold a grant (off-boarding).
 pub async fn live_connection_ids(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    subject: &str,
-    provider: Option<&str>,
-) -> Result<Vec<Uuid>, sqlx::Error> {
+    tenant_id: &TenantId,
+    subject: &Subject,
+    provider: Option<&ProviderId>,
+) -> Result<Vec<ConnectionId>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT id FROM connections
+        r#"SELECT id AS "id: ConnectionId" FROM connections
            WHERE tenant_id = $1 AND subject = $2 AND ($3::text IS NULL OR provider = $3) AND status <> 'revoked'
            ORDER BY provider"#,
-        tenant_id,
-        subject,
-        provider
+        tenant_id.as_str(),
+        subject.as_str(),
+        provider.map(ProviderId::as_str)
     )
     .fetch_all(db)
     .await
@@ -472,8 +476,8 @@ pub async fn lock_rows_not_under_key(
 ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
         ConnectionRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
-                  provider AS "provider: ProviderId", account_id, account_login, scopes,
+        r#"SELECT id AS "id: ConnectionId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", account_id, account_login, scopes AS "scopes: Scopes",
                   status AS "status: ConnectionStatus", key_id, access_token_ct, refresh_token_ct, id_token_ct,
                   token_type, access_expires_at, created_at, refreshed_at, version, seal_version,
                   xmin::text::bigint AS "xmin!", issuer
@@ -542,7 +546,7 @@ pub async fn close_unbound_writes(db: impl PgExecutor<'_>) -> Result<bool, sqlx:
 /// `generation` (the row's next).
 pub async fn store_resealed(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: ConnectionId,
     key_id: &str,
     generation: i64,
     access_token_ct: Option<&[u8]>,
@@ -553,7 +557,7 @@ pub async fn store_resealed(
         r#"UPDATE connections SET key_id = $2, access_token_ct = $3, refresh_token_ct = $4, id_token_ct = $5,
                                   seal_version = $6, updated_at = now()
            WHERE id = $1"#,
-        id,
+        id.as_uuid(),
         key_id,
         access_token_ct,
         refresh_token_ct,
@@ -568,7 +572,7 @@ pub async fn store_resealed(
 /// Records use from the batched hand-out audit, to the minute: a connection already marked
 /// within the last minute is not written again (a hot connection costs one write a minute).
 /// Ids of connections deleted meanwhile are skipped.
-pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[uuid::Uuid]) -> Result<(), sqlx::Error> {
     // Rows marked within the last minute (by any instance) are left out before the insert:
     // an upsert that then changes nothing still locks the row it conflicts with, and a new
     // instance, or every instance of several, would otherwise lock each row in use once a
@@ -590,14 +594,14 @@ pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<
 /// One connection as an operator lists it (`mcp-connect connections list`): no ciphertext.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct OperatorRow {
-    pub id: Uuid,
-    pub tenant_id: String,
-    pub subject: String,
+    pub id: ConnectionId,
+    pub tenant_id: TenantId,
+    pub subject: Subject,
     pub issuer: Option<String>,
-    pub provider: String,
-    pub status: String,
+    pub provider: ProviderId,
+    pub status: ConnectionStatus,
     pub account_login: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     #[serde(with = "time::serde::rfc3339")]
     pub granted_at: OffsetDateTime,
 }
@@ -606,8 +610,8 @@ pub struct OperatorRow {
 /// subject and provider (at most `limit`).
 pub async fn list_for_operator(
     db: impl PgExecutor<'_>,
-    tenant_id: Option<&str>,
-    subject: Option<&str>,
+    tenant_id: Option<&TenantId>,
+    subject: Option<&Subject>,
     limit: i64,
 ) -> Result<Vec<OperatorRow>, sqlx::Error> {
     sqlx::query_as::<_, OperatorRow>(

@@ -1,15 +1,16 @@
 //! `credential_check_budget`: how many typed-credential checks a person has had sent to a
 //! provider in the current window (`flows::credential`).
 
+use crate::domain::{ProviderId, Subject, TenantId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 
 /// Whose budget: a tenant's person (issuer, subject) at one provider.
 pub struct BudgetKey<'a> {
-    pub tenant: &'a str,
+    pub tenant: &'a TenantId,
     pub issuer: &'a str,
-    pub subject: &'a str,
-    pub provider: &'a str,
+    pub subject: &'a Subject,
+    pub provider: &'a ProviderId,
 }
 
 /// Takes one check from the budget, atomically: `true` if one was left (`max` per
@@ -30,10 +31,10 @@ pub async fn take(
                   used = CASE WHEN b.window_start <= $6 THEN 1 ELSE b.used + 1 END
             WHERE b.window_start <= $6 OR b.used < $7
            RETURNING used"#,
-        key.tenant,
+        key.tenant.as_str(),
         key.issuer,
-        key.subject,
-        key.provider,
+        key.subject.as_str(),
+        key.provider.as_str(),
         now,
         now - window,
         max,
@@ -48,10 +49,10 @@ pub async fn give_back(db: impl PgExecutor<'_>, key: &BudgetKey<'_>) -> Result<(
     sqlx::query!(
         "UPDATE credential_check_budget SET used = used - 1
           WHERE tenant_id = $1 AND issuer = $2 AND subject = $3 AND provider = $4 AND used > 0",
-        key.tenant,
+        key.tenant.as_str(),
         key.issuer,
-        key.subject,
-        key.provider,
+        key.subject.as_str(),
+        key.provider.as_str(),
     )
     .execute(db)
     .await?;

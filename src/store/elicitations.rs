@@ -1,22 +1,21 @@
 //! `elicitations`: the records connect URLs point to.
 
-use crate::domain::{ElicitationStatus, ProviderId, Subject, TenantId};
+use crate::domain::{ConnectionId, ElicitationId, ElicitationStatus, ProviderId, Scopes, Subject, TenantId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 #[derive(Debug, Clone)]
 pub struct ElicitationRow {
-    pub id: Uuid,
+    pub id: ElicitationId,
     pub tenant_id: TenantId,
     pub subject: Subject,
     pub provider: ProviderId,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     pub status: ElicitationStatus,
     pub created_at: OffsetDateTime,
     pub expires_at: OffsetDateTime,
     pub completed_at: Option<OffsetDateTime>,
-    pub connection_id: Option<Uuid>,
+    pub connection_id: Option<ConnectionId>,
     /// For a `cancelled` one closed by the MCP client: `cancel` or `decline`.
     pub cancel_reason: Option<String>,
     /// The issuer of the IdP whose `subject` this is (`None`: made before issuers were
@@ -25,13 +24,13 @@ pub struct ElicitationRow {
 }
 
 pub struct NewElicitation<'a> {
-    pub id: Uuid,
-    pub tenant_id: &'a str,
-    pub subject: &'a str,
+    pub id: ElicitationId,
+    pub tenant_id: &'a TenantId,
+    pub subject: &'a Subject,
     /// The issuer of the tenant's IdP.
     pub issuer: &'a str,
-    pub provider: &'a str,
-    pub scopes: &'a [String],
+    pub provider: &'a ProviderId,
+    pub scopes: &'a Scopes,
     pub mcp_context: serde_json::Value,
     pub expires_at: OffsetDateTime,
 }
@@ -44,11 +43,11 @@ pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> 
         r#"INSERT INTO elicitations (id, tenant_id, subject, provider, scopes, mcp_context, status, expires_at, issuer)
            VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)
            ON CONFLICT (tenant_id, subject, provider, scopes) WHERE status = 'pending' DO NOTHING"#,
-        e.id,
-        e.tenant_id,
-        e.subject,
-        e.provider,
-        e.scopes,
+        e.id.as_uuid(),
+        e.tenant_id.as_str(),
+        e.subject.as_str(),
+        e.provider.as_str(),
+        e.scopes.as_slice(),
         e.mcp_context,
         e.expires_at,
         e.issuer
@@ -62,23 +61,25 @@ pub async fn insert_pending(db: impl PgExecutor<'_>, e: &NewElicitation<'_>) -> 
 /// any.
 pub async fn find_pending(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    subject: &str,
+    tenant_id: &TenantId,
+    subject: &Subject,
     issuer: &str,
-    provider: &str,
-    scopes: &[String],
+    provider: &ProviderId,
+    scopes: &Scopes,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason, issuer
+        r#"SELECT id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", scopes AS "scopes: Scopes", status AS "status: ElicitationStatus",
+                  created_at, expires_at, completed_at, connection_id AS "connection_id: ConnectionId", cancel_reason,
+                  issuer
            FROM elicitations
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND scopes = $4 AND status = 'pending'
              AND issuer = $5"#,
-        tenant_id,
-        subject,
-        provider,
-        scopes,
+        tenant_id.as_str(),
+        subject.as_str(),
+        provider.as_str(),
+        scopes.as_slice(),
         issuer
     )
     .fetch_optional(db)
@@ -88,16 +89,18 @@ pub async fn find_pending(
 /// One elicitation of one tenant. Another tenant's id finds nothing.
 pub async fn find_for_tenant(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: ElicitationId,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason, issuer
+        r#"SELECT id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", scopes AS "scopes: Scopes", status AS "status: ElicitationStatus",
+                  created_at, expires_at, completed_at, connection_id AS "connection_id: ConnectionId", cancel_reason,
+                  issuer
            FROM elicitations WHERE id = $1 AND tenant_id = $2"#,
-        id,
-        tenant_id
+        id.as_uuid(),
+        tenant_id.as_str()
     )
     .fetch_optional(db)
     .await
@@ -108,9 +111,9 @@ pub async fn find_for_tenant(
 /// it changed since), so the one-pending index lets a fresh one in.
 pub async fn expire_overdue_for(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    subject: &str,
-    provider: &str,
+    tenant_id: &TenantId,
+    subject: &Subject,
+    provider: &ProviderId,
     issuer: &str,
     now: OffsetDateTime,
 ) -> Result<Vec<Closed>, sqlx::Error> {
@@ -119,11 +122,11 @@ pub async fn expire_overdue_for(
         r#"UPDATE elicitations SET status = 'expired'
            WHERE tenant_id = $1 AND subject = $2 AND provider = $3 AND status = 'pending'
              AND (expires_at <= $4 OR issuer IS DISTINCT FROM $5)
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+           RETURNING id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
                      issuer"#,
-        tenant_id,
-        subject,
-        provider,
+        tenant_id.as_str(),
+        subject.as_str(),
+        provider.as_str(),
         now,
         issuer
     )
@@ -135,16 +138,18 @@ pub async fn expire_overdue_for(
 /// pending (completed, declined, cancelled by someone else meanwhile).
 pub async fn lock_pending(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: ElicitationId,
     now: OffsetDateTime,
 ) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason, issuer
+        r#"SELECT id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", scopes AS "scopes: Scopes", status AS "status: ElicitationStatus",
+                  created_at, expires_at, completed_at, connection_id AS "connection_id: ConnectionId", cancel_reason,
+                  issuer
            FROM elicitations WHERE id = $1 AND status = 'pending' AND expires_at > $2
            FOR UPDATE"#,
-        id,
+        id.as_uuid(),
         now
     )
     .fetch_optional(db)
@@ -153,13 +158,15 @@ pub async fn lock_pending(
 
 /// An elicitation by id alone: for the browser pages, which re-check its binding against
 /// the session themselves.
-pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ElicitationRow>, sqlx::Error> {
+pub async fn find_by_id(db: impl PgExecutor<'_>, id: ElicitationId) -> Result<Option<ElicitationRow>, sqlx::Error> {
     sqlx::query_as!(
         ElicitationRow,
-        r#"SELECT id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", scopes, status AS "status: ElicitationStatus", created_at,
-                  expires_at, completed_at, connection_id, cancel_reason, issuer
+        r#"SELECT id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject",
+                  provider AS "provider: ProviderId", scopes AS "scopes: Scopes", status AS "status: ElicitationStatus",
+                  created_at, expires_at, completed_at, connection_id AS "connection_id: ConnectionId", cancel_reason,
+                  issuer
            FROM elicitations WHERE id = $1"#,
-        id
+        id.as_uuid()
     )
     .fetch_optional(db)
     .await
@@ -167,15 +174,15 @@ pub async fn find_by_id(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Elic
 
 pub async fn mark_completed(
     db: impl PgExecutor<'_>,
-    id: Uuid,
-    connection_id: Uuid,
+    id: ElicitationId,
+    connection_id: ConnectionId,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
         r#"UPDATE elicitations SET status = 'completed', connection_id = $2, completed_at = $3
            WHERE id = $1 AND status = 'pending'"#,
-        id,
-        connection_id,
+        id.as_uuid(),
+        connection_id.as_uuid(),
         now
     )
     .execute(db)
@@ -186,15 +193,15 @@ pub async fn mark_completed(
 /// Declines a pending elicitation of exactly this subject.
 pub async fn mark_declined(
     db: impl PgExecutor<'_>,
-    id: Uuid,
-    subject: &str,
+    id: ElicitationId,
+    subject: &Subject,
     now: OffsetDateTime,
 ) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
         r#"UPDATE elicitations SET status = 'declined', completed_at = $3
            WHERE id = $1 AND subject = $2 AND status = 'pending'"#,
-        id,
-        subject,
+        id.as_uuid(),
+        subject.as_str(),
         now
     )
     .execute(db)
@@ -207,10 +214,10 @@ pub async fn mark_declined(
 /// complete.
 pub async fn cancel_pending(
     db: &mut crate::store::Conn,
-    tenant_id: &str,
-    subject: Option<&str>,
+    tenant_id: &TenantId,
+    subject: Option<&Subject>,
     issuer: Option<&str>,
-    provider: Option<&str>,
+    provider: Option<&ProviderId>,
     now: OffsetDateTime,
 ) -> Result<Vec<Closed>, sqlx::Error> {
     let closed = sqlx::query_as!(
@@ -219,17 +226,17 @@ pub async fn cancel_pending(
            WHERE tenant_id = $1 AND status = 'pending'
              AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR provider = $3)
              AND ($5::text IS NULL OR issuer = $5)
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+           RETURNING id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
                      issuer"#,
-        tenant_id,
-        subject,
-        provider,
+        tenant_id.as_str(),
+        subject.map(Subject::as_str),
+        provider.map(ProviderId::as_str),
         now,
         issuer
     )
     .fetch_all(&mut *db)
     .await?;
-    let ids: Vec<Uuid> = closed.iter().map(|c| c.id).collect();
+    let ids: Vec<uuid::Uuid> = closed.iter().map(|c| c.id.as_uuid()).collect();
     sqlx::query!("UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = ANY($1) AND used_at IS NULL", &ids, now)
         .execute(&mut *db)
         .await?;
@@ -239,7 +246,7 @@ pub async fn cancel_pending(
 /// An elicitation a bulk change closed (cancelled or expired).
 #[derive(Debug, Clone)]
 pub struct Closed {
-    pub id: Uuid,
+    pub id: ElicitationId,
     pub tenant_id: TenantId,
     pub subject: Subject,
     pub provider: ProviderId,
@@ -253,7 +260,7 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
         Closed,
         r#"UPDATE elicitations SET status = 'expired'
            WHERE status = 'pending' AND expires_at <= $1
-           RETURNING id, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
+           RETURNING id AS "id: ElicitationId", tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId",
                      issuer"#,
         now
     )
@@ -266,16 +273,16 @@ pub async fn expire_overdue(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Res
 /// or `None` for another tenant's id.
 pub async fn cancel_one(
     db: &mut crate::store::Conn,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: ElicitationId,
     reason: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<Option<(bool, ElicitationRow)>, sqlx::Error> {
     let changed = sqlx::query!(
         r#"UPDATE elicitations SET status = 'cancelled', completed_at = $3, cancel_reason = $4
            WHERE id = $1 AND tenant_id = $2 AND status = 'pending'"#,
-        id,
-        tenant_id,
+        id.as_uuid(),
+        tenant_id.as_str(),
         now,
         reason
     )
@@ -284,9 +291,13 @@ pub async fn cancel_one(
     .rows_affected()
         == 1;
     if changed {
-        sqlx::query!("UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = $1 AND used_at IS NULL", id, now)
-            .execute(&mut *db)
-            .await?;
+        sqlx::query!(
+            "UPDATE oauth_states SET used_at = $2 WHERE elicitation_id = $1 AND used_at IS NULL",
+            id.as_uuid(),
+            now
+        )
+        .execute(&mut *db)
+        .await?;
     }
     Ok(find_for_tenant(&mut *db, tenant_id, id).await?.map(|row| (changed, row)))
 }

@@ -18,7 +18,7 @@
 //! a connection the first time it is handed out in a minute, so that those row updates
 //! never hold up the audit (or, through a full queue, the lookups).
 
-use crate::domain::ApiKeyId;
+use crate::domain::{ApiKeyId, ConnectionId};
 use crate::store::{self, Db, audit::HandoutRow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -170,8 +170,8 @@ impl HandoutAudit {
     }
 
     /// Counts a hand-out of `connection` through `api_key` into this minute's row.
-    pub async fn record(&self, connection: Uuid, api_key: &ApiKeyId) {
-        let key = api_key.to_bits();
+    pub async fn record(&self, connection: ConnectionId, api_key: &ApiKeyId) {
+        let (connection, key) = (connection.as_uuid(), api_key.to_bits());
         // The common case: there is room, and nothing to register for.
         if self.try_count(connection, key) {
             return;

@@ -1,6 +1,7 @@
 //! `remote_mcp_clients`: the clients mcp-connect registered at remote MCP servers'
 //! authorization servers (RFC 7591), sealed secrets and all.
 
+use crate::domain::ProviderId;
 use sqlx::PgExecutor;
 
 /// One registration as stored.
@@ -15,7 +16,7 @@ pub struct RemoteClientRow {
 
 pub async fn find(
     db: impl PgExecutor<'_>,
-    provider: &str,
+    provider: &ProviderId,
     issuer: &str,
     redirect_uri: &str,
 ) -> Result<Option<RemoteClientRow>, sqlx::Error> {
@@ -23,7 +24,7 @@ pub async fn find(
         RemoteClientRow,
         "SELECT client_id, key_id, secret_ct, token_endpoint_auth_method FROM remote_mcp_clients
           WHERE provider_id = $1 AND issuer = $2 AND redirect_uri = $3",
-        provider,
+        provider.as_str(),
         issuer,
         redirect_uri
     )
@@ -35,7 +36,7 @@ pub async fn find(
 /// instance then uses it).
 pub async fn insert(
     db: impl PgExecutor<'_>,
-    provider: &str,
+    provider: &ProviderId,
     issuer: &str,
     redirect_uri: &str,
     row: &RemoteClientRow,
@@ -44,7 +45,7 @@ pub async fn insert(
         "INSERT INTO remote_mcp_clients
                 (provider_id, issuer, redirect_uri, client_id, key_id, secret_ct, token_endpoint_auth_method)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        provider,
+        provider.as_str(),
         issuer,
         redirect_uri,
         row.client_id,
@@ -60,7 +61,7 @@ pub async fn insert(
 /// A registration with its key, as key rotation reads it.
 #[derive(Debug)]
 pub struct SealedClientRow {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub issuer: String,
     pub redirect_uri: String,
     pub client_id: String,
@@ -76,7 +77,7 @@ pub async fn lock_not_under_key(
 ) -> Result<Vec<SealedClientRow>, sqlx::Error> {
     sqlx::query_as!(
         SealedClientRow,
-        r#"SELECT provider_id, issuer, redirect_uri, client_id, key_id AS "key_id!", secret_ct AS "secret_ct!"
+        r#"SELECT provider_id AS "provider_id: ProviderId", issuer, redirect_uri, client_id, key_id AS "key_id!", secret_ct AS "secret_ct!"
              FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id <> $1
             ORDER BY provider_id, issuer, redirect_uri LIMIT $2 FOR UPDATE"#,
         current,
@@ -105,7 +106,7 @@ pub async fn store_resealed(
     sqlx::query!(
         "UPDATE remote_mcp_clients SET key_id = $4, secret_ct = $5
           WHERE provider_id = $1 AND issuer = $2 AND redirect_uri = $3",
-        row.provider_id,
+        row.provider_id.as_str(),
         row.issuer,
         row.redirect_uri,
         key_id,
@@ -117,8 +118,8 @@ pub async fn store_resealed(
 }
 
 /// The authorization server pinned for a provider, if any.
-pub async fn pinned_issuer(db: impl PgExecutor<'_>, provider: &str) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!("SELECT issuer FROM remote_mcp_issuers WHERE provider_id = $1", provider)
+pub async fn pinned_issuer(db: impl PgExecutor<'_>, provider: &ProviderId) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT issuer FROM remote_mcp_issuers WHERE provider_id = $1", provider.as_str())
         .fetch_optional(db)
         .await
 }
@@ -126,7 +127,7 @@ pub async fn pinned_issuer(db: impl PgExecutor<'_>, provider: &str) -> Result<Op
 /// Pins `issuer` unless one is pinned (`replace`: the configuration names it, and wins).
 pub async fn pin_issuer(
     db: impl PgExecutor<'_>,
-    provider: &str,
+    provider: &ProviderId,
     issuer: &str,
     replace: bool,
 ) -> Result<(), sqlx::Error> {
@@ -134,7 +135,7 @@ pub async fn pin_issuer(
         "INSERT INTO remote_mcp_issuers (provider_id, issuer) VALUES ($1, $2)
          ON CONFLICT (provider_id) DO UPDATE SET issuer = EXCLUDED.issuer, pinned_at = now()
           WHERE $3 AND remote_mcp_issuers.issuer <> EXCLUDED.issuer",
-        provider,
+        provider.as_str(),
         issuer,
         replace
     )

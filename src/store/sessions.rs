@@ -1,12 +1,13 @@
 //! `browser_sessions` and `login_states_used`: who is at the keyboard, and the sign-ins that
 //! were completed (a sign-in in progress lives in its browser's login cookie).
 
+use crate::domain::Subject;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 
 #[derive(Debug, Clone)]
 pub struct SessionRow {
-    pub subject: String,
+    pub subject: Subject,
     pub issuer: String,
     pub expires_at: OffsetDateTime,
 }
@@ -14,14 +15,14 @@ pub struct SessionRow {
 pub async fn insert_session(
     db: impl PgExecutor<'_>,
     id_hash: &[u8],
-    subject: &str,
+    subject: &Subject,
     issuer: &str,
     expires_at: OffsetDateTime,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "INSERT INTO browser_sessions (id_hash, subject, issuer, expires_at) VALUES ($1, $2, $3, $4)",
         id_hash,
-        subject,
+        subject.as_str(),
         issuer,
         expires_at
     )
@@ -38,7 +39,8 @@ pub async fn find_session(
 ) -> Result<Option<SessionRow>, sqlx::Error> {
     sqlx::query_as!(
         SessionRow,
-        "SELECT subject, issuer, expires_at FROM browser_sessions WHERE id_hash = $1 AND expires_at > $2",
+        r#"SELECT subject AS "subject: Subject", issuer, expires_at FROM browser_sessions
+           WHERE id_hash = $1 AND expires_at > $2"#,
         id_hash,
         now
     )

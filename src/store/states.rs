@@ -1,17 +1,16 @@
 //! `oauth_states`: one-time provider authorizations in progress.
 
-use crate::domain::{ProviderId, Subject, TenantId};
+use crate::domain::{ElicitationId, ProviderId, Subject, TenantId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 pub struct NewOauthState<'a> {
     pub state_hash: &'a [u8],
-    pub elicitation_id: Uuid,
+    pub elicitation_id: ElicitationId,
     pub session_hash: &'a [u8],
-    pub tenant_id: &'a str,
-    pub subject: &'a str,
-    pub provider: &'a str,
+    pub tenant_id: &'a TenantId,
+    pub subject: &'a Subject,
+    pub provider: &'a ProviderId,
     pub redirect_uri: &'a str,
     pub key_id: &'a str,
     pub sealed: &'a [u8],
@@ -24,11 +23,11 @@ pub async fn insert_state(db: impl PgExecutor<'_>, s: &NewOauthState<'_>) -> Res
                                      redirect_uri, key_id, sealed, expires_at)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"#,
         s.state_hash,
-        s.elicitation_id,
+        s.elicitation_id.as_uuid(),
         s.session_hash,
-        s.tenant_id,
-        s.subject,
-        s.provider,
+        s.tenant_id.as_str(),
+        s.subject.as_str(),
+        s.provider.as_str(),
         s.redirect_uri,
         s.key_id,
         s.sealed,
@@ -41,7 +40,7 @@ pub async fn insert_state(db: impl PgExecutor<'_>, s: &NewOauthState<'_>) -> Res
 
 #[derive(Debug, Clone)]
 pub struct OauthStateRow {
-    pub elicitation_id: Uuid,
+    pub elicitation_id: ElicitationId,
     pub session_hash: Vec<u8>,
     pub tenant_id: TenantId,
     pub subject: Subject,
@@ -64,7 +63,7 @@ pub async fn consume_state(
         OauthStateRow,
         r#"UPDATE oauth_states SET used_at = $2
            WHERE state_hash = $1 AND used_at IS NULL AND expires_at > $2
-           RETURNING elicitation_id, session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
+           RETURNING elicitation_id AS "elicitation_id: ElicitationId", session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
                      expires_at, used_at"#,
         state_hash,
         now
@@ -77,7 +76,7 @@ pub async fn consume_state(
 pub async fn find_state(db: impl PgExecutor<'_>, state_hash: &[u8]) -> Result<Option<OauthStateRow>, sqlx::Error> {
     sqlx::query_as!(
         OauthStateRow,
-        r#"SELECT elicitation_id, session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
+        r#"SELECT elicitation_id AS "elicitation_id: ElicitationId", session_hash, tenant_id AS "tenant_id: TenantId", subject AS "subject: Subject", provider AS "provider: ProviderId", redirect_uri, key_id, sealed,
                   expires_at, used_at
            FROM oauth_states WHERE state_hash = $1"#,
         state_hash

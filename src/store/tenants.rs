@@ -3,7 +3,7 @@
 //! The operator API (`/operator/v1/tenants`) makes and changes tenants of its own
 //! (`managed_by = 'api'`); a file that names one takes it over at its next start.
 
-use crate::domain::TenantConfig;
+use crate::domain::{IdpName, TenantConfig, TenantId};
 use sqlx::PgExecutor;
 
 pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<(), sqlx::Error> {
@@ -33,7 +33,7 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
         &providers,
         t.subject_token.audience,
         t.subject_token.required,
-        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+        t.idp.as_ref().map(IdpName::as_str)
     )
     .execute(db)
     .await?;
@@ -42,20 +42,26 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
 
 /// Switches a tenant on or off (its keys and links stop or start working). Returns false
 /// for an unknown tenant; a tenant already in that state is left as it is.
-pub async fn set_tenant_active(db: impl PgExecutor<'_>, id: &str, active: bool) -> Result<Option<bool>, sqlx::Error> {
+pub async fn set_tenant_active(
+    db: impl PgExecutor<'_>,
+    id: &TenantId,
+    active: bool,
+) -> Result<Option<bool>, sqlx::Error> {
     // The old value, so the caller can tell "changed" from "already so".
     sqlx::query_scalar!(
         r#"UPDATE tenants t SET active = $2, updated_at = now()
            FROM (SELECT id, active FROM tenants WHERE id = $1 FOR UPDATE) old
            WHERE t.id = old.id
            RETURNING old.active AS "was!""#,
-        id,
+        id.as_str(),
         active
     )
     .fetch_optional(db)
     .await
 }
 
+/// A tenant as stored. Its ids stay text here: `tenants::Tenants::reload` parses them and
+/// skips a malformed row rather than failing every tenant's read over one.
 #[derive(Debug, Clone)]
 pub struct TenantRow {
     pub id: String,
@@ -94,31 +100,32 @@ pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx
     .await
 }
 
-pub async fn tenant_exists(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND active) AS "e!""#, id)
-        .fetch_one(db)
-        .await?;
+pub async fn tenant_exists(db: impl PgExecutor<'_>, id: &TenantId) -> Result<bool, sqlx::Error> {
+    let r =
+        sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND active) AS "e!""#, id.as_str())
+            .fetch_one(db)
+            .await?;
     Ok(r)
 }
 
 /// Locks a tenant's row to the end of the transaction (changes that must not race each
 /// other within a tenant, e.g. the webhook limit). Whether the tenant exists.
-pub async fn lock_tenant(db: impl PgExecutor<'_>, id: &str) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query_scalar!("SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE", id)
+pub async fn lock_tenant(db: impl PgExecutor<'_>, id: &TenantId) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query_scalar!("SELECT id FROM tenants WHERE id = $1 FOR NO KEY UPDATE", id.as_str())
         .fetch_optional(db)
         .await?
         .is_some())
 }
 
 /// One tenant, active or not; with `lock`, locked to the end of the transaction.
-pub async fn tenant(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Option<TenantRow>, sqlx::Error> {
+pub async fn tenant(db: impl PgExecutor<'_>, id: &TenantId, lock: bool) -> Result<Option<TenantRow>, sqlx::Error> {
     if lock {
         sqlx::query_as!(
             TenantRow,
             "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
                     managed_by
              FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
-            id
+            id.as_str()
         )
         .fetch_optional(db)
         .await
@@ -128,7 +135,7 @@ pub async fn tenant(db: impl PgExecutor<'_>, id: &str, lock: bool) -> Result<Opt
             "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
                     managed_by
              FROM tenants WHERE id = $1",
-            id
+            id.as_str()
         )
         .fetch_optional(db)
         .await
@@ -162,7 +169,7 @@ pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) ->
         &providers,
         t.subject_token.audience,
         t.subject_token.required,
-        t.idp.as_ref().map(crate::domain::IdpName::as_str)
+        t.idp.as_ref().map(IdpName::as_str)
     )
     .execute(db)
     .await?;
@@ -190,7 +197,7 @@ async fn write_api_tenant(db: impl PgExecutor<'_>, t: &TenantConfig, kept_by: &s
         &providers,
         t.subject_token.audience,
         t.subject_token.required,
-        t.idp.as_ref().map(crate::domain::IdpName::as_str),
+        t.idp.as_ref().map(IdpName::as_str),
         kept_by
     )
     .execute(db)

@@ -1,6 +1,7 @@
 //! `webhooks`, `webhook_streams` and `webhook_deliveries`: a tenant's endpoints, and the
 //! outbox the delivery workers of every instance drain.
 
+use crate::domain::{TenantId, WebhookId};
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -8,8 +9,8 @@ use uuid::Uuid;
 /// An endpoint as stored (its secrets sealed).
 #[derive(Debug, Clone)]
 pub struct WebhookRow {
-    pub id: Uuid,
-    pub tenant_id: String,
+    pub id: WebhookId,
+    pub tenant_id: TenantId,
     pub url: String,
     pub events: Vec<String>,
     pub description: String,
@@ -26,8 +27,8 @@ pub struct WebhookRow {
 }
 
 pub struct NewWebhook<'a> {
-    pub id: Uuid,
-    pub tenant_id: &'a str,
+    pub id: WebhookId,
+    pub tenant_id: &'a TenantId,
     pub url: &'a str,
     pub events: &'a [String],
     pub description: &'a str,
@@ -40,11 +41,11 @@ pub async fn insert_webhook(db: impl PgExecutor<'_>, w: &NewWebhook<'_>) -> Resu
         WebhookRow,
         r#"INSERT INTO webhooks (id, tenant_id, url, events, description, key_id, secret_sealed, secret_version)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
-           RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
+           RETURNING id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                      previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version"#,
-        w.id,
-        w.tenant_id,
+        w.id.as_uuid(),
+        w.tenant_id.as_str(),
         w.url,
         w.events,
         w.description,
@@ -55,18 +56,20 @@ pub async fn insert_webhook(db: impl PgExecutor<'_>, w: &NewWebhook<'_>) -> Resu
     .await
 }
 
-pub async fn count_webhooks(db: impl PgExecutor<'_>, tenant_id: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM webhooks WHERE tenant_id = $1"#, tenant_id).fetch_one(db).await
+pub async fn count_webhooks(db: impl PgExecutor<'_>, tenant_id: &TenantId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM webhooks WHERE tenant_id = $1"#, tenant_id.as_str())
+        .fetch_one(db)
+        .await
 }
 
-pub async fn list_webhooks(db: impl PgExecutor<'_>, tenant_id: &str) -> Result<Vec<WebhookRow>, sqlx::Error> {
+pub async fn list_webhooks(db: impl PgExecutor<'_>, tenant_id: &TenantId) -> Result<Vec<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
+        r#"SELECT id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE tenant_id = $1 ORDER BY created_at, id"#,
-        tenant_id
+        tenant_id.as_str()
     )
     .fetch_all(db)
     .await
@@ -74,42 +77,44 @@ pub async fn list_webhooks(db: impl PgExecutor<'_>, tenant_id: &str) -> Result<V
 
 pub async fn get_webhook(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: WebhookId,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
+        r#"SELECT id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE tenant_id = $1 AND id = $2"#,
-        tenant_id,
-        id
+        tenant_id.as_str(),
+        id.as_uuid()
     )
     .fetch_optional(db)
     .await
 }
 
 /// Deletes an endpoint and its deliveries (pending ones are not sent).
-pub async fn delete_webhook(db: impl PgExecutor<'_>, tenant_id: &str, id: Uuid) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query!("DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2", tenant_id, id).execute(db).await?;
+pub async fn delete_webhook(db: impl PgExecutor<'_>, tenant_id: &TenantId, id: WebhookId) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!("DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2", tenant_id.as_str(), id.as_uuid())
+        .execute(db)
+        .await?;
     Ok(r.rows_affected() > 0)
 }
 
 /// An endpoint of the tenant, locked for a change of its secrets.
 pub async fn lock_webhook(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: WebhookId,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
+        r#"SELECT id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE tenant_id = $1 AND id = $2 FOR UPDATE"#,
-        tenant_id,
-        id
+        tenant_id.as_str(),
+        id.as_uuid()
     )
     .fetch_optional(db)
     .await
@@ -123,8 +128,8 @@ pub async fn lock_webhook(
 #[expect(clippy::too_many_arguments, reason = "one statement's bind parameters, each named at the call")]
 pub async fn rotate_secret(
     db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    id: Uuid,
+    tenant_id: &TenantId,
+    id: WebhookId,
     key_id: &str,
     secret_sealed: &[u8],
     previous_sealed: Option<&[u8]>,
@@ -139,11 +144,11 @@ pub async fn rotate_secret(
                previous_until = CASE WHEN $5::bytea IS NULL THEN NULL ELSE now() + $6::bigint * interval '1 microsecond' END,
                key_id = $3, secret_sealed = $4, secret_version = $7
            WHERE tenant_id = $1 AND id = $2
-           RETURNING id, tenant_id, url, events, description, key_id, secret_sealed,
+           RETURNING id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                      previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version"#,
-        tenant_id,
-        id,
+        tenant_id.as_str(),
+        id.as_uuid(),
         key_id,
         secret_sealed,
         previous_sealed,
@@ -161,7 +166,7 @@ pub async fn rotate_secret(
 /// deliveries were written.
 pub async fn enqueue(
     db: &mut crate::store::Conn,
-    tenant_id: Option<&str>,
+    tenant_id: Option<&TenantId>,
     kind: &str,
     stream: &str,
     event_id: Uuid,
@@ -178,7 +183,7 @@ pub async fn enqueue(
            )
            INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, stream, seq, payload)
            SELECT hooks.id, $4, $2, $3, numbered.seq, $5 FROM hooks, numbered"#,
-        tenant_id,
+        tenant_id.map(TenantId::as_str),
         kind,
         stream,
         event_id,
@@ -198,7 +203,7 @@ pub struct Claimed {
     /// This attempt's number (1 for the first): the claim's fencing token.
     pub attempts: i32,
     pub created_at: OffsetDateTime,
-    pub webhook_id: Uuid,
+    pub webhook_id: WebhookId,
     pub url: String,
     pub key_id: String,
     pub secret_sealed: Vec<u8>,
@@ -293,7 +298,7 @@ pub async fn claim_due(
                RETURNING d.id, d.event_id, d.payload, d.attempts, d.created_at, d.webhook_id, t.now
            )
            SELECT c.id AS "id!", c.event_id AS "event_id!", c.payload AS "payload!", c.attempts AS "attempts!",
-                  c.created_at AS "created_at!", c.webhook_id AS "webhook_id!", w.url, w.key_id, w.secret_sealed,
+                  c.created_at AS "created_at!", c.webhook_id AS "webhook_id!: WebhookId", w.url, w.key_id, w.secret_sealed,
                   w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!",
                   w.consecutive_failures, w.secret_version
            FROM claimed c JOIN webhooks w ON w.id = c.webhook_id
@@ -335,7 +340,7 @@ pub async fn end_inactive(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
 /// Each tenant keeps at most `cap` pending deliveries: the oldest beyond it end as `failed`
 /// (`backlog_dropped`); rows in flight or locked by a claim are left to their attempt.
 /// Returns how many ended, by tenant.
-pub async fn drop_beyond_cap(db: impl PgExecutor<'_>, cap: i64) -> Result<Vec<(String, i64)>, sqlx::Error> {
+pub async fn drop_beyond_cap(db: impl PgExecutor<'_>, cap: i64) -> Result<Vec<(TenantId, i64)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"WITH ranked AS (
                SELECT d.id, w.tenant_id, row_number() OVER (PARTITION BY w.tenant_id ORDER BY d.id DESC) AS n
@@ -351,7 +356,7 @@ pub async fn drop_beyond_cap(db: impl PgExecutor<'_>, cap: i64) -> Result<Vec<(S
                FROM over_cap o WHERE d.id = o.id
                RETURNING o.tenant_id
            )
-           SELECT tenant_id AS "tenant_id!", count(*) AS "n!" FROM dropped GROUP BY tenant_id ORDER BY tenant_id"#,
+           SELECT tenant_id AS "tenant_id!: TenantId", count(*) AS "n!" FROM dropped GROUP BY tenant_id ORDER BY tenant_id"#,
         cap
     )
     .fetch_all(db)
@@ -426,7 +431,7 @@ pub async fn record_attempt(
 /// failing together count once) and rests the endpoint until `pause_until` at least.
 pub async fn record_endpoint(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: WebhookId,
     failed: Option<(i32, OffsetDateTime)>,
 ) -> Result<(), sqlx::Error> {
     let (failures, pause_until) = failed.unzip();
@@ -436,7 +441,7 @@ pub async fn record_endpoint(
                paused_until = CASE WHEN $3::timestamptz IS NULL THEN NULL
                                    ELSE greatest(coalesce(paused_until, $3::timestamptz), $3::timestamptz) END
            WHERE id = $1"#,
-        id,
+        id.as_uuid(),
         failures,
         pause_until
     )
@@ -494,7 +499,7 @@ pub struct DeliveryRow {
 /// An endpoint's deliveries, newest first, before the delivery `before` where given.
 pub async fn list_deliveries(
     db: impl PgExecutor<'_>,
-    webhook_id: Uuid,
+    webhook_id: WebhookId,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeliveryRow>, sqlx::Error> {
@@ -506,7 +511,7 @@ pub async fn list_deliveries(
            FROM webhook_deliveries
            WHERE webhook_id = $1 AND ($2::bigint IS NULL OR id < $2)
            ORDER BY id DESC LIMIT $3"#,
-        webhook_id,
+        webhook_id.as_uuid(),
         before,
         limit
     )
@@ -532,7 +537,7 @@ pub async fn lock_secrets_not_under_key(
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
         WebhookRow,
-        r#"SELECT id, tenant_id, url, events, description, key_id, secret_sealed,
+        r#"SELECT id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version
            FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1 OR secret_version IS NULL
@@ -563,7 +568,7 @@ pub async fn count_secrets_not_under_key(db: impl PgExecutor<'_>, key_id: &str) 
 /// drops the previous secret (one whose overlap is over is not re-sealed).
 pub async fn store_resealed_secrets(
     db: impl PgExecutor<'_>,
-    id: Uuid,
+    id: WebhookId,
     key_id: &str,
     secret_sealed: &[u8],
     previous_secret_sealed: Option<&[u8]>,
@@ -576,7 +581,7 @@ pub async fn store_resealed_secrets(
                previous_until = CASE WHEN $4::bytea IS NULL THEN NULL ELSE previous_until END,
                secret_version = $5
            WHERE id = $1"#,
-        id,
+        id.as_uuid(),
         key_id,
         secret_sealed,
         previous_secret_sealed,
@@ -591,8 +596,8 @@ pub async fn store_resealed_secrets(
 /// host only (a path may hold the receiver's own secret), and its backlog.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OperatorWebhookRow {
-    pub id: Uuid,
-    pub tenant_id: String,
+    pub id: WebhookId,
+    pub tenant_id: TenantId,
     pub url: String,
     pub events: Vec<String>,
     pub consecutive_failures: i32,
@@ -604,7 +609,7 @@ pub struct OperatorWebhookRow {
 /// Every tenant's endpoints (or one tenant's), with their pending deliveries.
 pub async fn list_for_operator(
     db: impl PgExecutor<'_>,
-    tenant_id: Option<&str>,
+    tenant_id: Option<&TenantId>,
 ) -> Result<Vec<OperatorWebhookRow>, sqlx::Error> {
     sqlx::query_as::<_, OperatorWebhookRow>(
         "SELECT w.id, w.tenant_id, w.url, w.events, w.consecutive_failures, w.paused_until,

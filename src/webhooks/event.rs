@@ -2,6 +2,7 @@
 //! provider, the upstream account login, the time and a reason: never a token, a code or a
 //! secret (no field here could hold one).
 
+use crate::domain::{ProviderId, Subject, TenantId};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -132,7 +133,7 @@ pub struct Payload {
 #[derive(Debug, Clone)]
 pub struct Event {
     pub kind: EventKind,
-    pub tenant: Option<String>,
+    pub tenant: Option<TenantId>,
     pub stream: String,
     pub data: EventData,
 }
@@ -140,16 +141,22 @@ pub struct Event {
 impl Event {
     /// An event of one subject's connection to one provider, ordered with every other of
     /// that connection (and of the links that lead to it).
-    pub fn connection(kind: EventKind, tenant: &str, subject: &str, provider: &str, data: EventData) -> Self {
+    pub fn connection(
+        kind: EventKind,
+        tenant: &TenantId,
+        subject: &Subject,
+        provider: &ProviderId,
+        data: EventData,
+    ) -> Self {
         Self {
             kind,
-            tenant: Some(tenant.to_owned()),
+            tenant: Some(tenant.clone()),
             // The subject last: tenant and provider ids hold no `/`, so the key is unique.
             stream: format!("conn/{tenant}/{provider}/{subject}"),
             data: EventData {
-                tenant: Some(tenant.to_owned()),
-                subject: Some(subject.to_owned()),
-                provider: Some(provider.to_owned()),
+                tenant: Some(tenant.to_string()),
+                subject: Some(subject.to_string()),
+                provider: Some(provider.to_string()),
                 ..data
             },
         }
@@ -157,15 +164,21 @@ impl Event {
 
     /// A kill switch changed (`tenant: None`: the global one, whose operator's note is not
     /// sent: it was written for the operators of every tenant, not to each).
-    pub fn kill_switch(tenant: Option<&str>, provider: &str, mode: &str, by: &str, note: Option<&str>) -> Self {
+    pub fn kill_switch(
+        tenant: Option<&TenantId>,
+        provider: &ProviderId,
+        mode: &str,
+        by: &str,
+        note: Option<&str>,
+    ) -> Self {
         let note = if tenant.is_some() { note } else { None };
         Self {
             kind: EventKind::KillSwitchChanged,
-            tenant: tenant.map(str::to_owned),
-            stream: format!("kill/{}/{provider}", tenant.unwrap_or("*")),
+            tenant: tenant.cloned(),
+            stream: format!("kill/{}/{provider}", tenant.map_or("*", TenantId::as_str)),
             data: EventData {
-                tenant: tenant.map(str::to_owned),
-                provider: Some(provider.to_owned()),
+                tenant: tenant.map(ToString::to_string),
+                provider: Some(provider.to_string()),
                 by: Some(by.to_owned()),
                 reason: mode.to_owned(),
                 note: note.map(str::to_owned),
@@ -202,14 +215,16 @@ mod tests {
 
     #[test]
     fn streams_keep_subjects_apart_and_payloads_have_one_shape() {
-        let a = Event::connection(EventKind::ConnectionRevoked, "acme", "a/b", "github", EventData::default());
-        let b = Event::connection(EventKind::ConnectionRevoked, "acme", "b", "github", EventData::default());
+        let (acme, github) = (TenantId::parse("acme").unwrap(), ProviderId::parse("github").unwrap());
+        let (ab, b) = (Subject::parse("a/b").unwrap(), Subject::parse("b").unwrap());
+        let a = Event::connection(EventKind::ConnectionRevoked, &acme, &ab, &github, EventData::default());
+        let b = Event::connection(EventKind::ConnectionRevoked, &acme, &b, &github, EventData::default());
         assert_ne!(a.stream, b.stream);
         assert_eq!(a.stream, "conn/acme/github/a/b");
-        let global = Event::kill_switch(None, "github", "no_token_handouts", "cli", Some("incident"));
+        let global = Event::kill_switch(None, &github, "no_token_handouts", "cli", Some("incident"));
         assert_eq!(global.stream, "kill/*/github");
         assert_eq!(global.data.note, None, "a global switch's note stays with the operators");
-        let own = Event::kill_switch(Some("acme"), "github", "off", "admin", Some("done"));
+        let own = Event::kill_switch(Some(&acme), &github, "off", "admin", Some("done"));
         assert_eq!(own.data.note.as_deref(), Some("done"));
         let p = serde_json::to_value(global.payload(Uuid::nil(), OffsetDateTime::UNIX_EPOCH)).unwrap();
         assert_eq!(p["type"], "kill_switch.changed");

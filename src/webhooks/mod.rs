@@ -11,6 +11,7 @@ pub mod worker;
 
 pub use event::{Event, EventData, EventKind, Payload};
 
+use crate::domain::WebhookId;
 use crate::store::{self, webhooks::Claimed};
 use crate::vault::{Vault, VaultError};
 use secrecy::SecretString;
@@ -27,7 +28,7 @@ pub async fn emit(db: &mut crate::store::Conn, event: &Event) -> Result<u64, sql
     let id = Uuid::new_v4();
     let body = serde_json::to_string(&event.payload(id, OffsetDateTime::now_utc()))
         .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    store::webhooks::enqueue(db, event.tenant.as_deref(), event.kind.as_str(), &event.stream, id, &body).await
+    store::webhooks::enqueue(db, event.tenant.as_ref(), event.kind.as_str(), &event.stream, id, &body).await
 }
 
 /// Which of an endpoint's two secrets: the one in force, or the one before it.
@@ -41,7 +42,8 @@ pub enum Slot {
 /// secrets are sealed at (`webhooks.secret_version`), and the slot, so that a secret rotated
 /// away (even one dropped at once because it leaked) does not open if put back, in either
 /// slot. Secrets sealed before generations (`None`) were bound to the id alone.
-fn secret_binding(id: Uuid, generation: Option<i64>, slot: Slot) -> (&'static str, Vec<u8>) {
+fn secret_binding(id: WebhookId, generation: Option<i64>, slot: Slot) -> (&'static str, Vec<u8>) {
+    let id = id.as_uuid();
     let Some(g) = generation else { return (SECRET_PURPOSE, id.as_bytes().to_vec()) };
     let purpose = match slot {
         Slot::Current => "webhook_secret/current",
@@ -56,7 +58,7 @@ fn secret_binding(id: Uuid, generation: Option<i64>, slot: Slot) -> (&'static st
 /// vault's current key.
 pub fn seal_secret(
     vault: &Vault,
-    id: Uuid,
+    id: WebhookId,
     generation: i64,
     slot: Slot,
     secret: &SecretString,
@@ -67,7 +69,7 @@ pub fn seal_secret(
 
 pub fn open_secret(
     vault: &Vault,
-    id: Uuid,
+    id: WebhookId,
     generation: Option<i64>,
     slot: Slot,
     key_id: &str,

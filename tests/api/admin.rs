@@ -505,7 +505,7 @@ async fn draining_the_handout_audit_writes_the_open_minute_at_once() {
     let id = app.insert_connection("acme", "alice", "github", "gho_q", &["read:user"], None).await;
     let key = mcp_connect::domain::ApiKeyId::parse("0123456789abcdef").unwrap();
     for _ in 0..10 {
-        app.state.handouts.record(id.as_uuid(), &key).await;
+        app.state.handouts.record(id, &key).await;
     }
     let started = std::time::Instant::now();
     assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await, "drained");

@@ -129,7 +129,8 @@ async fn a_revocation_of_key_a_leaves_key_b_cached() {
     assert_eq!(app.token(&app.key, body()).await.status(), 200);
     assert_eq!(app.token(b_key, body()).await.status(), 200);
     let verified = app.state.api_keys.hash_verifications();
-    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
+    let id = mcp_connect::domain::ApiKeyId::parse(&app.key[5..21]).unwrap();
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &id).await.unwrap().unwrap();
     assert!(app.state.caches.barrier(&app.pool).await, "the revocation's notification arrived");
     // A at once (the notification named it), B untouched: no new argon2 run.
     assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;
@@ -207,8 +208,8 @@ fn forged_beta(app: &TestApp) -> String {
 #[tokio::test]
 async fn a_revoked_key_is_401() {
     let app = spawn_app().await;
-    let id = &app.key[5..21];
-    mcp_connect::store::api_keys::revoke_api_key(&app.pool, id).await.unwrap().unwrap();
+    let id = mcp_connect::domain::ApiKeyId::parse(&app.key[5..21]).unwrap();
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &id).await.unwrap().unwrap();
     let r = app.token(&app.key, body()).await;
     assert_error(r, 401, "invalid_api_key").await;
 }
@@ -233,7 +234,8 @@ async fn a_key_revoked_after_use_stops_working_within_the_cache_interval() {
     ] {
         sqlx::query(sql).execute(&app.pool).await.unwrap();
     }
-    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &app.key[5..21]).await.unwrap().unwrap();
+    let id = mcp_connect::domain::ApiKeyId::parse(&app.key[5..21]).unwrap();
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &id).await.unwrap().unwrap();
     assert_eq!(app.token(&app.key, body()).await.status(), 200, "still within the interval");
     clock.advance(std::time::Duration::from_millis(1_100));
     assert_error(app.token(&app.key, body()).await, 401, "invalid_api_key").await;

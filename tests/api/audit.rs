@@ -128,7 +128,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     let (k1, k2) = (ApiKeyId::parse("00000000000000a1").unwrap(), ApiKeyId::parse("00000000000000a2").unwrap());
     for (i, (id, key)) in [(alice, &k1); 5].into_iter().chain([(alice, &k2); 2]).chain([(bob, &k1); 3]).enumerate() {
         *now.lock().unwrap() = minute + Duration::from_secs(5 + i as u64);
-        audit.record(id, key).await;
+        audit.record(mcp_connect::domain::ConnectionId::from_uuid(id), key).await;
     }
     assert_eq!(audit.pending(), 3, "three rows open: alice by two keys, bob by one");
     // The writer looks every second; the minute is still open, so it writes nothing. Each
@@ -143,7 +143,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
 
     // The minute closes (a hand-out of the next minute comes in, and time moves on).
     *now.lock().unwrap() = minute + Duration::from_secs(61);
-    audit.record(alice, &k1).await;
+    audit.record(mcp_connect::domain::ConnectionId::from_uuid(alice), &k1).await;
     // Written, and no longer counted as pending (the writer counts them off right after
     // its commit, so a reader of the table can be a moment ahead of it).
     crate::support::eventually(Duration::from_secs(5), "the closed minute's rows", || async {

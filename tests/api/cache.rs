@@ -3,7 +3,7 @@
 //! catches what a notification missed; a cut listener empties and bypasses the cache.
 
 use crate::support::{Options, TestApp, eventually, spawn_app, spawn_on};
-use mcp_connect::domain::KillState;
+use mcp_connect::domain::{KillState, ProviderId, TenantId};
 use reqwest::Method;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -214,7 +214,8 @@ async fn a_kill_switch_set_with_its_notification_lost_is_obeyed_at_the_next_read
 async fn kill_state_cached(app: &TestApp, state: KillState) {
     eventually(Duration::from_secs(3), "the kill state is cached", || async {
         let _ = app.token(&app.key, lookup()).await;
-        app.state.caches.kill_state("acme", "github") == Some(state)
+        let (t, p) = (TenantId::parse("acme").unwrap(), ProviderId::parse("github").unwrap());
+        app.state.caches.kill_state(&t, &p) == Some(state)
     })
     .await;
 }

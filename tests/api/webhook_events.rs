@@ -444,10 +444,11 @@ async fn an_event_whose_change_rolls_back_is_never_sent() {
     // A cancel whose transaction is rolled back by the database: the event goes with it.
     let (id, _) = app.elicit("alice", "testp").await;
     let mut tx = app.pool.begin().await.unwrap();
+    let (acme, alice) = (TenantId::parse("acme").unwrap(), mcp_connect::domain::Subject::parse("alice").unwrap());
     let closed = mcp_connect::store::elicitations::cancel_pending(
         &mut tx,
-        "acme",
-        Some("alice"),
+        &acme,
+        Some(&alice),
         None,
         None,
         time::OffsetDateTime::now_utc(),
@@ -781,7 +782,7 @@ async fn pending_deliveries_of_a_tenant_switched_off_are_not_sent() {
     let (webhook, _) = register(&app, &app.admin_key, &receiver.url, &["elicitation.cancelled"]).await;
     backlog(&app, "acme", 2).await;
     eventually(WAIT, "tried while the receiver is down", || async { !receiver.all().is_empty() }).await;
-    mcp_connect::store::tenants::set_tenant_active(&app.pool, "acme", false).await.unwrap();
+    mcp_connect::store::tenants::set_tenant_active(&app.pool, &TenantId::parse("acme").unwrap(), false).await.unwrap();
     // Due again now, and the receiver is back.
     sqlx::raw_sql("UPDATE webhook_deliveries SET next_attempt_at = now(); UPDATE webhooks SET paused_until = NULL")
         .execute(&app.pool)

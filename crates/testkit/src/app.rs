@@ -10,7 +10,7 @@
 use crate::db::TestDatabase;
 use anyhow::{Context, Result};
 use mcp_connect::config::Config;
-use mcp_connect::domain::{ConnectionId, KeyScope, ProviderId, Subject, TenantId};
+use mcp_connect::domain::{ConnectionId, ConnectionKey, KeyScope, ProviderId, Subject, TenantId};
 use mcp_connect::store;
 use mcp_connect::vault::{Field, RowBinding};
 use mcp_connect::{app::AppState, startup::Application};
@@ -511,15 +511,14 @@ impl TestApp {
         let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
         let rt =
             refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
-        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        let scopes = mcp_connect::domain::Scopes::parse(scopes).unwrap();
+        let key = ConnectionKey { tenant: t.clone(), subject: s.clone(), provider: p.clone() };
         let inserted = store::connections::insert_connection(
             &mut *db,
             &store::connections::NewConnection {
-                id: id.as_uuid(),
-                tenant_id: tenant,
-                subject,
+                id,
+                key: &key,
                 issuer: issuer.as_deref(),
-                provider,
                 account_id: Some("4242"),
                 account_login: Some("octo-alice"),
                 scopes: &scopes,

@@ -105,10 +105,10 @@ pub fn account_pinning(
 
 /// Scopes as granted: the token response's `scope` when present and well-formed
 /// (RFC 6749 §5.1; some providers separate with commas), else what was asked for.
-pub fn granted_scopes(response_scope: Option<&str>, asked: &[String]) -> Vec<String> {
-    let Some(s) = response_scope else { return asked.to_vec() };
+pub fn granted_scopes(response_scope: Option<&str>, asked: &Scopes) -> Scopes {
+    let Some(s) = response_scope else { return asked.clone() };
     let parts: Vec<&str> = s.split([' ', ',']).filter(|x| !x.is_empty()).collect();
-    Scopes::parse(&parts).map(|s| s.as_slice().to_vec()).unwrap_or_else(|_| asked.to_vec())
+    Scopes::parse(&parts).unwrap_or_else(|_| asked.clone())
 }
 
 #[cfg(test)]
@@ -135,7 +135,7 @@ mod tests {
 
     fn state_row() -> OauthStateRow {
         OauthStateRow {
-            elicitation_id: Uuid::nil(),
+            elicitation_id: crate::domain::ElicitationId::from_uuid(Uuid::nil()),
             session_hash: vec![1; 32],
             tenant_id: TenantId::parse("acme").unwrap(),
             subject: Subject::parse("alice").unwrap(),
@@ -257,11 +257,11 @@ mod tests {
     #[test]
     fn the_elicitation_must_be_the_states_own() {
         let e = |tenant: &str, subject: &str, provider: &str| ElicitationRow {
-            id: Uuid::nil(),
+            id: crate::domain::ElicitationId::from_uuid(Uuid::nil()),
             tenant_id: TenantId::parse(tenant).unwrap(),
             subject: Subject::parse(subject).unwrap(),
             provider: ProviderId::parse(provider).unwrap(),
-            scopes: vec![],
+            scopes: Scopes::default(),
             status: crate::domain::ElicitationStatus::Pending,
             created_at: now(),
             expires_at: now() + time::Duration::minutes(10),
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn granted_scopes_follow_the_response_when_it_is_well_formed() {
-        let asked = vec!["read:user".to_owned()];
+        let asked = Scopes::parse(&["read:user"]).unwrap();
         let cases: [(Option<&str>, &[&str]); 5] = [
             (None, &["read:user"]),
             (Some("repo read:user"), &["read:user", "repo"]),
@@ -347,7 +347,7 @@ mod tests {
         ];
         for (response, want) in cases {
             assert_eq!(
-                granted_scopes(response, &asked),
+                granted_scopes(response, &asked).as_slice(),
                 want.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
                 "{response:?}"
             );

@@ -4,7 +4,7 @@
 
 use super::{CallbackError, CallbackRefusal, Grant};
 use crate::app::AppState;
-use crate::domain::{Account, ConnectionId};
+use crate::domain::{Account, ConnectionId, Scopes};
 use crate::oauth::flow;
 use crate::store::{self, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding, VaultError};
@@ -40,8 +40,8 @@ pub async fn save(
     account: Option<&Account>,
     existing: Option<&ConnectionRow>,
     now: OffsetDateTime,
-) -> Result<(ConnectionId, Vec<String>), CallbackError> {
-    let connection = existing.map_or_else(ConnectionId::generate, |c| ConnectionId::from_uuid(c.id));
+) -> Result<(ConnectionId, Scopes), CallbackError> {
+    let connection = existing.map_or_else(ConnectionId::generate, |c| c.id);
     // A reused row's next seal generation (its earlier grants' ciphertexts no longer open
     // if put back), a new row's first.
     let generation = crate::vault::next_generation(existing.and_then(|c| c.seal_version));
@@ -71,7 +71,7 @@ pub async fn save(
         Some(_) => {
             store::connections::replace_grant(
                 &mut **tx,
-                connection.as_uuid(),
+                connection,
                 e.issuer.as_deref(),
                 account_id,
                 account_login,
@@ -82,11 +82,9 @@ pub async fn save(
         }
         None => {
             let new = store::connections::NewConnection {
-                id: connection.as_uuid(),
-                tenant_id: e.tenant_id.as_str(),
-                subject: e.subject.as_str(),
+                id: connection,
+                key: &x.key,
                 issuer: e.issuer.as_deref(),
-                provider: e.provider.as_str(),
                 account_id,
                 account_login,
                 scopes: &granted,

@@ -23,7 +23,7 @@ use crate::app::AppState;
 use crate::crypto;
 use crate::domain::AuditKind;
 use crate::domain::{
-    Account, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
+    Account, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
 };
 use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
@@ -196,9 +196,9 @@ pub async fn complete(
 
 async fn audit_failure(state: &AppState, st: &OauthStateRow, failure: &CallbackFailure) {
     let mut ev = AuditEvent::new(AuditKind::ConnectFailed);
-    ev.tenant_id = Some(st.tenant_id.as_str().to_owned());
-    ev.subject = Some(st.subject.as_str().to_owned());
-    ev.provider = Some(st.provider.as_str().to_owned());
+    ev.tenant_id = Some(st.tenant_id.clone());
+    ev.subject = Some(st.subject.clone());
+    ev.provider = Some(st.provider.clone());
     ev.elicitation_id = Some(st.elicitation_id);
     let reason = failure.error.code();
     ev.detail = match &failure.provider_revocation {
@@ -333,7 +333,7 @@ async fn declined(
 
 /// The person declined at the provider (`access_denied`).
 async fn declined_at_provider(tx: &mut store::Tx, e: &ElicitationRow, now: OffsetDateTime) -> Result<(), sqlx::Error> {
-    store::elicitations::mark_declined(&mut **tx, e.id, e.subject.as_str(), now).await?;
+    store::elicitations::mark_declined(&mut **tx, e.id, &e.subject, now).await?;
     crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Declined, 1);
     let mut ev = AuditEvent::for_elicitation(AuditKind::ConsentDeclined, e);
     ev.detail = serde_json::json!({ "where": "provider" });
@@ -393,7 +393,7 @@ async fn keep(
 /// that replaces it (invariant 11: once its ciphertext is replaced nobody could), so that
 /// no lock is held across that call. `keep_grant` replaces only the row as it was read.
 pub(super) struct Replaced {
-    id: uuid::Uuid,
+    id: ConnectionId,
     xmin: i64,
     /// The audit row's `replaced_other_idps`.
     detail: serde_json::Value,
@@ -455,7 +455,7 @@ pub(super) async fn keep_grant(
         None => None,
     };
     let (connection, granted) = grant::save(state, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
-    let id = connection.as_uuid();
+    let id = connection;
     store::elicitations::mark_completed(&mut **tx, e.id, id, now).await?;
     // The row's history stays in the trail: a reconnect reuses the row, and only a grant
     // still held (active or needing re-consent) is replaced; a revoked one was gone already.

@@ -164,7 +164,7 @@ pub async fn audit(
         },
         limit: limit(q.limit)?,
     };
-    let rows = store::audit::list_events(&state.pool, caller.0.tenant.as_str(), &filter).await.map_err(db)?;
+    let rows = store::audit::list_events(&state.pool, &caller.0.tenant, &filter).await.map_err(db)?;
     let last = rows.last().map(|r| r.cursor().to_string());
     let body = match filter.page {
         // A full page may have more behind it.

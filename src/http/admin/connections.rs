@@ -2,7 +2,7 @@
 
 use super::{connection_id, db, limit, provider, subject};
 use crate::app::AppState;
-use crate::domain::{ConnectionStatus, ProviderId, Subject};
+use crate::domain::ConnectionStatus;
 use crate::flows::revoke;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
@@ -57,12 +57,12 @@ pub struct ConnectionMeta {
 impl From<store::connections::ConnectionMeta> for ConnectionMeta {
     fn from(r: store::connections::ConnectionMeta) -> Self {
         Self {
-            id: r.id,
-            subject: r.subject,
-            provider: r.provider,
+            id: r.id.as_uuid(),
+            subject: r.subject.to_string(),
+            provider: r.provider.to_string(),
             account_id: r.account_id,
             account_login: r.account_login,
-            scopes: r.scopes,
+            scopes: r.scopes.as_slice().to_vec(),
             status: r.status,
             created_at: r.created_at,
             granted_at: r.granted_at,
@@ -115,16 +115,15 @@ pub async fn list_connections(
     let after = q.after.as_deref().map(decode_cursor).transpose()?;
     let filter = store::connections::ConnectionFilter {
         id: None,
-        subject: subject.as_ref().map(Subject::as_str),
-        provider: provider.as_ref().map(ProviderId::as_str),
+        subject: subject.as_ref(),
+        provider: provider.as_ref(),
         status,
         after: after.as_ref().map(|(s, p)| (s.as_str(), p.as_str())),
     };
-    let rows = store::connections::list_connections(&state.pool, caller.0.tenant.as_str(), &filter, limit)
-        .await
-        .map_err(db)?;
-    let next =
-        (rows.len() as i64 == limit).then(|| rows.last().map(|r| encode_cursor(&r.subject, &r.provider))).flatten();
+    let rows = store::connections::list_connections(&state.pool, &caller.0.tenant, &filter, limit).await.map_err(db)?;
+    let next = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| encode_cursor(r.subject.as_str(), r.provider.as_str())))
+        .flatten();
     Ok(HttpResponse::Ok()
         .json(ConnectionPage { connections: rows.into_iter().map(ConnectionMeta::from).collect(), next }))
 }
@@ -162,7 +161,7 @@ pub async fn get_connection(
     path: web::Path<ConnectionPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = connection_id(&path.id)?;
-    let row = store::connections::connection_meta(&state.pool, caller.0.tenant.as_str(), id.as_uuid())
+    let row = store::connections::connection_meta(&state.pool, &caller.0.tenant, id)
         .await
         .map_err(db)?
         .ok_or_else(|| ApiError::new(ErrorCode::ConnectionNotFound, "no such connection"))?;
@@ -192,7 +191,7 @@ pub async fn revoke_one(
 ) -> Result<HttpResponse, ApiError> {
     let id = connection_id(&path.id)?;
     let actor = format!("api_key:{}", caller.0.id);
-    let r = revoke::revoke_connection(&state, caller.0.tenant.as_str(), id.as_uuid(), &actor, revoke::RevokedBy::Admin)
+    let r = revoke::revoke_connection(&state, &caller.0.tenant, id, &actor, revoke::RevokedBy::Admin)
         .await
         .map_err(db)?
         .ok_or_else(|| ApiError::new(ErrorCode::ConnectionNotFound, "no such connection"))?;
@@ -233,14 +232,6 @@ pub async fn revoke_subject(
     let s = subject(&body.subject)?;
     let p = body.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
     let actor = format!("api_key:{}", caller.0.id);
-    let done = revoke::revoke_subject(
-        &state,
-        caller.0.tenant.as_str(),
-        s.as_str(),
-        p.as_ref().map(ProviderId::as_str),
-        &actor,
-    )
-    .await
-    .map_err(db)?;
+    let done = revoke::revoke_subject(&state, &caller.0.tenant, &s, p.as_ref(), &actor).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(done))
 }

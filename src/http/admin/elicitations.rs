@@ -2,7 +2,6 @@
 
 use super::{db, provider, subject};
 use crate::app::AppState;
-use crate::domain::ProviderId;
 use crate::flows::cancel;
 use crate::http::api::AdminCaller;
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
@@ -23,7 +22,7 @@ pub struct CancelBody {
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct CancelledLinks {
     #[schema(value_type = Vec<String>)]
-    cancelled: Vec<uuid::Uuid>,
+    cancelled: Vec<crate::domain::ElicitationId>,
 }
 
 /// Closes pending links: their states are spent, so a person halfway through gets a clear
@@ -53,16 +52,16 @@ pub async fn cancel_elicitations(
     let actor = format!("api_key:{}", caller.0.id);
     let by = cancel::Closer {
         actor: &actor,
-        api_key_id: Some(caller.0.id.as_str()),
+        api_key_id: Some(&caller.0.id),
         because: cancel::Because::Operator,
         by: "admin",
     };
     let ids = cancel::cancel_pending(
         &state.pool,
-        caller.0.tenant.as_str(),
+        &caller.0.tenant,
         // A tenant's admin names its subjects: those of the tenant's IdP and any before.
-        s.as_ref().map(|s| (s.as_str(), None)),
-        p.as_ref().map(ProviderId::as_str),
+        s.as_ref().map(|s| (s, None)),
+        p.as_ref(),
         &by,
     )
     .await

@@ -86,8 +86,7 @@ pub async fn create_webhook(
     body: web::Json<NewWebhookBody>,
 ) -> Result<HttpResponse, ApiError> {
     let r = flow::check_registration(&body.url, &body.events, body.description.as_deref(), state.webhook_policy)?;
-    let (webhook, secret) =
-        flow::register(&state.pool, &state.vault, caller.0.tenant.as_str(), &r, caller.0.id.as_str()).await?;
+    let (webhook, secret) = flow::register(&state.pool, &state.vault, &caller.0.tenant, &r, Some(&caller.0.id)).await?;
     Ok(HttpResponse::Created().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -101,7 +100,7 @@ pub async fn create_webhook(
     security(("admin_key" = [])),
 )]
 pub async fn list_webhooks(caller: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let webhooks = flow::list(&state.pool, caller.0.tenant.as_str()).await.map_err(db)?;
+    let webhooks = flow::list(&state.pool, &caller.0.tenant).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(Webhooks { webhooks }))
 }
 
@@ -125,7 +124,7 @@ pub async fn get_webhook(
     path: web::Path<WebhookPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
-    let w = flow::get(&state.pool, caller.0.tenant.as_str(), id.as_uuid()).await.map_err(db)?.ok_or_else(not_found)?;
+    let w = flow::get(&state.pool, &caller.0.tenant, id).await.map_err(db)?.ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(w))
 }
 
@@ -149,7 +148,7 @@ pub async fn delete_webhook(
     path: web::Path<WebhookPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
-    if !flow::delete(&state.pool, caller.0.tenant.as_str(), id.as_uuid(), caller.0.id.as_str()).await.map_err(db)? {
+    if !flow::delete(&state.pool, &caller.0.tenant, id, &caller.0.id).await.map_err(db)? {
         return Err(not_found());
     }
     Ok(HttpResponse::NoContent().finish())
@@ -188,16 +187,9 @@ pub async fn rotate_secret(
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
     let keep = q.keep_previous.unwrap_or(true);
-    let (webhook, secret) = flow::rotate_secret(
-        &state.pool,
-        &state.vault,
-        caller.0.tenant.as_str(),
-        id.as_uuid(),
-        keep,
-        caller.0.id.as_str(),
-    )
-    .await?
-    .ok_or_else(not_found)?;
+    let (webhook, secret) = flow::rotate_secret(&state.pool, &state.vault, &caller.0.tenant, id, keep, &caller.0.id)
+        .await?
+        .ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -308,7 +300,7 @@ pub async fn list_deliveries(
     if q.before.is_some_and(|b| b < 1) {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "before must be a delivery id"));
     }
-    let deliveries = flow::deliveries(&state.pool, caller.0.tenant.as_str(), id.as_uuid(), q.before, limit)
+    let deliveries = flow::deliveries(&state.pool, &caller.0.tenant, id, q.before, limit)
         .await
         .map_err(db)?
         .ok_or_else(not_found)?;

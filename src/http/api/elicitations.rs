@@ -48,9 +48,9 @@ pub async fn get_elicitation(
 ) -> Result<HttpResponse, ApiError> {
     let id = ElicitationId::parse(&path.id).map_err(|e| ApiError::new(ErrorCode::InvalidElicitationId, e.0))?;
     let wait = super::token::wait_of(q.wait_seconds)?;
-    let tenant = caller.0.tenant.as_str();
+    let tenant = &caller.0.tenant;
     let find = || async {
-        crate::store::elicitations::find_for_tenant(&state.pool, tenant, id.as_uuid())
+        crate::store::elicitations::find_for_tenant(&state.pool, tenant, id)
             .await?
             .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))
     };
@@ -75,7 +75,7 @@ pub async fn get_elicitation(
         status,
         subject: e.subject.as_str().to_owned(),
         provider: e.provider.as_str().to_owned(),
-        scopes: e.scopes,
+        scopes: e.scopes.as_slice().to_vec(),
         created_at: rfc3339(e.created_at),
         expires_at: rfc3339(e.expires_at),
         completed_at: e.completed_at.map(rfc3339),
@@ -197,14 +197,8 @@ pub async fn cancel_elicitation(
     if reason.as_deref().is_some_and(|r| !matches!(r, "cancel" | "decline")) {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "reason must be \"cancel\" or \"decline\""));
     }
-    let e = crate::flows::cancel::cancel_by_client(
-        &state.pool,
-        caller.0.tenant.as_str(),
-        id.as_uuid(),
-        reason.as_deref(),
-        caller.0.id.as_str(),
-    )
-    .await?
-    .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
+    let e = crate::flows::cancel::cancel_by_client(&state.pool, &caller.0.tenant, id, reason.as_deref(), &caller.0.id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
     Ok(HttpResponse::Ok().json(Cancelled { id: id.to_string(), status: e.status, cancel_reason: e.cancel_reason }))
 }

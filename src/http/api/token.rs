@@ -324,7 +324,7 @@ fn connect_required(
     provider: &ProviderId,
     e: &ElicitationRow,
 ) -> ConnectRequired {
-    let id = ElicitationId::from_uuid(e.id);
+    let id = e.id;
     let url = state.connect_url(provider, &id);
     let tenant_name = state.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
     let provider_name =

@@ -63,7 +63,7 @@ pub async fn show(
         provider_name: &v.provider.display_name,
         provider_domain: &v.domain,
         provider_id: provider.as_str(),
-        scopes: &v.elicitation.scopes,
+        scopes: &v.scopes,
         signed_in_as: session.info.subject.as_str(),
         csrf: session.csrf(),
         elicitation_id: &id.to_string(),

@@ -5,6 +5,7 @@ use super::pages::{PageError, PageKind, render};
 use super::refusals::{forbidden_csrf, session_expired};
 use super::session::{MaybeSession, request_id};
 use crate::app::AppState;
+use crate::domain::ConnectionId;
 use crate::flows::held::{self, DisconnectError, Group};
 use actix_web::{HttpRequest, HttpResponse, web};
 use askama::Template;
@@ -64,7 +65,7 @@ fn view(groups: Vec<Group>) -> Vec<GroupView> {
                     provider_name: c.provider_name,
                     provider_domain: c.provider_domain,
                     account_login: c.account_login,
-                    scopes: c.scopes,
+                    scopes: c.scopes.as_slice().to_vec(),
                     connected_since: minute(c.connected_since),
                     last_used: c.last_used.map(minute),
                     status: c.status.as_str(),
@@ -175,7 +176,8 @@ pub async fn disconnect(
             "Open your connections again.",
         ))
     };
-    let id = form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).ok_or_else(not_yours)?;
+    let id =
+        form.id.as_deref().and_then(|s| Uuid::try_parse(s).ok()).map(ConnectionId::from_uuid).ok_or_else(not_yours)?;
     let r = match held::disconnect(&state, &session.info, id).await {
         Ok(r) => r,
         Err(DisconnectError::NotYours) => return Err(not_yours()),

@@ -5,7 +5,6 @@
 use super::pages::PageError;
 use crate::app::AppState;
 use crate::crypto;
-use crate::domain::Subject;
 use crate::flows::connect::SessionInfo;
 use crate::flows::login::SESSION_PURPOSE;
 use crate::http::middleware::RequestId;
@@ -105,8 +104,7 @@ impl FromRequest for MaybeSession {
             if state.idps.by_issuer(&row.issuer).is_none() {
                 return Ok(MaybeSession(None));
             }
-            let Ok(subject) = Subject::parse(&row.subject) else { return Ok(MaybeSession(None)) };
-            let info = SessionInfo { subject, issuer: row.issuer, id_hash };
+            let info = SessionInfo { subject: row.subject, issuer: row.issuer, id_hash };
             Ok(MaybeSession(Some(BrowserSession { info, csrf: csrf_for(id) })))
         })
     }
