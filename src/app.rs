@@ -24,32 +24,21 @@ pub struct AppState {
     /// This worker's connections for the uncached lookup (see `store::lookup`).
     pub lookups: Arc<store::lookup::LookupConnections>,
     pub vault: Arc<Vault>,
-    /// The file's providers and the operator API's (see `tenants`).
-    pub providers: Arc<crate::tenants::Providers>,
-    pub tenants: Arc<Tenants>,
+    /// The providers and tenants served, and their IdPs.
+    pub directory: Directory,
     pub api_keys: Arc<ApiKeyVerifier>,
-    pub public_base_url: Url,
-    pub elicitation_ttl: Duration,
-    /// The longest a request is held by `wait_seconds` (`elicitations.max_wait_seconds`).
-    pub max_wait: Duration,
-    /// The primary IdPs: `[idp]` and `[idps.<name>]`.
-    pub idps: Arc<Idps>,
+    /// The public base and the URLs made from it.
+    pub urls: PublicUrls,
+    pub lifetimes: Lifetimes,
     pub resolver: Arc<Resolver>,
     pub outbound: Outbound,
-    pub session_ttl: Duration,
-    /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
-    pub secure_cookies: bool,
-    pub outbound_timeout: Duration,
     /// When a stored token is refreshed before it is handed out.
     pub refresh: crate::domain::RefreshPolicy,
     pub refresh_gate: Arc<RefreshGate>,
     pub handouts: HandoutAudit,
     pub caches: Arc<Caches>,
-    /// Work that outlives its request (refreshes, the callback's exchange): shutdown waits
-    /// for it (see `startup::Application::run_until_signalled`).
-    pub detached: tokio_util::task::TaskTracker,
-    /// Where a shutdown is (see `startup::Application::run_until_signalled`).
-    pub shutdown: Arc<Shutdown>,
+    /// Work that outlives its request, and where a shutdown is.
+    pub lifecycle: Lifecycle,
     /// The `Strict-Transport-Security` value every answer carries: set when the public
     /// base is https and `[hsts] max_age_seconds` is not 0.
     pub hsts: Option<actix_web::http::header::HeaderValue>,
@@ -57,10 +46,49 @@ pub struct AppState {
     pub webhook_policy: crate::net::ssrf::AddressPolicy,
 }
 
-impl AppState {
+/// The providers and tenants every instance serves, and the primary IdPs people sign in
+/// at: who may connect what, and where.
+#[derive(Clone)]
+pub struct Directory {
+    /// The file's providers and the operator API's (see `tenants`).
+    pub providers: Arc<crate::tenants::Providers>,
+    pub tenants: Arc<Tenants>,
+    /// The primary IdPs: `[idp]` and `[idps.<name>]`.
+    pub idps: Arc<Idps>,
+}
+
+/// Where mcp-connect is reached from outside, and the URLs it makes from that.
+#[derive(Debug, Clone)]
+pub struct PublicUrls {
+    pub base: Url,
+    /// The public base is https: cookies are `Secure` and `__Host-` prefixed.
+    pub secure_cookies: bool,
+}
+
+/// How long things may take and live.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifetimes {
+    /// A new elicitation's (`elicitations.ttl_seconds`).
+    pub elicitation: Duration,
+    /// The longest a request is held by `wait_seconds` (`elicitations.max_wait_seconds`).
+    pub max_wait: Duration,
+    /// A browser session's (`sessions.ttl_seconds`).
+    pub session: Duration,
+    pub outbound_timeout: Duration,
+}
+
+/// Work that outlives its request (refreshes, the callback's exchange), which shutdown
+/// waits for, and where a shutdown is (see `startup::Application::run_until_signalled`).
+#[derive(Clone, Default)]
+pub struct Lifecycle {
+    pub detached: tokio_util::task::TaskTracker,
+    pub shutdown: Arc<Shutdown>,
+}
+
+impl PublicUrls {
     /// `<public base>/connect/<provider>?e=<id>`: the handle and nothing else.
     pub fn connect_url(&self, provider: &ProviderId, id: &ElicitationId) -> String {
-        let mut u = self.public_base_url.clone();
+        let mut u = self.base.clone();
         u.set_path(&format!("/connect/{provider}"));
         u.query_pairs_mut().clear().append_pair("e", &id.to_string());
         u.to_string()
@@ -69,7 +97,7 @@ impl AppState {
     /// Our callback URL for a provider: the exact redirect URI registered with it (used by
     /// the authorization request, the callback's check, the exchange and the refresh).
     pub fn provider_redirect_uri(&self, provider: &ProviderId) -> Url {
-        let mut u = self.public_base_url.clone();
+        let mut u = self.base.clone();
         u.set_path(&format!("/connect/{provider}/callback"));
         u
     }
@@ -79,7 +107,7 @@ impl AppState {
     /// only its own IdP's answers belong (a mix-up defence, RFC 9700 §4.4.2: a sign-in sent
     /// to one IdP and answered at another's address is refused).
     pub fn login_redirect_uri(&self, idp: &IdpConfig) -> Url {
-        let mut u = self.public_base_url.clone();
+        let mut u = self.base.clone();
         if idp.name == crate::domain::DEFAULT_IDP {
             u.set_path("/login/callback");
         } else {
@@ -87,7 +115,9 @@ impl AppState {
         }
         u
     }
+}
 
+impl Directory {
     /// An active tenant's primary IdP (`None`: no such active tenant, or it names an IdP
     /// this instance's configuration does not have).
     pub fn tenant_idp(&self, tenant: &TenantId) -> Option<Arc<IdpConfig>> {

@@ -1,7 +1,7 @@
 //! `Application::build`: the one way the service starts, in production and in tests.
 
 use crate::api_keys::ApiKeyVerifier;
-use crate::app::AppState;
+use crate::app::{AppState, Directory, Lifecycle, Lifetimes, PublicUrls};
 use crate::config::{Config, TenantConfig};
 use crate::net::http::Outbound;
 use crate::store::{self, Db};
@@ -108,17 +108,17 @@ impl Application {
             ended = &mut server => return ended.map_err(std::io::Error::other)?,
             () = shutdown_signal() => {}
         }
-        state.shutdown.begin_drain();
+        state.lifecycle.shutdown.begin_drain();
         tracing::info!(drain_seconds = self.drain.as_secs(), "shutdown signal: draining (readyz answers 503)");
         tokio::time::sleep(self.drain).await;
         // From here no request starts work that outlives it; what runs is waited for, up to
         // the longest a refresh can take (pool wait, row lock, discovery, provider call).
-        state.shutdown.begin_stop();
+        state.lifecycle.shutdown.begin_stop();
         handle.pause().await;
-        state.detached.close();
-        let bound = state.outbound_timeout * 3 + std::time::Duration::from_secs(15);
-        if tokio::time::timeout(bound, state.detached.wait()).await.is_err() {
-            tracing::warn!(tasks = state.detached.len(), "detached work still running at shutdown");
+        state.lifecycle.detached.close();
+        let bound = state.lifetimes.outbound_timeout * 3 + std::time::Duration::from_secs(15);
+        if tokio::time::timeout(bound, state.lifecycle.detached.wait()).await.is_err() {
+            tracing::warn!(tasks = state.lifecycle.detached.len(), "detached work still running at shutdown");
         }
         handle.stop(true).await;
         let served = server.await.map_err(std::io::Error::other)?;
@@ -428,7 +428,12 @@ async fn app_state(
             split.lookups_per_worker,
         )),
         caches,
-        outbound_timeout: config.outbound_timeout,
+        lifetimes: Lifetimes {
+            elicitation: config.elicitation_ttl,
+            max_wait: config.max_wait,
+            session: config.session_ttl,
+            outbound_timeout: config.outbound_timeout,
+        },
         refresh,
         refresh_gate: Arc::default(),
         handouts: crate::store::handouts::HandoutAudit::spawn(
@@ -436,22 +441,15 @@ async fn app_state(
             instance_name(),
             crate::store::handouts::system_wall_clock(),
         ),
-        idps: Arc::new(config.idps),
+        directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
         resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
         outbound,
-        session_ttl: config.session_ttl,
-        secure_cookies: config.public_base_url.scheme() == "https",
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
         vault,
         webhook_policy,
-        providers,
-        tenants,
         api_keys,
-        public_base_url: config.public_base_url,
-        elicitation_ttl: config.elicitation_ttl,
-        max_wait: config.max_wait,
-        detached: tokio_util::task::TaskTracker::new(),
-        shutdown: Arc::default(),
+        urls: PublicUrls { secure_cookies: config.public_base_url.scheme() == "https", base: config.public_base_url },
+        lifecycle: Lifecycle::default(),
         pool,
     })
 }

@@ -67,8 +67,8 @@ pub fn same_subject(e: &ElicitationRow, session: &SessionInfo) -> bool {
 
 /// Whether the link was made for a subject of its tenant's IdP as it is now: one made
 /// before the tenant moved to another IdP is over (the next `/v1/token` closes it).
-fn of_tenants_idp(state: &AppState, e: &ElicitationRow) -> bool {
-    let idp = state.tenant_idp(&e.tenant_id);
+fn of_tenants_idp(directory: &crate::app::Directory, e: &ElicitationRow) -> bool {
+    let idp = directory.tenant_idp(&e.tenant_id);
     idp.is_some_and(|i| e.issuer.as_deref() == Some(i.issuer.as_str()))
 }
 
@@ -79,7 +79,7 @@ fn same_issuer(e: &ElicitationRow, session: &SessionInfo) -> bool {
 
 /// Records that someone else opened a link (the refusal page is the caller's).
 pub async fn record_identity_mismatch(
-    state: &AppState,
+    db: &crate::store::Db,
     e: &ElicitationRow,
     session: &SessionInfo,
 ) -> Result<(), sqlx::Error> {
@@ -87,7 +87,7 @@ pub async fn record_identity_mismatch(
     let mut ev = AuditEvent::for_elicitation(AuditKind::IdentityMismatch, e);
     // The intended subject is in the row already; the other one is kept for the operator.
     ev.detail = serde_json::json!({ "browser_subject": session.subject.as_str(), "browser_issuer": session.issuer });
-    store::audit::insert_event(&state.pool, &ev).await
+    store::audit::insert_event(db, &ev).await
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,15 +120,15 @@ pub(super) async fn load_for_session(
     let e = store::elicitations::find_by_id(&state.pool, id).await?;
     check_entry(e.as_ref(), path_provider, now).map_err(ConnectError::Entry)?;
     let e = e.ok_or(ConnectError::Entry(EntryRefusal::NotFound))?;
-    if !of_tenants_idp(state, &e) {
+    if !of_tenants_idp(&state.directory, &e) {
         return Err(ConnectError::Entry(EntryRefusal::Expired));
     }
     if !same_subject(&e, session) {
-        record_identity_mismatch(state, &e, session).await?;
+        record_identity_mismatch(&state.pool, &e, session).await?;
         return Err(ConnectError::IdentityMismatch);
     }
     // A provider switched off over the operator API is paused, as a kill switch pauses it.
-    let provider = policy::provider_for(state, &e.tenant_id, path_provider).map_err(|e| match e {
+    let provider = policy::provider_for(&state.directory, &e.tenant_id, path_provider).map_err(|e| match e {
         policy::PolicyError::ProviderDeactivated => ConnectError::ProviderDisabled,
         _ => ConnectError::ProviderNotAllowed,
     })?;
@@ -199,12 +199,12 @@ pub async fn consent_view(
         // The IdP the link's subject belongs to: its tenant's. A link of another (made
         // before the tenant moved, or before issuers were recorded) cannot be signed in
         // for: to the person, it is over, and the assistant's next call makes a new one.
-        let idp = state.tenant_idp(&e.tenant_id).filter(|_| of_tenants_idp(state, &e));
+        let idp = state.directory.tenant_idp(&e.tenant_id).filter(|_| of_tenants_idp(&state.directory, &e));
         let idp = idp.ok_or(ConnectError::Entry(EntryRefusal::Expired))?;
         return Ok(Consent::SignIn { idp: idp.name.clone() });
     };
     let (elicitation, provider) = load_for_session(state, id, path_provider, session, now).await?;
-    let tenant_name = state.tenant_name(&elicitation.tenant_id);
+    let tenant_name = state.directory.tenant_name(&elicitation.tenant_id);
     if let Some(spec) = provider.credential().cloned() {
         // Typed on this page: the check's host is where the value goes.
         let domain = spec.check.as_ref().map(|c| authority(&c.url));
@@ -250,7 +250,7 @@ pub async fn start_authorization(
         Upstream::RemoteMcp(_) | Upstream::Typed(_) => (false, &[][..]),
     };
     let oidc = oidc && scopes.as_slice().iter().any(|s| s == "openid");
-    let redirect = state.provider_redirect_uri(path_provider);
+    let redirect = state.urls.provider_redirect_uri(path_provider);
     let req = flow::authorize(&server, &redirect, &scopes.join(provider.scope_separator()), extra, oidc);
 
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
@@ -296,7 +296,7 @@ pub async fn decline(
         super::events::elicitation(&mut tx, EventKind::ElicitationDeclined, &e, "consent_page", "declined").await?;
     }
     tx.commit().await?;
-    Ok(state.tenant_name(&e.tenant_id))
+    Ok(state.directory.tenant_name(&e.tenant_id))
 }
 
 #[cfg(test)]

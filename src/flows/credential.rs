@@ -122,7 +122,7 @@ pub async fn submit(
         None => None,
         Some(check) => checked_account(state, &e, session, &provider, check, &typed, now).await?,
     };
-    let tenant_name = state.tenant_name(&e.tenant_id);
+    let tenant_name = state.directory.tenant_name(&e.tenant_id);
     // The check took a while: the link's expiry and the kill switch as they are now.
     let now = OffsetDateTime::now_utc();
     if kill_state(&state.pool, &state.caches, &e.tenant_id, &e.provider).await? != KillState::Open {
@@ -186,7 +186,7 @@ async fn checked_account(
         provider: &e.provider,
     };
     if !store::credential_checks::take(&state.pool, &budget, now, CHECK_WINDOW, MAX_CHECKS).await? {
-        audit_refusal(state, e, &CredentialRefusal::TooManyAttempts, None).await;
+        audit_refusal(&state.pool, e, &CredentialRefusal::TooManyAttempts, None).await;
         return Err(CredentialRefusal::TooManyAttempts.into());
     }
     let account = provider.account_fields().cloned().unwrap_or_default();
@@ -198,27 +198,27 @@ async fn checked_account(
         }
         Ok(Checked::Refused(status)) => {
             let r = CredentialRefusal::Refused(status);
-            audit_refusal(state, e, &r, Some(status)).await;
+            audit_refusal(&state.pool, e, &r, Some(status)).await;
             Err(r.into())
         }
         Err(err) => {
             tracing::warn!(error = %err, provider = %provider.id, "credential check failed");
             let r = CredentialRefusal::Unavailable;
-            audit_refusal(state, e, &r, None).await;
+            audit_refusal(&state.pool, e, &r, None).await;
             Err(r.into())
         }
     }
 }
 
 /// `connect_failed` with the reason (and the provider's status): never the value.
-async fn audit_refusal(state: &AppState, e: &ElicitationRow, r: &CredentialRefusal, status: Option<u16>) {
+async fn audit_refusal(db: &crate::store::Db, e: &ElicitationRow, r: &CredentialRefusal, status: Option<u16>) {
     metrics::counter!(crate::telemetry::metrics::CONNECT_FAILURES, "reason" => r.code()).increment(1);
     let mut ev = AuditEvent::for_elicitation(AuditKind::ConnectFailed, e);
     ev.detail = match status {
         Some(s) => serde_json::json!({ "reason": r.code(), "provider_status": s }),
         None => serde_json::json!({ "reason": r.code() }),
     };
-    if let Err(err) = store::audit::insert_event(&state.pool, &ev).await {
+    if let Err(err) = store::audit::insert_event(db, &ev).await {
         tracing::error!(error = %err, "could not write audit event");
     }
 }

@@ -55,7 +55,7 @@ pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group
     for row in rows {
         let held = Held {
             id: row.meta.id,
-            provider_name: provider_name(state, &row.meta.provider),
+            provider_name: provider_name(&state.directory, &row.meta.provider),
             provider_domain: domains.get(&row.meta.provider).cloned().flatten(),
             account_login: row.meta.account_login,
             scopes: row.meta.scopes,
@@ -66,7 +66,7 @@ pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group
         match groups.last_mut() {
             Some((tenant, g)) if *tenant == row.tenant_id => g.connections.push(held),
             _ => {
-                let group = Group { tenant_name: state.tenant_name(&row.tenant_id), connections: vec![held] };
+                let group = Group { tenant_name: state.directory.tenant_name(&row.tenant_id), connections: vec![held] };
                 groups.push((row.tenant_id, group));
             }
         }
@@ -75,14 +75,14 @@ pub async fn held_by(state: &AppState, person: &SessionInfo) -> Result<Vec<Group
 }
 
 /// The provider's display name, or its id when it is no longer configured.
-pub fn provider_name(state: &AppState, provider: &ProviderId) -> String {
-    state.providers.get(provider).map_or_else(|| provider.to_string(), |p| p.display_name.clone())
+pub fn provider_name(directory: &crate::app::Directory, provider: &ProviderId) -> String {
+    directory.providers.get(provider).map_or_else(|| provider.to_string(), |p| p.display_name.clone())
 }
 
 /// The full authority people sign in at (as on the consent page); `None` when the
 /// provider's metadata cannot be had just now.
 async fn provider_domain(state: &AppState, provider: &ProviderId) -> Option<String> {
-    let p = state.providers.get(provider)?.clone();
+    let p = state.directory.providers.get(provider)?.clone();
     if let Some(spec) = p.credential() {
         return spec.check.as_ref().map(|c| super::connect::authority(&c.url));
     }

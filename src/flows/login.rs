@@ -137,7 +137,7 @@ async fn server_of(state: &AppState, idp: &IdpConfig) -> Result<Arc<flow::AuthSe
     match state.resolver.idp(&state.outbound, idp).await {
         Ok(server) => Ok(server),
         Err(e) => {
-            record_failure(state, idp, "idp_unavailable").await;
+            record_failure(&state.pool, idp, "idp_unavailable").await;
             Err(LoginError::Unavailable(e))
         }
     }
@@ -147,7 +147,7 @@ async fn server_of(state: &AppState, idp: &IdpConfig) -> Result<Arc<flow::AuthSe
 /// no sign-in, so an outage hammered by browsers must not become a row per request, and one
 /// IdP's outage must not hide another's. Best effort: the page the person sees does not
 /// depend on it.
-async fn record_failure(state: &AppState, idp: &IdpConfig, reason: &'static str) {
+async fn record_failure(db: &crate::store::Db, idp: &IdpConfig, reason: &'static str) {
     static LAST_MINUTE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, i64>>> =
         std::sync::LazyLock::new(Default::default);
     let minute = OffsetDateTime::now_utc().unix_timestamp().div_euclid(60);
@@ -159,7 +159,7 @@ async fn record_failure(state: &AppState, idp: &IdpConfig, reason: &'static str)
     }
     let mut ev = store::audit::AuditEvent::new(AuditKind::LoginFailed);
     ev.detail = serde_json::json!({ "reason": reason, "idp": idp.name });
-    if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
+    if let Err(e) = store::audit::insert_event(db, &ev).await {
         tracing::warn!(error = %e, "login_failed not recorded");
     }
 }
@@ -177,7 +177,7 @@ pub async fn start(
     let server = server_of(state, idp).await?;
     let prompt = [("prompt".to_owned(), "login".to_owned())];
     let extra: &[(String, String)] = if choose_account { &prompt } else { &[] };
-    let req = flow::authorize(&server, &state.login_redirect_uri(idp), &idp.scopes.join(" "), extra, true);
+    let req = flow::authorize(&server, &state.urls.login_redirect_uri(idp), &idp.scopes.join(" "), extra, true);
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, &req.state);
     let secret = zeroize::Zeroizing::new(serde_json::to_vec(&SealedLogin {
         idp: idp.name.clone(),
@@ -203,7 +203,7 @@ pub async fn idp_logout_url(state: &AppState, idp: &IdpConfig) -> Option<Url> {
         }
     };
     let mut url = server.end_session_url.clone()?;
-    let mut back = state.public_base_url.clone();
+    let mut back = state.urls.base.clone();
     back.set_path("/logout/done");
     url.query_pairs_mut()
         .append_pair("client_id", &idp.client_id)
@@ -219,11 +219,16 @@ pub struct LoginDone {
 }
 
 /// The sign-in the login cookie holds, if it opens with `state_hash` and has not expired.
-fn open_cookie(state: &AppState, cookie: &str, state_hash: &[u8], now: OffsetDateTime) -> Option<SealedLogin> {
+fn open_cookie(
+    vault: &crate::vault::Vault,
+    cookie: &str,
+    state_hash: &[u8],
+    now: OffsetDateTime,
+) -> Option<SealedLogin> {
     let (key_id, sealed) = cookie_parts(cookie)?;
     // Any failure is the browser's problem, never ours: a cookie of another sign-in, a
     // changed byte, or one sealed under a key since removed.
-    let opened = state.vault.open_aux(key_id, COOKIE_PURPOSE, state_hash, &sealed).ok()?;
+    let opened = vault.open_aux(key_id, COOKIE_PURPOSE, state_hash, &sealed).ok()?;
     let login: SealedLogin = serde_json::from_slice(&opened).ok()?;
     (login.expires_at > now.unix_timestamp()).then_some(login)
 }
@@ -239,14 +244,15 @@ pub async fn complete(
 ) -> Result<LoginDone, LoginError> {
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
-    let secret = cookie.and_then(|c| open_cookie(state, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
+    let secret =
+        cookie.and_then(|c| open_cookie(&state.vault, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
     // The IdP this browser was sent to (sealed with the state, so the answer is checked
     // against that IdP alone); one no longer configured ends the sign-in, and so does an
     // answer at another IdP's callback (a mix-up: that IdP sent it, not this one).
     if secret.idp != at {
         return Err(LoginError::OtherIdpsCallback);
     }
-    let idp = state.idps.by_name(&secret.idp).cloned().ok_or(LoginError::StateUnusable)?;
+    let idp = state.directory.idps.by_name(&secret.idp).cloned().ok_or(LoginError::StateUnusable)?;
     let server = server_of(state, &idp).await?;
     flow::check_iss(&server, q.iss.as_deref()).map_err(LoginError::Iss)?;
     if let Some(e) = &q.error {
@@ -254,9 +260,10 @@ pub async fn complete(
         return Err(LoginError::ProviderError(code));
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 2048).ok_or(LoginError::MissingCode)?;
-    let tokens = flow::exchange_code(&server, &state.outbound, &state.login_redirect_uri(&idp), code, &secret.verifier)
-        .await
-        .map_err(LoginError::Flow)?;
+    let tokens =
+        flow::exchange_code(&server, &state.outbound, &state.urls.login_redirect_uri(&idp), code, &secret.verifier)
+            .await
+            .map_err(LoginError::Flow)?;
     let raw = tokens
         .id_token
         .as_ref()
@@ -283,7 +290,7 @@ pub async fn complete(
     }
 
     let session_id = crypto::random_token(32);
-    let ttl = time::Duration::try_from(state.session_ttl).unwrap_or(time::Duration::hours(1));
+    let ttl = time::Duration::try_from(state.lifetimes.session).unwrap_or(time::Duration::hours(1));
     let expires_at = now + ttl;
     store::sessions::insert_session(
         &state.pool,

@@ -1,7 +1,6 @@
 //! Whether a tenant may use a provider now: configured, allowed for the tenant, and not
 //! stopped by an operator's kill switch (cached, invalidated across instances).
 
-use crate::app::AppState;
 use crate::cache::Caches;
 use crate::domain::{KillState, ProviderId, TenantId};
 use crate::providers::Provider;
@@ -38,9 +37,13 @@ pub async fn kill_state(
 
 /// Resolves the provider for a tenant: configured, allowed for this tenant, and not
 /// switched off.
-pub fn provider_for(state: &AppState, tenant: &TenantId, provider: &ProviderId) -> Result<Arc<Provider>, PolicyError> {
-    let p = state.providers.get(provider).ok_or(PolicyError::UnknownProvider)?;
-    if state.tenants.allows(tenant, provider) != Some(true) {
+pub fn provider_for(
+    directory: &crate::app::Directory,
+    tenant: &TenantId,
+    provider: &ProviderId,
+) -> Result<Arc<Provider>, PolicyError> {
+    let p = directory.providers.get(provider).ok_or(PolicyError::UnknownProvider)?;
+    if directory.tenants.allows(tenant, provider) != Some(true) {
         return Err(PolicyError::ProviderNotAllowed);
     }
     if !p.is_active() {

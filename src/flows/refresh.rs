@@ -57,13 +57,17 @@ pub async fn refresh(
     // On the HTTP worker's own task set (the only caller is the `/v1/token` handler): the
     // task keeps this worker's pool, needs no `Send` (sqlx's executor futures trip rustc's
     // higher-ranked `Send` check, rust-lang/rust#102211), and outlives the request.
-    if state.shutdown.is_stopping() {
+    if state.lifecycle.shutdown.is_stopping() {
         return Err(RefreshError::ShuttingDown);
     }
     // A span inside the request's: the refresh and its provider call are the request's
     // children in a trace, even when the request has gone.
     let span = tracing::info_span!("refresh", provider = %observed.provider);
-    state.detached.spawn_local(refresh_single_flight(state.clone(), observed.clone(), now).instrument(span)).await?
+    state
+        .lifecycle
+        .detached
+        .spawn_local(refresh_single_flight(state.clone(), observed.clone(), now).instrument(span))
+        .await?
 }
 
 async fn refresh_single_flight(
@@ -86,7 +90,7 @@ async fn refresh_locked(
     now: OffsetDateTime,
 ) -> Result<ConnectionRow, RefreshError> {
     let mut tx = store::begin(&state.pool).await?;
-    fence(&mut tx, state.outbound_timeout).await?;
+    fence(&mut tx, state.lifetimes.outbound_timeout).await?;
     let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
     // Replaced meanwhile by a connect of another IdP's subject of the same name (the
     // tenant changed IdP): not the grant this caller may have.
@@ -110,7 +114,7 @@ async fn refresh_locked(
         return Err(RefreshError::NeedsReauth);
     };
     let refresh_token = state.vault.open(key_id, &binding, Field::RefreshToken, rt_ct)?;
-    let provider = state.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
+    let provider = state.directory.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
     // An OAuth grant under an id that now names a typed-credential provider: nothing to
     // refresh it with; the person connects anew.
     if provider.credential().is_some() {
@@ -118,18 +122,18 @@ async fn refresh_locked(
     }
     let server =
         super::remote::provider_server(state, &provider).await.map_err(|e| RefreshError::Transient(e.to_string()))?;
-    let redirect = state.provider_redirect_uri(&row.provider);
+    let redirect = state.urls.provider_redirect_uri(&row.provider);
     let answer = flow::refresh(&server, &state.outbound, &redirect, &refresh_token).await;
     metrics::counter!(REFRESHES, "outcome" => answer.as_ref().map_or_else(FlowError::reason, |_| "succeeded"))
         .increment(1);
     match answer {
         Ok(tokens) => {
-            let stored = seal_refreshed(state, &row, key_id, &refresh_token, &tokens, now)?;
+            let stored = seal_refreshed(&state.vault, &row, key_id, &refresh_token, &tokens, now)?;
             commit_refreshed(state, tx, &row, &stored, &tokens).await?;
-            Ok(stored.into_row(state, row, now))
+            Ok(stored.into_row(&state.vault, row, now))
         }
         Err(FlowError::InvalidGrant) => {
-            grant_is_dead(state, tx, &row).await?;
+            grant_is_dead(&state.caches, tx, &row).await?;
             Err(RefreshError::NeedsReauth)
         }
         Err(e) => {
@@ -208,9 +212,9 @@ impl Resealed {
     }
 
     /// The row as it is after the commit, to hand out from.
-    fn into_row(self, state: &AppState, row: ConnectionRow, now: OffsetDateTime) -> ConnectionRow {
+    fn into_row(self, vault: &crate::vault::Vault, row: ConnectionRow, now: OffsetDateTime) -> ConnectionRow {
         ConnectionRow {
-            key_id: Some(state.vault.current_key_id().as_str().to_owned()),
+            key_id: Some(vault.current_key_id().as_str().to_owned()),
             access_token_ct: Some(self.access_ct),
             refresh_token_ct: Some(self.refresh_ct),
             id_token_ct: self.id_ct,
@@ -229,7 +233,7 @@ impl Resealed {
 /// old one, re-sealed under the current key with the rest of the row (and the ID token
 /// likewise).
 fn seal_refreshed(
-    state: &AppState,
+    vault: &crate::vault::Vault,
     row: &ConnectionRow,
     key_id: &str,
     old_refresh: &secrecy::SecretString,
@@ -239,14 +243,14 @@ fn seal_refreshed(
     // Opened at the row's generation, sealed at its next: the ciphertexts this write
     // replaces (a rotated-out refresh token) no longer open if put back.
     let (current, next) = (row.binding(), row.next_binding());
-    let access_ct = state.vault.seal(&next, Field::AccessToken, &tokens.access_token)?;
+    let access_ct = vault.seal(&next, Field::AccessToken, &tokens.access_token)?;
     let keep = tokens.refresh_token.as_ref().unwrap_or(old_refresh);
-    let refresh_ct = state.vault.seal(&next, Field::RefreshToken, keep)?;
+    let refresh_ct = vault.seal(&next, Field::RefreshToken, keep)?;
     let id_ct = match (&tokens.id_token, &row.id_token_ct) {
-        (Some(new), _) => Some(state.vault.seal(&next, Field::IdToken, new)?),
+        (Some(new), _) => Some(vault.seal(&next, Field::IdToken, new)?),
         (None, Some(old)) => {
-            let t = state.vault.open(key_id, &current, Field::IdToken, old)?;
-            Some(state.vault.seal(&next, Field::IdToken, &t)?)
+            let t = vault.open(key_id, &current, Field::IdToken, old)?;
+            Some(vault.seal(&next, Field::IdToken, &t)?)
         }
         (None, None) => None,
     };
@@ -262,7 +266,11 @@ fn seal_refreshed(
 }
 
 /// `invalid_grant`: the connection needs a new consent; its tokens go.
-async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow) -> Result<(), RefreshError> {
+async fn grant_is_dead(
+    caches: &crate::cache::Caches,
+    mut tx: store::Tx,
+    row: &ConnectionRow,
+) -> Result<(), RefreshError> {
     // Under the row lock: the version is the one just read.
     store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await?;
     let mut ev = AuditEvent::for_connection(AuditKind::RefreshFailed, row);
@@ -272,7 +280,7 @@ async fn grant_is_dead(state: &AppState, mut tx: store::Tx, row: &ConnectionRow)
     super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "provider", "invalid_grant", None)
         .await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.key());
+    caches.forget_connection(&row.key());
     Ok(())
 }
 

@@ -34,8 +34,8 @@ pub async fn provider_server(state: &AppState, p: &Provider) -> Result<Arc<AuthS
 
 /// `<public base>/clients/<provider>`: the Client ID Metadata Document's URL, and so the
 /// client id.
-pub fn client_metadata_url(state: &AppState, p: &Provider) -> Url {
-    let mut u = state.public_base_url.clone();
+pub fn client_metadata_url(urls: &crate::app::PublicUrls, p: &Provider) -> Url {
+    let mut u = urls.base.clone();
     u.set_path(&format!("/clients/{}", p.id));
     u
 }
@@ -44,10 +44,10 @@ pub fn client_metadata_url(state: &AppState, p: &Provider) -> Url {
 pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Value> {
     p.resource()?;
     Some(serde_json::json!({
-        "client_id": client_metadata_url(state, p).as_str(),
+        "client_id": client_metadata_url(&state.urls, p).as_str(),
         "client_name": "mcp-connect",
-        "client_uri": state.public_base_url.as_str(),
-        "redirect_uris": [state.provider_redirect_uri(&p.id).as_str()],
+        "client_uri": state.urls.base.as_str(),
+        "redirect_uris": [state.urls.provider_redirect_uri(&p.id).as_str()],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
@@ -57,7 +57,7 @@ pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Val
 async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<AuthServer>, ResolveError> {
     let d = mcp::discover(&state.outbound, &m.resource, p.policy.allow_private_endpoints).await?;
     pinned(state, p, m, &d).await?;
-    let redirect = state.provider_redirect_uri(&p.id);
+    let redirect = state.urls.provider_redirect_uri(&p.id);
     let stored = store::remote_clients::find(&state.pool, &p.id, &d.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?;
@@ -68,9 +68,9 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
     } else if let Some(row) = stored {
         // Registered before: kept (the grants made with it refresh with it), even if the
         // server has since begun to read metadata documents.
-        opened(state, p, &d.issuer, &redirect, row)?
+        opened(&state.vault, p, &d.issuer, &redirect, row)?
     } else if d.client_id_metadata_documents {
-        (client_metadata_url(state, p).to_string(), SecretString::from(String::new()), ClientAuth::Public)
+        (client_metadata_url(&state.urls, p).to_string(), SecretString::from(String::new()), ClientAuth::Public)
     } else if let Some(url) = &d.registration_url {
         registered(state, p, &d, url).await?
     } else {
@@ -149,7 +149,7 @@ fn binding(provider: &str, issuer: &str, redirect: &str, client_id: &str) -> Vec
 
 /// A stored registration's client id, secret (opened) and authentication method.
 fn opened(
-    state: &AppState,
+    vault: &crate::vault::Vault,
     p: &Provider,
     issuer: &str,
     redirect: &Url,
@@ -158,7 +158,7 @@ fn opened(
     let secret = match (&row.key_id, &row.secret_ct) {
         (Some(key_id), Some(ct)) => {
             let b = binding(p.id.as_str(), issuer, redirect.as_str(), &row.client_id);
-            let opened = state.vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| store_fault(p, "opened"))?;
+            let opened = vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| store_fault(p, "opened"))?;
             SecretString::from(String::from_utf8(opened.to_vec()).map_err(|_| store_fault(p, "opened"))?)
         }
         _ => SecretString::from(String::new()),
@@ -194,7 +194,7 @@ async fn registered(
     d: &Discovered,
     url: &Url,
 ) -> Result<(String, SecretString, ClientAuth), ResolveError> {
-    let redirect = state.provider_redirect_uri(&p.id);
+    let redirect = state.urls.provider_redirect_uri(&p.id);
     let r = mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
     tracing::info!(provider = %p.id, client_id = %r.client_id, token_endpoint_auth_method = r.auth.as_str(), "registered at the remote MCP server's authorization server");
     let bound = binding(p.id.as_str(), &d.issuer, redirect.as_str(), &r.client_id);
@@ -217,5 +217,5 @@ async fn registered(
         .await
         .map_err(|_| store_fault(p, "read"))?
         .ok_or_else(|| store_fault(p, "read"))?;
-    opened(state, p, &d.issuer, &redirect, row)
+    opened(&state.vault, p, &d.issuer, &redirect, row)
 }

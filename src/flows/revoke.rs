@@ -147,7 +147,7 @@ async fn revoke_checked(
 
 /// Calls the provider's revocation endpoint; never fails the local revocation.
 pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connections::ConnectionRow) -> String {
-    let Some(provider) = state.providers.get(&row.provider) else {
+    let Some(provider) = state.directory.providers.get(&row.provider) else {
         return "failed: provider no longer configured".to_owned();
     };
     // A typed credential (by the row: the provider may have changed kind since): nothing

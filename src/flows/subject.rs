@@ -41,7 +41,7 @@ pub async fn proven_subject(
 ) -> Result<Subject, SubjectError> {
     // A tenant that is not active (here, now) has no policy: refused, never taken as "no
     // token required" (its key stops verifying a moment later anyway).
-    let policy = state.tenants.subject_token_policy(tenant).ok_or(SubjectError::TenantInactive)?;
+    let policy = state.directory.tenants.subject_token_policy(tenant).ok_or(SubjectError::TenantInactive)?;
     let Some(token) = token else {
         if policy.is_required() {
             return Err(SubjectError::TokenRequired);
@@ -50,7 +50,7 @@ pub async fn proven_subject(
     };
     let audience = policy.audience.ok_or(SubjectError::TokenNotAccepted)?;
     // The tenant's own IdP: a token of another tenant's IdP fails the issuer check.
-    let idp = state.tenant_idp(tenant).ok_or(SubjectError::TenantInactive)?;
+    let idp = state.directory.tenant_idp(tenant).ok_or(SubjectError::TenantInactive)?;
     let sub = verified_sub(state, &idp, token.expose_secret(), &audience, now).await?;
     let proven = Subject::parse(&sub).map_err(|_| SubjectError::Refused(AccessTokenRefusal::Invalid))?;
     match named {

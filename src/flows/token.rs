@@ -88,14 +88,14 @@ pub async fn token_for(
     req: TokenRequest,
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
-    let provider = provider_for(state, tenant, &req.provider)?;
+    let provider = provider_for(&state.directory, tenant, &req.provider)?;
     // A typed credential has no scopes: whatever a tool names, it is asked for none.
     let mut req = req;
     if provider.credential().is_some() {
         req.scopes = Some(Scopes::default());
     }
     // The subject is the tenant's IdP's: rows of another IdP's namesake are not its.
-    let idp = state.tenant_idp(tenant).ok_or(TokenError::IdpUnavailable)?;
+    let idp = state.directory.tenant_idp(tenant).ok_or(TokenError::IdpUnavailable)?;
     let issuer = idp.issuer.as_str();
     let killed = kill_state(&state.pool, &state.caches, tenant, &req.provider).await?;
     if killed == KillState::NoTokenHandouts {
@@ -103,12 +103,12 @@ pub async fn token_for(
     }
 
     if let Some(eid) = req.elicitation_id
-        && let Some(answer) = elicitation_answer(state, tenant, issuer, &req, eid, now).await?
+        && let Some(answer) = elicitation_answer(&state.pool, tenant, issuer, &req, eid, now).await?
     {
         return Ok(answer);
     }
     if let Some(out) = cached_token(state, tenant, &provider, issuer, &req, now)? {
-        record_handout(state, api_key, &out).await;
+        record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
     }
 
@@ -126,7 +126,7 @@ pub async fn token_for(
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, tenant, &provider, &req, issuer, c, now).await?
     {
-        record_handout(state, api_key, &out).await;
+        record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
     }
     if killed != KillState::Open {
@@ -187,15 +187,14 @@ pub async fn token_waiting(
 /// link again) or declined. `None`: look at the connection (completed), or make a fresh
 /// elicitation (expired, cancelled, overdue).
 async fn elicitation_answer(
-    state: &AppState,
+    db: &crate::store::Db,
     tenant: &TenantId,
     issuer: &str,
     req: &TokenRequest,
     eid: ElicitationId,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let e =
-        store::elicitations::find_for_tenant(&state.pool, tenant, eid).await?.ok_or(TokenError::ElicitationNotFound)?;
+    let e = store::elicitations::find_for_tenant(db, tenant, eid).await?.ok_or(TokenError::ElicitationNotFound)?;
     if e.subject != req.subject || e.provider != req.provider {
         return Err(TokenError::ElicitationMismatch);
     }
@@ -225,7 +224,7 @@ fn cached_token(
     };
     let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
     match check_handout(c.facts(), ask, state.refresh, now) {
-        HandOut::Serve => hand_out(state, tenant, provider, req, &c),
+        HandOut::Serve => hand_out(&state.vault, tenant, provider, req, &c),
         // Anything else is decided on the row as it is now.
         HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),
     }
@@ -267,7 +266,7 @@ async fn usable_token(
         }
     };
     match entry {
-        Some(entry) => hand_out(state, tenant, provider, req, &entry),
+        Some(entry) => hand_out(&state.vault, tenant, provider, req, &entry),
         None => Ok(None),
     }
 }
@@ -275,7 +274,7 @@ async fn usable_token(
 /// Opens the access token of a usable connection for the caller; `None`: the row is of
 /// another kind than its provider (see below).
 fn hand_out(
-    state: &AppState,
+    vault: &crate::vault::Vault,
     tenant: &TenantId,
     provider: &Provider,
     req: &TokenRequest,
@@ -290,7 +289,7 @@ fn hand_out(
         generation: c.seal_version,
         issuer: Some(&c.shape.issuer),
     };
-    let opened = state.vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
+    let opened = vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
     // A typed credential is sealed as one document: its primary value is the token, and
     // every field goes along. (The provider's kind decides, not the stored token type.)
     // A row of the other kind (the file changed the provider's template since it was
@@ -326,9 +325,9 @@ fn hand_out(
 }
 
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).
-async fn record_handout(state: &AppState, api_key: &ApiKeyId, out: &TokenOutcome) {
+async fn record_handout(handouts: &crate::store::handouts::HandoutAudit, api_key: &ApiKeyId, out: &TokenOutcome) {
     if let TokenOutcome::Connected { connection_id, .. } = out {
-        state.handouts.record(*connection_id, api_key).await;
+        handouts.record(*connection_id, api_key).await;
     }
 }
 
@@ -353,7 +352,7 @@ async fn pending_elicitation(
             return Ok(e);
         }
         let id = ElicitationId::generate();
-        let ttl = time::Duration::try_from(state.elicitation_ttl).unwrap_or(time::Duration::minutes(10));
+        let ttl = time::Duration::try_from(state.lifetimes.elicitation).unwrap_or(time::Duration::minutes(10));
         let new = store::elicitations::NewElicitation {
             id,
             tenant_id: tenant,

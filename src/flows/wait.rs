@@ -17,7 +17,10 @@ pub const MAX_WAIT_SECONDS: u64 = 30;
 /// request must not wait: the listener is not hearing changes, the instance is draining,
 /// or too many requests wait already.
 pub fn watch<'a>(state: &'a AppState, tenant: &TenantId, id: &ElicitationId, wait: Duration) -> Option<Watch<'a>> {
-    if wait.min(state.max_wait).is_zero() || !state.caches.is_listening() || state.shutdown.is_draining() {
+    if wait.min(state.lifetimes.max_wait).is_zero()
+        || !state.caches.is_listening()
+        || state.lifecycle.shutdown.is_draining()
+    {
         return None;
     }
     state.caches.waiters.watch(tenant.as_str(), id.as_uuid())
@@ -42,7 +45,7 @@ pub async fn until(
     let _held = state.caches.waiters.holding();
     tokio::select! {
         () = changed => true,
-        () = tokio::time::sleep(wait.min(state.max_wait).min(to_expiry)) => true,
-        () = state.shutdown.draining() => false,
+        () = tokio::time::sleep(wait.min(state.lifetimes.max_wait).min(to_expiry)) => true,
+        () = state.lifecycle.shutdown.draining() => false,
     }
 }

@@ -20,7 +20,7 @@ pub async fn request_context(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = format!("{:016x}", rand::rng().next_u64());
     let state = req.app_data::<actix_web::web::Data<crate::app::AppState>>();
-    let draining = state.is_some_and(|s| s.shutdown.is_draining());
+    let draining = state.is_some_and(|s| s.lifecycle.shutdown.is_draining());
     let hsts = state.and_then(|s| s.hsts.clone());
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().clone();

@@ -178,7 +178,7 @@ fn tenant_id(s: &str) -> Result<TenantId, ApiError> {
 }
 
 fn known(state: &AppState) -> Known<'_> {
-    Known { providers: state.providers.snapshot(), idps: &state.idps }
+    Known { providers: state.directory.providers.snapshot(), idps: &state.directory.idps }
 }
 
 impl From<TenantRefusal> for ApiError {
@@ -572,8 +572,8 @@ fn provider_id(s: &str) -> Result<ProviderId, ApiError> {
     security(("operator_key" = [])),
 )]
 pub async fn list_providers(_caller: OperatorCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let all = state.providers.snapshot();
-    let providers = all.iter().map(|p| ProviderView::of(p, state.providers.in_file(&p.id))).collect();
+    let all = state.directory.providers.snapshot();
+    let providers = all.iter().map(|p| ProviderView::of(p, state.directory.providers.in_file(&p.id))).collect();
     Ok(HttpResponse::Ok().json(ProviderViews { providers }))
 }
 
@@ -605,7 +605,7 @@ pub async fn create_provider(
     let p = crate::flows::providers::create_provider(
         &state.pool,
         &state.vault,
-        &state.providers,
+        &state.directory.providers,
         &b.id,
         settings,
         secret,
@@ -635,8 +635,9 @@ pub async fn get_provider(
     path: web::Path<ProviderIdPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = provider_id(&path.provider)?;
-    let p = state.providers.get(&id).ok_or_else(|| ApiError::from(ProviderRefusal::NotFound(id.to_string())))?;
-    Ok(HttpResponse::Ok().json(ProviderView::of(&p, state.providers.in_file(&id))))
+    let p =
+        state.directory.providers.get(&id).ok_or_else(|| ApiError::from(ProviderRefusal::NotFound(id.to_string())))?;
+    Ok(HttpResponse::Ok().json(ProviderView::of(&p, state.directory.providers.in_file(&id))))
 }
 
 /// Changes a provider made over the operator API (settings, secret, `active`).
@@ -668,8 +669,14 @@ pub async fn change_provider(
         client_secret: b.client_secret.map(secrecy::SecretString::from),
         active: b.active,
     };
-    let p =
-        crate::flows::providers::change_provider(&state.pool, &state.vault, &state.providers, &id, change, &caller.0)
-            .await?;
+    let p = crate::flows::providers::change_provider(
+        &state.pool,
+        &state.vault,
+        &state.directory.providers,
+        &id,
+        change,
+        &caller.0,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(ProviderView::of(&p, false)))
 }

@@ -14,7 +14,7 @@ async fn healthz() -> HttpResponse {
 
 /// Not draining, the database answers, and every migration this binary knows is applied.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    if state.shutdown.is_draining() {
+    if state.lifecycle.shutdown.is_draining() {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "draining" }));
     }
     if state.caches.is_unheard() {

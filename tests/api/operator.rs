@@ -378,7 +378,7 @@ async fn a_provider_made_over_the_api_connects_on_a_second_instance_and_stops_ha
     json_of(a.operator(&op, Method::PATCH, "/providers/runtimep", Some(scopes)).await, 200).await;
     assert!(b.state.caches.barrier(&b.pool).await);
     let id = mcp_connect::domain::ProviderId::parse("runtimep").unwrap();
-    let on_b = b.state.providers.get(&id).unwrap();
+    let on_b = b.state.directory.providers.get(&id).unwrap();
     assert_eq!(on_b.default_scopes().as_slice(), ["email", "openid", "profile"]);
     assert_eq!(on_b.revision(), 2);
 
@@ -533,7 +533,7 @@ async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_n
     }
     let same = json!({"token_url": "https://auth.example.com/token", "display_name": "Extra"});
     json_of(app.operator(&op, Method::PATCH, "/providers/extra", Some(same)).await, 200).await;
-    let p = app.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
+    let p = app.state.directory.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client().unwrap().secret), "s2");
     // The first secret put back does not open (its generation is bound in), and the
     // database refuses to lower the generation.
@@ -556,8 +556,8 @@ async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_n
         .execute(&app.pool)
         .await
         .unwrap();
-    app.state.tenants.reload(&app.pool).await.unwrap();
-    assert!(app.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).is_none());
+    app.state.directory.tenants.reload(&app.pool).await.unwrap();
+    assert!(app.state.directory.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).is_none());
     refused(&app, &op, Method::PATCH, "/providers/extra", json!({"scopes": ["x"]}), 409, "provider_secret_unopenable")
         .await;
     // The endpoints as they were, and the first secret put back at a new generation: the
@@ -566,12 +566,18 @@ async fn providers_are_checked_as_a_file_checks_them_their_secret_replaced_and_n
         .execute(&app.pool)
         .await
         .unwrap();
-    app.state.tenants.reload(&app.pool).await.unwrap();
-    assert!(app.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).is_some(), "as it was");
+    app.state.directory.tenants.reload(&app.pool).await.unwrap();
+    assert!(
+        app.state.directory.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).is_some(),
+        "as it was"
+    );
     put_back(3).await.unwrap();
-    app.state.tenants.reload(&app.pool).await.unwrap();
+    app.state.directory.tenants.reload(&app.pool).await.unwrap();
     let id = mcp_connect::domain::ProviderId::parse("extra").unwrap();
-    assert!(app.state.providers.get(&id).is_none(), "a secret sealed for generation 1 does not open as generation 3");
+    assert!(
+        app.state.directory.providers.get(&id).is_none(),
+        "a secret sealed for generation 1 does not open as generation 3"
+    );
 }
 
 #[tokio::test]
@@ -592,7 +598,7 @@ async fn rotate_key_reseals_the_providers_client_secrets_and_the_new_key_alone_s
             .unwrap();
     assert_eq!((key_id.as_str(), version), ("k-new", 2));
     let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
-    let p = new_only.state.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
+    let p = new_only.state.directory.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client().unwrap().secret), "the-secret");
 }
 
@@ -612,11 +618,11 @@ async fn a_provider_id_any_instances_file_names_is_the_files_on_every_instance()
     // and the API changes it no more.
     json_of(app.operator(&op, Method::POST, "/providers", Some(body("later"))).await, 201).await;
     let id = mcp_connect::domain::ProviderId::parse("later").unwrap();
-    assert!(app.state.providers.get(&id).is_some());
+    assert!(app.state.directory.providers.get(&id).is_some());
     // (As `record_configured` is what a start runs; the write announces itself.)
     mcp_connect::store::providers::record_configured(&app.pool, &["later".to_owned()]).await.unwrap();
     assert!(app.state.caches.barrier(&app.pool).await, "the notification arrived");
-    assert!(app.state.providers.get(&id).is_none(), "the files' now, without a reload asked for");
+    assert!(app.state.directory.providers.get(&id).is_none(), "the files' now, without a reload asked for");
     refused(&app, &op, Method::PATCH, "/providers/later", json!({"active": false}), 409, "provider_kept_by_file").await;
     // Each start records its file's ids.
     let ids: Vec<String> =

@@ -315,7 +315,7 @@ async fn an_authorization_server_other_than_the_one_first_found_is_refused_on_ev
     };
     let app = spawn_app_with(options(&format!("{}/mcp", a.origin))).await;
     let id = mcp_connect::domain::ProviderId::parse("remote").unwrap();
-    let provider = app.state.providers.get(&id).unwrap();
+    let provider = app.state.directory.providers.get(&id).unwrap();
     let server = mcp_connect::flows::remote::provider_server(&app.state, &provider).await.unwrap();
     assert_eq!(server.issuer.as_deref(), Some(a.origin.as_str()));
     assert_eq!(server.client_id, format!("client-at-{}", a.origin), "registered");
@@ -330,7 +330,7 @@ async fn an_authorization_server_other_than_the_one_first_found_is_refused_on_ev
         json!({"resource": format!("{o}/mcp"), "authorization_servers": [b.origin]}),
     );
     let other = spawn_on(&app, &options(&format!("{}/mcp", a.origin))).await;
-    let provider = other.state.providers.get(&id).unwrap();
+    let provider = other.state.directory.providers.get(&id).unwrap();
     let why = mcp_connect::flows::remote::provider_server(&other.state, &provider).await.unwrap_err().to_string();
     assert!(why.contains(&format!("its authorization server is now \"{}\"", b.origin)), "{why}");
     assert!(why.contains("pinned when it was first found"), "{why}");
@@ -338,7 +338,7 @@ async fn an_authorization_server_other_than_the_one_first_found_is_refused_on_ev
     let mut named = options(&format!("{}/mcp", a.origin));
     named.extra_toml.push_str(&format!("issuer = \"{}\"\n", b.origin));
     let third = spawn_on(&app, &named).await;
-    let provider = third.state.providers.get(&id).unwrap();
+    let provider = third.state.directory.providers.get(&id).unwrap();
     let server = mcp_connect::flows::remote::provider_server(&third.state, &provider).await.unwrap();
     assert_eq!(server.issuer.as_deref(), Some(b.origin.as_str()));
 }

@@ -497,7 +497,7 @@ impl TestApp {
         // The tenant's IdP's subject, as the callback records it (and binds into the seal).
         let issuer = match issuer {
             Some(i) => Some(i.to_owned()),
-            None => self.state.tenant_idp(&t).map(|i| i.issuer.as_str().to_owned()),
+            None => self.state.directory.tenant_idp(&t).map(|i| i.issuer.as_str().to_owned()),
         };
         let row = RowBinding {
             tenant: &t,

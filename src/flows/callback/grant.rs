@@ -19,8 +19,8 @@ struct Sealed {
 }
 
 impl Sealed {
-    fn of(state: &AppState, row: &RowBinding<'_>, t: &flow::TokenSet) -> Result<Self, VaultError> {
-        let seal = |field: Field, token: &SecretString| state.vault.seal(row, field, token);
+    fn of(vault: &crate::vault::Vault, row: &RowBinding<'_>, t: &flow::TokenSet) -> Result<Self, VaultError> {
+        let seal = |field: Field, token: &SecretString| vault.seal(row, field, token);
         Ok(Self {
             access: seal(Field::AccessToken, &t.access_token)?,
             refresh: t.refresh_token.as_ref().map(|t| seal(Field::RefreshToken, t)).transpose()?,
@@ -55,7 +55,7 @@ pub async fn save(
         issuer: e.issuer.as_deref(),
     };
     let tokens = x.tokens;
-    let sealed = Sealed::of(state, &row, tokens)?;
+    let sealed = Sealed::of(&state.vault, &row, tokens)?;
     let granted = super::checks::granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {
         generation,

@@ -189,12 +189,12 @@ pub async fn complete(
     };
     let result = consumed(state, path_provider, session, q, &st, &state_hash, now).await;
     if let Err(failure) = &result {
-        audit_failure(state, &st, failure).await;
+        audit_failure(&state.pool, &st, failure).await;
     }
     result
 }
 
-async fn audit_failure(state: &AppState, st: &OauthStateRow, failure: &CallbackFailure) {
+async fn audit_failure(db: &crate::store::Db, st: &OauthStateRow, failure: &CallbackFailure) {
     let mut ev = AuditEvent::new(AuditKind::ConnectFailed);
     ev.tenant_id = Some(st.tenant_id.clone());
     ev.subject = Some(st.subject.clone());
@@ -205,7 +205,7 @@ async fn audit_failure(state: &AppState, st: &OauthStateRow, failure: &CallbackF
         Some(r) => serde_json::json!({ "reason": reason, "provider_revocation": r }),
         None => serde_json::json!({ "reason": reason }),
     };
-    if let Err(e) = store::audit::insert_event(&state.pool, &ev).await {
+    if let Err(e) = store::audit::insert_event(db, &ev).await {
         tracing::error!(error = %e, "could not write audit event");
     }
 }
@@ -231,7 +231,7 @@ async fn unusable_state(
 async fn already_connected(state: &AppState, st: &OauthStateRow) -> Result<Option<CallbackOutcome>, Fault> {
     Ok(match store::elicitations::find_by_id(&state.pool, st.elicitation_id).await? {
         Some(e) if e.status == ElicitationStatus::Completed => {
-            Some(CallbackOutcome::AlreadyConnected { tenant_name: state.tenant_name(&e.tenant_id) })
+            Some(CallbackOutcome::AlreadyConnected { tenant_name: state.directory.tenant_name(&e.tenant_id) })
         }
         _ => None,
     })
@@ -248,10 +248,10 @@ async fn consumed(
     state_hash: &[u8],
     now: OffsetDateTime,
 ) -> Result<CallbackOutcome, CallbackFailure> {
-    let expected_redirect = state.provider_redirect_uri(path_provider);
+    let expected_redirect = state.urls.provider_redirect_uri(path_provider);
     checks::state_binding(st, path_provider, session, &expected_redirect)?;
     let (tenant, subject) = (st.tenant_id.clone(), st.subject.clone());
-    let provider = policy::provider_for(state, &tenant, path_provider).map_err(|e| match e {
+    let provider = policy::provider_for(&state.directory, &tenant, path_provider).map_err(|e| match e {
         policy::PolicyError::ProviderDeactivated => CallbackRefusal::ProviderDisabled,
         _ => CallbackRefusal::ElicitationGone,
     })?;
@@ -263,17 +263,17 @@ async fn consumed(
     let server = super::remote::provider_server(state, &provider).await.map_err(CallbackRefusal::Resolve)?;
     // RFC 9207 applies to error responses too.
     flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
-    let tenant_name = state.tenant_name(&st.tenant_id);
+    let tenant_name = state.directory.tenant_name(&st.tenant_id);
 
     // No lock is held across a call to the provider (the exchange, the ID token's keys,
     // the user endpoint, a revocation): the elicitation is read here, and locked only to
     // write what the calls produced, when it must still be pending (`keep`).
-    let Some(e) = pending(state, st, now).await? else {
+    let Some(e) = pending(&state.pool, st, now).await? else {
         return already_connected(state, st).await?.ok_or_else(|| CallbackRefusal::ElicitationGone.into());
     };
     checks::elicitation_matches(st, &e)?;
     // Made for the subject of an IdP the tenant no longer has: over.
-    if state.tenant_idp(&e.tenant_id).is_none_or(|i| e.issuer.as_deref() != Some(i.issuer.as_str())) {
+    if state.directory.tenant_idp(&e.tenant_id).is_none_or(|i| e.issuer.as_deref() != Some(i.issuer.as_str())) {
         return Err(CallbackRefusal::ElicitationGone.into());
     }
 
@@ -307,8 +307,12 @@ async fn consumed(
 }
 
 /// The state's elicitation while it is pending, read without a lock.
-async fn pending(state: &AppState, st: &OauthStateRow, now: OffsetDateTime) -> Result<Option<ElicitationRow>, Fault> {
-    Ok(store::elicitations::find_by_id(&state.pool, st.elicitation_id)
+async fn pending(
+    db: &crate::store::Db,
+    st: &OauthStateRow,
+    now: OffsetDateTime,
+) -> Result<Option<ElicitationRow>, Fault> {
+    Ok(store::elicitations::find_by_id(db, st.elicitation_id)
         .await?
         .filter(|e| e.status == ElicitationStatus::Pending && e.expires_at > now))
 }

@@ -59,7 +59,7 @@ fn subject(s: &str) -> Result<Subject, ApiError> {
 
 fn provider(state: &AppState, s: &str) -> Result<ProviderId, ApiError> {
     let p = ProviderId::parse(s).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
-    if state.providers.get(&p).is_none() {
+    if state.directory.providers.get(&p).is_none() {
         return Err(ApiError::new(ErrorCode::UnknownProvider, "no provider of that name is configured"));
     }
     Ok(p)

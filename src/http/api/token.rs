@@ -182,7 +182,7 @@ pub async fn post_token(
     let body = body.into_inner();
     // A configured provider's name, or `other`: labels never carry what a caller made up.
     let provider = match ProviderId::parse(&body.provider) {
-        Ok(p) if state.providers.get(&p).is_some() => p.as_str().to_owned(),
+        Ok(p) if state.directory.providers.get(&p).is_some() => p.as_str().to_owned(),
         _ => "other".to_owned(),
     };
     let answer = answer(caller, &state, body).await;
@@ -325,10 +325,13 @@ fn connect_required(
     e: &ElicitationRow,
 ) -> ConnectRequired {
     let id = e.id;
-    let url = state.connect_url(provider, &id);
-    let tenant_name = state.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
-    let provider_name =
-        state.providers.get(provider).map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone());
+    let url = state.urls.connect_url(provider, &id);
+    let tenant_name = state.directory.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
+    let provider_name = state
+        .directory
+        .providers
+        .get(provider)
+        .map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone());
     let message = format!(
         "{tenant_name} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
          nothing is shared until you do."

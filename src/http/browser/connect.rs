@@ -84,7 +84,7 @@ async fn refusal(
     let mismatch = matches!(e, ConnectError::IdentityMismatch);
     let mut page = connect_error(rid, session, link, e);
     if mismatch && let Some(own) = page.page.as_mut() {
-        let idp = session.and_then(|s| state.idps.by_issuer(&s.info.issuer));
+        let idp = session.and_then(|s| state.directory.idps.by_issuer(&s.info.issuer));
         if let Some(idp) = idp {
             own.form_action =
                 crate::flows::login::idp_logout_url(state, idp).await.map(|u| u.origin().ascii_serialization());
@@ -260,7 +260,7 @@ pub async fn callback(
     // set even if the browser goes away meanwhile (a grant the provider issued is either
     // stored or revoked, never dropped half-way). Not once the instance is stopping: the
     // state is not consumed, so the same answer works on the instance the retry reaches.
-    if state.shutdown.is_stopping() {
+    if state.lifecycle.shutdown.is_stopping() {
         return Err(PageError::new(
             &rid,
             PageKind::Unavailable,
@@ -272,6 +272,7 @@ pub async fn callback(
     let task = {
         let (state, q) = (state.get_ref().clone(), q.clone());
         state
+            .lifecycle
             .detached
             .clone()
             .spawn_local(async move { callback::complete(&state, &provider, info.as_ref(), &q, now).await })

@@ -92,7 +92,7 @@ async fn page(
         signed_in_as: session.info.subject.as_str(),
         // Where tenants sign in at several IdPs, one name may be two people: the page says
         // which IdP's this is.
-        signed_in_at: (state.idps.named_count() > 0)
+        signed_in_at: (state.directory.idps.named_count() > 0)
             .then(|| url::Url::parse(&session.info.issuer).ok())
             .flatten()
             .map(|u| u[url::Position::BeforeHost..url::Position::AfterPort].to_owned()),
@@ -116,7 +116,7 @@ pub struct ShowQuery {
 
 fn notice(state: &AppState, q: &ShowQuery) -> Option<Notice> {
     let id = crate::domain::ProviderId::parse(q.disconnected.as_deref()?).ok()?;
-    let name = state.providers.get(&id)?.display_name.clone();
+    let name = state.directory.providers.get(&id)?.display_name.clone();
     Some(if q.told.as_deref() == Some("no") {
         Notice {
             class: "bad",
@@ -183,7 +183,7 @@ pub async fn disconnect(
         Err(DisconnectError::NotYours) => return Err(not_yours()),
         Err(DisconnectError::Fault(f)) => return Err(refused(super::refusals::fault(&rid, &f))),
     };
-    let mut back = state.public_base_url.clone();
+    let mut back = state.urls.base.clone();
     back.set_path("/connections");
     back.query_pairs_mut().append_pair("disconnected", &r.provider);
     if r.provider_result.starts_with("failed") {

@@ -25,7 +25,7 @@ pub async fn login(
     q: web::Query<LoginQuery>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let return_to = login::safe_return_to(&state.public_base_url, q.return_to.as_deref().unwrap_or("/"))
+    let return_to = login::safe_return_to(&state.urls.base, q.return_to.as_deref().unwrap_or("/"))
         .map(|u| login::path_and_query(&u))
         .map_err(|why| {
             tracing::warn!(reason = ?why, "sign-in link refused");
@@ -38,8 +38,8 @@ pub async fn login(
             )
         })?;
     let idp = match q.idp.as_deref() {
-        None => state.idps.default(),
-        Some(name) => state.idps.by_name(name).ok_or_else(|| {
+        None => state.directory.idps.default(),
+        Some(name) => state.directory.idps.by_name(name).ok_or_else(|| {
             tracing::warn!("sign-in link names an identity provider that is not configured");
             PageError::new(
                 &rid,
@@ -51,16 +51,16 @@ pub async fn login(
         })?,
     };
     // After a sign-out from us, let the person pick the account at the IdP.
-    let choose_account = req.cookie(relogin_cookie_name(state.secure_cookies)).is_some();
+    let choose_account = req.cookie(relogin_cookie_name(state.urls.secure_cookies)).is_some();
     let started = login::start(&state, idp, &return_to, choose_account, OffsetDateTime::now_utc())
         .await
         .map_err(|e| super::refusals::login_error(&rid, e))?;
     Ok(HttpResponse::SeeOther()
         .insert_header(("location", started.authorize_url.as_str()))
         .cookie(cookie(
-            login_cookie_name(state.secure_cookies),
+            login_cookie_name(state.urls.secure_cookies),
             started.cookie,
-            state.secure_cookies,
+            state.urls.secure_cookies,
             time::Duration::minutes(10),
         ))
         .finish())
@@ -92,20 +92,20 @@ async fn answered(
     at: &str,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let login_cookie = req.cookie(login_cookie_name(state.secure_cookies));
+    let login_cookie = req.cookie(login_cookie_name(state.urls.secure_cookies));
     let done = login::complete(&state, login_cookie.as_ref().map(|c| c.value()), &q, at, OffsetDateTime::now_utc())
         .await
         .map_err(|e| super::refusals::login_error(&rid, e))?;
     let ttl = done.expires_at - OffsetDateTime::now_utc();
     // Checked again as it leaves (the stored value is ours, but a Location is only ever an
     // absolute URL on our origin), falling back to the start page.
-    let target = login::safe_return_to(&state.public_base_url, &done.return_to)
-        .unwrap_or_else(|_| state.public_base_url.join("/").unwrap_or_else(|_| state.public_base_url.clone()));
+    let target = login::safe_return_to(&state.urls.base, &done.return_to)
+        .unwrap_or_else(|_| state.urls.base.join("/").unwrap_or_else(|_| state.urls.base.clone()));
     Ok(HttpResponse::SeeOther()
         .insert_header(("location", target.as_str()))
-        .cookie(cookie(session_cookie_name(state.secure_cookies), done.session_id, state.secure_cookies, ttl))
-        .cookie(removal(login_cookie_name(state.secure_cookies), state.secure_cookies))
-        .cookie(removal(relogin_cookie_name(state.secure_cookies), state.secure_cookies))
+        .cookie(cookie(session_cookie_name(state.urls.secure_cookies), done.session_id, state.urls.secure_cookies, ttl))
+        .cookie(removal(login_cookie_name(state.urls.secure_cookies), state.urls.secure_cookies))
+        .cookie(removal(relogin_cookie_name(state.urls.secure_cookies), state.urls.secure_cookies))
         .finish())
 }
 
@@ -126,7 +126,7 @@ pub async fn logout(
     form: web::Form<LogoutForm>,
 ) -> Result<HttpResponse, PageError> {
     let rid = request_id(&req);
-    let secure = state.secure_cookies;
+    let secure = state.urls.secure_cookies;
     let Some(s) = &session.0 else {
         // No session (expired, or a cross-site post, which carries no cookie): nothing to
         // end, and nothing is set or sent to the IdP on a stranger's behalf.
@@ -141,12 +141,12 @@ pub async fn logout(
         .await
         .map_err(|e| PageError::internal(&rid.0, &e))?;
     // The IdP the session was signed in at: its sign-out, and the sign-in that follows.
-    let idp = state.idps.by_issuer(&s.info.issuer).cloned();
+    let idp = state.directory.idps.by_issuer(&s.info.issuer).cloned();
     // A return path that does not pass the check is dropped, not an error: sign-out works.
     let back = form
         .return_to
         .as_deref()
-        .and_then(|raw| login::safe_return_to(&state.public_base_url, raw).ok())
+        .and_then(|raw| login::safe_return_to(&state.urls.base, raw).ok())
         .map_or_else(|| "/".to_owned(), |u| login::path_and_query(&u));
     let idp_name = idp.as_ref().map(|i| i.name.as_str());
     let relogin =
@@ -167,7 +167,7 @@ pub async fn logout(
 
 /// `GET /logout/done`: where the IdP sends the browser after its own sign-out.
 pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, PageError> {
-    let again = req.cookie(relogin_cookie_name(state.secure_cookies)).and_then(|c| {
+    let again = req.cookie(relogin_cookie_name(state.urls.secure_cookies)).and_then(|c| {
         let raw: String =
             url::form_urlencoded::parse(format!("v={}", c.value()).as_bytes()).next().map(|(_, v)| v.into_owned())?;
         // `<idp> <path>`; a cookie of the release before holds the path alone (the default
@@ -176,7 +176,7 @@ pub async fn logout_done(req: HttpRequest, state: web::Data<AppState>) -> Result
             Some((idp, path)) => (Some(idp), path),
             None => (None, raw.as_str()),
         };
-        let back = login::safe_return_to(&state.public_base_url, raw).ok()?;
+        let back = login::safe_return_to(&state.urls.base, raw).ok()?;
         Some(sign_in_url(&state, &login::path_and_query(&back), idp))
     });
     render(&SignedOutPage { sign_in_again: again.as_deref() }, None)
@@ -195,7 +195,7 @@ fn relogin_value(idp: Option<&str>, back: &str) -> String {
 /// `<base>/login?return_to=<path>[&idp=<name>]`, absolute on our origin (the default IdP
 /// is not named).
 pub fn sign_in_url(state: &AppState, back: &str, idp: Option<&str>) -> String {
-    let mut u = state.public_base_url.clone();
+    let mut u = state.urls.base.clone();
     u.set_path("/login");
     let mut q = u.query_pairs_mut();
     q.clear().append_pair("return_to", back);

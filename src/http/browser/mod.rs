@@ -41,7 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 async fn client_metadata(state: web::Data<crate::app::AppState>, path: web::Path<String>) -> HttpResponse {
     let doc = crate::domain::ProviderId::parse(&path)
         .ok()
-        .and_then(|id| state.providers.get(&id))
+        .and_then(|id| state.directory.providers.get(&id))
         // A client registered by hand is known by its own id: no document.
         .filter(|p| p.client().is_none())
         .and_then(|p| crate::flows::remote::client_metadata(&state, &p));

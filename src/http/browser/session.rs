@@ -88,7 +88,7 @@ impl FromRequest for MaybeSession {
                 .app_data::<web::Data<AppState>>()
                 .cloned()
                 .ok_or_else(|| PageError::internal(&rid.0, &"application state missing"))?;
-            let Some(c) = req.cookie(session_cookie_name(state.secure_cookies)) else {
+            let Some(c) = req.cookie(session_cookie_name(state.urls.secure_cookies)) else {
                 return Ok(MaybeSession(None));
             };
             let id = c.value();
@@ -101,7 +101,7 @@ impl FromRequest for MaybeSession {
                 .map_err(|e| PageError::internal(&rid.0, &e))?;
             let Some(row) = row else { return Ok(MaybeSession(None)) };
             // A session of an IdP no longer configured says nothing now.
-            if state.idps.by_issuer(&row.issuer).is_none() {
+            if state.directory.idps.by_issuer(&row.issuer).is_none() {
                 return Ok(MaybeSession(None));
             }
             let info = SessionInfo { subject: row.subject, issuer: row.issuer, id_hash };
