@@ -130,7 +130,6 @@ pub async fn submit(
     }
 
     let key = ConnectionKey { tenant: e.tenant_id.clone(), subject: e.subject.clone(), provider: e.provider.clone() };
-    let replaced = super::callback::revoke_replaced(state, &key, e.issuer.as_deref()).await?;
     let mut tx = store::begin(&state.pool).await?;
     // Locked from here to the commit: a second submit (double click, two tabs) waits and
     // then finds the link completed; no second connection is written.
@@ -153,7 +152,7 @@ pub async fn submit(
         scope: Some(String::new()),
     };
     let grant = Grant { key, provider: &provider, tokens: &tokens };
-    match keep_grant(state, &mut tx, &locked, &grant, account, replaced, now).await? {
+    match keep_grant(state, &mut tx, &locked, &grant, account, now).await? {
         Kept::Connected(account) => {
             tx.commit().await?;
             state.caches.forget_connection(&grant.key);

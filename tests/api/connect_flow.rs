@@ -142,46 +142,10 @@ async fn a_double_click_on_connect_leads_to_one_grant() {
     assert_eq!(app.connection_count().await, 1);
 }
 
-/// The code exchange waits on the provider with no lock held: the pool's connections and
-/// the elicitation's row are not tied up for as long as a provider takes to answer.
-#[tokio::test]
-async fn the_callback_holds_no_lock_on_the_elicitation_while_the_provider_answers() {
-    let app = spawn_app().await;
-    let (id, url) = app.elicit("alice", "testp").await;
-    let browser = Browser::new();
-    let cb = browser.connect_until_callback(&app, &url, "alice", "octo-alice").await;
-    // Under the outbound timeout (3 s in tests): the exchange succeeds, slowly.
-    app.provider.switches().set_token_delay(std::time::Duration::from_secs(2));
-    let pending = tokio::spawn({
-        let (client, cb) = (browser.client.clone(), cb.clone());
-        async move { client.get(cb).send().await.map(|r| r.status()) }
-    });
-    // Inside the provider's delay: the row may be locked by anyone else at every moment.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let mut locked_at = Vec::new();
-    for i in 0..12 {
-        let mut tx = app.pool.sqlx_pool().begin().await.unwrap();
-        let got = sqlx::query("SELECT id FROM elicitations WHERE id = $1::uuid FOR UPDATE NOWAIT")
-            .bind(&id)
-            .fetch_optional(&mut *tx)
-            .await;
-        if let Err(e) = got {
-            assert_eq!(e.as_database_error().and_then(|d| d.code()).as_deref(), Some("55P03"), "{e}");
-            locked_at.push(i);
-        }
-        tx.rollback().await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(locked_at.is_empty(), "the elicitation was locked during the exchange (tries {locked_at:?})");
-    assert_eq!(app.provider.stats().authorization_code_exchanges, 1, "the exchange was under way");
-    assert_eq!(pending.await.unwrap().unwrap(), 200);
-    assert_eq!(app.elicitation_status(&id).await, "completed");
-    assert_eq!(app.connection_count().await, 1);
-}
-
 /// Two callbacks of one link (two tabs that both went to the provider) arriving together:
-/// exactly one grant is kept and the link completed once; any other grant the provider
-/// made is revoked there (invariant 11).
+/// one code is exchanged, one grant kept, the link completed once. The second waits on the
+/// link's lock and finds it connected: no second grant is made at all (a revocation of a
+/// duplicate could end the kept grant too, or, without a revocation endpoint, not happen).
 #[tokio::test]
 async fn two_callbacks_of_one_link_arriving_together_keep_exactly_one_grant() {
     let app = spawn_app().await;
@@ -209,10 +173,9 @@ async fn two_callbacks_of_one_link_arriving_together_keep_exactly_one_grant() {
     assert_eq!(app.elicitation_status(&id).await, "completed");
     let completed = app.audit_kinds().await.iter().filter(|k| *k == "connect_completed").count();
     assert_eq!(completed, 1, "completed once");
-    // Every grant made and not kept is revoked at the provider: its refresh token first.
     let stats = app.provider.stats();
-    let refresh_revoked = stats.revocations.iter().filter(|r| r.kind == TokenKind::Refresh).count() as u64;
-    assert_eq!(refresh_revoked, stats.authorization_code_exchanges - 1, "{:?}", stats.revocations);
+    assert_eq!(stats.authorization_code_exchanges, 1, "one code exchanged");
+    assert!(stats.revocations.is_empty(), "nothing to revoke: {:?}", stats.revocations);
     // The kept one is usable.
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
     assert_eq!(b["status"], "connected", "{b}");

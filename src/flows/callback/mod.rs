@@ -3,10 +3,10 @@
 //! into the vault under the elicitation's lock. A grant made by the exchange and then not
 //! kept, refused or failed, is revoked at the provider (invariant 11).
 //!
-//! No lock is held across a call to the provider: the exchange and the checks of what it
-//! produced run first, then one short transaction locks the elicitation, which must still
-//! be pending, writes the grant and commits. Exactly one grant is kept per elicitation;
-//! a callback of another link of it (two tabs) that loses the race has its grant revoked.
+//! The elicitation's row lock is held across the exchange (see `consumed`): it is what
+//! makes the exchange happen once per link, and a second grant is not made at all rather
+//! than made and revoked (a provider's revocation may end the whole grant, the kept one
+//! too; one without a revocation endpoint would keep it alive).
 //!
 //! This file is the orchestration: it reads, asks [`checks`] (pure decisions), and owns the
 //! transaction from the elicitation's lock to its commit; [`account`] verifies who the
@@ -23,7 +23,7 @@ use crate::app::AppState;
 use crate::crypto;
 use crate::domain::AuditKind;
 use crate::domain::{
-    Account, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
+    Account, ConnectionKey, ConnectionStatus, ElicitationStatus, KillState, ProviderId, Subject, TenantId,
 };
 use crate::oauth::callback::CallbackQuery;
 use crate::oauth::flow::{self, AuthServer, FlowError};
@@ -265,10 +265,13 @@ async fn consumed(
     flow::check_iss(&server, q.iss.as_deref()).map_err(CallbackRefusal::Iss)?;
     let tenant_name = state.directory.tenant_name(&st.tenant_id);
 
-    // No lock is held across a call to the provider (the exchange, the ID token's keys,
-    // the user endpoint, a revocation): the elicitation is read here, and locked only to
-    // write what the calls produced, when it must still be pending (`keep`).
-    let Some(e) = pending(&state.pool, st, now).await? else {
+    let mut tx = store::begin(&state.pool).await.map_err(Fault::from)?;
+    // Lock the elicitation for the whole exchange: a concurrent callback for the same
+    // elicitation (double click, two tabs) waits here and then finds it completed, so no
+    // second code is exchanged and no second grant stored.
+    let Some(e) = store::elicitations::lock_pending(&mut *tx, st.elicitation_id, now).await.map_err(Fault::from)?
+    else {
+        drop(tx);
         return already_connected(state, st).await?.ok_or_else(|| CallbackRefusal::ElicitationGone.into());
     };
     checks::elicitation_matches(st, &e)?;
@@ -279,7 +282,11 @@ async fn consumed(
 
     if let Some(err) = &q.error {
         return match checks::provider_answer(err) {
-            checks::ProviderAnswer::Declined => Ok(declined(state, st, tenant_name, now).await?),
+            checks::ProviderAnswer::Declined => {
+                declined_at_provider(&mut tx, &e, now).await.map_err(Fault::from)?;
+                tx.commit().await.map_err(Fault::from)?;
+                Ok(CallbackOutcome::Declined { tenant_name })
+            }
             checks::ProviderAnswer::Refused(r) => Err(r.into()),
         };
     }
@@ -292,7 +299,24 @@ async fn consumed(
     let x = Exchanged { tenant, subject, provider, server, tokens, nonce: secret.nonce };
 
     // From here a grant exists at the provider: kept only if it is written and committed.
-    match keep(state, st, &e, &x, now).await {
+    let kept = match keep(state, &mut tx, &e, &x, now).await {
+        Ok(Kept::Connected(account)) => {
+            crate::domain::failpoint::stop_here("callback.before_commit").await;
+            tx.commit().await.map(|()| account).map_err(|e| CallbackError::from(Fault::from(e)))
+        }
+        Ok(Kept::AccountMismatch) => {
+            // The refusal's audit row commits; nothing else was written.
+            match tx.commit().await {
+                Ok(()) => Err(CallbackRefusal::AccountMismatch.into()),
+                Err(e) => Err(Fault::from(e).into()),
+            }
+        }
+        Err(error) => {
+            drop(tx);
+            Err(error)
+        }
+    };
+    match kept {
         Ok(account) => {
             state.caches.forget_connection(&x.key());
             crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
@@ -304,35 +328,6 @@ async fn consumed(
             Err(CallbackFailure { error, provider_revocation: Some(told) })
         }
     }
-}
-
-/// The state's elicitation while it is pending, read without a lock.
-async fn pending(
-    db: &crate::store::Db,
-    st: &OauthStateRow,
-    now: OffsetDateTime,
-) -> Result<Option<ElicitationRow>, Fault> {
-    Ok(store::elicitations::find_by_id(db, st.elicitation_id)
-        .await?
-        .filter(|e| e.status == ElicitationStatus::Pending && e.expires_at > now))
-}
-
-/// The person declined at the provider: the elicitation, still pending under its lock,
-/// is marked so.
-async fn declined(
-    state: &AppState,
-    st: &OauthStateRow,
-    tenant_name: String,
-    now: OffsetDateTime,
-) -> Result<CallbackOutcome, CallbackError> {
-    let mut tx = store::begin(&state.pool).await?;
-    let Some(e) = store::elicitations::lock_pending(&mut *tx, st.elicitation_id, now).await? else {
-        drop(tx);
-        return already_connected(state, st).await?.ok_or_else(|| CallbackRefusal::ElicitationGone.into());
-    };
-    declined_at_provider(&mut tx, &e, now).await?;
-    tx.commit().await?;
-    Ok(CallbackOutcome::Declined { tenant_name })
 }
 
 /// The person declined at the provider (`access_denied`).
@@ -353,70 +348,19 @@ pub(super) enum Kept {
     AccountMismatch,
 }
 
-/// Checks the exchanged grant (ID token, account) and a grant it replaces (revoked at the
-/// provider first), all without a lock; then, under the elicitation's lock, which must
-/// still be pending, writes it (pinning checked) and commits. Exactly one grant is kept
-/// per elicitation: a callback of another link of it that committed first leaves this
-/// one `ConnectedConcurrently`, and the caller revokes it.
+/// Checks the exchanged grant (ID token, account, pinning) and writes it under the
+/// elicitation lock `tx` holds; the caller commits.
 async fn keep(
     state: &AppState,
-    st: &OauthStateRow,
+    tx: &mut store::Tx,
     e: &ElicitationRow,
     x: &Exchanged,
     now: OffsetDateTime,
-) -> Result<Option<Account>, CallbackError> {
+) -> Result<Kept, CallbackError> {
     // The time of the check, not of the request: the exchange took a while.
     let account = account::verified(state, x, OffsetDateTime::now_utc()).await?;
     let grant = Grant { key: x.key(), provider: &x.provider, tokens: &x.tokens };
-    let replaced = revoke_replaced(state, &grant.key, e.issuer.as_deref()).await?;
-    let mut tx = store::begin(&state.pool).await?;
-    let Some(e) = store::elicitations::lock_pending(&mut *tx, st.elicitation_id, now).await? else {
-        drop(tx);
-        return Err(match already_connected(state, st).await? {
-            Some(_) => CallbackRefusal::ConnectedConcurrently,
-            None => CallbackRefusal::ElicitationGone,
-        }
-        .into());
-    };
-    match keep_grant(state, &mut tx, &e, &grant, account, replaced, now).await? {
-        Kept::Connected(account) => {
-            crate::domain::failpoint::stop_here("callback.before_commit").await;
-            tx.commit().await?;
-            Ok(account)
-        }
-        // The refusal's audit row commits; nothing else was written.
-        Kept::AccountMismatch => {
-            tx.commit().await?;
-            Err(CallbackRefusal::AccountMismatch.into())
-        }
-    }
-}
-
-/// A grant of another IdP's subject of the same name (the tenant changed its IdP since)
-/// that a new grant is about to replace, revoked at the provider before the transaction
-/// that replaces it (invariant 11: once its ciphertext is replaced nobody could), so that
-/// no lock is held across that call. `keep_grant` replaces only the row as it was read.
-pub(super) struct Replaced {
-    id: ConnectionId,
-    xmin: i64,
-    /// The audit row's `replaced_other_idps`.
-    detail: serde_json::Value,
-}
-
-/// Reads, without a lock, the connection `key` names; where it is another IdP's
-/// subject's (not `issuer`'s) and not revoked, revokes it at the provider.
-pub(super) async fn revoke_replaced(
-    state: &AppState,
-    key: &ConnectionKey,
-    issuer: Option<&str>,
-) -> Result<Option<Replaced>, Fault> {
-    let Some(c) = store::connections::find_connection(&state.pool, key).await? else { return Ok(None) };
-    if (c.issuer.is_some() && c.issuer.as_deref() == issuer) || c.status == ConnectionStatus::Revoked {
-        return Ok(None);
-    }
-    let told = crate::flows::revoke::revoke_at_provider(state, &c).await;
-    let detail = serde_json::json!({ "issuer": c.issuer, "provider_result": told });
-    Ok(Some(Replaced { id: c.id, xmin: c.xmin, detail }))
+    keep_grant(state, tx, e, &grant, account, now).await
 }
 
 /// Writes a checked grant under the elicitation lock `tx` holds (account pinning, the
@@ -428,7 +372,6 @@ pub(super) async fn keep_grant(
     e: &ElicitationRow,
     x: &Grant<'_>,
     account: Option<Account>,
-    replaced: Option<Replaced>,
     now: OffsetDateTime,
 ) -> Result<Kept, CallbackError> {
     let existing = match store::connections::find_connection(&mut **tx, &x.key).await? {
@@ -448,14 +391,13 @@ pub(super) async fn keep_grant(
         return Ok(Kept::AccountMismatch);
     }
 
-    // The replaced grant of another IdP's namesake was revoked at the provider before
-    // this transaction (`revoke_replaced`); a row that changed or appeared since is a
-    // concurrent connect's, and is not replaced unrevoked.
+    // The replaced grant of another IdP's namesake is revoked at the provider first
+    // (invariant 11: once its ciphertext is replaced nobody could).
     let foreign = match existing.as_ref().filter(|c| !own(c) && c.status != ConnectionStatus::Revoked) {
-        Some(c) => match replaced {
-            Some(r) if r.id == c.id && r.xmin == c.xmin => Some(r.detail),
-            _ => return Err(CallbackRefusal::ConnectedConcurrently.into()),
-        },
+        Some(c) => Some(serde_json::json!({
+            "issuer": c.issuer,
+            "provider_result": crate::flows::revoke::revoke_at_provider(state, c).await,
+        })),
         None => None,
     };
     let (connection, granted) = grant::save(state, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
