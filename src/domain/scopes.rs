@@ -12,10 +12,23 @@ const MAX_SCOPE_LEN: usize = 256;
 pub struct Scopes(Vec<String>);
 
 impl Scopes {
+    /// What a caller names: at most 50 scope tokens.
     pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, ParseError> {
         if items.len() > MAX_SCOPES {
             return Err(ParseError("at most 50 scopes"));
         }
+        Self::tokens(items)
+    }
+
+    /// What was stored: scope tokens, as many as there are. A stored set is a union of
+    /// checked ones (a re-connect asks for what was asked plus what was granted, and a
+    /// provider may grant more), so it may hold more than a caller may name; reading it
+    /// back must not fail on that.
+    pub fn parse_stored<S: AsRef<str>>(items: &[S]) -> Result<Self, ParseError> {
+        Self::tokens(items)
+    }
+
+    fn tokens<S: AsRef<str>>(items: &[S]) -> Result<Self, ParseError> {
         let mut v = Vec::with_capacity(items.len());
         for s in items {
             let s = s.as_ref();
@@ -59,8 +72,9 @@ impl Scopes {
     }
 }
 
-/// Stored in a `TEXT[]` column as the sorted list, and read back through [`Scopes::parse`]:
-/// a stored list that no longer parses is a decode error, never quietly no scopes.
+/// Stored in a `TEXT[]` column as the sorted list, and read back through
+/// [`Scopes::parse_stored`]: a stored list holding something that is no scope token is a
+/// decode error, never quietly no scopes; one longer than a request may name is not.
 impl sqlx::Type<sqlx::Postgres> for Scopes {
     fn type_info() -> sqlx::postgres::PgTypeInfo {
         <Vec<String> as sqlx::Type<sqlx::Postgres>>::type_info()
@@ -73,7 +87,7 @@ impl sqlx::Type<sqlx::Postgres> for Scopes {
 impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Scopes {
     fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
         let items = <Vec<String> as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
-        Ok(Self::parse(&items)?)
+        Ok(Self::parse_stored(&items)?)
     }
 }
 
@@ -89,6 +103,19 @@ impl sqlx::Encode<'_, sqlx::Postgres> for Scopes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_union_may_hold_more_than_a_request_names_but_only_scope_tokens() {
+        let many: Vec<String> = (0..60).map(|i| format!("s{i:02}")).collect();
+        assert!(Scopes::parse(&many).is_err(), "a request names at most 50");
+        let stored = Scopes::parse_stored(&many).unwrap();
+        assert_eq!(stored.as_slice().len(), 60);
+        let a = Scopes::parse(&many[..40]).unwrap();
+        let b = Scopes::parse(&many[20..]).unwrap();
+        assert_eq!(a.union(&b), stored, "the union of two requests reads back as stored");
+        assert!(Scopes::parse_stored(&["ok", "not ok"]).is_err());
+        assert!(Scopes::parse_stored(&[""]).is_err());
+    }
 
     #[test]
     fn scopes_are_sorted_and_deduplicated() {

@@ -372,3 +372,26 @@ async fn an_mcp_client_cancel_closes_the_link_and_a_repeat_is_harmless() {
     }
     assert_eq!(app.elicitation_status(&fresh).await, "pending");
 }
+
+/// A re-connect for more scopes asks for the union of what was asked and what was
+/// granted, which may be more than the 50 a request may name: the link made for it reads
+/// back, and the retried call gets its answer, not a fault (a stored union is not a
+/// request).
+#[tokio::test]
+async fn a_reconnect_whose_union_of_scopes_exceeds_fifty_is_answered_not_faulted() {
+    let app = spawn_app().await;
+    let held: Vec<String> = (0..40).map(|i| format!("held{i:02}")).collect();
+    let held: Vec<&str> = held.iter().map(String::as_str).collect();
+    app.insert_connection("acme", "alice", "github", "tok-alice", &held, None).await;
+    let wanted: Vec<String> = (0..20).map(|i| format!("more{i:02}")).collect();
+    let b = app.token_ok(json!({"subject": "alice", "provider": "github", "scopes": wanted})).await;
+    assert_eq!(b["status"], "connect_required", "{b}");
+    let id = b["elicitation"]["id"].as_str().unwrap();
+    let again = app
+        .token(&app.key, json!({"subject": "alice", "provider": "github", "scopes": wanted, "elicitation_id": id}))
+        .await;
+    assert_eq!(again.status(), 200, "the retry is answered");
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(again["status"], "connect_required", "{again}");
+    assert_eq!(again["elicitation"]["id"], id, "the same link");
+}
