@@ -299,24 +299,7 @@ async fn consumed(
     let x = Exchanged { tenant, subject, provider, server, tokens, nonce: secret.nonce };
 
     // From here a grant exists at the provider: kept only if it is written and committed.
-    let kept = match keep(state, &mut tx, &e, &x, now).await {
-        Ok(Kept::Connected(account)) => {
-            crate::domain::failpoint::stop_here("callback.before_commit").await;
-            tx.commit().await.map(|()| account).map_err(|e| CallbackError::from(Fault::from(e)))
-        }
-        Ok(Kept::AccountMismatch) => {
-            // The refusal's audit row commits; nothing else was written.
-            match tx.commit().await {
-                Ok(()) => Err(CallbackRefusal::AccountMismatch.into()),
-                Err(e) => Err(Fault::from(e).into()),
-            }
-        }
-        Err(error) => {
-            drop(tx);
-            Err(error)
-        }
-    };
-    match kept {
+    match keep_and_commit(state, tx, &e, &x, now).await {
         Ok(account) => {
             state.caches.forget_connection(&x.key());
             crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
@@ -326,6 +309,29 @@ async fn consumed(
             let order = flow::revocation_order(&x.tokens);
             let told = flow::revoke_tokens(&x.server, &state.outbound, &order).await;
             Err(CallbackFailure { error, provider_revocation: Some(told) })
+        }
+    }
+}
+
+/// [`keep`] under the lock `tx` holds, and the commit: the account the grant is for, or
+/// why it was not kept (the caller revokes it then).
+async fn keep_and_commit(
+    state: &AppState,
+    mut tx: store::Tx,
+    e: &ElicitationRow,
+    x: &Exchanged,
+    now: OffsetDateTime,
+) -> Result<Option<Account>, CallbackError> {
+    match keep(state, &mut tx, e, x, now).await? {
+        Kept::Connected(account) => {
+            crate::domain::failpoint::stop_here("callback.before_commit").await;
+            tx.commit().await.map_err(Fault::from)?;
+            Ok(account)
+        }
+        Kept::AccountMismatch => {
+            // The refusal's audit row commits; nothing else was written.
+            tx.commit().await.map_err(Fault::from)?;
+            Err(CallbackRefusal::AccountMismatch.into())
         }
     }
 }
