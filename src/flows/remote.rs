@@ -58,20 +58,20 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
     let d = mcp::discover(&state.outbound, &m.resource, p.policy.allow_private_endpoints).await?;
     pinned(state, p, m, &d).await?;
     let redirect = state.urls.provider_redirect_uri(&p.id);
-    let stored = store::remote_clients::find(&state.pool, &p.id, &d.issuer, redirect.as_str())
+    let stored = store::remote_clients::find(&state.pool, &p.id, &d.server.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?;
     let (client_id, client_secret, client_auth) = if let McpClient::Configured(c) = &m.client {
-        let auth = client_auth::choose(c.auth, d.auth_methods.as_deref(), c.has_secret())
+        let auth = client_auth::choose(c.auth, d.server.auth_methods.as_deref(), c.has_secret())
             .map_err(|e| ResolveError::Invalid(p.id.to_string(), e))?;
         (c.id.clone(), c.secret.clone(), auth)
     } else if let Some(row) = stored {
         // Registered before: kept (the grants made with it refresh with it), even if the
         // server has since begun to read metadata documents.
-        opened(&state.vault, p, &d.issuer, &redirect, row)?
-    } else if d.client_id_metadata_documents {
+        opened(&state.vault, p, &d.server.issuer, &redirect, row)?
+    } else if d.server.client_id_metadata_documents {
         (client_metadata_url(&state.urls, p).to_string(), SecretString::from(String::new()), ClientAuth::Public)
-    } else if let Some(url) = &d.registration_url {
+    } else if let Some(url) = &d.server.registration_url {
         registered(state, p, &d, url).await?
     } else {
         return Err(ResolveError::Invalid(
@@ -84,13 +84,13 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
     Ok(Arc::new(AuthServer {
         client_id,
         client_secret,
-        authorize_url: d.authorize_url,
-        token_url: d.token_url,
+        authorize_url: d.server.authorize_url,
+        token_url: d.server.token_url,
         userinfo_url: None,
-        revocation_url: d.revocation_url,
+        revocation_url: d.server.revocation_url,
         end_session_url: None,
-        issuer: Some(d.issuer),
-        iss_parameter_required: m.authorization_response_iss || d.iss_parameter_supported,
+        issuer: Some(d.server.issuer),
+        iss_parameter_required: m.authorization_response_iss || d.server.iss_parameter_supported,
         jwks: None,
         id_token_algs: Vec::new(),
         clock_skew: p.policy.clock_skew,
@@ -112,25 +112,25 @@ async fn pinned(state: &AppState, p: &Provider, m: &RemoteMcp, d: &Discovered) -
             format!(
                 "its authorization server is now {:?}, not {pinned:?} ({how}): refused; if the move is real, name \
                  the new one as the provider's `issuer`",
-                d.issuer
+                d.server.issuer
             ),
         )
     };
     if let Some(configured) = &m.issuer {
-        if configured.as_str() != d.issuer {
+        if configured.as_str() != d.server.issuer {
             return Err(refuse(configured.as_str(), "the configuration's issuer"));
         }
-        return store::remote_clients::pin_issuer(&state.pool, &p.id, &d.issuer, true)
+        return store::remote_clients::pin_issuer(&state.pool, &p.id, &d.server.issuer, true)
             .await
             .map_err(|_| store_fault(p, "pinned"));
     }
-    store::remote_clients::pin_issuer(&state.pool, &p.id, &d.issuer, false)
+    store::remote_clients::pin_issuer(&state.pool, &p.id, &d.server.issuer, false)
         .await
         .map_err(|_| store_fault(p, "pinned"))?;
     match store::remote_clients::pinned_issuer(&state.pool, &p.id).await {
-        Ok(Some(pin)) if pin == d.issuer => Ok(()),
+        Ok(Some(pin)) if pin == d.server.issuer => Ok(()),
         Ok(Some(pin)) => {
-            tracing::error!(provider = %p.id, pinned = %pin, found = %d.issuer, "a remote MCP server names another authorization server than the one pinned; refused");
+            tracing::error!(provider = %p.id, pinned = %pin, found = %d.server.issuer, "a remote MCP server names another authorization server than the one pinned; refused");
             Err(refuse(&pin, "pinned when it was first found"))
         }
         _ => Err(store_fault(p, "pinned")),
@@ -197,7 +197,7 @@ async fn registered(
     let redirect = state.urls.provider_redirect_uri(&p.id);
     let r = mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
     tracing::info!(provider = %p.id, client_id = %r.client_id, token_endpoint_auth_method = r.auth.as_str(), "registered at the remote MCP server's authorization server");
-    let bound = binding(p.id.as_str(), &d.issuer, redirect.as_str(), &r.client_id);
+    let bound = binding(p.id.as_str(), &d.server.issuer, redirect.as_str(), &r.client_id);
     let sealed = match &r.client_secret {
         Some(s) => {
             Some(state.vault.seal_aux(SECRET_PURPOSE, &bound, s.as_bytes()).map_err(|_| store_fault(p, "sealed"))?)
@@ -210,12 +210,12 @@ async fn registered(
         secret_ct: sealed,
         token_endpoint_auth_method: Some(r.auth.as_str().to_owned()),
     };
-    store::remote_clients::insert(&state.pool, &p.id, &d.issuer, redirect.as_str(), &new)
+    store::remote_clients::insert(&state.pool, &p.id, &d.server.issuer, redirect.as_str(), &new)
         .await
         .map_err(|_| store_fault(p, "stored"))?;
-    let row = store::remote_clients::find(&state.pool, &p.id, &d.issuer, redirect.as_str())
+    let row = store::remote_clients::find(&state.pool, &p.id, &d.server.issuer, redirect.as_str())
         .await
         .map_err(|_| store_fault(p, "read"))?
         .ok_or_else(|| store_fault(p, "read"))?;
-    opened(&state.vault, p, &d.issuer, &redirect, row)
+    opened(&state.vault, p, &d.server.issuer, &redirect, row)
 }

@@ -23,22 +23,12 @@ use url::Url;
 pub struct Discovered {
     /// The remote server's resource identifier (as configured, and as its metadata says).
     pub resource: String,
-    pub issuer: String,
-    pub authorize_url: Url,
-    pub token_url: Url,
-    pub revocation_url: Option<Url>,
-    /// RFC 7591 dynamic registration, where offered.
-    pub registration_url: Option<Url>,
-    /// The server fetches a client's metadata from its `client_id` URL (Client ID Metadata
-    /// Documents, as the MCP authorization spec describes).
-    pub client_id_metadata_documents: bool,
-    pub iss_parameter_supported: bool,
+    /// Its authorization server, as its metadata describes it.
+    pub server: ServerFound,
     /// The scopes to ask for when a connect names none: the `scope` of the server's
     /// challenge, else those its resource metadata lists (the MCP authorization spec's
     /// scope selection).
     pub scopes_supported: Vec<String>,
-    /// `token_endpoint_auth_methods_supported`, if the server's metadata lists them.
-    pub auth_methods: Option<Vec<String>>,
     /// The origins other than the resource's that we send to, and how they are reached.
     pub guard: Guard,
 }
@@ -182,18 +172,11 @@ pub async fn discover(http: &Outbound, resource: &Url, allow_private: bool) -> R
     }
     Ok(Discovered {
         resource: found.resource,
-        issuer: meta.issuer,
-        authorize_url: meta.authorize_url,
-        token_url: meta.token_url,
-        revocation_url: meta.revocation_url,
-        registration_url: meta.registration_url,
-        client_id_metadata_documents: meta.client_id_metadata_documents,
-        iss_parameter_supported: meta.iss_parameter_supported,
+        server: meta,
         scopes_supported: usable_scopes(
             name,
             if challenge_scopes.is_empty() { found.scopes_supported } else { challenge_scopes },
         )?,
-        auth_methods: meta.auth_methods,
         guard: adm.guard(),
     })
 }
@@ -270,7 +253,7 @@ pub fn check_resource_metadata(raw: serde_json::Value, resource: &Url, at_root: 
 }
 
 /// What an authorization server's metadata says, once checked.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerFound {
     pub issuer: String,
     pub authorize_url: Url,
@@ -401,7 +384,7 @@ pub async fn register(
     client_name: &str,
     redirect_uri: &Url,
 ) -> Result<Registered, ResolveError> {
-    let asked = crate::providers::client_auth::for_registration(d.auth_methods.as_deref());
+    let asked = crate::providers::client_auth::for_registration(d.server.auth_methods.as_deref());
     let body = serde_json::json!({
         "client_name": client_name,
         "redirect_uris": [redirect_uri.as_str()],

@@ -236,9 +236,9 @@ async fn discovery_refuses_metadata_of_another_resource_or_issuer_without_s256_o
     let http = mcp_connect::net::http::Outbound::new(std::time::Duration::from_secs(3), false, &[]).unwrap();
     let resource = url::Url::parse(&format!("{}/mcp", host.origin)).unwrap();
     let d = discover(&http, &resource, false).await.unwrap();
-    assert_eq!(d.issuer, host.origin);
-    assert_eq!(d.token_url.as_str(), format!("{}/token", host.origin));
-    assert!(d.registration_url.is_some() && !d.client_id_metadata_documents);
+    assert_eq!(d.server.issuer, host.origin);
+    assert_eq!(d.server.token_url.as_str(), format!("{}/token", host.origin));
+    assert!(d.server.registration_url.is_some() && !d.server.client_id_metadata_documents);
 
     let refused = |e: Result<mcp_connect::oauth::mcp::Discovered, _>| -> String {
         e.map(|_| "discovered").map_err(|e: mcp_connect::oauth::resolve::ResolveError| e.to_string()).unwrap_err()
