@@ -51,7 +51,7 @@ pub struct AppState {
 #[derive(Clone)]
 pub struct Directory {
     /// The file's providers and the operator API's (see `tenants`).
-    pub providers: Arc<crate::tenants::Providers>,
+    pub providers: Arc<crate::providers::Providers>,
     pub tenants: Arc<Tenants>,
     /// The primary IdPs: `[idp]` and `[idps.<name>]`.
     pub idps: Arc<Idps>,

@@ -410,7 +410,7 @@ async fn app_state(
         config.cache_capacity,
         watch,
     ));
-    let providers = Arc::new(crate::tenants::Providers::new(
+    let providers = Arc::new(crate::providers::Providers::new(
         config.providers,
         vault.clone(),
         config.operator_allow_private_endpoints,

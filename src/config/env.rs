@@ -24,10 +24,10 @@
 //! convention the project already had. Generic layered-config crates map
 //! `SECTION_KEY` ambiguously when keys themselves contain `_`.
 
-use super::fields::read_secret_file;
 use super::raw::EnvSecrets;
 use super::validate::upper;
 use super::{ConfigError, EnvLookup, err};
+use crate::providers::settings::fields::read_secret_file;
 use secrecy::SecretString;
 
 #[derive(Clone, Copy)]
@@ -167,7 +167,7 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
         let var = format!("MCP_CONNECT_{var}");
         let Some(path) = env(&var) else { continue };
         // Read even when the variable itself wins, so that a wrong path is still an error.
-        let read = read_secret_file(&var, std::path::Path::new(&path));
+        let read = read_secret_file(&var, std::path::Path::new(&path)).map_err(ConfigError::from);
         let own_variable_set = env(var.trim_end_matches("_FILE")).is_some();
         match read.and_then(|v| Ok((v, section(table, sec)?))) {
             Ok((secret, t)) if !own_variable_set => {

@@ -4,11 +4,8 @@
 //! database URL with its password) come from the environment or from files; they may
 //! never be required inside the TOML.
 
-mod credential;
 mod env;
-mod fields;
 mod raw;
-mod remote;
 mod validate;
 
 use crate::oauth::resolve::Idps;
@@ -39,8 +36,15 @@ pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> Confi
 }
 
 pub use crate::domain::TenantConfig;
-pub use raw::{RawProvider, RawTenant};
-pub use validate::{TenantInvalid, TenantProblem, tenant, validate_provider};
+pub use raw::RawTenant;
+pub use validate::{TenantInvalid, TenantProblem, tenant};
+
+/// A provider's setting is a setting of the file like any other.
+impl From<crate::providers::settings::SettingError> for ConfigError {
+    fn from(e: crate::providers::settings::SettingError) -> Self {
+        ConfigError { field: e.field, message: e.message }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

@@ -1,7 +1,7 @@
 //! The configuration file as written: serde structs that refuse unknown fields, so a
 //! misspelt setting is an error and not silently ignored.
 
-use crate::providers::ProviderKind;
+use crate::providers::settings::RawProvider;
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -192,76 +192,6 @@ pub struct RawTenant {
     pub require_subject_token: Option<bool>,
     /// The name of one of `[idps.<name>]`; unset: the default `[idp]`.
     pub idp: Option<String>,
-}
-
-/// A provider as a file's `[providers.<name>]` (or the operator API, as its stored
-/// settings) writes it, before validation.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawProvider {
-    pub template: ProviderKind,
-    pub display_name: Option<String>,
-    pub client_id: Option<String>,
-    pub client_secret_file: Option<PathBuf>,
-    pub authorize_url: Option<String>,
-    pub token_url: Option<String>,
-    pub userinfo_url: Option<String>,
-    pub revocation_url: Option<String>,
-    pub issuer: Option<String>,
-    pub authorization_response_iss: Option<bool>,
-    pub scopes: Option<Vec<String>>,
-    pub scope_separator: Option<String>,
-    #[serde(default)]
-    pub extra_authorize_params: BTreeMap<String, String>,
-    pub account_id_field: Option<String>,
-    pub account_login_field: Option<String>,
-    #[serde(default)]
-    pub allow_account_change: bool,
-    #[serde(default)]
-    pub allow_idn_hosts: Vec<String>,
-    pub clock_skew_seconds: Option<u64>,
-    #[serde(default)]
-    pub allow_private_endpoints: bool,
-    /// `api_key` only: the inputs of the connect page (default: one secret "API key").
-    pub fields: Option<Vec<RawField>>,
-    /// `api_key` and `basic`: the request that tells a good credential from a bad one.
-    pub check: Option<RawCheck>,
-    /// `mcp`: the remote MCP server's URL (its resource identifier).
-    pub resource: Option<String>,
-    /// `client_secret_basic`, `client_secret_post` or `none` (a public client); unset: what
-    /// the server's metadata lists, else `client_secret_basic`.
-    pub token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
-}
-
-/// One input of an `api_key` provider's connect page.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawField {
-    pub name: String,
-    pub label: String,
-    #[serde(default = "yes")]
-    pub secret: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// A credential provider's check request, as the file writes it.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCheck {
-    pub url: String,
-    /// `GET` (default), `POST` or `HEAD`.
-    pub method: Option<String>,
-    /// The header that carries the key (`api_key`; default `Authorization`) ...
-    pub header: Option<String>,
-    /// ... after this prefix (default `"Bearer "` for `Authorization`, else none).
-    pub prefix: Option<String>,
-    /// Or the query parameter that carries it (instead of a header).
-    pub query: Option<String>,
-    /// The status that means valid (default 200).
-    pub valid_status: Option<u16>,
 }
 
 /// The secrets only the environment gives (they have no place in the file, only their

@@ -1,17 +1,14 @@
 //! From raw settings to a checked `Config` of ready objects: every error names its field.
 
-use super::fields::{auth_method_fits, client_secret, clock_skew, provider_scopes, read_secret_file};
 use super::raw::EnvSecrets;
-use super::raw::{RawConfig, RawDatabase, RawIdp, RawProvider};
+use super::raw::{RawConfig, RawDatabase, RawIdp};
 use super::{Config, ConfigError, LogFormat, TenantConfig, err};
 use crate::domain::{DEFAULT_IDP, ProviderId, Scopes, TenantId};
 use crate::net::urls;
 use crate::oauth::resolve::IdpConfig;
-use crate::providers::client_auth::ClientAuth;
-use crate::providers::{
-    AccountFields, Client, Endpoints, OAuth, Origin, Policy, Provider, ProviderKind, ProviderRegistry, ScopeRules,
-    Template, Upstream,
-};
+use crate::providers::ProviderRegistry;
+use crate::providers::settings::fields::{clock_skew, read_secret_file};
+use crate::providers::settings::{RawProvider, validate_provider};
 use crate::store::Pooler;
 use crate::vault::Keyring;
 use secrecy::SecretString;
@@ -20,14 +17,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use url::Url;
-
-pub(super) fn env_key(suffix: &str) -> String {
-    format!("MCP_CONNECT_{suffix}")
-}
-
-pub(super) fn provider_env(id: &ProviderId, what: &str) -> String {
-    env_key(&format!("PROVIDER_{}_{}", upper(id.as_str()), what))
-}
 
 /// A secret from the environment as the checks below read it (each ends in a `SecretString`
 /// or the keyring again).
@@ -158,7 +147,7 @@ fn providers_and_tenants(
         let secret = exposed(secrets.provider_client_secrets.remove(&name));
         match validate_provider(&name, p, secret) {
             Ok(p) => providers.push(p),
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.into()),
         }
     }
     let registry = ProviderRegistry::new(providers);
@@ -546,179 +535,4 @@ pub(super) fn validate_idp(
         clock_skew,
         allow_private_endpoints: raw.allow_private_endpoints,
     })
-}
-
-/// A provider; its client secret from the environment (`secret`), else the file named.
-/// One provider, checked as the file's `[providers.<name>]` and the operator API both check
-/// it. `secret`: its client secret from the environment (else `client_secret_file`).
-pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, ConfigError> {
-    let field = format!("providers.{name}");
-    let f = |sub: &str| format!("{field}.{sub}");
-    let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
-    // Shown on our pages and in the message an MCP client shows the person (and a model).
-    if p.display_name.as_ref().is_some_and(|d| !crate::domain::shown::is_display_name(d, 100)) {
-        return Err(err(
-            f("display_name"),
-            "must be 1-100 printable characters, without control or invisible formatting ones",
-        ));
-    }
-    if p.template.is_credential() {
-        return super::credential::validate(id, &f, p, secret);
-    }
-    if p.template == ProviderKind::Mcp {
-        return super::remote::validate_mcp(id, &f, p, secret);
-    }
-    if p.resource.is_some() {
-        return Err(err(f("resource"), "only the mcp template names a resource"));
-    }
-    if p.fields.is_some() {
-        return Err(err(f("fields"), "only the api_key template asks for fields"));
-    }
-    if p.check.is_some() {
-        return Err(err(f("check"), "only the api_key and basic templates are checked by a request"));
-    }
-    let t = p.template.template();
-    let (client_id, client_secret) = provider_client(&id, &f, &p, secret)?;
-    let ends = endpoints(&f, &p, &t)?;
-    let (default_scopes, scope_separator) = provider_scopes(&f, &p, &t)?;
-    let extra =
-        extra_authorize_params(&f("extra_authorize_params"), t.extra_authorize_params, p.extra_authorize_params)?;
-    let clock_skew = clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
-    let display_name = p
-        .display_name
-        .unwrap_or_else(|| if t.display_name.is_empty() { name.to_owned() } else { t.display_name.to_owned() });
-
-    Ok(Provider {
-        id,
-        kind: p.template,
-        display_name,
-        policy: Policy {
-            allow_account_change: p.allow_account_change,
-            allow_idn_hosts: p.allow_idn_hosts,
-            clock_skew,
-            allow_private_endpoints: p.allow_private_endpoints,
-        },
-        origin: Origin::File,
-        upstream: Upstream::OAuth(OAuth {
-            client: Client {
-                id: client_id,
-                secret: SecretString::from(client_secret),
-                auth: p.token_endpoint_auth_method,
-            },
-            endpoints: Endpoints {
-                authorize_url: ends.authorize_url,
-                token_url: ends.token_url,
-                userinfo_url: ends.userinfo_url,
-                revocation_url: ends.revocation_url,
-            },
-            issuer: ends.issuer,
-            oidc: t.oidc,
-            authorization_response_iss: ends.authorization_response_iss,
-            scopes: ScopeRules { default: default_scopes, separator: scope_separator },
-            extra_authorize_params: extra,
-            account: AccountFields {
-                id_field: p.account_id_field.unwrap_or_else(|| t.account_id_field.to_owned()),
-                login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
-            },
-        }),
-    })
-}
-
-/// The client id and secret (environment, else the file named).
-fn provider_client(
-    id: &ProviderId,
-    f: &dyn Fn(&str) -> String,
-    p: &RawProvider,
-    secret: Option<String>,
-) -> Result<(String, String), ConfigError> {
-    let client_id = p
-        .client_id
-        .clone()
-        .ok_or_else(|| err(f("client_id"), format!("missing (or set {})", provider_env(id, "CLIENT_ID"))))?;
-    let secret_env = provider_env(id, "CLIENT_SECRET");
-    let client_secret = client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
-    auth_method_fits(f, p.token_endpoint_auth_method, client_secret.is_some())?;
-    if p.token_endpoint_auth_method == Some(ClientAuth::Public) {
-        return Ok((client_id, String::new()));
-    }
-    let client_secret = client_secret.ok_or_else(|| {
-        err(f("client_secret_file"), format!("no client secret: set {secret_env} or client_secret_file"))
-    })?;
-    Ok((client_id, client_secret))
-}
-
-struct Configured {
-    authorize_url: Option<Url>,
-    token_url: Option<Url>,
-    userinfo_url: Option<Url>,
-    revocation_url: Option<Url>,
-    issuer: Option<urls::Issuer>,
-    authorization_response_iss: bool,
-}
-
-/// The provider's URLs (configured, else the template's), and what its template needs:
-/// `oidc` an issuer for discovery, `oauth2` explicit authorize and token endpoints.
-fn endpoints(f: &dyn Fn(&str) -> String, p: &RawProvider, t: &Template) -> Result<Configured, ConfigError> {
-    let allow = &p.allow_idn_hosts;
-    let url_field = |sub: &str, raw: &Option<String>, default: Option<&str>| -> Result<Option<Url>, ConfigError> {
-        match raw.as_deref().or(default) {
-            None => Ok(None),
-            Some(s) => urls::endpoint(s, allow).map(Some).map_err(|e| err(f(sub), format!("{s:?} {e}"))),
-        }
-    };
-    let ends = Configured {
-        authorize_url: url_field("authorize_url", &p.authorize_url, t.authorize_url)?,
-        token_url: url_field("token_url", &p.token_url, t.token_url)?,
-        userinfo_url: url_field("userinfo_url", &p.userinfo_url, t.userinfo_url)?,
-        revocation_url: url_field("revocation_url", &p.revocation_url, t.revocation_url)?,
-        issuer: match p.issuer.as_deref().or(t.issuer) {
-            None => None,
-            Some(s) => Some(urls::Issuer::parse(s, allow).map_err(|e| err(f("issuer"), format!("{s:?} {e}")))?),
-        },
-        authorization_response_iss: p.authorization_response_iss.unwrap_or(false),
-    };
-    if p.template == ProviderKind::Oidc {
-        if ends.issuer.is_none() {
-            return Err(err(f("issuer"), "required for the oidc template (endpoints come from discovery)"));
-        }
-    } else {
-        if ends.authorize_url.is_none() {
-            return Err(err(f("authorize_url"), "required for the oauth2 template"));
-        }
-        if ends.token_url.is_none() {
-            return Err(err(f("token_url"), "required for the oauth2 template"));
-        }
-    }
-    if ends.authorization_response_iss && ends.issuer.is_none() {
-        return Err(err(f("authorization_response_iss"), "needs `issuer` to compare against"));
-    }
-    Ok(ends)
-}
-
-/// The template's extra authorization parameters, overridden by the configured ones; the
-/// parameters mcp-connect sets itself may not be configured.
-fn extra_authorize_params(
-    field: &str,
-    template: &[(&str, &str)],
-    configured: std::collections::BTreeMap<String, String>,
-) -> Result<Vec<(String, String)>, ConfigError> {
-    const RESERVED: [&str; 8] = [
-        "state",
-        "code_challenge",
-        "code_challenge_method",
-        "redirect_uri",
-        "client_id",
-        "response_type",
-        "scope",
-        "nonce",
-    ];
-    if let Some(k) = configured.keys().find(|k| RESERVED.contains(&k.as_str())) {
-        return Err(err(field, format!("{k:?} is set by mcp-connect itself")));
-    }
-    let mut extra: Vec<(String, String)> = template.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    for (k, v) in configured {
-        extra.retain(|(ek, _)| *ek != k);
-        extra.push((k, v));
-    }
-    Ok(extra)
 }

@@ -10,11 +10,12 @@
 //! provider, and nothing new starts.
 
 use super::tenants::by_text;
-use crate::config::RawProvider;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
 use crate::providers::Provider;
+use crate::providers::Providers;
+use crate::providers::client_secret::{IDENTITY, identity_of, open_client_secret, seal_client_secret};
+use crate::providers::settings::RawProvider;
 use crate::store::{self, Db, audit::AuditEvent};
-use crate::tenants::{IDENTITY, Providers, identity_of, open_client_secret, seal_client_secret};
 use crate::vault::Vault;
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
@@ -86,7 +87,7 @@ fn checked(
             "must be 1-100 printable characters, without control or invisible formatting ones",
         ));
     }
-    let p = crate::config::validate_provider(id, raw.clone(), Some(s.to_owned())).map_err(|e| {
+    let p = crate::providers::settings::validate_provider(id, raw.clone(), Some(s.to_owned())).map_err(|e| {
         // `providers.<id>.token_url` as the file names it; the API names the field.
         let prefix = format!("providers.{id}.");
         ProviderRefusal::Invalid {
@@ -202,7 +203,7 @@ pub async fn change_provider(
     let mut sealed = None;
     let mut settings = row.settings.clone();
     if settings_changed || change.client_secret.is_some() {
-        let identity = crate::tenants::row_identity(&row);
+        let identity = crate::providers::client_secret::row_identity(&row);
         let secret = match &change.client_secret {
             Some(s) => s.clone(),
             None => {

@@ -132,7 +132,7 @@ async fn reseal_webhook_secrets(pool: &Db, vault: &Vault, current: &str, batch: 
 /// The client secrets of providers made over the operator API, re-sealed under the
 /// current key at their next generation.
 async fn reseal_provider_secrets(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
-    use crate::tenants::{open_client_secret, row_identity, seal_client_secret};
+    use crate::providers::client_secret::{open_client_secret, row_identity, seal_client_secret};
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;

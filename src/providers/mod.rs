@@ -10,23 +10,27 @@
 //! - `templates`: the kinds and what a template knows of the well-known providers.
 //! - `credential`: the typed credentials' form, their stored document and their check.
 //! - `client_auth`: how the client authenticates at token and revocation endpoints.
-//!
-//! The configuration's `[providers.<name>]` and the operator API's rows are checked into
-//! providers by `config` (`config::validate_provider`), the one check both share.
+//! - `settings`: the configuration's `[providers.<name>]` and the operator API's stored
+//!   settings (one [`settings::RawProvider`]) checked into a provider, the one check both share.
+//! - `registry`: the providers served: the file's, and beside them the operator API's rows
+//!   (read from the store, their client secrets opened by the vault: `client_secret`).
 
 pub mod client_auth;
+pub mod client_secret;
 pub mod credential;
+pub mod registry;
+pub mod settings;
 pub mod templates;
 
 pub use client_auth::ClientAuth;
 pub use credential::CredentialSpec;
+pub use registry::{ProviderRegistry, Providers};
 pub use templates::{ProviderKind, Template};
 
 use crate::domain::{ProviderId, Scopes};
 use crate::net::http::Reach;
 use crate::net::urls::Issuer;
 use secrecy::{ExposeSecret, SecretString};
-use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 use url::Url;
 
@@ -311,35 +315,6 @@ pub fn json_field(v: &serde_json::Value, path: &str) -> Option<String> {
         serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-/// All configured providers by id.
-#[derive(Debug, Clone, Default)]
-pub struct ProviderRegistry {
-    providers: Arc<BTreeMap<ProviderId, Arc<Provider>>>,
-}
-
-impl ProviderRegistry {
-    pub fn new(providers: Vec<Provider>) -> Self {
-        Self { providers: Arc::new(providers.into_iter().map(|p| (p.id.clone(), Arc::new(p))).collect()) }
-    }
-
-    /// These providers, and beside them `more` whose ids these do not have (the file's win).
-    pub fn with(&self, more: Vec<Provider>) -> Self {
-        let mut all = (*self.providers).clone();
-        for p in more {
-            all.entry(p.id.clone()).or_insert_with(|| Arc::new(p));
-        }
-        Self { providers: Arc::new(all) }
-    }
-
-    pub fn get(&self, id: &ProviderId) -> Option<&Arc<Provider>> {
-        self.providers.get(id)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
-        self.providers.values()
     }
 }
 

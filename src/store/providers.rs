@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 #[derive(Debug, Clone)]
 pub struct ProviderRow {
     pub id: String,
-    /// What a file's `[providers.<id>]` would say (`config::RawProvider`), no secret.
+    /// What a file's `[providers.<id>]` would say (`providers::settings::RawProvider`), no secret.
     pub settings: serde_json::Value,
     pub client_secret_sealed: Vec<u8>,
     pub key_id: String,

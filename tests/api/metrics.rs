@@ -132,8 +132,7 @@ async fn a_connect_flow_moves_the_token_elicitation_cache_and_http_series() {
     assert_eq!(d(&after, "mcp_connect_elicitations_finished_total", &[("status", "completed")]), 1.0);
     assert_eq!(d(&after, "mcp_connect_identity_mismatches_total", &[]), 1.0);
     assert_eq!(d(&after, "mcp_connect_connect_failures_total", &[("reason", "session_mismatch")]), 1.0);
-    // The first lookup after connecting reads the database, the second is served cached.
-    assert!(d(&after, "mcp_connect_cache_lookups_total", &[("result", "hit")]) >= 1.0);
+    // The first lookup after connecting reads the database.
     assert!(d(&after, "mcp_connect_cache_lookups_total", &[("result", "miss")]) >= 1.0);
     let http = "mcp_connect_http_request_duration_seconds_count";
     assert_eq!(d(&after, http, &[("route", "/v1/token"), ("method", "POST"), ("status", "200")]), 4.0);
@@ -143,6 +142,20 @@ async fn a_connect_flow_moves_the_token_elicitation_cache_and_http_series() {
     assert!(d(&after, "mcp_connect_db_pool_wait_seconds_count", &[("pool", "main")]) >= 1.0);
     assert!(d(&after, "mcp_connect_db_pool_wait_seconds_count", &[("pool", "lookup")]) >= 1.0);
     assert!(value(&after, "mcp_connect_api_key_hash_wait_seconds_count", &[]) >= 1.0, "key checks hashed");
+
+    // A later lookup is served cached. Not necessarily the second: the connect's own change
+    // notification may arrive after the first lookup's read began, and then that read is
+    // (rightly) not kept, so a busy machine can need a third.
+    let mut after = after;
+    for _ in 0..20 {
+        if d(&after, "mcp_connect_cache_lookups_total", &[("result", "hit")]) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+        after = scrape(&app).await.1;
+    }
+    assert!(d(&after, "mcp_connect_cache_lookups_total", &[("result", "hit")]) >= 1.0, "a lookup served cached");
 
     // No label holds an id, a subject, a key or a raw path.
     let uuid = regex_lite::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-").unwrap();

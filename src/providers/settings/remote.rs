@@ -1,11 +1,10 @@
 //! `[providers.<name>]` of the `mcp` template: a remote MCP server's URL; its endpoints
 //! come from discovery, its client from the configuration or from registering.
 
-use super::raw::RawProvider;
-use super::{ConfigError, err};
+use super::{RawProvider, SettingError, err};
 use crate::domain::ProviderId;
 use crate::net::urls;
-use crate::providers::{Client, McpClient, Origin, Policy, Provider, RemoteMcp, ScopeRules, Upstream};
+use crate::providers::{Client, McpClient, Origin, Provider, RemoteMcp, ScopeRules, Upstream};
 use secrecy::SecretString;
 
 /// A remote MCP server provider, checked. A `client_id` (with its secret, from the
@@ -16,7 +15,7 @@ pub(super) fn validate_mcp(
     f: &dyn Fn(&str) -> String,
     p: RawProvider,
     secret: Option<String>,
-) -> Result<Provider, ConfigError> {
+) -> Result<Provider, SettingError> {
     let discovered = [
         ("authorize_url", p.authorize_url.is_some()),
         ("token_url", p.token_url.is_some()),
@@ -60,7 +59,7 @@ pub(super) fn validate_mcp(
         None => None,
     };
     let (scopes, separator) = super::fields::provider_scopes(f, &p, &p.template.template())?;
-    let clock_skew = super::fields::clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?;
+    let policy = p.policy(super::fields::clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?);
     let client = match p.client_id {
         Some(id) => McpClient::Configured(Client {
             id,
@@ -73,12 +72,7 @@ pub(super) fn validate_mcp(
         display_name: p.display_name.unwrap_or_else(|| id.to_string()),
         id,
         kind: p.template,
-        policy: Policy {
-            allow_account_change: p.allow_account_change,
-            allow_idn_hosts: p.allow_idn_hosts,
-            clock_skew,
-            allow_private_endpoints: p.allow_private_endpoints,
-        },
+        policy,
         origin: Origin::File,
         upstream: Upstream::RemoteMcp(RemoteMcp {
             resource,
@@ -92,7 +86,7 @@ pub(super) fn validate_mcp(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{RawProvider, validate_provider};
+    use crate::providers::settings::{RawProvider, validate_provider};
 
     #[test]
     fn an_mcp_provider_names_its_resource_and_nothing_discovery_finds() {

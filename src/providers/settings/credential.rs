@@ -1,12 +1,11 @@
 //! `[providers.<name>]` of the `api_key` and `basic` templates: no OAuth client, no
 //! endpoints, no scopes; the fields the connect page asks for and the check request.
 
-use super::raw::{RawCheck, RawField, RawProvider};
-use super::{ConfigError, err};
+use super::{RawCheck, RawField, RawProvider, SettingError, err};
 use crate::domain::ProviderId;
 use crate::net::urls;
 use crate::providers::credential::{Check, CredentialSpec, Field, Placement, api_key_fields, basic_fields};
-use crate::providers::{AccountFields, Origin, Policy, Provider, ProviderKind, Typed, Upstream};
+use crate::providers::{AccountFields, Origin, Provider, ProviderKind, Typed, Upstream};
 use std::sync::Arc;
 
 /// A credential provider, checked; `secret` is a client secret from the environment,
@@ -16,7 +15,7 @@ pub(super) fn validate(
     f: &dyn Fn(&str) -> String,
     p: RawProvider,
     secret: Option<String>,
-) -> Result<Provider, ConfigError> {
+) -> Result<Provider, SettingError> {
     let template = serde_json::to_value(p.template).ok().and_then(|v| v.as_str().map(str::to_owned));
     let template = template.unwrap_or_default();
     let unused = [
@@ -39,6 +38,8 @@ pub(super) fn validate(
     if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(err(f(field), format!("the {template} template has no OAuth client, endpoints or scopes")));
     }
+    // No ID token to check; `allow_private_endpoints` was refused above.
+    let policy = p.policy(time::Duration::ZERO);
     let fields = match (p.template, p.fields) {
         (ProviderKind::Basic, Some(_)) => {
             return Err(err(f("fields"), "the basic template asks for a username and a password; it takes no fields"));
@@ -63,12 +64,7 @@ pub(super) fn validate(
         id,
         kind: p.template,
         display_name,
-        policy: Policy {
-            allow_account_change: p.allow_account_change,
-            allow_idn_hosts: p.allow_idn_hosts,
-            clock_skew: time::Duration::ZERO,
-            allow_private_endpoints: false,
-        },
+        policy,
         origin: Origin::File,
         upstream: Upstream::Typed(Typed {
             spec: Arc::new(CredentialSpec { kind: p.template, fields, check }),
@@ -82,7 +78,7 @@ pub(super) fn validate(
 
 /// 1-5 fields of distinct names, `[a-z0-9_]{1,32}`, labels of 1-60 printable characters,
 /// at least one secret (its value is what the check carries and `access_token` is).
-fn fields(field: &str, raw: Vec<RawField>) -> Result<Vec<Field>, ConfigError> {
+fn fields(field: &str, raw: Vec<RawField>) -> Result<Vec<Field>, SettingError> {
     if raw.is_empty() || raw.len() > 5 {
         return Err(err(field, "must name 1 to 5 fields"));
     }
@@ -110,7 +106,7 @@ fn fields(field: &str, raw: Vec<RawField>) -> Result<Vec<Field>, ConfigError> {
     Ok(out)
 }
 
-fn check(field: &str, kind: ProviderKind, c: RawCheck, allow_idn: &[String]) -> Result<Check, ConfigError> {
+fn check(field: &str, kind: ProviderKind, c: RawCheck, allow_idn: &[String]) -> Result<Check, SettingError> {
     let f = |sub: &str| format!("{field}.{sub}");
     let url = urls::endpoint(&c.url, allow_idn).map_err(|e| err(f("url"), format!("{:?} {e}", c.url)))?;
     let method = match c.method.as_deref().unwrap_or("GET") {
@@ -156,7 +152,7 @@ fn check(field: &str, kind: ProviderKind, c: RawCheck, allow_idn: &[String]) -> 
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{RawProvider, validate_provider};
+    use crate::providers::settings::{RawProvider, validate_provider};
 
     fn refused(toml_text: &str) -> (String, String) {
         let raw: RawProvider = toml::from_str(toml_text).unwrap();

@@ -1,15 +1,14 @@
-//! Checks that more than one section shares: the secrets read from files, ID-token clock
-//! skew, and a provider's client secret, authentication method and scopes, for every kind
-//! of provider (`validate` for OAuth ones, `remote`, `credential`).
+//! Checks that more than one kind of provider shares (and `config`'s IdP settings): the
+//! secrets read from files, ID-token clock skew, and a provider's client secret,
+//! authentication method and scopes.
 
-use super::raw::RawProvider;
-use super::{ConfigError, err};
+use super::{RawProvider, SettingError, err};
 use crate::domain::Scopes;
 use crate::providers::{ClientAuth, Template};
 use std::path::{Path, PathBuf};
 
 /// A clock skew for ID tokens: the setting, else 60 s; at most 5 min.
-pub(super) fn clock_skew(field: &str, raw: Option<u64>) -> Result<time::Duration, ConfigError> {
+pub(crate) fn clock_skew(field: &str, raw: Option<u64>) -> Result<time::Duration, SettingError> {
     let secs = raw.unwrap_or(60);
     if secs > 300 {
         return Err(err(field, "must be at most 300 (a larger skew keeps expired ID tokens alive)"));
@@ -18,7 +17,7 @@ pub(super) fn clock_skew(field: &str, raw: Option<u64>) -> Result<time::Duration
 }
 
 /// A secret from a file, trimmed.
-pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_secret_file(field: &str, path: &Path) -> Result<String, SettingError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_owned())
         .map_err(|e| err(field, format!("cannot read {}: {e}", path.display())))
@@ -26,11 +25,11 @@ pub(super) fn read_secret_file(field: &str, path: &Path) -> Result<String, Confi
 
 /// A configured `token_endpoint_auth_method` fits the secret there is: `none` sends no
 /// secret (one configured would be unused: a mistake), the others need one.
-pub(super) fn auth_method_fits(
+pub(crate) fn auth_method_fits(
     f: &dyn Fn(&str) -> String,
     method: Option<ClientAuth>,
     has_secret: bool,
-) -> Result<(), ConfigError> {
+) -> Result<(), SettingError> {
     match method {
         Some(ClientAuth::Public) if has_secret => Err(err(
             f("token_endpoint_auth_method"),
@@ -44,11 +43,11 @@ pub(super) fn auth_method_fits(
 }
 
 /// Default scopes (configured, else the template's) and the separator they are sent with.
-pub(super) fn provider_scopes(
+pub(crate) fn provider_scopes(
     f: &dyn Fn(&str) -> String,
     p: &RawProvider,
     t: &Template,
-) -> Result<(Scopes, String), ConfigError> {
+) -> Result<(Scopes, String), SettingError> {
     let scopes = match &p.scopes {
         Some(s) => Scopes::parse(s),
         None => Scopes::parse(t.default_scopes),
@@ -63,11 +62,11 @@ pub(super) fn provider_scopes(
 
 /// A provider's client secret: the environment, else the file named (trimmed); `None` when
 /// neither is given.
-pub(super) fn client_secret(
+pub(crate) fn client_secret(
     field: &str,
     env_value: Option<String>,
     file: &Option<PathBuf>,
-) -> Result<Option<String>, ConfigError> {
+) -> Result<Option<String>, SettingError> {
     match (env_value, file) {
         (Some(s), _) => Ok(Some(s)),
         (None, Some(path)) => read_secret_file(field, path).map(Some),
