@@ -2,11 +2,11 @@
 //! imports nothing above the services.
 
 use crate::api_keys::ApiKeyVerifier;
-use crate::cache::Caches;
-use crate::domain::{ConnectionId, ElicitationId, ProviderId, TenantId};
+use crate::cache::{CachedConnection, Caches};
+use crate::domain::{ConnectionId, ConnectionKey, ElicitationId, ProviderId, TenantId};
 use crate::net::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
-use crate::store::{self, Db, handouts::HandoutAudit};
+use crate::store::{self, Db, connections::ConnectionRow, handouts::HandoutAudit};
 use crate::tenants::Tenants;
 use crate::vault::Vault;
 use std::collections::HashMap;
@@ -21,8 +21,9 @@ use url::Url;
 pub struct AppState {
     /// This worker's pool (background tasks and tests use the one made at start).
     pub pool: Db,
-    /// This worker's connections for the uncached lookup (see `store::lookup`).
-    pub lookups: Arc<store::lookup::LookupConnections>,
+    /// The connections as the hand-out reads them: the lookup cache, else this worker's
+    /// lookup connections.
+    pub connections: ConnectionRepo,
     pub vault: Arc<Vault>,
     /// The providers and tenants served, and their IdPs.
     pub directory: Directory,
@@ -55,6 +56,56 @@ pub struct Directory {
     pub tenants: Arc<Tenants>,
     /// The primary IdPs: `[idp]` and `[idps.<name>]`.
     pub idps: Arc<Idps>,
+}
+
+/// The connections as the hand-out reads them: from the lookup cache when it holds a fresh
+/// entry, else from the database on this worker's own lookup connections
+/// (`store::lookup`), the row then kept in the cache when it may serve later lookups.
+/// Each HTTP worker has its own (the lookup connections); the cache is shared.
+#[derive(Clone)]
+pub struct ConnectionRepo {
+    lookups: Arc<store::lookup::LookupConnections>,
+    caches: Arc<Caches>,
+}
+
+impl ConnectionRepo {
+    pub fn new(lookups: store::lookup::LookupConnections, caches: Arc<Caches>) -> Self {
+        Self { lookups: Arc::new(lookups), caches }
+    }
+
+    /// This one's cache, with another worker's lookup connections.
+    pub fn with_lookups(&self, lookups: store::lookup::LookupConnections) -> Self {
+        Self { lookups: Arc::new(lookups), caches: self.caches.clone() }
+    }
+
+    /// The cached entry, when the cache serves one that is fresh.
+    pub fn cached(&self, key: &ConnectionKey) -> Option<CachedConnection> {
+        self.caches.connection(key)
+    }
+
+    /// The row as the database has it now; kept in the cache when `keep` says it may serve
+    /// as it is (not when a change was heard while it was read: the cache's ticket).
+    pub async fn read(
+        &self,
+        key: &ConnectionKey,
+        keep: impl FnOnce(&ConnectionRow) -> bool,
+    ) -> Result<Option<ConnectionRow>, sqlx::Error> {
+        let ticket = self.caches.ticket();
+        let row = self.lookups.find_connection(key).await?;
+        if let Some(r) = &row
+            && keep(r)
+            && let Some(entry) = CachedConnection::of(r)
+        {
+            self.caches.store_connection(ticket, key, &entry);
+        }
+        Ok(row)
+    }
+
+    /// Drops the cached entry on this instance at once (a change this instance made; the
+    /// others hear of it through the change log).
+    pub fn forget(&self, key: &ConnectionKey) {
+        self.caches.forget_connection(key);
+    }
 }
 
 /// Where mcp-connect is reached from outside, and the URLs it makes from that.

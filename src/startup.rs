@@ -422,11 +422,10 @@ async fn app_state(
         crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
     }
     Ok(AppState {
-        lookups: Arc::new(store::lookup::LookupConnections::for_pool(
-            &pool,
-            connect_options.clone(),
-            split.lookups_per_worker,
-        )),
+        connections: crate::app::ConnectionRepo::new(
+            store::lookup::LookupConnections::for_pool(&pool, connect_options.clone(), split.lookups_per_worker),
+            caches.clone(),
+        ),
         caches,
         lifetimes: Lifetimes {
             elicitation: config.elicitation_ttl,
@@ -531,7 +530,7 @@ fn serve(
         // Called once per worker, on the worker's thread.
         let pool = Db::new(store::connect_lazy(connect_options.clone(), split.pool_per_worker), shared.pool.pooler());
         let data = web::Data::new(AppState {
-            lookups: Arc::new(store::lookup::LookupConnections::for_pool(
+            connections: shared.connections.with_lookups(store::lookup::LookupConnections::for_pool(
                 &pool,
                 connect_options.clone(),
                 split.lookups_per_worker,

@@ -155,7 +155,7 @@ pub async fn submit(
     match keep_grant(state, &mut tx, &locked, &grant, account, now).await? {
         Kept::Connected(account) => {
             tx.commit().await?;
-            state.caches.forget_connection(&grant.key);
+            state.connections.forget(&grant.key);
             crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
             Ok(CredentialOutcome::Connected { tenant_name, account: account.and_then(|a| a.login) })
         }

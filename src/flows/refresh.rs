@@ -171,7 +171,7 @@ async fn commit_refreshed(
     stored: &Resealed,
     tokens: &flow::TokenSet,
 ) -> Result<(), RefreshError> {
-    if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &stored.grant(state)).await? {
+    if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &stored.grant(&state.vault)).await? {
         // Cannot happen under the row lock; if it does, hand out nothing stale.
         return Err(RefreshError::Transient("concurrent write".to_owned()));
     }
@@ -183,7 +183,7 @@ async fn commit_refreshed(
     store::audit::insert_event(&mut *tx, &ev).await?;
     crate::domain::failpoint::stop_here("refresh.before_commit").await;
     tx.commit().await?;
-    state.caches.forget_connection(&row.key());
+    state.connections.forget(&row.key());
     Ok(())
 }
 
@@ -199,10 +199,10 @@ struct Resealed {
 }
 
 impl Resealed {
-    fn grant<'a>(&'a self, state: &'a AppState) -> store::connections::SealedGrant<'a> {
+    fn grant<'a>(&'a self, vault: &'a crate::vault::Vault) -> store::connections::SealedGrant<'a> {
         store::connections::SealedGrant {
             generation: self.generation,
-            key_id: state.vault.current_key_id().as_str(),
+            key_id: vault.current_key_id().as_str(),
             access_token_ct: &self.access_ct,
             refresh_token_ct: Some(&self.refresh_ct),
             id_token_ct: self.id_ct.as_deref(),
@@ -287,8 +287,12 @@ async fn grant_is_dead(
 /// No refresh token and an expired access token: the connection needs a new consent.
 /// Decided on `row` as read without a lock, so the mark applies only while the row is still
 /// that version: a grant a reconnect stored meanwhile is kept. Returns whether it marked.
-pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Result<bool, sqlx::Error> {
-    let mut tx = store::begin(&state.pool).await?;
+pub async fn expire_without_refresh(
+    pool: &store::Db,
+    connections: &crate::app::ConnectionRepo,
+    row: &ConnectionRow,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = store::begin(pool).await?;
     if !store::connections::mark_needs_reauth(&mut *tx, row.id, row.version).await? {
         return Ok(false);
     }
@@ -298,7 +302,7 @@ pub async fn expire_without_refresh(state: &AppState, row: &ConnectionRow) -> Re
     let reason = "expired_without_refresh_token";
     super::events::connection(&mut tx, EventKind::ConnectionNeedsReauth, row, "service", reason, None).await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.key());
+    connections.forget(&row.key());
     Ok(true)
 }
 

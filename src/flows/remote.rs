@@ -41,13 +41,13 @@ pub fn client_metadata_url(urls: &crate::app::PublicUrls, p: &Provider) -> Url {
 }
 
 /// The Client ID Metadata Document of a remote MCP server provider (`None` for another).
-pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Value> {
+pub fn client_metadata(urls: &crate::app::PublicUrls, p: &Provider) -> Option<serde_json::Value> {
     p.resource()?;
     Some(serde_json::json!({
-        "client_id": client_metadata_url(&state.urls, p).as_str(),
+        "client_id": client_metadata_url(urls, p).as_str(),
         "client_name": "mcp-connect",
-        "client_uri": state.urls.base.as_str(),
-        "redirect_uris": [state.urls.provider_redirect_uri(&p.id).as_str()],
+        "client_uri": urls.base.as_str(),
+        "redirect_uris": [urls.provider_redirect_uri(&p.id).as_str()],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
@@ -56,7 +56,7 @@ pub fn client_metadata(state: &AppState, p: &Provider) -> Option<serde_json::Val
 
 async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<AuthServer>, ResolveError> {
     let d = mcp::discover(&state.outbound, &m.resource, p.policy.allow_private_endpoints).await?;
-    pinned(state, p, m, &d).await?;
+    pinned(&state.pool, p, m, &d).await?;
     let redirect = state.urls.provider_redirect_uri(&p.id);
     let stored = store::remote_clients::find(&state.pool, &p.id, &d.server.issuer, redirect.as_str())
         .await
@@ -105,7 +105,7 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
 /// configuration names (`issuer`), else the first one found. Another is refused (the
 /// metadata document changed, or was forged): our client, the person's code and the
 /// stored refresh tokens go to the server the grants were made at, or nowhere.
-async fn pinned(state: &AppState, p: &Provider, m: &RemoteMcp, d: &Discovered) -> Result<(), ResolveError> {
+async fn pinned(pool: &crate::store::Db, p: &Provider, m: &RemoteMcp, d: &Discovered) -> Result<(), ResolveError> {
     let refuse = |pinned: &str, how: &str| {
         ResolveError::Invalid(
             p.id.to_string(),
@@ -120,14 +120,14 @@ async fn pinned(state: &AppState, p: &Provider, m: &RemoteMcp, d: &Discovered) -
         if configured.as_str() != d.server.issuer {
             return Err(refuse(configured.as_str(), "the configuration's issuer"));
         }
-        return store::remote_clients::pin_issuer(&state.pool, &p.id, &d.server.issuer, true)
+        return store::remote_clients::pin_issuer(pool, &p.id, &d.server.issuer, true)
             .await
             .map_err(|_| store_fault(p, "pinned"));
     }
-    store::remote_clients::pin_issuer(&state.pool, &p.id, &d.server.issuer, false)
+    store::remote_clients::pin_issuer(pool, &p.id, &d.server.issuer, false)
         .await
         .map_err(|_| store_fault(p, "pinned"))?;
-    match store::remote_clients::pinned_issuer(&state.pool, &p.id).await {
+    match store::remote_clients::pinned_issuer(pool, &p.id).await {
         Ok(Some(pin)) if pin == d.server.issuer => Ok(()),
         Ok(Some(pin)) => {
             tracing::error!(provider = %p.id, pinned = %pin, found = %d.server.issuer, "a remote MCP server names another authorization server than the one pinned; refused");

@@ -141,7 +141,7 @@ async fn revoke_checked(
     let result = out.provider_result.split(':').next();
     super::events::connection(&mut tx, EventKind::ConnectionRevoked, &row, by.as_str(), "revoked", result).await?;
     tx.commit().await?;
-    state.caches.forget_connection(&row.key());
+    state.connections.forget(&row.key());
     Ok(Some(out))
 }
 

@@ -10,7 +10,7 @@ use crate::domain::{
     Account, ApiKeyId, ConnectionId, ConnectionKey, ConnectionStatus, ElicitationId, ElicitationStatus, KillState,
     ProviderId, Scopes, Subject, TenantId,
 };
-use crate::domain::{AuditKind, HandOut, HandOutRequest, check_handout};
+use crate::domain::{AuditKind, HandOut, HandOutRequest, RefreshPolicy, check_handout};
 use crate::oauth::resolve::ResolveError;
 use crate::providers::Provider;
 use crate::providers::credential::Credential;
@@ -107,24 +107,23 @@ pub async fn token_for(
     {
         return Ok(answer);
     }
-    if let Some(out) = cached_token(state, tenant, &provider, issuer, &req, now)? {
+    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
+    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
+    if let Some(out) = cached_token(&state.connections, &state.vault, state.refresh, &key, &provider, ask, now)? {
         record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
     }
 
-    let ticket = state.caches.ticket();
-    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
     // A connection of another IdP's subject of the same name (the tenant changed its IdP
     // since) is not this subject's: as if there were none, and a new grant replaces it.
-    let conn = state.lookups.find_connection(&key).await?.filter(|c| c.issuer.as_deref() == Some(issuer));
-    if let Some(row) = &conn
-        && !refresh::needs_refresh(row, now, state.refresh)
-        && let Some(entry) = CachedConnection::of(row)
-    {
-        state.caches.store_connection(ticket, &key, &entry);
-    }
+    let ours = |row: &ConnectionRow| row.issuer.as_deref() == Some(issuer);
+    let conn = state
+        .connections
+        .read(&key, |row| ours(row) && !refresh::needs_refresh(row, now, state.refresh))
+        .await?
+        .filter(ours);
     if let Some(c) = &conn
-        && let Some(out) = usable_token(state, tenant, &provider, &req, issuer, c, now).await?
+        && let Some(out) = usable_token(state, &key, &provider, ask, c, now).await?
     {
         record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
@@ -211,20 +210,19 @@ async fn elicitation_answer(
 
 /// The fast path: the row as cached (ciphertext), when it can go out as it is.
 fn cached_token(
-    state: &AppState,
-    tenant: &TenantId,
+    connections: &crate::app::ConnectionRepo,
+    vault: &crate::vault::Vault,
+    policy: RefreshPolicy,
+    key: &ConnectionKey,
     provider: &Provider,
-    issuer: &str,
-    req: &TokenRequest,
+    ask: HandOutRequest<'_>,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
-    let Some(c) = state.caches.connection(&key) else {
+    let Some(c) = connections.cached(key) else {
         return Ok(None);
     };
-    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
-    match check_handout(c.facts(), ask, state.refresh, now) {
-        HandOut::Serve => hand_out(&state.vault, tenant, provider, req, &c),
+    match check_handout(c.facts(), ask, policy, now) {
+        HandOut::Serve => hand_out(vault, key, provider, &c),
         // Anything else is decided on the row as it is now.
         HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),
     }
@@ -234,14 +232,12 @@ fn cached_token(
 /// refreshing it first when it is about to expire.
 async fn usable_token(
     state: &AppState,
-    tenant: &TenantId,
+    key: &ConnectionKey,
     provider: &Provider,
-    req: &TokenRequest,
-    issuer: &str,
+    ask: HandOutRequest<'_>,
     c: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<Option<TokenOutcome>, TokenError> {
-    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
     let entry = match check_handout(c.facts(), ask, state.refresh, now) {
         HandOut::Reconnect => return Ok(None),
         // Near expiry with nothing to refresh with: still valid for a little while.
@@ -252,7 +248,7 @@ async fn usable_token(
             Err(e) => return Err(e.into()),
         },
         HandOut::Expire => {
-            if refresh::expire_without_refresh(state, c).await? {
+            if refresh::expire_without_refresh(&state.pool, &state.connections, c).await? {
                 return Ok(None);
             }
             // Changed since it was read (a reconnect): serve the row as it is now.
@@ -266,7 +262,7 @@ async fn usable_token(
         }
     };
     match entry {
-        Some(entry) => hand_out(&state.vault, tenant, provider, req, &entry),
+        Some(entry) => hand_out(&state.vault, key, provider, &entry),
         None => Ok(None),
     }
 }
@@ -275,16 +271,15 @@ async fn usable_token(
 /// another kind than its provider (see below).
 fn hand_out(
     vault: &crate::vault::Vault,
-    tenant: &TenantId,
+    key: &ConnectionKey,
     provider: &Provider,
-    req: &TokenRequest,
     c: &CachedConnection,
 ) -> Result<Option<TokenOutcome>, TokenError> {
     let connection = c.id;
     let row = RowBinding {
-        tenant,
-        subject: &req.subject,
-        provider: &req.provider,
+        tenant: &key.tenant,
+        subject: &key.subject,
+        provider: &key.provider,
         connection,
         generation: c.seal_version,
         issuer: Some(&c.shape.issuer),
@@ -306,7 +301,7 @@ fn hand_out(
             _ => return Ok(None),
         },
         _ => {
-            tracing::warn!(provider = %req.provider, "a connection of another kind than its provider's; a new connect replaces it");
+            tracing::warn!(provider = %key.provider, "a connection of another kind than its provider's; a new connect replaces it");
             return Ok(None);
         }
     };

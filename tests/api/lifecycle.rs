@@ -279,7 +279,9 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
     .execute(&app.pool)
     .await
     .unwrap();
-    mcp_connect::flows::refresh::expire_without_refresh(&app.state, &observed).await.unwrap();
+    mcp_connect::flows::refresh::expire_without_refresh(&app.state.pool, &app.state.connections, &observed)
+        .await
+        .unwrap();
     let (status, has_token): (String, bool) =
         sqlx::query_as("SELECT status, access_token_ct IS NOT NULL FROM connections WHERE id = $1")
             .bind(id.as_uuid())
@@ -292,7 +294,7 @@ async fn an_expiry_seen_before_a_reconnect_does_not_wipe_the_new_grant() {
         .await
         .unwrap()
         .unwrap();
-    mcp_connect::flows::refresh::expire_without_refresh(&app.state, &fresh).await.unwrap();
+    mcp_connect::flows::refresh::expire_without_refresh(&app.state.pool, &app.state.connections, &fresh).await.unwrap();
     let status: String = sqlx::query_scalar("SELECT status FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(status, "needs_reauth");
 }

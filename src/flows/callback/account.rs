@@ -26,7 +26,7 @@ pub async fn verified(state: &AppState, x: &Exchanged, now: OffsetDateTime) -> R
             .map_err(CallbackRefusal::Exchange)?;
         id_subject = Some(v.subject);
     }
-    let Some(info) = userinfo(state, &x.server, &x.tokens.access_token).await? else {
+    let Some(info) = userinfo(&state.outbound, &x.server, &x.tokens.access_token).await? else {
         return Ok(id_subject.map(|id| Account { id, login: None }));
     };
     if let Some(id_sub) = &id_subject {
@@ -40,13 +40,12 @@ pub async fn verified(state: &AppState, x: &Exchanged, now: OffsetDateTime) -> R
 
 /// The provider's user endpoint answer, or `None` when it has none.
 async fn userinfo(
-    state: &AppState,
+    outbound: &crate::net::http::Outbound,
     server: &AuthServer,
     access_token: &SecretString,
 ) -> Result<Option<serde_json::Value>, CallbackRefusal> {
     let Some(url) = &server.userinfo_url else { return Ok(None) };
-    let v = state
-        .outbound
+    let v = outbound
         .with_guard(&server.guard)
         .get_json(url, Some(secrecy::ExposeSecret::expose_secret(access_token)))
         .await

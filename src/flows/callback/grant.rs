@@ -3,7 +3,6 @@
 //! transaction; the caller commits.
 
 use super::{CallbackError, CallbackRefusal, Grant};
-use crate::app::AppState;
 use crate::domain::{Account, ConnectionId, Scopes};
 use crate::oauth::flow;
 use crate::store::{self, connections::ConnectionRow, elicitations::ElicitationRow};
@@ -33,7 +32,7 @@ impl Sealed {
 /// row that another link of the same subject and provider inserted first is refused
 /// (`connected_concurrently`): that grant is kept, the caller revokes this one.
 pub async fn save(
-    state: &AppState,
+    vault: &crate::vault::Vault,
     tx: &mut store::Tx,
     e: &ElicitationRow,
     x: &Grant<'_>,
@@ -55,11 +54,11 @@ pub async fn save(
         issuer: e.issuer.as_deref(),
     };
     let tokens = x.tokens;
-    let sealed = Sealed::of(&state.vault, &row, tokens)?;
+    let sealed = Sealed::of(vault, &row, tokens)?;
     let granted = super::checks::granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {
         generation,
-        key_id: state.vault.current_key_id().as_str(),
+        key_id: vault.current_key_id().as_str(),
         access_token_ct: &sealed.access,
         refresh_token_ct: sealed.refresh.as_deref(),
         id_token_ct: sealed.id.as_deref(),

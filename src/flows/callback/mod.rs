@@ -301,7 +301,7 @@ async fn consumed(
     // From here a grant exists at the provider: kept only if it is written and committed.
     match keep_and_commit(state, tx, &e, &x, now).await {
         Ok(account) => {
-            state.caches.forget_connection(&x.key());
+            state.connections.forget(&x.key());
             crate::telemetry::metrics::elicitations_finished(ElicitationStatus::Completed, 1);
             Ok(CallbackOutcome::Connected { tenant_name, account: account.and_then(|a| a.login) })
         }
@@ -406,7 +406,7 @@ pub(super) async fn keep_grant(
         })),
         None => None,
     };
-    let (connection, granted) = grant::save(state, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
+    let (connection, granted) = grant::save(&state.vault, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
     let id = connection;
     store::elicitations::mark_completed(&mut **tx, e.id, id, now).await?;
     // The row's history stays in the trail: a reconnect reuses the row, and only a grant

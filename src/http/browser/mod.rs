@@ -44,7 +44,7 @@ async fn client_metadata(state: web::Data<crate::app::AppState>, path: web::Path
         .and_then(|id| state.directory.providers.get(&id))
         // A client registered by hand is known by its own id: no document.
         .filter(|p| p.client().is_none())
-        .and_then(|p| crate::flows::remote::client_metadata(&state, &p));
+        .and_then(|p| crate::flows::remote::client_metadata(&state.urls, &p));
     match doc {
         Some(d) => HttpResponse::Ok().insert_header(("cache-control", "public, max-age=300")).json(d),
         None => HttpResponse::NotFound()
