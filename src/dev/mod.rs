@@ -96,10 +96,26 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         .to_owned();
     let echo = if args.webhook_echo { Some(start_webhook_echo(&app).await?) } else { None };
 
+    // What an MCP server of the docs and the examples reads, under the names they read it
+    // by (docs/mcp-servers.md#settings): the server key as MCP_CONNECT_API_KEY (and, as
+    // before, MCP_CONNECT_SERVER_KEY), a requestState key, the IdP as MCP_ISSUER and the
+    // dev provider's user endpoint as MCP_PROVIDERS.
+    let state_key = {
+        use base64::Engine;
+        let mut key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+        base64::engine::general_purpose::STANDARD.encode(key)
+    };
+    let userinfo = format!("{}/userinfo", provider.base_url());
+    let providers = format!("dev={userinfo}");
     write_env_file(
         &args.env_file,
         &[
             ("MCP_CONNECT_URL", base.as_str()),
+            ("MCP_CONNECT_API_KEY", &server_key),
+            ("MCP_STATE_KEY", &state_key),
+            ("MCP_ISSUER", &idp.issuer()),
+            ("MCP_PROVIDERS", &providers),
             ("MCP_CONNECT_SERVER_KEY", &server_key),
             ("MCP_CONNECT_ADMIN_KEY", &admin_key),
             ("MCP_CONNECT_OPERATOR_KEY", &operator_key),
@@ -108,6 +124,7 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
             ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
             ("MCP_CONNECT_DEV_MCP_URL", args.mcp_url.as_str()),
             ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
+            ("MCP_CONNECT_DEV_PROVIDER_USERINFO_URL", &userinfo),
             ("MCP_CONNECT_METRICS_URL", &metrics_url),
             ("DATABASE_URL", &database_url),
         ],

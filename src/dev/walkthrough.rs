@@ -20,14 +20,14 @@ Try it (in another terminal):
   set -a; . {source}; set +a
 
   # 1. An MCP server asks for alice's token at the dev provider:
-  curl -s -H "Authorization: Bearer $MCP_CONNECT_SERVER_KEY" -H 'content-type: application/json' \
+  curl -s -H "Authorization: Bearer $MCP_CONNECT_API_KEY" -H 'content-type: application/json' \
        -d '{{"subject":"alice","provider":"dev"}}' $MCP_CONNECT_URL/v1/token
 
   # 2. Open the "url" it printed in a browser. Sign in at the Dev Identity Provider as: alice
   #    Click Connect on the consent page, then Allow at the Dev Provider.
 
   # 3. The retried tool call asks again, with the elicitation id from step 1:
-  curl -s -H "Authorization: Bearer $MCP_CONNECT_SERVER_KEY" -H 'content-type: application/json' \
+  curl -s -H "Authorization: Bearer $MCP_CONNECT_API_KEY" -H 'content-type: application/json' \
        -d '{{"subject":"alice","provider":"dev","elicitation_id":"<id from step 1>"}}' $MCP_CONNECT_URL/v1/token
   #    -> "status":"connected" with the token.
 
@@ -46,12 +46,11 @@ Try it (in another terminal):
   # Webhooks: start dev with --webhook-echo to see each event, verified, in this terminal.
   # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
 
-The MCP side: run the example MCP server against this demo (its resource is {mcp_url}):
+The MCP side: run an example MCP server against this demo (its resource is {mcp_url}),
+in the shell that loaded the env file: it holds what the server reads (MCP_CONNECT_URL,
+MCP_CONNECT_API_KEY, MCP_STATE_KEY, MCP_ISSUER, MCP_PROVIDERS):
 
-  MCP_LISTEN={mcp_listen} MCP_PUBLIC_URL={mcp_public} MCP_ISSUER=$MCP_CONNECT_DEV_IDP_URL \
-  MCP_CONNECT_URL=$MCP_CONNECT_URL MCP_CONNECT_API_KEY=$MCP_CONNECT_SERVER_KEY \
-  MCP_STATE_KEY=$(openssl rand -base64 32) MCP_PROVIDERS=dev=$MCP_CONNECT_DEV_PROVIDER_URL/userinfo \
-    cargo run -p mcp-connect-example-server
+  MCP_LISTEN={mcp_listen} MCP_PUBLIC_URL={mcp_public} cargo run -p mcp-connect-example-server
 
   # An MCP access token for alice (the dev IdP's dev-only grant; its audience is {mcp_url}):
   curl -s -u mcp-connect-dev:$MCP_CONNECT_DEV_IDP_CLIENT_SECRET \

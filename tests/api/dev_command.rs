@@ -73,7 +73,13 @@ fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>, extra: &[&st
 /// The walkthrough the command prints: alice connects, bob is refused.
 async fn walkthrough(env: &HashMap<String, String>) {
     let base = &env["MCP_CONNECT_URL"];
-    let key = &env["MCP_CONNECT_SERVER_KEY"];
+    let key = &env["MCP_CONNECT_API_KEY"];
+    // One vocabulary: the env file writes what the docs and the SDKs' from_env read.
+    assert_eq!(&env["MCP_CONNECT_SERVER_KEY"], key, "the earlier name, the same key");
+    let state_key = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &env["MCP_STATE_KEY"]);
+    assert_eq!(state_key.map(|k| k.len()).ok(), Some(32), "a requestState key, 32 bytes in standard base64");
+    assert_eq!(env["MCP_ISSUER"], env["MCP_CONNECT_DEV_IDP_URL"]);
+    assert_eq!(env["MCP_PROVIDERS"], format!("dev={}", env["MCP_CONNECT_DEV_PROVIDER_USERINFO_URL"]));
     let http = reqwest::Client::new();
     let ask = |body: serde_json::Value| {
         let http = http.clone();

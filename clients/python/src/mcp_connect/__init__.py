@@ -46,6 +46,7 @@ from .request_state import (
     canonical_json,
 )
 from .secret import AccessToken, ApiKey, Secret, SubjectToken
+from .settings import MissingSettingError
 
 if TYPE_CHECKING:
     from .adapter import Connection, McpConnect, UrlElicitation, url_elicitation
@@ -82,6 +83,7 @@ __all__ = [
     "JwtVerifier",
     "McpConnect",
     "McpElicitation",
+    "MissingSettingError",
     "Replies",
     "RequestState",
     "RequestStateError",

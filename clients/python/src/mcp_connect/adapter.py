@@ -25,7 +25,7 @@ import math
 import re
 import time
 import typing
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -60,6 +60,7 @@ from .pending import CallKey, PendingElicitations
 from .replies import Replies
 from .request_state import CanonicalizationError, RequestState, RequestStateError, RequestStateKey, ToolCall
 from .secret import AccessToken, ApiKey, SubjectToken
+from .settings import API_KEY, STATE_KEY, URL, setting
 from .watch import CompletionWatchers
 
 __all__ = ["Connection", "McpConnect", "UrlElicitation", "url_elicitation"]
@@ -206,6 +207,13 @@ class McpConnect:
     async def whoami_on(provider: str, connection: Connection) -> CallToolResult: ...
     ```
     """
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> McpConnect:
+        """`McpConnect` for `MCP_CONNECT_URL`, `MCP_CONNECT_API_KEY` and `MCP_STATE_KEY` (the
+        names `mcp-connect dev` writes to its env file); a missing one raises
+        `MissingSettingError` naming it. `kwargs` as for the constructor."""
+        return cls(setting(URL, environ), setting(API_KEY, environ), setting(STATE_KEY, environ), **kwargs)
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from .models import (
     valid_elicitation_id,
 )
 from .secret import ApiKey
+from .settings import API_KEY, URL, setting
 
 __all__ = ["ConnectClient", "RetryPolicy"]
 
@@ -119,6 +121,13 @@ class ConnectClient:
         self._http = http or httpx2.AsyncClient(
             follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout), limits=limits
         )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ConnectClient:
+        """A client for `MCP_CONNECT_URL` with `MCP_CONNECT_API_KEY` (the names `mcp-connect
+        dev` writes); a missing one raises `MissingSettingError` naming it. `kwargs` as for
+        the constructor."""
+        return cls(setting(URL, environ), setting(API_KEY, environ), **kwargs)
 
     def with_own_pool(self, max_connections: int) -> ConnectClient:
         """A client of the same service, API key, retry policy and timeouts on a connection
