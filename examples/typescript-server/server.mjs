@@ -5,10 +5,9 @@
 // 2.4. Settings from the environment, as the Rust example (README).
 import { STATUS_CODES, createServer } from 'node:http';
 import { ConnectClient, RequestStateKey } from '@mcp-connect/client';
-import { McpConnect, createConnectHandler } from '@mcp-connect/client/server';
-import { McpServer, OAuthError, OAuthErrorCode, fromJsonSchema, hostHeaderValidationResponse, originValidationResponse, requireBearerAuth } from '@modelcontextprotocol/server';
+import { McpConnect, bearerAuth, createConnectHandler } from '@mcp-connect/client/server';
+import { McpServer, fromJsonSchema, hostHeaderValidationResponse, originValidationResponse } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
-import { createRemoteJWKSet, jwtVerify } from 'jose';
 
 const env = (name, fallback) => process.env[name] ?? fallback ?? fail(`${name} is not set`);
 const fail = (message) => { throw new Error(message); };
@@ -20,28 +19,10 @@ const providers = new Map(env('MCP_PROVIDERS').split(',').filter((p) => p.trim()
 const metadataUrl = `${publicUrl}/.well-known/oauth-protected-resource`;
 const publicOrigin = new URL(publicUrl);
 
-// MCP authorization: the IdP's RS256/PS256/ES256 JWT access tokens, for this resource.
-const discovery = await (await fetch(`${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`, { redirect: 'error' })).json();
-if (discovery.issuer !== issuer) fail(`discovery names issuer ${discovery.issuer}, expected ${issuer}`);
-const jwks = createRemoteJWKSet(new URL(discovery.jwks_uri));
-const verifier = {
-  async verifyAccessToken(token) {
-    try {
-      const { payload, protectedHeader } = await jwtVerify(token, jwks, { issuer, audience: resource, algorithms: ['RS256', 'PS256', 'ES256'], requiredClaims: ['exp', 'sub'] });
-      // RFC 9068 §4, as mcp-connect checks it: `at+jwt` or its full media type, ASCII
-      // case-insensitively (an /i regex without /u folds ASCII only); an ID token or any
-      // other JWT of the IdP is not an access token.
-      const { typ } = protectedHeader;
-      if (typ === undefined || typ === null) fail('no typ');
-      if (typeof typ !== 'string' || !/^(application\/)?at\+jwt$/i.test(typ)) fail('typ is not at+jwt');
-      return { token, clientId: String(payload.client_id ?? payload.azp ?? ''), scopes: String(payload.scope ?? '').split(' ').filter(Boolean), expiresAt: payload.exp, resource: new URL(resource), extra: { sub: payload.sub } };
-    } catch (e) {
-      console.error(`access token refused: ${e.code ?? e.message}`); // the reason, never the token
-      throw new OAuthError(OAuthErrorCode.InvalidToken, 'The access token is not valid for this server');
-    }
-  },
-};
-const authenticate = requireBearerAuth({ verifier, expectedResource: new URL(resource), resourceMetadataUrl: metadataUrl });
+// MCP authorization: the IdP's RS256/PS256/ES256 JWT access tokens (typ at+jwt), for this
+// resource, checked by @mcp-connect/client's JwtVerifier behind the SDK's requireBearerAuth.
+// Why a token was refused goes to stderr (console.warn), never to the client.
+const auth = await bearerAuth({ issuer, resource, resourceMetadataUrl: metadataUrl });
 
 // The mcp-connect wiring: a client, the requestState key, one connected tool.
 const client = new ConnectClient({ baseUrl: env('MCP_CONNECT_URL'), apiKey: env('MCP_CONNECT_API_KEY') });
@@ -81,10 +62,11 @@ const node = toNodeHandler({
     const rejected = hostHeaderValidationResponse(request, [publicOrigin.hostname]) ?? originValidationResponse(request, [publicOrigin.hostname]) ?? sameOrigin(request);
     if (rejected) return rejected;
     const path = new URL(request.url).pathname;
-    if (path === '/.well-known/oauth-protected-resource') return Response.json({ resource, authorization_servers: [issuer], bearer_methods_supported: ['header'] });
+    const metadata = auth.metadataResponse(request); // RFC 9728, at /.well-known/oauth-protected-resource
+    if (metadata) return metadata;
     if (path !== '/mcp') return new Response('not found', { status: 404 });
-    const auth = await authenticate(request);
-    return auth instanceof Response ? auth : mcp.fetch(request, { authInfo: auth });
+    const info = await auth.authenticate(request);
+    return info instanceof Response ? info : mcp.fetch(request, { authInfo: info });
   },
 });
 const [host, port] = [listen.slice(0, listen.lastIndexOf(':')), Number(listen.slice(listen.lastIndexOf(':') + 1))];

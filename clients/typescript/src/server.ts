@@ -47,6 +47,9 @@ import type { TokenOutcome } from './api.js';
 
 // The option and callback types McpConnect's signatures name (the same in both adapters).
 export type { AuthInfoLike, ConnectedToolOptions, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
+// The bearer check of the MCP callers (the IdP's JWT access tokens), for this SDK.
+export { JwtVerifier, bearerAuth } from './bearer.js';
+export type { BearerAuth, BearerAuthOptions, JwtVerifierOptions } from './bearer.js';
 
 /** What a connected tool's body gets besides its arguments. */
 export interface Connection {

@@ -34,7 +34,7 @@ const RUNTIME: Record<string, string[]> = {
     'sealRequestState',
     'urlElicitation',
   ],
-  '@mcp-connect/client/server': ['McpConnect', 'createConnectHandler'],
+  '@mcp-connect/client/server': ['JwtVerifier', 'McpConnect', 'bearerAuth', 'createConnectHandler'],
   '@mcp-connect/client/sdk': ['McpConnect'],
 };
 
