@@ -20,6 +20,7 @@ import {
   parseTokenAnswer,
 } from './api.js';
 import { ApiKey } from './secret.js';
+import { type Environment, MissingSettingError, isMissing, setting } from './settings.js';
 
 /** The largest answer body read; mcp-connect's answers are a few hundred bytes. */
 export const MAX_BODY = 64 * 1024;
@@ -184,6 +185,10 @@ export class ConnectClient {
   readonly #fetch: typeof fetch;
 
   constructor(options: ConnectClientOptions) {
+    // An unset variable handed in as it is (plain JS, or `process.env.X!`): named, not
+    // "Invalid URL" or "ApiKey needs a non-empty string".
+    if (isMissing(options.baseUrl)) throw new MissingSettingError('MCP_CONNECT_URL');
+    if (isMissing(options.apiKey)) throw new MissingSettingError('MCP_CONNECT_API_KEY');
     const base = new URL(String(options.baseUrl));
     if (base.protocol !== 'http:' && base.protocol !== 'https:') {
       throw new TypeError('the mcp-connect base URL must be an http(s) URL');
@@ -197,6 +202,14 @@ export class ConnectClient {
     this.#retry = { ...DEFAULT_RETRY, ...options.retry };
     this.#timeoutMs = options.timeoutMs ?? 15_000;
     this.#fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /**
+   * A client for `MCP_CONNECT_URL` with `MCP_CONNECT_API_KEY` (the names `mcp-connect dev`
+   * writes); a missing one throws `MissingSettingError` naming it.
+   */
+  static fromEnv(env: Environment = process.env, options: Omit<ConnectClientOptions, 'baseUrl' | 'apiKey'> = {}): ConnectClient {
+    return new ConnectClient({ ...options, baseUrl: setting('MCP_CONNECT_URL', env), apiKey: setting('MCP_CONNECT_API_KEY', env) });
   }
 
   /** `POST /v1/token`: the token, an elicitation to send, or "declined". */

@@ -45,3 +45,4 @@ export {
   sealRequestState,
 } from './requestState.js';
 export { type UrlElicitation, urlElicitation } from './gate.js';
+export { type Environment, MissingSettingError, type SettingName } from './settings.js';

@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import { canonicalJson } from './jcs.js';
 import { isElicitationId } from './api.js';
+import { type Environment, MissingSettingError, isMissing, setting } from './settings.js';
 
 const PREFIX = 'mcs2.';
 const NONCE_LEN = 24;
@@ -106,7 +107,13 @@ export class RequestStateKey {
   }
 
   /** 32 bytes in standard base64 (e.g. `openssl rand -base64 32`). */
+  /** `MCP_STATE_KEY` of `env` (the name `mcp-connect dev` writes); `MissingSettingError` when unset. */
+  static fromEnv(env: Environment = process.env): RequestStateKey {
+    return RequestStateKey.fromBase64(setting('MCP_STATE_KEY', env));
+  }
+
   static fromBase64(text: string): RequestStateKey {
+    if (isMissing(text)) throw new MissingSettingError('MCP_STATE_KEY');
     // String(): an untyped caller may hand in something else (a Buffer read from a file).
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-conversion
     const s = String(text).trim();

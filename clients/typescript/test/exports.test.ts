@@ -22,6 +22,7 @@ const RUNTIME: Record<string, string[]> = {
     'InvalidRequestStateKey',
     'InvalidRequestStateKeyError',
     'InvalidResponseError',
+    'MissingSettingError',
     'RequestStateError',
     'RequestStateKey',
     'Secret',
