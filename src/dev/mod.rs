@@ -45,10 +45,22 @@ pub struct DevArgs {
     /// from any checkout (also as root from a folder the `postgres` user cannot enter).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// The MCP server's URL (its RFC 9728 resource identifier): the dev IdP mints MCP
-    /// access tokens for this audience.
-    #[arg(long, default_value = DEFAULT_MCP_URL)]
-    pub mcp_url: url::Url,
+    /// An MCP server's URL (its RFC 9728 resource identifier): the dev IdP mints MCP
+    /// access tokens for this audience. Repeat it for several servers side by side: the
+    /// first is tenant `dev`, the n-th tenant `dev<n>` with its own server key
+    /// (`MCP_CONNECT_API_KEY_<n>` in the env file); a token for another than the first is
+    /// asked for with `resource=<its URL>` on the dev grant.
+    #[arg(long = "mcp-url", default_value = DEFAULT_MCP_URL)]
+    pub mcp_urls: Vec<url::Url>,
+    /// Port of the dev IdP on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub idp_port: u16,
+    /// Port of the dev provider on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub provider_port: u16,
+    /// Port of the metrics listener on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub metrics_port: u16,
     /// Run a webhook receiver on loopback, registered for every event of the dev tenant:
     /// it checks each delivery's signature (the official `standardwebhooks` crate) and
     /// prints the event.
@@ -72,7 +84,8 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{}: {e} (try --port 0)", args.port))?;
     let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
     let secret = crate::crypto::random_token(32);
-    let (idp, provider) = start_dev_providers(&base, &secret, &args.mcp_url).await?;
+    let ports = demo_config::Ports { idp: args.idp_port, provider: args.provider_port, metrics: args.metrics_port };
+    let (idp, provider) = start_dev_providers(&base, &secret, &args.mcp_urls, ports).await?;
 
     // Development keys: random, in memory only, gone when this process ends.
     let vault_keys = Keyring::generate_entry("dev-only");
@@ -82,13 +95,19 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         ("MCP_CONNECT_IDP_CLIENT_SECRET", secret.clone()),
         ("MCP_CONNECT_PROVIDER_DEV_CLIENT_SECRET", secret.clone()),
     ]);
-    let config = Config::from_toml(&dev_toml(&base, &idp.issuer(), &provider.issuer(), args.mcp_url.as_str()), &|k| {
-        env.get(k).cloned()
-    })?;
+    let toml = dev_toml(&base, &idp.issuer(), &provider.issuer(), &args.mcp_urls, ports.metrics);
+    let config = Config::from_toml(&toml, &|k| env.get(k).cloned())?;
     let app = Application::build_with_listener(config, listener).await?;
     let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
     let key = |scope| dev_key(&app, scope);
     let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
+    // The further MCP servers' tenants and keys, by number (2, 3, …).
+    let mut more = Vec::new();
+    for (i, url) in args.mcp_urls.iter().enumerate().skip(1) {
+        let n = i + 1;
+        let key = dev_key_of(&app, &demo_config::tenant_of(n), KeyScope::Server).await?;
+        more.push((format!("MCP_CONNECT_API_KEY_{n}"), key, format!("MCP_CONNECT_DEV_MCP_URL_{n}"), url.to_string()));
+    }
     let operator_key = crate::flows::api_keys::create_operator_key(&app.state().pool, Some("dev"))
         .await?
         .key
@@ -122,14 +141,17 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
             ("MCP_CONNECT_DEV_IDP_URL", &idp.base_url()),
             ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
             ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
-            ("MCP_CONNECT_DEV_MCP_URL", args.mcp_url.as_str()),
+            ("MCP_CONNECT_DEV_MCP_URL", args.mcp_urls[0].as_str()),
             ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
             ("MCP_CONNECT_DEV_PROVIDER_USERINFO_URL", &userinfo),
             ("MCP_CONNECT_METRICS_URL", &metrics_url),
             ("DATABASE_URL", &database_url),
-        ],
+        ]
+        .into_iter()
+        .chain(more.iter().flat_map(|(k, key, u, url)| [(k.as_str(), key.as_str()), (u.as_str(), url.as_str())]))
+        .collect::<Vec<_>>(),
     )?;
-    print_walkthrough(&base, &args.env_file, &args.mcp_url, &metrics_url);
+    print_walkthrough(&base, &args.env_file, &args.mcp_urls, &metrics_url);
     if let Some(url) = &echo {
         println!("Webhooks: every event of the dev tenant goes to {url}; verified ones are printed here.\n");
     }
@@ -144,7 +166,12 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
 
 /// A fresh API key of the dev tenant.
 async fn dev_key(app: &Application, scope: KeyScope) -> anyhow::Result<String> {
-    let tenant = TenantId::parse("dev").map_err(|e| anyhow::anyhow!("{e}"))?;
+    dev_key_of(app, "dev", scope).await
+}
+
+/// A fresh API key of one of the demo's tenants.
+async fn dev_key_of(app: &Application, tenant: &str, scope: KeyScope) -> anyhow::Result<String> {
+    let tenant = TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("{e}"))?;
     let key = crate::flows::api_keys::create_api_key(&app.state().pool, &tenant, scope, Some("dev")).await?;
     Ok(key.key.expose_secret().to_owned())
 }

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-pub(super) fn print_walkthrough(base: &str, env_file: &Path, mcp_url: &url::Url, metrics_url: &str) {
+pub(super) fn print_walkthrough(base: &str, env_file: &Path, mcp_urls: &[url::Url], metrics_url: &str) {
+    let Some(mcp_url) = mcp_urls.first() else { return };
+    let more = more_servers(mcp_urls);
     let env = env_file.display();
     // `.` needs a path with a slash to read a file rather than search PATH: `./` before a
     // relative one, an absolute one as it is.
@@ -57,7 +59,28 @@ MCP_CONNECT_API_KEY, MCP_STATE_KEY, MCP_ISSUER, MCP_PROVIDERS):
        -d grant_type=urn:mcp-connect:dev:subject -d subject=alice $MCP_CONNECT_DEV_IDP_URL/token
   #    Give its access_token to your MCP client as the bearer token for {mcp_url}.
 
-Press Ctrl-C to stop (the private PostgreSQL stops with it).
+{more}Press Ctrl-C to stop (the private PostgreSQL stops with it).
 "#
     );
+}
+
+/// How to run the further MCP servers (`--mcp-url` given more than once): each its own
+/// tenant, key and audience.
+fn more_servers(mcp_urls: &[url::Url]) -> String {
+    let mut out = String::new();
+    for (i, url) in mcp_urls.iter().enumerate().skip(1) {
+        let n = i + 1;
+        let listen =
+            format!("{}:{}", url.host_str().unwrap_or("127.0.0.1"), url.port_or_known_default().unwrap_or(8090));
+        out.push_str(&format!(
+            r#"MCP server {n} (tenant dev{n}, resource {url}): its own key, the same env file otherwise:
+
+  MCP_CONNECT_API_KEY=$MCP_CONNECT_API_KEY_{n} MCP_LISTEN={listen} MCP_PUBLIC_URL={origin} MCP_RESOURCE={url} node examples/typescript-server/server.mjs
+  # its users' tokens: the same grant with -d resource={url}
+
+"#,
+            origin = url.origin().ascii_serialization(),
+        ));
+    }
+    out
 }

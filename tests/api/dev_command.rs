@@ -283,3 +283,89 @@ async fn dev_without_postgres_binaries_says_what_to_install() {
         "{err}"
     );
 }
+
+/// A dev-grant token for `subject`, for `resource` when given (RFC 8707), else the first.
+async fn dev_grant(env: &HashMap<String, String>, subject: &str, resource: Option<&str>) -> reqwest::Response {
+    let mut form = vec![("grant_type", "urn:mcp-connect:dev:subject"), ("subject", subject)];
+    form.extend(resource.map(|r| ("resource", r)));
+    reqwest::Client::new()
+        .post(format!("{}/token", env["MCP_CONNECT_DEV_IDP_URL"]))
+        .basic_auth("mcp-connect-dev", Some(&env["MCP_CONNECT_DEV_IDP_CLIENT_SECRET"]))
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test]
+async fn dev_serves_two_mcp_servers_side_by_side_on_ports_it_is_told() {
+    let db = crate::support::create_database().await;
+    let (idp, provider, metrics) = (free_port(), free_port(), free_port());
+    let (first, second) = ("http://127.0.0.1:8091/mcp", "http://127.0.0.1:8092/mcp");
+    let ports = [idp, provider, metrics].map(|p| p.to_string());
+    let args = [
+        "--idp-port",
+        &ports[0],
+        "--provider-port",
+        &ports[1],
+        "--metrics-port",
+        &ports[2],
+        "--mcp-url",
+        first,
+        "--mcp-url",
+        second,
+    ];
+    let (_dev, env) = start_dev_in(Some(&db.url), None, &args);
+    // The ports asked for, in the env file.
+    assert_eq!(env["MCP_CONNECT_DEV_IDP_URL"], format!("http://127.0.0.1:{idp}"));
+    assert_eq!(env["MCP_CONNECT_DEV_PROVIDER_URL"], format!("http://127.0.0.1:{provider}"));
+    assert_eq!(env["MCP_CONNECT_METRICS_URL"], format!("http://127.0.0.1:{metrics}/metrics"));
+    assert_eq!((env["MCP_CONNECT_DEV_MCP_URL"].as_str(), env["MCP_CONNECT_DEV_MCP_URL_2"].as_str()), (first, second));
+
+    // Each server's tokens name its URL: the first by default, the second by resource=.
+    let token = |r: reqwest::Response| async move {
+        assert_eq!(r.status(), 200);
+        r.json::<serde_json::Value>().await.unwrap()["access_token"].as_str().unwrap().to_owned()
+    };
+    let (for_first, for_second) =
+        (token(dev_grant(&env, "alice", None).await).await, token(dev_grant(&env, "alice", Some(second)).await).await);
+    let aud = |jwt: &str| {
+        use base64::Engine;
+        let c = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(jwt.split('.').nth(1).unwrap()).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&c).unwrap()["aud"].as_str().unwrap().to_owned()
+    };
+    assert_eq!((aud(&for_first), aud(&for_second)), (first.to_owned(), second.to_owned()));
+    // A resource it does not serve is refused, not given another audience.
+    let other = dev_grant(&env, "alice", Some("http://127.0.0.1:9/mcp")).await;
+    assert_eq!(other.status(), 400);
+    assert_eq!(other.json::<serde_json::Value>().await.unwrap()["error"], "invalid_target");
+
+    // Each server is its own tenant with its own key; a user's token proves the subject at
+    // the server it was minted for, and only there.
+    let ask = |key: String, subject_token: String| {
+        let base = env["MCP_CONNECT_URL"].clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v1/token"))
+                .bearer_auth(key)
+                .json(&serde_json::json!({"subject": "alice", "provider": "dev", "subject_token": subject_token}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let (key1, key2) = (env["MCP_CONNECT_API_KEY"].clone(), env["MCP_CONNECT_API_KEY_2"].clone());
+    assert_ne!(key1, key2);
+    for (key, t) in [(&key1, &for_first), (&key2, &for_second)] {
+        let r = ask(key.clone(), t.clone()).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "connect_required");
+    }
+    let crossed = ask(key2, for_first).await;
+    assert_eq!(crossed.status(), 403, "the first server's token at the second");
+    assert_eq!(crossed.json::<serde_json::Value>().await.unwrap()["error"], "subject_token_audience");
+}

@@ -18,6 +18,10 @@ pub struct DevProviderConfig {
     /// When set, access tokens are RS256 JWTs (RFC 9068 style: iss, sub, aud = this value,
     /// client_id, exp, iat, jti, scope) instead of opaque random strings.
     pub jwt_access_token_audience: Option<String>,
+    /// Further audiences a client may ask for by `resource` (RFC 8707) on the dev subject
+    /// grant (one MCP server each, beside the first); any other `resource` is
+    /// `invalid_target`.
+    pub extra_access_token_audiences: Vec<String>,
     /// The URL it is reached at, when that is not its own port (a proxy in front, in tests
     /// of what lies between): the issuer and every endpoint in its metadata use it.
     pub public_url: Option<String>,
@@ -32,6 +36,7 @@ impl Default for DevProviderConfig {
             clients: Vec::new(),
             access_token_ttl: Duration::from_secs(3600),
             jwt_access_token_audience: None,
+            extra_access_token_audiences: Vec::new(),
             public_url: None,
         }
     }

@@ -23,6 +23,7 @@ pub(crate) struct ProviderState {
     pub keys: SigningKeys,
     access_token_ttl: Duration,
     jwt_access_token_audience: Option<String>,
+    extra_access_token_audiences: Vec<String>,
     clients: Mutex<Vec<ClientRegistration>>,
     stats: Mutex<Stats>,
     grants: Mutex<GrantStore>,
@@ -53,6 +54,7 @@ impl ProviderState {
             keys,
             access_token_ttl: config.access_token_ttl,
             jwt_access_token_audience: config.jwt_access_token_audience,
+            extra_access_token_audiences: config.extra_access_token_audiences,
             clients: Mutex::new(config.clients),
             stats: Mutex::new(Stats::default()),
             grants: Mutex::new(GrantStore::default()),
@@ -95,6 +97,16 @@ impl ProviderState {
             .unwrap_or(OffsetDateTime::new_utc(time::Date::MAX, time::Time::MIDNIGHT))
     }
 
+    /// The audience a JWT access token is minted for when a client names `resource`
+    /// (RFC 8707): one of the configured ones, else `None`.
+    pub(crate) fn audience_for(&self, resource: &str) -> Option<&str> {
+        self.jwt_access_token_audience
+            .iter()
+            .chain(&self.extra_access_token_audiences)
+            .find(|a| a.as_str() == resource)
+            .map(String::as_str)
+    }
+
     /// An access token for `grant`: opaque, or an RFC 9068 JWT when the config asks for one.
     pub(crate) fn mint_access_token(
         &self,
@@ -104,8 +116,22 @@ impl ProviderState {
         scope: &str,
         now: OffsetDateTime,
     ) -> Result<String, SignError> {
+        self.mint_access_token_for(grant, client_id, username, scope, None, now)
+    }
+
+    /// [`Self::mint_access_token`] for `audience` (one of [`Self::audience_for`]'s) instead
+    /// of the first configured one.
+    pub(crate) fn mint_access_token_for(
+        &self,
+        grant: GrantId,
+        client_id: &str,
+        username: &str,
+        scope: &str,
+        audience: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<String, SignError> {
         let expires_at = self.access_token_expiry(now);
-        let token = match &self.jwt_access_token_audience {
+        let token = match audience.or(self.jwt_access_token_audience.as_deref()) {
             None => random_token(),
             Some(audience) => {
                 // RFC 9068 §2.2; the random jti also makes every token distinct.

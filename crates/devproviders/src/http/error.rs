@@ -31,6 +31,11 @@ impl OAuthError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_grant", Some(description))
     }
 
+    /// RFC 8707 §2: a `resource` the server does not mint for.
+    pub(crate) fn invalid_target(description: &'static str) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_target", Some(description))
+    }
+
     pub(crate) fn unsupported_grant_type() -> Self {
         Self::new(StatusCode::BAD_REQUEST, "unsupported_grant_type", None)
     }

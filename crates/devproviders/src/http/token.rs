@@ -220,10 +220,16 @@ fn dev_subject(state: &ProviderState, form: &ClientForm) -> Result<TokenResponse
         .filter(|s| !s.is_empty())
         .ok_or(OAuthError::invalid_request("subject is missing"))?;
     let scope = form.params.get("scope").unwrap_or_default();
+    // RFC 8707: the MCP server the token is for, among the configured audiences.
+    let audience = match form.params.get("resource") {
+        None => None,
+        Some(r) => Some(state.audience_for(r).ok_or(OAuthError::invalid_target("no such resource here"))?),
+    };
     let client_id = form.client.client_id.as_str();
     let grant = state.grants().new_grant(client_id, subject, scope);
     let now = OffsetDateTime::now_utc();
-    let access_token = state.mint_access_token(grant, client_id, subject, scope, now).map_err(signing_failed)?;
+    let access_token =
+        state.mint_access_token_for(grant, client_id, subject, scope, audience, now).map_err(signing_failed)?;
     tracing::info!(client_id, "dev subject token issued");
     Ok(TokenResponse::new(state, &state.switches.snapshot(), access_token, scope))
 }

@@ -94,3 +94,29 @@ async fn a_downstream_provider_does_not_offer_the_dev_subject_grant() {
     let response = token_request(&provider, &[("grant_type", DEV_SUBJECT_GRANT_TYPE), ("subject", "carol")]).await;
     assert_oauth_error(response, StatusCode::BAD_REQUEST, "unsupported_grant_type").await;
 }
+
+#[tokio::test]
+async fn the_dev_subject_grant_mints_for_the_resource_named_among_the_configured_audiences() {
+    const SECOND: &str = "http://127.0.0.1:2/mcp";
+    let provider = start_with(DevProviderConfig {
+        role: Role::IdentityProvider,
+        jwt_access_token_audience: Some(AUDIENCE.into()),
+        extra_access_token_audiences: vec![SECOND.into()],
+        ..DevProviderConfig::default()
+    })
+    .await;
+    let grant = |resource: Option<&'static str>| {
+        let mut form = vec![("grant_type", DEV_SUBJECT_GRANT_TYPE), ("subject", "carol")];
+        form.extend(resource.map(|r| ("resource", r)));
+        let provider = &provider;
+        async move { token_request(provider, &form).await }
+    };
+    // No resource: the first audience; a configured one: that one (RFC 8707).
+    let first = json(grant(None).await).await;
+    assert_eq!(jwt_claims(first["access_token"].as_str().unwrap())["aud"], AUDIENCE);
+    let second = json(grant(Some(SECOND)).await).await;
+    assert_eq!(jwt_claims(second["access_token"].as_str().unwrap())["aud"], SECOND);
+    // Any other resource is refused, never minted for, nor silently given the first.
+    let other = grant(Some("http://127.0.0.1:3/mcp")).await;
+    assert_oauth_error(other, StatusCode::BAD_REQUEST, "invalid_target").await;
+}
