@@ -17,7 +17,11 @@ pub fn spawn_listener(
     metrics::gauge!(LISTENER_UP).set(0.0);
     tokio::spawn(async move {
         loop {
-            let again = match listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await {
+            let heard = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await;
+            if caches.is_closing() {
+                return tracing::debug!("change listener stopped: the process is stopping");
+            }
+            let again = match heard {
                 Ok(()) => Duration::from_millis(500),
                 Err(ListenError::Database(e)) => {
                     tracing::warn!(error = %e, "change listener failed; caches bypassed until it is back");
@@ -150,6 +154,9 @@ pub fn spawn_confirmer(
         let mut reader = LogReader { pool, caches, api_keys, tenants, last: None, prune_points: Default::default() };
         loop {
             tick.tick().await;
+            if reader.caches.is_closing() {
+                return;
+            }
             reader.round().await;
         }
     });

@@ -72,6 +72,9 @@ pub struct Caches {
     /// The listener's test notification did not arrive (a `LISTEN` through a transaction
     /// pooler): the instance is not ready (`/readyz`) until it does.
     unheard: std::sync::atomic::AtomicBool,
+    /// The process is stopping: the listener and the confirmer end at their next round
+    /// instead of reporting the database going away as a fault.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Caches {
@@ -98,6 +101,7 @@ impl Caches {
             watch,
             waiters: waiters::Waiters::default(),
             unheard: Default::default(),
+            closing: Default::default(),
         }
     }
 
@@ -256,6 +260,16 @@ impl Caches {
     }
 
     /// The change listener did not hear its own test notification (see `listener`).
+    /// Ends the listener and the confirmer quietly (the process is stopping, and the
+    /// database may stop before it: `dev`'s private cluster).
+    pub fn close(&self) {
+        self.closing.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub fn is_unheard(&self) -> bool {
         self.unheard.load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -155,10 +155,19 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     if let Some(url) = &echo {
         println!("Webhooks: every event of the dev tenant goes to {url}; verified ones are printed here.\n");
     }
+    let state = app.state();
     tokio::select! {
         r = app.run_until_stopped() => r?,
         _ = shutdown_signal() => eprintln!("\nshutting down"),
     }
+    // An orderly stop: the hand-out audit written, the change listener ended; then the
+    // log is silenced, since the private cluster stops with this function and every
+    // background task still holding a connection would report its end as a fault.
+    state.caches.close();
+    if !state.handouts.drain(std::time::Duration::from_secs(5)).await {
+        tracing::warn!("hand-out audit rows not written before exit");
+    }
+    _logs.silence();
     drop(provider);
     drop(idp);
     Ok(())

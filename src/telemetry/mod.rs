@@ -25,7 +25,7 @@ const MAX_BUFFERED: usize = 256 * 1024;
 /// for many lines, and no thread woken per line (an access-log line per request would
 /// otherwise cost a system call or a thread switch on the request path).
 #[derive(Clone, Default)]
-struct Batched(Arc<Mutex<Vec<u8>>>);
+struct Batched(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Batched {
     fn flush_out(&self) {
@@ -46,6 +46,10 @@ impl Batched {
 
 impl Write for &Batched {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        // Silenced for the last moments of `dev` (see `LogGuard::silence`).
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(line.len());
+        }
         let full = match self.0.lock() {
             Ok(mut buf) => {
                 buf.extend_from_slice(line);
@@ -76,6 +80,18 @@ impl<'a> MakeWriter<'a> for Batched {
 /// spans not yet exported (at most 5 s).
 #[must_use = "buffered log lines and spans are written out when this is dropped"]
 pub struct LogGuard(Option<Batched>, Option<opentelemetry_sdk::trace::SdkTracerProvider>);
+
+impl LogGuard {
+    /// Writes out what is buffered and drops every later line: for `dev`'s last moments,
+    /// after its work has stopped, when stopping its own private PostgreSQL would make
+    /// every task still holding a connection report the end of it as a fault.
+    pub fn silence(&self) {
+        if let Some(b) = &self.0 {
+            b.flush_out();
+            b.1.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
 
 impl Drop for LogGuard {
     fn drop(&mut self) {

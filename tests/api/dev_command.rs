@@ -4,12 +4,12 @@
 use crate::support::browser::Browser;
 use crate::support::{eventually_ok, poll_blocking};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
-struct Dev {
+pub(crate) struct Dev {
     child: Child,
-    dir: std::path::PathBuf,
+    pub(crate) dir: std::path::PathBuf,
 }
 
 impl Drop for Dev {
@@ -42,7 +42,11 @@ fn start_dev(with_database_url: Option<&str>) -> (Dev, HashMap<String, String>) 
 
 /// `dev` from a fresh folder (mode `mode` where given), with its defaults for the cluster.
 /// `extra` arguments are added; the command's output goes to `stdout.txt` in its folder.
-fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>, extra: &[&str]) -> (Dev, HashMap<String, String>) {
+pub(crate) fn start_dev_in(
+    with_database_url: Option<&str>,
+    mode: Option<u32>,
+    extra: &[&str],
+) -> (Dev, HashMap<String, String>) {
     let dir = std::env::temp_dir().join(format!("mcpc-dev-test-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     if let Some(mode) = mode {
@@ -57,7 +61,7 @@ fn start_dev_in(with_database_url: Option<&str>, mode: Option<u32>, extra: &[&st
         .args(extra)
         .current_dir(&dir)
         .stdout(stdout)
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
         .env_remove("DATABASE_URL");
     if let Some(url) = with_database_url {
         cmd.env("DATABASE_URL", url);
@@ -161,6 +165,11 @@ async fn dev_with_its_own_postgres_runs_the_printed_walkthrough_and_stops_cleanl
     let port = url::Url::parse(&db_url).unwrap().port().unwrap();
     let dir = dev.dir.clone();
     drop(dev);
+    // A quiet stop: nothing on the way out reads like a fault (the change listener once
+    // warned "terminating connection due to administrator command").
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap();
+    let after = &stderr[stderr.find("shutting down").expect("it says it is shutting down")..];
+    assert!(!after.contains("WARN") && !after.contains("ERROR"), "{after}");
     // The private cluster is stopped with the command.
     let out = Command::new("pg_isready").args(["-h", "127.0.0.1", "-p", &port.to_string()]).output();
     if let Ok(o) = out {
@@ -285,7 +294,11 @@ async fn dev_without_postgres_binaries_says_what_to_install() {
 }
 
 /// A dev-grant token for `subject`, for `resource` when given (RFC 8707), else the first.
-async fn dev_grant(env: &HashMap<String, String>, subject: &str, resource: Option<&str>) -> reqwest::Response {
+pub(crate) async fn dev_grant(
+    env: &HashMap<String, String>,
+    subject: &str,
+    resource: Option<&str>,
+) -> reqwest::Response {
     let mut form = vec![("grant_type", "urn:mcp-connect:dev:subject"), ("subject", subject)];
     form.extend(resource.map(|r| ("resource", r)));
     reqwest::Client::new()
@@ -297,7 +310,7 @@ async fn dev_grant(env: &HashMap<String, String>, subject: &str, resource: Optio
         .unwrap()
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

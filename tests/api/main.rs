@@ -33,6 +33,7 @@ mod remote_mcp_sdk;
 mod schemathesis;
 mod sdks;
 mod serve;
+mod snippets;
 mod subject_token;
 mod support;
 mod tenancy;
