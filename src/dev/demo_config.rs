@@ -55,6 +55,7 @@ template = "oidc"
 display_name = "Dev Provider"
 issuer = "{provider}"
 client_id = "mcp-connect-dev"
+login_hint = "subject"
 scopes = ["openid", "profile"]
 account_id_field = "id"
 account_login_field = "login"

@@ -9,7 +9,6 @@ pub(super) fn print_walkthrough(base: &str, env_file: &Path, mcp_urls: &[url::Ur
     // `.` needs a path with a slash to read a file rather than search PATH: `./` before a
     // relative one, an absolute one as it is.
     let source = if env_file.is_absolute() { env.to_string() } else { format!("./{env}") };
-    let mcp_public = mcp_url.origin().ascii_serialization();
     let mcp_listen =
         format!("{}:{}", mcp_url.host_str().unwrap_or("127.0.0.1"), mcp_url.port_or_known_default().unwrap_or(8090));
     println!(
@@ -48,16 +47,19 @@ Try it (in another terminal):
   # Webhooks: start dev with --webhook-echo to see each event, verified, in this terminal.
   # Metrics (Prometheus text, on their own port): curl -s {metrics_url}
 
-The MCP side: run an example MCP server against this demo (its resource is {mcp_url}),
-in the shell that loaded the env file: it holds what the server reads (MCP_CONNECT_URL,
-MCP_CONNECT_API_KEY, MCP_STATE_KEY, MCP_ISSUER, MCP_PROVIDERS):
+The MCP side (docs/mcp-servers.md): run the docs' MCP server against this demo (its
+resource is {mcp_url}), in the shell that loaded the env file: it holds what the server
+reads (MCP_CONNECT_URL, MCP_CONNECT_API_KEY, MCP_STATE_KEY, MCP_ISSUER, MCP_PROVIDERS):
 
-  MCP_LISTEN={mcp_listen} MCP_PUBLIC_URL={mcp_public} cargo run -p mcp-connect-example-server
+  MCP_LISTEN={mcp_listen} MCP_RESOURCE={mcp_url} .venv-mcp/bin/python examples/snippets/server.py
+  #  or, after `npm ci --prefix clients/typescript && npm run build --prefix clients/typescript`
+  #  and `npm ci --prefix examples/snippets`: node examples/snippets/server.mjs (same variables)
 
-  # An MCP access token for alice (the dev IdP's dev-only grant; its audience is {mcp_url}):
-  curl -s -u mcp-connect-dev:$MCP_CONNECT_DEV_IDP_CLIENT_SECRET \
-       -d grant_type=urn:mcp-connect:dev:subject -d subject=alice $MCP_CONNECT_DEV_IDP_URL/token
-  #    Give its access_token to your MCP client as the bearer token for {mcp_url}.
+  # An MCP access token for alice (the dev IdP's dev-only grant; its audience is {mcp_url}),
+  # and the docs' client calling the server's tool as alice:
+  export MCP_TOKEN=$(curl -s -u mcp-connect-dev:$MCP_CONNECT_DEV_IDP_CLIENT_SECRET \
+       -d grant_type=urn:mcp-connect:dev:subject -d subject=alice $MCP_CONNECT_DEV_IDP_URL/token | jq -r .access_token)
+  MCP_URL={mcp_url} .venv-mcp/bin/python examples/snippets/client.py
 
 {more}Press Ctrl-C to stop (the private PostgreSQL stops with it).
 "#
@@ -75,11 +77,10 @@ fn more_servers(mcp_urls: &[url::Url]) -> String {
         out.push_str(&format!(
             r#"MCP server {n} (tenant dev{n}, resource {url}): its own key, the same env file otherwise:
 
-  MCP_CONNECT_API_KEY=$MCP_CONNECT_API_KEY_{n} MCP_LISTEN={listen} MCP_PUBLIC_URL={origin} MCP_RESOURCE={url} node examples/typescript-server/server.mjs
-  # its users' tokens: the same grant with -d resource={url}
+  MCP_CONNECT_API_KEY=$MCP_CONNECT_API_KEY_{n} MCP_LISTEN={listen} MCP_RESOURCE={url} node examples/snippets/server.mjs
+  # its users' tokens: the same grant with -d resource={url}; the client with MCP_URL={url}
 
 "#,
-            origin = url.origin().ascii_serialization(),
         ));
     }
     out

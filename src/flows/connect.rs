@@ -245,13 +245,20 @@ pub async fn start_authorization(
     if scopes.as_slice().is_empty() && !server.scopes_supported.is_empty() {
         scopes = Scopes::parse(&server.scopes_supported).unwrap_or_default();
     }
-    let (oidc, extra) = match &provider.upstream {
-        Upstream::OAuth(o) => (o.oidc, o.extra_authorize_params.as_slice()),
-        Upstream::RemoteMcp(_) | Upstream::Typed(_) => (false, &[][..]),
+    let (oidc, mut extra) = match &provider.upstream {
+        Upstream::OAuth(o) => (o.oidc, o.extra_authorize_params.clone()),
+        Upstream::RemoteMcp(_) | Upstream::Typed(_) => (false, Vec::new()),
     };
+    // Only where the operator asked for it: otherwise the provider never learns who the
+    // MCP subject is.
+    if let Upstream::OAuth(o) = &provider.upstream
+        && o.login_hint_subject
+    {
+        extra.push(("login_hint".to_owned(), e.subject.to_string()));
+    }
     let oidc = oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.urls.provider_redirect_uri(path_provider);
-    let req = flow::authorize(&server, &redirect, &scopes.join(provider.scope_separator()), extra, oidc);
+    let req = flow::authorize(&server, &redirect, &scopes.join(provider.scope_separator()), &extra, oidc);
 
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
     let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })?;

@@ -149,6 +149,8 @@ pub struct OAuth {
     pub authorization_response_iss: bool,
     pub scopes: ScopeRules,
     pub extra_authorize_params: Vec<(String, String)>,
+    /// The MCP subject goes as OIDC `login_hint` (`login_hint = "subject"`).
+    pub login_hint_subject: bool,
     pub account: AccountFields,
 }
 

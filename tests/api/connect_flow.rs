@@ -62,6 +62,23 @@ async fn a_plain_oauth2_provider_with_rfc9207_from_the_config_connects() {
 }
 
 #[tokio::test]
+async fn the_subject_goes_as_login_hint_only_to_a_provider_configured_for_it() {
+    let app = spawn_app().await;
+    // plainp: `login_hint = "subject"`; the page of a provider that knows the hint
+    // offers that account first.
+    let (_, url) = app.elicit("alice", "plainp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    assert_eq!(
+        app.provider.stats().last_authorize_params.unwrap().get("login_hint").map(String::as_str),
+        Some("alice")
+    );
+    // testp: not configured, so the subject stays with us.
+    let (_, url) = app.elicit("alice", "testp").await;
+    assert_eq!(Browser::new().connect(&app, &url, "alice", "octo-alice").await.status(), 200);
+    assert!(!app.provider.stats().last_authorize_params.unwrap().contains_key("login_hint"));
+}
+
+#[tokio::test]
 async fn alices_link_opened_by_bob_is_refused_and_stays_usable_for_alice() {
     let app = spawn_app().await;
     let (id, url) = app.elicit("alice", "testp").await;

@@ -130,6 +130,7 @@ issuer = "{provider}"
 authorization_response_iss = true
 client_id = "plainp-client"
 scopes = ["read"]
+login_hint = "subject"
 [providers.deadrev]
 template = "oauth2"
 display_name = "Provider whose revocation endpoint is down"

@@ -34,6 +34,7 @@ pub(super) fn validate(
         ("allow_private_endpoints", p.allow_private_endpoints),
         ("resource", p.resource.is_some()),
         ("token_endpoint_auth_method", p.token_endpoint_auth_method.is_some()),
+        ("login_hint", p.login_hint.is_some()),
     ];
     if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(err(f(field), format!("the {template} template has no OAuth client, endpoints or scopes")));

@@ -79,6 +79,9 @@ pub struct RawProvider {
     /// `client_secret_basic`, `client_secret_post` or `none` (a public client); unset: what
     /// the server's metadata lists, else `client_secret_basic`.
     pub token_endpoint_auth_method: Option<ClientAuth>,
+    /// `"subject"`: the MCP subject goes to the provider as OIDC `login_hint` (so its page
+    /// offers that account first). Unset: the provider never learns the subject.
+    pub login_hint: Option<String>,
 }
 
 /// One input of an `api_key` provider's connect page.
@@ -162,6 +165,14 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         t.extra_authorize_params,
         p.extra_authorize_params.clone(),
     )?;
+    let login_hint_subject = match p.login_hint.as_deref() {
+        None => false,
+        Some("subject") => true,
+        Some(_) => return Err(err(f("login_hint"), "must be \"subject\" (or left out)")),
+    };
+    if login_hint_subject && extra.iter().any(|(k, _)| k == "login_hint") {
+        return Err(err(f("login_hint"), "extra_authorize_params sets login_hint too: one of them"));
+    }
     let policy = p.policy(clock_skew(&f("clock_skew_seconds"), p.clock_skew_seconds)?);
     let display_name = p
         .display_name
@@ -190,6 +201,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
             authorization_response_iss: ends.authorization_response_iss,
             scopes: ScopeRules { default: default_scopes, separator: scope_separator },
             extra_authorize_params: extra,
+            login_hint_subject,
             account: AccountFields {
                 id_field: p.account_id_field.unwrap_or_else(|| t.account_id_field.to_owned()),
                 login_field: p.account_login_field.unwrap_or_else(|| t.account_login_field.to_owned()),
@@ -295,4 +307,28 @@ fn extra_authorize_params(
         extra.push((k, v));
     }
     Ok(extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RawProvider, validate_provider};
+
+    #[test]
+    fn login_hint_is_subject_or_nothing_and_only_for_oauth_providers() {
+        let oidc = "template = \"oidc\"\nissuer = \"https://id.example.com\"\nclient_id = \"c\"\n";
+        let raw: RawProvider = toml::from_str(&format!("{oidc}login_hint = \"subject\"")).unwrap();
+        let p = validate_provider("p", raw, Some("s".into())).unwrap();
+        assert!(matches!(&p.upstream, super::Upstream::OAuth(o) if o.login_hint_subject));
+        let refused = [
+            format!("{oidc}login_hint = \"email\""),
+            format!("{oidc}login_hint = \"subject\"\nextra_authorize_params = {{ login_hint = \"x\" }}"),
+            "template = \"api_key\"\nlogin_hint = \"subject\"".to_owned(),
+            "template = \"mcp\"\nresource = \"https://m.example/mcp\"\nlogin_hint = \"subject\"".to_owned(),
+        ];
+        for text in refused {
+            let raw: RawProvider = toml::from_str(&text).unwrap();
+            let secret = text.contains("oidc").then(|| "s".to_owned());
+            assert_eq!(validate_provider("p", raw, secret).unwrap_err().field, "providers.p.login_hint", "{text}");
+        }
+    }
 }

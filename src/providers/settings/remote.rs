@@ -26,6 +26,7 @@ pub(super) fn validate_mcp(
         ("account_id_field", p.account_id_field.is_some()),
         ("account_login_field", p.account_login_field.is_some()),
         ("extra_authorize_params", !p.extra_authorize_params.is_empty()),
+        ("login_hint", p.login_hint.is_some()),
     ];
     if let Some((field, _)) = discovered.iter().find(|(_, set)| *set) {
         return Err(err(f(field), "the mcp template finds its endpoints by discovery (RFC 9728, RFC 8414)"));

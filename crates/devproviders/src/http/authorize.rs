@@ -143,9 +143,16 @@ pub(crate) async fn show(state: web::Data<ProviderState>, req: HttpRequest) -> H
     match validate(pairs, |id| state.client(id)) {
         Err(rejection) => reject(&state, rejection),
         Ok(request) => {
+            // OIDC `login_hint`: the account to offer first (mcp-connect sends the MCP
+            // subject to a provider configured with `login_hint = "subject"`).
+            let hint = request
+                .params
+                .iter()
+                .find(|(k, v)| k == "login_hint" && !v.trim().is_empty() && v.len() <= MAX_USERNAME_LEN)
+                .map(|(_, v)| v.as_str());
             let username = match state.role {
                 Role::IdentityProvider => "",
-                Role::Downstream => DEFAULT_DOWNSTREAM_ACCOUNT,
+                Role::Downstream => hint.unwrap_or(DEFAULT_DOWNSTREAM_ACCOUNT),
             };
             page(&state, &request, username, None)
         }

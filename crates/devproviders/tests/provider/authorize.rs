@@ -41,6 +41,19 @@ async fn the_downstream_page_asks_for_consent_to_an_account() {
 }
 
 #[tokio::test]
+async fn the_downstream_page_offers_the_login_hint_as_the_account() {
+    let provider = start(Role::Downstream).await;
+    let mut params = authorize_params(&pkce(), "repo");
+    params.push(("login_hint".into(), "alice <&>".into()));
+    let html = open_page(&provider, &params).await;
+    assert!(html.contains("value=\"alice &#60;&#38;&#62;\" required"), "the hint, escaped: {html}");
+    // Too long to be an account name: the default instead.
+    let mut params = authorize_params(&pkce(), "repo");
+    params.push(("login_hint".into(), "x".repeat(500)));
+    assert!(open_page(&provider, &params).await.contains("value=\"dev-user\" required"));
+}
+
+#[tokio::test]
 async fn deny_redirects_with_access_denied_the_state_and_iss() {
     let provider = start(Role::Downstream).await;
     let html = open_page(&provider, &authorize_params(&pkce(), "repo")).await;
