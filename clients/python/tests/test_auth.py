@@ -37,6 +37,7 @@ class Idp:
         self.jwks_fetches = 0
         self.claimed_issuer: str | None = None
         self.jwks_status = 200
+        self.pulled: set[str] = set()
 
     async def discovery(self, _: Request) -> JSONResponse:
         issuer = self.claimed_issuer or self.issuer
@@ -48,7 +49,7 @@ class Idp:
             return JSONResponse({"error": "server_error"}, status_code=self.jwks_status)
         rsa_jwk = RSAAlgorithm.to_jwk(RSA_KEY.public_key(), as_dict=True) | {"kid": "r1", "alg": "RS256", "use": "sig"}
         ec_jwk = ECAlgorithm.to_jwk(EC_KEY.public_key(), as_dict=True) | {"kid": "e1"}
-        return JSONResponse({"keys": [rsa_jwk, ec_jwk]})
+        return JSONResponse({"keys": [k for k in (rsa_jwk, ec_jwk) if k["kid"] not in self.pulled]})
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/.well-known/openid-configuration", self.discovery), Route("/jwks", self.jwks)])
@@ -167,6 +168,48 @@ async def test_an_unknown_kid_refetches_the_jwks_at_most_every_30_seconds(idp: I
     v._fetched -= 31
     assert await v.verify_token(token(idp, kid="rotated")) is None
     assert idp.jwks_fetches == 2
+
+
+async def test_a_key_the_idp_pulled_stops_verifying_once_the_jwks_is_older_than_ten_minutes(idp: Idp) -> None:
+    # Security review (issue 41): a known kid never refetched, so a pulled key lived on.
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    tok = token(idp)
+    assert await v.verify_token(tok) is not None
+    idp.pulled.add("r1")
+    v._loaded -= 599
+    v._fetched -= 599
+    assert await v.verify_token(tok) is not None, "young keys are not fetched again"
+    assert idp.jwks_fetches == 1
+    v._loaded -= 2
+    v._fetched -= 2
+    assert await v.verify_token(tok) is None
+    assert idp.jwks_fetches == 2
+
+
+async def test_with_the_idp_down_the_keys_held_serve_an_hour_past_their_age(idp: Idp) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    tok = token(idp)
+    idp.jwks_status = 500
+    v._loaded -= 601
+    v._fetched -= 601
+    assert await v.verify_token(tok) is not None, "within the grace"
+    assert idp.jwks_fetches == 2, "it tried"
+    v._loaded -= 3600
+    v._fetched -= 3600
+    assert await v.verify_token(tok) is None
+
+
+async def test_a_jwks_without_a_usable_key_does_not_replace_the_keys_held(idp: Idp) -> None:
+    v = await JwtVerifier.discover(idp.issuer, AUD)
+    idp.pulled.update({"r1", "e1"})
+    v._loaded -= 601
+    v._fetched -= 601
+    assert await v.verify_token(token(idp)) is not None
+
+
+async def test_an_http_issuer_off_loopback_is_refused() -> None:
+    with pytest.raises(ValueError, match="https"):
+        await JwtVerifier.discover("http://idp.example", AUD)
 
 
 async def test_a_discovery_document_naming_another_issuer_is_refused(idp: Idp) -> None:

@@ -36,6 +36,13 @@ const KEY_TYPES: readonly string[] = ['RSA', 'EC'];
  * rotation without letting garbage tokens hammer the IdP).
  */
 const JWKS_REFRESH_MIN = 30;
+/**
+ * Keys older than this are fetched again before use, in seconds: a key the IdP pulled (a
+ * compromised one) stops verifying within this time, even with its kid still cached.
+ */
+const JWKS_MAX_AGE = 600;
+/** While the IdP cannot be reached, the keys held still serve this long past their age. */
+const JWKS_GRACE = 3600;
 /** Clock skew allowed on exp, nbf and iat, in seconds. */
 const LEEWAY = 30;
 const MAX_DOCUMENT = 256 * 1024;
@@ -119,7 +126,16 @@ function isAccessTokenType(typ: string): boolean {
 
 /** A header or document value as the log shows it (JSON, `none` when absent). */
 function shown(value: unknown): string {
-  return value === undefined ? 'none' : JSON.stringify(value);
+  const text = value === undefined ? 'none' : JSON.stringify(value);
+  // A header value is the caller's: never a whole one into the log.
+  return text.length > 64 ? `${text.slice(0, 64)}…` : text;
+}
+
+/** https, or http on a loopback host (a development IdP). */
+function secureOrLoopback(url: string): boolean {
+  if (!URL.canParse(url)) return false;
+  const u = new URL(url);
+  return u.protocol === 'https:' || (u.protocol === 'http:' && ['127.0.0.1', '[::1]', 'localhost'].includes(u.hostname));
 }
 
 /** Why jose refused: its message (which names the claim, never a value or the token). */
@@ -140,6 +156,8 @@ export class JwtVerifier {
   #keys: Map<string, Key>;
   /** When the JWKS was last fetched (or tried), in Unix seconds. */
   #fetched: number;
+  /** When the keys held were fetched, in Unix seconds. */
+  #loaded: number;
   /** The refetch under way, which concurrent unknown kids wait for instead of starting one. */
   #refreshing: Promise<void> | undefined;
   readonly #fetch: typeof fetch;
@@ -158,6 +176,7 @@ export class JwtVerifier {
     this.#log = options.logger ?? { warn: (m) => console.warn(`mcp-connect: ${m}`) };
     this.#now = options.now ?? (() => Date.now() / 1000);
     this.#fetched = this.#now();
+    this.#loaded = this.#fetched;
     this.#resource = URL.canParse(audience) ? new URL(audience) : undefined;
   }
 
@@ -169,11 +188,14 @@ export class JwtVerifier {
   static async discover(issuer: string, audience: string, options: JwtVerifierOptions = {}): Promise<JwtVerifier> {
     const fetchFn = options.fetch ?? fetch;
     const timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
+    // Keys read over plain http could be anyone's on the way.
+    if (!secureOrLoopback(issuer)) throw new Error(`the issuer ${JSON.stringify(issuer)} must be https (http only on loopback)`);
     const doc = (await getJson(fetchFn, `${issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`, timeoutMs)) as Record<string, unknown> | null;
     const named = typeof doc === 'object' && doc !== null ? doc.issuer : undefined;
     if (named !== issuer) throw new Error(`discovery names issuer ${shown(named)}, expected ${JSON.stringify(issuer)}`);
     const jwksUri = doc?.jwks_uri;
     if (typeof jwksUri !== 'string') throw new Error('the discovery document has no jwks_uri');
+    if (!secureOrLoopback(jwksUri)) throw new Error(`the jwks_uri ${shown(jwksUri)} must be https (http only on loopback)`);
     return new JwtVerifier(issuer, audience, jwksUri, await getJson(fetchFn, jwksUri, timeoutMs), options);
   }
 
@@ -230,17 +252,18 @@ export class JwtVerifier {
     };
   }
 
-  /** The key of `kid`; an unknown kid refetches the JWKS, at most every 30 s. */
+  /**
+   * The key of `kid`. An unknown kid, or keys older than 10 minutes, fetch the JWKS again
+   * (at most every 30 s); while the IdP cannot be reached, the keys held serve an hour
+   * past their age.
+   */
   async #key(kid: string): Promise<Key> {
-    if (!this.#keys.has(kid)) {
-      if (this.#refreshing !== undefined) {
-        await this.#refreshing;
-      } else if (this.#now() - this.#fetched >= JWKS_REFRESH_MIN) {
-        this.#fetched = this.#now();
-        this.#refreshing = this.#refresh().finally(() => {
-          this.#refreshing = undefined;
-        });
-        await this.#refreshing;
+    if (!this.#keys.has(kid) || this.#now() - this.#loaded >= JWKS_MAX_AGE) {
+      try {
+        await this.#refetch();
+      } catch (e) {
+        if (!this.#keys.has(kid) || this.#now() - this.#loaded >= JWKS_MAX_AGE + JWKS_GRACE) throw e;
+        this.#log.warn(`the JWKS is ${Math.round(this.#now() - this.#loaded)} s old and could not be fetched again: ${reasonOf(e)}`);
       }
     }
     const key = this.#keys.get(kid);
@@ -248,16 +271,32 @@ export class JwtVerifier {
     return key;
   }
 
+  /** One refetch at a time, at most every 30 s (concurrent callers wait for the one under way). */
+  async #refetch(): Promise<void> {
+    if (this.#refreshing !== undefined) return this.#refreshing;
+    if (this.#now() - this.#fetched < JWKS_REFRESH_MIN) return;
+    this.#fetched = this.#now();
+    this.#refreshing = this.#refresh().finally(() => {
+      this.#refreshing = undefined;
+    });
+    return this.#refreshing;
+  }
+
   /** Replaces the keys with the IdP's current ones; on failure the old ones stay. */
   async #refresh(): Promise<void> {
+    let jwks: unknown;
     try {
-      this.#keys = keysOf(await getJson(this.#fetch, this.#jwksUri, this.#timeoutMs));
+      jwks = await getJson(this.#fetch, this.#jwksUri, this.#timeoutMs);
     } catch (e) {
-      // The IdP is down or unreachable: the token cannot be verified, so it is refused.
-      // Only the error's kind is logged (or what our own reader says): a fetch error's
-      // text may quote the request.
+      // The IdP is down or unreachable. Only the error's kind is logged (or what our own
+      // reader says): a fetch error's text may quote the request.
       throw new Refusal(`the JWKS could not be fetched (${e instanceof DocumentError ? e.message : e instanceof Error ? e.name : 'unknown error'})`);
     }
+    const keys = keysOf(jwks);
+    // An empty or broken set would refuse every token: the keys held stay.
+    if (keys.size === 0) throw new Refusal('the JWKS could not be fetched (it has no usable key)');
+    this.#keys = keys;
+    this.#loaded = this.#now();
   }
 }
 

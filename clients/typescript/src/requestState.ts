@@ -106,12 +106,12 @@ export class RequestStateKey {
     return new RequestStateKey(new Key(bytes), []);
   }
 
-  /** 32 bytes in standard base64 (e.g. `openssl rand -base64 32`). */
   /** `MCP_STATE_KEY` of `env` (the name `mcp-connect dev` writes); `MissingSettingError` when unset. */
   static fromEnv(env: Environment = process.env): RequestStateKey {
     return RequestStateKey.fromBase64(setting('MCP_STATE_KEY', env));
   }
 
+  /** 32 bytes in standard base64 (e.g. `openssl rand -base64 32`). */
   static fromBase64(text: string): RequestStateKey {
     if (isMissing(text)) throw new MissingSettingError('MCP_STATE_KEY');
     // String(): an untyped caller may hand in something else (a Buffer read from a file).

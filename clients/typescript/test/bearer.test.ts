@@ -309,12 +309,80 @@ describe('JwtVerifier: an unknown kid', () => {
   });
 });
 
+describe('JwtVerifier: the JWKS ages (security review of issue 41)', () => {
+  const far = () => ({ claims: { exp: nowSeconds() + 10 * 86_400 } });
+
+  test('a key the IdP removed stops verifying once the JWKS is older than 10 minutes', async () => {
+    const p = await idp([...keys]);
+    const log: string[] = [];
+    let clock = Date.now() / 1000;
+    const v = await verifier(p, log, { now: () => clock });
+    const tok = await token(p.issuer, far());
+    assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice');
+    p.keys = p.keys.filter((k) => k.kid !== 'k1'); // compromised, pulled
+    clock += 599;
+    assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice', 'young keys are not fetched again');
+    assert.equal(p.jwksFetches(), 1);
+    clock += 2;
+    assert.match(await refused(v, log, tok), /access token refused: no key with that kid$/);
+    assert.equal(p.jwksFetches(), 2);
+  });
+
+  test('with the IdP down, the keys held serve an hour past their age, then nothing does', async () => {
+    const p = await idp([...keys]);
+    const log: string[] = [];
+    let clock = Date.now() / 1000;
+    const v = await verifier(p, log, { now: () => clock });
+    const tok = await token(p.issuer, far());
+    p.jwksStatus = 500;
+    clock += 601;
+    assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice', 'within the grace');
+    assert.equal(p.jwksFetches(), 2, 'it tried');
+    clock += 3600;
+    assert.match(await refused(v, log, tok), /access token refused: the JWKS could not be fetched/);
+  });
+
+  test('a JWKS without a usable key does not replace the keys held', async () => {
+    const p = await idp([...keys]);
+    const log: string[] = [];
+    let clock = Date.now() / 1000;
+    const v = await verifier(p, log, { now: () => clock });
+    p.keys = [];
+    clock += 601;
+    assert.equal((await v.verifyAccessToken(await token(p.issuer, far()))).extra?.sub, 'alice');
+    assert.match(log.join('\n'), /no usable key/);
+  });
+
+  test('an attacker-chosen header value is logged shortened', async () => {
+    const p = await idp([...keys]);
+    const log: string[] = [];
+    const v = await verifier(p, log);
+    const line = await refused(v, log, unsigned({ alg: 'A'.repeat(8000), typ: 'at+jwt', kid: 'k1' }, { sub: 'x' }));
+    assert.ok(line.length < 200, `${line.length} characters`);
+  });
+});
+
 describe('JwtVerifier.discover', () => {
   test('refuses a discovery document that names another issuer (RFC 8414 §3.3)', async () => {
     const p = await idp(keys);
     p.discovery = () => ({ issuer: 'https://idp.other.example', jwks_uri: `${p.issuer}/jwks` });
     await assert.rejects(verifier(p, []), /discovery names issuer "https:\/\/idp\.other\.example", expected "http:\/\/127\.0\.0\.1:\d+"/);
     assert.equal(p.jwksFetches(), 0);
+  });
+
+  test('refuses an issuer or a jwks_uri over plain http, unless on loopback', async () => {
+    const fetched: string[] = [];
+    const recording: typeof fetch = (input) => {
+      fetched.push(input instanceof Request ? input.url : input instanceof URL ? input.href : input);
+      return Promise.reject(new TypeError('not reached'));
+    };
+    const e = await settled(JwtVerifier.discover('http://idp.example', RESOURCE, { fetch: recording }));
+    assert.ok(e instanceof Error && /https/.test(e.message), String(e));
+    assert.deepEqual(fetched, [], 'nothing is fetched over plain http');
+    const p = await idp(keys);
+    p.discovery = (issuer) => ({ issuer, jwks_uri: 'http://keys.example/jwks' });
+    const e2 = await settled(JwtVerifier.discover(p.issuer, RESOURCE));
+    assert.ok(e2 instanceof Error && /jwks_uri/.test(e2.message) && /https/.test(e2.message), String(e2));
   });
 
   test('refuses a document without jwks_uri', async () => {

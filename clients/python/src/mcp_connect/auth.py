@@ -36,7 +36,19 @@ ALGORITHMS = ("RS256", "PS256", "ES256")
 # A kid the cached JWKS lacks triggers a refetch at most this often (key rotation without
 # letting garbage tokens hammer the IdP).
 JWKS_REFRESH_MIN = 30.0
+# Keys older than this are fetched again before use: a key the IdP pulled (a compromised
+# one) stops verifying within this time, even with its kid still cached.
+JWKS_MAX_AGE = 600.0
+# While the IdP cannot be reached, the keys held still serve this long past their age.
+JWKS_GRACE = 3600.0
 MAX_DOCUMENT = 256 * 1024
+
+
+def _secure_or_loopback(url: str) -> bool:
+    """https, or http on a loopback host (a development IdP): keys read over plain http
+    could be anyone's on the way."""
+    u = httpx2.URL(url)
+    return u.scheme == "https" or (u.scheme == "http" and u.host in ("127.0.0.1", "::1", "localhost"))
 
 
 async def _get_json(http: httpx2.AsyncClient, url: str) -> Any:
@@ -63,6 +75,7 @@ class JwtVerifier:
         self._jwks_uri = jwks_uri
         self._keys = _keys_of(jwks)
         self._fetched = time.monotonic()
+        self._loaded = self._fetched
         self._http = http
         self._lock = anyio.Lock()
 
@@ -70,6 +83,8 @@ class JwtVerifier:
     async def discover(cls, issuer: str, audience: str, *, http: httpx2.AsyncClient | None = None) -> JwtVerifier:
         """Reads `<issuer>/.well-known/openid-configuration` and its JWKS. The document must
         name the same issuer (RFC 8414 §3.3)."""
+        if not _secure_or_loopback(issuer):
+            raise ValueError(f"the issuer {issuer!r} must be https (http only on loopback)")
         http = http or httpx2.AsyncClient(timeout=10.0, follow_redirects=False)
         doc = await _get_json(http, issuer.rstrip("/") + "/.well-known/openid-configuration")
         if doc.get("issuer") != issuer:
@@ -77,6 +92,8 @@ class JwtVerifier:
         jwks_uri = doc.get("jwks_uri")
         if not isinstance(jwks_uri, str):
             raise ValueError("the discovery document has no jwks_uri")
+        if not _secure_or_loopback(jwks_uri):
+            raise ValueError(f"the jwks_uri {jwks_uri[:64]!r} must be https (http only on loopback)")
         return cls(issuer, audience, jwks_uri, await _get_json(http, jwks_uri), http)
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -136,14 +153,31 @@ class JwtVerifier:
         )
 
     async def _key(self, kid: str) -> tuple[jwt.PyJWK, str | None]:
-        if kid not in self._keys:
-            async with self._lock:
-                if kid not in self._keys and time.monotonic() - self._fetched >= JWKS_REFRESH_MIN:
-                    self._fetched = time.monotonic()
-                    self._keys = _keys_of(await _get_json(self._http, self._jwks_uri))
+        """The key of `kid`. An unknown kid, or keys older than ten minutes, fetch the JWKS
+        again (at most every 30 s); while the IdP cannot be reached, the keys held serve an
+        hour past their age."""
+        if kid not in self._keys or time.monotonic() - self._loaded >= JWKS_MAX_AGE:
+            try:
+                await self._refetch()
+            except (httpx2.HTTPError, ValueError) as e:
+                if kid not in self._keys or time.monotonic() - self._loaded >= JWKS_MAX_AGE + JWKS_GRACE:
+                    raise
+                logger.warning("the JWKS could not be fetched again; the keys held still serve (%s)", type(e).__name__)
         if kid not in self._keys:
             raise ValueError("no key with that kid")
         return self._keys[kid]
+
+    async def _refetch(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._fetched < JWKS_REFRESH_MIN:
+                return
+            self._fetched = time.monotonic()
+            keys = _keys_of(await _get_json(self._http, self._jwks_uri))
+            # An empty or broken set would refuse every token: the keys held stay.
+            if not keys:
+                raise ValueError("the JWKS has no usable key")
+            self._keys = keys
+            self._loaded = time.monotonic()
 
 
 def _keys_of(jwks: Any) -> dict[str, tuple[jwt.PyJWK, str | None]]:
