@@ -259,7 +259,6 @@ impl Caches {
         }
     }
 
-    /// The change listener did not hear its own test notification (see `listener`).
     /// Ends the listener and the confirmer quietly (the process is stopping, and the
     /// database may stop before it: `dev`'s private cluster).
     pub fn close(&self) {
@@ -270,6 +269,7 @@ impl Caches {
         self.closing.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The change listener did not hear its own test notification (see `listener`).
     pub fn is_unheard(&self) -> bool {
         self.unheard.load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -10,7 +10,7 @@ pub(super) fn write_env_file(path: &Path, vars: &[(&str, &str)]) -> anyhow::Resu
     use std::io::Write;
     let mut text = String::from("# Written by `mcp-connect dev`: development values, valid while it runs.\n");
     for (k, v) in vars {
-        text.push_str(&format!("{k}={v}\n"));
+        text.push_str(&format!("{k}={}\n", shell_value(v)));
     }
     let named = |e: std::io::Error| anyhow::anyhow!("--env-file {}: {e}", path.display());
     let name = path.file_name().ok_or_else(|| anyhow::anyhow!("--env-file {}: not a file name", path.display()))?;
@@ -34,10 +34,17 @@ pub(super) fn write_env_file(path: &Path, vars: &[(&str, &str)]) -> anyhow::Resu
     Ok(())
 }
 
+/// A value as `. file` reads it back unchanged: as it is when it holds only characters a
+/// shell takes literally, else in single quotes (a `--mcp-url` may hold `$(…)`, `;` or `&`).
+fn shell_value(v: &str) -> String {
+    let literal = |c: char| c.is_ascii_alphanumeric() || "_-.,:/@%+=".contains(c);
+    if !v.is_empty() && v.chars().all(literal) { v.to_owned() } else { format!("'{}'", v.replace('\'', "'\\''")) }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::write_env_file;
+    use super::{shell_value, write_env_file};
     use std::os::unix::fs::PermissionsExt;
 
     fn mode(p: &std::path::Path) -> u32 {
@@ -68,6 +75,24 @@ mod tests {
         // No temporary file is left.
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 3, "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn values_read_back_unchanged_by_the_shell_and_nothing_in_them_runs() {
+        let dir = std::env::temp_dir().join(format!("mcpc-envfile-q-{}", crate::crypto::random_token(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let marker = dir.join("ran");
+        let tricky = format!("http://127.0.0.1:8090/mcp$(touch {})?a=1&b=2;x'y", marker.display());
+        let plain = "mcpc_0123_abc-DEF+/=";
+        assert_eq!(shell_value(plain), plain, "plain values stay readable");
+        let file = dir.join("dev.env");
+        write_env_file(&file, &[("TRICKY", &tricky), ("PLAIN", plain)]).unwrap();
+        let script = format!("set -a; . '{}'; printf '%s\\n%s' \"$TRICKY\" \"$PLAIN\"", file.display());
+        let out = std::process::Command::new("sh").arg("-c").arg(script).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{tricky}\n{plain}"));
+        assert!(!marker.exists(), "nothing in a value ran");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
