@@ -99,58 +99,10 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
     let config = Config::from_toml(&toml, &|k| env.get(k).cloned())?;
     let app = Application::build_with_listener(config, listener).await?;
     let metrics_url = app.metrics_port().map(|p| format!("http://127.0.0.1:{p}/metrics")).unwrap_or_default();
-    let key = |scope| dev_key(&app, scope);
-    let (server_key, admin_key) = (key(KeyScope::Server).await?, key(KeyScope::Admin).await?);
-    // The further MCP servers' tenants and keys, by number (2, 3, …).
-    let mut more = Vec::new();
-    for (i, url) in args.mcp_urls.iter().enumerate().skip(1) {
-        let n = i + 1;
-        let key = dev_key_of(&app, &demo_config::tenant_of(n), KeyScope::Server).await?;
-        more.push((format!("MCP_CONNECT_API_KEY_{n}"), key, format!("MCP_CONNECT_DEV_MCP_URL_{n}"), url.to_string()));
-    }
-    let operator_key = crate::flows::api_keys::create_operator_key(&app.state().pool, Some("dev"))
-        .await?
-        .key
-        .expose_secret()
-        .to_owned();
+    let keys = DevKeys::make(&app, &args.mcp_urls).await?;
     let echo = if args.webhook_echo { Some(start_webhook_echo(&app).await?) } else { None };
-
-    // What an MCP server of the docs and the examples reads, under the names they read it
-    // by (docs/mcp-servers.md#settings): the server key as MCP_CONNECT_API_KEY (and, as
-    // before, MCP_CONNECT_SERVER_KEY), a requestState key, the IdP as MCP_ISSUER and the
-    // dev provider's user endpoint as MCP_PROVIDERS.
-    let state_key = {
-        use base64::Engine;
-        let mut key = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
-        base64::engine::general_purpose::STANDARD.encode(key)
-    };
-    let userinfo = format!("{}/userinfo", provider.base_url());
-    let providers = format!("dev={userinfo}");
-    write_env_file(
-        &args.env_file,
-        &[
-            ("MCP_CONNECT_URL", base.as_str()),
-            ("MCP_CONNECT_API_KEY", &server_key),
-            ("MCP_STATE_KEY", &state_key),
-            ("MCP_ISSUER", &idp.issuer()),
-            ("MCP_PROVIDERS", &providers),
-            ("MCP_CONNECT_SERVER_KEY", &server_key),
-            ("MCP_CONNECT_ADMIN_KEY", &admin_key),
-            ("MCP_CONNECT_OPERATOR_KEY", &operator_key),
-            ("MCP_CONNECT_DEV_IDP_URL", &idp.base_url()),
-            ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
-            ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", &secret),
-            ("MCP_CONNECT_DEV_MCP_URL", args.mcp_urls[0].as_str()),
-            ("MCP_CONNECT_DEV_PROVIDER_URL", &provider.base_url()),
-            ("MCP_CONNECT_DEV_PROVIDER_USERINFO_URL", &userinfo),
-            ("MCP_CONNECT_METRICS_URL", &metrics_url),
-            ("DATABASE_URL", &database_url),
-        ]
-        .into_iter()
-        .chain(more.iter().flat_map(|(k, key, u, url)| [(k.as_str(), key.as_str()), (u.as_str(), url.as_str())]))
-        .collect::<Vec<_>>(),
-    )?;
+    let urls = DevUrls { base: &base, database: &database_url, metrics: &metrics_url, idp: &idp, provider: &provider };
+    write_dev_env(&args, &urls, &keys, &secret)?;
     print_walkthrough(&base, &args.env_file, &args.mcp_urls, &metrics_url);
     if let Some(url) = &echo {
         println!("Webhooks: every event of the dev tenant goes to {url}; verified ones are printed here.\n");
@@ -160,17 +112,95 @@ pub async fn run_dev(args: DevArgs) -> anyhow::Result<()> {
         r = app.run_until_stopped() => r?,
         _ = shutdown_signal() => eprintln!("\nshutting down"),
     }
-    // An orderly stop: the hand-out audit written, the change listener ended; then the
-    // log is silenced, since the private cluster stops with this function and every
-    // background task still holding a connection would report its end as a fault.
+    stop_quietly(&state, &_logs).await;
+    drop(provider);
+    drop(idp);
+    Ok(())
+}
+
+/// An orderly stop: the hand-out audit written, the change listener ended; then the log
+/// is silenced, since the private cluster stops after this and every background task
+/// still holding a connection would report its end as a fault.
+async fn stop_quietly(state: &crate::app::AppState, logs: &crate::telemetry::LogGuard) {
     state.caches.close();
     if !state.handouts.drain(std::time::Duration::from_secs(5)).await {
         tracing::warn!("hand-out audit rows not written before exit");
     }
-    _logs.silence();
-    drop(provider);
-    drop(idp);
-    Ok(())
+    logs.silence();
+}
+
+/// The demo's keys: the dev tenant's server, admin and operator keys, and each further
+/// MCP server's (tenant `dev<n>`) server key.
+struct DevKeys {
+    server: String,
+    admin: String,
+    operator: String,
+    /// `(MCP_CONNECT_API_KEY_<n>, key, MCP_CONNECT_DEV_MCP_URL_<n>, url)` for n = 2, 3, …
+    more: Vec<(String, String, String, String)>,
+}
+
+impl DevKeys {
+    async fn make(app: &Application, mcp_urls: &[url::Url]) -> anyhow::Result<Self> {
+        let (server, admin) = (dev_key(app, KeyScope::Server).await?, dev_key(app, KeyScope::Admin).await?);
+        let mut more = Vec::new();
+        for (i, url) in mcp_urls.iter().enumerate().skip(1) {
+            let n = i + 1;
+            let key = dev_key_of(app, &demo_config::tenant_of(n), KeyScope::Server).await?;
+            more.push((
+                format!("MCP_CONNECT_API_KEY_{n}"),
+                key,
+                format!("MCP_CONNECT_DEV_MCP_URL_{n}"),
+                url.to_string(),
+            ));
+        }
+        let operator = crate::flows::api_keys::create_operator_key(&app.state().pool, Some("dev")).await?;
+        Ok(Self { server, admin, operator: operator.key.expose_secret().to_owned(), more })
+    }
+}
+
+/// Where the demo's parts are.
+struct DevUrls<'a> {
+    base: &'a str,
+    database: &'a str,
+    metrics: &'a str,
+    idp: &'a mcp_connect_devproviders::DevProvider,
+    provider: &'a mcp_connect_devproviders::DevProvider,
+}
+
+/// The env file. What an MCP server of the docs and the examples reads is there under the
+/// names they read it by (docs/mcp-servers.md#settings): the server key as
+/// MCP_CONNECT_API_KEY (and, as before, MCP_CONNECT_SERVER_KEY), a requestState key, the
+/// IdP as MCP_ISSUER and the dev provider's user endpoint as MCP_PROVIDERS.
+fn write_dev_env(args: &DevArgs, urls: &DevUrls<'_>, keys: &DevKeys, secret: &str) -> anyhow::Result<()> {
+    let state_key = {
+        use base64::Engine;
+        let mut key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+        base64::engine::general_purpose::STANDARD.encode(key)
+    };
+    let userinfo = format!("{}/userinfo", urls.provider.base_url());
+    let (providers, issuer, idp_url) = (format!("dev={userinfo}"), urls.idp.issuer(), urls.idp.base_url());
+    let provider_url = urls.provider.base_url();
+    let vars = [
+        ("MCP_CONNECT_URL", urls.base),
+        ("MCP_CONNECT_API_KEY", &keys.server),
+        ("MCP_STATE_KEY", &state_key),
+        ("MCP_ISSUER", &issuer),
+        ("MCP_PROVIDERS", &providers),
+        ("MCP_CONNECT_SERVER_KEY", &keys.server),
+        ("MCP_CONNECT_ADMIN_KEY", &keys.admin),
+        ("MCP_CONNECT_OPERATOR_KEY", &keys.operator),
+        ("MCP_CONNECT_DEV_IDP_URL", &idp_url),
+        ("MCP_CONNECT_DEV_IDP_CLIENT_ID", "mcp-connect-dev"),
+        ("MCP_CONNECT_DEV_IDP_CLIENT_SECRET", secret),
+        ("MCP_CONNECT_DEV_MCP_URL", args.mcp_urls[0].as_str()),
+        ("MCP_CONNECT_DEV_PROVIDER_URL", &provider_url),
+        ("MCP_CONNECT_DEV_PROVIDER_USERINFO_URL", &userinfo),
+        ("MCP_CONNECT_METRICS_URL", urls.metrics),
+        ("DATABASE_URL", urls.database),
+    ];
+    let more = keys.more.iter().flat_map(|(k, key, u, url)| [(k.as_str(), key.as_str()), (u.as_str(), url.as_str())]);
+    write_env_file(&args.env_file, &vars.into_iter().chain(more).collect::<Vec<_>>())
 }
 
 /// A fresh API key of the dev tenant.
