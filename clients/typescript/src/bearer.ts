@@ -58,8 +58,13 @@ export interface JwtVerifierOptions {
   timeoutMs?: number;
   /** Where the reason of each refusal goes (default: console.warn). Never the token. */
   logger?: Logger;
-  /** For tests: the clock, in Unix seconds. */
+  /** For tests: the wall clock the tokens' times are checked against, in Unix seconds. */
   now?: () => number;
+  /**
+   * For tests: the clock the JWKS's age and refetch throttle run on, in seconds (default:
+   * `performance.now()`, which a wall clock stepping back does not move).
+   */
+  monotonic?: () => number;
 }
 
 /** A refusal, with the reason the log gets. */
@@ -164,6 +169,7 @@ export class JwtVerifier {
   readonly #timeoutMs: number;
   readonly #log: Logger;
   readonly #now: () => number;
+  readonly #monotonic: () => number;
   readonly #resource: URL | undefined;
 
   private constructor(issuer: string, audience: string, jwksUri: string, jwks: unknown, options: JwtVerifierOptions) {
@@ -175,7 +181,8 @@ export class JwtVerifier {
     this.#timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
     this.#log = options.logger ?? { warn: (m) => console.warn(`mcp-connect: ${m}`) };
     this.#now = options.now ?? (() => Date.now() / 1000);
-    this.#fetched = this.#now();
+    this.#monotonic = options.monotonic ?? (() => performance.now() / 1000);
+    this.#fetched = this.#monotonic();
     this.#loaded = this.#fetched;
     this.#resource = URL.canParse(audience) ? new URL(audience) : undefined;
   }
@@ -258,12 +265,12 @@ export class JwtVerifier {
    * past their age.
    */
   async #key(kid: string): Promise<Key> {
-    if (!this.#keys.has(kid) || this.#now() - this.#loaded >= JWKS_MAX_AGE) {
+    if (!this.#keys.has(kid) || this.#monotonic() - this.#loaded >= JWKS_MAX_AGE) {
       try {
         await this.#refetch();
       } catch (e) {
-        if (!this.#keys.has(kid) || this.#now() - this.#loaded >= JWKS_MAX_AGE + JWKS_GRACE) throw e;
-        this.#log.warn(`the JWKS is ${Math.round(this.#now() - this.#loaded)} s old and could not be fetched again: ${reasonOf(e)}`);
+        if (!this.#keys.has(kid) || this.#monotonic() - this.#loaded >= JWKS_MAX_AGE + JWKS_GRACE) throw e;
+        this.#log.warn(`the JWKS is ${Math.round(this.#monotonic() - this.#loaded)} s old and could not be fetched again: ${reasonOf(e)}`);
       }
     }
     const key = this.#keys.get(kid);
@@ -274,8 +281,8 @@ export class JwtVerifier {
   /** One refetch at a time, at most every 30 s (concurrent callers wait for the one under way). */
   async #refetch(): Promise<void> {
     if (this.#refreshing !== undefined) return this.#refreshing;
-    if (this.#now() - this.#fetched < JWKS_REFRESH_MIN) return;
-    this.#fetched = this.#now();
+    if (this.#monotonic() - this.#fetched < JWKS_REFRESH_MIN) return;
+    this.#fetched = this.#monotonic();
     this.#refreshing = this.#refresh().finally(() => {
       this.#refreshing = undefined;
     });
@@ -296,7 +303,7 @@ export class JwtVerifier {
     // An empty or broken set would refuse every token: the keys held stay.
     if (keys.size === 0) throw new Refusal('the JWKS could not be fetched (it has no usable key)');
     this.#keys = keys;
-    this.#loaded = this.#now();
+    this.#loaded = this.#monotonic();
   }
 }
 

@@ -256,7 +256,7 @@ describe('JwtVerifier: an unknown kid', () => {
     const p = await idp([...keys]);
     const log: string[] = [];
     let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock });
+    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
     assert.equal(p.jwksFetches(), 1);
     const tok = await token(p.issuer, { header: { kid: 'k3' }, key: rotated.privateKey });
     // Right after discovery: no refetch.
@@ -279,7 +279,7 @@ describe('JwtVerifier: an unknown kid', () => {
     const p = await idp([...keys]);
     const log: string[] = [];
     let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock });
+    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
     clock += 31;
     const toks = await Promise.all(['x1', 'x2', 'x3', 'x4'].map((kid) => token(p.issuer, { header: { kid }, key: rotated.privateKey })));
     const results = await Promise.all(toks.map((t) => settled(v.verifyAccessToken(t))));
@@ -293,7 +293,7 @@ describe('JwtVerifier: an unknown kid', () => {
     let clock = Date.now() / 1000;
     let down = false;
     const v = await verifier(p, log, {
-      now: () => clock,
+      now: () => clock, monotonic: () => clock,
       fetch: (input, init) => (down ? Promise.reject(new TypeError('fetch failed')) : fetch(input, init)),
     });
     const tok = await token(p.issuer, { header: { kid: 'k3' }, key: rotated.privateKey });
@@ -316,7 +316,7 @@ describe('JwtVerifier: the JWKS ages (security review of issue 41)', () => {
     const p = await idp([...keys]);
     const log: string[] = [];
     let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock });
+    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
     const tok = await token(p.issuer, far());
     assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice');
     p.keys = p.keys.filter((k) => k.kid !== 'k1'); // compromised, pulled
@@ -332,7 +332,7 @@ describe('JwtVerifier: the JWKS ages (security review of issue 41)', () => {
     const p = await idp([...keys]);
     const log: string[] = [];
     let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock });
+    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
     const tok = await token(p.issuer, far());
     p.jwksStatus = 500;
     clock += 601;
@@ -346,11 +346,21 @@ describe('JwtVerifier: the JWKS ages (security review of issue 41)', () => {
     const p = await idp([...keys]);
     const log: string[] = [];
     let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock });
+    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
     p.keys = [];
     clock += 601;
     assert.equal((await v.verifyAccessToken(await token(p.issuer, far()))).extra?.sub, 'alice');
     assert.match(log.join('\n'), /no usable key/);
+  });
+
+  test('a wall clock stepping back does not hold up the refetch (it runs on a monotonic clock)', async () => {
+    const p = await idp([...keys]);
+    const log: string[] = [];
+    let mono = 0;
+    const v = await verifier(p, log, { now: () => Date.now() / 1000 - 86_400, monotonic: () => mono });
+    mono += 31;
+    await refused(v, log, await token(p.issuer, { header: { kid: 'k3' }, key: rotated.privateKey }));
+    assert.equal(p.jwksFetches(), 2, 'refetched: 31 s passed, whatever the wall clock says');
   });
 
   test('an attacker-chosen header value is logged shortened', async () => {
