@@ -245,17 +245,18 @@ pub async fn start_authorization(
     if scopes.as_slice().is_empty() && !server.scopes_supported.is_empty() {
         scopes = Scopes::parse(&server.scopes_supported).unwrap_or_default();
     }
-    let (oidc, mut extra) = match &provider.upstream {
-        Upstream::OAuth(o) => (o.oidc, o.extra_authorize_params.clone()),
+    let (oidc, extra) = match &provider.upstream {
+        Upstream::OAuth(o) => {
+            let mut extra = o.extra_authorize_params.clone();
+            // Only where the operator asked for it: otherwise the provider never learns
+            // who the MCP subject is.
+            if o.login_hint_subject {
+                extra.push(("login_hint".to_owned(), e.subject.to_string()));
+            }
+            (o.oidc, extra)
+        }
         Upstream::RemoteMcp(_) | Upstream::Typed(_) => (false, Vec::new()),
     };
-    // Only where the operator asked for it: otherwise the provider never learns who the
-    // MCP subject is.
-    if let Upstream::OAuth(o) = &provider.upstream
-        && o.login_hint_subject
-    {
-        extra.push(("login_hint".to_owned(), e.subject.to_string()));
-    }
     let oidc = oidc && scopes.as_slice().iter().any(|s| s == "openid");
     let redirect = state.urls.provider_redirect_uri(path_provider);
     let req = flow::authorize(&server, &redirect, &scopes.join(provider.scope_separator()), &extra, oidc);

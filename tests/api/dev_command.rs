@@ -2,7 +2,7 @@
 //! its built-in IdP and provider, and the walkthrough it prints, followed over HTTP.
 
 use crate::support::browser::Browser;
-use crate::support::{eventually_ok, poll_blocking};
+use crate::support::{eventually_ok, free_port, poll_blocking};
 use std::collections::HashMap;
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -181,13 +181,7 @@ async fn dev_with_its_own_postgres_runs_the_printed_walkthrough_and_stops_cleanl
 /// The MCP side of the demo: an access token from the dev IdP's dev grant, for the MCP
 /// server's URL (RFC 9728: the protected resource's identifier is a URL).
 async fn mcp_token_audience(env: &HashMap<String, String>) -> String {
-    let r = reqwest::Client::new()
-        .post(format!("{}/token", env["MCP_CONNECT_DEV_IDP_URL"]))
-        .basic_auth("mcp-connect-dev", Some(&env["MCP_CONNECT_DEV_IDP_CLIENT_SECRET"]))
-        .form(&[("grant_type", "urn:mcp-connect:dev:subject"), ("subject", "alice")])
-        .send()
-        .await
-        .unwrap();
+    let r = dev_grant(env, "alice", None).await;
     assert_eq!(r.status(), 200);
     let body: serde_json::Value = r.json().await.unwrap();
     let jwt = body["access_token"].as_str().unwrap();
@@ -308,10 +302,6 @@ pub(crate) async fn dev_grant(
         .send()
         .await
         .unwrap()
-}
-
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[tokio::test]

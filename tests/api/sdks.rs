@@ -24,17 +24,17 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 const LEGACY: &str = "legacy";
 const MODERN: &str = "auto";
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let p = std::env::var_os("MCP_TEST_PYTHON").map_or_else(|| repo().join(".venv-mcp/bin/python"), PathBuf::from);
     assert!(p.exists(), "{}: run scripts/test, which makes .venv-mcp with the MCP SDK and clients/python", p.display());
     p
 }
 
-fn node_script(dir: &str, script: &str) -> PathBuf {
+pub(crate) fn node_script(dir: &str, script: &str) -> PathBuf {
     let d = repo().join(dir);
     assert!(d.join("node_modules").exists(), "{}: run scripts/test, which runs npm ci there", d.display());
     d.join(script)

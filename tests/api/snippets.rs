@@ -5,18 +5,15 @@
 //! against each server in its default revision and the other, the link completed in the
 //! browser, the tool's first result printed.
 
-use crate::dev_command::{dev_grant, free_port, start_dev_in};
+use crate::dev_command::{dev_grant, start_dev_in};
+use crate::sdks::{node_script, python, repo};
 use crate::support::browser::Browser;
+use crate::support::free_port;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Every `<!-- snippet: PATH -->` of the document, with the code block that follows it.
 fn snippets_of(doc: &str) -> Vec<(String, String)> {
@@ -57,21 +54,12 @@ enum Lang {
 
 /// The program `examples/snippets/<name>.{py,mjs}` under the interpreter scripts/test made.
 fn snippet(lang: Lang, name: &str) -> Command {
-    let mut c = match lang {
-        Lang::Python => {
-            let python = repo().join(".venv-mcp/bin/python");
-            assert!(python.exists(), "run scripts/test: it makes .venv-mcp with the MCP SDK and clients/python");
-            let mut c = Command::new(python);
-            c.arg(repo().join(format!("examples/snippets/{name}.py")));
-            c
-        }
-        Lang::TypeScript => {
-            assert!(repo().join("examples/snippets/node_modules").exists(), "run scripts/test: it runs npm ci there");
-            let mut c = Command::new("node");
-            c.arg(repo().join(format!("examples/snippets/{name}.mjs")));
-            c
-        }
+    let (program, script) = match lang {
+        Lang::Python => (python(), repo().join(format!("examples/snippets/{name}.py"))),
+        Lang::TypeScript => ("node".into(), node_script("examples/snippets", &format!("{name}.mjs"))),
     };
+    let mut c = Command::new(program);
+    c.arg(script);
     c.kill_on_drop(true).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     c
 }

@@ -110,6 +110,15 @@ function verifier(p: Idp, log: string[], options: JwtVerifierOptions = {}): Prom
   return JwtVerifier.discover(p.issuer, RESOURCE, { logger: { warn: (m) => log.push(m) }, ...options });
 }
 
+/** An IdP of its own and a verifier of it, both of whose clocks (wall and monotonic) `tick` moves. */
+async function clocked(options: JwtVerifierOptions = {}) {
+  const p = await idp([...keys]);
+  const log: string[] = [];
+  let clock = Date.now() / 1000;
+  const v = await verifier(p, log, { now: () => clock, monotonic: () => clock, ...options });
+  return { p, log, v, tick: (seconds: number) => (clock += seconds) };
+}
+
 /** `tok` is refused with OAuthError invalid_token; what was logged meanwhile (never the token). */
 async function refused(v: JwtVerifier, log: string[], tok: string): Promise<string> {
   const from = log.length;
@@ -253,34 +262,28 @@ describe('JwtVerifier: each refusal, with its reason', () => {
 
 describe('JwtVerifier: an unknown kid', () => {
   test('refetches the JWKS at most every 30 s; a key published since is then found', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
+    const { p, log, v, tick } = await clocked();
     assert.equal(p.jwksFetches(), 1);
     const tok = await token(p.issuer, { header: { kid: 'k3' }, key: rotated.privateKey });
     // Right after discovery: no refetch.
     assert.match(await refused(v, log, tok), /access token refused: no key with that kid$/);
     assert.equal(p.jwksFetches(), 1);
-    clock += 31;
+    tick(31);
     assert.match(await refused(v, log, tok), /access token refused: no key with that kid$/);
     assert.equal(p.jwksFetches(), 2, 'refetched once');
     await refused(v, log, tok);
-    clock += 20;
+    tick(20);
     await refused(v, log, tok);
     assert.equal(p.jwksFetches(), 2, 'not again within 30 s');
     p.keys.push(await published(rotated.publicKey, 'k3', 'RS256'));
-    clock += 11;
+    tick(11);
     assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice');
     assert.equal(p.jwksFetches(), 3);
   });
 
   test('concurrent tokens with unknown kids share one refetch', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
-    clock += 31;
+    const { p, v, tick } = await clocked();
+    tick(31);
     const toks = await Promise.all(['x1', 'x2', 'x3', 'x4'].map((kid) => token(p.issuer, { header: { kid }, key: rotated.privateKey })));
     const results = await Promise.all(toks.map((t) => settled(v.verifyAccessToken(t))));
     for (const r of results) assert.ok(r instanceof OAuthError);
@@ -288,21 +291,17 @@ describe('JwtVerifier: an unknown kid', () => {
   });
 
   test('a failed refetch refuses the token (never a 500) and keeps the keys it had', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
     let down = false;
-    const v = await verifier(p, log, {
-      now: () => clock, monotonic: () => clock,
+    const { p, log, v, tick } = await clocked({
       fetch: (input, init) => (down ? Promise.reject(new TypeError('fetch failed')) : fetch(input, init)),
     });
     const tok = await token(p.issuer, { header: { kid: 'k3' }, key: rotated.privateKey });
     p.jwksStatus = 500;
-    clock += 31;
+    tick(31);
     assert.match(await refused(v, log, tok), /access token refused: the JWKS could not be fetched \(.*answered 500\)$/);
     assert.equal(p.jwksFetches(), 2);
     down = true;
-    clock += 31;
+    tick(31);
     assert.match(await refused(v, log, tok), /access token refused: the JWKS could not be fetched \(TypeError\)$/);
     // The keys of before still verify.
     assert.equal((await v.verifyAccessToken(await token(p.issuer))).extra?.sub, 'alice');
@@ -313,42 +312,33 @@ describe('JwtVerifier: the JWKS ages (security review of issue 41)', () => {
   const far = () => ({ claims: { exp: nowSeconds() + 10 * 86_400 } });
 
   test('a key the IdP removed stops verifying once the JWKS is older than 10 minutes', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
+    const { p, log, v, tick } = await clocked();
     const tok = await token(p.issuer, far());
     assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice');
     p.keys = p.keys.filter((k) => k.kid !== 'k1'); // compromised, pulled
-    clock += 599;
+    tick(599);
     assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice', 'young keys are not fetched again');
     assert.equal(p.jwksFetches(), 1);
-    clock += 2;
+    tick(2);
     assert.match(await refused(v, log, tok), /access token refused: no key with that kid$/);
     assert.equal(p.jwksFetches(), 2);
   });
 
   test('with the IdP down, the keys held serve an hour past their age, then nothing does', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
+    const { p, log, v, tick } = await clocked();
     const tok = await token(p.issuer, far());
     p.jwksStatus = 500;
-    clock += 601;
+    tick(601);
     assert.equal((await v.verifyAccessToken(tok)).extra?.sub, 'alice', 'within the grace');
     assert.equal(p.jwksFetches(), 2, 'it tried');
-    clock += 3600;
+    tick(3600);
     assert.match(await refused(v, log, tok), /access token refused: the JWKS could not be fetched/);
   });
 
   test('a JWKS without a usable key does not replace the keys held', async () => {
-    const p = await idp([...keys]);
-    const log: string[] = [];
-    let clock = Date.now() / 1000;
-    const v = await verifier(p, log, { now: () => clock, monotonic: () => clock });
+    const { p, log, v, tick } = await clocked();
     p.keys = [];
-    clock += 601;
+    tick(601);
     assert.equal((await v.verifyAccessToken(await token(p.issuer, far()))).extra?.sub, 'alice');
     assert.match(log.join('\n'), /no usable key/);
   });
