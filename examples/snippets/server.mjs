@@ -15,7 +15,8 @@ const providers = new Map(process.env.MCP_PROVIDERS.split(',').map((p) => p.spli
 
 // Callers bring the IdP's JWT access tokens for `resource`; the token's `sub` is the user.
 const auth = await bearerAuth({ issuer: process.env.MCP_ISSUER, resource });
-const connect = new McpConnect({ client: ConnectClient.fromEnv(), stateKey: RequestStateKey.fromEnv() });
+// serverName: what the prompt says needs the access ("whoami needs access to your ... account").
+const connect = new McpConnect({ client: ConnectClient.fromEnv(), stateKey: RequestStateKey.fromEnv(), serverName: 'whoami' });
 const inputSchema = fromJsonSchema({ type: 'object', properties: { provider: { type: 'string' } }, required: ['provider'] });
 const description = 'Tells who you are at a provider, asking you to connect your account there first if needed.';
 

@@ -26,7 +26,7 @@ const auth = await bearerAuth({ issuer, resource, resourceMetadataUrl: metadataU
 
 // The mcp-connect wiring: a client, the requestState key, one connected tool.
 const client = new ConnectClient({ baseUrl: env('MCP_CONNECT_URL'), apiKey: env('MCP_CONNECT_API_KEY') });
-const connect = new McpConnect({ client, stateKey: RequestStateKey.fromBase64(env('MCP_STATE_KEY')) });
+const connect = new McpConnect({ client, stateKey: RequestStateKey.fromBase64(env('MCP_STATE_KEY')), serverName: 'whoami' });
 const inputSchema = fromJsonSchema({ type: 'object', properties: { provider: { type: 'string', description: 'The provider to ask, as configured in mcp-connect (e.g. "github").' } }, required: ['provider'], additionalProperties: false });
 
 async function whoami(provider, token) {

@@ -123,6 +123,17 @@ pub fn opt_wait_seconds() -> ObjectBuilder {
         .description(Some("Seconds to hold the answer while the named elicitation is pending (0 to 30)."))
 }
 
+pub fn opt_server_name() -> ObjectBuilder {
+    nullable(string(
+        1,
+        64,
+        PRINTABLE,
+        "The MCP server's name as its users know it (its `serverInfo` title or name), said in the elicitation's \
+         message instead of the tenant's display name. 1-64 characters, without control or invisible formatting ones.",
+    ))
+    .examples([serde_json::json!("Whoami Tools")])
+}
+
 pub fn opt_session_id() -> ObjectBuilder {
     nullable(string(1, 256, PRINTABLE, "The MCP session the call belongs to, kept with the elicitation for the audit."))
 }

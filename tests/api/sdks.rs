@@ -193,14 +193,17 @@ impl Client {
     }
 }
 
-/// The prompt's URL: our connect page for the provider, and the message names the tenant.
+/// The prompt's URL: our connect page for the provider, and the message names the MCP
+/// server (both example servers are "whoami": the Python SDK sends the server's name, the
+/// TypeScript one the `serverName` option) and the provider's display name.
 fn prompted_url(env: &Env, event: &Value) -> String {
     assert_eq!(event["event"], "elicit", "expected a URL prompt: {event}");
     let p = &event["params"];
     assert_eq!(p["mode"], "url", "{event}");
     let url = p["url"].as_str().unwrap().to_owned();
     assert!(url.starts_with(&format!("{}/connect/{PROVIDER}?e=", env.stack.connect_base)), "{url}");
-    assert!(p["message"].as_str().is_some_and(|m| m.contains("Acme Assistant")), "{event}");
+    let says = "whoami needs access to your Test Provider account.";
+    assert!(p["message"].as_str().is_some_and(|m| m.starts_with(says)), "{event}");
     url
 }
 

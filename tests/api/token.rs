@@ -20,7 +20,8 @@ async fn without_a_connection_the_answer_is_connect_required_with_an_opaque_url(
     assert_eq!(b["mcp"]["mode"], "url");
     assert_eq!(b["mcp"]["url"], url);
     assert_eq!(b["mcp"]["elicitationId"], id);
-    assert!(b["mcp"]["message"].as_str().unwrap().contains("Acme Assistant"));
+    assert!(b["mcp"]["message"].as_str().unwrap().starts_with("Acme Assistant needs access to your GitHub account."));
+    assert_eq!(b["provider_name"], "GitHub");
     let expires = OffsetDateTime::parse(
         b["elicitation"]["expires_at"].as_str().unwrap(),
         &time::format_description::well_known::Rfc3339,
@@ -28,6 +29,20 @@ async fn without_a_connection_the_answer_is_connect_required_with_an_opaque_url(
     .unwrap();
     let ttl = expires - OffsetDateTime::now_utc();
     assert!(ttl > time::Duration::minutes(9) && ttl <= time::Duration::minutes(10));
+}
+
+#[tokio::test]
+async fn the_elicitation_message_names_the_mcp_server_the_caller_names() {
+    let app = spawn_app().await;
+    let body = json!({"subject": "alice", "provider": "testp", "server_name": "Whoami Tools"});
+    let b = app.token_ok(body).await;
+    let message = b["mcp"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Whoami Tools needs access to your Test Provider account."), "{message}");
+    assert_eq!(b["provider_name"], "Test Provider");
+    // The same pending elicitation, asked for by a server that names itself otherwise.
+    let again = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    assert_eq!(again["elicitation"]["id"], b["elicitation"]["id"]);
+    assert!(again["mcp"]["message"].as_str().unwrap().starts_with("Acme Assistant needs access"), "{again}");
 }
 
 #[tokio::test]
@@ -150,7 +165,7 @@ async fn reconcile_reports_a_declined_elicitation_without_a_new_prompt() {
     let id = a["elicitation"]["id"].as_str().unwrap();
     sqlx::query("UPDATE elicitations SET status = 'declined'").execute(&app.pool).await.unwrap();
     let b = app.token_ok(json!({"subject": "alice", "provider": "github", "elicitation_id": id})).await;
-    assert_eq!(b, json!({"status": "declined", "elicitation_id": id}));
+    assert_eq!(b, json!({"status": "declined", "elicitation_id": id, "provider_name": "GitHub"}));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM elicitations").fetch_one(&app.pool).await.unwrap();
     assert_eq!(n, 1);
 }
@@ -253,6 +268,11 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_never_a_500() {
         (json!({"provider": "github"}), 400, "invalid_subject"),
         (json!({"subject": 5, "provider": "github"}), 400, "invalid_json"),
         (json!({"subject": "alice", "provider": "github", "mcp_session_id": ""}), 400, "invalid_request"),
+        (json!({"subject": "alice", "provider": "github", "server_name": ""}), 400, "invalid_request"),
+        (json!({"subject": "alice", "provider": "github", "server_name": "a".repeat(65)}), 400, "invalid_request"),
+        (json!({"subject": "alice", "provider": "github", "server_name": "Who\nami"}), 400, "invalid_request"),
+        (json!({"subject": "alice", "provider": "github", "server_name": "Who\u{202e}ami"}), 400, "invalid_request"),
+        (json!({"subject": "alice", "provider": "github", "server_name": 5}), 400, "invalid_json"),
         (json!([1, 2]), 400, "invalid_json"),
     ];
     for (body, status, code) in cases {
@@ -329,6 +349,8 @@ async fn an_mcp_client_cancel_closes_the_link_and_a_repeat_is_harmless() {
         assert_eq!(r.status(), 200);
         let body = r.json::<serde_json::Value>().await.unwrap();
         assert_eq!((&body["status"], &body["cancel_reason"]), (&json!("cancelled"), &json!("decline")));
+        // Whose link it was, for the MCP server's "not connected" text.
+        assert_eq!((&body["provider"], &body["provider_name"]), (&json!("github"), &json!("GitHub")));
     }
     // The client's answer is kept: `cancelled` with `cancel_reason`, never `declined`.
     let info: serde_json::Value = app

@@ -86,6 +86,7 @@ export interface TokenBodyWire {
   elicitation_id?: string | null;
   wait_seconds?: number | null;
   mcp_session_id?: string | null;
+  server_name?: string | null;
 }
 export interface AccountWire {
   id: string;
@@ -115,9 +116,11 @@ export interface McpElicitationWire {
 export interface ConnectRequiredWire {
   elicitation: ElicitationLinkWire;
   mcp: McpElicitationWire;
+  provider_name: string;
 }
 export interface DeclinedWire {
   elicitation_id: string;
+  provider_name: string;
 }
 export interface ElicitationWire {
   id: string;
@@ -137,21 +140,36 @@ export interface CancelledWire {
   id: string;
   status: string;
   cancel_reason?: string | null;
+  provider: string;
+  provider_name: string;
 }
 export interface ErrorBodyWire {
   error: string;
   error_description: string;
 }
 
-/** Each shape's fields, `true` where required; keyed by the openapi.json schema name. */
+/**
+ * Each shape's fields, `true` where required; keyed by the openapi.json schema name.
+ * Required means the contract requires it; the parsers below still take an answer of an
+ * older mcp-connect without `provider_name` / `provider` (as `credential_type`).
+ */
 export const WIRE = {
-  TokenBody: { subject: false, subject_token: false, provider: true, scopes: false, elicitation_id: false, wait_seconds: false, mcp_session_id: false },
+  TokenBody: {
+    subject: false,
+    subject_token: false,
+    provider: true,
+    scopes: false,
+    elicitation_id: false,
+    wait_seconds: false,
+    mcp_session_id: false,
+    server_name: false,
+  },
   Account: { id: true, login: false },
   Connected: { access_token: true, credential_type: true, fields: false, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
   ElicitationLink: { id: true, url: true, expires_at: true },
   McpElicitation: { mode: true, message: true, url: true, elicitationId: true },
-  ConnectRequired: { elicitation: true, mcp: true },
-  Declined: { elicitation_id: true },
+  ConnectRequired: { elicitation: true, mcp: true, provider_name: true },
+  Declined: { elicitation_id: true, provider_name: true },
   Elicitation: {
     id: true,
     status: true,
@@ -164,7 +182,7 @@ export const WIRE = {
     cancel_reason: false,
   },
   CancelBody: { reason: false },
-  Cancelled: { id: true, status: true, cancel_reason: false },
+  Cancelled: { id: true, status: true, cancel_reason: false, provider: true, provider_name: true },
   ErrorBody: { error: true, error_description: true },
 } as const;
 
@@ -191,6 +209,14 @@ export interface TokenRequest {
   waitSeconds?: number;
   /** The MCP session the call belongs to (kept for the audit trail). */
   mcpSessionId?: string;
+  /**
+   * The MCP server's human-facing name, which mcp-connect's elicitation message names
+   * ("Whoami Tools needs access to your GitHub account. ..."; without it, the tenant's
+   * display name). 1 to 64 characters (white space around it aside, which mcp-connect
+   * trims), none a control or invisible formatting character; another throws TypeError
+   * before anything is sent.
+   */
+  serverName?: string;
 }
 
 export interface Account {
@@ -230,8 +256,15 @@ export type TokenOutcome =
       status: 'connect_required';
       elicitation: { id: string; url: string; expiresAt: Date };
       mcp: McpUrlElicitation;
+      /** The provider's display name (e.g. `GitHub`); null from an mcp-connect that sends none. */
+      providerName: string | null;
     }
-  | { status: 'declined'; elicitationId: string };
+  | {
+      status: 'declined';
+      elicitationId: string;
+      /** As on `connect_required`. */
+      providerName: string | null;
+    };
 
 export interface ElicitationInfo {
   id: string;
@@ -250,6 +283,9 @@ export interface CancelledInfo {
   id: string;
   status: ElicitationStatus | (string & {});
   cancelReason: string | null;
+  /** Whose link it was: the provider (id) and its display name; null from an mcp-connect that sends none. */
+  provider: string | null;
+  providerName: string | null;
 }
 
 /** What the MCP client answered to the URL elicitation when it did not accept it. */
@@ -259,6 +295,23 @@ export type CancelReason = 'cancel' | 'decline';
 export function isElicitationId(s: unknown): s is string {
   return typeof s === 'string' && /^[\x21-\x7e]{1,128}$/.test(s);
 }
+
+/**
+ * A `server_name` mcp-connect takes (its `domain::shown::is_display_name`): after trimming
+ * white space, 1 to 64 characters (code points), none it does not show: control
+ * characters (Cc), invisible formatting ones (Cf: bidi overrides and isolates, zero-width
+ * spaces and joiners, tag characters), line and paragraph separators, and the
+ * default-ignorable ones (variation selectors, Hangul fillers, the combining grapheme
+ * joiner). A name with one could read differently from what it is, or carry hidden words
+ * to a model. mcp-connect trims the name it takes.
+ */
+export function isServerName(s: unknown): s is string {
+  if (typeof s !== 'string') return false;
+  const name = s.replace(/^\p{White_Space}+|\p{White_Space}+$/gu, '');
+  return /^[\s\S]{1,64}$/u.test(name) && !NOT_SHOWN.test(name);
+}
+/** The characters above, and a lone surrogate (no JSON text a server takes can hold one). */
+const NOT_SHOWN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}\p{Cs}]/u;
 
 // --- Parsing answers (an answer that is not what the API documents is refused) -------
 
@@ -333,10 +386,11 @@ export function parseTokenAnswer(body: unknown): TokenOutcome {
         status: 'connect_required',
         elicitation: { id: id(e, 'id', 'elicitation'), url: str(e, 'url', 'elicitation'), expiresAt: date(e, 'expires_at', 'elicitation') },
         mcp: { mode: 'url', message: str(m, 'message', 'mcp'), url: str(m, 'url', 'mcp'), elicitationId: id(m, 'elicitationId', 'mcp') },
+        providerName: optStr(o, 'provider_name', 'answer'),
       };
     }
     case 'declined':
-      return { status: 'declined', elicitationId: id(o, 'elicitation_id', 'answer') };
+      return { status: 'declined', elicitationId: id(o, 'elicitation_id', 'answer'), providerName: optStr(o, 'provider_name', 'answer') };
     default:
       throw new ShapeError('answer.status is not one of connected, connect_required, declined');
   }
@@ -360,7 +414,14 @@ export function parseElicitation(body: unknown): ElicitationInfo {
 
 export function parseCancelled(body: unknown): CancelledInfo {
   const o = obj(body, 'cancelled');
-  return { id: id(o, 'id', 'cancelled'), status: str(o, 'status', 'cancelled'), cancelReason: optStr(o, 'cancel_reason', 'cancelled') };
+  const w = 'cancelled';
+  return {
+    id: id(o, 'id', w),
+    status: str(o, 'status', w),
+    cancelReason: optStr(o, 'cancel_reason', w),
+    provider: optStr(o, 'provider', w),
+    providerName: optStr(o, 'provider_name', w),
+  };
 }
 
 // --- The compiler checks that WIRE and the wire types name the same fields -----------

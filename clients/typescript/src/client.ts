@@ -15,6 +15,7 @@ import {
   type TokenRequest,
   ShapeError,
   isElicitationId,
+  isServerName,
   parseCancelled,
   parseElicitation,
   parseTokenAnswer,
@@ -218,12 +219,17 @@ export class ConnectClient {
     if (wait !== undefined && req.elicitationId === undefined) {
       throw new TypeError('waitSeconds needs an elicitationId: a first call has nothing to wait for');
     }
+    // mcp-connect would answer 400 invalid_request: said here, naming the field.
+    if (req.serverName !== undefined && !isServerName(req.serverName)) {
+      throw new TypeError('serverName is 1 to 64 characters, none a control or invisible formatting character');
+    }
     const body: TokenBodyWire = { subject: req.subject, provider: req.provider };
     if (req.subjectToken !== undefined) body.subject_token = req.subjectToken.reveal();
     if (req.scopes !== undefined) body.scopes = req.scopes;
     if (req.elicitationId !== undefined) body.elicitation_id = req.elicitationId;
     if (wait !== undefined) body.wait_seconds = wait;
     if (req.mcpSessionId !== undefined) body.mcp_session_id = req.mcpSessionId;
+    if (req.serverName !== undefined) body.server_name = req.serverName;
     const answer = await this.#send('POST', ['v1', 'token'], { body, waitSeconds: wait, signal: options.signal });
     return this.#parse(() => parseTokenAnswer(answer));
   }

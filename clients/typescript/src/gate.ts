@@ -13,7 +13,7 @@
 //   initialize), or a normal result naming the link (anything else; never a form).
 
 import { type AccessToken, SubjectToken } from './secret.js';
-import type { TokenOutcome } from './api.js';
+import { type TokenOutcome, isServerName } from './api.js';
 import { ApiError, type ConnectClient, ConnectError, type ConnectErrorCode } from './client.js';
 import { type RequestStateKey, RequestStateError, openRequestState, sealRequestState } from './requestState.js';
 import { PendingElicitations } from './pending.js';
@@ -54,30 +54,39 @@ export interface ToolResult {
   [key: string]: unknown;
 }
 
-/** The results the adapter answers with when the tool body does not run. */
+/**
+ * The results the adapter answers with when the tool body does not run. `provider` is the
+ * provider's id (as configured in mcp-connect, e.g. `github`); `providerName` its display
+ * name (e.g. `GitHub`) where mcp-connect named it, else undefined (an older mcp-connect, or
+ * the cancel of a declined link failed).
+ */
 export interface Results {
   /** Declined on the page or in the client. */
-  notConnected(provider: string): ToolResult;
+  notConnected(provider: string, providerName?: string): ToolResult;
   /** The client has no URL mode: the link to open outside the workflow. */
-  setupLink(provider: string, url: string): ToolResult;
+  setupLink(provider: string, url: string, providerName?: string): ToolResult;
   /** mcp-connect could not answer (its stable error code; no secret). */
   failed(provider: string, code: ConnectErrorCode): ToolResult;
   /** The provider argument names a provider this server does not serve. */
   unknownProvider(provider: string): ToolResult;
 }
 
-/** The default texts, the same as the Rust example's (the cross-language tests read them). */
+/**
+ * The default texts, the same as the Rust example's (the cross-language tests read them):
+ * they name the provider's display name, the provider id where there is none; the
+ * structured content names the id.
+ */
 export const DEFAULT_RESULTS: Results = {
-  notConnected: (provider) => ({
-    content: [{ type: 'text', text: `Not connected to ${provider}: nothing was shared.` }],
+  notConnected: (provider, providerName = provider) => ({
+    content: [{ type: 'text', text: `Not connected to ${providerName}: nothing was shared.` }],
     structuredContent: { connected: false, provider, setup_url: null },
   }),
-  setupLink: (provider, url) => ({
+  setupLink: (provider, url, providerName = provider) => ({
     content: [
       {
         type: 'text',
         text:
-          `Not connected to ${provider}. This client cannot open a connect page by itself: ` +
+          `Not connected to ${providerName}. This client cannot open a connect page by itself: ` +
           `open ${url} in your browser to connect the account, then ask again.`,
       },
     ],
@@ -109,6 +118,15 @@ export interface McpConnectOptions {
   /** Replace some or all of the default results. */
   results?: Partial<Results>;
   logger?: Logger;
+  /**
+   * This MCP server's human-facing name, sent with every token request (`server_name`):
+   * mcp-connect's elicitation message names it ("Whoami Tools needs access to your GitHub
+   * account. ..."; without it, the tenant's display name). 1 to 64 characters, none a
+   * control or invisible formatting character; another is left out (with a warning), the
+   * tool calls go on. Not read off the McpServer: neither SDK has a public accessor for the
+   * name it was made with.
+   */
+  serverName?: string;
   /**
    * The subject of a request, from the SDK's AuthInfo of the validated access token
    * (default: `authInfo.extra.sub`). Never from tool arguments.
@@ -246,6 +264,7 @@ export class ConnectGate {
   readonly #ttl: number;
   readonly #log: Logger;
   readonly #now: () => number;
+  readonly #serverName: string | undefined;
   readonly subjectOf: (authInfo: AuthInfoLike | undefined) => string | undefined;
   readonly subjectTokenOf: (authInfo: AuthInfoLike | undefined) => SubjectToken | undefined;
   readonly legacy = new PendingElicitations();
@@ -265,6 +284,12 @@ export class ConnectGate {
     this.results = { ...DEFAULT_RESULTS, ...options.results };
     this.#log = options.logger ?? { warn: (m, f) => console.warn(`mcp-connect: ${m}`, f ?? '') };
     this.#now = options.now ?? (() => Date.now() / 1000);
+    this.#serverName = options.serverName;
+    if (this.#serverName !== undefined && !isServerName(this.#serverName)) {
+      // The name is left out of the log too: it is what could not be shown.
+      this.#log.warn('serverName is not 1 to 64 characters without control or invisible formatting characters: not sent');
+      this.#serverName = undefined;
+    }
     this.subjectOf = options.subjectOf ?? defaultSubjectOf;
     this.subjectTokenOf = options.subjectTokenOf ?? defaultSubjectTokenOf;
     this.#maxWatchers = options.maxWatchers ?? MAX_WATCHERS;
@@ -308,14 +333,18 @@ export class ConnectGate {
     // `decline`/`cancel` is an answer, not an error: no new prompt, and the link it
     // answered is closed at mcp-connect (opened later, it connects nothing).
     if (answer === 'decline' || answer === 'cancel') {
+      // The cancel's answer names whose link it was: its display name for the text (not
+      // if the link was another provider's).
+      let providerName: string | undefined;
       if (resumed !== undefined) {
         try {
-          await this.client.cancelElicitation(resumed, answer);
+          const cancelled = await this.client.cancelElicitation(resumed, answer);
+          if (cancelled.provider === null || cancelled.provider === provider) providerName = cancelled.providerName ?? undefined;
         } catch (e) {
           this.#log.warn('could not close the link at mcp-connect', { code: e instanceof ConnectError ? e.code : 'error' });
         }
       }
-      return { kind: 'result', result: this.results.notConnected(provider) };
+      return { kind: 'result', result: this.results.notConnected(provider, providerName) };
     }
     if (answer !== undefined && answer !== 'accept') return { kind: 'result', result: this.results.notConnected(provider) };
     let outcome: TokenOutcome;
@@ -332,6 +361,7 @@ export class ConnectGate {
         // (a host asking again later must not stall on a link the user left).
         ...(resumed !== undefined && answer === 'accept' && this.#wait > 0 && { waitSeconds: this.#wait }),
         ...(call.sessionId !== undefined && { mcpSessionId: call.sessionId }),
+        ...(this.#serverName !== undefined && { serverName: this.#serverName }),
       });
     } catch (e) {
       const code = e instanceof ConnectError ? e.code : 'unavailable';
@@ -342,7 +372,7 @@ export class ConnectGate {
       case 'connected':
         return { kind: 'token', token: outcome.token, outcome };
       case 'declined':
-        return { kind: 'result', result: this.results.notConnected(provider) };
+        return { kind: 'result', result: this.results.notConnected(provider, outcome.providerName ?? undefined) };
       case 'connect_required':
         break;
     }
@@ -368,7 +398,7 @@ export class ConnectGate {
         return { kind: 'error_32042', message: mcp.message, elicitations: [params], elicitationId: elicitation.id, expiresAt };
       }
       case 'setup_link':
-        return { kind: 'result', result: this.results.setupLink(provider, elicitation.url) };
+        return { kind: 'result', result: this.results.setupLink(provider, elicitation.url, outcome.providerName ?? undefined) };
     }
   }
 

@@ -13,7 +13,7 @@ import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.j
 import { StreamableHTTPClientTransport as LegacyTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpServer as McpServer132 } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { WebStandardStreamableHTTPServerTransport as Transport132 } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
-import { ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { type AccessToken, ConnectClient, RequestStateKey, SubjectToken, type UrlElicitation, openRequestState, sealRequestState, urlElicitation } from '@mcp-connect/client';
 import { type ConnectHandlerOptions, McpConnect, type McpConnectOptions, createConnectHandler } from '@mcp-connect/client/server';
@@ -72,6 +72,9 @@ interface Elicitation {
   provider: string;
   cancel_reason?: string | null;
 }
+/** The providers' display names, as mcp-connect names them (`prod` has none configured here). */
+const PROVIDER_NAMES: Record<string, string> = { dev: 'Dev Provider' };
+
 /** A request body the peer got (the /v1/token fields, or a cancel's `reason`). */
 interface Body {
   subject: string;
@@ -80,6 +83,7 @@ interface Body {
   elicitation_id?: string;
   wait_seconds?: number;
   mcp_session_id?: string;
+  server_name?: string;
   reason?: string;
 }
 interface Recorded {
@@ -96,8 +100,14 @@ async function fakeConnect() {
     connected: new Set<string>(),
     calls: [] as Recorded[],
     refuse: undefined as string | undefined,
+    /** Answer as an mcp-connect from before the display names (no provider_name, no provider on a cancel). */
+    old: false,
+    /** Refuse the cancel calls (500). */
+    failCancel: false,
     n: 0,
   };
+  /** `provider_name` of the answers naming `provider`, as this peer's version sends it. */
+  const named = (provider: string) => (state.old || PROVIDER_NAMES[provider] === undefined ? {} : { provider_name: PROVIDER_NAMES[provider] });
   const server = createServer((req, res) => {
     let text = '';
     req.on('data', (c: Buffer) => (text += c.toString()));
@@ -123,17 +133,20 @@ async function fakeConnect() {
             return;
           }
           if (e?.status === 'declined') {
-            send(200, { status: 'declined', elicitation_id: e.id });
+            send(200, { status: 'declined', elicitation_id: e.id, ...named(e.provider) });
             return;
           }
           const el = e && e.status === 'pending' ? e : { id: uuid(++state.n), status: 'pending', subject: body.subject, provider: body.provider };
           state.elicitations.set(el.id, el);
           const link = `http://connect.test/connect/${body.provider}?e=${el.id}`;
           const expires = new Date(Date.now() + 900_000).toISOString();
+          // As mcp-connect: the message names the MCP server the request names.
+          const message = body.server_name === undefined ? `Connect ${body.provider}` : `${body.server_name} needs access to your ${PROVIDER_NAMES[body.provider] ?? body.provider} account.`;
           send(200, {
             status: 'connect_required',
             elicitation: { id: el.id, url: link, expires_at: expires },
-            mcp: { mode: 'url', message: `Connect ${body.provider}`, url: link, elicitationId: el.id },
+            mcp: { mode: 'url', message, url: link, elicitationId: el.id },
+            ...named(body.provider),
           });
           return;
         }
@@ -143,8 +156,13 @@ async function fakeConnect() {
           return;
         }
         if (m[2]) {
+          if (state.failCancel) {
+            send(500, { error: 'internal_error', error_description: 'down' });
+            return;
+          }
           if (e.status === 'pending') Object.assign(e, { status: 'cancelled', cancel_reason: body?.reason ?? null });
-          send(200, { id: e.id, status: e.status, cancel_reason: e.cancel_reason ?? null });
+          const whose = state.old ? {} : { provider: e.provider, ...named(e.provider) };
+          send(200, { id: e.id, status: e.status, cancel_reason: e.cancel_reason ?? null, ...whose });
           return;
         }
         const until = Date.now() + Number(url.searchParams.get('wait_seconds') ?? 0) * 1000;
@@ -314,7 +332,8 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
       const s = await mcpServer();
       const { client, prompts } = await modernClient(s.fetch, { answer: () => action });
       const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
-      assert.equal(text(r), 'Not connected to dev: nothing was shared.');
+      // The display name from the cancel's answer; the structured content keeps the id.
+      assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.');
       assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: null });
       assert.equal(prompts.length, 1);
       assert.deepEqual(s.connect.cancelBody(), { reason: action });
@@ -333,7 +352,7 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
         },
       });
       const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
-      assert.equal(text(r), 'Not connected to dev: nothing was shared.');
+      assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.');
       assert.equal(prompts.length, 1);
       const cancel = s.connect.state.calls.find((c) => c.path.endsWith('/cancel'));
       assert.ok(cancel, 'the link of the expired state is closed at mcp-connect');
@@ -443,12 +462,99 @@ describe('@modelcontextprotocol/server 2.4, 2026-07-28 clients', () => {
       const { client, prompts } = await modernClient(s.fetch, { capabilities, answer: () => 'accept' });
       const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
       const link = `http://connect.test/connect/dev?e=${uuid(1)}`;
-      assert.equal(text(r), `Not connected to dev. This client cannot open a connect page by itself: open ${link} in your browser to connect the account, then ask again.`);
+      assert.equal(text(r), `Not connected to Dev Provider. This client cannot open a connect page by itself: open ${link} in your browser to connect the account, then ask again.`);
       assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: link });
       assert.ok(!r.isError);
       assert.equal(prompts.length, 0);
     });
   }
+
+  test('serverName goes on every token request, and the prompt names the MCP server', async () => {
+    const s = await mcpServer({ serverName: 'Whoami Tools' });
+    const { client, prompts } = await modernClient(s.fetch, {
+      answer: (params) => {
+        s.complete(linkId(params.url));
+        return 'accept';
+      },
+    });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'dev: tok-alice');
+    assert.equal(prompts[0]?.message, 'Whoami Tools needs access to your Dev Provider account.');
+    assert.deepEqual(
+      s.connect.tokenCalls().map((c) => c.body?.server_name),
+      ['Whoami Tools', 'Whoami Tools'],
+      'the first round and the retry',
+    );
+  });
+
+  test('an invalid serverName is left out (with a warning), and the tool call goes on', async () => {
+    for (const serverName of ['', 'x'.repeat(65), 'Who\nami', 'Who\u202eami']) {
+      const warnings: string[] = [];
+      const s = await mcpServer({ serverName, logger: { warn: (m) => void warnings.push(m) } });
+      const { client } = await modernClient(s.fetch, { answer: () => 'decline' });
+      const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+      assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.', JSON.stringify(serverName));
+      assert.deepEqual(s.connect.tokenBody(0), { subject: 'alice', subject_token: 'opaque', provider: 'dev' }, 'no server_name');
+      assert.ok(
+        warnings.some((w) => /serverName/.test(w)),
+        JSON.stringify(warnings),
+      );
+    }
+  });
+
+  test('declined on mcp-connect\'s page: "not connected" names the provider\'s display name', async () => {
+    const s = await mcpServer();
+    const { client } = await modernClient(s.fetch, {
+      answer: (params) => {
+        must(s.connect.state.elicitations.get(linkId(params.url))).status = 'declined'; // the user declines on the page
+        return 'accept';
+      },
+    });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.');
+    assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: null });
+    assert.equal(s.connect.tokenBody(1).elicitation_id, uuid(1));
+  });
+
+  test('the cancel call fails: "not connected" names the provider id', async () => {
+    const s = await mcpServer();
+    s.connect.state.failCancel = true;
+    const { client } = await modernClient(s.fetch, { answer: () => 'decline' });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'Not connected to dev: nothing was shared.');
+    assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: null });
+    assert.ok(s.connect.state.calls.some((c) => c.path.endsWith('/cancel')), 'the cancel was tried');
+  });
+
+  test('an mcp-connect that names no provider (older): the texts name the provider id', async () => {
+    const s = await mcpServer();
+    s.connect.state.old = true;
+    const declining = await modernClient(s.fetch, { answer: () => 'decline' });
+    const r = await declining.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'Not connected to dev: nothing was shared.');
+    const { client } = await modernClient(s.fetch, { capabilities: {}, answer: () => 'accept' });
+    const link = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.match(text(link), /^Not connected to dev\. This client cannot open a connect page by itself/);
+  });
+
+  test('custom results get the display name as their last argument; ones without it still work', async () => {
+    const seen: Array<[string, string | undefined]> = [];
+    const s = await mcpServer({
+      results: {
+        notConnected: (provider) => ({ content: [{ type: 'text', text: `no ${provider}` }] }),
+        setupLink: (provider, url, providerName) => {
+          seen.push([provider, providerName]);
+          return { content: [{ type: 'text', text: `${providerName ?? provider}: ${url}` }] };
+        },
+      },
+    });
+    const declining = await modernClient(s.fetch, { answer: () => 'decline' });
+    assert.equal(text(await declining.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })), 'no dev');
+    const { client } = await modernClient(s.fetch, { capabilities: {}, answer: () => 'accept' });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), `Dev Provider: http://connect.test/connect/dev?e=${uuid(2)}`);
+    assert.deepEqual(seen, [['dev', 'Dev Provider']]);
+  });
 
   test('no authenticated subject: an error, and mcp-connect is not asked', async () => {
     const s = await mcpServer();
@@ -504,6 +610,40 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
     const { client } = await legacyClient(s.fetch, { capabilities: {} });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+  });
+
+  test('decline answering the remembered elicitation: the link is closed, "not connected" names the display name', async () => {
+    const s = await mcpServer();
+    const { client } = await legacyClient(s.fetch);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
+    assert.equal(err.code, -32042);
+    // The retry carries the client's answer (no requestState on 2025-11-25): the session
+    // memory names the elicitation it answers.
+    const params = { name: 'whoami_on', arguments: { provider: 'dev' }, inputResponses: { connect: { action: 'decline' } } };
+    const r = await client.request({ method: 'tools/call', params }, CallToolResultSchema);
+    assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.');
+    assert.deepEqual(r.structuredContent, { connected: false, provider: 'dev', setup_url: null });
+    const cancel = s.connect.state.calls.find((c) => c.path.endsWith('/cancel'));
+    assert.equal(cancel?.path, `/v1/elicitations/${uuid(1)}/cancel`);
+    assert.deepEqual(cancel.body, { reason: 'decline' });
+    assert.equal(s.connect.tokenCalls().length, 1, 'no new round');
+  });
+
+  test('declined on the page, then the retry: "not connected" names the display name', async () => {
+    const s = await mcpServer({ serverName: 'Whoami Tools' });
+    const { client } = await legacyClient(s.fetch);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
+    assert.equal(err.data.elicitations[0]?.message, 'Whoami Tools needs access to your Dev Provider account.');
+    must(s.connect.state.elicitations.get(uuid(1))).status = 'declined';
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), 'Not connected to Dev Provider: nothing was shared.');
+    assert.deepEqual(
+      s.connect.tokenCalls().map((c) => [c.body?.elicitation_id, c.body?.server_name]),
+      [
+        [undefined, 'Whoami Tools'],
+        [uuid(1), 'Whoami Tools'],
+      ],
+    );
   });
 
   test('a session belongs to the subject that opened it', async () => {
@@ -641,9 +781,9 @@ describe('the 2025-11-25 session memory is bounded per subject', () => {
 });
 
 describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
-  async function server132() {
+  async function server132(extra: Partial<McpConnectOptions> = {}) {
     const connect = await fakeConnect();
-    const gate = new McpConnect132({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} } });
+    const gate = new McpConnect132({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
     const sessions = new Map<string, Transport132>();
     const fetch: Fetch = async (url, init) => {
       const request = new Request(url, init);
@@ -683,5 +823,14 @@ describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
     const { client } = await legacyClient(s.fetch, { capabilities: {} });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+  });
+
+  test('serverName goes on the token request; the setup link text names the display name', async () => {
+    const s = await server132({ serverName: 'Whoami Tools' });
+    const { client } = await legacyClient(s.fetch, { capabilities: {} });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.match(text(r), /^Not connected to Dev Provider\. This client cannot open a connect page by itself/);
+    assert.equal(answered(r).structuredContent?.provider, 'dev');
+    assert.equal(s.connect.tokenBody(0).server_name, 'Whoami Tools');
   });
 });

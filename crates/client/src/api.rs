@@ -60,6 +60,8 @@ pub struct TokenRequest {
     mcp_session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_name: Option<String>,
 }
 
 /// The longest mcp-connect holds a retry (`wait_seconds`).
@@ -76,6 +78,7 @@ impl TokenRequest {
             elicitation_id: None,
             mcp_session_id: None,
             wait_seconds: None,
+            server_name: None,
         }
     }
 
@@ -119,6 +122,15 @@ impl TokenRequest {
     /// The MCP session the call belongs to, kept with the elicitation for the audit trail.
     pub fn mcp_session_id(mut self, id: impl Into<String>) -> Self {
         self.mcp_session_id = Some(id.into());
+        self
+    }
+
+    /// The MCP server's name as its users know it (its `serverInfo` title or name): the
+    /// elicitation's message says it needs the access, instead of the tenant's display
+    /// name. mcp-connect refuses (`invalid_request`) a name that is empty after trimming,
+    /// longer than 64 characters, or has control or invisible formatting characters.
+    pub fn server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
         self
     }
 
@@ -195,11 +207,13 @@ pub enum TokenOutcome {
         connection_id: String,
     },
     /// The user has to connect: send `mcp` as a URL-mode elicitation and keep
-    /// `elicitation.id` for the retry.
-    ConnectRequired { elicitation: Elicitation, mcp: McpUrlElicitation },
+    /// `elicitation.id` for the retry. `provider_name` is the provider's display name
+    /// (`None` from a service older than the field).
+    ConnectRequired { elicitation: Elicitation, mcp: McpUrlElicitation, provider_name: Option<String> },
     /// The user declined the elicitation named in the request. A normal outcome: answer
-    /// "not connected" and do not prompt again on your own.
-    Declined { elicitation_id: ElicitationId },
+    /// "not connected" (to `provider_name`, the display name) and do not prompt again on
+    /// your own.
+    Declined { elicitation_id: ElicitationId, provider_name: Option<String> },
 }
 
 /// The wire form of a `/v1/token` answer. No `Debug`: it holds the token as a plain string
@@ -223,9 +237,13 @@ pub(crate) enum TokenWire {
     ConnectRequired {
         elicitation: Elicitation,
         mcp: McpUrlElicitation,
+        #[serde(default)]
+        provider_name: Option<String>,
     },
     Declined {
         elicitation_id: ElicitationId,
+        #[serde(default)]
+        provider_name: Option<String>,
     },
 }
 
@@ -255,8 +273,12 @@ impl From<TokenWire> for TokenOutcome {
                 account,
                 connection_id,
             },
-            TokenWire::ConnectRequired { elicitation, mcp } => TokenOutcome::ConnectRequired { elicitation, mcp },
-            TokenWire::Declined { elicitation_id } => TokenOutcome::Declined { elicitation_id },
+            TokenWire::ConnectRequired { elicitation, mcp, provider_name } => {
+                TokenOutcome::ConnectRequired { elicitation, mcp, provider_name }
+            }
+            TokenWire::Declined { elicitation_id, provider_name } => {
+                TokenOutcome::Declined { elicitation_id, provider_name }
+            }
         }
     }
 }

@@ -18,11 +18,13 @@ fn client(stack: &Stack) -> Client {
 async fn a_subject_without_a_connection_gets_connect_required_and_after_the_flow_the_token() {
     let stack = Stack::start("https://mcp.test/").await.unwrap();
     let c = client(&stack);
-    let TokenOutcome::ConnectRequired { elicitation, mcp } =
-        c.token(&TokenRequest::new("alice", PROVIDER)).await.unwrap()
+    let TokenOutcome::ConnectRequired { elicitation, mcp, provider_name } =
+        c.token(&TokenRequest::new("alice", PROVIDER).server_name("Whoami Tools")).await.unwrap()
     else {
         panic!("expected connect_required")
     };
+    assert_eq!(provider_name.as_deref(), Some("Test Provider"));
+    assert!(mcp.message.starts_with("Whoami Tools needs access to your Test Provider account."), "{}", mcp.message);
     assert_eq!(mcp.mode, "url");
     assert_eq!(mcp.url, elicitation.url);
     assert_eq!(mcp.elicitation_id, elicitation.id);
@@ -64,7 +66,8 @@ async fn a_decline_on_the_consent_page_comes_back_as_declined() {
     };
     Browser::new().unwrap().decline(&elicitation.url, "bob").await.unwrap();
     let outcome = c.token(&TokenRequest::new("bob", PROVIDER).elicitation_id(elicitation.id.clone())).await.unwrap();
-    assert!(matches!(outcome, TokenOutcome::Declined { elicitation_id } if elicitation_id == elicitation.id));
+    let TokenOutcome::Declined { elicitation_id, provider_name } = outcome else { panic!("expected declined") };
+    assert_eq!((elicitation_id, provider_name.as_deref()), (elicitation.id.clone(), Some("Test Provider")));
     assert_eq!(c.elicitation(&elicitation.id).await.unwrap().status, ElicitationStatus::Declined);
 }
 

@@ -155,7 +155,7 @@ impl WhoamiServer {
             Err(e) => Access::Failed(e.code().unwrap_or("unavailable").to_owned()),
             Ok(TokenOutcome::Connected { token, .. }) => Access::Token(token),
             Ok(TokenOutcome::Declined { .. }) => Access::NotConnected,
-            Ok(TokenOutcome::ConnectRequired { elicitation, mcp }) => match call.url_elicitation {
+            Ok(TokenOutcome::ConnectRequired { elicitation, mcp, .. }) => match call.url_elicitation {
                 UrlElicitation::InputRequired => {
                     let expires_at = elicitation.expires_at.min(now + STATE_TTL);
                     let state = RequestState::new(elicitation.id, expires_at).seal(&s.state_key, &call.tool_call());

@@ -109,6 +109,12 @@ pub struct Cancelled {
     id: String,
     status: ElicitationStatus,
     cancel_reason: Option<String>,
+    /// The provider the link was for, and its display name (for the MCP server's "not
+    /// connected" text).
+    #[schema(schema_with = crate::http::schema::provider)]
+    provider: String,
+    #[schema(example = "GitHub")]
+    provider_name: String,
 }
 
 /// The MCP client's answer to the URL elicitation. The body may be left out.
@@ -200,5 +206,11 @@ pub async fn cancel_elicitation(
     let e = crate::flows::cancel::cancel_by_client(&state.pool, &caller.0.tenant, id, reason.as_deref(), &caller.0.id)
         .await?
         .ok_or_else(|| ApiError::new(ErrorCode::ElicitationNotFound, "no such elicitation"))?;
-    Ok(HttpResponse::Ok().json(Cancelled { id: id.to_string(), status: e.status, cancel_reason: e.cancel_reason }))
+    Ok(HttpResponse::Ok().json(Cancelled {
+        id: id.to_string(),
+        status: e.status,
+        cancel_reason: e.cancel_reason,
+        provider_name: super::token::provider_name(&state, &e.provider),
+        provider: e.provider.as_str().to_owned(),
+    }))
 }

@@ -42,6 +42,9 @@ pub struct TokenBody {
     /// wait runs out. 0 or absent: answer at once.
     #[schema(schema_with = crate::http::schema::opt_wait_seconds)]
     wait_seconds: Option<u64>,
+    /// The MCP server's name, said in the elicitation's message.
+    #[schema(schema_with = crate::http::schema::opt_server_name)]
+    server_name: Option<String>,
 }
 
 /// A bearer token in a request body: never shown by `Debug`.
@@ -61,6 +64,7 @@ struct Parsed {
     token: Option<SecretString>,
     wait: std::time::Duration,
     request: WithoutSubject,
+    server_name: Option<String>,
 }
 
 /// What a request asks for, but whose.
@@ -101,9 +105,23 @@ fn parse(body: TokenBody) -> Result<Parsed, ApiError> {
             return Err(ApiError::new(ErrorCode::InvalidRequest, "subject_token must be 1-8192 characters"));
         }
     };
+    let server_name = match body.server_name {
+        None => None,
+        Some(s) if crate::domain::shown::is_display_name(&s, SERVER_NAME_MAX) => Some(s.trim().to_owned()),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "server_name must be 1-64 printable characters, without control or invisible formatting ones",
+            ));
+        }
+    };
     let TokenBody { provider, scopes, elicitation_id, mcp_session_id, .. } = body;
-    Ok(Parsed { named, token, wait, request: request(provider, scopes, elicitation_id, mcp_session_id)? })
+    let request = request(provider, scopes, elicitation_id, mcp_session_id)?;
+    Ok(Parsed { named, token, wait, request, server_name })
 }
+
+/// The longest `server_name`, in characters: a name, not a sentence.
+const SERVER_NAME_MAX: usize = 64;
 
 /// `wait_seconds` as a duration: 0 to 30.
 pub fn wait_of(seconds: Option<u64>) -> Result<std::time::Duration, ApiError> {
@@ -200,7 +218,7 @@ async fn answer(
     state: &AppState,
     body: TokenBody,
 ) -> Result<(HttpResponse, &'static str), ApiError> {
-    let Parsed { named, token, wait, request } = parse(body)?;
+    let Parsed { named, token, wait, request, server_name } = parse(body)?;
     let tenant = caller.0.tenant.clone();
     let subject =
         crate::flows::subject::proven_subject(state, &tenant, named, token.as_ref(), OffsetDateTime::now_utc()).await?;
@@ -229,13 +247,14 @@ async fn answer(
             })),
             "connected",
         ),
-        TokenOutcome::ConnectRequired(e) => (
-            HttpResponse::Ok()
-                .json(TokenAnswer::<'static>::ConnectRequired(connect_required(state, &tenant, &provider, &e))),
-            "connect_required",
-        ),
+        TokenOutcome::ConnectRequired(e) => {
+            let asking = server_name.map_or_else(|| state.directory.tenants.display_name(&tenant), Some);
+            let answer = connect_required(state, asking.as_deref().unwrap_or(tenant.as_str()), &provider, &e);
+            (HttpResponse::Ok().json(TokenAnswer::<'static>::ConnectRequired(answer)), "connect_required")
+        }
         TokenOutcome::Declined(id) => {
-            (HttpResponse::Ok().json(TokenAnswer::Declined(Declined { elicitation_id: id.to_string() })), "declined")
+            let declined = Declined { elicitation_id: id.to_string(), provider_name: provider_name(state, &provider) };
+            (HttpResponse::Ok().json(TokenAnswer::Declined(declined)), "declined")
         }
     })
 }
@@ -286,6 +305,9 @@ pub struct Connected<'a> {
 pub struct ConnectRequired {
     elicitation: ElicitationLink,
     mcp: McpElicitation,
+    /// The provider's display name, for the MCP server's own texts ("not connected to …").
+    #[schema(example = "GitHub")]
+    provider_name: String,
 }
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -315,29 +337,29 @@ pub struct McpElicitation {
 pub struct Declined {
     #[schema(format = Uuid)]
     elicitation_id: String,
+    /// The provider's display name, for the MCP server's "not connected" text.
+    #[schema(example = "GitHub")]
+    provider_name: String,
 }
 
-/// The `connect_required` answer, with `mcp` ready for the MCP server's URL elicitation.
-fn connect_required(
-    state: &AppState,
-    tenant: &crate::domain::TenantId,
-    provider: &ProviderId,
-    e: &ElicitationRow,
-) -> ConnectRequired {
+/// The `connect_required` answer, with `mcp` ready for the MCP server's URL elicitation;
+/// `asking` is who the message says needs the access (the MCP server, or the tenant).
+fn connect_required(state: &AppState, asking: &str, provider: &ProviderId, e: &ElicitationRow) -> ConnectRequired {
     let id = e.id;
     let url = state.urls.connect_url(provider, &id);
-    let tenant_name = state.directory.tenants.display_name(tenant).unwrap_or_else(|| tenant.as_str().to_owned());
-    let provider_name = state
-        .directory
-        .providers
-        .get(provider)
-        .map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone());
+    let provider_name = provider_name(state, provider);
     let message = format!(
-        "{tenant_name} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
+        "{asking} needs access to your {provider_name} account. Open the link to sign in and approve the connection; \
          nothing is shared until you do."
     );
     ConnectRequired {
         elicitation: ElicitationLink { id: id.to_string(), url: url.clone(), expires_at: rfc3339(e.expires_at) },
         mcp: McpElicitation { mode: "url", message, url, elicitation_id: id.to_string() },
+        provider_name,
     }
+}
+
+/// The provider's display name (its id when it is no longer configured).
+pub fn provider_name(state: &AppState, provider: &ProviderId) -> String {
+    state.directory.providers.get(provider).map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone())
 }

@@ -55,7 +55,16 @@ except ModuleNotFoundError as e:
 
 from .client import ConnectClient, RetryPolicy
 from .errors import ConnectError
-from .models import Account, CancelReason, Connected, ConnectRequired, Declined, TokenRequest
+from .models import (
+    SERVER_NAME_RULE,
+    Account,
+    CancelReason,
+    Connected,
+    ConnectRequired,
+    Declined,
+    TokenRequest,
+    valid_server_name,
+)
 from .pending import CallKey, PendingElicitations
 from .replies import Replies
 from .request_state import CanonicalizationError, RequestState, RequestStateError, RequestStateKey, ToolCall
@@ -79,6 +88,8 @@ MAX_WATCHERS_PER_SUBJECT = 4
 # at a time: the token calls never wait behind them.
 WATCH_CONNECTIONS = 8
 _SESSION_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,256}")
+# The name `MCPServer` gives a server given none: no name to show anyone.
+_SDK_PLACEHOLDER_NAME = "mcp-server"
 
 
 class UrlElicitation(Enum):
@@ -133,6 +144,8 @@ class _Slot:
     tool: str
     arguments: Any
     request_state: Any
+    # The name of the server the call came to, for the elicitation's message.
+    server_name: str | None = None
     outbound_state: str | None = None
 
 
@@ -142,8 +155,9 @@ _SLOT: ContextVar[_Slot | None] = ContextVar("mcp_connect_slot", default=None)
 class _StateMiddleware:
     """Takes our tools' `requestState` out of the SDK boundary's way, in and out."""
 
-    def __init__(self, tools: Collection[str]) -> None:
+    def __init__(self, tools: Collection[str], server_name: str | None) -> None:
         self._tools = tools
+        self._server_name = server_name
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -151,7 +165,10 @@ class _StateMiddleware:
             return await call_next(ctx)
         rest = dict(params)
         slot = _Slot(
-            tool=str(rest["name"]), arguments=rest.get("arguments"), request_state=rest.pop("requestState", None)
+            tool=str(rest["name"]),
+            arguments=rest.get("arguments"),
+            request_state=rest.pop("requestState", None),
+            server_name=self._server_name,
         )
         token = _SLOT.set(slot)
         try:
@@ -181,6 +198,23 @@ class _Call:
     mode: UrlElicitation
     session_id: str | None
     legacy: bool
+    server_name: str | None
+
+
+def _server_name_of(server: MCPServer[Any]) -> str | None:
+    """The server's own human-facing name: its `title`, else its `name` (not the SDK's
+    placeholder), the first that mcp-connect takes; None leaves the naming to mcp-connect
+    (the tenant's display name)."""
+    name = getattr(server, "name", None)
+    candidates = (getattr(server, "title", None), None if name == _SDK_PLACEHOLDER_NAME else name)
+    for candidate in candidates:
+        if not isinstance(candidate, str) or not candidate.strip():
+            continue
+        if valid_server_name(candidate.strip()):
+            return candidate.strip()
+        # Not a reason to fail a tool call: the message names the tenant instead.
+        logger.warning("the MCP server's name %r is not one mcp-connect takes; left out", candidate[:80])
+    return None
 
 
 def _subject_from_auth(ctx: Context[Any, Any]) -> str | None:
@@ -193,6 +227,23 @@ def _subject_token_from_auth(ctx: Context[Any, Any]) -> SubjectToken | None:
     """The access token the SDK's bearer middleware validated, to send as `subject_token`."""
     token = get_access_token()
     return SubjectToken(token.token) if token is not None and token.token else None
+
+
+def _reply(method: Callable[..., CallToolResult], *args: str, provider_name: str | None) -> CallToolResult:
+    """`method(*args, provider_name=...)`, leaving out a name not known and one the method
+    does not take (a `Replies` subclass written before it)."""
+    if provider_name is None or not _takes_keyword(method, "provider_name"):
+        return method(*args)
+    return method(*args, provider_name=provider_name)
+
+
+def _takes_keyword(method: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any((p.name == name and p.kind in keyword) or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 class McpConnect:
@@ -228,9 +279,15 @@ class McpConnect:
         subject: Callable[[Context[Any, Any]], str | None] = _subject_from_auth,
         subject_token: Callable[[Context[Any, Any]], SubjectToken | None] = _subject_token_from_auth,
         watch_client: ConnectClient | None = None,
+        server_name: str | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 30:
             raise ValueError("wait_seconds is 0 (off) to 30")
+        if server_name is not None and not valid_server_name(server_name):
+            raise ValueError(SERVER_NAME_RULE)
+        # The name the elicitation's message gives this server; by default the installed
+        # server's own (`title`, else `name`).
+        self.server_name = server_name
         self.client = client or ConnectClient(url, api_key, retry=retry)
         # The 2025-11-25 completion watchers' long polls: never on the token calls' pool.
         if watch_client is None:
@@ -261,12 +318,14 @@ class McpConnect:
 
     def install(self, server: MCPServer[Any]) -> None:
         """Puts the state middleware right outside the SDK's `RequestStateBoundary`
-        (idempotent). Required: a decorated tool refuses to run without it."""
+        (idempotent). Required: a decorated tool refuses to run without it. The middleware
+        also carries the server's name (`title`, else `name`) to its tools' token requests,
+        unless `server_name` was given."""
         chain = server.middleware
         if any(isinstance(m, _StateMiddleware) and m._tools is self._tools for m in chain):
             return
         at = next((i for i, m in enumerate(chain) if isinstance(m, RequestStateBoundary)), len(chain))
-        chain.insert(at, _StateMiddleware(self._tools))
+        chain.insert(at, _StateMiddleware(self._tools, _server_name_of(server)))
 
     def tool(self, server: MCPServer[Any], *, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
         """`install(server)`, `requires_connection(**options)` and `server.tool(name)` in one."""
@@ -374,6 +433,7 @@ class McpConnect:
             mode=url_elicitation(version, ctx.client_capabilities),
             session_id=session_id,
             legacy=legacy,
+            server_name=self.server_name or slot.server_name,
         )
         return await self._downstream_token(call, slot, ctx)
 
@@ -414,12 +474,8 @@ class McpConnect:
         # and the link it answered is closed at mcp-connect (opened later, it connects nothing).
         if reason is not None:
             answered = resumed or stale
-            if answered is not None:
-                try:
-                    await self.client.cancel_elicitation(answered, reason)
-                except ConnectError as e:
-                    logger.warning("could not close the link at mcp-connect (%s)", e.code or type(e).__name__)
-            return self.replies.not_connected(call.provider)
+            name = await self._close(answered, reason, call.provider) if answered is not None else None
+            return _reply(self.replies.not_connected, call.provider, provider_name=name)
         if call.answer is not None and call.answer != "accept":
             return self.replies.not_connected(call.provider)
         # `accept` only means the user opened the link: mcp-connect knows the outcome, and
@@ -433,6 +489,7 @@ class McpConnect:
             elicitation_id=resumed,
             wait_seconds=wait,
             mcp_session_id=call.session_id,
+            server_name=call.server_name,
         )
         try:
             outcome = await self.client.token(request)
@@ -451,8 +508,18 @@ class McpConnect:
                 connection_id=outcome.connection_id,
             )
         if isinstance(outcome, Declined):
-            return self.replies.not_connected(call.provider)
+            return _reply(self.replies.not_connected, call.provider, provider_name=outcome.provider_name)
         return self._ask(call, outcome, tool_call, legacy_key, slot, ctx, now)
+
+    async def _close(self, elicitation_id: str, reason: CancelReason, provider: str) -> str | None:
+        """Closes the link the client declined or cancelled at mcp-connect; the provider's
+        display name from its answer, when it says one for this provider."""
+        try:
+            cancelled = await self.client.cancel_elicitation(elicitation_id, reason)
+        except ConnectError as e:
+            logger.warning("could not close the link at mcp-connect (%s)", e.code or type(e).__name__)
+            return None
+        return cancelled.provider_name if cancelled.provider in (None, provider) else None
 
     def _ask(
         self,
@@ -480,7 +547,7 @@ class McpConnect:
                 self._watch(ctx, call.session_id, call.subject, link.id, expires_at)
             params = ElicitRequestURLParams(message=mcp.message, url=mcp.url, elicitation_id=mcp.elicitation_id)
             raise UrlElicitationRequiredError([params], message=mcp.message)
-        return self.replies.setup_link(call.provider, link.url)
+        return _reply(self.replies.setup_link, call.provider, link.url, provider_name=outcome.provider_name)
 
     # --- 2025-11-25: notifications/elicitation/complete ----------------------------------
 

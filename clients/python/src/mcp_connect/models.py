@@ -9,6 +9,7 @@ reading a `status` string. Unknown fields are ignored (the API may add some).
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -34,6 +35,7 @@ __all__ = [
     "TokenRequest",
     "parse_token_answer",
     "valid_elicitation_id",
+    "valid_server_name",
 ]
 
 # mcp-connect's ids are UUIDs, but the client treats them as opaque: 1-128 visible ASCII
@@ -49,6 +51,44 @@ def _check_id(value: str) -> str:
     if not valid_elicitation_id(value):
         raise ValueError("not an elicitation id")
     return value
+
+
+# What mcp-connect shows people and models refuses to show (its `domain::shown`): format
+# characters (Unicode Cf: bidi overrides and isolates, zero-width ones, tags) and others
+# that show nothing or break the line (separators, variation selectors, fillers). Written
+# out as the service has them, so an older `unicodedata` refuses no less than it does.
+_HIDDEN = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD),
+    (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F), (0xE0100, 0xE01EF),
+)
+MAX_SERVER_NAME = 64
+SERVER_NAME_RULE = (
+    f"server_name must be 1-{MAX_SERVER_NAME} characters, not only spaces, "
+    "with no control or invisible formatting characters"
+)
+
+
+def _shown_as_is(c: str) -> bool:
+    if unicodedata.category(c) in ("Cc", "Cf"):
+        return False
+    return not any(lo <= ord(c) <= hi for lo, hi in _HIDDEN)
+
+
+def valid_server_name(value: str) -> bool:
+    """Whether mcp-connect takes `value` as `server_name`: 1-64 characters, not only
+    spaces, none of them a control or invisible formatting character (it answers 400
+    `invalid_request` otherwise). The name stands in the message a client shows and a
+    model reads, so nothing in it may read differently from what it is."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_SERVER_NAME
+        and bool(value.strip())
+        and all(_shown_as_is(c) for c in value)
+    )
 
 
 class _Wire(BaseModel):
@@ -133,11 +173,21 @@ class TokenRequest(_Wire):
     # With `elicitation_id`: hold the answer up to this long while it is still pending.
     wait_seconds: Annotated[int, Field(ge=0, le=30)] | None = None
     mcp_session_id: str | None = None
+    # The MCP server asking, named in the elicitation's message ("{server_name} needs
+    # access to your ... account"); without it mcp-connect names the tenant.
+    server_name: str | None = None
 
     @field_validator("elicitation_id")
     @classmethod
     def _id(cls, v: str | None) -> str | None:
         return None if v is None else _check_id(v)
+
+    @field_validator("server_name")
+    @classmethod
+    def _server_name(cls, v: str | None) -> str | None:
+        if v is not None and not valid_server_name(v):
+            raise ValueError(SERVER_NAME_RULE)
+        return v
 
     def body(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -225,6 +275,8 @@ class ConnectRequired(_Wire):
     status: Literal["connect_required"] = "connect_required"
     elicitation: ElicitationLink
     mcp: McpElicitation
+    # The provider's display name (e.g. "GitHub"); an older mcp-connect does not send it.
+    provider_name: str | None = None
 
 
 class Declined(_Wire):
@@ -232,6 +284,8 @@ class Declined(_Wire):
 
     status: Literal["declined"] = "declined"
     elicitation_id: str
+    # The provider's display name; an older mcp-connect does not send it.
+    provider_name: str | None = None
 
 
 TokenAnswer = Annotated[Connected | ConnectRequired | Declined, Field(discriminator="status")]
@@ -264,6 +318,10 @@ class Cancelled(_Wire):
     id: str
     status: str
     cancel_reason: str | None = None
+    # Whose link it was: the provider's id and display name (an older mcp-connect sends
+    # neither).
+    provider: str | None = None
+    provider_name: str | None = None
 
 
 class ErrorBody(_Wire):

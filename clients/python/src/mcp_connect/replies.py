@@ -1,6 +1,10 @@
 """The results the adapter answers with itself (the tool body does not run for them). The
 defaults are the Rust example server's texts and structured content; change the texts
-with the constructor's arguments, or subclass and override a method for other content."""
+with the constructor's arguments, or subclass and override a method for other content.
+
+The texts name the provider by its display name (`{provider_name}`, e.g. "GitHub") where
+mcp-connect said it, else by its id (`{provider}`, e.g. `github`), which a template may
+use too; the structured content's `provider` is always the id."""
 
 from __future__ import annotations
 
@@ -24,11 +28,21 @@ def _result(text: str, structured: dict[str, Any] | None = None, *, error: bool 
 
 @dataclass(frozen=True)
 class Replies:
+    """The texts are `str.format` templates: `not_connected_text` and `setup_link_text` get
+    `{provider}` (the id) and `{provider_name}` (the display name, or the id when nothing
+    said it), `setup_link_text` also `{url}`; `failed_text` gets `{provider}` and `{code}`;
+    `unknown_provider_text` `{provider}` and `{provider_json}`.
+
+    `not_connected` and `setup_link` take `provider_name` as a keyword argument with a
+    default (None: not known). A subclass written before it, overriding them with the
+    provider id alone, keeps working: the adapter passes `provider_name` only to a method
+    that takes it."""
+
     # Declined or cancelled (on the page or in the client): a normal result, no new prompt.
-    not_connected_text: str = "Not connected to {provider}: nothing was shared."
+    not_connected_text: str = "Not connected to {provider_name}: nothing was shared."
     # The client has no URL elicitation: the link to open outside the MCP workflow.
     setup_link_text: str = (
-        "Not connected to {provider}. This client cannot open a connect page by itself: "
+        "Not connected to {provider_name}. This client cannot open a connect page by itself: "
         "open {url} in your browser to connect the account, then ask again."
     )
     # mcp-connect could not answer: its stable code, nothing secret.
@@ -36,12 +50,12 @@ class Replies:
     # A provider name outside the tool's allow-list (`providers=`).
     unknown_provider_text: str = "This server does not know the provider {provider_json}."
 
-    def not_connected(self, provider: str) -> CallToolResult:
-        text = self.not_connected_text.format(provider=provider)
+    def not_connected(self, provider: str, *, provider_name: str | None = None) -> CallToolResult:
+        text = self.not_connected_text.format(provider=provider, provider_name=provider_name or provider)
         return _result(text, {"connected": False, "provider": provider, "setup_url": None})
 
-    def setup_link(self, provider: str, url: str) -> CallToolResult:
-        text = self.setup_link_text.format(provider=provider, url=url)
+    def setup_link(self, provider: str, url: str, *, provider_name: str | None = None) -> CallToolResult:
+        text = self.setup_link_text.format(provider=provider, provider_name=provider_name or provider, url=url)
         return _result(text, {"connected": False, "provider": provider, "setup_url": url})
 
     def failed(self, provider: str, code: str) -> CallToolResult:
