@@ -59,6 +59,8 @@ login_hint = "subject"
 scopes = ["openid", "profile"]
 account_id_field = "id"
 account_login_field = "login"
+[providers.dev.proxy]
+origins = ["{provider}"]
 "#
     )
 }

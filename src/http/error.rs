@@ -62,7 +62,7 @@ error_codes! {
     InvalidJson = "invalid_json" => BAD_REQUEST,
     /// The body was not sent as application/json.
     UnsupportedMediaType = "unsupported_media_type" => UNSUPPORTED_MEDIA_TYPE,
-    /// The body is larger than 16 KiB.
+    /// The body is larger than 16 KiB (the proxy: than 10 MiB).
     PayloadTooLarge = "payload_too_large" => PAYLOAD_TOO_LARGE,
     /// A path parameter is malformed.
     InvalidPath = "invalid_path" => BAD_REQUEST,
@@ -106,6 +106,28 @@ error_codes! {
     ProviderUnavailable = "provider_unavailable" => SERVICE_UNAVAILABLE,
     /// The provider's configuration, or what its server says of itself (discovery), is refused for a reason a retry cannot fix; no link is made. The operator must fix it; the service log says what (502, no Retry-After).
     ProviderMisconfigured = "provider_misconfigured" => BAD_GATEWAY,
+    /// The proxy: no usable connection; the body is also `/v1/token`'s `connect_required` answer (428).
+    ConnectRequired = "connect_required" => PRECONDITION_REQUIRED,
+    /// The proxy: the elicitation named by `MCP-Connect-Elicitation-Id` was declined by the person.
+    ConnectDeclined = "connect_declined" => FORBIDDEN,
+    /// The proxy: this provider has no API origins to proxy to (`[providers.<name>.proxy]`).
+    ProxyNotConfigured = "proxy_not_configured" => FORBIDDEN,
+    /// The proxy: the path or query is not forwarded as it is (a dot or empty segment, an encoded slash, backslash, dot or percent sign, a character that must be encoded, an absolute-form request target).
+    ProxyPathRefused = "proxy_path_refused" => BAD_REQUEST,
+    /// The proxy: the path is not under a prefix this provider's proxy allows.
+    ProxyPathNotAllowed = "proxy_path_not_allowed" => FORBIDDEN,
+    /// The proxy: this provider's proxy does not take that method (405, with `Allow`).
+    ProxyMethodNotAllowed = "proxy_method_not_allowed" => METHOD_NOT_ALLOWED,
+    /// The proxy: `MCP-Connect-Origin` is not one of the provider's API origins.
+    ProxyOriginNotAllowed = "proxy_origin_not_allowed" => BAD_REQUEST,
+    /// The proxy: the provider's API could not be reached, or broke off (502).
+    UpstreamUnreachable = "upstream_unreachable" => BAD_GATEWAY,
+    /// The proxy: the provider's API address is one the SSRF guard refuses (a provider of the operator API).
+    UpstreamRefused = "upstream_refused" => BAD_GATEWAY,
+    /// The proxy: the provider's API sent no answer head in time (504).
+    UpstreamTimeout = "upstream_timeout" => GATEWAY_TIMEOUT,
+    /// The proxy: the provider's answer is larger than the proxy passes.
+    UpstreamTooLarge = "upstream_too_large" => BAD_GATEWAY,
     /// The connection id is not a UUID.
     InvalidConnectionId = "invalid_connection_id" => BAD_REQUEST,
     /// No connection of that id belongs to the caller's tenant.
@@ -156,7 +178,7 @@ pub struct ApiError {
     pub www_authenticate: Option<String>,
     pub retry_after: Option<u64>,
     /// The methods the endpoint takes, for a 405's `Allow`.
-    pub allow: Option<&'static str>,
+    pub allow: Option<std::borrow::Cow<'static, str>>,
 }
 
 impl ApiError {
@@ -219,8 +241,8 @@ impl ResponseError for ApiError {
         if let Some(w) = &self.www_authenticate {
             r.insert_header(("WWW-Authenticate", w.as_str()));
         }
-        if let Some(a) = self.allow {
-            r.insert_header(("Allow", a));
+        if let Some(a) = &self.allow {
+            r.insert_header(("Allow", a.as_ref()));
         }
         if let Some(s) = self.retry_after {
             r.insert_header(("Retry-After", s.to_string()));
@@ -237,7 +259,7 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
     actix_web::web::resource(path).default_service(actix_web::web::to(move || async move {
         let mut e = ApiError::new(ErrorCode::MethodNotAllowed, format!("this endpoint takes {allow}"));
-        e.allow = Some(allow);
+        e.allow = Some(allow.into());
         Err::<HttpResponse, _>(e)
     }))
 }

@@ -32,6 +32,7 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
         crate::http::api::token::post_token,
         crate::http::api::elicitations::get_elicitation,
         crate::http::api::elicitations::cancel_elicitation,
+        crate::http::api::proxy::proxy,
         crate::http::admin::connections::list_connections,
         crate::http::admin::connections::get_connection,
         crate::http::admin::connections::revoke_one,
@@ -168,8 +169,9 @@ impl utoipa::Modify for Shared {
             components.add_security_scheme(name, SecurityScheme::Http(http));
         }
         for item in doc.paths.paths.values_mut() {
-            for op in
-                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete].into_iter().flatten()
+            for op in [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete, &mut item.head]
+                .into_iter()
+                .flatten()
             {
                 add_shared_responses(op);
             }

@@ -85,6 +85,8 @@ pub struct Outbound {
     guard: Guard,
     /// Send `traceparent` along (`tracing.propagate_to_providers`).
     propagate: bool,
+    /// The proxy's client (`/v1/proxy`).
+    pub forward: super::forward::Forwarder,
 }
 
 /// A response read whole (at most `MAX_BODY` bytes).
@@ -134,6 +136,7 @@ impl Outbound {
             private: guarded(Reach::Private)?,
             guard: Guard::default(),
             propagate,
+            forward: super::forward::Forwarder::new(propagate, cas)?,
         })
     }
 
@@ -292,7 +295,7 @@ impl opentelemetry::propagation::Injector for TraceparentOnly<'_> {
 
 /// Adds the current span's `traceparent` to an outbound request (nothing while traces are
 /// off: the span has no trace context then).
-fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
+pub(super) fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
     use opentelemetry::propagation::TextMapPropagator as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let context = tracing::Span::current().context();
@@ -300,7 +303,7 @@ fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
         .inject_context(&context, &mut TraceparentOnly(headers));
 }
 
-fn classify(e: reqwest::Error) -> OutboundError {
+pub(super) fn classify(e: reqwest::Error) -> OutboundError {
     if let Some(r) = crate::net::ssrf::refusal_of(&e) {
         OutboundError::Refused(r)
     } else if e.is_timeout() {

@@ -9,10 +9,12 @@
 //! - `metadata`: fetching a server's own documents, admitting the origins they name
 //!   ([`metadata::Admission`]): one rule for OpenID discovery, RFC 8414 and RFC 9728.
 //! - `delivery`: the webhook deliveries' client, on the same policy.
+//! - `forward`: the proxy's client (`/v1/proxy`): streamed both ways, redirects returned.
 //! - `urls`: what an endpoint or issuer URL must look like (https, no credentials, IDN
 //!   hosts only where allowed).
 
 pub mod delivery;
+pub mod forward;
 pub mod http;
 pub mod metadata;
 pub mod ssrf;

@@ -10,6 +10,7 @@
 //! - `templates`: the kinds and what a template knows of the well-known providers.
 //! - `credential`: the typed credentials' form, their stored document and their check.
 //! - `client_auth`: how the client authenticates at token and revocation endpoints.
+//! - `proxy`: where the proxy may send a caller's request with the user's credential.
 //! - `settings`: the configuration's `[providers.<name>]` and the operator API's stored
 //!   settings (one [`settings::RawProvider`]) checked into a provider, the one check both share.
 //! - `registry`: the providers served: the file's, and beside them the operator API's rows
@@ -18,6 +19,7 @@
 pub mod client_auth;
 pub mod client_secret;
 pub mod credential;
+pub mod proxy;
 pub mod registry;
 pub mod settings;
 pub mod templates;
@@ -44,6 +46,8 @@ pub struct Provider {
     pub policy: Policy,
     pub origin: Origin,
     pub upstream: Upstream,
+    /// Where `/v1/proxy/{provider}/…` may go (`None`: the provider is not proxied).
+    pub proxy: Option<proxy::ProxyRules>,
 }
 
 /// What the operator decided for a provider, whatever its kind.

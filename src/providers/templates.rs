@@ -39,6 +39,10 @@ pub struct Template {
     pub extra_authorize_params: &'static [(&'static str, &'static str)],
     pub account_id_field: &'static str,
     pub account_login_field: &'static str,
+    /// The API origins `/v1/proxy` may reach where the configuration names none (the first
+    /// is the default), and the path prefixes there.
+    pub proxy_origins: &'static [&'static str],
+    pub proxy_paths: &'static [&'static str],
 }
 
 impl ProviderKind {
@@ -76,6 +80,8 @@ const EMPTY: Template = Template {
     extra_authorize_params: &[],
     account_id_field: "",
     account_login_field: "",
+    proxy_origins: &[],
+    proxy_paths: &["/"],
 };
 
 const GITHUB: Template = Template {
@@ -87,6 +93,8 @@ const GITHUB: Template = Template {
     default_scopes: &["read:user"],
     account_id_field: "id",
     account_login_field: "login",
+    proxy_origins: &["https://api.github.com", "https://uploads.github.com"],
+    proxy_paths: &["/"],
     ..EMPTY
 };
 
@@ -104,6 +112,8 @@ const GOOGLE: Template = Template {
     extra_authorize_params: &[("access_type", "offline"), ("prompt", "consent")],
     account_id_field: "sub",
     account_login_field: "email",
+    proxy_origins: &["https://www.googleapis.com", "https://gmail.googleapis.com", "https://people.googleapis.com"],
+    proxy_paths: &["/"],
 };
 
 const GITLAB: Template = Template {
@@ -116,6 +126,8 @@ const GITLAB: Template = Template {
     default_scopes: &["read_user"],
     account_id_field: "id",
     account_login_field: "username",
+    proxy_origins: &["https://gitlab.com"],
+    proxy_paths: &["/api/v4/"],
     ..EMPTY
 };
 
@@ -128,6 +140,8 @@ const SLACK: Template = Template {
     default_scopes: &["identity.basic"],
     account_id_field: "user.id",
     account_login_field: "user.name",
+    proxy_origins: &["https://slack.com"],
+    proxy_paths: &["/api/"],
     ..EMPTY
 };
 
@@ -140,6 +154,8 @@ const MICROSOFT: Template = Template {
     default_scopes: &["offline_access", "User.Read"],
     account_id_field: "id",
     account_login_field: "userPrincipalName",
+    proxy_origins: &["https://graph.microsoft.com"],
+    proxy_paths: &["/v1.0/", "/beta/"],
     ..EMPTY
 };
 

@@ -20,6 +20,9 @@ pub const HTTP_REQUEST_DURATION: &str = "mcp_connect_http_request_duration_secon
 /// `/v1/token` answers, by provider and outcome (`connected`, `connect_required`,
 /// `declined`, or the error code).
 pub const TOKEN_REQUESTS: &str = "mcp_connect_token_requests_total";
+/// `/v1/proxy` answers, by provider and result: the provider's status class (`2xx` …
+/// `5xx`) or the proxy's own error code. Never by path, method or subject.
+pub const PROXY_REQUESTS: &str = "mcp_connect_proxy_requests_total";
 /// Refreshes at the provider, by outcome.
 pub const REFRESHES: &str = "mcp_connect_refreshes_total";
 /// Elicitations created, by provider.
@@ -102,6 +105,7 @@ fn describe() {
     use crate::{api_keys, cache, store};
     describe_histogram!(HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP requests by route template, method and status");
     describe_counter!(TOKEN_REQUESTS, "POST /v1/token answers by provider and outcome");
+    describe_counter!(PROXY_REQUESTS, "/v1/proxy answers by provider and result (status class or error code)");
     describe_gauge!(BUILD_INFO, "1, labelled with the release and the commit of this binary");
     describe_counter!(REFRESHES, "refreshes at the provider by outcome");
     describe_counter!(ELICITATIONS_CREATED, "elicitations created by provider");

@@ -38,14 +38,14 @@ async fn spawn() -> TestApp {
 }
 
 /// The form page of a link, for `subject` signed in in `browser`.
-async fn form_page(app: &TestApp, browser: &Browser, url: &str, subject: &str) -> String {
+pub(crate) async fn form_page(app: &TestApp, browser: &Browser, url: &str, subject: &str) -> String {
     let page = browser.open(app, url, subject).await;
     assert_eq!(page.status(), 200, "the credential form");
     page.text().await.unwrap()
 }
 
 /// Posts the credential form as the page would, with `fields` typed in.
-async fn submit(
+pub(crate) async fn submit(
     app: &TestApp,
     browser: &Browser,
     provider: &str,

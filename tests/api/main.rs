@@ -28,6 +28,7 @@ mod openapi;
 mod operator;
 mod ops;
 mod pooler;
+mod proxy;
 mod remote_mcp;
 mod remote_mcp_sdk;
 mod schemathesis;

@@ -2,6 +2,7 @@
 
 mod auth;
 pub(crate) mod elicitations;
+pub(crate) mod proxy;
 pub(crate) mod token;
 
 pub use auth::{AdminCaller, OperatorCaller, ServerCaller, TenantKey};
@@ -22,6 +23,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/elicitations/{id}/cancel", "POST").route(web::post().to(elicitations::cancel_elicitation)),
             )
+            // Any method: the provider's API decides, within the provider's proxy rules.
+            .service(web::resource("/proxy/{provider}/{path:.*}").route(web::route().to(proxy::proxy)))
             .default_service(web::to(not_found)),
     );
 }

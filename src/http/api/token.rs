@@ -344,7 +344,12 @@ pub struct Declined {
 
 /// The `connect_required` answer, with `mcp` ready for the MCP server's URL elicitation;
 /// `asking` is who the message says needs the access (the MCP server, or the tenant).
-fn connect_required(state: &AppState, asking: &str, provider: &ProviderId, e: &ElicitationRow) -> ConnectRequired {
+pub(super) fn connect_required(
+    state: &AppState,
+    asking: &str,
+    provider: &ProviderId,
+    e: &ElicitationRow,
+) -> ConnectRequired {
     let id = e.id;
     let url = state.urls.connect_url(provider, &id);
     let provider_name = provider_name(state, provider);

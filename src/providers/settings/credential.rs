@@ -67,6 +67,7 @@ pub(super) fn validate(
         display_name,
         policy,
         origin: Origin::File,
+        proxy: None,
         upstream: Upstream::Typed(Typed {
             spec: Arc::new(CredentialSpec { kind: p.template, fields, check }),
             account: AccountFields {

@@ -5,10 +5,12 @@
 //!
 //! - `remote`: the `mcp` template (a remote MCP server: its URL and client);
 //! - `credential`: the `api_key` and `basic` templates (the fields and the check request);
-//! - `fields`: checks more than one kind (and the IdP settings of `config`) share.
+//! - `fields`: checks more than one kind (and the IdP settings of `config`) share;
+//! - `proxy`: `[providers.<name>.proxy]`, where `/v1/proxy` may go (every kind).
 
 pub(crate) mod credential;
 pub(crate) mod fields;
+pub(crate) mod proxy;
 pub(crate) mod remote;
 
 use super::client_auth::ClientAuth;
@@ -82,6 +84,8 @@ pub struct RawProvider {
     /// `"subject"`: the MCP subject goes to the provider as OIDC `login_hint` (so its page
     /// offers that account first). Unset: the provider never learns the subject.
     pub login_hint: Option<String>,
+    /// Where `/v1/proxy/{provider}/…` may send requests (`proxy::RawProxy`).
+    pub proxy: Option<proxy::RawProxy>,
 }
 
 /// One input of an `api_key` provider's connect page.
@@ -131,6 +135,15 @@ pub struct RawCheck {
 /// One provider, checked as the file's `[providers.<name>]` and the operator API both check
 /// it. `secret`: its client secret from the environment (else `client_secret_file`).
 pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, SettingError> {
+    let f = |sub: &str| format!("providers.{name}.{sub}");
+    let (raw_proxy, allow_idn_hosts) = (p.proxy.clone(), p.allow_idn_hosts.clone());
+    let mut provider = validate_kind(name, p, secret)?;
+    provider.proxy = proxy::rules(&f, raw_proxy, &provider, &allow_idn_hosts)?;
+    Ok(provider)
+}
+
+/// The provider of its kind, not yet with its proxy rules.
+fn validate_kind(name: &str, p: RawProvider, secret: Option<String>) -> Result<Provider, SettingError> {
     let field = format!("providers.{name}");
     let f = |sub: &str| format!("{field}.{sub}");
     let id = ProviderId::parse(name).map_err(|e| err(&field, e.to_string()))?;
@@ -184,6 +197,7 @@ pub fn validate_provider(name: &str, p: RawProvider, secret: Option<String>) -> 
         display_name,
         policy,
         origin: Origin::File,
+        proxy: None,
         upstream: Upstream::OAuth(OAuth {
             client: Client {
                 id: client_id,

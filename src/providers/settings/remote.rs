@@ -75,6 +75,7 @@ pub(super) fn validate_mcp(
         kind: p.template,
         policy,
         origin: Origin::File,
+        proxy: None,
         upstream: Upstream::RemoteMcp(RemoteMcp {
             resource,
             client,

@@ -1,0 +1,423 @@
+//! `/v1/proxy/{provider}/…` (issue 42): a caller's request reaches the provider's API with
+//! the user's credential attached, and the caller never holds it. Against real peers: the
+//! dev provider (its user endpoint, its API-key check) and a recording HTTP server of the
+//! test's own (`Peer`) that says what it received and on how many connections, so a refusal
+//! is shown to send nothing.
+
+use crate::support::browser::Browser;
+use crate::support::{Options, TestApp, assert_error, spawn_app_with};
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the peer received: method, path and query as sent, headers, body.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    seen: Mutex<Vec<Seen>>,
+    connections: AtomicUsize,
+    /// The event stream's second event waits for this.
+    go_on: tokio::sync::Notify,
+}
+
+/// A real HTTP server on loopback standing for a provider's API.
+struct Peer {
+    origin: String,
+    shared: Arc<Shared>,
+}
+
+impl Peer {
+    async fn start() -> Self {
+        let shared = Arc::new(Shared::default());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let origin = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (s, counted) = (shared.clone(), shared.clone());
+        let server = actix_web::HttpServer::new(move || {
+            let s = s.clone();
+            actix_web::App::new().app_data(web::Data::from(s)).default_service(web::to(answer))
+        })
+        .on_connect(move |_, _| {
+            counted.connections.fetch_add(1, Ordering::SeqCst);
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        tokio::spawn(server);
+        Peer { origin, shared }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap().clone()
+    }
+
+    fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// `/redirect`: 302 elsewhere; `/events`: an event stream whose second event waits for the
+/// test; `/cookie`: headers the proxy must drop; anything else: 200 with what it saw.
+async fn answer(req: HttpRequest, body: web::Bytes, s: web::Data<Shared>) -> HttpResponse {
+    let seen = Seen {
+        method: req.method().to_string(),
+        target: req.uri().to_string(),
+        headers: req.headers().iter().map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("?").to_owned())).collect(),
+        body: body.to_vec(),
+    };
+    s.seen.lock().unwrap().push(seen.clone());
+    match req.path() {
+        "/redirect" => HttpResponse::Found().insert_header(("location", "http://127.0.0.1:9/steal")).finish(),
+        "/cookie" => HttpResponse::Ok()
+            .insert_header(("set-cookie", "session=upstream; Path=/"))
+            .insert_header(("mcp-connect-error", "connect_required"))
+            .insert_header(("x-upstream", "yes"))
+            .body("ok"),
+        "/events" => {
+            let s = s.into_inner();
+            let events = futures_util::stream::unfold(0, move |n| {
+                let s = s.clone();
+                async move {
+                    match n {
+                        0 => Some((Ok::<_, std::io::Error>(web::Bytes::from_static(b"data: one\n\n")), 1)),
+                        1 => {
+                            s.go_on.notified().await;
+                            Some((Ok(web::Bytes::from_static(b"data: two\n\n")), 2))
+                        }
+                        _ => None,
+                    }
+                }
+            });
+            HttpResponse::Ok().content_type("text/event-stream").streaming(events)
+        }
+        _ => HttpResponse::Ok().json(json!({
+            "method": seen.method,
+            "target": seen.target,
+            "body_length": seen.body.len(),
+        })),
+    }
+}
+
+/// `upp`: an OAuth provider whose API is the peer (paths `/echo`, `/redirect`, `/cookie`,
+/// `/events`; methods GET and POST); `testp` proxied to the dev provider; `keyp`, `queryp`
+/// and `basicp`: typed credentials checked at the dev provider's `/api/me`.
+fn options(peer: &Peer) -> Options {
+    Options {
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"upp\", \"keyp\", \"queryp\", \"basicp\"]".to_owned())],
+        extra_toml: format!(
+            "[providers.testp.proxy]\norigins = [\"{{PROVIDER}}\"]\n\
+             [providers.upp]\ntemplate = \"oauth2\"\ndisplay_name = \"Upstream API\"\nclient_id = \"upp\"\n\
+             authorize_url = \"{{PROVIDER}}/authorize\"\ntoken_url = \"{{PROVIDER}}/token\"\n\
+             token_endpoint_auth_method = \"none\"\n\
+             [providers.upp.proxy]\norigins = [\"{origin}\"]\npaths = [\"/echo\", \"/redirect\", \"/cookie\", \
+             \"/events\"]\nmethods = [\"GET\", \"POST\"]\n\
+             [providers.keyp]\ntemplate = \"api_key\"\n[providers.keyp.check]\nurl = \"{{PROVIDER}}/api/me\"\n\
+             header = \"X-Api-Key\"\n\
+             [providers.queryp]\ntemplate = \"api_key\"\n[providers.queryp.check]\n\
+             url = \"{{PROVIDER}}/api/me\"\nquery = \"api_key\"\n\
+             [providers.basicp]\ntemplate = \"basic\"\n[providers.basicp.check]\nurl = \"{{PROVIDER}}/api/me\"\n",
+            origin = peer.origin
+        ),
+        ..Options::default()
+    }
+}
+
+async fn spawn(peer: &Peer) -> TestApp {
+    spawn_app_with(options(peer)).await
+}
+
+/// A proxied request as `subject`, with more headers.
+async fn proxied(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    subject: &str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut r = app
+        .client
+        .request(method, format!("{}/v1/proxy/{path}", app.base))
+        .bearer_auth(&app.key)
+        .header("mcp-connect-subject", subject);
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    r.send().await.unwrap()
+}
+
+/// One request written byte for byte (reqwest would resolve dot segments before sending):
+/// the status and the body.
+async fn raw(app: &TestApp, request_line: &str, extra: &str) -> (u16, String) {
+    let authority = app.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let request = format!(
+        "{request_line}\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nMCP-Connect-Subject: alice\r\n{extra}\
+         Connection: close\r\n\r\n",
+        app.key
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut out)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+fn code_of(body: &str) -> Value {
+    // A chunked body starts with its length line.
+    let json = body.find('{').map(|i| &body[i..body.rfind('}').map_or(body.len(), |j| j + 1)]).unwrap_or("null");
+    serde_json::from_str::<Value>(json).map(|v| v["error"].clone()).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_proxied_call_reaches_the_provider_with_the_users_token_which_the_caller_never_sees() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let (_, access, refresh) = app.insert_provider_grant("alice", "octo-alice", None).await;
+    let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-connect-error").is_none(), "the provider's answer, not ours");
+    let headers = format!("{:?}", r.headers());
+    let body = r.text().await.unwrap();
+    let me: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(me["login"], "octo-alice", "the dev provider took the user's token");
+    for secret in [&access, &refresh] {
+        assert!(!body.contains(secret.as_str()) && !headers.contains(secret.as_str()), "{headers} {body}");
+    }
+    // Counted as a hand-out, in the minute's audit row.
+    assert!(app.state.handouts.drain(Duration::from_secs(5)).await);
+    let n: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let caller = [
+        ("cookie", "caller=1"),
+        ("x-api-key", "the-callers-own"),
+        ("x-auth-token", "t"),
+        ("private-token", "gitlab-style"),
+        ("x-forwarded-for", "10.1.2.3"),
+        ("forwarded", "for=10.1.2.3"),
+        ("connection", "x-hop"),
+        ("x-hop", "1"),
+        ("accept", "application/json"),
+        ("x-keep", "yes"),
+        ("idempotency-key", "k-1"),
+        ("content-type", "application/octet-stream"),
+    ];
+    let r = app
+        .client
+        .post(format!("{}/v1/proxy/upp/echo?a=1&b=%20", app.base))
+        .bearer_auth(&app.key)
+        .header("mcp-connect-subject", "alice")
+        .headers(caller.iter().map(|(n, v)| (n.parse().unwrap(), v.parse().unwrap())).collect())
+        .body(vec![7u8; 100_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let echoed: Value = r.json().await.unwrap();
+    assert_eq!(echoed, json!({"method": "POST", "target": "/echo?a=1&b=%20", "body_length": 100_000}));
+    let seen = peer.seen().pop().unwrap();
+    assert_eq!(seen.header("authorization"), Some("Bearer upp-access-token"), "ours, not the caller's key");
+    for dropped in ["cookie", "x-api-key", "x-auth-token", "private-token", "x-forwarded-for", "forwarded", "x-hop"] {
+        assert_eq!(seen.header(dropped), None, "{dropped} must not reach the provider: {seen:?}");
+    }
+    assert!(seen.headers.iter().all(|(n, _)| !n.starts_with("mcp-connect-")), "{seen:?}");
+    assert_eq!((seen.header("accept"), seen.header("x-keep")), (Some("application/json"), Some("yes")));
+    assert_eq!(seen.header("idempotency-key"), Some("k-1"), "a key that is no credential passes");
+    assert!(seen.header("x-request-id").is_some_and(|id| id.len() == 16), "the request id goes along");
+
+    // Back: the provider's own cookie and a header posing as ours are dropped.
+    let r = proxied(&app, reqwest::Method::GET, "upp/cookie", "alice", &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("x-upstream").map(|v| v.to_str().unwrap()), Some("yes"));
+    assert!(r.headers().get("set-cookie").is_none());
+    assert!(r.headers().get("mcp-connect-error").is_none(), "only the proxy's own answers carry it");
+}
+
+#[tokio::test]
+async fn traversal_another_origin_a_method_and_an_absolute_form_are_refused_before_anything_leaves() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let refused = [
+        "GET /v1/proxy/upp/echo/../admin HTTP/1.1",
+        "GET /v1/proxy/upp/echo/./x HTTP/1.1",
+        "GET /v1/proxy/upp/echo/%2e%2e/admin HTTP/1.1",
+        "GET /v1/proxy/upp/echo/%2E./admin HTTP/1.1",
+        "GET /v1/proxy/upp/echo%2f..%2fadmin HTTP/1.1",
+        "GET /v1/proxy/upp/echo%5c..%5cadmin HTTP/1.1",
+        "GET /v1/proxy/upp/echo/..;/admin HTTP/1.1",
+        "GET /v1/proxy/upp/echo/%252e%252e/admin HTTP/1.1",
+        "GET /v1/proxy/upp//127.0.0.1:9/echo HTTP/1.1",
+        "GET /v1/proxy/upp/echo?x=%2e%2e%2f HTTP/1.1",
+        "GET /v1/proxy/%75pp/echo HTTP/1.1",
+    ];
+    for line in refused {
+        let (status, body) = raw(&app, line, "").await;
+        assert_eq!((status, code_of(&body)), (400, json!("proxy_path_refused")), "{line}: {body}");
+    }
+    // A proxy's request form: naming the peer it is no path of ours; naming our proxy, refused.
+    let (status, body) = raw(&app, &format!("GET {}/echo HTTP/1.1", peer.origin), "").await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = raw(&app, &format!("GET {}/v1/proxy/upp/echo HTTP/1.1", app.base), "").await;
+    assert_eq!((status, code_of(&body)), (400, json!("proxy_path_refused")), "{body}");
+    // Outside the allowed paths, another origin, a method the rules leave out.
+    let (status, body) = raw(&app, "GET /v1/proxy/upp/admin HTTP/1.1", "").await;
+    assert_eq!((status, code_of(&body)), (403, json!("proxy_path_not_allowed")), "{body}");
+    let (status, body) =
+        raw(&app, "GET /v1/proxy/upp/echo HTTP/1.1", "MCP-Connect-Origin: http://127.0.0.1:9\r\n").await;
+    assert_eq!((status, code_of(&body)), (400, json!("proxy_origin_not_allowed")), "{body}");
+    let r = proxied(&app, reqwest::Method::DELETE, "upp/echo", "alice", &[]).await;
+    assert_eq!(r.headers().get("allow").map(|v| v.to_str().unwrap().to_owned()).as_deref(), Some("GET, POST"));
+    assert_eq!(r.headers().get("mcp-connect-error").map(|v| v.to_str().unwrap()), Some("proxy_method_not_allowed"));
+    assert_error(r, 405, "proxy_method_not_allowed").await;
+    for method in ["TRACE", "CONNECT", "OPTIONS"] {
+        let (status, body) = raw(&app, &format!("{method} /v1/proxy/upp/echo HTTP/1.1"), "").await;
+        assert!(matches!(status, 400 | 405), "{method}: {status} {body}");
+    }
+    // A provider with no API to proxy to.
+    let r = proxied(&app, reqwest::Method::GET, "plainp/x", "alice", &[]).await;
+    assert_error(r, 403, "proxy_not_configured").await;
+    assert_eq!(peer.connections(), 0, "nothing reached the provider: {:?}", peer.seen());
+
+    // The same request, allowed, does.
+    let (status, _) = raw(&app, "GET /v1/proxy/upp/echo HTTP/1.1", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(peer.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_before_anything_leaves() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let length = format!("Content-Length: {}\r\n", 10 * 1024 * 1024 + 1);
+    let (status, body) = raw(&app, "POST /v1/proxy/upp/echo HTTP/1.1", &length).await;
+    assert_eq!((status, code_of(&body)), (413, json!("payload_too_large")), "{body}");
+    assert_eq!(peer.connections(), 0);
+}
+
+#[tokio::test]
+async fn a_redirect_is_returned_and_not_followed() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let r = proxied(&app, reqwest::Method::GET, "upp/redirect", "alice", &[]).await;
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], "http://127.0.0.1:9/steal");
+    assert_eq!(peer.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_stream_passes_through_as_the_provider_sends_it() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let mut r = proxied(&app, reqwest::Method::GET, "upp/events", "alice", &[("accept", "text/event-stream")]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    // The first event arrives while the provider still holds the second: nothing is
+    // buffered whole.
+    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk()).await.expect("the first event in time");
+    assert_eq!(first.unwrap().unwrap(), "data: one\n\n");
+    peer.shared.go_on.notify_one();
+    let mut rest = Vec::new();
+    while let Some(c) = tokio::time::timeout(Duration::from_secs(10), r.chunk()).await.unwrap().unwrap() {
+        rest.extend_from_slice(&c);
+    }
+    assert_eq!(rest, b"data: two\n\n");
+}
+
+#[tokio::test]
+async fn without_a_connection_the_answer_is_connect_required_and_a_decline_is_said() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let headers = [("mcp-connect-server-name", "Whoami%20Tools")];
+    let r = proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &headers).await;
+    assert_eq!(r.status(), 428);
+    assert_eq!(r.headers()["mcp-connect-error"], "connect_required");
+    let b: Value = r.json().await.unwrap();
+    assert_eq!((&b["error"], &b["status"]), (&json!("connect_required"), &json!("connect_required")), "{b}");
+    let id = b["elicitation"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(b["mcp"]["elicitationId"], id.as_str());
+    assert!(b["mcp"]["message"].as_str().unwrap().starts_with("Whoami Tools needs access to your Upstream API"));
+    assert_eq!(b["provider_name"], "Upstream API");
+    // The same link on the retry; a decline is said as such.
+    let retry = [("mcp-connect-elicitation-id", id.as_str())];
+    let again: Value = proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &retry).await.json().await.unwrap();
+    assert_eq!(again["elicitation"]["id"], id.as_str());
+    sqlx::query("UPDATE elicitations SET status = 'declined'").execute(&app.pool).await.unwrap();
+    let r = proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &retry).await;
+    assert_error(r, 403, "connect_declined").await;
+    // Bad ask headers: their own codes.
+    let r = proxied(&app, reqwest::Method::GET, "upp/echo", "ali%0Ace", &[]).await;
+    assert_error(r, 400, "invalid_subject").await;
+    let r = proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &[("mcp-connect-elicitation-id", "x")]).await;
+    assert_error(r, 400, "invalid_elicitation_id").await;
+    let r =
+        proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &[("mcp-connect-server-name", "a%E2%80%AEb")]).await;
+    assert_error(r, 400, "invalid_request").await;
+    let r = app.client.get(format!("{}/v1/proxy/upp/echo", app.base)).bearer_auth(&app.key).send().await.unwrap();
+    assert_error(r, 400, "invalid_subject").await;
+    let r = app.client.get(format!("{}/v1/proxy/upp/echo", app.base)).send().await.unwrap();
+    assert_error(r, 401, "invalid_api_key").await;
+    assert_eq!(peer.connections(), 0);
+}
+
+#[tokio::test]
+async fn a_typed_credential_goes_where_its_check_puts_it() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let browser = Browser::new();
+    for (provider, fields, login) in [
+        ("keyp", vec![("api_key", "devkey-alice-upstream")], "alice-upstream"),
+        ("queryp", vec![("api_key", "devkey-alice-upstream")], "alice-upstream"),
+        ("basicp", vec![("username", "ann"), ("password", "devpass-ann")], "ann"),
+    ] {
+        let (_, url) = app.elicit("alice", provider).await;
+        let page = crate::credentials::form_page(&app, &browser, &url, "alice").await;
+        let r = crate::credentials::submit(&app, &browser, provider, &page, &fields).await;
+        assert_eq!(r.status(), 200, "{provider}: {}", r.text().await.unwrap());
+        // The caller's own key, header or parameter, is not the one that goes.
+        let r = app
+            .client
+            .get(format!("{}/v1/proxy/{provider}/api/me?api_key=the-callers", app.base))
+            .bearer_auth(&app.key)
+            .header("mcp-connect-subject", "alice")
+            .header("x-api-key", "the-callers")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let me: Value = r.json().await.unwrap();
+        assert_eq!((status.as_u16(), &me["login"]), (200, &json!(login)), "{provider}: {me}");
+    }
+}
