@@ -33,6 +33,8 @@ pub struct AppState {
     pub lifetimes: Lifetimes,
     pub resolver: Arc<Resolver>,
     pub outbound: Outbound,
+    /// The proxy's client (`/v1/proxy`): streamed, pooled, redirects returned.
+    pub forwarder: crate::net::forward::Forwarder,
     /// When a stored token is refreshed before it is handed out.
     pub refresh: crate::domain::RefreshPolicy,
     pub refresh_gate: Arc<RefreshGate>,

@@ -395,6 +395,8 @@ async fn app_state(
     let refresh = refresh_policy(&config);
     let outbound = Outbound::new(config.outbound_timeout, config.propagate_to_providers, &config.outbound_cas)
         .map_err(|e| anyhow::anyhow!("http client: {e}"))?;
+    let forwarder = crate::net::forward::Forwarder::new(config.propagate_to_providers, &config.outbound_cas)
+        .map_err(|e| anyhow::anyhow!("the proxy's http client: {e}"))?;
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
@@ -443,6 +445,7 @@ async fn app_state(
         directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
         resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
         outbound,
+        forwarder,
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
         vault,
         webhook_policy,

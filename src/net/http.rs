@@ -85,8 +85,6 @@ pub struct Outbound {
     guard: Guard,
     /// Send `traceparent` along (`tracing.propagate_to_providers`).
     propagate: bool,
-    /// The proxy's client (`/v1/proxy`).
-    pub forward: super::forward::Forwarder,
 }
 
 /// A response read whole (at most `MAX_BODY` bytes).
@@ -136,7 +134,6 @@ impl Outbound {
             private: guarded(Reach::Private)?,
             guard: Guard::default(),
             propagate,
-            forward: super::forward::Forwarder::new(propagate, cas)?,
         })
     }
 

@@ -242,7 +242,7 @@ async fn forward(
     if has_body(req.headers()) {
         *out.body_mut() = Some(reqwest::Body::wrap_stream(request_body(payload, too_large.clone())));
     }
-    let answer = match state.outbound.forward.send(out, provider.reach()).await {
+    let answer = match state.forwarder.send(out, provider.reach()).await {
         Ok(a) => a,
         Err(_) if too_large.load(Ordering::Relaxed) => {
             return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
