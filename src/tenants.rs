@@ -46,7 +46,9 @@ impl Tenants {
                 // A name that is not an IdP name cannot be an IdP of any instance: the
                 // tenant is skipped, never handed to another IdP.
                 let idp = Some(crate::domain::IdpName::parse(&r.idp).ok()?);
-                Some((id.clone(), TenantConfig { id, display_name: r.display_name, providers, subject_token, idp }))
+                let hand_out = Some(crate::domain::HandOutPolicy::from_stored(r.hand_out.as_ref()));
+                let display_name = r.display_name;
+                Some((id.clone(), TenantConfig { id, display_name, providers, subject_token, idp, hand_out }))
             })
             .collect();
         if let Ok(mut a) = self.active.write() {
@@ -69,6 +71,15 @@ impl Tenants {
     /// The IdP an active tenant names (`None`: no such active tenant).
     pub fn idp_of(&self, id: &TenantId) -> Option<Option<crate::domain::IdpName>> {
         self.active.read().ok().and_then(|a| a.get(id).map(|t| t.idp.clone()))
+    }
+
+    /// Whether `/v1/token` hands out the credential of a tenant's connection to `provider`
+    /// (`None`: no such active tenant).
+    pub fn hand_out(&self, id: &TenantId, provider: &ProviderId) -> Option<crate::domain::HandOutMode> {
+        self.active
+            .read()
+            .ok()
+            .and_then(|a| a.get(id).map(|t| t.hand_out.as_ref().map(|h| h.for_provider(provider)).unwrap_or_default()))
     }
 
     /// The display name of an active tenant.

@@ -354,6 +354,36 @@ client_id = "abc"
     }
 
     #[test]
+    fn a_tenant_may_hand_out_no_credential_with_overrides_for_its_own_providers() {
+        use crate::domain::{HandOutMode, ProviderId};
+        let tenant =
+            |extra: &str| GOOD.replace("providers = [\"github\"]", &format!("providers = [\"github\"]\n{extra}"));
+        let c = Config::from_toml(&tenant(""), &env_of(&base_env())).unwrap();
+        assert_eq!(c.tenants[0].hand_out, None, "left out: the database's stands");
+        let c = Config::from_toml(&tenant("hand_out = \"none\""), &env_of(&base_env())).unwrap();
+        let github = ProviderId::parse("github").unwrap();
+        assert_eq!(c.tenants[0].hand_out.as_ref().map(|h| h.for_provider(&github)), Some(HandOutMode::None));
+        let over = tenant("hand_out = \"none\"\nhand_out_providers = { github = \"credentials\" }");
+        let c = Config::from_toml(&over, &env_of(&base_env())).unwrap();
+        assert_eq!(c.tenants[0].hand_out.as_ref().map(|h| h.for_provider(&github)), Some(HandOutMode::Credentials));
+        for (bad, field) in [
+            ("hand_out_providers = { gitlab = \"none\" }", "tenants[0].hand_out_providers"),
+            ("hand_out = \"token\"", "toml"),
+        ] {
+            assert_eq!(error_field(&tenant(bad), &base_env()), field, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_stored_hand_out_hands_out_nothing() {
+        use crate::domain::{HandOutMode, HandOutPolicy, ProviderId};
+        let p = ProviderId::parse("github").unwrap();
+        assert_eq!(HandOutPolicy::from_stored(None).for_provider(&p), HandOutMode::Credentials);
+        let broken = serde_json::json!({"default": "maybe"});
+        assert_eq!(HandOutPolicy::from_stored(Some(&broken)).for_provider(&p), HandOutMode::None);
+    }
+
+    #[test]
     fn a_punycode_provider_host_is_refused_unless_allowed() {
         let t = format!("{GOOD}authorize_url = \"https://xn--gthub-n4a.com/login\"\n");
         assert_eq!(error_field(&t, &base_env()), "providers.github.authorize_url");

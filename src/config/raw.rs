@@ -192,6 +192,11 @@ pub struct RawTenant {
     pub require_subject_token: Option<bool>,
     /// The name of one of `[idps.<name>]`; unset: the default `[idp]`.
     pub idp: Option<String>,
+    /// `credentials` (default) or `none`: `/v1/token` then hands out no credential, and the
+    /// grant is used only through `/v1/proxy`.
+    pub hand_out: Option<crate::domain::HandOutMode>,
+    /// Per provider, the other of the two (`{ github = "credentials" }`).
+    pub hand_out_providers: Option<std::collections::BTreeMap<String, crate::domain::HandOutMode>>,
 }
 
 /// The secrets only the environment gives (they have no place in the file, only their

@@ -403,7 +403,17 @@ pub fn tenant(
         .as_deref()
         .map(|name| crate::domain::IdpName::parse(name).map_err(|e| invalid(at("idp"), e.to_string())))
         .transpose()?;
-    Ok(TenantConfig { id, display_name, providers, subject_token, idp })
+    let hand_out = match (t.hand_out, t.hand_out_providers) {
+        (None, None) => None,
+        (default, overrides) => {
+            let overrides = overrides.unwrap_or_default();
+            if let Some(p) = overrides.keys().find(|p| !providers.iter().any(|q| q.as_str() == p.as_str())) {
+                return Err(invalid(at("hand_out_providers"), format!("{p:?} is not one of the tenant's providers")));
+            }
+            Some(crate::domain::HandOutPolicy { default: default.unwrap_or_default(), providers: overrides })
+        }
+    };
+    Ok(TenantConfig { id, display_name, providers, subject_token, idp, hand_out })
 }
 
 /// `outbound.ca_file`: a PEM file of one or more CA certificates (empty or unset: none).

@@ -93,6 +93,55 @@ pub struct TenantConfig {
     /// The tenant's primary IdP (`default`: `[idp]`). `None` only in a configuration file
     /// that leaves it out: the database's value stands (`default` for a new tenant).
     pub idp: Option<IdpName>,
+    /// What `/v1/token` hands out. `None` only in a configuration file that leaves it out:
+    /// the database's value stands (credentials for a new tenant).
+    pub hand_out: Option<HandOutPolicy>,
+}
+
+/// Whether `/v1/token` hands out the credential itself, or only that a usable connection
+/// exists (its account and scopes): the grant is then used only through `/v1/proxy`, and
+/// tool code never holds a token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HandOutMode {
+    #[default]
+    Credentials,
+    None,
+}
+
+impl HandOutMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandOutMode::Credentials => "credentials",
+            HandOutMode::None => "none",
+        }
+    }
+}
+
+/// A tenant's hand-out: a default, and overrides by provider (as stored, as JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandOutPolicy {
+    pub default: HandOutMode,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub providers: std::collections::BTreeMap<String, HandOutMode>,
+}
+
+impl HandOutPolicy {
+    pub fn for_provider(&self, provider: &ProviderId) -> HandOutMode {
+        self.providers.get(provider.as_str()).copied().unwrap_or(self.default)
+    }
+
+    /// As stored: unreadable means nothing is handed out (a custody setting fails closed).
+    pub fn from_stored(v: Option<&serde_json::Value>) -> Self {
+        match v {
+            None | Some(serde_json::Value::Null) => Self::default(),
+            Some(v) => serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "a tenant's hand_out is unreadable: nothing is handed out");
+                HandOutPolicy { default: HandOutMode::None, providers: std::collections::BTreeMap::new() }
+            }),
+        }
+    }
 }
 
 /// How a tenant's MCP server proves whose token it asks for (`subject_token` on

@@ -73,6 +73,9 @@ pub struct TenantChange {
     /// `Some(None)`: remove the audience.
     pub subject_token_audience: Option<Option<String>>,
     pub require_subject_token: Option<bool>,
+    pub hand_out: Option<crate::domain::HandOutMode>,
+    /// Replaces the overrides whole.
+    pub hand_out_providers: Option<std::collections::BTreeMap<String, crate::domain::HandOutMode>>,
     pub active: Option<bool>,
 }
 
@@ -84,6 +87,8 @@ impl TenantChange {
             || self.idp.is_some()
             || self.subject_token_audience.is_some()
             || self.require_subject_token.is_some()
+            || self.hand_out.is_some()
+            || self.hand_out_providers.is_some()
     }
 }
 
@@ -157,6 +162,7 @@ pub async fn change_tenant(
         if before.managed_by != "api" {
             return Err(TenantRefusal::KeptByFile(id.to_string()));
         }
+        let before_hand_out = crate::domain::HandOutPolicy::from_stored(before.hand_out.as_ref());
         let spec = RawTenant {
             id: before.id.clone(),
             display_name: change.display_name.clone().unwrap_or_else(|| before.display_name.clone()),
@@ -167,6 +173,8 @@ pub async fn change_tenant(
                 .unwrap_or_else(|| before.subject_token_audience.clone()),
             require_subject_token: Some(change.require_subject_token.unwrap_or(before.require_subject_token)),
             idp: Some(change.idp.clone().unwrap_or_else(|| before.idp.clone())),
+            hand_out: Some(change.hand_out.unwrap_or(before_hand_out.default)),
+            hand_out_providers: Some(change.hand_out_providers.clone().unwrap_or(before_hand_out.providers)),
         };
         let t = checked(spec, known)?;
         store::tenants::update_managed_tenant(&mut *tx, &t).await?;
@@ -210,5 +218,6 @@ fn settings_detail(t: &TenantRow, by: &ApiKeyId) -> serde_json::Value {
         "idp": t.idp,
         "subject_token_audience": t.subject_token_audience,
         "require_subject_token": t.require_subject_token,
+        "hand_out": t.hand_out,
     })
 }

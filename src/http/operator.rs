@@ -7,6 +7,7 @@
 
 use crate::app::AppState;
 use crate::config::RawTenant;
+use crate::domain::HandOutMode;
 use crate::domain::{KeyScope, ProviderId, TenantId};
 use crate::flows::providers::{ProviderChange, ProviderRefusal, Settings};
 use crate::flows::tenants::{Known, TenantChange, TenantRefusal};
@@ -67,6 +68,12 @@ pub struct Tenant {
     subject_token_audience: Option<String>,
     /// Whether a request naming only a `subject` is refused.
     require_subject_token: bool,
+    /// What `/v1/token` hands out: `credentials`, or `none` (the grant is used only through
+    /// `/v1/proxy`).
+    hand_out: HandOutMode,
+    /// Providers handed out otherwise than `hand_out` says.
+    #[schema(example = json!({"github": "credentials"}))]
+    hand_out_providers: std::collections::BTreeMap<String, HandOutMode>,
     /// Switched off: its keys and links work nowhere.
     active: bool,
     /// `file`: a configuration file keeps it (only `active` may change here); `api`: this API.
@@ -76,7 +83,10 @@ pub struct Tenant {
 
 impl From<TenantRow> for Tenant {
     fn from(r: TenantRow) -> Self {
+        let hand_out = crate::domain::HandOutPolicy::from_stored(r.hand_out.as_ref());
         Tenant {
+            hand_out: hand_out.default,
+            hand_out_providers: hand_out.providers,
             id: r.id,
             display_name: r.display_name,
             providers: r.allowed_providers,
@@ -113,6 +123,10 @@ pub struct NewTenantBody {
     idp: Option<String>,
     subject_token_audience: Option<String>,
     require_subject_token: Option<bool>,
+    /// `credentials` when left out; `none`: `/v1/token` hands out no credential.
+    hand_out: Option<HandOutMode>,
+    /// Per provider (one of `providers`), the other mode.
+    hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
 }
 
 /// What to change; what is left out stays.
@@ -130,6 +144,9 @@ pub struct TenantChangeBody {
     #[schema(value_type = Option<String>)]
     subject_token_audience: Option<Option<String>>,
     require_subject_token: Option<bool>,
+    hand_out: Option<HandOutMode>,
+    /// Replaces the overrides whole (`{}` removes them).
+    hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
     /// `false` switches the tenant off on every instance (also one a file keeps).
     active: Option<bool>,
 }
@@ -243,6 +260,8 @@ pub async fn create_tenant(
         subject_token_audience: b.subject_token_audience,
         require_subject_token: b.require_subject_token,
         idp: Some(b.idp.unwrap_or_else(|| crate::domain::DEFAULT_IDP.to_owned())),
+        hand_out: Some(b.hand_out.unwrap_or_default()),
+        hand_out_providers: b.hand_out_providers,
     };
     let row = crate::flows::tenants::create_tenant(&state.pool, &known(&state), spec, &caller.0).await?;
     Ok(HttpResponse::Created().json(Tenant::from(row)))
@@ -305,6 +324,8 @@ pub async fn change_tenant(
         idp: b.idp,
         subject_token_audience: b.subject_token_audience,
         require_subject_token: b.require_subject_token,
+        hand_out: b.hand_out,
+        hand_out_providers: b.hand_out_providers,
         active: b.active,
     };
     let row = crate::flows::tenants::change_tenant(&state.pool, &known(&state), &id, change, &caller.0).await?;

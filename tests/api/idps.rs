@@ -398,6 +398,7 @@ async fn a_tenants_idp_moves_only_when_a_file_names_another_and_the_move_is_in_t
         providers: vec![mcp_connect::domain::ProviderId::parse("github").unwrap()],
         subject_token: Default::default(),
         idp: idp.map(|i| mcp_connect::domain::IdpName::parse(i).unwrap()),
+        hand_out: None,
     };
     let issuer = app.idp.issuer();
     // An instance whose file leaves `idp` out (an older or shorter file) moves nothing.

@@ -227,6 +227,7 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
         providers: vec![mcp_connect::domain::ProviderId::parse("testp").unwrap()],
         subject_token: Default::default(),
         idp: None,
+        hand_out: None,
     };
     mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
     let now = json_of(app.operator(&op, Method::GET, "/tenants/gamma", None).await, 200).await;
@@ -262,6 +263,7 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
         providers: vec![mcp_connect::domain::ProviderId::parse("testp").unwrap()],
         subject_token: Default::default(),
         idp: None,
+        hand_out: None,
     };
     mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'tenant_taken_over'")
@@ -753,4 +755,38 @@ async fn concurrent_creations_at_the_limit_make_one_tenant_not_five() {
     let n: i64 =
         sqlx::query_scalar("SELECT count(*) FROM tenants WHERE managed_by = 'api'").fetch_one(&app.pool).await.unwrap();
     assert_eq!(n, 10_000);
+}
+
+#[tokio::test]
+async fn a_tenant_made_to_hand_out_nothing_hands_out_no_token_on_any_instance_until_changed() {
+    let a = spawn_app().await;
+    let b = spawn_on(&a, &Options::default()).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "B's listener is up");
+    let op = a.operator_key().await;
+    let body = json!({"id": "gamma", "display_name": "Gamma", "providers": ["testp"], "hand_out": "none"});
+    let made = json_of(a.operator(&op, Method::POST, "/tenants", Some(body)).await, 201).await;
+    assert_eq!((&made["hand_out"], &made["hand_out_providers"]), (&json!("none"), &json!({})));
+    let key = json_of(
+        a.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server", "label": "gamma"}))).await,
+        201,
+    )
+    .await;
+    let gamma_key = key["key"].as_str().unwrap().to_owned();
+    a.insert_connection("gamma", "alice", "testp", "gamma-access-token", &["openid"], None).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "the creation's notification arrived");
+    let r = json_of(b.token(&gamma_key, token_body("testp")).await, 200).await;
+    assert_eq!((&r["status"], &r["hand_out"], r.get("access_token")), (&json!("connected"), &json!("none"), None));
+
+    // An override must name one of its providers; then the credential goes out again.
+    let bad = json!({"hand_out_providers": {"plainp": "credentials"}});
+    refused(&a, &op, Method::PATCH, "/tenants/gamma", bad, 400, "invalid_request").await;
+    let over = json!({"hand_out_providers": {"testp": "credentials"}});
+    let changed = json_of(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(over)).await, 200).await;
+    assert_eq!(
+        (&changed["hand_out"], &changed["hand_out_providers"]),
+        (&json!("none"), &json!({"testp": "credentials"}))
+    );
+    assert!(b.state.caches.barrier(&b.pool).await, "the change's notification arrived");
+    let r = json_of(b.token(&gamma_key, token_body("testp")).await, 200).await;
+    assert_eq!((&r["access_token"], &r["hand_out"]), (&json!("gamma-access-token"), &json!("credentials")));
 }

@@ -421,3 +421,35 @@ async fn a_typed_credential_goes_where_its_check_puts_it() {
         assert_eq!((status.as_u16(), &me["login"]), (200, &json!(login)), "{provider}: {me}");
     }
 }
+
+#[tokio::test]
+async fn a_tenant_that_hands_out_nothing_says_connected_without_the_credential_and_the_proxy_still_works() {
+    let peer = Peer::start().await;
+    let mut opts = options(&peer);
+    opts.patch.push((
+        "display_name = \"Acme Assistant\"",
+        "display_name = \"Acme Assistant\"\nhand_out = \"none\"\nhand_out_providers = { keyp = \"credentials\" }"
+            .to_owned(),
+    ));
+    let app = spawn_app_with(opts).await;
+    let (_, access, _) = app.insert_provider_grant("alice", "octo-alice", None).await;
+    for _ in 0..2 {
+        // Read from the row, then from the cache: neither hands the token out.
+        let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+        assert_eq!((&b["status"], &b["hand_out"]), (&json!("connected"), &json!("none")), "{b}");
+        assert_eq!(b.get("access_token"), None, "{b}");
+        assert_eq!(b.get("fields"), None, "{b}");
+        assert_eq!(b["account"]["login"], "octo-alice");
+        assert!(!b.to_string().contains(&access));
+    }
+    let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
+    assert_eq!(r.status(), 200, "the grant is used through the proxy");
+    // The override: this provider's credential is handed out.
+    let (_, url) = app.elicit("alice", "keyp").await;
+    let browser = Browser::new();
+    let page = crate::credentials::form_page(&app, &browser, &url, "alice").await;
+    let r = crate::credentials::submit(&app, &browser, "keyp", &page, &[("api_key", "devkey-alice-upstream")]).await;
+    assert_eq!(r.status(), 200);
+    let b = app.token_ok(json!({"subject": "alice", "provider": "keyp"})).await;
+    assert_eq!((&b["access_token"], &b["hand_out"]), (&json!("devkey-alice-upstream"), &json!("credentials")));
+}

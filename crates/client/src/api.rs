@@ -195,7 +195,9 @@ impl McpUrlElicitation {
 pub enum TokenOutcome {
     /// A usable connection exists; the token was refreshed first if it was about to expire.
     Connected {
-        token: AccessToken,
+        /// `None` where the tenant hands out nothing (`hand_out = "none"`): the grant is used
+        /// through `/v1/proxy` only.
+        token: Option<AccessToken>,
         /// `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page).
         credential_type: String,
         /// `api_key` and `basic`: every field typed, by name, each redacted like `token`.
@@ -222,7 +224,8 @@ pub enum TokenOutcome {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub(crate) enum TokenWire {
     Connected {
-        access_token: String,
+        #[serde(default)]
+        access_token: Option<String>,
         #[serde(default = "oauth2")]
         credential_type: String,
         #[serde(default)]
@@ -264,7 +267,7 @@ impl From<TokenWire> for TokenOutcome {
                 account,
                 connection_id,
             } => TokenOutcome::Connected {
-                token: AccessToken::new(access_token),
+                token: access_token.map(AccessToken::new),
                 credential_type,
                 fields: fields.map(|f| f.into_iter().map(|(k, v)| (k, AccessToken::new(v))).collect()),
                 token_type,
@@ -357,7 +360,9 @@ mod tests {
         }))
         .unwrap();
         let outcome = TokenOutcome::from(w);
-        let TokenOutcome::Connected { token, account, expires_at, .. } = &outcome else { panic!("{outcome:?}") };
+        let TokenOutcome::Connected { token: Some(token), account, expires_at, .. } = &outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!(token.expose_secret(), "tok-123");
         assert_eq!(account.as_ref().unwrap().login.as_deref(), Some("octo"));
         assert!(expires_at.is_some());

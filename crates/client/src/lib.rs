@@ -8,7 +8,8 @@
 //!
 //! let client = Client::new("https://connect.example.com".parse()?, ApiKey::new(std::env::var("MCP_CONNECT_API_KEY")?))?;
 //! match client.token(&TokenRequest::new("alice", "github")).await? {
-//!     TokenOutcome::Connected { token, .. } => { /* call GitHub with token.expose_secret() */ }
+//!     TokenOutcome::Connected { token: Some(token), .. } => { /* call GitHub with token.expose_secret() */ }
+//!     TokenOutcome::Connected { token: None, .. } => { /* this tenant hands out nothing: use /v1/proxy */ }
 //!     TokenOutcome::ConnectRequired { mcp, .. } => { /* put `mcp` into a URL-mode elicitation */ }
 //!     TokenOutcome::Declined { .. } => { /* a normal "not connected" result */ }
 //! }

@@ -37,7 +37,9 @@ async fn a_subject_without_a_connection_gets_connect_required_and_after_the_flow
     Browser::new().unwrap().connect(&elicitation.url, "alice", "octo-alice").await.unwrap();
 
     let outcome = c.token(&TokenRequest::new("alice", PROVIDER).elicitation_id(elicitation.id.clone())).await.unwrap();
-    let TokenOutcome::Connected { token, account, .. } = &outcome else { panic!("expected connected: {outcome:?}") };
+    let TokenOutcome::Connected { token: Some(token), account, .. } = &outcome else {
+        panic!("expected connected: {outcome:?}")
+    };
     assert_eq!(account.as_ref().unwrap().login.as_deref(), Some("octo-alice"));
     assert!(!format!("{outcome:?}").contains(token.expose_secret()), "Debug redacts the token");
     let me: serde_json::Value = reqwest::Client::new()

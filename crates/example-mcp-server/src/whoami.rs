@@ -153,7 +153,10 @@ impl WhoamiServer {
         // `accept` only means the user opened the link; mcp-connect knows the outcome.
         Ok(match s.connect.token(&req).await {
             Err(e) => Access::Failed(e.code().unwrap_or("unavailable").to_owned()),
-            Ok(TokenOutcome::Connected { token, .. }) => Access::Token(token),
+            Ok(TokenOutcome::Connected { token: Some(token), .. }) => Access::Token(token),
+            // This example calls the provider itself; a tenant that hands out nothing
+            // wants its calls made through /v1/proxy.
+            Ok(TokenOutcome::Connected { token: None, .. }) => Access::Failed("hand_out_none".to_owned()),
             Ok(TokenOutcome::Declined { .. }) => Access::NotConnected,
             Ok(TokenOutcome::ConnectRequired { elicitation, mcp, .. }) => match call.url_elicitation {
                 UrlElicitation::InputRequired => {

@@ -2,7 +2,7 @@
 
 use super::ServerCaller;
 use crate::app::AppState;
-use crate::domain::Account;
+use crate::domain::{Account, HandOutMode};
 use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
 use crate::flows::token::{self as tokens, TokenOutcome, TokenRequest};
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
@@ -225,6 +225,8 @@ async fn answer(
     let req = request.with(subject);
     let provider = req.provider.clone();
     let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
+    // A tenant that hands out nothing learns that the connection is usable, not its token.
+    let handed_out = state.directory.tenants.hand_out(&tenant, &provider) != Some(HandOutMode::None);
     Ok(match outcome {
         TokenOutcome::Connected {
             access_token,
@@ -236,9 +238,10 @@ async fn answer(
             connection_id,
         } => (
             HttpResponse::Ok().json(TokenAnswer::Connected(Connected {
-                access_token: access_token.expose_secret(),
+                access_token: handed_out.then(|| access_token.expose_secret()),
                 credential_type: credential.as_ref().map_or("oauth2", |(kind, _)| kind),
-                fields: credential.as_ref().map(|(_, c)| &c.fields),
+                fields: credential.as_ref().filter(|_| handed_out).map(|(_, c)| &c.fields),
+                hand_out: if handed_out { HandOutMode::Credentials } else { HandOutMode::None },
                 token_type: &token_type,
                 expires_at: expires_at.map(rfc3339),
                 scopes: &scopes,
@@ -276,9 +279,13 @@ pub enum TokenAnswer<'a> {
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Connected<'a> {
     /// The provider's access token: hand it to the tool, never to the model or a log.
-    /// For `api_key` and `basic`: the key, or the password.
+    /// For `api_key` and `basic`: the key, or the password. Absent where the tenant hands
+    /// out nothing (`hand_out` `none`): use `/v1/proxy`.
     #[schema(example = "<the provider's access token>")]
-    access_token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    access_token: Option<&'a str>,
+    /// `credentials`, or `none`: this tenant's grants are used only through `/v1/proxy`.
+    hand_out: HandOutMode,
     /// How the MCP server uses it: `oauth2` (a bearer token), `api_key` (as the provider
     /// documents its key), `basic` (HTTP Basic with `fields.username` and `access_token`).
     #[schema(example = "oauth2")]
