@@ -54,7 +54,49 @@ pub async fn refresh(
     observed: &ConnectionRow,
     now: OffsetDateTime,
 ) -> Result<ConnectionRow, RefreshError> {
-    // On the HTTP worker's own task set (the only caller is the `/v1/token` handler): the
+    refresh_spawned(state, observed, now, Due::WhenNearExpiry).await
+}
+
+/// When a refresh is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// The token is about to expire ([`needs_refresh`]).
+    WhenNearExpiry,
+    /// The provider refused the token: whatever its expiry says (still once per version).
+    Refused,
+}
+
+/// The provider refused `sent`, the access token of `key`'s connection (a proxied call's
+/// `401`): refreshes the grant once, unless the row holds another token by now (a
+/// concurrent call refreshed it, or the person connected anew). Many calls refused at once
+/// make one refresh: each compares the token it sent, and the refresh is fenced on the
+/// row's version.
+pub async fn refresh_refused(
+    state: &AppState,
+    key: &crate::domain::ConnectionKey,
+    sent: &secrecy::SecretString,
+    now: OffsetDateTime,
+) -> Result<(), RefreshError> {
+    use secrecy::ExposeSecret;
+    let row = store::connections::find_connection(&state.pool, key).await?.ok_or(RefreshError::Gone)?;
+    let (Some(key_id), Some(at_ct)) = (&row.key_id, &row.access_token_ct) else {
+        return Err(RefreshError::NeedsReauth);
+    };
+    let current = state.vault.open(key_id, &row.binding(), Field::AccessToken, at_ct)?;
+    if current.expose_secret() != sent.expose_secret() {
+        return Ok(());
+    }
+    refresh_spawned(state, &row, now, Due::Refused).await.map(|_| ())
+}
+
+async fn refresh_spawned(
+    state: &AppState,
+    observed: &ConnectionRow,
+    now: OffsetDateTime,
+    due: Due,
+) -> Result<ConnectionRow, RefreshError> {
+    // On the HTTP worker's own task set (the callers are the `/v1/token` and `/v1/proxy`
+    // handlers): the
     // task keeps this worker's pool, needs no `Send` (sqlx's executor futures trip rustc's
     // higher-ranked `Send` check, rust-lang/rust#102211), and outlives the request.
     if state.lifecycle.shutdown.is_stopping() {
@@ -66,7 +108,7 @@ pub async fn refresh(
     state
         .lifecycle
         .detached
-        .spawn_local(refresh_single_flight(state.clone(), observed.clone(), now).instrument(span))
+        .spawn_local(refresh_single_flight(state.clone(), observed.clone(), now, due).instrument(span))
         .await?
 }
 
@@ -74,11 +116,12 @@ async fn refresh_single_flight(
     state: AppState,
     observed: ConnectionRow,
     now: OffsetDateTime,
+    due: Due,
 ) -> Result<ConnectionRow, RefreshError> {
     let lock = state.refresh_gate.lock_for(observed.id);
     let result = {
         let _held = lock.clone().lock_owned().await;
-        refresh_locked(&state, &observed, now).await
+        refresh_locked(&state, &observed, now, due).await
     };
     state.refresh_gate.release(observed.id, lock);
     result
@@ -88,6 +131,7 @@ async fn refresh_locked(
     state: &AppState,
     observed: &ConnectionRow,
     now: OffsetDateTime,
+    due: Due,
 ) -> Result<ConnectionRow, RefreshError> {
     let mut tx = store::begin(&state.pool).await?;
     fence(&mut tx, state.lifetimes.outbound_timeout).await?;
@@ -104,7 +148,7 @@ async fn refresh_locked(
             RefreshError::Gone
         });
     }
-    if row.version != observed.version || !needs_refresh(&row, now, state.refresh) {
+    if row.version != observed.version || (due == Due::WhenNearExpiry && !needs_refresh(&row, now, state.refresh)) {
         // Refreshed by another caller while we waited for the lock: use theirs.
         tx.commit().await?;
         return Ok(row);

@@ -238,6 +238,9 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut r = HttpResponse::build(self.code.status());
+        // Every answer of ours says so: behind `/v1/proxy`, a caller tells it from the
+        // provider's (whose `MCP-Connect-*` headers are dropped).
+        r.insert_header((crate::http::api::proxy::ERROR_HEADER, self.code.as_str()));
         if let Some(w) = &self.www_authenticate {
             r.insert_header(("WWW-Authenticate", w.as_str()));
         }

@@ -453,3 +453,43 @@ async fn a_tenant_that_hands_out_nothing_says_connected_without_the_credential_a
     let b = app.token_ok(json!({"subject": "alice", "provider": "keyp"})).await;
     assert_eq!((&b["access_token"], &b["hand_out"]), (&json!("devkey-alice-upstream"), &json!("credentials")));
 }
+
+#[tokio::test]
+async fn a_token_the_provider_refuses_is_refreshed_once_for_concurrent_calls_and_the_request_sent_again() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    // A grant whose access token the provider holds expired, though we think it good.
+    let past = time::OffsetDateTime::now_utc() - time::Duration::hours(2);
+    let (access, refresh) = app.provider.issue_grant_at("testp-client", "octo-alice", "openid profile", past);
+    app.insert_sealed("acme", "alice", "testp", &access, Some(&refresh), &["openid", "profile"], None).await;
+    let call = || proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]);
+    let (a, b) = tokio::join!(call(), call());
+    for r in [a, b] {
+        assert_eq!(r.status(), 200, "sent again with the refreshed token");
+        assert!(r.headers().get("mcp-connect-refreshed").is_none());
+        assert_eq!(r.json::<Value>().await.unwrap()["login"], "octo-alice");
+    }
+    assert_eq!(app.provider.stats().refresh_calls, 1, "two refused calls, one refresh");
+
+    // A body too long to keep is not sent again: the 401 comes back, saying the grant was
+    // refreshed and the request may be repeated.
+    app.provider.revoke_all_for("octo-alice");
+    let r = app
+        .client
+        .post(format!("{}/v1/proxy/testp/userinfo", app.base))
+        .bearer_auth(&app.key)
+        .header("mcp-connect-subject", "alice")
+        .body(vec![b'x'; 100 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("mcp-connect-error").is_none(), "the provider's 401");
+    // Revoked at the provider: the refresh fails, and the grant needs a new consent.
+    assert_eq!(r.headers()["mcp-connect-refreshed"], "failed");
+    let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
+    assert_eq!(r.status(), 428, "the next call asks for a connect");
+    // Our own refusals say they are ours, also the key check's.
+    let r = app.client.get(format!("{}/v1/proxy/testp/userinfo", app.base)).send().await.unwrap();
+    assert_eq!(r.headers()["mcp-connect-error"], "invalid_api_key");
+}

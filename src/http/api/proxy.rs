@@ -26,7 +26,7 @@ use crate::providers::Provider;
 use crate::providers::credential::{Credential, Placement};
 use crate::providers::proxy::ProxyRefusal;
 use crate::telemetry::metrics::PROXY_REQUESTS;
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError, web};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -51,6 +51,8 @@ const ORIGIN: &str = "mcp-connect-origin";
 const SERVER_NAME: &str = "mcp-connect-server-name";
 /// On every answer the proxy makes itself: its error code.
 pub const ERROR_HEADER: &str = "mcp-connect-error";
+/// On a provider's `401` the proxy could not send again: whether the grant was refreshed.
+pub const REFRESHED_HEADER: &str = "mcp-connect-refreshed";
 
 /// `{provider}`'s API at `{path}` (and the query), with the user's credential attached:
 /// the answer is the provider's, streamed, unless the proxy answers itself (then with
@@ -123,7 +125,7 @@ pub async fn proxy(
             };
             (r, class)
         }
-        Err(Refused::Api(e)) => (own_error(&e), e.code.as_str()),
+        Err(Refused::Api(e)) => (e.error_response(), e.code.as_str()),
         Err(Refused::Connect(r)) => (*r, ErrorCode::ConnectRequired.as_str()),
     };
     metrics::counter!(PROXY_REQUESTS, "provider" => label, "result" => result).increment(1);
@@ -141,12 +143,6 @@ impl<E: Into<ApiError>> From<E> for Refused {
     fn from(e: E) -> Self {
         Refused::Api(e.into())
     }
-}
-
-fn own_error(e: &ApiError) -> HttpResponse {
-    let mut r = e.error_response();
-    r.headers_mut().insert(HeaderName::from_static(ERROR_HEADER), HeaderValue::from_static(e.code.as_str()));
-    r
 }
 
 fn refusal(r: ProxyRefusal, provider: &Provider) -> ApiError {
@@ -209,47 +205,149 @@ async fn forward(
     let now = OffsetDateTime::now_utc();
     let subject =
         crate::flows::subject::proven_subject(state, &tenant, ask.subject, ask.subject_token.as_ref(), now).await?;
+    let key = crate::domain::ConnectionKey { tenant: tenant.clone(), subject, provider: id.clone() };
     let request = TokenRequest {
-        subject,
+        subject: key.subject.clone(),
         provider: id.clone(),
         scopes: ask.scopes,
         elicitation_id: ask.elicitation_id,
         mcp_context: serde_json::json!({}),
     };
-    let (token, credential) = match tokens::token_for(state, &tenant, &caller.0.id, request, now).await? {
-        TokenOutcome::Connected { access_token, credential, .. } => (access_token, credential.map(|(_, c)| c)),
-        TokenOutcome::ConnectRequired(e) => {
-            let asking = ask.server_name.or_else(|| state.directory.tenants.display_name(&tenant));
-            let answer = super::token::connect_required(state, asking.as_deref().unwrap_or(tenant.as_str()), &id, &e);
-            return Err(Refused::Connect(Box::new(connect_required(answer))));
-        }
-        TokenOutcome::Declined(_) => {
-            return Err(
-                ApiError::new(ErrorCode::ConnectDeclined, "the person declined to connect this provider").into()
-            );
-        }
-    };
-
-    let mut out = reqwest::Request::new(method, url);
-    *out.headers_mut() = forwarded_headers(req.headers());
-    attach(&mut out, &provider, &token, credential.as_ref())?;
-    if let Some(id) = req.extensions().get::<crate::http::middleware::RequestId>()
-        && let Ok(v) = reqwest::header::HeaderValue::from_str(&id.0)
-    {
-        out.headers_mut().insert("x-request-id", v);
-    }
+    let asking = ask.server_name;
+    let credential = usable(state, &caller, request.clone(), asking.clone()).await?;
+    let request_id = req.extensions().get::<crate::http::middleware::RequestId>().map(|r| r.0.clone());
+    let out = Outgoing { method, url, headers: forwarded_headers(req.headers()), request_id };
     let too_large = Arc::new(AtomicBool::new(false));
-    if has_body(req.headers()) {
-        *out.body_mut() = Some(reqwest::Body::wrap_stream(request_body(payload, too_large.clone())));
-    }
-    let answer = match state.forwarder.send(out, provider.reach()).await {
+    let mut body = Body::of(req.headers(), payload, too_large.clone()).await?;
+    let answer = match state.forwarder.send(out.build(&provider, &credential, body.sendable())?, provider.reach()).await
+    {
         Ok(a) => a,
         Err(_) if too_large.load(Ordering::Relaxed) => {
             return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
         }
         Err(e) => return Err(upstream_error(&e).into()),
     };
-    respond(answer)
+    // The provider refused the token (revoked, or expired before its time): a grant that
+    // can be refreshed is, once, and a request that can be sent again is.
+    if answer.status() != reqwest::StatusCode::UNAUTHORIZED || provider.credential().is_some() {
+        return respond(answer, None);
+    }
+    let refreshed = crate::flows::refresh::refresh_refused(state, &key, &credential.0, OffsetDateTime::now_utc()).await;
+    if let Err(e) = &refreshed {
+        tracing::info!(provider = %key.provider, error = %e, "a proxied call's token was refused and not refreshed");
+    }
+    let (Ok(()), Some(again)) = (&refreshed, body.again()) else {
+        let said = if refreshed.is_ok() { "true" } else { "failed" };
+        return respond(answer, Some(said));
+    };
+    let credential = usable(state, &caller, request, asking).await?;
+    let answer = state
+        .forwarder
+        .send(out.build(&provider, &credential, again)?, provider.reach())
+        .await
+        .map_err(|e| upstream_error(&e))?;
+    respond(answer, None)
+}
+
+/// The usable credential of the request's connection (and its typed fields), or the
+/// proxy's `connect_required` or `connect_declined`.
+async fn usable(
+    state: &AppState,
+    caller: &ServerCaller,
+    request: TokenRequest,
+    asking: Option<String>,
+) -> Result<(SecretString, Option<Credential>), Refused> {
+    let tenant = &caller.0.tenant;
+    let provider = request.provider.clone();
+    match tokens::token_for(state, tenant, &caller.0.id, request, OffsetDateTime::now_utc()).await? {
+        TokenOutcome::Connected { access_token, credential, .. } => Ok((access_token, credential.map(|(_, c)| c))),
+        TokenOutcome::ConnectRequired(e) => {
+            let asking = asking.or_else(|| state.directory.tenants.display_name(tenant));
+            let answer =
+                super::token::connect_required(state, asking.as_deref().unwrap_or(tenant.as_str()), &provider, &e);
+            Err(Refused::Connect(Box::new(connect_required(answer))))
+        }
+        TokenOutcome::Declined(_) => {
+            Err(ApiError::new(ErrorCode::ConnectDeclined, "the person declined to connect this provider").into())
+        }
+    }
+}
+
+/// What goes to the provider, but the credential and the body.
+struct Outgoing {
+    method: reqwest::Method,
+    url: url::Url,
+    headers: reqwest::header::HeaderMap,
+    request_id: Option<String>,
+}
+
+impl Outgoing {
+    fn build(
+        &self,
+        provider: &Provider,
+        (token, credential): &(SecretString, Option<Credential>),
+        body: Option<reqwest::Body>,
+    ) -> Result<reqwest::Request, ApiError> {
+        let mut out = reqwest::Request::new(self.method.clone(), self.url.clone());
+        *out.headers_mut() = self.headers.clone();
+        attach(&mut out, provider, token, credential.as_ref())?;
+        if let Some(v) = self.request_id.as_deref().and_then(|id| reqwest::header::HeaderValue::from_str(id).ok()) {
+            out.headers_mut().insert("x-request-id", v);
+        }
+        *out.body_mut() = body;
+        Ok(out)
+    }
+}
+
+/// The largest body kept to be sent again after a refresh.
+const REPEATABLE_BODY: u64 = 64 * 1024;
+
+/// The caller's body: none, small enough to keep (and send again), or streamed once.
+enum Body {
+    None,
+    Kept(Bytes),
+    Streamed(Option<Chunks>),
+}
+
+impl Body {
+    async fn of(headers: &HeaderMap, mut payload: web::Payload, too_large: Arc<AtomicBool>) -> Result<Self, ApiError> {
+        if !has_body(headers) {
+            return Ok(Body::None);
+        }
+        let length = headers
+            .get(actix_web::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        if length.is_none_or(|n| n > REPEATABLE_BODY) {
+            return Ok(Body::Streamed(Some(request_body(payload, too_large))));
+        }
+        let mut kept = bytes::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the body broke off"))?;
+            if (kept.len() + chunk.len()) as u64 > REPEATABLE_BODY {
+                return Err(ApiError::new(ErrorCode::InvalidRequest, "the body is longer than its Content-Length"));
+            }
+            kept.extend_from_slice(&chunk);
+        }
+        Ok(Body::Kept(kept.freeze()))
+    }
+
+    /// The body for the first send (a streamed one is taken: it goes once).
+    fn sendable(&mut self) -> Option<reqwest::Body> {
+        match self {
+            Body::None => None,
+            Body::Kept(b) => Some(reqwest::Body::from(b.clone())),
+            Body::Streamed(chunks) => chunks.take().map(reqwest::Body::wrap_stream),
+        }
+    }
+
+    /// The body for a second send; `None`: it was streamed, and is gone.
+    fn again(&self) -> Option<Option<reqwest::Body>> {
+        match self {
+            Body::None => Some(None),
+            Body::Kept(b) => Some(Some(reqwest::Body::from(b.clone()))),
+            Body::Streamed(_) => None,
+        }
+    }
 }
 
 /// What the caller's `MCP-Connect-*` headers ask for.
@@ -498,8 +596,10 @@ fn upstream_error(e: &OutboundError) -> ApiError {
     }
 }
 
-/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]).
-fn respond(answer: reqwest::Response) -> Result<HttpResponse, Refused> {
+/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]); with
+/// `refreshed`, a `401` after which the grant was refreshed (`true`: the caller may send
+/// its request again) or could not be (`failed`).
+fn respond(answer: reqwest::Response, refreshed: Option<&'static str>) -> Result<HttpResponse, Refused> {
     if answer.content_length().is_some_and(|n| n > MAX_RESPONSE_BODY) {
         return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
     }
@@ -520,6 +620,9 @@ fn respond(answer: reqwest::Response) -> Result<HttpResponse, Refused> {
             continue;
         }
         r.append_header((n, value.as_bytes()));
+    }
+    if let Some(said) = refreshed {
+        r.insert_header((REFRESHED_HEADER, said));
     }
     let length = answer.content_length();
     let mut read: u64 = 0;
