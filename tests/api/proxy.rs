@@ -493,3 +493,51 @@ async fn a_token_the_provider_refuses_is_refreshed_once_for_concurrent_calls_and
     let r = app.client.get(format!("{}/v1/proxy/testp/userinfo", app.base)).send().await.unwrap();
     assert_eq!(r.headers()["mcp-connect-error"], "invalid_api_key");
 }
+
+/// The SDKs' proxy clients against the real service: Python's `ConnectClient.proxied` and
+/// TypeScript's `proxyFetch` reach the dev provider as the user, never holding the token,
+/// and a user without a connection gets each one's `ConnectRequiredError`.
+#[tokio::test]
+async fn the_python_and_typescript_proxy_clients_call_the_provider_as_the_user() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let (_, access, _) = app.insert_provider_grant("alice", "octo-alice", None).await;
+    let python = r#"
+import asyncio, os, sys
+from mcp_connect import ConnectClient, ConnectRequiredError
+async def main():
+    async with ConnectClient(os.environ["URL"], os.environ["KEY"]) as c:
+        async with c.proxied("testp", subject="alice") as http:
+            print((await http.get("/userinfo")).json()["login"])
+        try:
+            async with c.proxied("testp", subject="bob") as http:
+                await http.get("/userinfo")
+        except ConnectRequiredError as e:
+            print("connect_required", e.outcome.elicitation.url.startswith(os.environ["URL"]))
+asyncio.run(main())
+"#;
+    let node = r#"
+const { ConnectClient, ConnectRequiredError } = await import(process.env.SDK);
+const client = new ConnectClient({ baseUrl: process.env.URL, apiKey: process.env.KEY });
+const alice = client.proxyFetch({ provider: 'testp', subject: 'alice' });
+console.log((await (await alice('/userinfo')).json()).login);
+try {
+  await client.proxyFetch({ provider: 'testp', subject: 'bob' })('/userinfo');
+} catch (e) {
+  console.log('connect_required', e instanceof ConnectRequiredError && e.outcome.elicitation.url.startsWith(process.env.URL));
+}
+"#;
+    let sdk = crate::sdks::repo().join("clients/typescript/dist/index.js");
+    let mut py = tokio::process::Command::new(crate::sdks::python());
+    py.args(["-c", python]);
+    let mut js = tokio::process::Command::new("node");
+    js.args(["--input-type=module", "-e", node]).env("SDK", format!("file://{}", sdk.display()));
+    for mut run in [py, js] {
+        let out = run.env("URL", &app.base).env("KEY", &app.key).output().await.unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        // Python says True, JavaScript true.
+        assert_eq!(stdout.to_lowercase(), "octo-alice\nconnect_required true\n", "{stderr}");
+        assert!(!stdout.contains(&access) && !stderr.contains(&access));
+    }
+}

@@ -59,6 +59,8 @@ class Seen:
 
 
 Handler = Callable[[Seen], Awaitable[Response] | Response]
+# What a canned server answers to (the proxy takes any method the provider does).
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
 
 @dataclass
@@ -84,7 +86,7 @@ class Canned:
         return await answer if asyncio.iscoroutine(answer) else answer  # type: ignore[return-value]
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/{path:path}", self.handle, methods=["GET", "POST"])])
+        return Starlette(routes=[Route("/{path:path}", self.handle, methods=METHODS)])
 
 
 def json_answer(status: int, body: Any, headers: dict[str, str] | None = None) -> Handler:

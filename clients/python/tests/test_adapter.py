@@ -26,10 +26,11 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, ClientCapabilities, InputRequiredResult, TextContent
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcp_connect import (
+    ConnectClient,
     Connection,
     McpConnect,
     Replies,
@@ -113,16 +114,25 @@ class Service:
     max_in_flight: int = 0
     handed_out: list[str] = field(default_factory=list)
     seen: list[tuple[str, str, Any]] = field(default_factory=list)
+    # "credentials", or "none": the tenant hands out no credential, the tools use the proxy.
+    hand_out: str = "credentials"
+    # `/v1/proxy`: "ok" (the provider's answer), "provider_404" (the provider's own error),
+    # "connect_required" (the grant was revoked: the proxy answers with the elicitation).
+    proxy_answer: str = "ok"
+    proxied: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
     async def token(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.seen.append(("POST", request.url.path, body))
         answer = self.on_retry if self.on_retry and "elicitation_id" in body else self.answer
         if answer == "connected":
+            credential = (
+                {"access_token": f"gho-{body['subject']}"} if self.hand_out == "credentials" else {"hand_out": "none"}
+            )
             return JSONResponse(
                 {
                     "status": "connected",
-                    "access_token": f"gho-{body['subject']}",
+                    **credential,
                     "credential_type": "oauth2", "token_type": "bearer",
                     "expires_at": None,
                     "scopes": ["read"],
@@ -134,18 +144,31 @@ class Service:
             return JSONResponse({"status": "declined", "elicitation_id": EID, **self.named(body["provider"])})
         if answer != "connect_required":
             return JSONResponse({"error": answer, "error_description": "no"}, status_code=403)
+        return JSONResponse(self.connect_required(body["provider"]))
+
+    def connect_required(self, provider: str) -> dict[str, Any]:
         expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 300))
         eid = str(uuid.uuid4()) if self.distinct else EID
         url = f"https://connect.example/connect/dev?e={eid}"
         self.handed_out.append(eid)
-        return JSONResponse(
-            {
-                "status": "connect_required",
-                "elicitation": {"id": eid, "url": url, "expires_at": expires},
-                "mcp": {"mode": "url", "message": MESSAGE, "url": url, "elicitationId": eid},
-                **self.named(body["provider"]),
-            }
-        )
+        return {
+            "status": "connect_required",
+            "elicitation": {"id": eid, "url": url, "expires_at": expires},
+            "mcp": {"mode": "url", "message": MESSAGE, "url": url, "elicitationId": eid},
+            **self.named(provider),
+        }
+
+    async def proxy(self, request: Request) -> Response:
+        """`/v1/proxy/{provider}/{path}`: the provider's answer, or the proxy's own."""
+        provider = request.path_params["provider"]
+        self.proxied.append((request.method, request.scope["raw_path"].decode(), dict(request.headers)))
+        if self.proxy_answer == "connect_required":
+            body = {"error": "connect_required", "error_description": "no usable connection"}
+            body |= self.connect_required(provider)
+            return JSONResponse(body, status_code=428, headers={"MCP-Connect-Error": "connect_required"})
+        if self.proxy_answer == "provider_404":
+            return JSONResponse({"message": "Not Found"}, status_code=404)
+        return JSONResponse({"login": f"octo-{request.headers.get('mcp-connect-subject')}"})
 
     def named(self, provider: str) -> dict[str, str]:
         return {"provider_name": PROVIDER_NAMES[provider]} if self.names else {}
@@ -189,6 +212,7 @@ class Service:
                 Route("/v1/token", self.token, methods=["POST"]),
                 Route("/v1/elicitations/{id}", self.elicitation, methods=["GET"]),
                 Route("/v1/elicitations/{id}/cancel", self.cancel, methods=["POST"]),
+                Route("/v1/proxy/{provider}/{path:path}", self.proxy, methods=["GET", "POST"]),
             ]
         )
 
@@ -239,6 +263,28 @@ async def started(
         @connect.requires_connection("dev")
         async def fixed(n: int, connection: Connection) -> CallToolResult:
             return CallToolResult(content=[TextContent(type="text", text=f"{n} {connection.provider}")])
+
+        # Through the proxy: the tool never holds the token.
+        @connect.tool(server, provider_arg="provider", providers={"dev", "otherp"})
+        async def via_proxy(provider: str, connection: Connection) -> CallToolResult:
+            async with connection.http() as http:
+                r = await http.get("/user")
+            return CallToolResult(content=[TextContent(type="text", text=f"{r.status_code} {r.text}")])
+
+        @connect.tool(server, provider="dev")
+        async def with_headers(connection: Connection) -> str:
+            try:
+                return str(connection.headers())
+            except RuntimeError as e:
+                return f"{connection.access_token} {connection.hand_out}: {e}"
+
+        # A proxied call for another provider than the call's: not this call's elicitation.
+        @connect.tool(server, provider="dev")
+        async def cross(connection: Connection) -> str:
+            async with ConnectClient(connect_base, "mcpc_test_key") as other_client:
+                async with other_client.proxied("otherp", subject=connection.subject) as http:
+                    await http.get("/user")
+            return "never"
 
         # A tool of another McpConnect that was never installed.
         other = McpConnect(connect_base, "k", key)
@@ -839,3 +885,87 @@ def test_replies_fall_back_to_the_provider_id_when_nothing_names_it() -> None:
     link = replies.setup_link("dev", URL, provider_name="Dev Provider")
     assert link.content[0].text.startswith("Not connected to Dev Provider. ")  # type: ignore[union-attr]
     assert link.structured_content == {"connected": False, "provider": "dev", "setup_url": URL}
+
+
+# --- Through the proxy (issue 42) ---------------------------------------------------------
+
+
+async def test_a_tool_calls_the_provider_through_the_proxy_as_the_calls_user() -> None:
+    async with started() as env, client(env, "alice", "auto", True) as c:
+        env.service.answer = "connected"
+        r = await c.call_tool("via_proxy", ARGS)
+        env.service.proxy_answer = "provider_404"
+        missing = await c.call_tool("via_proxy", ARGS)
+    assert r.content[0].text == '200 {"login":"octo-alice"}'  # type: ignore[union-attr]
+    # The provider's own error is an answer, not the proxy's.
+    assert missing.content[0].text == '404 {"message":"Not Found"}'  # type: ignore[union-attr]
+    method, path, headers = env.service.proxied[0]
+    assert (method, path) == ("GET", "/v1/proxy/dev/user")
+    assert headers["authorization"] == "Bearer mcpc_test_key"
+    ours = {k: v for k, v in headers.items() if k.startswith("mcp-connect-")}
+    assert ours == {
+        "mcp-connect-subject": "alice",
+        "mcp-connect-subject-token": "tok-alice",
+        "mcp-connect-server-name": "t",
+    }
+
+
+async def test_without_a_handed_out_credential_the_tool_has_no_token_and_headers_point_to_the_proxy() -> None:
+    async with started(Service(answer="connected", hand_out="none")) as env, client(env, "alice", "auto", True) as c:
+        headers = await c.call_tool("with_headers", {})
+        proxied = await c.call_tool("via_proxy", ARGS)
+        env.service.hand_out = "credentials"
+        handed = await c.call_tool("with_headers", {})
+    text = headers.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("None none: ") and "connection.http()" in text and "proxy" in text, text
+    assert proxied.content[0].text == '200 {"login":"octo-alice"}'  # type: ignore[union-attr]
+    assert handed.content[0].text == "{'Authorization': 'Bearer gho-alice'}"  # type: ignore[union-attr]
+
+
+async def test_modern_connect_required_from_the_proxy_is_the_same_elicitation_and_the_retry_resumes_it() -> None:
+    async with started(Service(answer="connected", proxy_answer="connect_required")) as env:
+        async with client(env, "alice", "auto", True) as c:
+            r = await once(c, name="via_proxy")
+            assert isinstance(r, InputRequiredResult)
+            params = r.input_requests["connect"].params  # type: ignore[index]
+            wire = params.model_dump(by_alias=True, exclude_none=True)
+            assert wire == {"mode": "url", "message": MESSAGE, "url": URL}
+            state = r.request_state or ""
+            opened = RequestState.open(state, env.connect.state_key, ToolCall.of("alice", "via_proxy", ARGS))
+            assert opened.elicitation_id == EID, "the mcs2 state, as for /v1/token's connect_required"
+            env.service.proxy_answer = "ok"
+            again = await once(c, name="via_proxy", request_state=state, input_responses=accept())
+    assert isinstance(again, CallToolResult) and not again.is_error
+    assert again.content[0].text == '200 {"login":"octo-alice"}'  # type: ignore[union-attr]
+    first, retry = env.service.tokens()
+    assert "elicitation_id" not in first and (retry["elicitation_id"], retry["wait_seconds"]) == (EID, 20)
+
+
+async def test_legacy_connect_required_from_the_proxy_is_32042_and_the_next_call_names_the_elicitation() -> None:
+    async with started(Service(answer="connected", proxy_answer="connect_required")) as env:
+        async with client(env, "alice", "legacy", True) as c:
+            with pytest.raises(MCPError) as e:
+                await c.call_tool("via_proxy", ARGS)
+            env.service.proxy_answer = "ok"
+            r = await c.call_tool("via_proxy", ARGS)
+    assert e.value.code == -32042 and e.value.message == MESSAGE
+    assert e.value.data == {"elicitations": [{"mode": "url", "message": MESSAGE, "url": URL, "elicitationId": EID}]}
+    assert r.content[0].text == '200 {"login":"octo-alice"}'  # type: ignore[union-attr]
+    assert env.service.tokens()[1]["elicitation_id"] == EID, "remembered for the session's identical call"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_without_url_elicitation_connect_required_from_the_proxy_is_the_setup_link(mode: str) -> None:
+    async with started(Service(answer="connected", proxy_answer="connect_required")) as env:
+        async with client(env, "dave", mode, False) as c:
+            r = await c.call_tool("via_proxy", ARGS)
+    assert isinstance(r, CallToolResult) and not r.is_error
+    assert r.structured_content == {"connected": False, "provider": "dev", "setup_url": URL}
+
+
+async def test_connect_required_for_another_provider_than_the_calls_is_the_tools_error() -> None:
+    async with started(Service(answer="connected", proxy_answer="connect_required")) as env:
+        async with client(env, "alice", "auto", True) as c:
+            r = await c.call_tool("cross", {})
+    assert r.is_error, "not this call's elicitation to ask for"
+    assert env.service.proxied[0][1] == "/v1/proxy/otherp/user"

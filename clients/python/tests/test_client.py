@@ -262,3 +262,29 @@ async def test_a_server_name_mcp_connect_would_refuse_is_a_value_error_before_an
 @pytest.mark.parametrize("good", ["x", "x" * 64, "Whoami Tools", "Zoë's Café", "東京 Tools", "مرحبا", "a-b_c (d)"])
 def test_server_names_mcp_connect_takes_are_taken(good: str) -> None:
     assert TokenRequest(subject="alice", provider="github", server_name=good).body()["server_name"] == good
+
+
+# --- A tenant that hands out no credential: the tools use the proxy (issue 42) ---
+
+NO_HAND_OUT = {k: v for k, v in CONNECTED.items() if k != "access_token"} | {"hand_out": "none"}
+
+
+async def test_a_connected_answer_without_a_credential_parses_and_says_so() -> None:
+    canned = Canned([json_answer(200, NO_HAND_OUT), json_answer(200, CONNECTED)])
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
+        none = await client.token(ALICE)
+        handed = await client.token(ALICE)
+    assert isinstance(none, Connected) and isinstance(handed, Connected)
+    assert (none.access_token, none.fields, none.hand_out) == (None, None, "none")
+    assert none.connection_id == CONNECTED["connection_id"] and none.account is not None
+    assert handed.hand_out == "credentials", "the default: an older service sends no hand_out"
+    assert handed.access_token is not None and handed.access_token.reveal() == "gho_tokensecret"
+
+
+async def test_a_connected_answer_that_hands_out_credentials_without_one_is_refused() -> None:
+    missing = {k: v for k, v in CONNECTED.items() if k != "access_token"}
+    canned = Canned([json_answer(200, missing), json_answer(200, missing | {"hand_out": "credentials"})])
+    async with serve(canned.app()) as base, ConnectClient(base, KEY) as client:
+        for _ in range(2):
+            with pytest.raises(InvalidResponseError, match="access_token"):
+                await client.token(ALICE)

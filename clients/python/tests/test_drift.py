@@ -12,7 +12,7 @@ import pytest
 from conftest import OPENAPI
 from pydantic import BaseModel
 
-from mcp_connect import models
+from mcp_connect import models, proxy
 
 SPEC: dict[str, Any] = json.loads(OPENAPI.read_text(encoding="utf-8"))
 SCHEMAS: dict[str, Any] = SPEC["components"]["schemas"]
@@ -40,6 +40,8 @@ OPTIONAL_FOR_OLDER_SERVICES: dict[str, set[str]] = {
     "ConnectRequired": {"provider_name"},
     "Declined": {"provider_name"},
     "Cancelled": {"provider", "provider_name"},
+    # Issue 42: an older service hands out the credential and does not say so.
+    "Connected": {"hand_out"},
 }
 
 
@@ -72,7 +74,11 @@ def test_the_token_answer_variants_are_the_status_values_of_the_contract() -> No
 
 @pytest.mark.parametrize(
     ("component", "enum"),
-    [("ElicitationStatus", models.ElicitationStatus), ("CancelReason", models.CancelReason)],
+    [
+        ("ElicitationStatus", models.ElicitationStatus),
+        ("CancelReason", models.CancelReason),
+        ("HandOutMode", models.HandOut),
+    ],
 )
 def test_enums_match(component: str, enum: type[StrEnum]) -> None:
     assert [e.value for e in enum] == SCHEMAS[component]["enum"]
@@ -98,3 +104,12 @@ def test_the_cancel_body_is_a_reason() -> None:
     body = SCHEMAS[ref.rsplit("/", 1)[1]]
     assert set(body["properties"]) == {"reason"}
     assert "CancelReason" in json.dumps(body["properties"]["reason"])
+
+
+def test_the_proxy_headers_the_client_sends_are_the_contracts() -> None:
+    path = SPEC["paths"]["/v1/proxy/{provider}/{path}"]
+    for method in ("get", "post", "put", "patch", "delete", "head"):
+        op = path[method]
+        assert op["operationId"] == "proxy"
+        headers = {p["name"].lower() for p in op["parameters"] if p["in"] == "header"}
+        assert headers == set(proxy.ASK_HEADERS), method

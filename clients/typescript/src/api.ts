@@ -84,6 +84,13 @@ export type ElicitationStatus = (typeof ELICITATION_STATUSES)[number];
  */
 export type CredentialType = 'oauth2' | 'api_key' | 'basic';
 
+/**
+ * What `/v1/token` hands out for a tenant and provider (openapi.json `HandOutMode`):
+ * `credentials`, or `none` (the answer says the connection is there, without its
+ * credential: the tool calls the provider through `/v1/proxy`).
+ */
+export const HAND_OUT_MODES = ['credentials', 'none'] as const;
+
 /** The `status` variants of a `/v1/token` answer (openapi.json `TokenAnswer`). */
 export const TOKEN_STATUSES = ['connected', 'connect_required', 'declined'] as const;
 
@@ -104,7 +111,8 @@ export interface AccountWire {
   login?: string | null;
 }
 export interface ConnectedWire {
-  access_token: string;
+  access_token?: string | null;
+  hand_out: string;
   credential_type: string;
   fields?: Record<string, string>;
   token_type: string;
@@ -162,7 +170,8 @@ export interface ErrorBodyWire {
 /**
  * Each shape's fields, `true` where required; keyed by the openapi.json schema name.
  * Required means the contract requires it; the parsers below still take an answer of an
- * older mcp-connect without `provider_name` / `provider` (as `credential_type`).
+ * older mcp-connect without `provider_name` / `provider` (as `credential_type`) or
+ * `hand_out` (as `credentials`, which then needs its `access_token`).
  */
 export const WIRE = {
   TokenBody: {
@@ -176,7 +185,17 @@ export const WIRE = {
     server_name: false,
   },
   Account: { id: true, login: false },
-  Connected: { access_token: true, credential_type: true, fields: false, token_type: true, expires_at: false, scopes: true, account: false, connection_id: true },
+  Connected: {
+    access_token: false,
+    hand_out: true,
+    credential_type: true,
+    fields: false,
+    token_type: true,
+    expires_at: false,
+    scopes: true,
+    account: false,
+    connection_id: true,
+  },
   ElicitationLink: { id: true, url: true, expires_at: true },
   McpElicitation: { mode: true, message: true, url: true, elicitationId: true },
   ConnectRequired: { elicitation: true, mcp: true, provider_name: true },
@@ -246,8 +265,12 @@ export interface McpUrlElicitation {
 export type TokenOutcome =
   | {
       status: 'connected';
-      /** Redacted in logs and JSON; `token.reveal()` for the provider call. */
-      token: AccessToken;
+      /**
+       * Redacted in logs and JSON; `token.reveal()` for the provider call. Null where the
+       * tenant hands out no credential (`handOut` is `none`): call the provider through
+       * the proxy (`ConnectClient.proxyFetch`).
+       */
+      token: AccessToken | null;
       /**
        * `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page). Open
        * (`(string & {})`, as `ElicitationInfo.status`): a kind a later mcp-connect adds
@@ -262,6 +285,13 @@ export type TokenOutcome =
       scopes: string[];
       account: Account | null;
       connectionId: string;
+      /**
+       * `credentials` (the token is handed out; also from an mcp-connect that does not say)
+       * or `none` (the tenant keeps credentials in mcp-connect: no `token`, no `fields`; the
+       * connection is there and the proxy uses it). Open as `credentialType`: a mode a later
+       * mcp-connect adds arrives as it is.
+       */
+      handOut: (typeof HAND_OUT_MODES)[number] | (string & {});
     }
   | {
       status: 'connect_required';
@@ -377,9 +407,12 @@ export function parseTokenAnswer(body: unknown): TokenOutcome {
   switch (o.status) {
     case 'connected': {
       const a = o.account === undefined || o.account === null ? null : obj(o.account, 'account');
+      const handOut = optStr(o, 'hand_out', 'answer') ?? 'credentials';
+      const token = optStr(o, 'access_token', 'answer');
+      if (token === null && handOut === 'credentials') throw new ShapeError('answer.access_token is not a string');
       return {
         status: 'connected',
-        token: new AccessToken(str(o, 'access_token', 'answer')),
+        token: token === null ? null : new AccessToken(token),
         credentialType: optStr(o, 'credential_type', 'answer') ?? 'oauth2',
         fields: credentialFields(o),
         tokenType: str(o, 'token_type', 'answer'),
@@ -387,6 +420,7 @@ export function parseTokenAnswer(body: unknown): TokenOutcome {
         scopes: strings(o, 'scopes', 'answer'),
         account: a === null ? null : { id: str(a, 'id', 'account'), login: optStr(a, 'login', 'account') },
         connectionId: str(o, 'connection_id', 'answer'),
+        handOut,
       };
     }
     case 'connect_required': {

@@ -2,7 +2,10 @@
 // answer bodies, the API key on every call (never anywhere else), JSON errors mapped to
 // ApiError with mcp-connect's stable code, and 503/429 with Retry-After retried within a
 // RetryPolicy. Retrying is safe: /v1/token is idempotent and the other calls are a GET and
-// a cancel that is harmless to repeat.
+// a cancel that is harmless to repeat. proxyFetch is the other side: a fetch to a
+// provider's API through mcp-connect's /v1/proxy, whose answers are the provider's own
+// (streamed, any status, never retried here) unless MCP-Connect-Error says the proxy
+// answered itself.
 
 import { inspect } from 'node:util';
 import {
@@ -20,7 +23,7 @@ import {
   parseElicitation,
   parseTokenAnswer,
 } from './api.js';
-import { ApiKey } from './secret.js';
+import { ApiKey, type SubjectToken } from './secret.js';
 import { type Environment, MissingSettingError, isMissing, setting } from './settings.js';
 
 /** The largest answer body read; mcp-connect's answers are a few hundred bytes. */
@@ -106,6 +109,104 @@ export class InvalidResponseError extends ConnectError {
   constructor(message: string) {
     super(`unexpected answer from mcp-connect: ${message}`, 'unavailable');
   }
+}
+
+/**
+ * The proxy (`proxyFetch`) found no usable connection: mcp-connect answered `428
+ * connect_required` with an elicitation for the user, `outcome` (as `token()`'s
+ * `connect_required` outcome). Show it to the user (the adapters do when a tool body throws
+ * this), then retry with its `elicitationId`. The message names neither the link (it is
+ * for the user only) nor a secret.
+ */
+export class ConnectRequiredError extends ConnectError {
+  override readonly name = 'ConnectRequiredError';
+  /** The proxy's status, 428. */
+  readonly status = 428;
+  constructor(
+    /** The provider whose proxy answered. */
+    readonly provider: string,
+    readonly outcome: Extract<TokenOutcome, { status: 'connect_required' }>,
+    readonly description: string,
+  ) {
+    super(`mcp-connect answered 428: connect_required: ${description}`, 'connect_required');
+  }
+}
+
+/** Whose credential the proxy attaches, and where it sends (`ConnectClient.proxyFetch`). */
+export interface ProxyOptions {
+  /** The provider's id in mcp-connect (`github`): the proxy sends to its API. */
+  provider: string;
+  /** The MCP user (the validated access token's `sub`); needed unless `subjectToken` proves it. */
+  subject?: string;
+  /** The user's validated MCP access token, proving the subject (as `subjectToken` of `token()`). */
+  subjectToken?: SubjectToken;
+  /** Scopes beyond the provider's configured default. */
+  scopes?: string[];
+  /** The retry after a ConnectRequiredError: its elicitation's id. */
+  elicitationId?: string;
+  /** This MCP server's name for the elicitation's message (as `serverName` of `token()`). */
+  serverName?: string;
+  /** Another of the provider's API origins than its first (`https://uploads.github.com`). */
+  origin?: string;
+}
+
+/** A `fetch` to one provider's API through mcp-connect's proxy (`ConnectClient.proxyFetch`). */
+export type ProxyFetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+/** On each answer the proxy makes itself (not the provider's): its error code. */
+const PROXY_ERROR = 'mcp-connect-error';
+/** A provider's id as mcp-connect takes it (its `ProviderId`). */
+const PROVIDER_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+/** RequestInit with the streaming-body option Node's fetch needs (not in the DOM typings). */
+type ProxiedInit = RequestInit & { duplex?: 'half' };
+
+/** `s` for an `MCP-Connect-*` header that mcp-connect percent-decodes. */
+function headerText(s: unknown, what: string): string {
+  if (typeof s !== 'string' || s.length === 0) throw new TypeError(`${what} is a non-empty string`);
+  try {
+    return encodeURIComponent(s);
+  } catch {
+    throw new TypeError(`${what} is not well-formed Unicode text`);
+  }
+}
+
+/** `MCP-Connect-Origin`: an http(s) origin, serialised as mcp-connect compares it. */
+function proxyOrigin(o: unknown): string {
+  const url = typeof o === 'string' && URL.canParse(o) ? new URL(o) : undefined;
+  if (
+    url === undefined ||
+    (url.protocol !== 'https:' && url.protocol !== 'http:') ||
+    url.username !== '' ||
+    url.password !== '' ||
+    url.pathname !== '/' ||
+    url.search !== '' ||
+    url.hash !== ''
+  ) {
+    throw new TypeError('origin is an http(s) origin without a path, e.g. https://uploads.github.com');
+  }
+  return url.origin;
+}
+
+/**
+ * The path and query (from `/`, without the fragment) the proxy is asked for. Refused where a
+ * URL parser (fetch's own) would send another path than the one written, or to another host:
+ * a dot segment (also `%2e`, also before a `;`), a backslash (read as a slash), an empty
+ * segment (`//`). mcp-connect refuses these too, and more (an encoded slash or percent
+ * sign), which come back as `proxy_path_refused`.
+ */
+function proxiedPath(rest: string): string {
+  const target = rest.split('#')[0] ?? '';
+  const q = target.indexOf('?');
+  const path = q < 0 ? target : target.slice(0, q);
+  const refuse = (why: string) => new TypeError(`the proxied path is refused: ${why}`);
+  if (path.includes('\\')) throw refuse('a backslash (a URL parser reads it as a slash)');
+  const segments = path.slice(1).split('/');
+  segments.forEach((segment, i) => {
+    if (segment === '' && i + 1 < segments.length) throw refuse('an empty segment (//)');
+    const name = (segment.split(';')[0] ?? '').replace(/%2e/giu, '.');
+    if (name === '.' || name === '..') throw refuse('a dot segment');
+  });
+  return target;
 }
 
 export interface ConnectClientOptions {
@@ -254,6 +355,85 @@ export class ConnectClient {
     return this.#parse(() => parseCancelled(answer));
   }
 
+  /**
+   * A `fetch` to `provider`'s API through mcp-connect's proxy (`/v1/proxy/{provider}/…`), as
+   * the user `subject` (or whom `subjectToken` proves): mcp-connect attaches the user's
+   * credential, which this process never holds. Its input is a path (`'/user?x=1'`, against
+   * the provider's API origin) or a URL under `<mcp-connect>/v1/proxy/<provider>/` (for a
+   * library with a base URL); another host, a `//…` start, a dot segment, a backslash or an
+   * empty segment is refused with TypeError before anything is sent.
+   *
+   * The caller's method, headers and body go along (a streamed body too, `duplex: 'half'`
+   * added), but `authorization`, which is the server key, and `MCP-Connect-*`, which are
+   * these options'. The provider's answer is returned as it is, streamed: any status (a
+   * provider's 401 too), a redirect unfollowed. The proxy's own answers (`MCP-Connect-Error`)
+   * reject: ConnectRequiredError (428), UnavailableError (503/429), ApiError (the others),
+   * each with the proxy's code; none is sent again. No timeout but the caller's `signal`:
+   * mcp-connect bounds its wait for the provider (`upstream_timeout`).
+   */
+  proxyFetch(options: ProxyOptions): ProxyFetch {
+    const { provider, subject, subjectToken, scopes, elicitationId, serverName, origin } = options;
+    if (typeof provider !== 'string' || !PROVIDER_ID.test(provider)) {
+      throw new TypeError("provider is a provider's id in mcp-connect: 1 to 64 characters of a-z, 0-9, '-' or '_'");
+    }
+    if (subject === undefined && subjectToken === undefined) throw new TypeError('proxyFetch needs the subject, or the subjectToken that proves it');
+    const ask: Record<string, string> = {};
+    if (subject !== undefined) ask['mcp-connect-subject'] = headerText(subject, 'subject');
+    if (scopes !== undefined) {
+      if (!scopes.every((scope) => typeof scope === 'string' && /^[\x21-\x7e]+$/.test(scope))) {
+        throw new TypeError('each scope is printable ASCII without white space');
+      }
+      ask['mcp-connect-scopes'] = scopes.map((scope) => scope.replaceAll('%', '%25')).join(' ');
+    }
+    if (elicitationId !== undefined) ask['mcp-connect-elicitation-id'] = this.#id(elicitationId);
+    if (serverName !== undefined) {
+      if (!isServerName(serverName)) throw new TypeError('serverName is 1 to 64 characters, none a control or invisible formatting character');
+      ask['mcp-connect-server-name'] = headerText(serverName, 'serverName');
+    }
+    if (origin !== undefined) ask['mcp-connect-origin'] = proxyOrigin(origin);
+    // Our own path, as this URL serialises it: what an absolute input must start with.
+    const prefix = new URL(`v1/proxy/${provider}`, this.#base);
+    const label = `ProxyFetch(${this.#base.origin}, ${provider})`;
+    const proxied: ProxyFetch = async (input, init) => {
+      const target = `${prefix.href}${proxiedPath(this.#underProxy(prefix, provider, input))}`;
+      let request: ProxiedInit;
+      if (input instanceof Request) {
+        // fetch's own merge of a Request and init; then only what goes on.
+        const r = new Request(input, init?.body != null ? ({ ...init, duplex: 'half' } as ProxiedInit) : init);
+        request = { method: r.method, headers: r.headers, body: r.body, signal: r.signal, ...(r.body !== null && { duplex: 'half' }) };
+      } else {
+        request = { ...init, ...(init?.body != null && { duplex: 'half' }) };
+      }
+      const headers = new Headers(request.headers);
+      const theirs: string[] = [];
+      headers.forEach((_value, name) => {
+        if (name.startsWith('mcp-connect-')) theirs.push(name);
+      });
+      for (const name of theirs) headers.delete(name);
+      for (const [name, value] of Object.entries(ask)) headers.set(name, value);
+      if (subjectToken !== undefined) headers.set('mcp-connect-subject-token', subjectToken.reveal());
+      headers.set('authorization', `Bearer ${this.#key.reveal()}`);
+      let resp: Response;
+      try {
+        // Never follow: the provider's redirect is the caller's to see, and following it
+        // would carry the subject token (and, to mcp-connect's origin, the key) along.
+        resp = await this.#fetch(target, { ...request, headers, redirect: 'manual' });
+      } catch (e) {
+        if (request.signal?.aborted) throw e; // the caller's abort, as fetch reports it
+        throw new TransportError("request to mcp-connect's proxy failed", e);
+      }
+      const code = resp.headers.get(PROXY_ERROR);
+      if (code === null) return resp;
+      throw await this.#proxyError(resp, code, provider);
+    };
+    Object.defineProperties(proxied, {
+      toString: { value: () => label },
+      toJSON: { value: () => label },
+      [inspect.custom]: { value: () => label },
+    });
+    return proxied;
+  }
+
   toString(): string {
     return `ConnectClient(${this.#base.origin})`;
   }
@@ -269,6 +449,49 @@ export class ConnectClient {
   #id(id: string): string {
     if (!isElicitationId(id)) throw new TypeError('not an elicitation id');
     return id;
+  }
+
+  /**
+   * What follows `<mcp-connect>/v1/proxy/<provider>` in `input`: `input` itself if it is a
+   * path, else the rest of a URL under it, as written (a parser has not resolved it yet).
+   */
+  #underProxy(prefix: URL, provider: string, input: string | URL | Request): string {
+    const raw = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    if (raw.startsWith('/') && !raw.startsWith('//')) return raw;
+    const refused = (what: string) =>
+      new TypeError(`${what}: proxyFetch(${provider}) takes a path ('/user') or a URL under ${prefix.href}/ (the server key and the user's token go nowhere else)`);
+    if (raw.startsWith('//')) throw refused("'//' names another host");
+    const authority = /^[a-z][a-z\d+.-]*:\/\/[^/?#\\]*/iu.exec(raw)?.[0];
+    if (authority === undefined || !URL.canParse(raw)) throw refused('not a path or an http(s) URL');
+    const url = new URL(raw);
+    if (url.origin !== prefix.origin || url.username !== '' || url.password !== '') throw refused(`${url.origin} is not mcp-connect`);
+    const rest = raw.slice(authority.length);
+    if (!rest.startsWith(`${prefix.pathname}/`)) throw refused("not this provider's proxy");
+    return rest.slice(prefix.pathname.length);
+  }
+
+  /** The error a proxy's own answer (`MCP-Connect-Error: code`) is. */
+  async #proxyError(resp: Response, code: string, provider: string): Promise<ConnectError> {
+    let body: Uint8Array;
+    try {
+      body = await readBounded(resp);
+    } catch (e) {
+      return e instanceof ConnectError ? e : new TransportError("the answer of mcp-connect's proxy broke off", e);
+    }
+    const { description } = errorBody(body, resp.status);
+    if (resp.status === 428 && code === 'connect_required') {
+      let outcome: TokenOutcome;
+      try {
+        outcome = this.#parse(() => parseTokenAnswer(json(body)));
+      } catch (e) {
+        if (e instanceof ConnectError) return e;
+        throw e;
+      }
+      if (outcome.status !== 'connect_required') return new InvalidResponseError('a 428 connect_required without its elicitation');
+      return new ConnectRequiredError(provider, outcome, description);
+    }
+    if (resp.status === 503 || resp.status === 429) return new UnavailableError(code, retryAfterMs(resp.headers));
+    return new ApiError(resp.status, code, description);
   }
 
   #parse<T>(f: () => T): T {

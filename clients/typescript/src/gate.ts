@@ -10,11 +10,14 @@
 //   mcp-connect is asked (waiting a little for the connect to commit);
 // - connect_required becomes an `input_required` result (2026-07-28 with elicitation.url
 //   on the request), the -32042 error (2025-11-25 with elicitation.url declared at
-//   initialize), or a normal result naming the link (anything else; never a form).
+//   initialize), or a normal result naming the link (anything else; never a form);
+// - the tool body gets a `fetch` bound to mcp-connect's proxy for the call's provider and
+//   user; a ConnectRequiredError that fetch throws (the proxy found no usable connection)
+//   is answered as /v1/token's connect_required would have been.
 
 import { type AccessToken, SubjectToken } from './secret.js';
 import { type TokenOutcome, isServerName } from './api.js';
-import { ApiError, type ConnectClient, ConnectError, type ConnectErrorCode } from './client.js';
+import { ApiError, type ConnectClient, ConnectError, type ConnectErrorCode, ConnectRequiredError, type ProxyFetch } from './client.js';
 import { type RequestStateKey, RequestStateError, openRequestState, sealRequestState } from './requestState.js';
 import { PendingElicitations } from './pending.js';
 
@@ -206,9 +209,61 @@ export interface Call {
   scopes?: string[] | undefined;
 }
 
+type Connected = Extract<TokenOutcome, { status: 'connected' }>;
+
+/** What a connected tool's body gets besides its arguments (both adapters). */
+export interface Connection {
+  provider: string;
+  /**
+   * The user's credential at the provider: `token.reveal()` for the provider call only.
+   * Where the tenant hands out none (`outcome.handOut` is `none`), reading it throws: call
+   * the provider through `fetch`.
+   */
+  readonly token: AccessToken;
+  outcome: Connected;
+  /**
+   * A `fetch` to the provider's API through mcp-connect's proxy, as this call's user (with
+   * the subject token the gate forwards, the tool's scopes and the server's name):
+   * `await conn.fetch('/user')`. The credential never reaches this process. Its
+   * ConnectRequiredError, thrown out of the body (also as another error's `cause`), is
+   * answered with the elicitation, as a connect_required of /v1/token is.
+   */
+  fetch: ProxyFetch;
+}
+
+/** The Connection of one call: the token read through an accessor that says why it is absent. */
+class CallConnection implements Connection {
+  constructor(
+    readonly provider: string,
+    readonly outcome: Connected,
+    readonly fetch: ProxyFetch,
+  ) {}
+
+  get token(): AccessToken {
+    if (this.outcome.token === null) {
+      throw new Error(
+        `mcp-connect handed out no credential for ${this.provider} (this tenant keeps credentials in mcp-connect): ` +
+          "call the provider's API through conn.fetch, mcp-connect's proxy",
+      );
+    }
+    return this.outcome.token;
+  }
+}
+
+/** `e` and its causes, the ones a library that wraps an error keeps (a few deep). */
+function causes(e: unknown): unknown[] {
+  const out: unknown[] = [];
+  try {
+    for (let x = e; out.length < 8 && typeof x === 'object' && x !== null; x = (x as { cause?: unknown }).cause) out.push(x);
+  } catch {
+    // A `cause` getter that throws: what was read so far.
+  }
+  return out;
+}
+
 /** What the adapter does about the downstream token. */
 export type Access =
-  | { kind: 'token'; token: AccessToken; outcome: Extract<TokenOutcome, { status: 'connected' }> }
+  | { kind: 'token'; outcome: Connected }
   | { kind: 'input_required'; message: string; url: string; requestState?: string }
   | { kind: 'error_32042'; message: string; elicitations: Array<Record<string, string>>; elicitationId: string; expiresAt: number }
   | { kind: 'result'; result: ToolResult };
@@ -370,12 +425,55 @@ export class ConnectGate {
     }
     switch (outcome.status) {
       case 'connected':
-        return { kind: 'token', token: outcome.token, outcome };
+        return { kind: 'token', outcome };
       case 'declined':
         return { kind: 'result', result: this.results.notConnected(provider, outcome.providerName ?? undefined) };
       case 'connect_required':
-        break;
+        return this.elicit(call, outcome);
     }
+  }
+
+  /**
+   * Runs a connected tool's body with its Connection, whose `fetch` goes through the proxy
+   * for this call's provider and user. A ConnectRequiredError that this fetch threw, thrown
+   * out of the body (or as the `cause` of what it threw), becomes `{ access }`: what a
+   * connect_required of /v1/token would have answered. Another one (another provider's or
+   * user's proxy) is not this call's to prompt for: thrown on, as anything else.
+   */
+  async connected<R>(call: Call, outcome: Connected, body: (conn: Connection) => R | Promise<R>): Promise<{ result: R } | { access: Exclude<Access, { kind: 'token' }> }> {
+    const ours = new WeakSet<ConnectRequiredError>();
+    let proxy: ProxyFetch | undefined;
+    const fetch: ProxyFetch = async (input, init) => {
+      // Made at the first call: a body that never calls it cannot fail on its options.
+      proxy ??= this.client.proxyFetch({
+        provider: call.provider,
+        subject: call.subject,
+        ...(call.subjectToken !== undefined && { subjectToken: call.subjectToken }),
+        ...(call.scopes !== undefined && { scopes: call.scopes }),
+        ...(this.#serverName !== undefined && { serverName: this.#serverName }),
+      });
+      try {
+        return await proxy(input, init);
+      } catch (e) {
+        if (e instanceof ConnectRequiredError) ours.add(e);
+        throw e;
+      }
+    };
+    try {
+      return { result: await body(new CallConnection(call.provider, outcome, fetch)) };
+    } catch (e) {
+      const required = causes(e).find((c): c is ConnectRequiredError => c instanceof ConnectRequiredError && ours.has(c));
+      if (required === undefined) throw e;
+      return { access: this.elicit(call, required.outcome) };
+    }
+  }
+
+  /**
+   * What to answer for a connect_required (of /v1/token, or of the proxy the body called):
+   * `input_required` with a sealed requestState, the -32042 error, or the setup link.
+   */
+  elicit(call: Call, outcome: Extract<TokenOutcome, { status: 'connect_required' }>): Exclude<Access, { kind: 'token' }> {
+    const { provider } = call;
     const { elicitation, mcp } = outcome;
     const expiresAt = Math.floor(elicitation.expiresAt.getTime() / 1000);
     const now = this.#now();

@@ -19,29 +19,22 @@ import {
   type ServerRequest,
   UrlElicitationRequiredError,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { TokenOutcome } from './api.js';
 import {
+  type Access,
   type Call,
   ConnectGate,
   type ConnectedToolOptions,
+  type Connection,
   URL_MODE_REVISION,
   isKnownProvider,
   providerOf,
   urlElicitation,
 } from './gate.js';
-import type { AccessToken } from './secret.js';
 
 // The option and callback types McpConnect's signatures name (the same in both adapters).
-export type { AuthInfoLike, ConnectedToolOptions, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
+export type { AuthInfoLike, ConnectedToolOptions, Connection, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
 
 export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
-
-export interface Connection {
-  provider: string;
-  /** The user's token at the provider: `token.reveal()` for the provider call only. */
-  token: AccessToken;
-  outcome: Extract<TokenOutcome, { status: 'connected' }>;
-}
 
 export type ConnectedToolHandler<Args> = (args: Args, conn: Connection, extra: Extra) => CallToolResult | Promise<CallToolResult>;
 
@@ -87,8 +80,10 @@ function watchersOf(server: McpServer): Map<string, AbortController> {
 export class McpConnect extends ConnectGate {
   /**
    * Registers `name` on `server` as a tool that needs the user's token at a provider.
-   * `handler` runs only once mcp-connect handed out the token; otherwise the adapter
-   * answers (-32042, or a "not connected" / setup-link result). The arguments digest of
+   * `handler` runs only once mcp-connect says the user is connected (with the token, or,
+   * where the tenant hands out none, `conn.fetch` through its proxy); otherwise, or when
+   * the body throws its fetch's ConnectRequiredError, the adapter answers (-32042, or a
+   * "not connected" / setup-link result). The arguments digest of
    * the session memory is taken over the arguments as the SDK validated them.
    */
   registerTool<Args = Record<string, unknown>>(
@@ -120,20 +115,26 @@ export class McpConnect extends ConnectGate {
       };
       if (call.mode === 'input_required') call.mode = 'setup_link'; // this SDK cannot answer input_required
       const access = await this.access(call, this.resume(call, undefined));
-      switch (access.kind) {
-        case 'token':
-          return handler(args, { provider, token: access.token, outcome: access.outcome }, extra);
-        case 'result':
-          return access.result;
-        case 'input_required':
-          throw new McpError(ErrorCode.InternalError, 'input_required is not available on this SDK');
-        case 'error_32042': {
-          this.#watch(server, subject, access.elicitationId, access.expiresAt);
-          throw new UrlElicitationRequiredError(access.elicitations as never, access.message);
-        }
-      }
+      if (access.kind !== 'token') return this.#answer(server, subject, access);
+      const ran = await this.connected(call, access.outcome, (conn) => handler(args, conn, extra));
+      // The body's fetch met connect_required: answered as /v1/token's would have been.
+      return 'result' in ran ? ran.result : this.#answer(server, subject, ran.access);
     };
     return server.registerTool(name, config, callback as never);
+  }
+
+  /** What the adapter answers instead of running the body. */
+  #answer(server: McpServer, subject: string, access: Exclude<Access, { kind: 'token' }>): CallToolResult {
+    switch (access.kind) {
+      case 'result':
+        return access.result;
+      case 'input_required':
+        throw new McpError(ErrorCode.InternalError, 'input_required is not available on this SDK');
+      case 'error_32042': {
+        this.#watch(server, subject, access.elicitationId, access.expiresAt);
+        throw new UrlElicitationRequiredError(access.elicitations as never, access.message);
+      }
+    }
   }
 
   #watch(server: McpServer, subject: string, id: string, expiresAt: number): void {

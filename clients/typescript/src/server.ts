@@ -5,7 +5,7 @@
 //   const factory = () => {
 //     const server = new McpServer({ name: 'whoami', version: '1.0.0' });
 //     connect.registerTool(server, 'whoami_on', { inputSchema }, { providerArg: 'provider' },
-//       async (args, conn) => ({ content: [{ type: 'text', text: await whoami(conn.token.reveal()) }] }));
+//       async (args, conn) => ({ content: [{ type: 'text', text: await (await conn.fetch('/user')).text() }] }));
 //     return server;
 //   };
 //   const handler = createConnectHandler(factory); // handler.fetch(request, { authInfo })
@@ -33,6 +33,7 @@ import {
   type Call,
   ConnectGate,
   type ConnectedToolOptions,
+  type Connection,
   INPUT_KEY,
   type Resumed,
   type ToolResult,
@@ -42,22 +43,12 @@ import {
   urlElicitation,
 } from './gate.js';
 import { RequestStateError } from './requestState.js';
-import type { AccessToken } from './secret.js';
-import type { TokenOutcome } from './api.js';
 
 // The option and callback types McpConnect's signatures name (the same in both adapters).
-export type { AuthInfoLike, ConnectedToolOptions, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
+export type { AuthInfoLike, ConnectedToolOptions, Connection, Logger, McpConnectOptions, Results, ToolResult } from './gate.js';
 // The bearer check of the MCP callers (the IdP's JWT access tokens), for this SDK.
 export { JwtVerifier, bearerAuth } from './bearer.js';
 export type { BearerAuth, BearerAuthOptions, JwtVerifierOptions } from './bearer.js';
-
-/** What a connected tool's body gets besides its arguments. */
-export interface Connection {
-  provider: string;
-  /** The user's token at the provider: `token.reveal()` for the provider call only. */
-  token: AccessToken;
-  outcome: Extract<TokenOutcome, { status: 'connected' }>;
-}
 
 export type ConnectedToolHandler<Args> = (args: Args, conn: Connection, ctx: ServerContext) => CallToolResult | Promise<CallToolResult>;
 
@@ -202,8 +193,10 @@ function providerChanged(sent: string, validated: string | undefined): CallToolR
 export class McpConnect extends ConnectGate {
   /**
    * Registers `name` on `server` as a tool that needs the user's token at a provider.
-   * `handler` runs only once mcp-connect handed out the token; otherwise the adapter
-   * answers (input_required, -32042, or a "not connected" / setup-link result). Register
+   * `handler` runs only once mcp-connect says the user is connected (with the token, or,
+   * where the tenant hands out none, `conn.fetch` through its proxy); otherwise, or when
+   * the body throws its fetch's ConnectRequiredError, the adapter answers (input_required,
+   * -32042, or a "not connected" / setup-link result). Register
    * connected tools before the server's other tools, and leave ServerOptions.requestState
    * unset: the adapter opens its own mcs2 state.
    */
@@ -248,8 +241,11 @@ export class McpConnect extends ConnectGate {
     handler: ConnectedToolHandler<Args>,
   ): Promise<CallToolResult> {
     switch (access.kind) {
-      case 'token':
-        return handler(args, { provider: call.provider, token: access.token, outcome: access.outcome }, ctx);
+      case 'token': {
+        const ran = await this.connected(call, access.outcome, (conn) => handler(args, conn, ctx));
+        // The body's fetch met connect_required: answered as /v1/token's would have been.
+        return 'result' in ran ? ran.result : this.#answer(server, entry, call, ran.access, args, ctx, handler);
+      }
       case 'result':
         return access.result;
       case 'input_required':

@@ -5,7 +5,7 @@
 // 127.0.0.1:0 that answers as mcp-connect does. The decision table first.
 
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
+import { type IncomingHttpHeaders, createServer } from 'node:http';
 import { after, describe, test } from 'node:test';
 import { Client, type ClientCapabilities, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { McpServer, type StandardSchemaWithJSON, fromJsonSchema } from '@modelcontextprotocol/server';
@@ -16,7 +16,7 @@ import { WebStandardStreamableHTTPServerTransport as Transport132 } from '@model
 import { CallToolResultSchema, ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { type AccessToken, ConnectClient, RequestStateKey, SubjectToken, type UrlElicitation, openRequestState, sealRequestState, urlElicitation } from '@mcp-connect/client';
-import { type ConnectHandlerOptions, McpConnect, type McpConnectOptions, createConnectHandler } from '@mcp-connect/client/server';
+import { type ConnectHandlerOptions, type Connection, McpConnect, type McpConnectOptions, createConnectHandler } from '@mcp-connect/client/server';
 import { McpConnect as McpConnect132 } from '@mcp-connect/client/sdk';
 // The 2025-11-25 session memory (not exported): from the module itself.
 import { PendingElicitations } from '../dist/pending.js';
@@ -92,6 +92,7 @@ interface Recorded {
   query: string;
   body: Body | undefined;
   auth: string | undefined;
+  headers: IncomingHttpHeaders;
 }
 
 async function fakeConnect() {
@@ -104,6 +105,10 @@ async function fakeConnect() {
     old: false,
     /** Refuse the cancel calls (500). */
     failCancel: false,
+    /** `none`: the tenant hands out no credential (connected answers carry no access_token). */
+    handOut: undefined as 'none' | undefined,
+    /** Connections (`subject/provider`) /v1/token still finds but the proxy no longer does. */
+    lostAtProxy: new Set<string>(),
     n: 0,
   };
   /** `provider_name` of the answers naming `provider`, as this peer's version sends it. */
@@ -114,12 +119,51 @@ async function fakeConnect() {
     req.on('end', () => {
       void (async (): Promise<void> => {
         const url = new URL(req.url ?? '/', 'http://x');
-        const body = text ? (JSON.parse(text) as Body) : undefined;
-        state.calls.push({ method: req.method, path: url.pathname, query: url.search, body, auth: req.headers.authorization });
-        const send = (status: number, v: unknown) => {
-          res.writeHead(status, { 'content-type': 'application/json' });
+        const proxied = /^\/v1\/proxy\/([^/]+)(\/.*)$/.exec(url.pathname);
+        const body = text && !proxied ? (JSON.parse(text) as Body) : undefined;
+        state.calls.push({ method: req.method, path: url.pathname, query: url.search, body, auth: req.headers.authorization, headers: req.headers });
+        const send = (status: number, v: unknown, headers: Record<string, string> = {}) => {
+          res.writeHead(status, { 'content-type': 'application/json', ...headers });
           res.end(JSON.stringify(v));
         };
+        /** /v1/token's connect_required answer: the pending elicitation named, or a new one. */
+        const connectRequired = (subject: string, provider: string, asked: Elicitation | undefined, serverName: string | undefined) => {
+          const el = asked && asked.status === 'pending' ? asked : { id: uuid(++state.n), status: 'pending', subject, provider };
+          state.elicitations.set(el.id, el);
+          const link = `http://connect.test/connect/${provider}?e=${el.id}`;
+          const expires = new Date(Date.now() + 900_000).toISOString();
+          // As mcp-connect: the message names the MCP server the request names.
+          const message = serverName === undefined ? `Connect ${provider}` : `${serverName} needs access to your ${PROVIDER_NAMES[provider] ?? provider} account.`;
+          return {
+            status: 'connect_required',
+            elicitation: { id: el.id, url: link, expires_at: expires },
+            mcp: { mode: 'url', message, url: link, elicitationId: el.id },
+            ...named(provider),
+          };
+        };
+        if (proxied) {
+          // As /v1/proxy: the provider's answer (here: what it got, as whom), or the proxy's
+          // own connect_required (428, MCP-Connect-Error) where there is no usable connection.
+          const header = (name: string) => {
+            const v = req.headers[name];
+            return typeof v === 'string' ? decodeURIComponent(v) : undefined;
+          };
+          const [, provider = '', path = ''] = proxied;
+          const subject = header('mcp-connect-subject') ?? '';
+          const key = `${subject}/${provider}`;
+          if (req.headers.authorization !== 'Bearer mcpc_test_key') {
+            send(401, { error: 'invalid_api_key', error_description: 'unknown key' });
+            return;
+          }
+          if (state.connected.has(key) && !state.lostAtProxy.has(key)) {
+            send(200, { provider, path: `${path}${url.search}`, subject });
+            return;
+          }
+          const id = header('mcp-connect-elicitation-id');
+          const answer = connectRequired(subject, provider, id === undefined ? undefined : state.elicitations.get(id), header('mcp-connect-server-name'));
+          send(428, { error: 'connect_required', error_description: 'no usable connection', ...answer }, { 'mcp-connect-error': 'connect_required' });
+          return;
+        }
         if (state.refuse) {
           send(403, { error: state.refuse, error_description: 'refused' });
           return;
@@ -129,25 +173,15 @@ async function fakeConnect() {
           const key = `${body.subject}/${body.provider}`;
           const e = body.elicitation_id === undefined ? undefined : state.elicitations.get(body.elicitation_id);
           if (state.connected.has(key) || e?.status === 'completed') {
-            send(200, { status: 'connected', access_token: `tok-${body.subject}`, token_type: 'bearer', expires_at: null, scopes: [], account: null, connection_id: uuid(999) });
+            const credential = state.handOut === 'none' ? { hand_out: 'none' } : { access_token: `tok-${body.subject}` };
+            send(200, { status: 'connected', ...credential, token_type: 'bearer', expires_at: null, scopes: [], account: null, connection_id: uuid(999) });
             return;
           }
           if (e?.status === 'declined') {
             send(200, { status: 'declined', elicitation_id: e.id, ...named(e.provider) });
             return;
           }
-          const el = e && e.status === 'pending' ? e : { id: uuid(++state.n), status: 'pending', subject: body.subject, provider: body.provider };
-          state.elicitations.set(el.id, el);
-          const link = `http://connect.test/connect/${body.provider}?e=${el.id}`;
-          const expires = new Date(Date.now() + 900_000).toISOString();
-          // As mcp-connect: the message names the MCP server the request names.
-          const message = body.server_name === undefined ? `Connect ${body.provider}` : `${body.server_name} needs access to your ${PROVIDER_NAMES[body.provider] ?? body.provider} account.`;
-          send(200, {
-            status: 'connect_required',
-            elicitation: { id: el.id, url: link, expires_at: expires },
-            mcp: { mode: 'url', message, url: link, elicitationId: el.id },
-            ...named(body.provider),
-          });
+          send(200, connectRequired(body.subject, body.provider, e, body.server_name));
           return;
         }
         const e = m && state.elicitations.get(decodeURIComponent(m[1] ?? ''));
@@ -201,8 +235,11 @@ async function fakeConnect() {
     assert.ok(e, `no elicitation ${id}`);
     e.status = 'completed';
     state.connected.add(`${e.subject}/${e.provider}`);
+    state.lostAtProxy.delete(`${e.subject}/${e.provider}`);
   };
-  return { url, state, tokenCalls, tokenBody, cancelBody, complete };
+  /** The requests that came to /v1/proxy. */
+  const proxyCalls = () => state.calls.filter((c) => c.path.startsWith('/v1/proxy/'));
+  return { url, state, tokenCalls, tokenBody, cancelBody, complete, proxyCalls };
 }
 
 // --- The MCP server under test ------------------------------------------------------------
@@ -214,6 +251,12 @@ const body = (args: { provider: string }, conn: { token: AccessToken }) => ({
   content: [{ type: 'text' as const, text: `${args.provider}: ${conn.token.reveal()}` }],
   structuredContent: { connected: true },
 });
+
+/** A tool body calling the provider through mcp-connect's proxy (the same for both adapters). */
+const proxyBody = async (_args: { provider: string }, conn: { fetch: (input: string) => Promise<Response> }) => {
+  const r = await conn.fetch('/user?x=1');
+  return { content: [{ type: 'text' as const, text: `${r.status} ${await r.text()}` }] };
+};
 
 /** Test-side stand-in for the bearer check: `Bearer as-<sub>` is that subject. */
 function authOf(headers: HeadersInit | undefined) {
@@ -227,15 +270,17 @@ interface ServerSetup {
   schema?: StandardSchemaWithJSON;
   knownProviders?: string[];
   factoryDelayMs?: number;
+  /** The tool body (default `body`). */
+  tool?: (args: { provider: string }, conn: Connection) => Promise<{ content: Array<{ type: 'text'; text: string }> }> | ReturnType<typeof body>;
 }
 
-async function mcpServer(extra: Partial<McpConnectOptions> = {}, handlerOptions: ConnectHandlerOptions = {}, { schema = inputSchema, knownProviders = ['dev'], factoryDelayMs = 0 }: ServerSetup = {}) {
+async function mcpServer(extra: Partial<McpConnectOptions> = {}, handlerOptions: ConnectHandlerOptions = {}, { schema = inputSchema, knownProviders = ['dev'], factoryDelayMs = 0, tool = body }: ServerSetup = {}) {
   const connect = await fakeConnect();
   const gate = new McpConnect({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
   const factory = async () => {
     if (factoryDelayMs > 0) await new Promise((r) => setTimeout(r, factoryDelayMs));
     const server = new McpServer({ name: 'test', version: '1' });
-    gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: schema }, { providerArg: 'provider', knownProviders }, body);
+    gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: schema }, { providerArg: 'provider', knownProviders }, tool);
     return server;
   };
   const handler = createConnectHandler(factory, handlerOptions);
@@ -660,6 +705,117 @@ describe('@modelcontextprotocol/server 2.4, 2025-11-25 clients (SDK 1.32 client)
   });
 });
 
+describe('through the proxy: conn.fetch, no hand-out, and a ConnectRequiredError the body throws', () => {
+  test('the body calls the provider through conn.fetch, as this user, with the server key and the subject token', async () => {
+    const s = await mcpServer({ serverName: 'Whoami Tools' }, {}, { tool: proxyBody });
+    s.connect.state.connected.add('alice/dev');
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), '200 {"provider":"dev","path":"/user?x=1","subject":"alice"}');
+    const [proxied] = s.connect.proxyCalls();
+    assert.ok(proxied);
+    assert.equal(proxied.path, '/v1/proxy/dev/user');
+    assert.equal(proxied.auth, 'Bearer mcpc_test_key');
+    assert.equal(proxied.headers['mcp-connect-subject'], 'alice');
+    assert.equal(proxied.headers['mcp-connect-subject-token'], 'opaque', 'the proof the gate forwards to /v1/token goes along');
+    assert.equal(proxied.headers['mcp-connect-server-name'], 'Whoami%20Tools');
+  });
+
+  test('a tenant that hands out no credential: the body runs with conn.fetch; revealing conn.token is a clear error', async () => {
+    const s = await mcpServer({}, {}, { tool: proxyBody });
+    s.connect.state.handOut = 'none';
+    s.connect.state.connected.add('alice/dev');
+    const { client } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), '200 {"provider":"dev","path":"/user?x=1","subject":"alice"}');
+    // A body written for a handed-out token.
+    const t = await mcpServer();
+    t.connect.state.handOut = 'none';
+    t.connect.state.connected.add('alice/dev');
+    const old = await modernClient(t.fetch, { answer: () => 'accept' });
+    const refused = await old.client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(refused.isError, true);
+    assert.match(text(refused), /mcp-connect handed out no credential for dev.*conn\.fetch/);
+  });
+
+  test('2026-07-28: input_required for the proxy\'s elicitation, sealed in our requestState; the retry runs the body', async () => {
+    const s = await mcpServer({}, {}, { tool: proxyBody });
+    s.connect.state.connected.add('alice/dev');
+    s.connect.state.lostAtProxy.add('alice/dev'); // /v1/token hands out, the proxy finds no usable connection
+    const { client, prompts } = await modernClient(s.fetch, {
+      answer: (params) => {
+        s.complete(linkId(params.url));
+        return 'accept';
+      },
+    });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), '200 {"provider":"dev","path":"/user?x=1","subject":"alice"}');
+    assert.equal(prompts.length, 1);
+    assert.equal(prompts[0]?.url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+    const sent = s.wire.find((m) => m.params?.requestState)?.params;
+    assert.ok(sent?.requestState !== undefined);
+    assert.match(sent.requestState, /^mcs2\.[A-Za-z0-9_-]{8}\.[A-Za-z0-9_-]+$/);
+    assert.equal(openRequestState(sent.requestState, stateKey, { subject: 'alice', tool: 'whoami_on', arguments: { provider: 'dev' } }).elicitationId, uuid(1));
+    assert.deepEqual(s.connect.tokenBody(-1), { subject: 'alice', subject_token: 'opaque', provider: 'dev', elicitation_id: uuid(1), wait_seconds: 20 });
+    assert.equal(s.connect.proxyCalls().length, 2);
+  });
+
+  test('2026-07-28 without URL mode: the setup link of the proxy\'s elicitation', async () => {
+    const s = await mcpServer({}, {}, { tool: proxyBody });
+    s.connect.state.connected.add('alice/dev');
+    s.connect.state.lostAtProxy.add('alice/dev');
+    const { client } = await modernClient(s.fetch, { capabilities: {}, answer: () => 'accept' });
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+    assert.ok(!answered(r).isError);
+  });
+
+  test('2025-11-25: -32042 for the proxy\'s elicitation, the completion notification, then the body runs', async () => {
+    const s = await mcpServer({}, {}, { tool: proxyBody });
+    s.connect.state.connected.add('alice/dev');
+    s.connect.state.lostAtProxy.add('alice/dev');
+    const { client, completions } = await legacyClient(s.fetch);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
+    assert.equal(err.code, -32042);
+    assert.deepEqual(err.data.elicitations[0], { mode: 'url', message: 'Connect dev', url: `http://connect.test/connect/dev?e=${uuid(1)}`, elicitationId: uuid(1) });
+    s.complete(uuid(1));
+    await eventually(() => completions.length === 1);
+    assert.deepEqual(completions, [uuid(1)]);
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), '200 {"provider":"dev","path":"/user?x=1","subject":"alice"}');
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, uuid(1), 'the session remembered the proxy\'s elicitation');
+  });
+
+  test('a library that wraps the error (its cause) still gets the elicitation', async () => {
+    const wrapping = async (args: { provider: string }, conn: Connection) => {
+      try {
+        return await proxyBody(args, conn);
+      } catch (e) {
+        throw new Error('the API library failed', { cause: e });
+      }
+    };
+    const s = await mcpServer({}, {}, { tool: wrapping });
+    s.connect.state.connected.add('alice/dev');
+    s.connect.state.lostAtProxy.add('alice/dev');
+    const { client } = await modernClient(s.fetch, { answer: () => 'decline' });
+    const first = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(first.resultType, 'input_required');
+  });
+
+  test("a ConnectRequiredError of another proxy (another provider or user) is not this call's: a tool error, no prompt", async () => {
+    const holder: { other?: (input: string) => Promise<Response> } = {};
+    const s = await mcpServer({}, {}, { tool: (args) => proxyBody(args, { fetch: (input) => must(holder.other)(input) }) });
+    holder.other = s.gate.client.proxyFetch({ provider: 'prod', subject: 'bob' });
+    s.connect.state.connected.add('alice/dev');
+    const { client, prompts } = await modernClient(s.fetch, { answer: () => 'accept' });
+    const r = await callTool(client, { name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(r.isError, true);
+    assert.equal(r.resultType, undefined);
+    assert.equal(prompts.length, 0, "bob's link is never shown to alice");
+    assert.ok(!text(r).includes('connect.test'), text(r));
+  });
+});
+
 describe('2025-11-25 sessions are bounded', () => {
   test('past maxSessions a new session is refused while the others are in use', async () => {
     const s = await mcpServer({}, { maxSessions: 1 });
@@ -781,7 +937,7 @@ describe('the 2025-11-25 session memory is bounded per subject', () => {
 });
 
 describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
-  async function server132(extra: Partial<McpConnectOptions> = {}) {
+  async function server132(extra: Partial<McpConnectOptions> = {}, handler: typeof proxyBody | typeof body = body) {
     const connect = await fakeConnect();
     const gate = new McpConnect132({ client: new ConnectClient({ baseUrl: connect.url, apiKey: 'mcpc_test_key' }), stateKey, logger: { warn() {} }, ...extra });
     const sessions = new Map<string, Transport132>();
@@ -791,7 +947,7 @@ describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
       const id = request.headers.get('mcp-session-id');
       if (id) return must(sessions.get(id)).handleRequest(request, { authInfo });
       const server = new McpServer132({ name: 'test', version: '1' });
-      gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: inputSchema132 }, { providerArg: 'provider' }, body);
+      gate.registerTool<{ provider: string }>(server, 'whoami_on', { inputSchema: inputSchema132 }, { providerArg: 'provider' }, handler);
       const transport: Transport132 = new Transport132({
         sessionIdGenerator: () => crypto.randomUUID(),
         enableJsonResponse: true,
@@ -823,6 +979,21 @@ describe('@modelcontextprotocol/sdk 1.32 adapter', () => {
     const { client } = await legacyClient(s.fetch, { capabilities: {} });
     const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
     assert.equal(answered(r).structuredContent?.setup_url, `http://connect.test/connect/dev?e=${uuid(1)}`);
+  });
+
+  test('a ConnectRequiredError thrown by the body through conn.fetch: -32042 with its elicitation, then the body runs', async () => {
+    const s = await server132({}, proxyBody);
+    s.connect.state.connected.add('alice/dev');
+    s.connect.state.lostAtProxy.add('alice/dev'); // /v1/token hands out, the proxy finds no usable connection
+    const { client, completions } = await legacyClient(s.fetch);
+    const err = rpcError(await settled(client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } })));
+    assert.equal(err.code, -32042);
+    assert.deepEqual(err.data.elicitations[0], { mode: 'url', message: 'Connect dev', url: `http://connect.test/connect/dev?e=${uuid(1)}`, elicitationId: uuid(1) });
+    s.complete(uuid(1));
+    await eventually(() => completions.length === 1);
+    const r = await client.callTool({ name: 'whoami_on', arguments: { provider: 'dev' } });
+    assert.equal(text(r), '200 {"provider":"dev","path":"/user?x=1","subject":"alice"}');
+    assert.equal(s.connect.tokenBody(-1).elicitation_id, uuid(1), 'the proxy\'s elicitation was remembered for the session');
   });
 
   test('serverName goes on the token request; the setup link text names the display name', async () => {

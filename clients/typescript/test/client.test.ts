@@ -51,7 +51,8 @@ test('a 200 answer parses, and the request carries the key and the documented bo
   const p = await peer([{ body: connected }]);
   const out = await client(`${p.url}/prefix`).token({ subject: 'alice', provider: 'github', elicitationId: ID, waitSeconds: 20, mcpSessionId: 's1' });
   assert.equal(out.status, 'connected');
-  assert.equal(out.token.reveal(), 'gho_tok');
+  assert.equal(out.token?.reveal(), 'gho_tok');
+  assert.equal(out.handOut, 'credentials', 'an answer without hand_out: the credential is handed out');
   assert.deepEqual(out.account, { id: '42', login: 'octo' });
   assert.deepEqual(p.seen[0], {
     method: 'POST',
@@ -59,6 +60,20 @@ test('a 200 answer parses, and the request carries the key and the documented bo
     auth: `Bearer ${KEY}`,
     body: { subject: 'alice', provider: 'github', elicitation_id: ID, wait_seconds: 20, mcp_session_id: 's1' },
   });
+});
+
+test('a connected answer of a tenant that hands out no credential: no token, no fields, handOut none', async () => {
+  const none = { ...connected, access_token: undefined, credential_type: 'api_key', hand_out: 'none' };
+  const p = await peer([{ body: none }, { body: { ...connected, hand_out: 'credentials' } }, { body: { ...none, hand_out: 'credentials' } }, { body: { ...none, hand_out: 7 } }]);
+  const c = client(p.url);
+  const out = await c.token({ subject: 'alice', provider: 'github' });
+  assert.ok(out.status === 'connected');
+  assert.deepEqual([out.token, out.fields, out.handOut, out.credentialType, out.connectionId], [null, null, 'none', 'api_key', 'c1']);
+  const handed = await c.token({ subject: 'alice', provider: 'github' });
+  assert.ok(handed.status === 'connected');
+  assert.deepEqual([handed.token?.reveal(), handed.handOut], ['gho_tok', 'credentials']);
+  // Handing out with no token, or a hand_out that is no string, is not what the API documents.
+  for (let i = 0; i < 2; i++) assert.ok((await settled(c.token({ subject: 'alice', provider: 'github' }))) instanceof InvalidResponseError);
 });
 
 test('503 and 429 are retried after Retry-After, within the budget', async () => {

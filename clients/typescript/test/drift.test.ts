@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { ELICITATION_STATUSES, ERROR_CODES, QUERY, TOKEN_STATUSES, WIRE } from '../dist/api.js';
+import { ELICITATION_STATUSES, ERROR_CODES, HAND_OUT_MODES, QUERY, TOKEN_STATUSES, WIRE } from '../dist/api.js';
 
 /** The part of JSON Schema and OpenAPI this test reads. */
 interface Schema {
@@ -84,6 +84,7 @@ test('the postToken answer: the status variants and each variant', () => {
     [...TOKEN_STATUSES],
   );
   agrees('Connected', variant('connected'));
+  assert.deepEqual(deref(props(variant('connected')).hand_out).enum, [...HAND_OUT_MODES], 'Connected: the hand_out modes');
   agrees('Account', nonNull(props(variant('connected')).account));
   agrees('ConnectRequired', variant('connect_required'));
   agrees('ElicitationLink', deref(props(variant('connect_required')).elicitation));

@@ -19,6 +19,7 @@ const RUNTIME: Record<string, string[]> = {
     'CanonicalizationError',
     'ConnectClient',
     'ConnectError',
+    'ConnectRequiredError',
     'InvalidRequestStateKey',
     'InvalidRequestStateKeyError',
     'InvalidResponseError',

@@ -2,7 +2,8 @@
 
 Without extras (no MCP SDK needed):
 - `ConnectClient`: the async token client of mcp-connect's `/v1` API, its `/v1` models
-  and errors (`ConnectError` and its kinds).
+  and errors (`ConnectError` and its kinds); `ConnectClient.proxied()`: a `ProxyClient`
+  (an `httpx2.AsyncClient`) on a provider's API through `/v1/proxy`.
 - `RequestStateKey` / `RequestState`: the `mcs2` sealed `requestState`.
 - `ApiKey`, `AccessToken`, `SubjectToken`: secrets that never print.
 
@@ -20,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._lazy import renamed
 from .client import ConnectClient, RetryPolicy
-from .errors import ApiError, ConnectError, InvalidResponseError, TransportError, UnavailableError
+from .errors import (
+    ApiError,
+    ConnectError,
+    ConnectRequiredError,
+    InvalidResponseError,
+    TransportError,
+    UnavailableError,
+)
 from .models import (
     Account,
     Cancelled,
@@ -32,9 +40,11 @@ from .models import (
     ElicitationLink,
     ElicitationStatus,
     ErrorCode,
+    HandOut,
     McpElicitation,
     TokenRequest,
 )
+from .proxy import ProxyClient
 from .request_state import (
     CanonicalizationError,
     InvalidRequestStateKeyError,
@@ -71,6 +81,7 @@ __all__ = [
     "ConnectClient",
     "ConnectError",
     "ConnectRequired",
+    "ConnectRequiredError",
     "Connected",
     "Connection",
     "Declined",
@@ -78,12 +89,14 @@ __all__ = [
     "ElicitationLink",
     "ElicitationStatus",
     "ErrorCode",
+    "HandOut",
     "InvalidRequestStateKeyError",
     "InvalidResponseError",
     "JwtVerifier",
     "McpConnect",
     "McpElicitation",
     "MissingSettingError",
+    "ProxyClient",
     "Replies",
     "RequestState",
     "RequestStateError",

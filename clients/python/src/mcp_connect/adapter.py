@@ -10,6 +10,10 @@ from mcp-connect, or answers for it, the same way as the Rust example's
   `notifications/elicitation/complete` sent when the connect finishes.
 - anything else: a normal result naming the setup link, never a form.
 
+The same answer goes out when the tool body raises `ConnectRequiredError`: a call through
+the proxy (`connection.http()`) found no usable connection, e.g. the grant was revoked
+after the token call.
+
 The SDK's `MCPServer` seals every `requestState` in its own envelope. `install()` puts a
 middleware in front of that boundary which takes our tools' states out of its way, so the
 `mcs2` state (the same in all three libraries) is what goes on the wire; every other tool
@@ -27,10 +31,12 @@ import time
 import typing
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any
+
+import httpx2
 
 from ._lazy import mcp_missing
 
@@ -54,7 +60,7 @@ except ModuleNotFoundError as e:
     mcp_missing("The MCP adapter (mcp_connect.adapter: McpConnect, Connection)", e)
 
 from .client import ConnectClient, RetryPolicy
-from .errors import ConnectError
+from .errors import ConnectError, ConnectRequiredError
 from .models import (
     SERVER_NAME_RULE,
     Account,
@@ -62,10 +68,12 @@ from .models import (
     Connected,
     ConnectRequired,
     Declined,
+    HandOut,
     TokenRequest,
     valid_server_name,
 )
 from .pending import CallKey, PendingElicitations
+from .proxy import PROXY_TIMEOUT, ProxyClient
 from .replies import Replies
 from .request_state import CanonicalizationError, RequestState, RequestStateError, RequestStateKey, ToolCall
 from .secret import AccessToken, ApiKey, SubjectToken
@@ -120,21 +128,42 @@ def url_elicitation(version: str | None, capabilities: ClientCapabilities | None
 
 @dataclass(frozen=True)
 class Connection:
-    """What a decorated tool gets: the user's token at the provider. The token prints as
+    """What a decorated tool gets: the user's connection at the provider. `http()` calls
+    the provider's API through mcp-connect's proxy, which attaches the credential. Where
+    the tenant hands the credential out, `access_token` holds it too: it prints as
     `[REDACTED]`; `connection.headers()` or `access_token.reveal()` reads it."""
 
     provider: str
     subject: str
-    access_token: AccessToken
+    # None when the tenant hands out no credential (`hand_out` "none"): use `http()`.
+    access_token: AccessToken | None
     token_type: str
     scopes: tuple[str, ...]
     expires_at: datetime | None
     account: Account | None
     connection_id: str
+    hand_out: str = HandOut.CREDENTIALS.value
+    # Opens the proxied client for this call's provider and user (`http()`).
+    _proxied: Callable[..., ProxyClient] | None = field(default=None, repr=False, compare=False)
 
     def headers(self) -> dict[str, str]:
         """`Authorization: Bearer <token>` for calls to the provider's API."""
+        if self.access_token is None:
+            raise RuntimeError(
+                f"mcp-connect hands out no credential for {self.provider} to this server: call the provider's "
+                'API through the proxy, `async with connection.http() as http: await http.get("/...")`'
+            )
         return {"Authorization": f"Bearer {self.access_token.reveal()}"}
+
+    def http(self, *, origin: str | None = None, timeout: float | httpx2.Timeout = PROXY_TIMEOUT) -> ProxyClient:
+        """An `httpx2.AsyncClient` on the provider's API through mcp-connect's proxy, as this
+        call's user: `async with connection.http() as http: r = await http.get("/user")`.
+        The provider's answers are returned as they are; a `ConnectRequiredError` left to
+        propagate is answered as a first call's `connect_required` (the user is asked to
+        connect). `origin`: another of the provider's API origins than its first."""
+        if self._proxied is None:
+            raise RuntimeError("this Connection was not made by McpConnect: it has no proxy to call through")
+        return self._proxied(origin=origin, timeout=timeout)
 
 
 @dataclass
@@ -388,10 +417,16 @@ class McpConnect:
                     raise MCPError(code=INVALID_PARAMS, message=f"{provider_arg} is required")
                 if allowed is not None and prov not in allowed:
                     return self.replies.unknown_provider(prov)
-                access = await self._access(ctx, prov, fixed_scopes)
-                if isinstance(access, Connection):
+                call, slot = self._call(ctx, prov, fixed_scopes)
+                access = await self._downstream_token(call, slot, ctx)
+                if not isinstance(access, Connection):
+                    return access
+                try:
                     return await fn(*args, **kwargs, **{conn: access})
-                return access
+                except ConnectRequiredError as e:
+                    if e.provider != call.provider:
+                        raise  # another provider's: not this call's to ask for
+                    return self._connect_required_in_call(call, e.outcome, slot, ctx)
 
             # The SDK reads the tool's schema from this signature: the tool's own
             # parameters without the Connection, plus the Context the adapter needs.
@@ -403,9 +438,7 @@ class McpConnect:
 
     # --- One call ----------------------------------------------------------------------
 
-    async def _access(
-        self, ctx: Context[Any, Any], provider: str, scopes: tuple[str, ...] | None
-    ) -> Connection | CallToolResult | InputRequiredResult:
+    def _call(self, ctx: Context[Any, Any], provider: str, scopes: tuple[str, ...] | None) -> tuple[_Call, _Slot]:
         slot = _SLOT.get()
         if slot is None:
             logger.error("a requires_connection tool ran without McpConnect.install(server), or under another name")
@@ -435,20 +468,25 @@ class McpConnect:
             legacy=legacy,
             server_name=self.server_name or slot.server_name,
         )
-        return await self._downstream_token(call, slot, ctx)
+        return call, slot
+
+    @staticmethod
+    def _keys(call: _Call) -> tuple[ToolCall | None, CallKey | None]:
+        """The call as a sealed state binds it, and as a 2025-11-25 session remembers it
+        (None where the arguments have no canonical form, or the revision needs none)."""
+        try:
+            tool_call = ToolCall.of(call.subject, call.tool, call.arguments)
+        except CanonicalizationError:
+            return None, None
+        legacy_key = (call.session_id or "", call.subject, call.tool, tool_call.digest) if call.legacy else None
+        return tool_call, legacy_key
 
     async def _downstream_token(
         self, call: _Call, slot: _Slot, ctx: Context[Any, Any]
     ) -> Connection | CallToolResult | InputRequiredResult:
         """The user's token for the provider, or what to answer instead."""
         now = time.time()
-        try:
-            tool_call: ToolCall | None = ToolCall.of(call.subject, call.tool, call.arguments)
-        except CanonicalizationError:
-            tool_call = None
-        legacy_key: CallKey | None = None
-        if call.legacy and tool_call is not None:
-            legacy_key = (call.session_id or "", call.subject, call.tool, tool_call.digest)
+        tool_call, legacy_key = self._keys(call)
         reason = CancelReason.from_action(call.answer)
         # A retry names the elicitation of round one: in the sealed requestState
         # (2026-07-28), or remembered for this session (2025-11-25, which has no state).
@@ -497,19 +535,43 @@ class McpConnect:
             logger.warning("mcp-connect could not answer (%s)", e.code or type(e).__name__)
             return self.replies.failed(call.provider, e.code or "unavailable")
         if isinstance(outcome, Connected):
-            return Connection(
-                provider=call.provider,
-                subject=call.subject,
-                access_token=outcome.access_token,
-                token_type=outcome.token_type,
-                scopes=tuple(outcome.scopes),
-                expires_at=outcome.expires_at,
-                account=outcome.account,
-                connection_id=outcome.connection_id,
-            )
+            return self._connection(call, outcome)
         if isinstance(outcome, Declined):
             return _reply(self.replies.not_connected, call.provider, provider_name=outcome.provider_name)
         return self._ask(call, outcome, tool_call, legacy_key, slot, ctx, now)
+
+    def _connection(self, call: _Call, outcome: Connected) -> Connection:
+        # Proxied calls ask as the token call did: the same user (and proof), scopes and name.
+        proxied = functools.partial(
+            self.client.proxied,
+            call.provider,
+            subject=call.subject,
+            subject_token=call.subject_token,
+            scopes=call.scopes,
+            server_name=call.server_name,
+        )
+        return Connection(
+            provider=call.provider,
+            subject=call.subject,
+            access_token=outcome.access_token,
+            token_type=outcome.token_type,
+            scopes=tuple(outcome.scopes),
+            expires_at=outcome.expires_at,
+            account=outcome.account,
+            connection_id=outcome.connection_id,
+            hand_out=outcome.hand_out,
+            _proxied=proxied,
+        )
+
+    def _connect_required_in_call(
+        self, call: _Call, outcome: ConnectRequired, slot: _Slot, ctx: Context[Any, Any]
+    ) -> CallToolResult | InputRequiredResult:
+        """A proxied call in the tool body found no usable connection (the grant was revoked
+        after the token call): the user is asked exactly as for `/v1/token`'s answer, and the
+        retry resumes that elicitation."""
+        logger.info("a proxied call to %s needs the user to connect again", call.provider)
+        tool_call, legacy_key = self._keys(call)
+        return self._ask(call, outcome, tool_call, legacy_key, slot, ctx, time.time())
 
     async def _close(self, elicitation_id: str, reason: CancelReason, provider: str) -> str | None:
         """Closes the link the client declined or cancelled at mcp-connect; the provider's

@@ -2,13 +2,13 @@
 answer bodies capped at 64 KiB), the API key on every call, JSON errors mapped to
 `ApiError` with mcp-connect's stable code, and `503`/`429` with `Retry-After` retried
 within a `RetryPolicy`. Retrying is safe: `/v1/token` is idempotent and the elicitation
-lookup is a GET."""
+lookup is a GET. `proxied()` opens a client on a provider's API through `/v1/proxy`
+(`proxy.py`), on a pool of its own."""
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,15 @@ import anyio
 import httpx2
 
 from ._lazy import renamed
-from .errors import ApiError, ConnectError, InvalidResponseError, TransportError, UnavailableError
+from .errors import (
+    ApiError,
+    ConnectError,
+    InvalidResponseError,
+    TransportError,
+    UnavailableError,
+    error_body,
+    retry_after_seconds,
+)
 from .models import (
     Cancelled,
     CancelReason,
@@ -30,7 +38,8 @@ from .models import (
     parse_token_answer,
     valid_elicitation_id,
 )
-from .secret import ApiKey
+from .proxy import PROXY_TIMEOUT, ProxyClient, ProxyTransport, ask_headers, check_provider, subject_token_of
+from .secret import ApiKey, SubjectToken
 from .settings import API_KEY, URL, setting
 
 __all__ = ["ConnectClient", "RetryPolicy"]
@@ -60,27 +69,6 @@ class RetryPolicy:
     @classmethod
     def none(cls) -> RetryPolicy:
         return cls(max_retries=0)
-
-
-def _retry_after(value: str | None) -> float | None:
-    """`Retry-After` as delay-seconds (RFC 9110 §10.2.3). An HTTP-date counts as absent:
-    mcp-connect sends seconds, and a clock-skewed date is worse than the default delay."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(int(value.strip()))
-
-
-def _error_body(body: bytes, status: int) -> tuple[str, str]:
-    """The API's `{"error", "error_description"}`, or a stand-in naming the status."""
-    try:
-        data = json.loads(body)
-        code = data["error"]
-        if isinstance(code, str) and code:
-            description = data.get("error_description")
-            return code, description if isinstance(description, str) else ""
-    except (ValueError, TypeError, KeyError, AttributeError):
-        pass
-    return f"http_{status}", "the answer carried no JSON error body"
 
 
 class ConnectClient:
@@ -121,6 +109,9 @@ class ConnectClient:
         self._http = http or httpx2.AsyncClient(
             follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout), limits=limits
         )
+        self._limits = limits
+        # Proxied calls' pool, made on first use (see `_proxy_pool`).
+        self._proxy_http: httpx2.AsyncClient | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ConnectClient:
@@ -156,6 +147,52 @@ class ConnectClient:
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()
+        if self._proxy_http is not None:
+            await self._proxy_http.aclose()
+
+    def proxied(
+        self,
+        provider: str,
+        *,
+        subject: str | None = None,
+        subject_token: SubjectToken | str | None = None,
+        scopes: Collection[str] | None = None,
+        elicitation_id: str | None = None,
+        server_name: str | None = None,
+        origin: str | None = None,
+        timeout: float | httpx2.Timeout = PROXY_TIMEOUT,
+    ) -> ProxyClient:
+        """An `httpx2.AsyncClient` on `provider`'s API through mcp-connect's `/v1/proxy`, as
+        the user `subject` (or whose MCP access token `subject_token` is; both may go):
+        `async with client.proxied("github", subject=sub) as http: r = await http.get("/user")`.
+        mcp-connect attaches the user's credential. The provider's answers are returned as
+        they are; the proxy's own raise (`ConnectRequiredError` with the elicitation to show,
+        else a `ConnectError` with its code). `scopes`, `elicitation_id` (the retry after a
+        `connect_required`) and `server_name` as for `token()`; `origin`: another of the
+        provider's API origins than its first. Arguments mcp-connect would refuse raise
+        `ValueError` here."""
+        if subject is None and subject_token is None:
+            raise ValueError("give the subject, its MCP access token (subject_token), or both")
+        headers = ask_headers(
+            subject=subject, scopes=scopes, elicitation_id=elicitation_id, server_name=server_name, origin=origin
+        )
+        base = httpx2.URL(self._url(("v1", "proxy", check_provider(provider))))
+        transport = ProxyTransport(
+            self._proxy_pool(), base, provider, self._key, subject_token_of(subject_token), headers
+        )
+        if not isinstance(timeout, httpx2.Timeout):
+            timeout = httpx2.Timeout(timeout, connect=min(timeout, self._connect_timeout))
+        return ProxyClient(transport, timeout)
+
+    def _proxy_pool(self) -> httpx2.AsyncClient:
+        """The given `http` client (its settings are the caller's choice), else a pool of
+        the proxied calls' own: a provider's answer may stream for long, and must never hold
+        a connection the token calls need."""
+        if not self._owns_http:
+            return self._http
+        if self._proxy_http is None:
+            self._proxy_http = httpx2.AsyncClient(follow_redirects=False, limits=self._limits)
+        return self._proxy_http
 
     async def token(self, request: TokenRequest) -> Connected | ConnectRequired | Declined:
         """`POST /v1/token`: the token, or an elicitation to send, or "declined"."""
@@ -214,7 +251,7 @@ class ConnectClient:
             status, retry_after, body = await self._exchange(method, url, json_body, query, deadline)
             if status == 200:
                 return body
-            code, description = _error_body(body, status)
+            code, description = error_body(body, status)
             if status not in (429, 503):
                 raise ApiError(status, code, description)
             delay = self.retry.default_delay if retry_after is None else retry_after
@@ -247,7 +284,7 @@ class ConnectClient:
                         body += chunk
                         if len(body) > MAX_BODY:
                             raise InvalidResponseError("answer body too large")
-                    return resp.status_code, _retry_after(resp.headers.get("retry-after")), bytes(body)
+                    return resp.status_code, retry_after_seconds(resp.headers.get("retry-after")), bytes(body)
         except ConnectError:
             raise
         except TimeoutError:

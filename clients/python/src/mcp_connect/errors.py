@@ -3,11 +3,22 @@ key, tokens and request bodies never go into a message."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from ._lazy import renamed
 
-__all__ = ["ApiError", "ConnectError", "InvalidResponseError", "TransportError", "UnavailableError"]
+if TYPE_CHECKING:
+    from .models import ConnectRequired
+
+__all__ = [
+    "ApiError",
+    "ConnectError",
+    "ConnectRequiredError",
+    "InvalidResponseError",
+    "TransportError",
+    "UnavailableError",
+]
 
 
 class ConnectError(Exception):
@@ -34,6 +45,19 @@ class ApiError(ConnectError):
         return self._code
 
 
+class ConnectRequiredError(ApiError):
+    """The proxy found no usable connection for the user at `provider` (428
+    `connect_required`, e.g. the grant was revoked): `outcome` is the elicitation to show,
+    as `/v1/token` would have answered; retry with its `elicitation.id`. A tool under
+    `McpConnect` can let it propagate: the adapter asks the user to connect as for a first
+    call. The message names neither the link (it is for the user only) nor a secret."""
+
+    def __init__(self, provider: str, description: str, outcome: ConnectRequired) -> None:
+        super().__init__(428, "connect_required", description)
+        self.provider = provider
+        self.outcome = outcome
+
+
 class UnavailableError(ConnectError):
     """mcp-connect or the provider is temporarily unavailable (503 or 429) and the retry
     budget is spent, or the server asked for a longer wait than the policy allows.
@@ -56,6 +80,27 @@ class TransportError(ConnectError):
 
 class InvalidResponseError(ConnectError):
     """An answer that is not what the API documents (or larger than 64 KiB)."""
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """`Retry-After` as delay-seconds (RFC 9110 §10.2.3). An HTTP-date counts as absent:
+    mcp-connect sends seconds, and a clock-skewed date is worse than the default delay."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(int(value.strip()))
+
+
+def error_body(body: bytes, status: int) -> tuple[str, str]:
+    """The API's `{"error", "error_description"}`, or a stand-in naming the status."""
+    try:
+        data = json.loads(body)
+        code = data["error"]
+        if isinstance(code, str) and code:
+            description = data.get("error_description")
+            return code, description if isinstance(description, str) else ""
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return f"http_{status}", "the answer carried no JSON error body"
 
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, TypeAdapter, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .secret import AccessToken, SubjectToken
 
@@ -30,6 +31,7 @@ __all__ = [
     "ElicitationStatus",
     "ErrorBody",
     "ErrorCode",
+    "HandOut",
     "McpElicitation",
     "TokenAnswer",
     "TokenRequest",
@@ -128,6 +130,28 @@ class ErrorCode(StrEnum):
     SUBJECT_TOKEN_EXPIRED = "subject_token_expired"
     SUBJECT_TOKEN_NOT_YET_VALID = "subject_token_not_yet_valid"
     SUBJECT_TOKEN_SUBJECT = "subject_token_subject"
+    # `/v1/proxy`'s own answers (with `MCP-Connect-Error`).
+    CONNECT_REQUIRED = "connect_required"
+    CONNECT_DECLINED = "connect_declined"
+    PROXY_NOT_CONFIGURED = "proxy_not_configured"
+    PROXY_PATH_REFUSED = "proxy_path_refused"
+    PROXY_PATH_NOT_ALLOWED = "proxy_path_not_allowed"
+    PROXY_METHOD_NOT_ALLOWED = "proxy_method_not_allowed"
+    PROXY_ORIGIN_NOT_ALLOWED = "proxy_origin_not_allowed"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    UPSTREAM_REFUSED = "upstream_refused"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_TOO_LARGE = "upstream_too_large"
+
+
+class HandOut(StrEnum):
+    """What `/v1/token` hands out for a connection. `hand_out` stays a plain string on
+    `Connected` (a later service may add modes); compare it with these members."""
+
+    # The credential itself (`access_token`, and `fields` for a typed one).
+    CREDENTIALS = "credentials"
+    # Nothing: the tenant keeps credentials to the proxy (`/v1/proxy`, `Connection.http()`).
+    NONE = "none"
 
 
 class ElicitationStatus(StrEnum):
@@ -232,11 +256,14 @@ def _redacted_all(v: dict[str, AccessToken]) -> dict[str, str]:
 
 
 class Connected(_Wire):
-    """A usable token (refreshed first if it was about to expire)."""
+    """A usable token (refreshed first if it was about to expire); or, where the tenant
+    hands out no credential (`hand_out` "none"), a usable connection to call through the
+    proxy, without `access_token` and `fields`."""
 
     status: Literal["connected"] = "connected"
-    # Never printed, and dumped as "[REDACTED]": `access_token.reveal()` reads it.
-    access_token: Annotated[AccessToken, PlainSerializer(_redacted, return_type=str)]
+    # Never printed, and dumped as "[REDACTED]": `access_token.reveal()` reads it. None
+    # only when `hand_out` says nothing is handed out.
+    access_token: Annotated[AccessToken, PlainSerializer(_redacted, return_type=str)] | None = None
     # `oauth2` (a bearer token), `api_key` or `basic` (typed on mcp-connect's page).
     credential_type: str
     # `api_key` and `basic`: every field typed, by name, each redacted like the token.
@@ -246,13 +273,16 @@ class Connected(_Wire):
     scopes: list[str]
     account: Account | None = None
     connection_id: str
+    # `credentials` (what an older service always did, so the default) or `none`; a
+    # plain string, see `HandOut`.
+    hand_out: str = HandOut.CREDENTIALS.value
 
     model_config = ConfigDict(extra="ignore", frozen=True, arbitrary_types_allowed=True)
 
     @field_validator("access_token", mode="before")
     @classmethod
-    def _wrap(cls, v: Any) -> AccessToken:
-        if isinstance(v, AccessToken):
+    def _wrap(cls, v: Any) -> AccessToken | None:
+        if v is None or isinstance(v, AccessToken):
             return v
         if not isinstance(v, str):
             raise ValueError("access_token must be a string")
@@ -266,6 +296,15 @@ class Connected(_Wire):
         if not isinstance(v, dict) or not all(isinstance(x, (str, AccessToken)) for x in v.values()):
             raise ValueError("fields must map names to strings")
         return {str(k): x if isinstance(x, AccessToken) else AccessToken(x) for k, x in v.items()}
+
+    @model_validator(mode="after")
+    def _handed_out(self) -> Connected:
+        # A service that says it hands out the credential and sends none is not the API.
+        # (The error's type names the field: an invalid answer is reported by its errors'
+        # places and types only.)
+        if self.hand_out == HandOut.CREDENTIALS and self.access_token is None:
+            raise PydanticCustomError("access_token_missing", "access_token is missing")
+        return self
 
 
 class ConnectRequired(_Wire):
