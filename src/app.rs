@@ -33,8 +33,8 @@ pub struct AppState {
     pub lifetimes: Lifetimes,
     pub resolver: Arc<Resolver>,
     pub outbound: Outbound,
-    /// The proxy's client (`/v1/proxy`): streamed, pooled, redirects returned.
-    pub forwarder: crate::net::forward::Forwarder,
+    /// `/v1/proxy`: its client and its rate limits.
+    pub proxy: Proxying,
     /// When a stored token is refreshed before it is handed out.
     pub refresh: crate::domain::RefreshPolicy,
     pub refresh_gate: Arc<RefreshGate>,
@@ -245,5 +245,68 @@ impl Shutdown {
 
     pub fn begin_stop(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What `/v1/proxy` keeps: the outbound client (streamed, pooled, redirects returned) and
+/// the rate limits.
+#[derive(Clone)]
+pub struct Proxying {
+    pub forwarder: crate::net::forward::Forwarder,
+    pub limits: Arc<ProxyLimits>,
+}
+
+type Keyed<K> = governor::DefaultKeyedRateLimiter<K>;
+
+/// Token buckets per tenant and per connection (`[proxy]`), on this instance: with N
+/// instances behind a balancer a caller gets up to N times the rate. Keys unused for a
+/// while are forgotten (`governor`'s `retain_recent`), so memory follows the active ones.
+pub struct ProxyLimits {
+    tenants: Option<Keyed<TenantId>>,
+    connections: Option<Keyed<ConnectionId>>,
+    checks: std::sync::atomic::AtomicU64,
+}
+
+impl ProxyLimits {
+    pub fn new(s: crate::config::ProxyLimitSettings) -> Self {
+        fn keyed<K: std::hash::Hash + Eq + Clone>(rate: u32, burst: u32) -> Option<Keyed<K>> {
+            let rate = std::num::NonZeroU32::new(rate)?;
+            let burst = std::num::NonZeroU32::new(burst).unwrap_or(rate);
+            Some(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst)))
+        }
+        Self {
+            tenants: keyed(s.per_tenant_per_second, s.per_tenant_burst),
+            connections: keyed(s.per_connection_per_second, s.per_connection_burst),
+            checks: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Err(wait)`: the tenant is over its rate; try again after `wait`.
+    pub fn tenant(&self, t: &TenantId) -> Result<(), Duration> {
+        self.forget_now_and_then();
+        Self::check(self.tenants.as_ref(), t)
+    }
+
+    /// `Err(wait)`: the connection is over its rate.
+    pub fn connection(&self, c: &ConnectionId) -> Result<(), Duration> {
+        Self::check(self.connections.as_ref(), c)
+    }
+
+    fn check<K: std::hash::Hash + Eq + Clone>(limiter: Option<&Keyed<K>>, key: &K) -> Result<(), Duration> {
+        use governor::clock::Clock as _;
+        let Some(l) = limiter else { return Ok(()) };
+        l.check_key(key).map_err(|not_until| not_until.wait_time_from(governor::clock::DefaultClock::default().now()))
+    }
+
+    /// Every 4096th check drops the buckets that are full again (idle keys).
+    fn forget_now_and_then(&self) {
+        if self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 4095 {
+            if let Some(l) = &self.tenants {
+                l.retain_recent();
+            }
+            if let Some(l) = &self.connections {
+                l.retain_recent();
+            }
+        }
     }
 }

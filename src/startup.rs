@@ -445,7 +445,7 @@ async fn app_state(
         directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
         resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
         outbound,
-        forwarder,
+        proxy: crate::app::Proxying { forwarder, limits: Arc::new(crate::app::ProxyLimits::new(config.proxy_limits)) },
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
         vault,
         webhook_policy,

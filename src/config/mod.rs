@@ -52,6 +52,16 @@ pub enum LogFormat {
     Text,
 }
 
+/// `[proxy]`: the rate limits of `/v1/proxy` (token buckets, on each instance): a rate per
+/// second and a burst, per connection and per tenant; a rate of 0 is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyLimitSettings {
+    pub per_connection_per_second: u32,
+    pub per_connection_burst: u32,
+    pub per_tenant_per_second: u32,
+    pub per_tenant_burst: u32,
+}
+
 /// `[webhooks]`: where deliveries may go and how they are paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebhookSettings {
@@ -127,6 +137,7 @@ pub struct Config {
     pub operator_allow_private_endpoints: bool,
     /// Webhook deliveries (`[webhooks]`).
     pub webhooks: WebhookSettings,
+    pub proxy_limits: ProxyLimitSettings,
     /// `serve` applies migrations at start (not from the file: `serve --no-migrate` turns
     /// it off, and the schema must then already be this binary's).
     pub migrate_on_start: bool,

@@ -47,6 +47,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) webhooks: RawWebhooks,
     #[serde(default)]
+    pub(super) proxy: RawProxy,
+    #[serde(default)]
     pub(super) hsts: RawHsts,
     #[serde(default)]
     pub(super) operator: RawOperator,
@@ -157,6 +159,15 @@ pub(super) struct RawCache {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOperator {
     pub(super) allow_private_endpoints: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProxy {
+    pub(super) per_connection_per_second: Option<u64>,
+    pub(super) per_connection_burst: Option<u64>,
+    pub(super) per_tenant_per_second: Option<u64>,
+    pub(super) per_tenant_burst: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -205,6 +205,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         webhook_max_pending = seconds("webhooks.max_pending_per_tenant", raw.webhooks.max_pending_per_tenant,
             10_000, 1..=1_000_000, "");
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
+        proxy_limits = proxy_limits(&raw.proxy);
     }
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
@@ -243,6 +244,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         hsts_max_age,
         operator_allow_private_endpoints: raw.operator.allow_private_endpoints.unwrap_or(false),
         webhooks: webhook_settings(&raw.webhooks, webhook_timeout, webhook_poll, webhook_max_pending),
+        proxy_limits,
         tenants,
         providers: registry,
     })
@@ -275,6 +277,29 @@ fn webhook_settings(
         poll_interval,
         max_pending_per_tenant,
     }
+}
+
+/// `[proxy]`: each rate and burst 0 (no limit) to 100000, a burst at least 1 where its
+/// rate is set.
+fn proxy_limits(raw: &super::raw::RawProxy) -> Result<super::ProxyLimitSettings, ConfigError> {
+    let n = |field: &str, v: Option<u64>, default: u64| {
+        seconds(&format!("proxy.{field}"), v, default, 0..=100_000, "").map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    let limits = super::ProxyLimitSettings {
+        per_connection_per_second: n("per_connection_per_second", raw.per_connection_per_second, 10)?,
+        per_connection_burst: n("per_connection_burst", raw.per_connection_burst, 20)?,
+        per_tenant_per_second: n("per_tenant_per_second", raw.per_tenant_per_second, 200)?,
+        per_tenant_burst: n("per_tenant_burst", raw.per_tenant_burst, 400)?,
+    };
+    for (rate, burst, field) in [
+        (limits.per_connection_per_second, limits.per_connection_burst, "proxy.per_connection_burst"),
+        (limits.per_tenant_per_second, limits.per_tenant_burst, "proxy.per_tenant_burst"),
+    ] {
+        if rate > 0 && burst == 0 {
+            return Err(err(field, "must be at least 1 where its rate is set"));
+        }
+    }
+    Ok(limits)
 }
 
 /// A number of seconds (or days) within `range`, `default` when unset.

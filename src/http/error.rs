@@ -126,6 +126,8 @@ error_codes! {
     UpstreamRefused = "upstream_refused" => BAD_GATEWAY,
     /// The proxy: the provider's API sent no answer head in time (504).
     UpstreamTimeout = "upstream_timeout" => GATEWAY_TIMEOUT,
+    /// The proxy: this connection or tenant sent more requests than `[proxy]` allows just now (429, with `Retry-After`).
+    RateLimited = "rate_limited" => TOO_MANY_REQUESTS,
     /// The proxy: the provider's answer is larger than the proxy passes.
     UpstreamTooLarge = "upstream_too_large" => BAD_GATEWAY,
     /// The connection id is not a UUID.

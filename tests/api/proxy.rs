@@ -541,3 +541,43 @@ try {
         assert!(!stdout.contains(&access) && !stderr.contains(&access));
     }
 }
+
+#[tokio::test]
+async fn a_connection_or_a_tenant_over_its_rate_gets_429_with_retry_after_and_nothing_is_sent() {
+    let peer = Peer::start().await;
+    let mut opts = options(&peer);
+    opts.extra_toml.push_str(
+        "[proxy]\nper_connection_per_second = 1\nper_connection_burst = 2\nper_tenant_per_second = 1\n\
+         per_tenant_burst = 4\n",
+    );
+    let app = spawn_app_with(opts).await;
+    for subject in ["alice", "bob"] {
+        app.insert_connection("acme", subject, "upp", &format!("{subject}-token"), &["read"], None).await;
+    }
+    let started = std::time::Instant::now();
+    let mut passed = 0;
+    let mut limited = Vec::new();
+    for subject in ["alice", "alice", "alice", "bob", "bob"] {
+        let r = proxied(&app, reqwest::Method::GET, "upp/echo", subject, &[]).await;
+        match r.status().as_u16() {
+            200 => passed += 1,
+            429 => {
+                let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+                assert!((1..=2).contains(&retry), "{retry}");
+                let body = assert_error(r, 429, "rate_limited").await;
+                limited.push((subject, body["error_description"].as_str().unwrap().to_owned()));
+            }
+            s => panic!("{s}"),
+        }
+    }
+    // A bucket refills one request a second: allow for a slow machine.
+    let elapsed = started.elapsed().as_secs() + 1;
+    // The tenant's bucket counts every request it checks (alice's refused third too).
+    assert!(passed <= 3 + elapsed as usize, "{passed} passed in about {elapsed} s");
+    assert_eq!(peer.seen().len(), passed, "a refused request is not sent");
+    if elapsed <= 2 {
+        assert_eq!(passed, 3, "{limited:?}");
+        assert!(limited[0].1.starts_with("this connection"), "alice's third: {limited:?}");
+        assert!(limited.last().unwrap().1.starts_with("this tenant"), "bob's second: {limited:?}");
+    }
+}

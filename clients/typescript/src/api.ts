@@ -48,6 +48,7 @@ export const ERROR_CODES = [
   'upstream_unreachable',
   'upstream_refused',
   'upstream_timeout',
+  'rate_limited',
   'upstream_too_large',
   'invalid_connection_id',
   'connection_not_found',

@@ -92,6 +92,8 @@ pub const REFRESHED_HEADER: &str = "mcp-connect-refreshed";
         (status = 405, description = "`proxy_method_not_allowed`, with `Allow`.", body = ErrorBody,
             headers(("Allow" = String, description = "The methods this provider's proxy takes."))),
         (status = 413, description = "`payload_too_large`: a body over 10 MiB.", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this connection or tenant is over its `[proxy]` rate.",
+            body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds until a request would pass."))),
         (status = 428, description = "`connect_required`: no usable connection. The body is `/v1/token`'s \
             `connect_required` answer (`status`, `elicitation`, `mcp`, `provider_name`) with `error` and \
             `error_description`; retry with `MCP-Connect-Elicitation-Id`.", body = ErrorBody),
@@ -202,6 +204,7 @@ async fn forward(
 
     let ask = Ask::of(req.headers())?;
     let tenant = caller.0.tenant.clone();
+    state.proxy.limits.tenant(&tenant).map_err(|wait| rate_limited("this tenant", wait))?;
     let now = OffsetDateTime::now_utc();
     let subject =
         crate::flows::subject::proven_subject(state, &tenant, ask.subject, ask.subject_token.as_ref(), now).await?;
@@ -214,19 +217,21 @@ async fn forward(
         mcp_context: serde_json::json!({}),
     };
     let asking = ask.server_name;
-    let credential = usable(state, &caller, request.clone(), asking.clone()).await?;
+    let (credential, connection) = usable(state, &caller, request.clone(), asking.clone()).await?;
+    // One runaway tool does not spend the user's quota at the provider for every other.
+    state.proxy.limits.connection(&connection).map_err(|wait| rate_limited("this connection", wait))?;
     let request_id = req.extensions().get::<crate::http::middleware::RequestId>().map(|r| r.0.clone());
     let out = Outgoing { method, url, headers: forwarded_headers(req.headers()), request_id };
     let too_large = Arc::new(AtomicBool::new(false));
     let mut body = Body::of(req.headers(), payload, too_large.clone()).await?;
-    let answer = match state.forwarder.send(out.build(&provider, &credential, body.sendable())?, provider.reach()).await
-    {
-        Ok(a) => a,
-        Err(_) if too_large.load(Ordering::Relaxed) => {
-            return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
-        }
-        Err(e) => return Err(upstream_error(&e).into()),
-    };
+    let answer =
+        match state.proxy.forwarder.send(out.build(&provider, &credential, body.sendable())?, provider.reach()).await {
+            Ok(a) => a,
+            Err(_) if too_large.load(Ordering::Relaxed) => {
+                return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
+            }
+            Err(e) => return Err(upstream_error(&e).into()),
+        };
     // The provider refused the token (revoked, or expired before its time): a grant that
     // can be refreshed is, once, and a request that can be sent again is.
     if answer.status() != reqwest::StatusCode::UNAUTHORIZED || provider.credential().is_some() {
@@ -240,8 +245,9 @@ async fn forward(
         let said = if refreshed.is_ok() { "true" } else { "failed" };
         return respond(answer, Some(said));
     };
-    let credential = usable(state, &caller, request, asking).await?;
+    let (credential, _) = usable(state, &caller, request, asking).await?;
     let answer = state
+        .proxy
         .forwarder
         .send(out.build(&provider, &credential, again)?, provider.reach())
         .await
@@ -256,11 +262,13 @@ async fn usable(
     caller: &ServerCaller,
     request: TokenRequest,
     asking: Option<String>,
-) -> Result<(SecretString, Option<Credential>), Refused> {
+) -> Result<((SecretString, Option<Credential>), crate::domain::ConnectionId), Refused> {
     let tenant = &caller.0.tenant;
     let provider = request.provider.clone();
     match tokens::token_for(state, tenant, &caller.0.id, request, OffsetDateTime::now_utc()).await? {
-        TokenOutcome::Connected { access_token, credential, .. } => Ok((access_token, credential.map(|(_, c)| c))),
+        TokenOutcome::Connected { access_token, credential, connection_id, .. } => {
+            Ok(((access_token, credential.map(|(_, c)| c)), connection_id))
+        }
         TokenOutcome::ConnectRequired(e) => {
             let asking = asking.or_else(|| state.directory.tenants.display_name(tenant));
             let answer =
@@ -348,6 +356,13 @@ impl Body {
             Body::Streamed(_) => None,
         }
     }
+}
+
+/// `429 rate_limited`, with the seconds until a request would pass.
+fn rate_limited(whose: &str, wait: std::time::Duration) -> ApiError {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    ApiError::new(ErrorCode::RateLimited, format!("{whose} sent more proxied requests than it may just now"))
+        .retry_after(seconds.max(1))
 }
 
 /// What the caller's `MCP-Connect-*` headers ask for.

@@ -141,6 +141,7 @@ class ErrorCode(StrEnum):
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    RATE_LIMITED = "rate_limited"
     UPSTREAM_TOO_LARGE = "upstream_too_large"
 
 
