@@ -581,3 +581,53 @@ async fn a_connection_or_a_tenant_over_its_rate_gets_429_with_retry_after_and_no
         assert!(limited.last().unwrap().1.starts_with("this tenant"), "bob's second: {limited:?}");
     }
 }
+
+/// The whole way: a proxied call without a connection answers the elicitation, the person
+/// connects in Chromium, and the retry reaches the provider with a token the caller never
+/// sees.
+#[tokio::test]
+async fn a_person_connects_in_chromium_and_the_retried_proxied_call_reaches_the_provider() {
+    use crate::support::chrome::{Chrome, Setup};
+    use crate::support::chrome::{answer_at_the_provider, callback_heading, on_the_consent_page, open_and_sign_in};
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let first = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
+    assert_eq!(first.status(), 428);
+    let b: Value = first.json().await.unwrap();
+    let (id, url) = (b["elicitation"]["id"].as_str().unwrap(), b["mcp"]["url"].as_str().unwrap());
+
+    let chrome = Chrome::start("proxy", Setup::default()).await;
+    open_and_sign_in(&chrome, &app, url, "alice").await;
+    on_the_consent_page(&chrome, &app, id).await;
+    chrome.click("button[name=decision][value=connect]").await;
+    answer_at_the_provider(&chrome, &app, "octo-alice", "allow").await;
+    assert_eq!(callback_heading(&chrome, &app).await, "Connected");
+    chrome.close().await;
+
+    let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[("mcp-connect-elicitation-id", id)]).await;
+    assert_eq!(r.status(), 200);
+    let headers = format!("{:?}", r.headers());
+    let body = r.text().await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["login"], "octo-alice");
+    // The token the grant holds (this tenant hands it out) appears in neither.
+    let token = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
+    let token = token["access_token"].as_str().unwrap();
+    assert!(!body.contains(token) && !headers.contains(token), "{headers}");
+}
+
+#[tokio::test]
+async fn a_stream_in_flight_is_cut_when_its_connection_is_revoked() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let id = app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let mut r = proxied(&app, reqwest::Method::GET, "upp/events", "alice", &[]).await;
+    assert_eq!(r.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk()).await.unwrap().unwrap();
+    assert_eq!(first.unwrap(), "data: one\n\n");
+    let revoked = app.admin(reqwest::Method::POST, &format!("/connections/{id}/revoke"), None).await;
+    assert!(revoked.status().is_success(), "{}", revoked.status());
+    // The provider would go on (it never sends the second event): the proxy breaks it off,
+    // with an error, not an end that reads as complete.
+    let next = tokio::time::timeout(Duration::from_secs(15), r.chunk()).await.expect("cut within the bound");
+    assert!(next.is_err(), "broken off: {next:?}");
+}

@@ -25,6 +25,7 @@ use crate::net::OutboundError;
 use crate::providers::Provider;
 use crate::providers::credential::{Credential, Placement};
 use crate::providers::proxy::ProxyRefusal;
+use crate::store::connections::ConnectionRow;
 use crate::telemetry::metrics::PROXY_REQUESTS;
 use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError, web};
@@ -234,8 +235,9 @@ async fn forward(
         };
     // The provider refused the token (revoked, or expired before its time): a grant that
     // can be refreshed is, once, and a request that can be sent again is.
+    let watch = Watch { state: state.clone(), key: key.clone(), connection };
     if answer.status() != reqwest::StatusCode::UNAUTHORIZED || provider.credential().is_some() {
-        return respond(answer, None);
+        return respond(answer, None, watch);
     }
     let refreshed = crate::flows::refresh::refresh_refused(state, &key, &credential.0, OffsetDateTime::now_utc()).await;
     if let Err(e) = &refreshed {
@@ -243,16 +245,53 @@ async fn forward(
     }
     let (Ok(()), Some(again)) = (&refreshed, body.again()) else {
         let said = if refreshed.is_ok() { "true" } else { "failed" };
-        return respond(answer, Some(said));
+        return respond(answer, Some(said), watch);
     };
-    let (credential, _) = usable(state, &caller, request, asking).await?;
+    let (credential, connection) = usable(state, &caller, request, asking).await?;
     let answer = state
         .proxy
         .forwarder
         .send(out.build(&provider, &credential, again)?, provider.reach())
         .await
         .map_err(|e| upstream_error(&e))?;
-    respond(answer, None)
+    respond(answer, None, Watch { connection, ..watch })
+}
+
+/// How often a streaming answer looks whether its connection is still usable.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The connection an answer streams for: revoked (or replaced by a new connect), the
+/// stream is cut, on every instance within the bound a hand-out has.
+struct Watch {
+    state: AppState,
+    key: crate::domain::ConnectionKey,
+    connection: crate::domain::ConnectionId,
+}
+
+impl Watch {
+    /// Resolves when the connection is no longer the usable one (or cannot be read). A
+    /// look costs nothing while the lookup cache holds the connection: a revocation
+    /// drops the entry on every instance, and only then is the row read.
+    async fn revoked(self) {
+        loop {
+            tokio::time::sleep(WATCH_EVERY).await;
+            if self.state.connections.cached(&self.key).is_some_and(|c| c.id == self.connection) {
+                continue;
+            }
+            let ours = |row: &ConnectionRow| {
+                row.id == self.connection && row.status == crate::domain::ConnectionStatus::Active
+            };
+            match self.state.connections.read(&self.key, ours).await {
+                Ok(Some(row)) if ours(&row) => {}
+                Ok(_) => {
+                    tracing::info!(provider = %self.key.provider, "the connection ended: its proxied stream is cut");
+                    return;
+                }
+                // The database did not answer: the stream goes on; the next look asks again.
+                Err(_) => {}
+            }
+        }
+    }
 }
 
 /// The usable credential of the request's connection (and its typed fields), or the
@@ -614,7 +653,7 @@ fn upstream_error(e: &OutboundError) -> ApiError {
 /// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]); with
 /// `refreshed`, a `401` after which the grant was refreshed (`true`: the caller may send
 /// its request again) or could not be (`failed`).
-fn respond(answer: reqwest::Response, refreshed: Option<&'static str>) -> Result<HttpResponse, Refused> {
+fn respond(answer: reqwest::Response, refreshed: Option<&'static str>, watch: Watch) -> Result<HttpResponse, Refused> {
     if answer.content_length().is_some_and(|n| n > MAX_RESPONSE_BODY) {
         return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
     }
@@ -653,6 +692,22 @@ fn respond(answer: reqwest::Response, refreshed: Option<&'static str>) -> Result
         }
         Ok(chunk)
     });
+    // Cut with an error (the caller's connection is broken off, not ended as if complete)
+    // when the connection ends; the watch is dropped with the stream.
+    let body = futures_util::stream::unfold(
+        (Box::pin(body), Box::pin(watch.revoked()), false),
+        |(mut body, mut revoked, cut)| async move {
+            if cut {
+                return None;
+            }
+            tokio::select! {
+                () = &mut revoked => {
+                    Some((Err(std::io::Error::other("the connection ended")), (body, revoked, true)))
+                }
+                item = body.next() => item.map(|i| (i, (body, revoked, false))),
+            }
+        },
+    );
     Ok(match length {
         Some(n) => r.body(actix_web::body::SizedStream::new(n, body)),
         None => r.streaming(body),
