@@ -264,6 +264,8 @@ type Keyed<K> = governor::DefaultKeyedRateLimiter<K>;
 pub struct ProxyLimits {
     tenants: Option<Keyed<TenantId>>,
     connections: Option<Keyed<ConnectionId>>,
+    /// Refreshes a provider's `401` may cause: one a minute per connection.
+    refusals: Keyed<ConnectionId>,
     checks: std::sync::atomic::AtomicU64,
 }
 
@@ -277,6 +279,7 @@ impl ProxyLimits {
         Self {
             tenants: keyed(s.per_tenant_per_second, s.per_tenant_burst),
             connections: keyed(s.per_connection_per_second, s.per_connection_burst),
+            refusals: governor::RateLimiter::keyed(governor::Quota::per_minute(std::num::NonZeroU32::MIN)),
             checks: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -285,6 +288,12 @@ impl ProxyLimits {
     pub fn tenant(&self, t: &TenantId) -> Result<(), Duration> {
         self.forget_now_and_then();
         Self::check(self.tenants.as_ref(), t)
+    }
+
+    /// `Err(wait)`: a refresh for this connection's refused token was made less than a
+    /// minute ago (on this instance).
+    pub fn refresh_for_refusal(&self, c: &ConnectionId) -> Result<(), Duration> {
+        Self::check(Some(&self.refusals), c)
     }
 
     /// `Err(wait)`: the connection is over its rate.
@@ -307,6 +316,7 @@ impl ProxyLimits {
             if let Some(l) = &self.connections {
                 l.retain_recent();
             }
+            self.refusals.retain_recent();
         }
     }
 }

@@ -76,17 +76,27 @@ pub async fn refresh_refused(
     key: &crate::domain::ConnectionKey,
     sent: &secrecy::SecretString,
     now: OffsetDateTime,
-) -> Result<(), RefreshError> {
+) -> Result<secrecy::SecretString, RefreshError> {
     use secrecy::ExposeSecret;
     let row = store::connections::find_connection(&state.pool, key).await?.ok_or(RefreshError::Gone)?;
+    let current = access_token(state, &row)?;
+    if current.expose_secret() != sent.expose_secret() {
+        // Another call refreshed it (the lookup cache may not have heard yet): this one.
+        return Ok(current);
+    }
+    let refreshed = refresh_spawned(state, &row, now, Due::Refused).await?;
+    access_token(state, &refreshed)
+}
+
+/// A row's access token, opened.
+fn access_token(state: &AppState, row: &ConnectionRow) -> Result<secrecy::SecretString, RefreshError> {
+    if row.status != ConnectionStatus::Active {
+        return Err(RefreshError::NeedsReauth);
+    }
     let (Some(key_id), Some(at_ct)) = (&row.key_id, &row.access_token_ct) else {
         return Err(RefreshError::NeedsReauth);
     };
-    let current = state.vault.open(key_id, &row.binding(), Field::AccessToken, at_ct)?;
-    if current.expose_secret() != sent.expose_secret() {
-        return Ok(());
-    }
-    refresh_spawned(state, &row, now, Due::Refused).await.map(|_| ())
+    Ok(state.vault.open(key_id, &row.binding(), Field::AccessToken, at_ct)?)
 }
 
 async fn refresh_spawned(
@@ -152,6 +162,12 @@ async fn refresh_locked(
         // Refreshed by another caller while we waited for the lock: use theirs.
         tx.commit().await?;
         return Ok(row);
+    }
+    // A provider (or a caller provoking a 401) does not drive refreshes at will: one a
+    // minute per connection for refused tokens (checked here, past the fence, so the calls
+    // that waited for this one's refresh are not refused by it).
+    if due == Due::Refused && state.proxy.limits.refresh_for_refusal(&row.id).is_err() {
+        return Err(RefreshError::Transient("refreshed for a refusal moments ago".to_owned()));
     }
     let binding = row.binding();
     let (Some(key_id), Some(rt_ct)) = (&row.key_id, &row.refresh_token_ct) else {

@@ -242,7 +242,7 @@ impl ResponseError for ApiError {
         let mut r = HttpResponse::build(self.code.status());
         // Every answer of ours says so: behind `/v1/proxy`, a caller tells it from the
         // provider's (whose `MCP-Connect-*` headers are dropped).
-        r.insert_header((crate::http::api::proxy::ERROR_HEADER, self.code.as_str()));
+        r.insert_header((ERROR_HEADER, self.code.as_str()));
         if let Some(w) = &self.www_authenticate {
             r.insert_header(("WWW-Authenticate", w.as_str()));
         }
@@ -255,6 +255,10 @@ impl ResponseError for ApiError {
         r.json(ErrorBody { error: self.code, error_description: &self.description })
     }
 }
+
+/// On every error answer of ours, its code: behind `/v1/proxy` a caller tells ours from
+/// the provider's by it.
+pub const ERROR_HEADER: &str = "mcp-connect-error";
 
 /// The largest JSON body `/v1` and `/admin/v1` read.
 pub const BODY_LIMIT: usize = 16 * 1024;

@@ -85,6 +85,11 @@ async fn answer(req: HttpRequest, body: web::Bytes, s: web::Data<Shared>) -> Htt
     s.seen.lock().unwrap().push(seen.clone());
     match req.path() {
         "/redirect" => HttpResponse::Found().insert_header(("location", "http://127.0.0.1:9/steal")).finish(),
+        "/leak" => HttpResponse::Ok()
+            .insert_header(("link", format!("<https://api.example/next?{}>; rel=\"next\"", req.query_string())))
+            .insert_header(("x-echo", req.headers().get("authorization").map_or("", |v| v.to_str().unwrap_or(""))))
+            .insert_header(("x-kept", "yes"))
+            .body("ok"),
         "/cookie" => HttpResponse::Ok()
             .insert_header(("set-cookie", "session=upstream; Path=/"))
             .insert_header(("mcp-connect-error", "connect_required"))
@@ -127,7 +132,7 @@ fn options(peer: &Peer) -> Options {
              authorize_url = \"{{PROVIDER}}/authorize\"\ntoken_url = \"{{PROVIDER}}/token\"\n\
              token_endpoint_auth_method = \"none\"\n\
              [providers.upp.proxy]\norigins = [\"{origin}\"]\npaths = [\"/echo\", \"/redirect\", \"/cookie\", \
-             \"/events\"]\nmethods = [\"GET\", \"POST\"]\n\
+             \"/events\", \"/leak\"]\nmethods = [\"GET\", \"POST\"]\n\
              [providers.keyp]\ntemplate = \"api_key\"\n[providers.keyp.check]\nurl = \"{{PROVIDER}}/api/me\"\n\
              header = \"X-Api-Key\"\n\
              [providers.queryp]\ntemplate = \"api_key\"\n[providers.queryp.check]\n\
@@ -229,6 +234,9 @@ async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() 
         ("accept", "application/json"),
         ("x-keep", "yes"),
         ("idempotency-key", "k-1"),
+        ("x-http-method-override", "DELETE"),
+        ("x-original-url", "/admin"),
+        ("true-client-ip", "10.1.2.3"),
         ("content-type", "application/octet-stream"),
     ];
     let r = app
@@ -246,7 +254,18 @@ async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() 
     assert_eq!(echoed, json!({"method": "POST", "target": "/echo?a=1&b=%20", "body_length": 100_000}));
     let seen = peer.seen().pop().unwrap();
     assert_eq!(seen.header("authorization"), Some("Bearer upp-access-token"), "ours, not the caller's key");
-    for dropped in ["cookie", "x-api-key", "x-auth-token", "private-token", "x-forwarded-for", "forwarded", "x-hop"] {
+    for dropped in [
+        "cookie",
+        "x-api-key",
+        "x-auth-token",
+        "private-token",
+        "x-forwarded-for",
+        "forwarded",
+        "x-hop",
+        "x-http-method-override",
+        "x-original-url",
+        "true-client-ip",
+    ] {
         assert_eq!(seen.header(dropped), None, "{dropped} must not reach the provider: {seen:?}");
     }
     assert!(seen.headers.iter().all(|(n, _)| !n.starts_with("mcp-connect-")), "{seen:?}");
@@ -260,6 +279,13 @@ async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() 
     assert_eq!(r.headers().get("x-upstream").map(|v| v.to_str().unwrap()), Some("yes"));
     assert!(r.headers().get("set-cookie").is_none());
     assert!(r.headers().get("mcp-connect-error").is_none(), "only the proxy's own answers carry it");
+
+    // A provider repeating the credential in a header does not hand it to the caller.
+    let r = proxied(&app, reqwest::Method::GET, "upp/leak?page=2", "alice", &[]).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-echo").is_none(), "{:?}", r.headers());
+    assert_eq!(r.headers()["x-kept"], "yes");
+    assert!(r.headers().get("link").is_some(), "no credential in it: kept");
 }
 
 #[tokio::test]
@@ -303,9 +329,19 @@ async fn traversal_another_origin_a_method_and_an_absolute_form_are_refused_befo
         let (status, body) = raw(&app, &format!("{method} /v1/proxy/upp/echo HTTP/1.1"), "").await;
         assert!(matches!(status, 400 | 405), "{method}: {status} {body}");
     }
-    // A provider with no API to proxy to.
+    // A provider with no API to proxy to; another tenant's provider, whose rules this
+    // caller does not learn (beta may use github only).
     let r = proxied(&app, reqwest::Method::GET, "plainp/x", "alice", &[]).await;
     assert_error(r, 403, "proxy_not_configured").await;
+    let r = app
+        .client
+        .delete(format!("{}/v1/proxy/upp/echo", app.base))
+        .bearer_auth(&app.beta_key)
+        .header("mcp-connect-subject", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, 403, "provider_not_allowed").await;
     assert_eq!(peer.connections(), 0, "nothing reached the provider: {:?}", peer.seen());
 
     // The same request, allowed, does.
@@ -458,14 +494,19 @@ async fn a_tenant_that_hands_out_nothing_says_connected_without_the_credential_a
 async fn a_token_the_provider_refuses_is_refreshed_once_for_concurrent_calls_and_the_request_sent_again() {
     let peer = Peer::start().await;
     let app = spawn(&peer).await;
-    // A grant whose access token the provider holds expired, though we think it good.
-    let past = time::OffsetDateTime::now_utc() - time::Duration::hours(2);
-    let (access, refresh) = app.provider.issue_grant_at("testp-client", "octo-alice", "openid profile", past);
-    app.insert_sealed("acme", "alice", "testp", &access, Some(&refresh), &["openid", "profile"], None).await;
+    // An access token the provider holds expired, though the row says it is good for an
+    // hour (and a refresh token the provider still takes).
+    let now = time::OffsetDateTime::now_utc();
+    let (access, _) =
+        app.provider.issue_grant_at("testp-client", "octo-alice", "openid profile", now - time::Duration::hours(2));
+    let (_, refresh) = app.provider.issue_grant("testp-client", "octo-alice", "openid profile");
+    let good_for_an_hour = Some(now + time::Duration::hours(1));
+    app.insert_sealed("acme", "alice", "testp", &access, Some(&refresh), &["openid", "profile"], good_for_an_hour)
+        .await;
     let call = || proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]);
     let (a, b) = tokio::join!(call(), call());
     for r in [a, b] {
-        assert_eq!(r.status(), 200, "sent again with the refreshed token");
+        assert_eq!(r.status(), 200, "sent again with the refreshed token: {:?}", r.headers());
         assert!(r.headers().get("mcp-connect-refreshed").is_none());
         assert_eq!(r.json::<Value>().await.unwrap()["login"], "octo-alice");
     }
@@ -485,10 +526,14 @@ async fn a_token_the_provider_refuses_is_refreshed_once_for_concurrent_calls_and
         .unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.headers().get("mcp-connect-error").is_none(), "the provider's 401");
-    // Revoked at the provider: the refresh fails, and the grant needs a new consent.
+    // Refreshed for a refusal a moment ago: a token refused again is not refreshed again
+    // within the minute, however often the provider (or a caller provoking it) says 401.
     assert_eq!(r.headers()["mcp-connect-refreshed"], "failed");
-    let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
-    assert_eq!(r.status(), 428, "the next call asks for a connect");
+    for _ in 0..3 {
+        let r = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
+        assert_eq!((r.status().as_u16(), r.headers()["mcp-connect-refreshed"].to_str().unwrap()), (401, "failed"));
+    }
+    assert_eq!(app.provider.stats().refresh_calls, 1);
     // Our own refusals say they are ours, also the key check's.
     let r = app.client.get(format!("{}/v1/proxy/testp/userinfo", app.base)).send().await.unwrap();
     assert_eq!(r.headers()["mcp-connect-error"], "invalid_api_key");

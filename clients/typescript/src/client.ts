@@ -199,6 +199,12 @@ function proxiedPath(rest: string): string {
   const q = target.indexOf('?');
   const path = q < 0 ? target : target.slice(0, q);
   const refuse = (why: string) => new TypeError(`the proxied path is refused: ${why}`);
+  // Only what RFC 3986 allows as it is: a URL parser drops tabs and line breaks before it
+  // resolves dot segments (`/.\t./` is `/../`), and would re-encode the rest.
+  if (!/^[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*$/u.test(path)) throw refuse('a character that must be percent-encoded');
+  if (q >= 0 && !/^[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*$/u.test(target.slice(q + 1))) {
+    throw refuse('a query character that must be percent-encoded');
+  }
   if (path.includes('\\')) throw refuse('a backslash (a URL parser reads it as a slash)');
   const segments = path.slice(1).split('/');
   segments.forEach((segment, i) => {
@@ -395,7 +401,11 @@ export class ConnectClient {
     const prefix = new URL(`v1/proxy/${provider}`, this.#base);
     const label = `ProxyFetch(${this.#base.origin}, ${provider})`;
     const proxied: ProxyFetch = async (input, init) => {
-      const target = `${prefix.href}${proxiedPath(this.#underProxy(prefix, provider, input))}`;
+      const target = new URL(`${prefix.href}${proxiedPath(this.#underProxy(prefix, provider, input))}`);
+      // What fetch will send, parsed as it parses: still this provider's proxy path.
+      if (target.origin !== prefix.origin || !target.pathname.startsWith(`${prefix.pathname}/`)) {
+        throw new TypeError('the proxied path is refused: it leaves the proxy');
+      }
       let request: ProxiedInit;
       if (input instanceof Request) {
         // fetch's own merge of a Request and init; then only what goes on.

@@ -293,6 +293,11 @@ test('a target that would leave the proxy, or that a URL parser would rewrite, i
     '/a/..;x/b',
     '/a\\..\\b', // a backslash reads as a slash
     '/a//b',
+    '/.\t./.\t./token', // fetch drops tabs and line breaks, then reads ../../token
+    '/.%2\te/.%2\te/token',
+    '/a\n/../../token',
+    '/a b',
+    '/user?q=\t',
     `${p.url}/v1/proxy/github/a/../b`,
     `${p.url}/v1/token`, // mcp-connect, but not this provider's proxy
     `${p.url}/v1/proxy/gitlab/user`,

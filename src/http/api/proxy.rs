@@ -50,8 +50,7 @@ const SCOPES: &str = "mcp-connect-scopes";
 const ELICITATION: &str = "mcp-connect-elicitation-id";
 const ORIGIN: &str = "mcp-connect-origin";
 const SERVER_NAME: &str = "mcp-connect-server-name";
-/// On every answer the proxy makes itself: its error code.
-pub const ERROR_HEADER: &str = "mcp-connect-error";
+use crate::http::error::ERROR_HEADER;
 /// On a provider's `401` the proxy could not send again: whether the grant was refreshed.
 pub const REFRESHED_HEADER: &str = "mcp-connect-refreshed";
 
@@ -190,6 +189,10 @@ async fn forward(
         .and_then(|p| p.strip_prefix(id.as_str()))
         .filter(|p| p.starts_with('/'))
         .ok_or_else(|| ApiError::new(ErrorCode::ProxyPathRefused, "the provider's name is encoded"))?;
+    // Another tenant's provider is not this caller's to learn the rules of.
+    if state.directory.tenants.allows(&caller.0.tenant, &id) != Some(true) {
+        return Err(ApiError::new(ErrorCode::ProviderNotAllowed, "this tenant may not use that provider").into());
+    }
     let Some(rules) = &provider.proxy else {
         return Err(ApiError::new(ErrorCode::ProxyNotConfigured, "this provider has no API origins to proxy to").into());
     };
@@ -237,24 +240,50 @@ async fn forward(
     // can be refreshed is, once, and a request that can be sent again is.
     let watch = Watch { state: state.clone(), key: key.clone(), connection };
     if answer.status() != reqwest::StatusCode::UNAUTHORIZED || provider.credential().is_some() {
-        return respond(answer, None, watch);
+        return respond(answer, None, watch, &spellings(&credential.0, credential.1.as_ref()));
     }
     let refreshed = crate::flows::refresh::refresh_refused(state, &key, &credential.0, OffsetDateTime::now_utc()).await;
     if let Err(e) = &refreshed {
         tracing::info!(provider = %key.provider, error = %e, "a proxied call's token was refused and not refreshed");
     }
-    let (Ok(()), Some(again)) = (&refreshed, body.again()) else {
+    let (Ok(token), Some(again)) = (refreshed.as_ref(), body.again()) else {
         let said = if refreshed.is_ok() { "true" } else { "failed" };
-        return respond(answer, Some(said), watch);
+        return respond(answer, Some(said), watch, &spellings(&credential.0, credential.1.as_ref()));
     };
-    let (credential, connection) = usable(state, &caller, request, asking).await?;
+    // The refreshed token as the row holds it (the lookup cache may not have heard yet).
+    let credential = (token.clone(), None);
     let answer = state
         .proxy
         .forwarder
         .send(out.build(&provider, &credential, again)?, provider.reach())
         .await
         .map_err(|e| upstream_error(&e))?;
-    respond(answer, None, Watch { connection, ..watch })
+    let secrets = spellings(&credential.0, credential.1.as_ref());
+    respond(answer, None, watch, &secrets)
+}
+
+/// The ways a credential may be written back in a header: as it is, percent-encoded (as in
+/// a query), and as HTTP Basic's base64 (with its username).
+type Spellings = Vec<String>;
+
+fn spellings(token: &SecretString, credential: Option<&Credential>) -> Spellings {
+    let t = token.expose_secret();
+    if t.len() < 8 {
+        // Too short to tell from other text; nothing to compare.
+        return Vec::new();
+    }
+    let mut out = vec![t.to_owned(), url::form_urlencoded::byte_serialize(t.as_bytes()).collect::<String>()];
+    out.push(percent_encoding::utf8_percent_encode(t, percent_encoding::NON_ALPHANUMERIC).to_string());
+    if let Some(user) = credential.and_then(|c| c.fields.get("username")) {
+        out.push(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{user}:{t}")));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// How often a streaming answer looks whether its connection is still usable.
@@ -346,6 +375,9 @@ impl Outgoing {
     }
 }
 
+/// How long a body to be kept (at most [`REPEATABLE_BODY`]) may take to arrive.
+const KEPT_BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The largest body kept to be sent again after a refresh.
 const REPEATABLE_BODY: u64 = 64 * 1024;
 
@@ -367,15 +399,21 @@ impl Body {
         if length.is_none_or(|n| n > REPEATABLE_BODY) {
             return Ok(Body::Streamed(Some(request_body(payload, too_large))));
         }
-        let mut kept = bytes::BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the body broke off"))?;
-            if (kept.len() + chunk.len()) as u64 > REPEATABLE_BODY {
-                return Err(ApiError::new(ErrorCode::InvalidRequest, "the body is longer than its Content-Length"));
+        let read = async {
+            let mut kept = bytes::BytesMut::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the body broke off"))?;
+                if (kept.len() + chunk.len()) as u64 > REPEATABLE_BODY {
+                    return Err(ApiError::new(ErrorCode::InvalidRequest, "the body is longer than its Content-Length"));
+                }
+                kept.extend_from_slice(&chunk);
             }
-            kept.extend_from_slice(&chunk);
-        }
-        Ok(Body::Kept(kept.freeze()))
+            Ok(Body::Kept(kept.freeze()))
+        };
+        // A caller that stops sending holds no buffer for long.
+        tokio::time::timeout(KEPT_BODY_DEADLINE, read)
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the body did not arrive within 10 s"))?
     }
 
     /// The body for the first send (a streamed one is taken: it goes once).
@@ -508,6 +546,24 @@ fn hop_by_hop(name: &str) -> bool {
         || name.starts_with("mcp-connect-")
 }
 
+/// Headers that make a server act on another method or path than the one checked
+/// (`X-HTTP-Method-Override: DELETE` on a `POST`), or that claim where the caller is.
+fn changes_the_request(name: &str) -> bool {
+    matches!(
+        name,
+        "x-http-method-override"
+            | "x-http-method"
+            | "x-method-override"
+            | "x-original-url"
+            | "x-rewrite-url"
+            | "x-original-method"
+            | "true-client-ip"
+            | "x-client-ip"
+            | "cf-connecting-ip"
+            | "x-cluster-client-ip"
+    ) || name.contains("subscription-key")
+}
+
 /// The header names `Connection` lists: hop-by-hop for this one message.
 fn connection_listed(headers: &HeaderMap) -> Vec<String> {
     headers
@@ -524,7 +580,7 @@ fn forwarded_headers(headers: &HeaderMap) -> reqwest::header::HeaderMap {
     let mut out = reqwest::header::HeaderMap::new();
     for (name, value) in headers {
         let n = name.as_str();
-        if hop_by_hop(n) || names_a_credential(n) || listed.iter().any(|l| l == n) {
+        if hop_by_hop(n) || names_a_credential(n) || changes_the_request(n) || listed.iter().any(|l| l == n) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (
@@ -653,7 +709,12 @@ fn upstream_error(e: &OutboundError) -> ApiError {
 /// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]); with
 /// `refreshed`, a `401` after which the grant was refreshed (`true`: the caller may send
 /// its request again) or could not be (`failed`).
-fn respond(answer: reqwest::Response, refreshed: Option<&'static str>, watch: Watch) -> Result<HttpResponse, Refused> {
+fn respond(
+    answer: reqwest::Response,
+    refreshed: Option<&'static str>,
+    watch: Watch,
+    secrets: &Spellings,
+) -> Result<HttpResponse, Refused> {
     if answer.content_length().is_some_and(|n| n > MAX_RESPONSE_BODY) {
         return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
     }
@@ -671,6 +732,13 @@ fn respond(answer: reqwest::Response, refreshed: Option<&'static str>, watch: Wa
     for (name, value) in answer.headers() {
         let n = name.as_str();
         if hop_by_hop(n) || n == "set-cookie" || n == "set-cookie2" || listed.iter().any(|l| l == n) {
+            continue;
+        }
+        // A provider that repeats the credential (a `Location` or `Link` with the query it
+        // was sent, an echoed `Authorization`) would hand it to the caller: such a header
+        // is dropped.
+        if secrets.iter().any(|s| contains(value.as_bytes(), s.as_bytes())) {
+            tracing::info!(header = n, "a provider's answer header repeats the credential; dropped");
             continue;
         }
         r.append_header((n, value.as_bytes()));

@@ -226,7 +226,8 @@ async fn answer(
     let provider = req.provider.clone();
     let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
     // A tenant that hands out nothing learns that the connection is usable, not its token.
-    let handed_out = state.directory.tenants.hand_out(&tenant, &provider) != Some(HandOutMode::None);
+    // Not known (the tenant switched off meanwhile): nothing is handed out.
+    let handed_out = state.directory.tenants.hand_out(&tenant, &provider) == Some(HandOutMode::Credentials);
     Ok(match outcome {
         TokenOutcome::Connected {
             access_token,
