@@ -199,11 +199,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         api_key_cache_ttl = secs("api_keys.cache_seconds", raw.api_keys.cache_seconds, 5, 0..=60,
             " (revocation must take effect quickly)");
         otlp_endpoint = otlp_endpoint(raw.tracing.otlp_endpoint);
-        webhook_timeout = secs("webhooks.timeout_seconds", raw.webhooks.timeout_seconds, 5, 1..=30, "");
-        webhook_poll = seconds("webhooks.poll_interval_ms", raw.webhooks.poll_interval_ms, 1000, 50..=60_000, "")
-            .map(Duration::from_millis);
-        webhook_max_pending = seconds("webhooks.max_pending_per_tenant", raw.webhooks.max_pending_per_tenant,
-            10_000, 1..=1_000_000, "");
+        webhooks = webhook_settings(&raw.webhooks);
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
         proxy_limits = proxy_limits(&raw.proxy);
     }
@@ -243,7 +239,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         drain,
         hsts_max_age,
         operator_allow_private_endpoints: raw.operator.allow_private_endpoints.unwrap_or(false),
-        webhooks: webhook_settings(&raw.webhooks, webhook_timeout, webhook_poll, webhook_max_pending),
+        webhooks,
         proxy_limits,
         tenants,
         providers: registry,
@@ -263,20 +259,19 @@ fn tenant_idps_exist(tenants: &[TenantConfig], idps: &crate::oauth::resolve::Idp
     Ok(())
 }
 
-/// `[webhooks]`, its numbers checked with the others.
-fn webhook_settings(
-    raw: &super::raw::RawWebhooks,
-    timeout: Duration,
-    poll_interval: Duration,
-    max_pending_per_tenant: u64,
-) -> super::WebhookSettings {
-    super::WebhookSettings {
+/// `[webhooks]`.
+fn webhook_settings(raw: &super::raw::RawWebhooks) -> Result<super::WebhookSettings, ConfigError> {
+    let timeout = seconds("webhooks.timeout_seconds", raw.timeout_seconds, 5, 1..=30, "")?;
+    let poll_interval = seconds("webhooks.poll_interval_ms", raw.poll_interval_ms, 1000, 50..=60_000, "")?;
+    let max_pending_per_tenant =
+        seconds("webhooks.max_pending_per_tenant", raw.max_pending_per_tenant, 10_000, 1..=1_000_000, "")?;
+    Ok(super::WebhookSettings {
         allow_loopback: raw.allow_loopback.unwrap_or(false),
         allow_private: raw.allow_private.unwrap_or(false),
-        timeout,
-        poll_interval,
+        timeout: Duration::from_secs(timeout),
+        poll_interval: Duration::from_millis(poll_interval),
         max_pending_per_tenant,
-    }
+    })
 }
 
 /// `[proxy]`: each rate and burst 0 (no limit) to 100000, a burst at least 1 where its

@@ -123,10 +123,9 @@ pub struct NewTenantBody {
     idp: Option<String>,
     subject_token_audience: Option<String>,
     require_subject_token: Option<bool>,
-    /// `credentials` when left out; `none`: `/v1/token` hands out no credential.
+    /// `credentials` when left out; `none`: `/v1/token` hands out no credential. (Per
+    /// provider overrides are a configuration file's.)
     hand_out: Option<HandOutMode>,
-    /// Per provider (one of `providers`), the other mode.
-    hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
 }
 
 /// What to change; what is left out stays.
@@ -145,8 +144,6 @@ pub struct TenantChangeBody {
     subject_token_audience: Option<Option<String>>,
     require_subject_token: Option<bool>,
     hand_out: Option<HandOutMode>,
-    /// Replaces the overrides whole (`{}` removes them).
-    hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
     /// `false` switches the tenant off on every instance (also one a file keeps).
     active: Option<bool>,
 }
@@ -261,7 +258,7 @@ pub async fn create_tenant(
         require_subject_token: b.require_subject_token,
         idp: Some(b.idp.unwrap_or_else(|| crate::domain::DEFAULT_IDP.to_owned())),
         hand_out: Some(b.hand_out.unwrap_or_default()),
-        hand_out_providers: b.hand_out_providers,
+        hand_out_providers: None,
     };
     let row = crate::flows::tenants::create_tenant(&state.pool, &known(&state), spec, &caller.0).await?;
     Ok(HttpResponse::Created().json(Tenant::from(row)))
@@ -325,7 +322,7 @@ pub async fn change_tenant(
         subject_token_audience: b.subject_token_audience,
         require_subject_token: b.require_subject_token,
         hand_out: b.hand_out,
-        hand_out_providers: b.hand_out_providers,
+        hand_out_providers: None,
         active: b.active,
     };
     let row = crate::flows::tenants::change_tenant(&state.pool, &known(&state), &id, change, &caller.0).await?;

@@ -164,15 +164,20 @@ fn refusal(r: ProxyRefusal, provider: &Provider) -> ApiError {
     }
 }
 
-async fn forward(
-    caller: ServerCaller,
-    state: &AppState,
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, Refused> {
+/// Where a request goes, checked before anything else is done for it.
+struct Target {
+    id: ProviderId,
+    provider: Arc<Provider>,
+    method: reqwest::Method,
+    url: url::Url,
+}
+
+/// The provider, method and URL a request names, refused (before any connection is looked
+/// up, and before anything leaves) where the provider's proxy rules do not allow them.
+fn target(caller: &ServerCaller, state: &AppState, req: &HttpRequest) -> Result<Target, ApiError> {
     // `GET http://host/… HTTP/1.1`: a proxy's request form, not ours.
     if req.uri().scheme().is_some() || req.uri().authority().is_some() {
-        return Err(ApiError::new(ErrorCode::ProxyPathRefused, "an absolute-form request target is refused").into());
+        return Err(ApiError::new(ErrorCode::ProxyPathRefused, "an absolute-form request target is refused"));
     }
     let name = req.match_info().get("provider").unwrap_or_default();
     let id = ProviderId::parse(name).map_err(|e| ApiError::new(ErrorCode::UnknownProvider, e.0))?;
@@ -191,10 +196,10 @@ async fn forward(
         .ok_or_else(|| ApiError::new(ErrorCode::ProxyPathRefused, "the provider's name is encoded"))?;
     // Another tenant's provider is not this caller's to learn the rules of.
     if state.directory.tenants.allows(&caller.0.tenant, &id) != Some(true) {
-        return Err(ApiError::new(ErrorCode::ProviderNotAllowed, "this tenant may not use that provider").into());
+        return Err(ApiError::new(ErrorCode::ProviderNotAllowed, "this tenant may not use that provider"));
     }
     let Some(rules) = &provider.proxy else {
-        return Err(ApiError::new(ErrorCode::ProxyNotConfigured, "this provider has no API origins to proxy to").into());
+        return Err(ApiError::new(ErrorCode::ProxyNotConfigured, "this provider has no API origins to proxy to"));
     };
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
         .map_err(|_| refusal(ProxyRefusal::MethodNotAllowed, &provider))?;
@@ -203,9 +208,18 @@ async fn forward(
     if req.headers().get(actix_web::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         > Some(MAX_REQUEST_BODY)
     {
-        return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
+        return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB"));
     }
+    Ok(Target { id, provider, method, url })
+}
 
+async fn forward(
+    caller: ServerCaller,
+    state: &AppState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, Refused> {
+    let Target { id, provider, method, url } = target(&caller, state, req)?;
     let ask = Ask::of(req.headers())?;
     let tenant = caller.0.tenant.clone();
     state.proxy.limits.tenant(&tenant).map_err(|wait| rate_limited("this tenant", wait))?;
