@@ -76,14 +76,7 @@ impl Forwarder {
                 }
             }
         };
-        let span = tracing::info_span!(
-            "outbound",
-            otel.kind = "client",
-            otel.name = %format!("{} {}", request.method(), request.url().host_str().unwrap_or("")),
-            http.request.method = %request.method(),
-            server.address = request.url().host_str().unwrap_or(""),
-            http.response.status_code = tracing::field::Empty,
-        );
+        let span = super::http::outbound_span(&request);
         async {
             if self.propagate {
                 super::http::inject_traceparent(request.headers_mut());

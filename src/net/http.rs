@@ -160,14 +160,7 @@ impl Outbound {
     /// never the URL, whose query may hold a code or token) and reads the answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Answer, OutboundError> {
         let mut request = request.build().map_err(classify)?;
-        let span = tracing::info_span!(
-            "outbound",
-            otel.kind = "client",
-            otel.name = %format!("{} {}", request.method(), request.url().host_str().unwrap_or("")),
-            http.request.method = %request.method(),
-            server.address = request.url().host_str().unwrap_or(""),
-            http.response.status_code = tracing::field::Empty,
-        );
+        let span = outbound_span(&request);
         async {
             if self.propagate {
                 inject_traceparent(request.headers_mut());
@@ -292,6 +285,19 @@ impl opentelemetry::propagation::Injector for TraceparentOnly<'_> {
 
 /// Adds the current span's `traceparent` to an outbound request (nothing while traces are
 /// off: the span has no trace context then).
+/// The span of one outbound request (a child of the request's): method and host, never
+/// the URL, whose path or query may hold a code, a token or what the user reads.
+pub(super) fn outbound_span(request: &reqwest::Request) -> tracing::Span {
+    tracing::info_span!(
+        "outbound",
+        otel.kind = "client",
+        otel.name = %format!("{} {}", request.method(), request.url().host_str().unwrap_or("")),
+        http.request.method = %request.method(),
+        server.address = request.url().host_str().unwrap_or(""),
+        http.response.status_code = tracing::field::Empty,
+    )
+}
+
 pub(super) fn inject_traceparent(headers: &mut reqwest::header::HeaderMap) {
     use opentelemetry::propagation::TextMapPropagator as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
