@@ -37,6 +37,9 @@ audit_kinds! {
     ReauthNeeded = "reauth_needed",
     /// One row per instance, connection, API key and minute.
     TokenHandedOut = "token_handed_out",
+    /// Calls through the proxy: one row per instance, connection, API key, minute, method
+    /// class and status class (its `detail`: `method` and `status`, see [`ProxiedCall`]).
+    ProxiedCalls = "proxied_calls",
     ConnectionRevoked = "connection_revoked",
     /// The MCP client closed one link (`cancel` or `decline`).
     ElicitationCancelled = "elicitation_cancelled",
@@ -87,9 +90,94 @@ impl sqlx::Encode<'_, sqlx::Postgres> for AuditKind {
     }
 }
 
+/// A call through the proxy as the audit trail counts it: the class of its method and of
+/// the provider's answer, never its path, query or body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProxiedCall {
+    pub method: MethodClass,
+    pub status: StatusClass,
+}
+
+/// `read` for GET, HEAD and OPTIONS, `write` for every other method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MethodClass {
+    Read,
+    Write,
+}
+
+impl MethodClass {
+    pub fn of(method: &str) -> Self {
+        match method {
+            "GET" | "HEAD" | "OPTIONS" => MethodClass::Read,
+            _ => MethodClass::Write,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MethodClass::Read => "read",
+            MethodClass::Write => "write",
+        }
+    }
+}
+
+/// The provider's answer by its hundreds (`2xx`…), or `none` when no answer came through
+/// (unreachable, timed out, cut).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusClass {
+    Informational,
+    Success,
+    Redirection,
+    ClientError,
+    ServerError,
+    NoAnswer,
+}
+
+impl StatusClass {
+    pub const ALL: [StatusClass; 6] = [
+        StatusClass::Informational,
+        StatusClass::Success,
+        StatusClass::Redirection,
+        StatusClass::ClientError,
+        StatusClass::ServerError,
+        StatusClass::NoAnswer,
+    ];
+
+    pub fn of(status: u16) -> Self {
+        match status {
+            100..=199 => StatusClass::Informational,
+            200..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirection,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StatusClass::Informational => "1xx",
+            StatusClass::Success => "2xx",
+            StatusClass::Redirection => "3xx",
+            StatusClass::ClientError => "4xx",
+            StatusClass::ServerError => "5xx",
+            StatusClass::NoAnswer => "none",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::AuditKind;
+    use super::{AuditKind, MethodClass, StatusClass};
+
+    #[test]
+    fn methods_and_answers_are_classed_as_documented() {
+        assert_eq!(MethodClass::of("GET").as_str(), "read");
+        assert_eq!(MethodClass::of("OPTIONS").as_str(), "read");
+        assert_eq!(MethodClass::of("POST").as_str(), "write");
+        assert_eq!(MethodClass::of("PROPFIND").as_str(), "write");
+        let classes: Vec<&str> = [101, 204, 302, 429, 503, 999].map(|s| StatusClass::of(s).as_str()).to_vec();
+        assert_eq!(classes, ["1xx", "2xx", "3xx", "4xx", "5xx", "5xx"]);
+    }
 
     #[test]
     fn every_audit_kind_is_documented() {

@@ -12,7 +12,7 @@ pub(crate) mod props;
 mod scopes;
 pub mod shown;
 
-pub use audit::AuditKind;
+pub use audit::{AuditKind, MethodClass, ProxiedCall, StatusClass};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use handout::{ConnectionFacts, HandOut, HandOutRequest, RefreshPolicy, check_handout};
 pub use ids::{

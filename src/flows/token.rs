@@ -81,10 +81,26 @@ pub enum TokenError {
 }
 super::fault::wraps_fault!(TokenError);
 
+/// The hand-out `/v1/token` makes: [`credential_for`], counted in the hand-out audit when it
+/// hands a credential to `api_key`'s caller.
 pub async fn token_for(
     state: &AppState,
     tenant: &TenantId,
     api_key: &ApiKeyId,
+    req: TokenRequest,
+    now: OffsetDateTime,
+) -> Result<TokenOutcome, TokenError> {
+    let out = credential_for(state, tenant, req, now).await?;
+    record_handout(&state.handouts, api_key, &out).await;
+    Ok(out)
+}
+
+/// The subject's usable credential for the provider (refreshed first where due), or what
+/// to ask the person: every rule of the hand-out, nothing counted (the proxy counts its
+/// calls itself, by method and answer).
+pub async fn credential_for(
+    state: &AppState,
+    tenant: &TenantId,
     req: TokenRequest,
     now: OffsetDateTime,
 ) -> Result<TokenOutcome, TokenError> {
@@ -110,7 +126,6 @@ pub async fn token_for(
     let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
     let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
     if let Some(out) = cached_token(&state.connections, &state.vault, state.refresh, &key, &provider, ask, now)? {
-        record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
     }
 
@@ -125,7 +140,6 @@ pub async fn token_for(
     if let Some(c) = &conn
         && let Some(out) = usable_token(state, &key, &provider, ask, c, now).await?
     {
-        record_handout(&state.handouts, api_key, &out).await;
         return Ok(out);
     }
     if killed != KillState::Open {

@@ -93,6 +93,9 @@ pub struct HandoutRow {
     pub minute: time::OffsetDateTime,
     pub connection_id: Uuid,
     pub api_key_id: ApiKeyId,
+    /// `None`: token hand-outs (`token_handed_out`); else calls through the proxy of this
+    /// class (`proxied_calls`).
+    pub proxied: Option<crate::domain::ProxiedCall>,
     pub count: i32,
     pub first_at: time::OffsetDateTime,
     pub last_at: time::OffsetDateTime,
@@ -100,6 +103,8 @@ pub struct HandoutRow {
 
 /// The kind of the hand-out rows.
 pub const HANDED_OUT: AuditKind = AuditKind::TokenHandedOut;
+/// The kind of the proxied-call rows.
+pub const PROXIED: AuditKind = AuditKind::ProxiedCalls;
 
 /// Rows per statement of [`insert_handouts_paced`]: about 1-2 ms of the backend's work.
 pub const CHUNK: usize = 64;
@@ -129,11 +134,12 @@ where
     tx.commit().await
 }
 
-/// Writes hand-out rows of `instance` in one statement. A row already there (a batch
-/// written again after its commit's reply was lost) is skipped: its own key is unique
-/// (`audit_events_handout`).
+/// Writes hand-out (and proxied-call) rows of `instance` in one statement. A row already
+/// there (a batch written again after its commit's reply was lost) is skipped: its own key
+/// is unique (`audit_events_handout`, which names the kind and the detail too).
 pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[HandoutRow]) -> Result<(), sqlx::Error> {
     let mut cols: (Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>) = Default::default();
+    let mut class: (Vec<Option<&str>>, Vec<Option<&str>>) = Default::default();
     for r in rows {
         cols.0.push(r.minute);
         cols.1.push(r.connection_id);
@@ -141,24 +147,34 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
         cols.3.push(r.count);
         cols.4.push(r.first_at);
         cols.5.push(r.last_at);
+        class.0.push(r.proxied.map(|c| c.method.as_str()));
+        class.1.push(r.proxied.map(|c| c.status.as_str()));
     }
     sqlx::query!(
         r#"INSERT INTO audit_events
                (at, tenant_id, subject, issuer, provider, kind, connection_id, api_key_id, instance, count, first_at,
-                last_at)
-           SELECT u.at, c.tenant_id, c.subject, c.issuer, c.provider, $1, u.id, u.key, $2, u.n, u.first_at, u.last_at
-           FROM unnest($3::timestamptz[], $4::uuid[], $5::text[], $6::int[], $7::timestamptz[], $8::timestamptz[])
-                AS u(at, id, key, n, first_at, last_at)
+                last_at, detail)
+           SELECT u.at, c.tenant_id, c.subject, c.issuer, c.provider,
+                  CASE WHEN u.method IS NULL THEN $1 ELSE $2 END,
+                  u.id, u.key, $3, u.n, u.first_at, u.last_at,
+                  CASE WHEN u.method IS NULL THEN '{}'::jsonb
+                       ELSE jsonb_build_object('method', u.method, 'status', u.status) END
+           FROM unnest($4::timestamptz[], $5::uuid[], $6::text[], $7::int[], $8::timestamptz[], $9::timestamptz[],
+                       $10::text[], $11::text[])
+                AS u(at, id, key, n, first_at, last_at, method, status)
            LEFT JOIN connections c ON c.id = u.id
            ON CONFLICT DO NOTHING"#,
         HANDED_OUT as AuditKind,
+        PROXIED as AuditKind,
         instance,
         &cols.0,
         &cols.1,
         &cols.2,
         &cols.3,
         &cols.4,
-        &cols.5
+        &cols.5,
+        &class.0 as &[Option<&str>],
+        &class.1 as &[Option<&str>]
     )
     .execute(db)
     .await?;

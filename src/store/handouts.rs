@@ -1,7 +1,9 @@
 //! "Token handed out" audit, aggregated off the request path: a hand-out only counts itself
 //! into the row of its instance, connection, API key and minute, held in memory (48 bytes
 //! a row; the connection's tenant, subject and provider are filled in when it is
-//! written). A writer task writes each minute's rows once that minute has closed (checked every second), and
+//! written). A call through the proxy counts itself the same way, into a row of its own
+//! kind (`proxied_calls`) that also names its method class and status class. A writer task
+//! writes each minute's rows once that minute has closed (checked every second), and
 //! everything at once when asked to drain (shutdown). A row is written once and never
 //! updated: the trail says who used which connection, through which key, to the minute,
 //! and how often, at a fraction of one row per hand-out.
@@ -18,7 +20,7 @@
 //! a connection the first time it is handed out in a minute, so that those row updates
 //! never hold up the audit (or, through a full queue, the lookups).
 
-use crate::domain::{ApiKeyId, ConnectionId};
+use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
 use crate::store::{self, Db, audit::HandoutRow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -62,15 +64,39 @@ struct Tally {
     last_us: i64,
 }
 
-/// The open rows by minute (Unix time / 60), then connection and API key (its bits).
+/// What a row counts: hand-outs (0), or proxied calls of one method and status class
+/// (1 + method × 6 + status), a byte so that the rows waiting stay small.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Use(u8);
+
+impl Use {
+    const HAND_OUT: Use = Use(0);
+
+    fn proxied(call: ProxiedCall) -> Use {
+        let method = u8::from(call.method == MethodClass::Write);
+        let status = StatusClass::ALL.iter().position(|s| *s == call.status).unwrap_or(0) as u8;
+        Use(1 + method * 6 + status)
+    }
+
+    fn call(self) -> Option<ProxiedCall> {
+        let code = self.0.checked_sub(1)?;
+        let method = if code / 6 == 0 { MethodClass::Read } else { MethodClass::Write };
+        Some(ProxiedCall { method, status: StatusClass::ALL[usize::from(code % 6)] })
+    }
+}
+
+/// A row's key within its minute: connection, API key (its bits), what it counts.
+type RowKey = (Uuid, u64, Use);
+
+/// The open rows by minute (Unix time / 60), then [`RowKey`].
 #[derive(Default)]
 struct Minutes {
-    by_minute: BTreeMap<i64, HashMap<(Uuid, u64), Tally>>,
+    by_minute: BTreeMap<i64, HashMap<RowKey, Tally>>,
     rows: usize,
 }
 
 /// A row taken out of [`Minutes`], waiting to be written.
-type Taken = (i64, (Uuid, u64), Tally);
+type Taken = (i64, RowKey, Tally);
 
 fn micros(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX)
@@ -81,11 +107,11 @@ fn from_micros(us: i64) -> OffsetDateTime {
 }
 
 impl Minutes {
-    /// Counts a hand-out at `now`; true when it opened a row.
-    fn add(&mut self, now: OffsetDateTime, connection: Uuid, api_key: u64) -> bool {
+    /// Counts a use at `now`; true when it opened a row.
+    fn add(&mut self, now: OffsetDateTime, key: RowKey) -> bool {
         let us = micros(now);
         let rows = self.by_minute.entry(now.unix_timestamp().div_euclid(60)).or_default();
-        match rows.entry((connection, api_key)) {
+        match rows.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let t = o.get_mut();
                 t.count = t.count.saturating_add(1);
@@ -115,11 +141,12 @@ impl Minutes {
     }
 }
 
-fn handout_row((minute, (connection_id, key), t): &Taken) -> HandoutRow {
+fn handout_row((minute, (connection_id, key, what), t): &Taken) -> HandoutRow {
     HandoutRow {
         minute: from_micros(minute.saturating_mul(60_000_000)),
         connection_id: *connection_id,
         api_key_id: ApiKeyId::from_bits(*key),
+        proxied: what.call(),
         count: t.count,
         first_at: from_micros(t.first_us),
         last_at: from_micros(t.last_us),
@@ -171,9 +198,18 @@ impl HandoutAudit {
 
     /// Counts a hand-out of `connection` through `api_key` into this minute's row.
     pub async fn record(&self, connection: ConnectionId, api_key: &ApiKeyId) {
-        let (connection, key) = (connection.as_uuid(), api_key.to_bits());
+        self.count((connection.as_uuid(), api_key.to_bits(), Use::HAND_OUT)).await;
+    }
+
+    /// Counts a call through the proxy with `connection`'s credential into this minute's
+    /// row of its method and status class.
+    pub async fn record_proxied(&self, connection: ConnectionId, api_key: &ApiKeyId, call: ProxiedCall) {
+        self.count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call))).await;
+    }
+
+    async fn count(&self, key: RowKey) {
         // The common case: there is room, and nothing to register for.
-        if self.try_count(connection, key) {
+        if self.try_count(key) {
             return;
         }
         let waited = Instant::now();
@@ -182,7 +218,7 @@ impl HandoutAudit {
             let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if self.try_count(connection, key) {
+            if self.try_count(key) {
                 metrics::histogram!(QUEUE_WAIT).record(waited.elapsed().as_secs_f64());
                 return;
             }
@@ -192,7 +228,7 @@ impl HandoutAudit {
 
     /// Counts the hand-out if there is room; `false` when the rows waiting are at
     /// [`CAPACITY`]. (A poisoned lock counts nothing and waits for nothing, as before.)
-    fn try_count(&self, connection: Uuid, key: u64) -> bool {
+    fn try_count(&self, key: RowKey) -> bool {
         let (opened, early) = {
             let Ok(mut m) = self.shared.minutes.lock() else { return true };
             if m.rows + self.shared.in_flight.load(Ordering::Acquire) >= CAPACITY {
@@ -200,11 +236,11 @@ impl HandoutAudit {
             }
             // Read under the lock: once the writer has taken a minute, no hand-out can
             // still count itself into it.
-            let opened = m.add((self.shared.clock)(), connection, key);
+            let opened = m.add((self.shared.clock)(), key);
             (opened, m.rows >= EARLY)
         };
         if opened {
-            let _ = self.touch.send(connection);
+            let _ = self.touch.send(key.0);
         }
         if early {
             self.shared.write_all.store(true, Ordering::Release);
@@ -338,6 +374,26 @@ async fn toucher(pool: Db, mut rx: mpsc::UnboundedReceiver<Uuid>) {
                     tracing::warn!(error = %e, attempt, "marking connections used failed");
                     tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Use;
+    use crate::domain::{MethodClass, ProxiedCall, StatusClass};
+
+    #[test]
+    fn every_proxied_call_class_has_its_own_code_and_comes_back_as_it_went() {
+        assert_eq!(Use::HAND_OUT.call(), None);
+        let mut seen = std::collections::HashSet::new();
+        for method in [MethodClass::Read, MethodClass::Write] {
+            for status in StatusClass::ALL {
+                let call = ProxiedCall { method, status };
+                let code = Use::proxied(call);
+                assert!(code != Use::HAND_OUT && seen.insert(code.0), "{call:?}");
+                assert_eq!(code.call(), Some(call));
             }
         }
     }

@@ -207,14 +207,65 @@ async fn a_proxied_call_reaches_the_provider_with_the_users_token_which_the_call
     for secret in [&access, &refresh] {
         assert!(!body.contains(secret.as_str()) && !headers.contains(secret.as_str()), "{headers} {body}");
     }
-    // Counted as a hand-out, in the minute's audit row.
+    // Counted as a proxied call in the minute's audit row, not as a hand-out.
+    assert_eq!(proxied_rows(&app).await, [("read".into(), "2xx".into(), 1)]);
+}
+
+/// The minute's audit rows of proxied calls (drained first): method class, status class,
+/// count; and that no token was counted as handed out.
+async fn proxied_rows(app: &TestApp) -> Vec<(String, String, i32)> {
     assert!(app.state.handouts.drain(Duration::from_secs(5)).await);
-    let n: i64 =
-        sqlx::query_scalar("SELECT coalesce(sum(count), 0)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(n, 1);
+    let handed: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'token_handed_out'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(handed, 0, "a proxied call hands nothing out");
+    sqlx::query_as(
+        "SELECT detail->>'method', detail->>'status', count FROM audit_events WHERE kind = 'proxied_calls' \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn proxied_calls_are_counted_per_connection_and_minute_by_method_and_answer_class() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let conn = app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    for (method, path, status) in [
+        (reqwest::Method::GET, "upp/echo", 200),
+        (reqwest::Method::GET, "upp/echo?x=1", 200),
+        (reqwest::Method::POST, "upp/echo", 200),
+        (reqwest::Method::GET, "upp/redirect", 302),
+        // Refused before anything leaves: not a call.
+        (reqwest::Method::GET, "upp/elsewhere", 403),
+        (reqwest::Method::DELETE, "upp/echo", 405),
+    ] {
+        let r = proxied(&app, method, path, "alice", &[]).await;
+        assert_eq!(r.status(), status, "{path}");
+    }
+    let rows = proxied_rows(&app).await;
+    let want: Vec<(String, String, i32)> =
+        vec![("read".into(), "2xx".into(), 2), ("read".into(), "3xx".into(), 1), ("write".into(), "2xx".into(), 1)];
+    assert_eq!(rows, want);
+    // Each row names the connection, its subject and provider, and the key (never a path).
+    let (connection, subject, provider, key, detail): (uuid::Uuid, String, String, String, Value) = sqlx::query_as(
+        "SELECT connection_id, subject, provider, api_key_id, detail FROM audit_events \
+         WHERE kind = 'proxied_calls' LIMIT 1",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((connection, subject.as_str(), provider.as_str()), (conn.as_uuid(), "alice", "upp"));
+    assert!(app.key.contains(&key), "the caller's key id");
+    assert_eq!(detail.as_object().unwrap().len(), 2, "method and status only: {detail}");
+    // The operator's trail lists them under their kind.
+    let r = app.admin(reqwest::Method::GET, "/audit?kind=proxied_calls", None).await;
+    assert_eq!(r.status(), 200);
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(3), "{page}");
 }
 
 #[tokio::test]

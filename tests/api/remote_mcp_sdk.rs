@@ -210,3 +210,49 @@ async fn a_server_whose_metadata_is_only_at_the_root_is_found_and_named_by_its_o
     let (status, tools) = server.call(t["access_token"].as_str().unwrap(), 1, "tools/list", json!({})).await;
     assert_eq!(status, 200, "{tools}");
 }
+
+#[tokio::test]
+async fn an_mcp_session_of_the_official_sdk_client_passes_through_the_proxy_with_the_token_of_the_servers_audience() {
+    let server = SdkServer::start(json!({"port": 0})).await;
+    let mut opts = options(&server.mcp_url(), None);
+    // A tenant that hands out nothing: the proxy is the only way to use the grant.
+    opts.patch
+        .push(("display_name = \"Acme Assistant\"", "display_name = \"Acme Assistant\"\nhand_out = \"none\"".into()));
+    let app = spawn_app_with(opts).await;
+    let t = connect(&app, &server, "dave-sdk").await;
+    assert_eq!((&t["status"], &t["hand_out"]), (&json!("connected"), &json!("none")), "{t}");
+    assert!(t.get("access_token").is_none(), "{t}");
+
+    // The official SDK's client, holding only our server key, speaks Streamable HTTP to
+    // /v1/proxy/remote/mcp: initialize, tools/list and a tool call.
+    let config = json!({
+        "url": format!("{}/v1/proxy/remote/mcp", app.base),
+        "headers": {"Authorization": format!("Bearer {}", app.key), "MCP-Connect-Subject": "alice"},
+        "tool": "whoami",
+    });
+    let out = tokio::process::Command::new("node")
+        .arg(crate::sdks::node_script("tests/sdk/ts-client", "proxied_session.mjs"))
+        .arg(config.to_string())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let session: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout} {stderr}"));
+    assert!(out.status.success(), "{session} {stderr} {}", server.stats().await);
+    assert_eq!(session["server"]["name"], "auth-mcp-server", "{session}");
+    assert_eq!(session["tools"], json!(["whoami"]), "{session}");
+    assert_eq!(session["result"]["content"][0]["text"], "dave-sdk", "the user's token reached the tool: {session}");
+
+    // Each message reached the server with the token it issued for its own URL (RFC 8707):
+    // its bearer check accepts no other audience.
+    let stats = server.stats().await;
+    let calls = stats["mcp_calls"].as_array().unwrap();
+    let methods: Vec<&str> = calls.iter().filter_map(|c| c["method"].as_str()).collect();
+    assert_eq!(methods, ["initialize", "notifications/initialized", "tools/list", "tools/call"], "{stats}");
+    for c in calls {
+        assert_eq!((&c["username"], &c["resource"]), (&json!("dave-sdk"), &json!(server.mcp_url())), "{stats}");
+    }
+    assert_eq!(stats["token"][0]["resource"], server.mcp_url(), "asked for its audience: {stats}");
+}

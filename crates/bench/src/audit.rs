@@ -50,6 +50,7 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
                 minute,
                 connection_id: *id,
                 api_key_id: key.clone(),
+                proxied: None,
                 count: 3,
                 first_at: now,
                 last_at: now,

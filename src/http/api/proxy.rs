@@ -18,7 +18,7 @@
 
 use super::ServerCaller;
 use crate::app::AppState;
-use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
+use crate::domain::{ElicitationId, MethodClass, ProviderId, ProxiedCall, Scopes, StatusClass, Subject};
 use crate::flows::token::{self as tokens, TokenOutcome, TokenRequest};
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::net::OutboundError;
@@ -116,20 +116,23 @@ pub async fn proxy(
         Some(Ok(p)) if state.directory.providers.get(&p).is_some() => p.as_str().to_owned(),
         _ => "other".to_owned(),
     };
-    let (response, result) = match forward(caller, &state, &req, payload).await {
+    let api_key = caller.0.id.clone();
+    let mut used = None;
+    // The provider's answer's class, or none where the proxy answered itself.
+    let (response, status, result) = match forward(caller, &state, &req, payload, &mut used).await {
         Ok(r) => {
-            let class = match r.status().as_u16() {
-                100..=199 => "1xx",
-                200..=299 => "2xx",
-                300..=399 => "3xx",
-                400..=499 => "4xx",
-                _ => "5xx",
-            };
-            (r, class)
+            let class = StatusClass::of(r.status().as_u16());
+            (r, class, class.as_str())
         }
-        Err(Refused::Api(e)) => (e.error_response(), e.code.as_str()),
-        Err(Refused::Connect(r)) => (*r, ErrorCode::ConnectRequired.as_str()),
+        Err(Refused::Api(e)) => (e.error_response(), StatusClass::NoAnswer, e.code.as_str()),
+        Err(Refused::Connect(r)) => (*r, StatusClass::NoAnswer, ErrorCode::ConnectRequired.as_str()),
     };
+    // A call that went out with a connection's credential is counted in the audit trail,
+    // by method and answer class (`none`: unreachable, timed out, too large).
+    if let Some(connection) = used {
+        let call = ProxiedCall { method: MethodClass::of(req.method().as_str()), status };
+        state.handouts.record_proxied(connection, &api_key, call).await;
+    }
     metrics::counter!(PROXY_REQUESTS, "provider" => label, "result" => result).increment(1);
     response
 }
@@ -218,6 +221,7 @@ async fn forward(
     state: &AppState,
     req: &HttpRequest,
     payload: web::Payload,
+    used: &mut Option<crate::domain::ConnectionId>,
 ) -> Result<HttpResponse, Refused> {
     let Target { id, provider, method, url } = target(&caller, state, req)?;
     let ask = Ask::of(req.headers())?;
@@ -238,6 +242,7 @@ async fn forward(
     let (credential, connection) = usable(state, &caller, request.clone(), asking.clone()).await?;
     // One runaway tool does not spend the user's quota at the provider for every other.
     state.proxy.limits.connection(&connection).map_err(|wait| rate_limited("this connection", wait))?;
+    *used = Some(connection);
     let request_id = req.extensions().get::<crate::http::middleware::RequestId>().map(|r| r.0.clone());
     let out = Outgoing { method, url, headers: forwarded_headers(req.headers()), request_id };
     let too_large = Arc::new(AtomicBool::new(false));
@@ -347,7 +352,7 @@ async fn usable(
 ) -> Result<((SecretString, Option<Credential>), crate::domain::ConnectionId), Refused> {
     let tenant = &caller.0.tenant;
     let provider = request.provider.clone();
-    match tokens::token_for(state, tenant, &caller.0.id, request, OffsetDateTime::now_utc()).await? {
+    match tokens::credential_for(state, tenant, request, OffsetDateTime::now_utc()).await? {
         TokenOutcome::Connected { access_token, credential, connection_id, .. } => {
             Ok(((access_token, credential.map(|(_, c)| c)), connection_id))
         }

@@ -245,7 +245,9 @@ function mountAuth() {
   }, bearer, express.json(), async (req, res) => {
     if (req.method !== 'POST') return notAllowed(req, res);
     const username = req.auth?.extra?.username ?? null;
-    for (const m of [req.body].flat()) stats.mcp_calls.push({ method: m?.method ?? null, username });
+    // The resource (RFC 8707 audience) of the token that was accepted, as issued.
+    const resource = req.auth?.resource?.href ?? null;
+    for (const m of [req.body].flat()) stats.mcp_calls.push({ method: m?.method ?? null, username, resource });
     const server = new McpServer({ name: 'auth-mcp-server', version: '1.0.0' });
     server.registerTool('whoami', { description: 'The user the access token was issued to' },
       async (extra) => ({ content: [{ type: 'text', text: String(extra.authInfo?.extra?.username ?? '') }] }));
