@@ -539,6 +539,7 @@ fn serve(
                 split.lookups_per_worker,
             )),
             pool,
+            proxy: crate::app::Proxying { forwarder: shared.proxy.forwarder.for_worker(), ..shared.proxy.clone() },
             ..shared.clone()
         });
         App::new()
@@ -552,6 +553,10 @@ fn serve(
             .configure(crate::http::browser::configure)
     })
     .workers(split.workers)
+    // Streamed answers (the proxy's, event streams) are written head first, then the
+    // body: with Nagle's algorithm on, the body's write waits for the head's ACK, which a
+    // client delays by up to 40 ms.
+    .tcp_nodelay(true)
     // In-flight requests after the drain: bounded like everything else at shutdown.
     .shutdown_timeout(10)
     // Signals are ours: `Application::run_until_signalled` drains before it stops.

@@ -13,9 +13,50 @@ use tokio::net::TcpStream;
 pub struct Target {
     pub addr: SocketAddr,
     pub api_key: String,
+    pub ask: Ask,
+}
+
+/// What each request of a load asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// `POST /v1/token` for the key's subject and provider.
+    Token,
+    /// `GET /v1/proxy/<provider><path>` as the key's subject.
+    Proxied(&'static str),
+    /// `GET <path>` straight to the upstream (no key).
+    Direct(&'static str),
 }
 
 impl Target {
+    /// `/v1/token` requests to `addr` with `api_key`.
+    pub fn token(addr: SocketAddr, api_key: &str) -> Self {
+        Self { addr, api_key: api_key.to_owned(), ask: Ask::Token }
+    }
+
+    /// The bytes of the request [`Self::ask`] makes for one subject and provider.
+    pub fn request(&self, out: &mut Vec<u8>, subject: &str, provider: &str) {
+        let path = match self.ask {
+            Ask::Token => return self.token_request(out, subject, provider),
+            Ask::Proxied(path) | Ask::Direct(path) => path,
+        };
+        out.clear();
+        out.extend_from_slice(b"GET ");
+        if self.ask != Ask::Direct(path) {
+            out.extend_from_slice(b"/v1/proxy/");
+            out.extend_from_slice(provider.as_bytes());
+        }
+        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        out.extend_from_slice(self.addr.to_string().as_bytes());
+        if self.ask != Ask::Direct(path) {
+            out.extend_from_slice(b"\r\nAuthorization: Bearer ");
+            out.extend_from_slice(self.api_key.as_bytes());
+            out.extend_from_slice(b"\r\nMCP-Connect-Subject: ");
+            out.extend_from_slice(subject.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+
     /// The bytes of `POST /v1/token` for one subject and provider.
     pub fn token_request(&self, out: &mut Vec<u8>, subject: &str, provider: &str) {
         let body = format!(r#"{{"subject":"{subject}","provider":"{provider}"}}"#);
@@ -46,6 +87,14 @@ impl Response<'_> {
     /// A `/v1/token` answer that handed out a token.
     pub fn is_connected(&self) -> bool {
         self.status == 200 && contains(self.body, br#""status":"connected""#)
+    }
+
+    /// The answer `ask` wants: a hand-out, or the upstream's 200.
+    pub fn answers(&self, ask: Ask) -> bool {
+        match ask {
+            Ask::Token => self.is_connected(),
+            Ask::Proxied(_) | Ask::Direct(_) => self.status == 200,
+        }
     }
 }
 

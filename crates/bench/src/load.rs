@@ -175,9 +175,9 @@ fn run(target: &Target, keys: KeySpace, conns: usize, threads: usize, plan: Plan
 
 async fn request(target: &Target, conn: &mut Conn, buf: &mut Vec<u8>, keys: KeySpace, i: usize) -> Result<(), String> {
     let (subject, provider) = keys.key(i);
-    target.token_request(buf, &subject, &provider);
+    target.request(buf, &subject, &provider);
     match conn.send(buf).await {
-        Ok(r) if r.is_connected() => Ok(()),
+        Ok(r) if r.answers(target.ask) => Ok(()),
         Ok(r) => Err(format!("{subject}/{provider}: status {} body {}", r.status, String::from_utf8_lossy(r.body))),
         Err(e) => Err(format!("{subject}/{provider}: {e:#}")),
     }

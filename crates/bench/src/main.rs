@@ -2,7 +2,8 @@
 //! back on this machine: the pgbench floor of the lookup query, `POST /v1/token` with and
 //! without the lookup cache (`--repeat` times), the same with PostgreSQL slowed and
 //! against `oha`, a refresh storm over two instances, the API-key check, the service's
-//! memory, and optionally the cached lookup over a much larger table. Prints a table and
+//! memory, the token proxy against its upstream, and optionally the cached lookup over a
+//! much larger table. Prints a table and
 //! writes `bench-results/<UTC timestamp>.json`.
 
 mod apikey;
@@ -14,6 +15,7 @@ mod load;
 mod oha;
 mod pgbench;
 mod phase;
+mod proxy;
 mod report;
 mod service;
 mod slowdown;
@@ -89,6 +91,10 @@ pub struct Args {
     /// (`--slow-phase false` leaves it out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     slow_phase: bool,
+    /// The proxy's rows: a proxied GET against the same GET straight to a local upstream,
+    /// and a 10 MiB answer streamed through (`--proxy-phase false` leaves them out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    proxy_phase: bool,
     /// The `oha` binary for the load generator's cross-check (skipped when not found).
     #[arg(long, default_value = "oha")]
     oha: PathBuf,
@@ -244,8 +250,10 @@ async fn run(
         cache_max_age: args.cache_max_age,
         cache_capacity: None,
         extra_env: args.service_env.clone(),
+        proxy_upstream: None,
     };
     let phase = Phase { args, keys, setup: &setup, pool: &pool, api_key: &api_key, started };
+
     let mut runs = Vec::with_capacity(args.repeat as usize);
     for run in 1..=args.repeat as usize {
         progress(started, &format!("lookup run {run} of {}", args.repeat));
@@ -265,6 +273,13 @@ async fn run(
     let check = if args.slow_phase || oha.is_some() {
         progress(started, "check instance: reference, oha, PostgreSQL slowed");
         Some(phase.check(oha, args.slow_phase).await?)
+    } else {
+        None
+    };
+
+    let proxy = if args.proxy_phase {
+        progress(started, "proxy: direct and proxied GETs, a streamed answer");
+        Some(phase.proxy().await?)
     } else {
         None
     };
@@ -312,6 +327,7 @@ async fn run(
         floor,
         runs,
         check,
+        proxy,
         scale,
         storm,
         api_key: api_key_result,
@@ -414,7 +430,7 @@ async fn storm_phase(
     };
     let result = async {
         for svc in [&a, &b] {
-            let t = Target { addr: svc.addr, api_key: phase.api_key.to_owned() };
+            let t = Target::token(svc.addr, phase.api_key);
             let (keys, conns, threads) =
                 (phase.keys, phase.args.concurrency as usize, phase.args.client_threads as usize);
             // One request first, so that the key is verified once before 32 arrive.

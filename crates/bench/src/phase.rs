@@ -109,7 +109,7 @@ impl Phase<'_> {
     }
 
     fn target(&self, svc: &Service) -> Target {
-        Target { addr: svc.addr, api_key: self.api_key.to_owned() }
+        Target::token(svc.addr, self.api_key)
     }
 
     /// Runs a blocking load phase off the async runtime (it has its own).

@@ -135,6 +135,8 @@ pub struct Results {
     pub floor: Floors,
     pub runs: Vec<RepeatRun>,
     pub check: Option<CheckRun>,
+    /// `None`: `--proxy-phase false`.
+    pub proxy: Option<crate::proxy::ProxyRun>,
     pub scale: Option<ScaleRun>,
     pub storm: StormResult,
     pub api_key: ApiKeyResult,
@@ -254,6 +256,7 @@ impl Results {
         self.repeat_rows(&mut o);
         self.check_rows(&mut o);
         self.scale_row(&mut o);
+        self.proxy_rows(&mut o);
         let _ = writeln!(o);
         let _ = writeln!(o, " details (run 1; every run in the JSON)");
         self.details(&mut o);
@@ -460,6 +463,30 @@ impl Results {
                 let _ = writeln!(o, " 10 load generator vs oha: n/a ({why})");
             }
         }
+    }
+
+    fn proxy_rows(&self, o: &mut String) {
+        let Some(p) = &self.proxy else {
+            let _ = writeln!(o, " 12 proxy: not run (--proxy-phase false)");
+            return;
+        };
+        row(o, "12", "proxy: straight to the upstream", &p.direct);
+        row(o, "", "  through /v1/proxy (cache on)", &p.proxied);
+        row(o, "", "  straight, one connection", &p.direct_one);
+        row(o, "", "  proxied, one connection", &p.proxied_one);
+        let st = &p.stream;
+        let _ = writeln!(
+            o,
+            "    proxied ÷ straight {:.2} ×; added p50 {:.3} ms; {} MiB streamed in {:.1} s: RSS {:.1} → peak {:.1} MiB \
+             (+{:.2} MiB)",
+            p.ratio,
+            p.added_p50_ms,
+            st.bytes >> 20,
+            st.seconds,
+            mib(st.memory_before.rss_kib),
+            mib(st.peak_rss_kib),
+            st.rss_growth_mib
+        );
     }
 
     fn scale_row(&self, o: &mut String) {

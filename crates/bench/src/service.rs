@@ -28,6 +28,9 @@ pub struct ServiceSetup {
     pub cache_capacity: Option<usize>,
     /// More environment for the service (allocator knobs and the like).
     pub extra_env: Vec<(String, String)>,
+    /// An API origin every provider's proxy may reach (`/echo`, `/large`), with the
+    /// tenant's proxy rate lifted out of the way (the proxy phase).
+    pub proxy_upstream: Option<String>,
 }
 
 pub const IDP_CLIENT: &str = "mcp-connect-bench";
@@ -102,6 +105,17 @@ scopes = ["read"]
                 base = self.provider_base,
                 client = client_id(p),
             ));
+            if let Some(upstream) = &self.proxy_upstream {
+                t.push_str(&format!(
+                    "[providers.{p}.proxy]\norigins = [\"{upstream}\"]\npaths = [\"/echo\", \"/large\"]\n"
+                ));
+            }
+        }
+        if self.proxy_upstream.is_some() {
+            // Every request is still checked against both buckets (the check's cost is
+            // measured); the tenant's is set above what two cores can send. The default
+            // per-connection rate holds: the load spreads over every connection.
+            t.push_str("[proxy]\nper_tenant_per_second = 100000\nper_tenant_burst = 100000\n");
         }
         t
     }
@@ -153,7 +167,7 @@ scopes = ["read"]
 impl Service {
     async fn wait_ready(&mut self, cache_enabled: bool) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let target = Target { addr: self.addr, api_key: String::new() };
+        let target = Target::token(self.addr, "");
         let readyz = target.get_request("/readyz");
         loop {
             if let Some(status) = self.child.try_wait()? {
@@ -206,16 +220,7 @@ impl Service {
     }
 
     pub fn memory(&self) -> anyhow::Result<Memory> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let field = |name: &str| -> anyhow::Result<u64> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{name} missing in /proc/{}/status", self.pid))
-        };
-        Ok(Memory { rss_kib: field("VmRSS:")?, hwm_kib: field("VmHWM:")? })
+        memory_of(self.pid)
     }
 
     /// SIGTERM, as a deploy stops it: the service writes the hand-out audit it still holds
@@ -227,4 +232,18 @@ impl Service {
             let _ = self.child.wait().await;
         }
     }
+}
+
+/// The memory of process `pid`, from `/proc/<pid>/status`.
+pub fn memory_of(pid: u32) -> anyhow::Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{name} missing in /proc/{pid}/status"))
+    };
+    Ok(Memory { rss_kib: field("VmRSS:")?, hwm_kib: field("VmHWM:")? })
 }

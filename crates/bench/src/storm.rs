@@ -80,8 +80,7 @@ pub async fn run(
     callers: usize,
     delay: Duration,
 ) -> anyhow::Result<StormResult> {
-    let targets: Vec<Arc<Target>> =
-        instances.iter().map(|s| Arc::new(Target { addr: s.addr, api_key: api_key.to_owned() })).collect();
+    let targets: Vec<Arc<Target>> = instances.iter().map(|s| Arc::new(Target::token(s.addr, api_key))).collect();
     let go = Arc::new(tokio::sync::Barrier::new(callers + 1));
     let mut handles = Vec::with_capacity(callers);
     for i in 0..callers {

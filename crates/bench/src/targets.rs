@@ -108,8 +108,46 @@ impl Results {
         ];
         t.extend(self.check_targets());
         t.extend(self.scale_targets());
+        t.extend(self.proxy_targets());
         t.extend(self.storm_and_key_targets());
         self.targets = t;
+    }
+
+    /// Issue 42's rows: judged where the proxy phase ran.
+    fn proxy_targets(&self) -> Vec<Target> {
+        let Some(p) = &self.proxy else {
+            return vec![Target {
+                name: "proxied GET vs straight",
+                target: "≥ 0.6 ×".into(),
+                measured: "n/a (--proxy-phase false)".into(),
+                met: None,
+            }];
+        };
+        vec![
+            Target {
+                name: "proxied GET vs straight",
+                target: "≥ 0.6 ×".into(),
+                measured: format!(
+                    "{:.2} × ({} vs {} req/s)",
+                    p.ratio,
+                    thousands(p.proxied.rps),
+                    thousands(p.direct.rps)
+                ),
+                met: Some(p.ratio >= 0.6),
+            },
+            Target {
+                name: "p50 the proxy adds, one connection",
+                target: "≤ 0.3 ms".into(),
+                measured: format!("{:.3} ms", p.added_p50_ms),
+                met: Some(p.added_p50_ms <= 0.3),
+            },
+            Target {
+                name: "RSS growth, 10 MiB streamed through",
+                target: "≤ 2 MiB".into(),
+                measured: format!("{:.2} MiB", p.stream.rss_growth_mib),
+                met: Some(p.stream.rss_growth_mib <= 2.0),
+            },
+        ]
     }
 
     fn errors(&self) -> u64 {
@@ -125,7 +163,11 @@ impl Results {
                 + c.slowed.as_ref().map_or(0, |s| s.saturating.errors)
                 + c.oha.as_ref().map_or(0, |o| o.errors)
         });
-        lookups + check + self.storm.errors as u64
+        let proxy = self
+            .proxy
+            .as_ref()
+            .map_or(0, |p| [&p.direct, &p.proxied, &p.direct_one, &p.proxied_one].iter().map(|s| s.errors).sum());
+        lookups + check + proxy + self.storm.errors as u64
     }
 
     /// The confirmer's reads per second, all of them (change log and by id), at the first

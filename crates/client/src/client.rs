@@ -2,8 +2,10 @@
 //! key on every call, JSON errors mapped to [`Error::Api`] with mcp-connect's stable code,
 //! and `503`/`429` with `Retry-After` retried within [`RetryPolicy`]. Retrying is safe:
 //! `/v1/token` is idempotent (DESIGN.md invariant 6) and the elicitation lookup is a GET.
+//! A proxied call (`/v1/proxy`) is never retried: it need not be idempotent.
 
 use crate::api::{CancelReason, ElicitationId, ElicitationInfo, TokenOutcome, TokenRequest, TokenWire};
+use crate::proxy::{ERROR_HEADER, InvalidProxyRequest, ProxyOutcome, ProxyRequest};
 use crate::secret::ApiKey;
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -11,6 +13,10 @@ use url::Url;
 
 /// The largest answer body read; mcp-connect's answers are a few hundred bytes.
 const MAX_BODY: usize = 64 * 1024;
+/// How long a proxied call waits for each read (the answer's head, each part of its body)
+/// by default: longer than mcp-connect waits for the provider (30 s for the head, 120 s
+/// between two reads of the body), so the proxy's own `upstream_timeout` comes first.
+const PROXY_READ_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// How long the client waits for mcp-connect to become available again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +70,10 @@ pub enum Error {
     /// The base URL cannot have paths appended.
     #[error("the mcp-connect base URL must be an http(s) URL")]
     InvalidBaseUrl,
+    /// A proxied request refused before anything was sent (a path that would leave the
+    /// provider's proxy, a value mcp-connect would refuse).
+    #[error("the proxied request was refused before sending")]
+    InvalidProxyRequest(#[from] InvalidProxyRequest),
 }
 
 impl Error {
@@ -84,6 +94,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     timeout: Duration,
     connect_timeout: Duration,
+    proxy_read_timeout: Duration,
 }
 
 impl ClientBuilder {
@@ -103,17 +114,32 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a proxied call waits for each read of its answer (default 150 s). There is
+    /// no deadline for the whole of it: a provider's answer may stream for long.
+    pub fn proxy_read_timeout(mut self, timeout: Duration) -> Self {
+        self.proxy_read_timeout = timeout;
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         if !matches!(self.base.scheme(), "http" | "https") || self.base.cannot_be_a_base() {
             return Err(Error::InvalidBaseUrl);
         }
+        // Redirects off, for both: a redirect would carry the API key to wherever it points.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
             .build()
             .map_err(Error::Transport)?;
-        Ok(Client { http, base: self.base, key: self.key, retry: self.retry, timeout: self.timeout })
+        // Proxied calls' own: no total timeout (an answer may stream), a bound on each read.
+        let proxy_http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(self.connect_timeout)
+            .read_timeout(self.proxy_read_timeout)
+            .build()
+            .map_err(Error::Transport)?;
+        Ok(Client { http, proxy_http, base: self.base, key: self.key, retry: self.retry, timeout: self.timeout })
     }
 }
 
@@ -122,6 +148,7 @@ impl ClientBuilder {
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
+    proxy_http: reqwest::Client,
     base: Url,
     key: ApiKey,
     retry: RetryPolicy,
@@ -141,6 +168,7 @@ impl Client {
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(5),
+            proxy_read_timeout: PROXY_READ_TIMEOUT,
         }
     }
 
@@ -174,6 +202,33 @@ impl Client {
         Ok(())
     }
 
+    /// `ANY /v1/proxy/{provider}/{path}`: the request sent to the provider's API with the
+    /// user's credential attached by mcp-connect, so this process never holds it. The
+    /// path is checked first ([`InvalidProxyRequest`]): nothing that would leave
+    /// `/v1/proxy/{provider}/` is sent.
+    ///
+    /// The provider's answer comes back as it is ([`ProxyOutcome::Response`], its body
+    /// streaming), whatever its status. The proxy's own answers (`MCP-Connect-Error`) are
+    /// [`ProxyOutcome::ConnectRequired`] (`428`) and [`ProxyOutcome::Declined`] (`403
+    /// connect_declined`), or [`Error::Api`] / [`Error::Unavailable`] with the stable code,
+    /// as for [`Self::token`]. Never retried, a `503` neither: the request need not be
+    /// idempotent, so the caller decides. No deadline for the whole exchange (an answer
+    /// may stream for long): each read waits at most [`ClientBuilder::proxy_read_timeout`].
+    #[tracing::instrument(skip_all, fields(provider = req.provider(), method = %req.method()))]
+    pub async fn proxy(&self, req: ProxyRequest) -> Result<ProxyOutcome, Error> {
+        let prefix = self.endpoint(&["v1", "proxy", req.checked_provider()?])?;
+        let sent = req.prepare(&prefix)?;
+        let mut request = self.proxy_http.request(sent.method, sent.url).headers(sent.headers);
+        if let Some(body) = sent.body {
+            request = request.body(body);
+        }
+        let resp = request.bearer_auth(self.key.expose_secret()).send().await.map_err(Error::Transport)?;
+        if !resp.headers().contains_key(ERROR_HEADER) {
+            return Ok(ProxyOutcome::Response(resp));
+        }
+        proxy_refusal(Refusal::read(resp).await?, sent.elicitation_id)
+    }
+
     fn endpoint(&self, segments: &[&str]) -> Result<Url, Error> {
         let mut url = self.base.clone();
         url.path_segments_mut().map_err(|()| Error::InvalidBaseUrl)?.pop_if_empty().extend(segments);
@@ -187,26 +242,23 @@ impl Client {
         let mut attempt = 0u32;
         loop {
             let resp = make().bearer_auth(self.key.expose_secret()).send().await.map_err(Error::Transport)?;
-            let status = resp.status();
-            let retry_after = retry_after(resp.headers());
-            let body = read_bounded(resp).await?;
-            if status == StatusCode::OK {
-                return Ok(body);
+            if resp.status() == StatusCode::OK {
+                return read_bounded(resp).await;
             }
-            let (code, description) = error_body(&body, status);
-            if status != StatusCode::SERVICE_UNAVAILABLE && status != StatusCode::TOO_MANY_REQUESTS {
-                return Err(Error::Api { status: status.as_u16(), code, description });
+            let refusal = Refusal::read(resp).await?;
+            if !refusal.retryable() {
+                return Err(refusal.into_error());
             }
-            let delay = retry_after.unwrap_or(self.retry.default_delay);
+            let delay = refusal.retry_after.unwrap_or(self.retry.default_delay);
             let within = attempt < self.retry.max_retries
                 && delay <= self.retry.max_delay
                 && waited + delay <= self.retry.max_total;
             if !within {
-                return Err(Error::Unavailable { code, retry_after });
+                return Err(refusal.into_error());
             }
             tracing::info!(
-                status = status.as_u16(),
-                code,
+                status = refusal.status.as_u16(),
+                code = refusal.code,
                 delay_ms = delay.as_millis() as u64,
                 "mcp-connect asked to retry"
             );
@@ -214,6 +266,73 @@ impl Client {
             waited += delay;
             attempt += 1;
         }
+    }
+}
+
+/// An answer mcp-connect made itself instead of the one asked for: its status, stable code
+/// and description, `Retry-After`, and the body (a proxy's `connect_required` carries the
+/// elicitation in it).
+struct Refusal {
+    status: StatusCode,
+    code: String,
+    description: String,
+    retry_after: Option<Duration>,
+    body: Vec<u8>,
+}
+
+impl Refusal {
+    /// Reads the (bounded) body. The code is `MCP-Connect-Error`'s, which every API error
+    /// carries, else the body's `error`.
+    async fn read(resp: reqwest::Response) -> Result<Self, Error> {
+        let status = resp.status();
+        let retry_after = retry_after(resp.headers());
+        let header_code = resp.headers().get(ERROR_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = read_bounded(resp).await?;
+        let (code, description) = error_body(&body, status);
+        Ok(Self { status, code: header_code.unwrap_or(code), description, retry_after, body })
+    }
+
+    /// `503`/`429`: mcp-connect or the provider asks to come back later.
+    fn retryable(&self) -> bool {
+        self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS
+    }
+
+    fn into_error(self) -> Error {
+        if self.retryable() {
+            Error::Unavailable { code: self.code, retry_after: self.retry_after }
+        } else {
+            Error::Api { status: self.status.as_u16(), code: self.code, description: self.description }
+        }
+    }
+}
+
+/// What a proxy's own answer means: `428 connect_required` with `/v1/token`'s answer in
+/// its body, `403 connect_declined` about the elicitation the request named, else an error.
+fn proxy_refusal(refusal: Refusal, asked: Option<ElicitationId>) -> Result<ProxyOutcome, Error> {
+    match (refusal.status, refusal.code.as_str()) {
+        (StatusCode::PRECONDITION_REQUIRED, "connect_required") => {
+            let wire: TokenWire = serde_json::from_slice(&refusal.body)
+                .map_err(|e| Error::InvalidResponse(format!("proxy's connect_required: {e}")))?;
+            match TokenOutcome::from(wire) {
+                TokenOutcome::ConnectRequired { elicitation, mcp, provider_name } => {
+                    Ok(ProxyOutcome::ConnectRequired { elicitation, mcp, provider_name })
+                }
+                _ => Err(Error::InvalidResponse("a 428 connect_required without its elicitation".to_owned())),
+            }
+        }
+        (StatusCode::FORBIDDEN, "connect_declined") => {
+            #[derive(serde::Deserialize)]
+            struct Named {
+                #[serde(default)]
+                provider_name: Option<String>,
+            }
+            let elicitation_id = asked.ok_or_else(|| {
+                Error::InvalidResponse("connect_declined for a request that named no elicitation".to_owned())
+            })?;
+            let provider_name = serde_json::from_slice::<Named>(&refusal.body).ok().and_then(|n| n.provider_name);
+            Ok(ProxyOutcome::Declined { elicitation_id, provider_name })
+        }
+        _ => Err(refusal.into_error()),
     }
 }
 

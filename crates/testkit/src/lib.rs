@@ -26,6 +26,12 @@ pub const TENANT: &str = "acme";
 pub const TENANT_NAME: &str = "Acme Assistant";
 pub const PROVIDER: &str = "testp";
 
+/// The stack's proxy rules for [`PROVIDER`]: `/v1/proxy/testp/userinfo` reaches the dev
+/// provider's `/userinfo` as the user, `GET` only, so a client's proxied call has a path to
+/// reach and a path and a method the proxy refuses.
+const PROXY_RULES: &str = "[providers.testp.proxy]\norigins = [\"{PROVIDER}\"]\npaths = [\"/userinfo\"]\n\
+                           methods = [\"GET\"]\n";
+
 /// A running IdP, provider and mcp-connect instance: the [`TestApp`] of the service's own
 /// tests, seen through what a client of the service needs.
 pub struct Stack {
@@ -48,7 +54,12 @@ impl Stack {
     /// Starts everything. `mcp_audience` is the resource identifier the MCP server under
     /// test accepts in access tokens.
     pub async fn start(mcp_audience: &str) -> Result<Stack> {
-        let app = TestApp::start(Options { mcp_audience: Some(mcp_audience.to_owned()), ..Options::default() }).await?;
+        let app = TestApp::start(Options {
+            mcp_audience: Some(mcp_audience.to_owned()),
+            extra_toml: PROXY_RULES.to_owned(),
+            ..Options::default()
+        })
+        .await?;
         Ok(Stack {
             idp: app.idp.clone(),
             provider: app.provider.clone(),

@@ -259,7 +259,7 @@ async fn forward(
     // can be refreshed is, once, and a request that can be sent again is.
     let watch = Watch { state: state.clone(), key: key.clone(), connection };
     if answer.status() != reqwest::StatusCode::UNAUTHORIZED || provider.credential().is_some() {
-        return respond(answer, None, watch, &spellings(&credential.0, credential.1.as_ref()));
+        return respond(answer, &out.method, None, watch, &spellings(&credential.0, credential.1.as_ref())).await;
     }
     let refreshed = crate::flows::refresh::refresh_refused(state, &key, &credential.0, OffsetDateTime::now_utc()).await;
     if let Err(e) = &refreshed {
@@ -267,7 +267,7 @@ async fn forward(
     }
     let (Ok(token), Some(again)) = (refreshed.as_ref(), body.again()) else {
         let said = if refreshed.is_ok() { "true" } else { "failed" };
-        return respond(answer, Some(said), watch, &spellings(&credential.0, credential.1.as_ref()));
+        return respond(answer, &out.method, Some(said), watch, &spellings(&credential.0, credential.1.as_ref())).await;
     };
     // The refreshed token as the row holds it (the lookup cache may not have heard yet).
     let credential = (token.clone(), None);
@@ -278,7 +278,7 @@ async fn forward(
         .await
         .map_err(|e| upstream_error(&e))?;
     let secrets = spellings(&credential.0, credential.1.as_ref());
-    respond(answer, None, watch, &secrets)
+    respond(answer, &out.method, None, watch, &secrets).await
 }
 
 /// The ways a credential may be written back in a header: as it is, percent-encoded (as in
@@ -725,16 +725,21 @@ fn upstream_error(e: &OutboundError) -> ApiError {
     }
 }
 
-/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]); with
-/// `refreshed`, a `401` after which the grant was refreshed (`true`: the caller may send
-/// its request again) or could not be (`failed`).
-fn respond(
+/// Answers of a known length up to this are read whole and sent on at once.
+const SMALL_ANSWER: u64 = 64 * 1024;
+
+/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]) unless it is
+/// small; with `refreshed`, a `401` after which the grant was refreshed (`true`: the
+/// caller may send its request again) or could not be (`failed`).
+async fn respond(
     answer: reqwest::Response,
+    method: &reqwest::Method,
     refreshed: Option<&'static str>,
     watch: Watch,
     secrets: &Spellings,
 ) -> Result<HttpResponse, Refused> {
-    if answer.content_length().is_some_and(|n| n > MAX_RESPONSE_BODY) {
+    let length = answer.content_length();
+    if length.is_some_and(|n| n > MAX_RESPONSE_BODY) {
         return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
     }
     let status = actix_web::http::StatusCode::from_u16(answer.status().as_u16())
@@ -765,7 +770,16 @@ fn respond(
     if let Some(said) = refreshed {
         r.insert_header((REFRESHED_HEADER, said));
     }
-    let length = answer.content_length();
+    // A small answer of known length (most API answers) is read whole and sent in one
+    // write: no stream to set up or watch (it is over within a read or two). A HEAD's
+    // length is that of a body it does not have: streamed as it is.
+    if length.is_some_and(|n| n <= SMALL_ANSWER) && method != reqwest::Method::HEAD {
+        let body = answer.bytes().await.map_err(|e| {
+            tracing::warn!(error = %e.without_url(), "the provider's answer broke off");
+            ApiError::new(ErrorCode::UpstreamUnreachable, "the provider's answer broke off")
+        })?;
+        return Ok(r.body(body));
+    }
     let mut read: u64 = 0;
     let body = answer.bytes_stream().map(move |chunk| {
         let chunk = chunk.map_err(|e| {
