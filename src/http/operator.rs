@@ -124,7 +124,7 @@ pub struct NewTenantBody {
     subject_token_audience: Option<String>,
     require_subject_token: Option<bool>,
     /// `credentials` when left out; `none`: `/v1/token` hands out no credential. (Per
-    /// provider overrides are a configuration file's.)
+    /// provider overrides come with a change, once the tenant is made.)
     hand_out: Option<HandOutMode>,
 }
 
@@ -144,6 +144,9 @@ pub struct TenantChangeBody {
     subject_token_audience: Option<Option<String>>,
     require_subject_token: Option<bool>,
     hand_out: Option<HandOutMode>,
+    /// Providers (each one of the tenant's) handed out otherwise than `hand_out` says;
+    /// replaces the overrides whole (`{}` removes them).
+    hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
     /// `false` switches the tenant off on every instance (also one a file keeps).
     active: Option<bool>,
 }
@@ -322,7 +325,7 @@ pub async fn change_tenant(
         subject_token_audience: b.subject_token_audience,
         require_subject_token: b.require_subject_token,
         hand_out: b.hand_out,
-        hand_out_providers: None,
+        hand_out_providers: b.hand_out_providers,
         active: b.active,
     };
     let row = crate::flows::tenants::change_tenant(&state.pool, &known(&state), &id, change, &caller.0).await?;

@@ -28,6 +28,11 @@ pub struct ProxyRules {
     /// and what is below it; `/user` allows `/user` and `/user/…`, not `/users`.
     pub paths: Vec<String>,
     pub methods: Vec<Method>,
+    /// An encoded slash (`%2F`) may stand inside a segment, as GitLab names a project
+    /// (`/api/v4/projects/group%2Fproject`): each piece between them is held to a segment's
+    /// rules (no dot or empty piece), so that a server that decodes it before routing
+    /// still sees no traversal. Sent encoded, as received.
+    pub encoded_slashes: bool,
 }
 
 /// Why a request's target is refused; nothing was sent.
@@ -58,9 +63,9 @@ impl ProxyRules {
             None => self.origins.first().ok_or(ProxyRefusal::OriginNotAllowed)?,
             Some(o) => self.origins.iter().find(|c| *c == o).ok_or(ProxyRefusal::OriginNotAllowed)?,
         };
-        check_path(path)?;
+        check_path(path, self.encoded_slashes)?;
         if let Some(q) = query {
-            check_query(q)?;
+            check_query(q, self.encoded_slashes)?;
         }
         if path.len() + query.map_or(0, str::len) > MAX_PATH {
             return Err(ProxyRefusal::Malformed("longer than 4096 bytes"));
@@ -103,9 +108,11 @@ fn is_pchar(b: u8) -> bool {
 }
 
 /// A path the proxy forwards as it is: from `/`, segments of `pchar` and `%XX` encodings of
-/// neither `/`, `\`, `.`, `%` nor a control character; no `.` or `..` segment (also before
-/// a `;`, which some servers strip); no empty segment but a last one (`/repos/`).
-pub fn check_path(path: &str) -> Result<(), ProxyRefusal> {
+/// neither `/` (unless `encoded_slashes`), `\`, `.`, `%` nor a control character; no `.`
+/// or `..` segment (also before a `;`, which some servers strip); no empty segment but a
+/// last one (`/repos/`). With `encoded_slashes`, the pieces of a segment between its `%2F`s
+/// are held to the same rules.
+pub fn check_path(path: &str, encoded_slashes: bool) -> Result<(), ProxyRefusal> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(ProxyRefusal::Malformed("it does not start with /"));
     };
@@ -114,24 +121,48 @@ pub fn check_path(path: &str) -> Result<(), ProxyRefusal> {
         if segment.is_empty() && i + 1 < segments.len() {
             return Err(ProxyRefusal::Malformed("an empty segment (//)"));
         }
-        let name = segment.split(';').next().unwrap_or_default();
-        if name == "." || name == ".." {
-            return Err(ProxyRefusal::Malformed("a dot segment"));
+        check_encoded(segment, is_pchar, encoded_slashes)?;
+        let pieces: Vec<&str> = if encoded_slashes { split_encoded_slashes(segment) } else { vec![segment] };
+        for piece in &pieces {
+            let name = piece.split(';').next().unwrap_or_default();
+            if name == "." || name == ".." {
+                return Err(ProxyRefusal::Malformed("a dot segment"));
+            }
+            if piece.is_empty() && pieces.len() > 1 {
+                return Err(ProxyRefusal::Malformed("an encoded slash at the end of a name or next to another"));
+            }
         }
-        check_encoded(segment, is_pchar)?;
     }
     Ok(())
 }
 
-/// A query of RFC 3986 `query` characters, with the same encodings refused as in a path
-/// but `/`.
-fn check_query(query: &str) -> Result<(), ProxyRefusal> {
-    check_encoded(query, |b| is_pchar(b) || b == b'/' || b == b'?')
+/// `segment` split at each `%2F` (either case).
+fn split_encoded_slashes(segment: &str) -> Vec<&str> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i + 3 <= bytes.len() {
+        if bytes[i] == b'%' && bytes[i + 1] == b'2' && bytes[i + 2].eq_ignore_ascii_case(&b'f') {
+            out.push(&segment[start..i]);
+            start = i + 3;
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    out.push(&segment[start..]);
+    out
 }
 
-/// Each byte allowed by `plain`, or a `%XX` that does not decode to a separator, a dot, a
-/// percent sign or a control character.
-fn check_encoded(s: &str, plain: impl Fn(u8) -> bool) -> Result<(), ProxyRefusal> {
+/// A query of RFC 3986 `query` characters, with the same encodings refused as in a path
+/// but `/` (and `%2F` where the provider takes it in a path).
+fn check_query(query: &str, encoded_slashes: bool) -> Result<(), ProxyRefusal> {
+    check_encoded(query, |b| is_pchar(b) || b == b'/' || b == b'?', encoded_slashes)
+}
+
+/// Each byte allowed by `plain`, or a `%XX` that does not decode to a separator (but `/`
+/// where `slash` says), a dot, a percent sign or a control character.
+fn check_encoded(s: &str, plain: impl Fn(u8) -> bool, slash: bool) -> Result<(), ProxyRefusal> {
     let bytes = s.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -141,6 +172,7 @@ fn check_encoded(s: &str, plain: impl Fn(u8) -> bool) -> Result<(), ProxyRefusal
             let decoded = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
             match decoded {
                 None => return Err(ProxyRefusal::Malformed("a % that is not an encoding")),
+                Some(b'/') if slash => i += 3,
                 Some(b'/' | b'\\') => return Err(ProxyRefusal::Malformed("an encoded slash or backslash")),
                 Some(b'.') => return Err(ProxyRefusal::Malformed("an encoded dot")),
                 Some(b'%') => return Err(ProxyRefusal::Malformed("an encoded percent sign")),
@@ -167,7 +199,36 @@ mod tests {
             origins: vec!["https://api.example.com".into(), "https://uploads.example.com".into()],
             paths: vec!["/user".into(), "/repos/".into()],
             methods: vec![Method::GET, Method::POST],
+            encoded_slashes: false,
         }
+    }
+
+    #[test]
+    fn an_encoded_slash_passes_where_the_provider_takes_it_and_its_pieces_are_segments() {
+        let gitlab = ProxyRules { paths: vec!["/api/v4/".into()], encoded_slashes: true, ..rules() };
+        let url = gitlab.target(&Method::GET, None, "/api/v4/projects/group%2Fsub%2fproject/issues", None).unwrap();
+        assert_eq!(url.path(), "/api/v4/projects/group%2Fsub%2fproject/issues", "sent encoded, as received");
+        let url = gitlab.target(&Method::GET, None, "/api/v4/projects/1/files", Some("path=a%2Fb.txt")).unwrap();
+        assert_eq!(url.query(), Some("path=a%2Fb.txt"));
+        for path in [
+            "/api/v4/projects/group%2F..%2F..%2Fadmin",
+            "/api/v4/projects/..%2Fadmin",
+            "/api/v4/projects/group%2F.",
+            "/api/v4/projects/group%2F..;x",
+            "/api/v4/projects/group%2F%2Fx",
+            "/api/v4/projects/group%2F",
+            "/api/v4/projects/%2Fgroup",
+            "/api/v4/projects/group%5cx",
+            "/api/v4/projects/group%252Fx",
+        ] {
+            let out = gitlab.target(&Method::GET, None, path, None);
+            assert!(matches!(out, Err(ProxyRefusal::Malformed(_))), "{path}: {out:?}");
+        }
+        // A prefix is matched on real slashes: an encoded one does not make `/api/v4/`.
+        assert_eq!(gitlab.target(&Method::GET, None, "/api%2Fv4/x", None), Err(ProxyRefusal::PathNotAllowed));
+        // Elsewhere refused as before.
+        let github = ProxyRules { paths: vec!["/".into()], ..rules() };
+        assert!(matches!(github.target(&Method::GET, None, "/a%2Fb", None), Err(ProxyRefusal::Malformed(_))));
     }
 
     #[test]

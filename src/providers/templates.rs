@@ -43,6 +43,8 @@ pub struct Template {
     /// is the default), and the path prefixes there.
     pub proxy_origins: &'static [&'static str],
     pub proxy_paths: &'static [&'static str],
+    /// Whether its API takes `%2F` inside a path segment (`[proxy] encoded_slashes`).
+    pub proxy_encoded_slashes: bool,
 }
 
 impl ProviderKind {
@@ -82,6 +84,7 @@ const EMPTY: Template = Template {
     account_login_field: "",
     proxy_origins: &[],
     proxy_paths: &["/"],
+    proxy_encoded_slashes: false,
 };
 
 const GITHUB: Template = Template {
@@ -114,6 +117,7 @@ const GOOGLE: Template = Template {
     account_login_field: "email",
     proxy_origins: &["https://www.googleapis.com", "https://gmail.googleapis.com", "https://people.googleapis.com"],
     proxy_paths: &["/"],
+    proxy_encoded_slashes: false,
 };
 
 const GITLAB: Template = Template {
@@ -128,6 +132,8 @@ const GITLAB: Template = Template {
     account_login_field: "username",
     proxy_origins: &["https://gitlab.com"],
     proxy_paths: &["/api/v4/"],
+    // `/projects/group%2Fproject`: GitLab's way of naming a project by its path.
+    proxy_encoded_slashes: true,
     ..EMPTY
 };
 

@@ -777,6 +777,23 @@ async fn a_tenant_made_to_hand_out_nothing_hands_out_no_token_on_any_instance_un
     let r = json_of(b.token(&gamma_key, token_body("testp")).await, 200).await;
     assert_eq!((&r["status"], &r["hand_out"], r.get("access_token")), (&json!("connected"), &json!("none"), None));
 
+    // An override must name one of its providers; then that provider's credential goes
+    // out again, on the other instance too.
+    let bad = json!({"hand_out_providers": {"plainp": "credentials"}});
+    refused(&a, &op, Method::PATCH, "/tenants/gamma", bad, 400, "invalid_request").await;
+    let over = json!({"hand_out_providers": {"testp": "credentials"}});
+    let changed = json_of(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(over)).await, 200).await;
+    assert_eq!(
+        (&changed["hand_out"], &changed["hand_out_providers"]),
+        (&json!("none"), &json!({"testp": "credentials"}))
+    );
+    assert!(b.state.caches.barrier(&b.pool).await, "the change's notification arrived");
+    let r = json_of(b.token(&gamma_key, token_body("testp")).await, 200).await;
+    assert_eq!((&r["access_token"], &r["hand_out"]), (&json!("gamma-access-token"), &json!("credentials")));
+    let cleared = json!({"hand_out_providers": {}});
+    let changed = json_of(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(cleared)).await, 200).await;
+    assert_eq!(changed["hand_out_providers"], json!({}));
+
     // Changed back: the credential goes out again, on the other instance too.
     let back = json!({"hand_out": "credentials"});
     let changed = json_of(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(back)).await, 200).await;

@@ -125,7 +125,7 @@ async fn answer(req: HttpRequest, body: web::Bytes, s: web::Data<Shared>) -> Htt
 /// and `basicp`: typed credentials checked at the dev provider's `/api/me`.
 fn options(peer: &Peer) -> Options {
     Options {
-        patch: vec![("\"deadrev\"]", "\"deadrev\", \"upp\", \"keyp\", \"queryp\", \"basicp\"]".to_owned())],
+        patch: vec![("\"deadrev\"]", "\"deadrev\", \"upp\", \"glp\", \"keyp\", \"queryp\", \"basicp\"]".to_owned())],
         extra_toml: format!(
             "[providers.testp.proxy]\norigins = [\"{{PROVIDER}}\"]\n\
              [providers.upp]\ntemplate = \"oauth2\"\ndisplay_name = \"Upstream API\"\nclient_id = \"upp\"\n\
@@ -133,6 +133,10 @@ fn options(peer: &Peer) -> Options {
              token_endpoint_auth_method = \"none\"\n\
              [providers.upp.proxy]\norigins = [\"{origin}\"]\npaths = [\"/echo\", \"/redirect\", \"/cookie\", \
              \"/events\", \"/leak\"]\nmethods = [\"GET\", \"POST\"]\n\
+             [providers.glp]\ntemplate = \"oauth2\"\nclient_id = \"glp\"\n\
+             authorize_url = \"{{PROVIDER}}/authorize\"\ntoken_url = \"{{PROVIDER}}/token\"\n\
+             token_endpoint_auth_method = \"none\"\n\
+             [providers.glp.proxy]\norigins = [\"{origin}\"]\npaths = [\"/api/v4/\"]\nencoded_slashes = true\n\
              [providers.keyp]\ntemplate = \"api_key\"\n[providers.keyp.check]\nurl = \"{{PROVIDER}}/api/me\"\n\
              header = \"X-Api-Key\"\n\
              [providers.queryp]\ntemplate = \"api_key\"\n[providers.queryp.check]\n\
@@ -726,4 +730,28 @@ async fn a_stream_in_flight_is_cut_when_its_connection_is_revoked() {
     // with an error, not an end that reads as complete.
     let next = tokio::time::timeout(Duration::from_secs(15), r.chunk()).await.expect("cut within the bound");
     assert!(next.is_err(), "broken off: {next:?}");
+}
+
+#[tokio::test]
+async fn an_encoded_slash_reaches_a_provider_that_takes_it_as_sent_and_never_carries_a_traversal() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    app.insert_connection("acme", "alice", "glp", "glp-access-token", &["read"], None).await;
+    let r = proxied(&app, reqwest::Method::GET, "glp/api/v4/projects/group%2Fproject/issues", "alice", &[]).await;
+    assert_eq!(r.status(), 200);
+    let echoed: Value = r.json().await.unwrap();
+    assert_eq!(echoed["target"], "/api/v4/projects/group%2Fproject/issues", "sent encoded, as received");
+    let before = peer.seen().len();
+    for path in [
+        "glp/api/v4/projects/group%2F..%2F..%2Fadmin",
+        "glp/api/v4/projects/..%2Fadmin",
+        "glp/api/v4/projects/group%2F%2Fx",
+    ] {
+        let r = proxied(&app, reqwest::Method::GET, path, "alice", &[]).await;
+        assert_error(r, 400, "proxy_path_refused").await;
+    }
+    // The same encoded slash to a provider that does not take it.
+    let r = proxied(&app, reqwest::Method::GET, "upp/echo%2Fx", "alice", &[]).await;
+    assert_error(r, 400, "proxy_path_refused").await;
+    assert_eq!(peer.seen().len(), before, "nothing refused reached the provider");
 }

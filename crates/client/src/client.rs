@@ -222,7 +222,12 @@ impl Client {
         if let Some(body) = sent.body {
             request = request.body(body);
         }
-        let resp = request.bearer_auth(self.key.expose_secret()).send().await.map_err(Error::Transport)?;
+        // Without the URL: its path and query are the caller's call to the provider.
+        let resp = request
+            .bearer_auth(self.key.expose_secret())
+            .send()
+            .await
+            .map_err(|e| Error::Transport(e.without_url()))?;
         if !resp.headers().contains_key(ERROR_HEADER) {
             return Ok(ProxyOutcome::Response(resp));
         }

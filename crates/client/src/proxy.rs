@@ -189,8 +189,14 @@ impl ProxyRequest {
         let url = proxied_url(prefix, &self.path)?;
         let mut headers = self.headers;
         headers.remove(AUTHORIZATION);
-        let theirs: Vec<HeaderName> =
-            headers.keys().filter(|n| n.as_str().starts_with("mcp-connect-")).cloned().collect();
+        // Ours, and what would send the server key somewhere else than the URL checked
+        // above (a `Host` a name-based front routes by, a rewrite of the path a front
+        // honours) or change how the request is framed: mcp-connect forwards none of them.
+        let theirs: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| n.as_str().starts_with("mcp-connect-") || redirects(n.as_str()))
+            .cloned()
+            .collect();
         for name in theirs {
             headers.remove(name);
         }
@@ -207,6 +213,28 @@ impl ProxyRequest {
     }
 }
 
+/// A header that names another host or path for the request, or frames it.
+fn redirects(name: &str) -> bool {
+    matches!(
+        name,
+        "host"
+            | "forwarded"
+            | "x-original-url"
+            | "x-rewrite-url"
+            | "x-http-method-override"
+            | "x-http-method"
+            | "x-method-override"
+            | "connection"
+            | "keep-alive"
+            | "te"
+            | "upgrade"
+            | "transfer-encoding"
+            | "content-length"
+            | "proxy-authorization"
+            | "proxy-connection"
+    ) || name.starts_with("x-forwarded-")
+}
+
 /// Names only: header values and the body may hold what is never logged.
 impl fmt::Debug for ProxyRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -214,7 +242,7 @@ impl fmt::Debug for ProxyRequest {
             .field("subject", &self.subject)
             .field("provider", &self.provider)
             .field("method", &self.method)
-            .field("path", &self.path.split('?').next().unwrap_or_default())
+            .field("path", &self.path.split(['?', '#']).next().unwrap_or_default())
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("body", &self.body.is_some())
             .field("subject_token", &self.subject_token)
@@ -503,6 +531,26 @@ mod tests {
         assert_eq!(h[SUBJECT_TOKEN], "eyJ.subject.token");
         assert!(!format!("{h:?}").contains("eyJ.subject.token"), "the subject token is a sensitive header");
         assert_eq!(p.method, Method::POST);
+
+        // Nothing that would route the request, and the server key with it, elsewhere.
+        let mut r = ProxyRequest::new("alice", "github", Method::GET, "/user");
+        for (n, v) in [
+            ("host", "admin-api.internal"),
+            ("x-original-url", "/v1/token"),
+            ("x-rewrite-url", "/v1/token"),
+            ("x-forwarded-host", "evil.example"),
+            ("forwarded", "host=evil.example"),
+            ("x-http-method-override", "DELETE"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            r = r.header(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        let p = prepared(r).unwrap();
+        assert!(
+            p.headers.is_empty() || p.headers.keys().all(|k| k.as_str().starts_with("mcp-connect-")),
+            "{:?}",
+            p.headers
+        );
 
         // An `MCP-Connect-*` header of the caller's is dropped even where the request sets none.
         let p =

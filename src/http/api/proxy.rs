@@ -725,23 +725,13 @@ fn upstream_error(e: &OutboundError) -> ApiError {
     }
 }
 
-/// Answers of a known length up to this are read whole and sent on at once.
-const SMALL_ANSWER: u64 = 64 * 1024;
-
-/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]) unless it is
-/// small; with `refreshed`, a `401` after which the grant was refreshed (`true`: the
-/// caller may send its request again) or could not be (`failed`).
-async fn respond(
-    answer: reqwest::Response,
-    method: &reqwest::Method,
+/// The caller's answer's status and headers from the provider's: hop-by-hop headers,
+/// cookies and any header that repeats the credential dropped; `refreshed` said.
+fn answer_head(
+    answer: &reqwest::Response,
     refreshed: Option<&'static str>,
-    watch: Watch,
     secrets: &Spellings,
-) -> Result<HttpResponse, Refused> {
-    let length = answer.content_length();
-    if length.is_some_and(|n| n > MAX_RESPONSE_BODY) {
-        return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
-    }
+) -> Result<actix_web::HttpResponseBuilder, ApiError> {
     let status = actix_web::http::StatusCode::from_u16(answer.status().as_u16())
         .map_err(|_| ApiError::new(ErrorCode::UpstreamUnreachable, "the provider answered an invalid status"))?;
     let mut r = HttpResponse::build(status);
@@ -770,14 +760,47 @@ async fn respond(
     if let Some(said) = refreshed {
         r.insert_header((REFRESHED_HEADER, said));
     }
+    Ok(r)
+}
+
+/// Answers of a known length up to this are read whole and sent on at once.
+const SMALL_ANSWER: u64 = 64 * 1024;
+
+/// The provider's answer, its body streamed (cut past [`MAX_RESPONSE_BODY`]) unless it is
+/// small; with `refreshed`, a `401` after which the grant was refreshed (`true`: the
+/// caller may send its request again) or could not be (`failed`).
+async fn respond(
+    answer: reqwest::Response,
+    method: &reqwest::Method,
+    refreshed: Option<&'static str>,
+    watch: Watch,
+    secrets: &Spellings,
+) -> Result<HttpResponse, Refused> {
+    let length = answer.content_length();
+    if length.is_some_and(|n| n > MAX_RESPONSE_BODY) {
+        return Err(ApiError::new(ErrorCode::UpstreamTooLarge, "the provider's answer is larger than 256 MiB").into());
+    }
+    let mut r = answer_head(&answer, refreshed, secrets)?;
     // A small answer of known length (most API answers) is read whole and sent in one
     // write: no stream to set up or watch (it is over within a read or two). A HEAD's
     // length is that of a body it does not have: streamed as it is.
+    // Within the bound on an answer's head: a provider that trickles it gets no longer
+    // (and a revocation meanwhile is not waited for longer than that: what was sent
+    // before it is answered, as a stream's first bytes are).
     if length.is_some_and(|n| n <= SMALL_ANSWER) && method != reqwest::Method::HEAD {
-        let body = answer.bytes().await.map_err(|e| {
-            tracing::warn!(error = %e.without_url(), "the provider's answer broke off");
-            ApiError::new(ErrorCode::UpstreamUnreachable, "the provider's answer broke off")
-        })?;
+        let body = tokio::time::timeout(crate::net::forward::HEAD_TIMEOUT, answer.bytes()).await;
+        let body = match body {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e.without_url(), "the provider's answer broke off");
+                return Err(ApiError::new(ErrorCode::UpstreamUnreachable, "the provider's answer broke off").into());
+            }
+            Err(_) => {
+                return Err(
+                    ApiError::new(ErrorCode::UpstreamTimeout, "the provider's answer did not come in time").into()
+                );
+            }
+        };
         return Ok(r.body(body));
     }
     let mut read: u64 = 0;

@@ -21,6 +21,9 @@ pub struct RawProxy {
     pub paths: Option<Vec<String>>,
     /// Default `GET`, `HEAD`, `POST`, `PUT`, `PATCH`, `DELETE`.
     pub methods: Option<Vec<String>>,
+    /// Whether `%2F` may stand inside a path segment (GitLab's project paths); default the
+    /// template's (GitLab: true), else false.
+    pub encoded_slashes: Option<bool>,
 }
 
 /// The most origins, prefixes or methods one provider's proxy lists.
@@ -40,7 +43,7 @@ pub(super) fn rules(
         None => default_origins,
     };
     if origins.is_empty() {
-        if raw.paths.is_some() || raw.methods.is_some() {
+        if raw.paths.is_some() || raw.methods.is_some() || raw.encoded_slashes.is_some() {
             return Err(err(f("proxy.origins"), "names no origin: paths and methods would go nowhere"));
         }
         return Ok(None);
@@ -51,7 +54,11 @@ pub(super) fn rules(
         None => DEFAULT_METHODS.to_vec(),
         Some(m) => list(&f("proxy.methods"), m, method)?,
     };
-    Ok(Some(ProxyRules { origins, paths, methods }))
+    let encoded_slashes = raw.encoded_slashes.unwrap_or(match &provider.upstream {
+        Upstream::OAuth(_) => provider.kind.template().proxy_encoded_slashes,
+        Upstream::RemoteMcp(_) | Upstream::Typed(_) => false,
+    });
+    Ok(Some(ProxyRules { origins, paths, methods, encoded_slashes }))
 }
 
 /// A kind's proxy where the configuration says nothing.
@@ -103,7 +110,7 @@ fn origin(raw: &str, allow_idn_hosts: &[String]) -> Result<String, String> {
 
 /// A path prefix: from `/`, as a proxied path must be.
 fn prefix(raw: &str) -> Result<String, String> {
-    check_path(raw).map_err(|e| format!("{raw:?}: {e}"))?;
+    check_path(raw, false).map_err(|e| format!("{raw:?}: {e}"))?;
     Ok(raw.to_owned())
 }
 
