@@ -755,3 +755,44 @@ async fn an_encoded_slash_reaches_a_provider_that_takes_it_as_sent_and_never_car
     assert_error(r, 400, "proxy_path_refused").await;
     assert_eq!(peer.seen().len(), before, "nothing refused reached the provider");
 }
+
+#[tokio::test]
+async fn a_kill_switch_a_switched_off_tenant_a_revoked_connection_and_a_revoked_key_stop_proxied_calls() {
+    let peer = Peer::start().await;
+    let app = spawn(&peer).await;
+    let conn = app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    let call = || proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &[]);
+    assert_eq!(call().await.status(), 200);
+    let sent = peer.seen().len();
+    // Each refusal answers what `/v1/token` answers in the same state, with nothing sent.
+    async fn same_as_token(app: &TestApp, what: &str, status: u16, code: &str) {
+        let r = proxied(app, reqwest::Method::GET, "upp/echo", "alice", &[]).await;
+        assert_eq!(r.headers().get("mcp-connect-error").and_then(|v| v.to_str().ok()), Some(code), "{what}");
+        assert_error(r, status, code).await;
+        let t = app.token(&app.key, json!({"subject": "alice", "provider": "upp"})).await;
+        let body: Value = t.json().await.unwrap();
+        assert!(body["error"] == code || body["status"] == code, "{what}: /v1/token says {body}");
+    }
+
+    app.admin(reqwest::Method::PUT, "/kill-switches/upp", Some(json!({"mode": "no_token_handouts"}))).await;
+    same_as_token(&app, "kill switch", 403, "provider_disabled").await;
+    assert_eq!(app.admin(reqwest::Method::DELETE, "/kill-switches/upp", None).await.status(), 200);
+    assert_eq!(call().await.status(), 200, "the switch lifted");
+
+    let op = app.operator_key().await;
+    let off = app.operator(&op, reqwest::Method::PATCH, "/tenants/acme", Some(json!({"active": false}))).await;
+    assert_eq!(off.status(), 200);
+    same_as_token(&app, "switched-off tenant", 403, "tenant_disabled").await;
+    let on = app.operator(&op, reqwest::Method::PATCH, "/tenants/acme", Some(json!({"active": true}))).await;
+    assert_eq!(on.status(), 200);
+    assert_eq!(call().await.status(), 200, "switched on again");
+
+    let revoked = app.admin(reqwest::Method::POST, &format!("/connections/{conn}/revoke"), None).await;
+    assert!(revoked.status().is_success());
+    same_as_token(&app, "revoked connection", 428, "connect_required").await;
+
+    let id = mcp_connect::domain::ApiKeyId::parse(&app.key[5..21]).unwrap();
+    mcp_connect::store::api_keys::revoke_api_key(&app.pool, &id).await.unwrap().unwrap();
+    assert_error(call().await, 401, "invalid_api_key").await;
+    assert_eq!(peer.seen().len(), sent + 2, "only the two allowed calls reached the provider");
+}
