@@ -689,6 +689,8 @@ async fn a_connection_or_a_tenant_over_its_rate_gets_429_with_retry_after_and_no
 async fn a_person_connects_in_chromium_and_the_retried_proxied_call_reaches_the_provider() {
     use crate::support::chrome::{Chrome, Setup};
     use crate::support::chrome::{answer_at_the_provider, callback_heading, on_the_consent_page, open_and_sign_in};
+    // Every log line of the process, at debug level.
+    let logs = crate::logs::capture_logs();
     let peer = Peer::start().await;
     let app = spawn(&peer).await;
     let first = proxied(&app, reqwest::Method::GET, "testp/userinfo", "alice", &[]).await;
@@ -709,10 +711,17 @@ async fn a_person_connects_in_chromium_and_the_retried_proxied_call_reaches_the_
     let headers = format!("{:?}", r.headers());
     let body = r.text().await.unwrap();
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["login"], "octo-alice");
-    // The token the grant holds (this tenant hands it out) appears in neither.
+    // The token the grant holds (this tenant hands it out) appears in neither, nor in any
+    // log line.
     let token = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
     let token = token["access_token"].as_str().unwrap();
-    assert!(!body.contains(token) && !headers.contains(token), "{headers}");
+    assert!(token.len() >= 16 && !body.contains(token) && !headers.contains(token), "{headers}");
+    crate::support::eventually(Duration::from_secs(10), "the proxied call's log line", || async {
+        String::from_utf8_lossy(&logs.lock().unwrap()).contains("/v1/proxy/testp/userinfo")
+    })
+    .await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(!logs.contains(token), "the token is in the logs");
 }
 
 #[tokio::test]
