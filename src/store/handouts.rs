@@ -207,6 +207,12 @@ impl HandoutAudit {
         self.count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call))).await;
     }
 
+    /// [`Self::record_proxied`] if there is room now, without waiting; `false` when the
+    /// rows waiting are at their bound (nothing counted).
+    pub fn try_record_proxied(&self, connection: ConnectionId, api_key: &ApiKeyId, call: ProxiedCall) -> bool {
+        self.try_count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call)))
+    }
+
     async fn count(&self, key: RowKey) {
         // The common case: there is room, and nothing to register for.
         if self.try_count(key) {

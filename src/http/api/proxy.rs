@@ -116,25 +116,48 @@ pub async fn proxy(
         Some(Ok(p)) if state.directory.providers.get(&p).is_some() => p.as_str().to_owned(),
         _ => "other".to_owned(),
     };
-    let api_key = caller.0.id.clone();
-    let mut used = None;
-    // The provider's answer's class, or none where the proxy answered itself.
-    let (response, status, result) = match forward(caller, &state, &req, payload, &mut used).await {
+    let mut sent = None;
+    let (response, result) = match forward(caller, &state, &req, payload, &mut sent).await {
         Ok(r) => {
             let class = StatusClass::of(r.status().as_u16());
-            (r, class, class.as_str())
+            if let Some(s) = &mut sent {
+                s.answered = class;
+            }
+            (r, class.as_str())
         }
-        Err(Refused::Api(e)) => (e.error_response(), StatusClass::NoAnswer, e.code.as_str()),
-        Err(Refused::Connect(r)) => (*r, StatusClass::NoAnswer, ErrorCode::ConnectRequired.as_str()),
+        Err(Refused::Api(e)) => (e.error_response(), e.code.as_str()),
+        Err(Refused::Connect(r)) => (*r, ErrorCode::ConnectRequired.as_str()),
     };
-    // A call that went out with a connection's credential is counted in the audit trail,
-    // by method and answer class (`none`: unreachable, timed out, too large).
-    if let Some(connection) = used {
-        let call = ProxiedCall { method: MethodClass::of(req.method().as_str()), status };
-        state.handouts.record_proxied(connection, &api_key, call).await;
-    }
+    // Counted here (or, if this request is given up first, when `sent` is dropped).
+    drop(sent);
     metrics::counter!(PROXY_REQUESTS, "provider" => label, "result" => result).increment(1);
     response
+}
+
+/// A call that went to the provider with a connection's credential: counted in the audit
+/// trail, by method and answer class, when dropped. So a call is counted once it went out,
+/// even if its request is given up before the answer (a shutdown's deadline): as `none`
+/// then, as when the provider did not answer in time.
+struct Sent {
+    audit: crate::store::handouts::HandoutAudit,
+    connection: crate::domain::ConnectionId,
+    api_key: crate::domain::ApiKeyId,
+    method: MethodClass,
+    answered: StatusClass,
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        let call = ProxiedCall { method: self.method, status: self.answered };
+        if self.audit.try_record_proxied(self.connection, &self.api_key, call) {
+            return;
+        }
+        // The rows waiting are at their bound: wait for room off this request.
+        let (audit, connection, api_key) = (self.audit.clone(), self.connection, self.api_key.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { audit.record_proxied(connection, &api_key, call).await });
+        }
+    }
 }
 
 /// What the proxy answers itself instead of the provider.
@@ -221,7 +244,7 @@ async fn forward(
     state: &AppState,
     req: &HttpRequest,
     payload: web::Payload,
-    used: &mut Option<crate::domain::ConnectionId>,
+    sent: &mut Option<Sent>,
 ) -> Result<HttpResponse, Refused> {
     let Target { id, provider, method, url } = target(&caller, state, req)?;
     let ask = Ask::of(req.headers())?;
@@ -242,19 +265,25 @@ async fn forward(
     let (credential, connection) = usable(state, &caller, request.clone(), asking.clone()).await?;
     // One runaway tool does not spend the user's quota at the provider for every other.
     state.proxy.limits.connection(&connection).map_err(|wait| rate_limited("this connection", wait))?;
-    *used = Some(connection);
     let request_id = req.extensions().get::<crate::http::middleware::RequestId>().map(|r| r.0.clone());
     let out = Outgoing { method, url, headers: forwarded_headers(req.headers()), request_id };
     let too_large = Arc::new(AtomicBool::new(false));
     let mut body = Body::of(req.headers(), payload, too_large.clone()).await?;
-    let answer =
-        match state.proxy.forwarder.send(out.build(&provider, &credential, body.sendable())?, provider.reach()).await {
-            Ok(a) => a,
-            Err(_) if too_large.load(Ordering::Relaxed) => {
-                return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
-            }
-            Err(e) => return Err(upstream_error(&e).into()),
-        };
+    let outgoing = out.build(&provider, &credential, body.sendable())?;
+    *sent = Some(Sent {
+        audit: state.handouts.clone(),
+        connection,
+        api_key: caller.0.id.clone(),
+        method: MethodClass::of(out.method.as_str()),
+        answered: StatusClass::NoAnswer,
+    });
+    let answer = match state.proxy.forwarder.send(outgoing, provider.reach()).await {
+        Ok(a) => a,
+        Err(_) if too_large.load(Ordering::Relaxed) => {
+            return Err(ApiError::new(ErrorCode::PayloadTooLarge, "the body is larger than 10 MiB").into());
+        }
+        Err(e) => return Err(upstream_error(&e).into()),
+    };
     // The provider refused the token (revoked, or expired before its time): a grant that
     // can be refreshed is, once, and a request that can be sent again is.
     let watch = Watch { state: state.clone(), key: key.clone(), connection };
