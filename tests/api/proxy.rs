@@ -784,16 +784,21 @@ async fn a_kill_switch_a_switched_off_tenant_a_revoked_connection_and_a_revoked_
     }
 
     app.admin(reqwest::Method::PUT, "/kill-switches/upp", Some(json!({"mode": "no_token_handouts"}))).await;
+    assert!(app.state.caches.barrier(&app.pool).await, "the switch's notification arrived");
     same_as_token(&app, "kill switch", 403, "provider_disabled").await;
     assert_eq!(app.admin(reqwest::Method::DELETE, "/kill-switches/upp", None).await.status(), 200);
+    assert!(app.state.caches.barrier(&app.pool).await, "the change's notification arrived");
     assert_eq!(call().await.status(), 200, "the switch lifted");
 
     let op = app.operator_key().await;
     let off = app.operator(&op, reqwest::Method::PATCH, "/tenants/acme", Some(json!({"active": false}))).await;
     assert_eq!(off.status(), 200);
+    assert!(app.state.caches.barrier(&app.pool).await, "the switch-off's notification arrived");
     same_as_token(&app, "switched-off tenant", 403, "tenant_disabled").await;
     let on = app.operator(&op, reqwest::Method::PATCH, "/tenants/acme", Some(json!({"active": true}))).await;
     assert_eq!(on.status(), 200);
+    // Heard as every instance hears it: the change's notification.
+    assert!(app.state.caches.barrier(&app.pool).await, "the change's notification arrived");
     assert_eq!(call().await.status(), 200, "switched on again");
 
     let revoked = app.admin(reqwest::Method::POST, &format!("/connections/{conn}/revoke"), None).await;

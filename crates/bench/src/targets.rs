@@ -316,12 +316,14 @@ impl Results {
             },
             Target {
                 name: "first API-key check",
-                target: "one argon2 verify".into(),
+                // A key made today carries its fast verifier (`api_keys`): its first check
+                // runs no argon2 at all; one made before verifiers runs it once.
+                target: "at most one argon2 verify".into(),
                 measured: format!(
                     "{} argon2 run(s), {:.1} ms (one verify alone {:.1} ms)",
                     self.api_key.first_argon2_runs, self.api_key.first_ms, self.api_key.argon2_verify_ms
                 ),
-                met: Some(self.api_key.first_argon2_runs == 1),
+                met: Some(self.api_key.first_argon2_runs <= 1),
             },
             Target {
                 name: "unknown API-key ids under a flood",
