@@ -8,6 +8,8 @@
 
 mod apikey;
 mod audit;
+mod bare;
+mod ceiling;
 mod cpu;
 mod db;
 mod http1;
@@ -91,6 +93,10 @@ pub struct Args {
     /// (`--slow-phase false` leaves it out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     slow_phase: bool,
+    /// The framework's ceiling: a bare actix-web handler answering a cached hand-out's bytes
+    /// under the same load (`--ceiling-phase false` leaves it out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    ceiling_phase: bool,
     /// The proxy's rows: a proxied GET against the same GET straight to a local upstream,
     /// and a 10 MiB answer streamed through (`--proxy-phase false` leaves them out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -277,6 +283,8 @@ async fn run(
         None
     };
 
+    let ceiling = if args.ceiling_phase { Some(phase.ceiling(median_rate(&runs)).await?) } else { None };
+
     let proxy = if args.proxy_phase {
         progress(started, "proxy: direct and proxied GETs, a streamed answer");
         Some(phase.proxy().await?)
@@ -327,6 +335,7 @@ async fn run(
         floor,
         runs,
         check,
+        ceiling,
         proxy,
         scale,
         storm,

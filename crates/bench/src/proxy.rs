@@ -8,6 +8,7 @@
 //! /large` 10 MiB in 64 KiB chunks. It does no work of its own, so the ratio to it is the
 //! proxy's whole cost on this machine.
 
+use crate::bare::BareServer;
 use crate::http1::{Ask, Target};
 use crate::load::{self, KeySpace, Summary};
 use crate::phase::Phase;
@@ -63,48 +64,11 @@ pub struct StreamRun {
     pub rss_growth_mib: f64,
 }
 
-/// The upstream, on its own thread and actix system; stopped when dropped.
-struct Upstream {
-    addr: SocketAddr,
-    handle: actix_web::dev::ServerHandle,
-}
-
-impl Upstream {
-    fn start() -> anyhow::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new().name("bench-upstream".into()).spawn(move || {
-            let served = actix_web::rt::System::new().block_on(async move {
-                let server = actix_web::HttpServer::new(|| {
-                    actix_web::App::new()
-                        .route("/echo", actix_web::web::get().to(echo))
-                        .route("/large", actix_web::web::get().to(large))
-                })
-                .workers(1)
-                .listen(listener)?
-                .run();
-                let _ = tx.send(server.handle());
-                server.await
-            });
-            if let Err(e) = served {
-                eprintln!("bench upstream: {e}");
-            }
-        })?;
-        let handle = rx.recv_timeout(Duration::from_secs(10)).context("the bench upstream did not start")?;
-        Ok(Self { addr, handle })
-    }
-
-    fn origin(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        // Stops accepting and ends the system's thread; nothing waits for it.
-        drop(self.handle.stop(false));
-    }
+/// The upstream: one worker, `/echo` and `/large`.
+fn upstream() -> anyhow::Result<BareServer> {
+    BareServer::start("upstream", 1, |c| {
+        c.route("/echo", actix_web::web::get().to(echo)).route("/large", actix_web::web::get().to(large));
+    })
 }
 
 async fn echo() -> actix_web::HttpResponse {
@@ -124,7 +88,7 @@ impl Phase<'_> {
     /// direct and proxied loads; then a fresh instance for the streamed answer, so that
     /// the loads' memory does not hide its growth.
     pub async fn proxy(&self) -> anyhow::Result<ProxyRun> {
-        let upstream = Upstream::start()?;
+        let upstream = upstream()?;
         let setup = crate::service::ServiceSetup { proxy_upstream: Some(upstream.origin()), ..self.setup.clone() };
         let keys = KeySpace { subjects: SUBJECTS.min(self.keys.subjects), providers: self.keys.providers };
         let (conns, threads, seconds) =

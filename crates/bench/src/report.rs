@@ -135,6 +135,8 @@ pub struct Results {
     pub floor: Floors,
     pub runs: Vec<RepeatRun>,
     pub check: Option<CheckRun>,
+    /// `None`: `--ceiling-phase false`.
+    pub ceiling: Option<crate::ceiling::CeilingRun>,
     /// `None`: `--proxy-phase false`.
     pub proxy: Option<crate::proxy::ProxyRun>,
     pub scale: Option<ScaleRun>,
@@ -257,6 +259,7 @@ impl Results {
         self.check_rows(&mut o);
         self.scale_row(&mut o);
         self.proxy_rows(&mut o);
+        self.ceiling_row(&mut o);
         let _ = writeln!(o);
         let _ = writeln!(o, " details (run 1; every run in the JSON)");
         self.details(&mut o);
@@ -463,6 +466,22 @@ impl Results {
                 let _ = writeln!(o, " 10 load generator vs oha: n/a ({why})");
             }
         }
+    }
+
+    fn ceiling_row(&self, o: &mut String) {
+        let Some(c) = &self.ceiling else {
+            let _ = writeln!(o, " 13 framework ceiling: not run (--ceiling-phase false)");
+            return;
+        };
+        row(o, "13", &format!("ceiling: bare handler, {} workers", c.workers), &c.saturating);
+        let floor = self.floor.plain.best_tps().max(1.0);
+        let _ = writeln!(
+            o,
+            "    the same {}-byte answer; cached lookup (median) {:.2} × the ceiling; the ceiling {:.2} × the floor",
+            c.body_bytes,
+            c.cached_ratio,
+            c.saturating.rps / floor
+        );
     }
 
     fn proxy_rows(&self, o: &mut String) {

@@ -1,0 +1,84 @@
+//! The framework's ceiling (issue 46): a bare actix-web handler that answers `POST
+//! /v1/token` with the very bytes a cached hand-out answered, after reading the request's
+//! JSON as the service does, and does nothing else; as many workers as the service has.
+//! Driven by the same load generator, connections, threads and seconds as the cached
+//! lookup, it tells what the HTTP stack itself allows on this machine: the cached lookup
+//! is judged against it as well as against the floor.
+
+use crate::bare::BareServer;
+use crate::http1::{Conn, Target};
+use crate::load::{self, Summary};
+use crate::phase::Phase;
+use crate::progress;
+use crate::service::Service;
+use actix_web::{HttpResponse, web};
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CeilingRun {
+    /// The size of the hand-out answer served.
+    pub body_bytes: usize,
+    pub workers: usize,
+    pub saturating: Summary,
+    /// The cached lookup's median saturating rate ÷ this rate.
+    pub cached_ratio: f64,
+}
+
+/// What the handler reads, as `/v1/token` reads it.
+#[derive(serde::Deserialize)]
+struct Ask {
+    subject: String,
+    provider: String,
+}
+
+async fn answer(ask: web::Json<Ask>, body: web::Data<bytes::Bytes>) -> HttpResponse {
+    if ask.subject.is_empty() || ask.provider.is_empty() {
+        return HttpResponse::BadRequest().finish();
+    }
+    HttpResponse::Ok().content_type("application/json").body(body.get_ref().clone())
+}
+
+impl Phase<'_> {
+    /// One real cached hand-out's answer (from a fresh instance), then the bare handler
+    /// serving it under the cached lookup's load.
+    pub async fn ceiling(&self, cached_median: f64) -> anyhow::Result<CeilingRun> {
+        let svc = self.setup.start("ceiling-sample", true).await?;
+        let body = sample(&svc, self.api_key).await;
+        svc.stop().await;
+        let body = bytes::Bytes::from(body?);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let served = body.clone();
+        let server = BareServer::start("ceiling", workers, move |c| {
+            c.app_data(web::Data::new(served.clone())).route("/v1/token", web::post().to(answer));
+        })?;
+        let target = Target::token(server.addr, self.api_key);
+        let (keys, conns, threads) = (self.keys, self.args.concurrency as usize, self.args.client_threads as usize);
+        progress(self.started, &format!("ceiling: a bare handler, {conns} connections, {} s", self.args.seconds));
+        let t = target.clone();
+        self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(1))).await?;
+        let seconds = Duration::from_secs(self.args.seconds);
+        let saturating = self.load(move || load::closed_loop(&target, keys, conns, threads, seconds)).await?;
+        Ok(CeilingRun {
+            body_bytes: body.len(),
+            workers,
+            cached_ratio: cached_median / saturating.rps.max(1e-9),
+            saturating,
+        })
+    }
+}
+
+/// The body of one cached hand-out (the key asked twice: the second is served cached).
+async fn sample(svc: &Service, api_key: &str) -> anyhow::Result<Vec<u8>> {
+    let target = Target::token(svc.addr, api_key);
+    let mut conn = Conn::connect(svc.addr).await?;
+    let mut request = Vec::new();
+    let (subject, provider) = (load::KeySpace::subject(0), load::KeySpace::provider(1));
+    target.token_request(&mut request, &subject, &provider);
+    for _ in 0..2 {
+        conn.send(&request).await?;
+    }
+    let r = conn.send(&request).await?;
+    anyhow::ensure!(r.is_connected(), "the sample hand-out answered {}", r.status);
+    Ok(r.body.to_vec())
+}
