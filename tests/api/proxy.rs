@@ -289,6 +289,8 @@ async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() 
         ("accept", "application/json"),
         ("x-keep", "yes"),
         ("idempotency-key", "k-1"),
+        ("mcp-session-id", "session-of-the-mcp-host"),
+        ("last-event-id", "42"),
         ("x-http-method-override", "DELETE"),
         ("x-original-url", "/admin"),
         ("true-client-ip", "10.1.2.3"),
@@ -326,6 +328,11 @@ async fn the_credential_headers_and_where_the_caller_is_are_dropped_both_ways() 
     assert!(seen.headers.iter().all(|(n, _)| !n.starts_with("mcp-connect-")), "{seen:?}");
     assert_eq!((seen.header("accept"), seen.header("x-keep")), (Some("application/json"), Some("yes")));
     assert_eq!(seen.header("idempotency-key"), Some("k-1"), "a key that is no credential passes");
+    // A Streamable HTTP MCP session goes on: its id, and where an event stream resumes.
+    assert_eq!(
+        (seen.header("mcp-session-id"), seen.header("last-event-id")),
+        (Some("session-of-the-mcp-host"), Some("42"))
+    );
     assert!(seen.header("x-request-id").is_some_and(|id| id.len() == 16), "the request id goes along");
 
     // Back: the provider's own cookie and a header posing as ours are dropped.

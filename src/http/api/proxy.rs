@@ -628,7 +628,10 @@ fn forwarded_headers(headers: &HeaderMap) -> reqwest::header::HeaderMap {
     let mut out = reqwest::header::HeaderMap::new();
     for (name, value) in headers {
         let n = name.as_str();
-        if hop_by_hop(n) || names_a_credential(n) || changes_the_request(n) || listed.iter().any(|l| l == n) {
+        // A Streamable HTTP MCP session's id names a session with the provider the caller
+        // holds itself (the server checks the bearer on every request anyway): it passes.
+        let credential = names_a_credential(n) && n != "mcp-session-id";
+        if hop_by_hop(n) || credential || changes_the_request(n) || listed.iter().any(|l| l == n) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (
