@@ -552,8 +552,13 @@ fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiErr
 
 /// Whether a (lower-case) name says the header carries a credential or a session:
 /// `Authorization`, `Cookie`, `X-Api-Key`, `X-Goog-Api-Key`, `Private-Token`,
-/// `X-Amz-Security-Token`, `X-Session-Id` … (`Idempotency-Key` is no credential).
+/// `X-Amz-Security-Token`, `X-Session-Id` … (`Idempotency-Key` is no credential, nor
+/// `Mcp-Session-Id`: a Streamable HTTP MCP session the caller holds with the server itself,
+/// which checks the bearer on every request anyway).
 fn names_a_credential(name: &str) -> bool {
+    if name == "mcp-session-id" {
+        return false;
+    }
     const WORDS: [&str; 11] = [
         "auth",
         "token",
@@ -628,10 +633,7 @@ fn forwarded_headers(headers: &HeaderMap) -> reqwest::header::HeaderMap {
     let mut out = reqwest::header::HeaderMap::new();
     for (name, value) in headers {
         let n = name.as_str();
-        // A Streamable HTTP MCP session's id names a session with the provider the caller
-        // holds itself (the server checks the bearer on every request anyway): it passes.
-        let credential = names_a_credential(n) && n != "mcp-session-id";
-        if hop_by_hop(n) || credential || changes_the_request(n) || listed.iter().any(|l| l == n) {
+        if hop_by_hop(n) || names_a_credential(n) || changes_the_request(n) || listed.iter().any(|l| l == n) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (
@@ -814,11 +816,10 @@ async fn respond(
     }
     let mut r = answer_head(&answer, refreshed, secrets)?;
     // A small answer of known length (most API answers) is read whole and sent in one
-    // write: no stream to set up or watch (it is over within a read or two). A HEAD's
-    // length is that of a body it does not have: streamed as it is.
-    // Within the bound on an answer's head: a provider that trickles it gets no longer
-    // (and a revocation meanwhile is not waited for longer than that: what was sent
-    // before it is answered, as a stream's first bytes are).
+    // write: no stream to set up or watch. It is read within the bound on an answer's head
+    // (a provider that trickles it gets no longer, and a revocation meanwhile is not waited
+    // for longer: what was sent before it is answered, as a stream's first bytes are). A
+    // HEAD's length is that of a body it does not have: streamed as it is.
     if length.is_some_and(|n| n <= SMALL_ANSWER) && method != reqwest::Method::HEAD {
         let body = tokio::time::timeout(crate::net::forward::HEAD_TIMEOUT, answer.bytes()).await;
         let body = match body {
