@@ -777,6 +777,9 @@ async fn a_kill_switch_a_switched_off_tenant_a_revoked_connection_and_a_revoked_
     let peer = Peer::start().await;
     let app = spawn(&peer).await;
     let conn = app.insert_connection("acme", "alice", "upp", "upp-access-token", &["read"], None).await;
+    // The change listener hears before anything changes (each change below waits for its
+    // notification, as another instance would hear it).
+    assert!(app.state.caches.barrier(&app.pool).await, "listener up");
     let call = || proxied(&app, reqwest::Method::GET, "upp/echo", "alice", &[]);
     assert_eq!(call().await.status(), 200);
     let sent = peer.seen().len();
@@ -810,10 +813,12 @@ async fn a_kill_switch_a_switched_off_tenant_a_revoked_connection_and_a_revoked_
 
     let revoked = app.admin(reqwest::Method::POST, &format!("/connections/{conn}/revoke"), None).await;
     assert!(revoked.status().is_success());
+    assert!(app.state.caches.barrier(&app.pool).await, "the revocation's notification arrived");
     same_as_token(&app, "revoked connection", 428, "connect_required").await;
 
     let id = mcp_connect::domain::ApiKeyId::parse(&app.key[5..21]).unwrap();
     mcp_connect::store::api_keys::revoke_api_key(&app.pool, &id).await.unwrap().unwrap();
+    assert!(app.state.caches.barrier(&app.pool).await, "the key's notification arrived");
     assert_error(call().await, 401, "invalid_api_key").await;
     assert_eq!(peer.seen().len(), sent + 2, "only the two allowed calls reached the provider");
 }
