@@ -4,11 +4,11 @@
 use crate::api_keys::ApiKeyVerifier;
 use crate::cache::{CachedConnection, Caches};
 use crate::domain::{ConnectionId, ConnectionKey, ElicitationId, ProviderId, TenantId};
+use crate::keys::Keys;
 use crate::net::http::Outbound;
 use crate::oauth::resolve::{IdpConfig, Idps, Resolver};
 use crate::store::{self, Db, connections::ConnectionRow, handouts::HandoutAudit};
 use crate::tenants::Tenants;
-use crate::vault::Vault;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +24,8 @@ pub struct AppState {
     /// The connections as the hand-out reads them: the lookup cache, else this worker's
     /// lookup connections.
     pub connections: ConnectionRepo,
-    pub vault: Arc<Vault>,
+    /// The vault's keys: what seals and opens tokens and secrets.
+    pub keys: Arc<Keys>,
     /// The providers and tenants served, and their IdPs.
     pub directory: Directory,
     pub api_keys: Arc<ApiKeyVerifier>,

@@ -50,7 +50,8 @@ pub enum Command {
     /// a dev tenant with fresh keys, and a walkthrough.
     #[cfg(feature = "dev")]
     Dev(crate::dev::DevArgs),
-    /// Re-seal every stored token under the current vault key (the first in the keyring).
+    /// Turn data keys on, re-wrap every data key under the current vault key (the first in
+    /// the keyring; no row re-sealed) and move values sealed before data keys under them.
     /// Safe to interrupt and rerun; old keys can be removed once it reports 0 remaining.
     RotateKey {
         /// Rows per transaction.
@@ -204,8 +205,16 @@ pub enum WebhooksAction {
 pub enum TenantAction {
     /// Stop a tenant: its API keys and connect links stop working on every instance.
     Deactivate { id: String },
-    /// Let a deactivated tenant work again.
+    /// Let a deactivated tenant work again (not an ended one).
     Activate { id: String },
+    /// End a tenant for good (off-boarding): off, and its data keys destroyed, so nothing it
+    /// held opens on any instance again. Revoke its grants first where that matters.
+    End {
+        id: String,
+        /// The tenant's id again.
+        #[arg(long)]
+        confirm: String,
+    },
     /// List every tenant with its state.
     List,
 }
@@ -303,7 +312,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::RotateKey { batch } => {
             let (config, pool) = open_database(&cli.config, true).await?;
             let keyring = config.keyring.ok_or_else(|| anyhow::anyhow!("rotate-key needs the vault keys"))?;
-            rotate_key(&pool, crate::vault::Vault::new(keyring), batch).await
+            let clock = std::sync::Arc::new(crate::domain::SystemClock);
+            let keys = crate::keys::Keys::local(pool.clone(), keyring, clock, crate::keys::CacheBound::default());
+            rotate_key(&pool, &keys, batch).await
         }
         Command::Killswitch { action } => {
             killswitch(&open_database(&cli.config, false).await?.1, action, cli.output).await
@@ -579,13 +590,17 @@ async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn rotate_key(pool: &store::Db, vault: crate::vault::Vault, batch: i64) -> anyhow::Result<()> {
-    println!("re-sealing under key {}", vault.current_key_id());
-    let report = crate::flows::rotate::rotate_keys(pool, &vault, batch.clamp(1, 10_000), |done, total| {
+async fn rotate_key(pool: &store::Db, keys: &crate::keys::Keys, batch: i64) -> anyhow::Result<()> {
+    let store = keys.store();
+    println!("wrapping data keys under {} key {}; re-sealing under data keys", store.kind(), store.current_kek());
+    let report = crate::flows::rotate::rotate_keys(pool, keys, batch.clamp(1, 10_000), |done, total| {
         println!("  {done} of {total} rows re-sealed");
     })
     .await?;
-    println!("done: {} re-sealed, {} remaining", report.resealed, report.remaining);
+    println!(
+        "done: {} data keys re-wrapped, {} values re-sealed, {} remaining",
+        report.rewrapped, report.resealed, report.remaining
+    );
     if report.remaining > 0 {
         println!("rows were busy (being refreshed); run rotate-key again");
     }
@@ -634,6 +649,19 @@ async fn tenant(pool: &store::Db, action: TenantAction, output: Output) -> anyho
                 let state = if t.active { "active" } else { "inactive" };
                 format!("{}\t{state}\t{}\t{}\t{}", t.id, t.display_name, t.providers.join(","), t.managed_by)
             });
+        }
+        TenantAction::End { id, confirm } => {
+            let tenant = TenantId::parse(&id).map_err(|e| anyhow::anyhow!("tenant id: {e}"))?;
+            let e = crate::flows::tenants::end_tenant(pool, &tenant, &confirm, "cli").await?;
+            if !e.ended_now {
+                println!("tenant {tenant} had ended already");
+            } else {
+                println!(
+                    "tenant {tenant} ended: {} data keys destroyed; {} connections' tokens open nowhere now",
+                    e.data_keys_destroyed, e.connections
+                );
+            }
+            return Ok(());
         }
         TenantAction::Deactivate { id } => (id, false),
         TenantAction::Activate { id } => (id, true),

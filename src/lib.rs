@@ -25,6 +25,8 @@ pub mod domain;
 pub mod flows;
 /// HTTP surfaces: API, admin, browser pages, health.
 pub mod http;
+/// The vault's data keys: made, wrapped by the key store, unwrapped into a bounded cache.
+pub mod keys;
 /// Every call out of the service: the outbound client and its guard, the SSRF policy for
 /// providers, IdPs and webhooks, the URL rules.
 pub mod net;
@@ -40,7 +42,7 @@ pub mod store;
 pub mod telemetry;
 /// The active tenants every instance serves, read from the database.
 pub mod tenants;
-/// Sealing tokens at rest.
+/// Sealing tokens at rest, and the key stores that wrap the data keys.
 pub mod vault;
 /// Webhook events, signatures (Standard Webhooks) and their delivery.
 pub mod webhooks;

@@ -3,9 +3,9 @@
 use crate::api_keys::ApiKeyVerifier;
 use crate::app::{AppState, Directory, Lifecycle, Lifetimes, PublicUrls};
 use crate::config::{Config, TenantConfig};
+use crate::keys::Keys;
 use crate::net::http::Outbound;
 use crate::store::{self, Db};
-use crate::vault::Vault;
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, middleware::from_fn, web};
 use secrecy::ExposeSecret;
@@ -400,9 +400,11 @@ async fn app_state(
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
-    let vault = Arc::new(Vault::new(config.keyring));
+    let keys = Arc::new(Keys::local(pool.clone(), config.keyring, clock.clone(), config.data_key_cache));
+    // A new database seals under data keys from its first value on.
+    keys.switch_on_if_new().await?;
     let (webhook_policy, worker) =
-        webhook_worker(&config.webhooks, &config.outbound_cas, pool.clone(), vault.clone(), clock.clone())?;
+        webhook_worker(&config.webhooks, &config.outbound_cas, pool.clone(), keys.clone(), clock.clone())?;
     if background == Background::Run {
         worker.spawn();
     }
@@ -414,13 +416,14 @@ async fn app_state(
     ));
     let providers = Arc::new(crate::providers::Providers::new(
         config.providers,
-        vault.clone(),
+        keys.clone(),
         config.operator_allow_private_endpoints,
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool, providers.clone()).await?);
     let listen_url = config.database_listen_url.clone();
     if background == Background::Run {
-        crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), api_keys.clone(), tenants.clone());
+        let (a, t) = (api_keys.clone(), tenants.clone());
+        crate::cache::spawn_listener(pool.clone(), listen_url, caches.clone(), a, t, keys.clone());
         crate::cache::spawn_confirmer(pool.clone(), caches.clone(), api_keys.clone(), tenants.clone());
     }
     Ok(AppState {
@@ -447,7 +450,7 @@ async fn app_state(
         outbound,
         proxy: crate::app::Proxying { forwarder, limits: Arc::new(crate::app::ProxyLimits::new(config.proxy_limits)) },
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
-        vault,
+        keys,
         webhook_policy,
         api_keys,
         urls: PublicUrls { secure_cookies: config.public_base_url.scheme() == "https", base: config.public_base_url },
@@ -487,7 +490,7 @@ fn webhook_worker(
     hooks: &crate::config::WebhookSettings,
     cas: &[reqwest::Certificate],
     pool: Db,
-    vault: Arc<Vault>,
+    keys: Arc<Keys>,
     clock: Arc<dyn crate::domain::Clock>,
 ) -> anyhow::Result<(crate::net::ssrf::AddressPolicy, crate::webhooks::worker::Worker)> {
     let policy =
@@ -501,7 +504,7 @@ fn webhook_worker(
     .map_err(|e| anyhow::anyhow!("webhook http client: {e}"))?;
     let worker = crate::webhooks::worker::Worker {
         pool,
-        vault,
+        keys,
         client,
         clock,
         poll: hooks.poll_interval,

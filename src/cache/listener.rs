@@ -11,13 +11,14 @@ pub fn spawn_listener(
     caches: Arc<Caches>,
     api_keys: Arc<crate::api_keys::ApiKeyVerifier>,
     tenants: Arc<crate::tenants::Tenants>,
+    keys: Arc<crate::keys::Keys>,
 ) {
     // There from the start, 0 until the listener proves it hears: an instance whose listener
     // never comes up shows 0 (an alert on `== 0` fires), not nothing.
     metrics::gauge!(LISTENER_UP).set(0.0);
     tokio::spawn(async move {
         loop {
-            let heard = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants).await;
+            let heard = listen(&pool, listen_url.as_ref(), &caches, &api_keys, &tenants, &keys).await;
             if caches.is_closing() {
                 return tracing::debug!("change listener stopped: the process is stopping");
             }
@@ -42,6 +43,8 @@ pub fn spawn_listener(
             };
             caches.set_healthy(false);
             api_keys.set_listening(false);
+            // A tenant ended while we did not hear: its keys are read again, not held on.
+            keys.forget_all();
             tokio::time::sleep(again).await;
         }
     });
@@ -68,6 +71,7 @@ async fn listen(
     caches: &Caches,
     api_keys: &crate::api_keys::ApiKeyVerifier,
     tenants: &crate::tenants::Tenants,
+    keys: &crate::keys::Keys,
 ) -> Result<(), ListenError> {
     let mut listener = match listen_url {
         Some(url) => sqlx::postgres::PgListener::connect(secrecy::ExposeSecret::expose_secret(url)).await?,
@@ -102,6 +106,11 @@ async fn listen(
                 ELICITATIONS => caches.waiters.changed(n.payload()),
                 API_KEYS => {
                     api_keys.on_notification(n.payload());
+                    // A tenant changed (ended, perhaps: its data keys destroyed): its
+                    // unwrapped keys are read again before their next use.
+                    if let Some(t) = n.payload().strip_prefix("tenant:").and_then(|t| TenantId::parse(t).ok()) {
+                        keys.forget_tenant(&t);
+                    }
                     // Before the ping is heard the reload would only be repeated by it (and
                     // count against its wait).
                     if heard && (n.payload().starts_with("tenant:") || n.payload().starts_with("provider:")) {

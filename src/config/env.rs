@@ -43,7 +43,7 @@ const TOP: &[(&str, Kind)] = &[("public_base_url", Text), ("listen", Text), ("lo
 /// Every section's scalar settings (docs/configuration.md lists the same).
 const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("database", &[("url", Text), ("listen_url", Text), ("max_connections", Number), ("pooler", Text)]),
-    ("vault", &[("keys_file", Text)]),
+    ("vault", &[("keys_file", Text), ("data_key_cache_seconds", Number), ("data_key_cache_capacity", Number)]),
     ("elicitations", &[("ttl_seconds", Number), ("max_wait_seconds", Number)]),
     ("api_keys", &[("cache_seconds", Number), ("cache_capacity", Number), ("hash_queue", Number)]),
     ("idp", &[("issuer", Text), ("client_id", Text), ("client_secret_file", Text), ("clock_skew_seconds", Number)]),

@@ -91,6 +91,8 @@ pub struct Config {
     /// What is between `database_url` and PostgreSQL (`database.pooler`; see `store::db`).
     pub database_pooler: crate::store::Pooler,
     pub keyring: Keyring,
+    /// How long and how many unwrapped data keys are held (`[vault] data_key_cache_*`).
+    pub data_key_cache: crate::keys::CacheBound,
     pub elicitation_ttl: Duration,
     /// The longest a request is held by `wait_seconds` (a larger ask is held this long).
     pub max_wait: Duration,

@@ -90,6 +90,8 @@ pub(super) struct RawShutdown {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawVault {
     pub(super) keys_file: Option<PathBuf>,
+    pub(super) data_key_cache_seconds: Option<u64>,
+    pub(super) data_key_cache_capacity: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

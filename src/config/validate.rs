@@ -170,7 +170,7 @@ macro_rules! all_checks {
 pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config, ConfigError> {
     let mut errors = Vec::new();
     let (registry, tenants) = providers_and_tenants(raw.providers, raw.tenants, &mut secrets, &mut errors);
-    let keys_file = raw.vault.keys_file;
+    let keys_file = raw.vault.keys_file.clone();
     let secs = |field: &str, value: Option<u64>, default: u64, range, why: &str| {
         seconds(field, value, default, range, why).map(Duration::from_secs)
     };
@@ -202,6 +202,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         webhooks = webhook_settings(&raw.webhooks);
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
         proxy_limits = proxy_limits(&raw.proxy);
+        data_key_cache = data_key_cache(&raw.vault);
     }
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
@@ -227,6 +228,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         database_listen_url,
         database_pooler,
         keyring,
+        data_key_cache,
         elicitation_ttl,
         max_wait,
         api_key_cache_ttl,
@@ -332,6 +334,16 @@ fn database_url(raw: Option<String>) -> Result<String, ConfigError> {
         return Err(err("database.url", "must be a postgres:// URL"));
     }
     Ok(url)
+}
+
+/// `[vault] data_key_cache_*`: how long and how many unwrapped data keys are held.
+fn data_key_cache(vault: &super::raw::RawVault) -> Result<crate::keys::CacheBound, ConfigError> {
+    let why = " (an ended tenant's keys are held at most this long where the change is not heard)";
+    let ttl = seconds("vault.data_key_cache_seconds", vault.data_key_cache_seconds, 300, 1..=3600, why)?;
+    Ok(crate::keys::CacheBound {
+        ttl: Duration::from_secs(ttl),
+        capacity: vault.data_key_cache_capacity.unwrap_or(10_000).max(1),
+    })
 }
 
 fn keyring(spec: Option<String>, file: Option<&Path>) -> Result<Keyring, ConfigError> {

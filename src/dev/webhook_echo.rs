@@ -21,7 +21,7 @@ pub(super) async fn start_webhook_echo(app: &Application) -> anyhow::Result<Stri
     )?;
     let dev = crate::domain::TenantId::parse("dev")?;
     // No API key made this registration (the audit event names none).
-    let (_, secret) = crate::flows::webhooks::register(&state.pool, &state.vault, &dev, &r, None).await?;
+    let (_, secret) = crate::flows::webhooks::register(&state.pool, &state.keys, &dev, &r, None).await?;
     let hook = std::sync::Arc::new(
         standardwebhooks::Webhook::new(secret.expose_secret()).map_err(|e| anyhow::anyhow!("echo secret: {e:?}"))?,
     );

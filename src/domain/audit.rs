@@ -63,6 +63,8 @@ audit_kinds! {
     ProviderActivated = "provider_activated",
     TenantDeactivated = "tenant_deactivated",
     TenantActivated = "tenant_activated",
+    /// An operator ended a tenant: its data keys destroyed (crypto-shredding), off for good.
+    TenantEnded = "tenant_ended",
     TenantIdpChanged = "tenant_idp_changed",
     /// A configuration file took over a tenant the operator API made: its settings became
     /// the file's and the keys it had were revoked.

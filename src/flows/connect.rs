@@ -263,7 +263,8 @@ pub async fn start_authorization(
 
     let state_hash = crypto::lookup_hash(STATE_PURPOSE, &req.state);
     let secret = serde_json::to_vec(&SealedState { verifier: req.pkce_verifier, nonce: req.nonce })?;
-    let sealed = state.vault.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
+    let key = state.keys.sealing(crate::keys::Scope::Tenant(&e.tenant_id)).await?;
+    let sealed = key.seal_aux(STATE_PURPOSE, &state_hash, &secret)?;
     let mut tx = store::begin(&state.pool).await?;
     store::states::insert_state(
         &mut *tx,
@@ -275,7 +276,7 @@ pub async fn start_authorization(
             subject: &e.subject,
             provider: &e.provider,
             redirect_uri: redirect.as_str(),
-            key_id: state.vault.current_key_id().as_str(),
+            key_id: key.key_id(),
             sealed: &sealed,
             expires_at: now + STATE_TTL,
         },

@@ -11,6 +11,8 @@ pub enum Fault {
     Database(#[from] sqlx::Error),
     #[error("vault: {0}")]
     Vault(#[from] crate::vault::VaultError),
+    #[error("{0}")]
+    KeyStore(#[from] crate::vault::kek::KeyStoreError),
     #[error("sealed value: {0}")]
     Encoding(#[from] serde_json::Error),
     #[error("task: {0}")]
@@ -32,7 +34,18 @@ impl Fault {
                     || crate::store::lookup::connection_lost(e)
                     || crate::store::lookup::server_busy(e)
             }
+            Fault::KeyStore(e) => e.is_transient(),
             Fault::Vault(_) | Fault::Encoding(_) | Fault::Task(_) => false,
+        }
+    }
+}
+
+impl From<crate::keys::KeysError> for Fault {
+    fn from(e: crate::keys::KeysError) -> Self {
+        match e {
+            crate::keys::KeysError::Database(e) => Fault::Database(e),
+            crate::keys::KeysError::Store(e) => Fault::KeyStore(e),
+            crate::keys::KeysError::Vault(e) => Fault::Vault(e),
         }
     }
 }
@@ -48,6 +61,11 @@ macro_rules! wraps_fault {
         }
         impl From<crate::vault::VaultError> for $error {
             fn from(e: crate::vault::VaultError) -> Self {
+                Self::Fault(e.into())
+            }
+        }
+        impl From<crate::keys::KeysError> for $error {
+            fn from(e: crate::keys::KeysError) -> Self {
                 Self::Fault(e.into())
             }
         }

@@ -186,8 +186,9 @@ pub async fn start(
         return_to: return_to.to_owned(),
         expires_at: (now + LOGIN_TTL).unix_timestamp(),
     })?);
-    let sealed = state.vault.seal_aux(COOKIE_PURPOSE, &state_hash, &secret)?;
-    Ok(LoginStart { authorize_url: req.url, cookie: cookie_value(state.vault.current_key_id().as_str(), &sealed) })
+    let key = state.keys.sealing(crate::keys::Scope::Service).await?;
+    let sealed = key.seal_aux(COOKIE_PURPOSE, &state_hash, &secret)?;
+    Ok(LoginStart { authorize_url: req.url, cookie: cookie_value(key.key_id(), &sealed) })
 }
 
 /// OpenID Connect RP-Initiated Logout 1.0 §2: where to send the browser to end its session
@@ -219,8 +220,8 @@ pub struct LoginDone {
 }
 
 /// The sign-in the login cookie holds, if it opens with `state_hash` and has not expired.
-fn open_cookie(
-    vault: &crate::vault::Vault,
+async fn open_cookie(
+    keys: &crate::keys::Keys,
     cookie: &str,
     state_hash: &[u8],
     now: OffsetDateTime,
@@ -228,7 +229,12 @@ fn open_cookie(
     let (key_id, sealed) = cookie_parts(cookie)?;
     // Any failure is the browser's problem, never ours: a cookie of another sign-in, a
     // changed byte, or one sealed under a key since removed.
-    let opened = vault.open_aux(key_id, COOKIE_PURPOSE, state_hash, &sealed).ok()?;
+    let opened = keys
+        .opening(key_id, crate::keys::Scope::Service)
+        .await
+        .ok()?
+        .open_aux(COOKIE_PURPOSE, state_hash, &sealed)
+        .ok()?;
     let login: SealedLogin = serde_json::from_slice(&opened).ok()?;
     (login.expires_at > now.unix_timestamp()).then_some(login)
 }
@@ -244,8 +250,11 @@ pub async fn complete(
 ) -> Result<LoginDone, LoginError> {
     let raw_state = q.state.as_deref().filter(|s| crypto::looks_like_token(s)).ok_or(LoginError::StateUnusable)?;
     let state_hash = crypto::lookup_hash(LOGIN_PURPOSE, raw_state);
-    let secret =
-        cookie.and_then(|c| open_cookie(&state.vault, c, &state_hash, now)).ok_or(LoginError::StateUnusable)?;
+    let secret = (match cookie {
+        Some(c) => open_cookie(&state.keys, c, &state_hash, now).await,
+        None => None,
+    })
+    .ok_or(LoginError::StateUnusable)?;
     // The IdP this browser was sent to (sealed with the state, so the answer is checked
     // against that IdP alone); one no longer configured ends the sign-in, and so does an
     // answer at another IdP's callback (a mix-up: that IdP sent it, not this one).

@@ -11,12 +11,12 @@
 
 use super::tenants::by_text;
 use crate::domain::{ApiKeyId, AuditKind, ProviderId};
+use crate::keys::{Keys, Scope};
 use crate::providers::Provider;
 use crate::providers::Providers;
 use crate::providers::client_secret::{IDENTITY, identity_of, open_client_secret, seal_client_secret};
 use crate::providers::settings::RawProvider;
 use crate::store::{self, Db, audit::AuditEvent};
-use crate::vault::Vault;
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 
@@ -39,6 +39,8 @@ pub enum ProviderRefusal {
     Unopenable(String),
     #[error("sealing the client secret: {0}")]
     Vault(#[from] crate::vault::VaultError),
+    #[error(transparent)]
+    Keys(#[from] crate::keys::KeysError),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -137,7 +139,7 @@ pub const MAX_API_PROVIDERS: i64 = 1_000;
 /// before (a provider a file had) is refused: they were made with another client.
 pub async fn create_provider(
     pool: &Db,
-    vault: &Vault,
+    keys: &Keys,
     providers: &Providers,
     id: &str,
     settings: Settings,
@@ -147,7 +149,8 @@ pub async fn create_provider(
     let pid = ProviderId::parse(id).map_err(|e| invalid("id", e.to_string()))?;
     refuse_if_a_files(pool, providers, &pid).await?;
     let raw = checked(id, settings, &secret, providers)?;
-    let sealed = seal_client_secret(vault, id, 1, &identity_of(&raw), &secret)?;
+    let key = keys.sealing(Scope::Service).await?;
+    let sealed = seal_client_secret(&key, id, 1, &identity_of(&raw), &secret)?;
     let mut tx = store::begin(pool).await?;
     // One creation at a time, so that the limit holds under concurrent calls.
     store::lock_named(&mut *tx, "operator_providers").await?;
@@ -155,7 +158,7 @@ pub async fn create_provider(
         return Err(ProviderRefusal::TooMany);
     }
     if store::providers::id_has_history(&mut *tx, id).await?
-        || !store::providers::insert(&mut *tx, id, &stored(&raw)?, &sealed, vault.current_key_id().as_str()).await?
+        || !store::providers::insert(&mut *tx, id, &stored(&raw)?, &sealed, key.key_id()).await?
     {
         return Err(ProviderRefusal::Exists(id.to_owned()));
     }
@@ -177,7 +180,7 @@ pub struct ProviderChange {
 /// Changes a provider made over the API, and serves the change here at once.
 pub async fn change_provider(
     pool: &Db,
-    vault: &Vault,
+    keys: &Keys,
     providers: &Providers,
     id: &ProviderId,
     change: ProviderChange,
@@ -207,7 +210,11 @@ pub async fn change_provider(
         let secret = match &change.client_secret {
             Some(s) => s.clone(),
             None => {
-                open_client_secret(vault, &row, &identity).map_err(|_| ProviderRefusal::Unopenable(row.id.clone()))?
+                let key = keys.opening(&row.key_id, Scope::Service).await.map_err(|e| match e {
+                    crate::keys::KeysError::Vault(_) => ProviderRefusal::Unopenable(row.id.clone()),
+                    e => e.into(),
+                })?;
+                open_client_secret(&key, &row, &identity).map_err(|_| ProviderRefusal::Unopenable(row.id.clone()))?
             }
         };
         let mut merged = current.clone();
@@ -215,11 +222,12 @@ pub async fn change_provider(
         let raw = checked(id.as_str(), merged, &secret, providers)?;
         settings = stored(&raw)?;
         if let Some(s) = &change.client_secret {
-            sealed = Some(seal_client_secret(vault, &row.id, next, &identity, s)?);
+            let key = keys.sealing(Scope::Service).await?;
+            sealed = Some((seal_client_secret(&key, &row.id, next, &identity, s)?, key));
         }
     }
     let active = change.active.unwrap_or(row.active);
-    let secret = sealed.as_deref().map(|s| (s, vault.current_key_id().as_str(), next));
+    let secret = sealed.as_ref().map(|(s, key)| (s.as_slice(), key.key_id(), next));
     store::providers::update(&mut *tx, &row.id, &settings, secret, active).await?;
     if settings_changed || sealed.is_some() {
         let detail = serde_json::json!({

@@ -12,6 +12,7 @@
 use crate::app::AppState;
 use crate::domain::AuditKind;
 use crate::domain::{ConnectionStatus, RefreshPolicy};
+use crate::keys::Scope;
 use crate::oauth::flow::{self, FlowError};
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow};
 use crate::telemetry::metrics::REFRESHES;
@@ -79,24 +80,28 @@ pub async fn refresh_refused(
 ) -> Result<secrecy::SecretString, RefreshError> {
     use secrecy::ExposeSecret;
     let row = store::connections::find_connection(&state.pool, key).await?.ok_or(RefreshError::Gone)?;
-    let current = access_token(state, &row)?;
+    let current = access_token(state, &row).await?;
     if current.expose_secret() != sent.expose_secret() {
         // Another call refreshed it (the lookup cache may not have heard yet): this one.
         return Ok(current);
     }
     let refreshed = refresh_spawned(state, &row, now, Due::Refused).await?;
-    access_token(state, &refreshed)
+    access_token(state, &refreshed).await
 }
 
 /// A row's access token, opened.
-fn access_token(state: &AppState, row: &ConnectionRow) -> Result<secrecy::SecretString, RefreshError> {
+async fn access_token(state: &AppState, row: &ConnectionRow) -> Result<secrecy::SecretString, RefreshError> {
     if row.status != ConnectionStatus::Active {
         return Err(RefreshError::NeedsReauth);
     }
     let (Some(key_id), Some(at_ct)) = (&row.key_id, &row.access_token_ct) else {
         return Err(RefreshError::NeedsReauth);
     };
-    Ok(state.vault.open(key_id, &row.binding(), Field::AccessToken, at_ct)?)
+    Ok(state.keys.opening(key_id, Scope::Tenant(&row.tenant_id)).await?.open(
+        &row.binding(),
+        Field::AccessToken,
+        at_ct,
+    )?)
 }
 
 async fn refresh_spawned(
@@ -143,6 +148,12 @@ async fn refresh_locked(
     now: OffsetDateTime,
     due: Due,
 ) -> Result<ConnectionRow, RefreshError> {
+    // The keys read first, outside the transaction (a miss reads the database: not on a
+    // second connection while this one is held); below they are hits.
+    if let Some(key_id) = &observed.key_id {
+        state.keys.opening(key_id, Scope::Tenant(&observed.tenant_id)).await?;
+    }
+    state.keys.sealing(Scope::Tenant(&observed.tenant_id)).await?;
     let mut tx = store::begin(&state.pool).await?;
     fence(&mut tx, state.lifetimes.outbound_timeout).await?;
     let row = store::connections::lock_connection(&mut *tx, observed.id).await?.ok_or(RefreshError::Gone)?;
@@ -173,7 +184,11 @@ async fn refresh_locked(
     let (Some(key_id), Some(rt_ct)) = (&row.key_id, &row.refresh_token_ct) else {
         return Err(RefreshError::NeedsReauth);
     };
-    let refresh_token = state.vault.open(key_id, &binding, Field::RefreshToken, rt_ct)?;
+    let sealed_with = state.keys.opening(key_id, Scope::Tenant(&row.tenant_id)).await?;
+    let refresh_token = sealed_with.open(&binding, Field::RefreshToken, rt_ct)?;
+    // The key the answer is sealed with, before the provider is asked: a key store that
+    // is down fails the refresh here, not after the provider rotated the refresh token.
+    let sealing = state.keys.sealing(Scope::Tenant(&row.tenant_id)).await?;
     let provider = state.directory.providers.get(&row.provider).ok_or(RefreshError::Gone)?.clone();
     // An OAuth grant under an id that now names a typed-credential provider: nothing to
     // refresh it with; the person connects anew.
@@ -188,9 +203,9 @@ async fn refresh_locked(
         .increment(1);
     match answer {
         Ok(tokens) => {
-            let stored = seal_refreshed(&state.vault, &row, key_id, &refresh_token, &tokens, now)?;
+            let stored = seal_refreshed(&sealing, &sealed_with, &row, &refresh_token, &tokens, now)?;
             commit_refreshed(state, tx, &row, &stored, &tokens).await?;
-            Ok(stored.into_row(&state.vault, row, now))
+            Ok(stored.into_row(row, now))
         }
         Err(FlowError::InvalidGrant) => {
             grant_is_dead(&state.caches, tx, &row).await?;
@@ -231,7 +246,7 @@ async fn commit_refreshed(
     stored: &Resealed,
     tokens: &flow::TokenSet,
 ) -> Result<(), RefreshError> {
-    if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &stored.grant(&state.vault)).await? {
+    if !store::connections::store_refreshed(&mut *tx, row.id, row.version, &stored.grant()).await? {
         // Cannot happen under the row lock; if it does, hand out nothing stale.
         return Err(RefreshError::Transient("concurrent write".to_owned()));
     }
@@ -247,8 +262,10 @@ async fn commit_refreshed(
     Ok(())
 }
 
-/// A refreshed grant, sealed under the current key and ready to store.
+/// A refreshed grant, sealed and ready to store.
 struct Resealed {
+    /// The key it was sealed with.
+    key_id: String,
     /// The seal generation it was sealed at (the row's next).
     generation: i64,
     access_ct: Vec<u8>,
@@ -259,10 +276,10 @@ struct Resealed {
 }
 
 impl Resealed {
-    fn grant<'a>(&'a self, vault: &'a crate::vault::Vault) -> store::connections::SealedGrant<'a> {
+    fn grant(&self) -> store::connections::SealedGrant<'_> {
         store::connections::SealedGrant {
             generation: self.generation,
-            key_id: vault.current_key_id().as_str(),
+            key_id: &self.key_id,
             access_token_ct: &self.access_ct,
             refresh_token_ct: Some(&self.refresh_ct),
             id_token_ct: self.id_ct.as_deref(),
@@ -272,9 +289,9 @@ impl Resealed {
     }
 
     /// The row as it is after the commit, to hand out from.
-    fn into_row(self, vault: &crate::vault::Vault, row: ConnectionRow, now: OffsetDateTime) -> ConnectionRow {
+    fn into_row(self, row: ConnectionRow, now: OffsetDateTime) -> ConnectionRow {
         ConnectionRow {
-            key_id: Some(vault.current_key_id().as_str().to_owned()),
+            key_id: Some(self.key_id),
             access_token_ct: Some(self.access_ct),
             refresh_token_ct: Some(self.refresh_ct),
             id_token_ct: self.id_ct,
@@ -290,12 +307,12 @@ impl Resealed {
 }
 
 /// Seals the provider's answer. Rotation: the new refresh token if there is one, else the
-/// old one, re-sealed under the current key with the rest of the row (and the ID token
-/// likewise).
+/// old one, re-sealed with `sealing` (the tenant's key now) with the rest of the row (and
+/// the ID token likewise, opened with `sealed_with`, the row's key).
 fn seal_refreshed(
-    vault: &crate::vault::Vault,
+    sealing: &crate::vault::SealKey,
+    sealed_with: &crate::vault::SealKey,
     row: &ConnectionRow,
-    key_id: &str,
     old_refresh: &secrecy::SecretString,
     tokens: &flow::TokenSet,
     now: OffsetDateTime,
@@ -303,19 +320,20 @@ fn seal_refreshed(
     // Opened at the row's generation, sealed at its next: the ciphertexts this write
     // replaces (a rotated-out refresh token) no longer open if put back.
     let (current, next) = (row.binding(), row.next_binding());
-    let access_ct = vault.seal(&next, Field::AccessToken, &tokens.access_token)?;
+    let access_ct = sealing.seal(&next, Field::AccessToken, &tokens.access_token)?;
     let keep = tokens.refresh_token.as_ref().unwrap_or(old_refresh);
-    let refresh_ct = vault.seal(&next, Field::RefreshToken, keep)?;
+    let refresh_ct = sealing.seal(&next, Field::RefreshToken, keep)?;
     let id_ct = match (&tokens.id_token, &row.id_token_ct) {
-        (Some(new), _) => Some(vault.seal(&next, Field::IdToken, new)?),
+        (Some(new), _) => Some(sealing.seal(&next, Field::IdToken, new)?),
         (None, Some(old)) => {
-            let t = vault.open(key_id, &current, Field::IdToken, old)?;
-            Some(vault.seal(&next, Field::IdToken, &t)?)
+            let t = sealed_with.open(&current, Field::IdToken, old)?;
+            Some(sealing.seal(&next, Field::IdToken, &t)?)
         }
         (None, None) => None,
     };
     let expires_at = tokens.expires_in.and_then(|d| time::Duration::try_from(d).ok()).map(|d| now + d);
     Ok(Resealed {
+        key_id: sealing.key_id().to_owned(),
         generation: row.next_generation(),
         access_ct,
         refresh_ct,

@@ -68,7 +68,7 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
     } else if let Some(row) = stored {
         // Registered before: kept (the grants made with it refresh with it), even if the
         // server has since begun to read metadata documents.
-        opened(&state.vault, p, &d.server.issuer, &redirect, row)?
+        opened(&state.keys, p, &d.server.issuer, &redirect, row).await?
     } else if d.server.client_id_metadata_documents {
         (client_metadata_url(&state.urls, p).to_string(), SecretString::from(String::new()), ClientAuth::Public)
     } else if let Some(url) = &d.server.registration_url {
@@ -148,8 +148,8 @@ fn binding(provider: &str, issuer: &str, redirect: &str, client_id: &str) -> Vec
 }
 
 /// A stored registration's client id, secret (opened) and authentication method.
-fn opened(
-    vault: &crate::vault::Vault,
+async fn opened(
+    keys: &crate::keys::Keys,
     p: &Provider,
     issuer: &str,
     redirect: &Url,
@@ -158,7 +158,8 @@ fn opened(
     let secret = match (&row.key_id, &row.secret_ct) {
         (Some(key_id), Some(ct)) => {
             let b = binding(p.id.as_str(), issuer, redirect.as_str(), &row.client_id);
-            let opened = vault.open_aux(key_id, SECRET_PURPOSE, &b, ct).map_err(|_| store_fault(p, "opened"))?;
+            let key = keys.opening(key_id, crate::keys::Scope::Service).await.map_err(|_| store_fault(p, "opened"))?;
+            let opened = key.open_aux(SECRET_PURPOSE, &b, ct).map_err(|_| store_fault(p, "opened"))?;
             SecretString::from(String::from_utf8(opened.to_vec()).map_err(|_| store_fault(p, "opened"))?)
         }
         _ => SecretString::from(String::new()),
@@ -176,14 +177,15 @@ fn opened(
     Ok((row.client_id, secret, auth))
 }
 
-/// Key rotation: a registration's secret sealed again under the current key.
+/// Key rotation: a registration's secret opened with `from` and sealed again with `to`.
 pub fn reseal(
-    vault: &crate::vault::Vault,
+    from: &crate::vault::SealKey,
+    to: &crate::vault::SealKey,
     row: &store::remote_clients::SealedClientRow,
 ) -> Result<Vec<u8>, crate::vault::VaultError> {
     let b = binding(row.provider_id.as_str(), &row.issuer, &row.redirect_uri, &row.client_id);
-    let plain = vault.open_aux(&row.key_id, SECRET_PURPOSE, &b, &row.secret_ct)?;
-    vault.seal_aux(SECRET_PURPOSE, &b, &plain)
+    let plain = from.open_aux(SECRET_PURPOSE, &b, &row.secret_ct)?;
+    to.seal_aux(SECRET_PURPOSE, &b, &plain)
 }
 
 /// A new registration at `url` for this provider (of the registrations made at once, the
@@ -198,15 +200,14 @@ async fn registered(
     let r = mcp::register(&state.outbound, d, url, &format!("mcp-connect ({})", p.display_name), &redirect).await?;
     tracing::info!(provider = %p.id, client_id = %r.client_id, token_endpoint_auth_method = r.auth.as_str(), "registered at the remote MCP server's authorization server");
     let bound = binding(p.id.as_str(), &d.server.issuer, redirect.as_str(), &r.client_id);
+    let key = state.keys.sealing(crate::keys::Scope::Service).await.map_err(|_| store_fault(p, "sealed"))?;
     let sealed = match &r.client_secret {
-        Some(s) => {
-            Some(state.vault.seal_aux(SECRET_PURPOSE, &bound, s.as_bytes()).map_err(|_| store_fault(p, "sealed"))?)
-        }
+        Some(s) => Some(key.seal_aux(SECRET_PURPOSE, &bound, s.as_bytes()).map_err(|_| store_fault(p, "sealed"))?),
         None => None,
     };
     let new = RemoteClientRow {
         client_id: r.client_id.clone(),
-        key_id: sealed.as_ref().map(|_| state.vault.current_key_id().as_str().to_owned()),
+        key_id: sealed.as_ref().map(|_| key.key_id().to_owned()),
         secret_ct: sealed,
         token_endpoint_auth_method: Some(r.auth.as_str().to_owned()),
     };
@@ -217,5 +218,5 @@ async fn registered(
         .await
         .map_err(|_| store_fault(p, "read"))?
         .ok_or_else(|| store_fault(p, "read"))?;
-    opened(&state.vault, p, &d.server.issuer, &redirect, row)
+    opened(&state.keys, p, &d.server.issuer, &redirect, row).await
 }

@@ -171,6 +171,15 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
     }
     let Some(key_id) = &row.key_id else { return "failed: nothing to revoke".to_owned() };
     let binding = row.binding();
+    let key = match state.keys.opening(key_id, crate::keys::Scope::Tenant(&row.tenant_id)).await {
+        Ok(key) => key,
+        // As a provider that cannot be reached: the local revocation goes on (the detail
+        // stays in the log, not in the answer or the trail).
+        Err(e) => {
+            tracing::warn!(error = %e, "the connection's key did not open for its revocation at the provider");
+            return "failed: key unavailable".to_owned();
+        }
+    };
     let mut unreadable = Vec::new();
     let mut opened = Vec::new();
     for (field, ct, hint) in [
@@ -178,7 +187,7 @@ pub(super) async fn revoke_at_provider(state: &AppState, row: &store::connection
         (Field::AccessToken, &row.access_token_ct, "access_token"),
     ] {
         let Some(ct) = ct else { continue };
-        match state.vault.open(key_id, &binding, field, ct) {
+        match key.open(&binding, field, ct) {
             Ok(t) => opened.push((hint, t)),
             Err(e) => unreadable.push(format!("{hint}: unreadable ({e})")),
         }

@@ -1,23 +1,31 @@
-//! Key rotation: re-seal every ciphertext under the current key, in batches that commit
-//! one by one, so the command reports progress, can be interrupted and rerun, and runs
-//! beside live instances (rows they are refreshing are skipped and picked up later).
-//! Old keys keep opening until this has finished; then they can be removed.
+//! Key rotation (`rotate-key`): data keys turned on; every data key re-wrapped under the key
+//! store's current key-encryption key (one statement each, no sealed row touched); then
+//! every value not sealed under its scope's active data key (a value of the releases before
+//! data keys, under a keyring key) re-sealed under it, in batches that commit one by one, so
+//! the command reports progress, can be interrupted and rerun, and runs beside live
+//! instances (rows they are refreshing are skipped and picked up later). Old keyring keys
+//! keep opening until this has finished; then they can be removed.
 
+use crate::keys::{Keys, KeysError, Scope};
 use crate::store::{self, Db};
-use crate::vault::{Field, Vault};
+use crate::vault::Field;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("connection or webhook {0} does not open with the keyring ({1}); add the key it was sealed under")]
-    Unopenable(uuid::Uuid, crate::vault::VaultError),
-    #[error("provider {0}'s client secret does not open with the keyring ({1}); add the key it was sealed under")]
-    ProviderUnopenable(String, crate::vault::VaultError),
+    #[error("connection or webhook {0} does not open ({1}); add the key it was sealed under to the keyring")]
+    Unopenable(uuid::Uuid, KeysError),
+    #[error("provider {0}'s client secret does not open ({1}); add the key it was sealed under to the keyring")]
+    ProviderUnopenable(String, KeysError),
+    #[error("data keys: {0}")]
+    Keys(#[from] KeysError),
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RotateReport {
+    /// Data keys re-wrapped under the current key-encryption key.
+    pub rewrapped: u64,
     pub resealed: u64,
     pub remaining: i64,
     /// Nothing remained: from now on the database refuses sealed values without a seal
@@ -30,29 +38,36 @@ pub struct RotateReport {
 
 pub async fn rotate_keys(
     pool: &Db,
-    vault: &Vault,
+    keys: &Keys,
     batch: i64,
     mut progress: impl FnMut(u64, i64),
 ) -> Result<RotateReport, RotateError> {
-    let current = vault.current_key_id().as_str().to_owned();
-    let total = store::connections::count_rows_not_under_key(pool, &current).await?;
+    // Run after every instance runs this release (as the switches below): from here on
+    // every instance seals under data keys, and older binaries refuse this schema.
+    keys.switch_on().await?;
+    let rewrapped = keys.rewrap_all(batch).await?;
+    let total = store::connections::count_rows_not_under_active_key(pool).await?;
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;
-        let rows = store::connections::lock_rows_not_under_key(&mut *tx, &current, batch).await?;
+        let rows = store::connections::lock_rows_not_under_active_key(&mut *tx, batch).await?;
         if rows.is_empty() {
             break;
         }
         for row in &rows {
+            let unopenable = |e: KeysError| RotateError::Unopenable(row.id.as_uuid(), e);
+            let from = keys
+                .opening(row.key_id.as_deref().unwrap_or_default(), Scope::Tenant(&row.tenant_id))
+                .await
+                .map_err(unopenable)?;
+            let to = keys.sealing(Scope::Tenant(&row.tenant_id)).await?;
             // Opened at the row's generation, sealed at its next (a row sealed before
             // generations gets its first here), with its issuer bound where it names one.
             let (binding, next) = (row.binding(), row.next_binding());
-            let old = row.key_id.as_deref().unwrap_or_default();
             let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
                 let Some(ct) = ct else { return Ok(None) };
-                let pt =
-                    vault.open(old, &binding, field, ct).map_err(|e| RotateError::Unopenable(row.id.as_uuid(), e))?;
-                vault.seal(&next, field, &pt).map(Some).map_err(|e| RotateError::Unopenable(row.id.as_uuid(), e))
+                let pt = from.open(&binding, field, ct).map_err(|e| unopenable(e.into()))?;
+                to.seal(&next, field, &pt).map(Some).map_err(|e| unopenable(e.into()))
             };
             let access = reseal(Field::AccessToken, &row.access_token_ct)?;
             let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
@@ -60,7 +75,7 @@ pub async fn rotate_keys(
             store::connections::store_resealed(
                 &mut *tx,
                 row.id,
-                &current,
+                to.key_id(),
                 row.next_generation(),
                 access.as_deref(),
                 refresh.as_deref(),
@@ -77,51 +92,55 @@ pub async fn rotate_keys(
         done += rows.len() as u64;
         progress(done, total);
     }
-    done += reseal_webhook_secrets(pool, vault, &current, batch).await?;
-    done += reseal_provider_secrets(pool, vault, &current, batch).await?;
-    done += reseal_remote_clients(pool, vault, &current, batch).await?;
-    let remaining = store::connections::count_rows_not_under_key(pool, &current).await?
-        + store::webhooks::count_secrets_not_under_key(pool, &current).await?
-        + store::providers::count_not_under_key(pool, &current).await?
-        + store::remote_clients::count_not_under_key(pool, &current).await?;
+    done += reseal_webhook_secrets(pool, keys, batch).await?;
+    done += reseal_provider_secrets(pool, keys, batch).await?;
+    done += reseal_remote_clients(pool, keys, batch).await?;
+    let remaining = store::connections::count_rows_not_under_active_key(pool).await?
+        + store::webhooks::count_secrets_not_under_active_key(pool).await?
+        + store::providers::count_not_under_active_key(pool).await?
+        + store::remote_clients::count_not_under_active_key(pool).await?
+        + keys.not_under_current_kek().await?;
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
     let unbound_closed = remaining == 0 && store::connections::close_unbound_writes(pool).await?;
-    Ok(RotateReport { resealed: done, remaining, legacy_closed, unbound_closed })
+    Ok(RotateReport { rewrapped, resealed: done, remaining, legacy_closed, unbound_closed })
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose
-/// overlap is over is dropped), re-sealed under the current key in batches like the
+/// overlap is over is dropped), re-sealed under their tenant's data key in batches like the
 /// connections.
-async fn reseal_webhook_secrets(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+async fn reseal_webhook_secrets(pool: &Db, keys: &Keys, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
     // Overlaps end by the database's clock, as the worker reads them.
     let now = store::webhooks::database_now(pool).await?;
     loop {
         let mut tx = pool.begin().await?;
-        let rows = store::webhooks::lock_secrets_not_under_key(&mut *tx, current, batch).await?;
+        let rows = store::webhooks::lock_secrets_not_under_active_key(&mut *tx, batch).await?;
         if rows.is_empty() {
             return Ok(done);
         }
         for row in &rows {
             use crate::webhooks::{Slot, open_secret, seal_secret};
-            let unopenable = |e| RotateError::Unopenable(row.id.as_uuid(), e);
+            let unopenable = |e: KeysError| RotateError::Unopenable(row.id.as_uuid(), e);
+            let to = keys.sealing(Scope::Tenant(&row.tenant_id)).await?;
             // Opened at the endpoint's generation, sealed at its next (an endpoint sealed
             // before generations gets its first here).
             let (g, next) = (row.secret_version, crate::vault::next_generation(row.secret_version));
+            let from = keys.opening(&row.key_id, Scope::Tenant(&row.tenant_id)).await.map_err(unopenable)?;
             let secret =
-                open_secret(vault, row.id, g, Slot::Current, &row.key_id, &row.secret_sealed).map_err(unopenable)?;
-            let sealed = seal_secret(vault, row.id, next, Slot::Current, &secret).map_err(unopenable)?;
+                open_secret(&from, row.id, g, Slot::Current, &row.secret_sealed).map_err(|e| unopenable(e.into()))?;
+            let sealed = seal_secret(&to, row.id, next, Slot::Current, &secret).map_err(|e| unopenable(e.into()))?;
             let in_overlap = row.previous_until.is_some_and(|u| u > now);
             let previous = match (&row.previous_key_id, &row.previous_secret_sealed) {
                 (Some(k), Some(ct)) if in_overlap => {
-                    let old = open_secret(vault, row.id, g, Slot::Previous, k, ct).map_err(unopenable)?;
-                    Some(seal_secret(vault, row.id, next, Slot::Previous, &old).map_err(unopenable)?)
+                    let from = keys.opening(k, Scope::Tenant(&row.tenant_id)).await.map_err(unopenable)?;
+                    let old = open_secret(&from, row.id, g, Slot::Previous, ct).map_err(|e| unopenable(e.into()))?;
+                    Some(seal_secret(&to, row.id, next, Slot::Previous, &old).map_err(|e| unopenable(e.into()))?)
                 }
                 _ => None,
             };
-            store::webhooks::store_resealed_secrets(&mut *tx, row.id, current, &sealed, previous.as_deref(), next)
+            store::webhooks::store_resealed_secrets(&mut *tx, row.id, to.key_id(), &sealed, previous.as_deref(), next)
                 .await?;
         }
         tx.commit().await?;
@@ -130,43 +149,48 @@ async fn reseal_webhook_secrets(pool: &Db, vault: &Vault, current: &str, batch: 
 }
 
 /// The client secrets of providers made over the operator API, re-sealed under the
-/// current key at their next generation.
-async fn reseal_provider_secrets(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+/// service scope's data key at their next generation.
+async fn reseal_provider_secrets(pool: &Db, keys: &Keys, batch: i64) -> Result<u64, RotateError> {
     use crate::providers::client_secret::{open_client_secret, row_identity, seal_client_secret};
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;
-        let rows = store::providers::lock_not_under_key(&mut *tx, current, batch).await?;
+        let rows = store::providers::lock_not_under_active_key(&mut *tx, batch).await?;
+        let to = keys.sealing(Scope::Service).await?;
         if rows.is_empty() {
             return Ok(done);
         }
         for row in &rows {
-            let unopenable = |e| RotateError::ProviderUnopenable(row.id.clone(), e);
+            let unopenable = |e: KeysError| RotateError::ProviderUnopenable(row.id.clone(), e);
             let next = row.secret_version + 1;
             let identity = row_identity(row);
-            let secret = open_client_secret(vault, row, &identity).map_err(unopenable)?;
-            let sealed = seal_client_secret(vault, &row.id, next, &identity, &secret).map_err(unopenable)?;
-            store::providers::store_resealed(&mut *tx, &row.id, current, &sealed, next).await?;
+            let from = keys.opening(&row.key_id, Scope::Service).await.map_err(unopenable)?;
+            let secret = open_client_secret(&from, row, &identity).map_err(|e| unopenable(e.into()))?;
+            let sealed =
+                seal_client_secret(&to, &row.id, next, &identity, &secret).map_err(|e| unopenable(e.into()))?;
+            store::providers::store_resealed(&mut *tx, &row.id, to.key_id(), &sealed, next).await?;
         }
         tx.commit().await?;
         done += rows.len() as u64;
     }
 }
 
-/// The client secrets of registrations at remote MCP servers, re-sealed under the current
-/// key (one that does not open stops the rotation, as a provider's does).
-async fn reseal_remote_clients(pool: &Db, vault: &Vault, current: &str, batch: i64) -> Result<u64, RotateError> {
+/// The client secrets of registrations at remote MCP servers, re-sealed under the service
+/// scope's data key (one that does not open stops the rotation, as a provider's does).
+async fn reseal_remote_clients(pool: &Db, keys: &Keys, batch: i64) -> Result<u64, RotateError> {
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;
-        let rows = store::remote_clients::lock_not_under_key(&mut *tx, current, batch).await?;
+        let rows = store::remote_clients::lock_not_under_active_key(&mut *tx, batch).await?;
+        let to = keys.sealing(Scope::Service).await?;
         if rows.is_empty() {
             return Ok(done);
         }
         for row in &rows {
-            let sealed = super::remote::reseal(vault, row)
-                .map_err(|e| RotateError::ProviderUnopenable(row.provider_id.to_string(), e))?;
-            store::remote_clients::store_resealed(&mut *tx, row, current, &sealed).await?;
+            let unopenable = |e: KeysError| RotateError::ProviderUnopenable(row.provider_id.to_string(), e);
+            let from = keys.opening(&row.key_id, Scope::Service).await.map_err(unopenable)?;
+            let sealed = super::remote::reseal(&from, &to, row).map_err(|e| unopenable(e.into()))?;
+            store::remote_clients::store_resealed(&mut *tx, row, to.key_id(), &sealed).await?;
         }
         tx.commit().await?;
         done += rows.len() as u64;

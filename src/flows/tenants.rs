@@ -10,13 +10,13 @@ use crate::providers::ProviderRegistry;
 use crate::store::{self, Db, audit::AuditEvent, tenants::TenantRow};
 
 /// Switches a tenant on or off, with an audit event when it changed. `None`: no such
-/// tenant; `Some(changed)`.
+/// tenant; `Some(changed)`. An ended tenant is not switched on.
 pub async fn set_tenant_active(
     pool: &Db,
     tenant: &TenantId,
     active: bool,
     by: &str,
-) -> Result<Option<bool>, sqlx::Error> {
+) -> Result<Option<bool>, TenantRefusal> {
     let mut tx = store::begin(pool).await?;
     let changed = set_active(&mut tx, tenant, active, by).await?;
     tx.commit().await?;
@@ -28,7 +28,11 @@ async fn set_active(
     tenant: &TenantId,
     active: bool,
     by: &str,
-) -> Result<Option<bool>, sqlx::Error> {
+) -> Result<Option<bool>, TenantRefusal> {
+    // An ended tenant stays off (the database refuses it too).
+    if active && store::tenants::is_ended(&mut *tx, tenant).await? == Some(true) {
+        return Err(TenantRefusal::Ended(tenant.to_string()));
+    }
     let Some(was) = store::tenants::set_tenant_active(&mut *tx, tenant, active).await? else {
         return Ok(None);
     };
@@ -60,8 +64,59 @@ pub enum TenantRefusal {
     UnknownIdp(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    #[error("tenant {0} was ended: it stays off, and nothing it held opens again")]
+    Ended(String),
+    #[error(
+        "tenant {tenant} has {values} sealed values of the releases before data keys: run `mcp-connect rotate-key` (it moves them under the tenant's data key), then end it"
+    )]
+    NotUnderDataKeys { tenant: String, values: i64 },
+    #[error("confirm: send the tenant's id to end it")]
+    Unconfirmed,
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+/// What ending a tenant did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Ended {
+    /// `false`: it had ended before (nothing more was done).
+    pub ended_now: bool,
+    pub data_keys_destroyed: u64,
+    /// Its connections that held tokens: none of them opens any more.
+    pub connections: i64,
+}
+
+/// Ends a tenant (off-boarding, docs/keys.md): in one transaction it is switched off for
+/// good and its data keys are destroyed, so every token, credential and webhook secret it
+/// held opens on no instance from then on (at once on every instance that hears the change,
+/// `Keys::forget_tenant`; within the data-key cache bound on the others), before any row is
+/// deleted.
+/// Refused while it holds values sealed before data keys (they would stay readable).
+/// `confirm` must be its id. Revoke its grants at the providers first where that matters:
+/// afterwards nothing can (`mcp-connect connections revoke --tenant`).
+pub async fn end_tenant(pool: &Db, tenant: &TenantId, confirm: &str, by: &str) -> Result<Ended, TenantRefusal> {
+    if confirm != tenant.as_str() {
+        return Err(TenantRefusal::Unconfirmed);
+    }
+    let mut tx = store::begin(pool).await?;
+    let Some(ended_now) = store::tenants::end_tenant(&mut *tx, tenant).await? else {
+        return Err(TenantRefusal::NotFound(tenant.to_string()));
+    };
+    if !ended_now {
+        return Ok(Ended { ended_now, data_keys_destroyed: 0, connections: 0 });
+    }
+    let values = store::data_keys::count_tenant_values_outside_data_keys(&mut *tx, tenant).await?;
+    if values > 0 {
+        return Err(TenantRefusal::NotUnderDataKeys { tenant: tenant.to_string(), values });
+    }
+    let data_keys_destroyed = store::data_keys::destroy_tenant(&mut *tx, tenant).await?;
+    let connections = store::data_keys::count_tenant_sealed_connections(&mut *tx, tenant).await?;
+    let mut ev = AuditEvent::new(AuditKind::TenantEnded);
+    ev.tenant_id = Some(tenant.clone());
+    ev.detail = serde_json::json!({ "by": by, "data_keys_destroyed": data_keys_destroyed, "connections": connections });
+    store::audit::insert_event(&mut *tx, &ev).await?;
+    tx.commit().await?;
+    Ok(Ended { ended_now, data_keys_destroyed, connections })
 }
 
 /// What a tenant change sets; `None`: left as it is.

@@ -11,6 +11,7 @@ use crate::domain::{
     ProviderId, Scopes, Subject, TenantId,
 };
 use crate::domain::{AuditKind, HandOut, HandOutRequest, RefreshPolicy, check_handout};
+use crate::keys::Scope;
 use crate::oauth::resolve::ResolveError;
 use crate::providers::Provider;
 use crate::providers::credential::Credential;
@@ -125,7 +126,7 @@ pub async fn credential_for(
     }
     let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
     let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
-    if let Some(out) = cached_token(&state.connections, &state.vault, state.refresh, &key, &provider, ask, now)? {
+    if let Some(out) = cached_token(&state.connections, &state.keys, state.refresh, &key, &provider, ask, now).await? {
         return Ok(out);
     }
 
@@ -223,9 +224,9 @@ async fn elicitation_answer(
 }
 
 /// The fast path: the row as cached (ciphertext), when it can go out as it is.
-fn cached_token(
+async fn cached_token(
     connections: &crate::app::ConnectionRepo,
-    vault: &crate::vault::Vault,
+    keys: &crate::keys::Keys,
     policy: RefreshPolicy,
     key: &ConnectionKey,
     provider: &Provider,
@@ -236,7 +237,9 @@ fn cached_token(
         return Ok(None);
     };
     match check_handout(c.facts(), ask, policy, now) {
-        HandOut::Serve => hand_out(vault, key, provider, &c),
+        HandOut::Serve => {
+            hand_out(&keys.opening(&c.shape.key_id, Scope::Tenant(&key.tenant)).await?, key, provider, &c)
+        }
         // Anything else is decided on the row as it is now.
         HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),
     }
@@ -276,7 +279,10 @@ async fn usable_token(
         }
     };
     match entry {
-        Some(entry) => hand_out(&state.vault, key, provider, &entry),
+        Some(entry) => {
+            let sealed_with = state.keys.opening(&entry.shape.key_id, Scope::Tenant(&key.tenant)).await?;
+            hand_out(&sealed_with, key, provider, &entry)
+        }
         None => Ok(None),
     }
 }
@@ -284,7 +290,7 @@ async fn usable_token(
 /// Opens the access token of a usable connection for the caller; `None`: the row is of
 /// another kind than its provider (see below).
 fn hand_out(
-    vault: &crate::vault::Vault,
+    sealed_with: &crate::vault::SealKey,
     key: &ConnectionKey,
     provider: &Provider,
     c: &CachedConnection,
@@ -298,7 +304,7 @@ fn hand_out(
         generation: c.seal_version,
         issuer: Some(&c.shape.issuer),
     };
-    let opened = vault.open(&c.shape.key_id, &row, Field::AccessToken, &c.access_token_ct)?;
+    let opened = sealed_with.open(&row, Field::AccessToken, &c.access_token_ct)?;
     // A typed credential is sealed as one document: its primary value is the token, and
     // every field goes along. (The provider's kind decides, not the stored token type.)
     // A row of the other kind (the file changed the provider's template since it was

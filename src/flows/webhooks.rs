@@ -2,9 +2,9 @@
 //! their deliveries. The signing secret is made here, sealed into the row, and shown once.
 
 use crate::domain::{ApiKeyId, AuditKind, TenantId, WebhookId};
+use crate::keys::{Keys, Scope};
 use crate::net::ssrf;
 use crate::store::{self, Db, audit::AuditEvent, webhooks::WebhookRow};
-use crate::vault::Vault;
 use crate::webhooks::{self, EventKind, Slot};
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -135,14 +135,15 @@ super::fault::wraps_fault!(WebhookError);
 /// Registers an endpoint; returns it and its signing secret (shown this once).
 pub async fn register(
     pool: &Db,
-    vault: &Vault,
+    keys: &Keys,
     tenant: &TenantId,
     r: &Registration,
     api_key_id: Option<&ApiKeyId>,
 ) -> Result<(Webhook, SecretString), WebhookError> {
     let id = WebhookId::generate();
     let secret = webhooks::sign::new_secret();
-    let sealed = webhooks::seal_secret(vault, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
+    let key = keys.sealing(Scope::Tenant(tenant)).await?;
+    let sealed = webhooks::seal_secret(&key, id, crate::vault::FIRST_GENERATION, Slot::Current, &secret)?;
     let events: Vec<String> = r.events.iter().map(|e| e.as_str().to_owned()).collect();
     let mut tx = store::begin(pool).await?;
     // One registration at a time per tenant, so the limit holds under concurrent calls.
@@ -158,7 +159,7 @@ pub async fn register(
             url: r.url.as_str(),
             events: &events,
             description: &r.description,
-            key_id: vault.current_key_id().as_str(),
+            key_id: key.key_id(),
             secret_sealed: &sealed,
         },
     )
@@ -196,7 +197,7 @@ pub async fn delete(pool: &Db, tenant: &TenantId, id: WebhookId, api_key_id: &Ap
 /// this tenant.
 pub async fn rotate_secret(
     pool: &Db,
-    vault: &Vault,
+    keys: &Keys,
     tenant: &TenantId,
     id: WebhookId,
     keep_previous: bool,
@@ -209,16 +210,17 @@ pub async fn rotate_secret(
     // as the previous one, is sealed anew, and every ciphertext of the generations before
     // (a secret dropped because it leaked) no longer opens if put back.
     let next = crate::vault::next_generation(old.secret_version);
-    let v = vault;
+    let v = keys.sealing(Scope::Tenant(tenant)).await?;
     let secret = webhooks::sign::new_secret();
-    let sealed = webhooks::seal_secret(v, id, next, Slot::Current, &secret)?;
+    let sealed = webhooks::seal_secret(&v, id, next, Slot::Current, &secret)?;
     let previous = if keep_previous {
-        let current = webhooks::open_secret(v, id, old.secret_version, Slot::Current, &old.key_id, &old.secret_sealed)?;
-        Some(webhooks::seal_secret(v, id, next, Slot::Previous, &current)?)
+        let opening = keys.opening(&old.key_id, Scope::Tenant(tenant)).await?;
+        let current = webhooks::open_secret(&opening, id, old.secret_version, Slot::Current, &old.secret_sealed)?;
+        Some(webhooks::seal_secret(&v, id, next, Slot::Previous, &current)?)
     } else {
         None
     };
-    let key = v.current_key_id().as_str();
+    let key = v.key_id();
     let overlap = i64::try_from(ROTATION_OVERLAP.whole_microseconds()).unwrap_or(i64::MAX);
     let Some(row) =
         store::webhooks::rotate_secret(&mut *tx, tenant, id, key, &sealed, previous.as_deref(), overlap, next).await?

@@ -156,6 +156,10 @@ error_codes! {
     TooManyProviders = "too_many_providers" => CONFLICT,
     /// A configuration file keeps this tenant's settings: change them there (only `active` changes over the API).
     TenantKeptByFile = "tenant_kept_by_file" => CONFLICT,
+    /// The tenant was ended (its data keys destroyed): it stays off.
+    TenantEnded = "tenant_ended" => CONFLICT,
+    /// The tenant holds values sealed before data keys: run `mcp-connect rotate-key`, then end it.
+    TenantNotUnderDataKeys = "tenant_not_under_data_keys" => CONFLICT,
     /// No IdP of that name is configured (`default` or one of `[idps.<name>]`).
     UnknownIdp = "unknown_idp" => BAD_REQUEST,
     /// No provider of that id was made over the operator API (one of a configuration file is listed, not changed here).

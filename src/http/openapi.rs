@@ -53,6 +53,7 @@ use utoipa::openapi::{Content, HeaderBuilder, RefOr, ResponseBuilder};
         crate::http::operator::get_tenant,
         crate::http::operator::change_tenant,
         crate::http::operator::create_tenant_key,
+        crate::http::operator::end_tenant,
         crate::http::operator::list_providers,
         crate::http::operator::create_provider,
         crate::http::operator::get_provider,

@@ -37,6 +37,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::patch().to(change_tenant)),
             )
             .service(resource("/tenants/{tenant}/keys", "POST").route(web::post().to(create_tenant_key)))
+            .service(resource("/tenants/{tenant}/end", "POST").route(web::post().to(end_tenant)))
             .service(
                 resource("/providers", "GET, POST")
                     .route(web::get().to(list_providers))
@@ -209,6 +210,9 @@ impl From<TenantRefusal> for ApiError {
             TenantRefusal::UnknownProvider { .. } => ApiError::new(ErrorCode::UnknownProvider, text),
             TenantRefusal::UnknownIdp(_) => ApiError::new(ErrorCode::UnknownIdp, text),
             TenantRefusal::Invalid { .. } => ApiError::new(ErrorCode::InvalidRequest, text),
+            TenantRefusal::Ended(_) => ApiError::new(ErrorCode::TenantEnded, text),
+            TenantRefusal::NotUnderDataKeys { .. } => ApiError::new(ErrorCode::TenantNotUnderDataKeys, text),
+            TenantRefusal::Unconfirmed => ApiError::new(ErrorCode::InvalidRequest, text),
             TenantRefusal::Database(e) => ApiError::from_db(e),
         }
     }
@@ -390,6 +394,68 @@ pub async fn create_tenant_key(
     }))
 }
 
+/// Ending a tenant: its id again, so that no slip ends another.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"confirm": "globex"}))]
+pub struct EndTenantBody {
+    /// The tenant's id, again.
+    #[schema(example = "globex")]
+    confirm: String,
+}
+
+/// What ending a tenant did.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct TenantEnded {
+    #[schema(example = "globex")]
+    tenant_id: String,
+    /// `false`: it had ended before; nothing more was done.
+    ended_now: bool,
+    /// Its data keys destroyed now: what they sealed opens nowhere.
+    #[schema(example = 1)]
+    data_keys_destroyed: u64,
+    /// Its connections that held tokens, none of which opens any more.
+    #[schema(example = 42)]
+    connections: i64,
+}
+
+/// Ends a tenant (off-boarding): off for good, and its data keys destroyed, so that every
+/// token, credential and webhook secret it held opens on no instance, before any row is
+/// deleted (crypto-shredding, docs/keys.md). Audited as `tenant_ended`. Revoke its grants at
+/// the providers first where that matters: afterwards nothing can.
+#[utoipa::path(
+    post,
+    path = "/operator/v1/tenants/{tenant}/end",
+    operation_id = "endTenant",
+    tag = "operator",
+    params(TenantPath),
+    request_body = EndTenantBody,
+    responses(
+        (status = 200, description = "Ended (or ended before: `ended_now` false).", body = TenantEnded),
+        (status = 400, description = "`invalid_tenant_id`, `invalid_json` or `invalid_request` (`confirm` is not the tenant's id).", body = ErrorBody),
+        (status = 404, description = "`tenant_not_found`.", body = ErrorBody),
+        (status = 409, description = "`tenant_not_under_data_keys`: it holds values sealed before data keys; run `mcp-connect rotate-key` first.", body = ErrorBody),
+    ),
+    security(("operator_key" = [])),
+)]
+pub async fn end_tenant(
+    caller: OperatorCaller,
+    state: web::Data<AppState>,
+    path: web::Path<TenantPath>,
+    body: web::Json<EndTenantBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = tenant_id(&path.tenant)?;
+    let by = crate::flows::tenants::by_text(&caller.0);
+    let ended = crate::flows::tenants::end_tenant(&state.pool, &id, &body.confirm, &by).await?;
+    state.keys.forget_tenant(&id);
+    Ok(HttpResponse::Ok().json(TenantEnded {
+        tenant_id: id.to_string(),
+        ended_now: ended.ended_now,
+        data_keys_destroyed: ended.data_keys_destroyed,
+        connections: ended.connections,
+    }))
+}
+
 /// A provider as the operator API shows it: its settings in force, never its secret.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ProviderView {
@@ -560,6 +626,7 @@ impl From<ProviderRefusal> for ApiError {
             ProviderRefusal::Invalid { .. } => ApiError::new(ErrorCode::InvalidRequest, text),
             ProviderRefusal::Unopenable(_) => ApiError::new(ErrorCode::ProviderSecretUnopenable, text),
             ProviderRefusal::Vault(e) => ApiError::internal(&e),
+            ProviderRefusal::Keys(e) => crate::flows::fault::Fault::from(e).into(),
             ProviderRefusal::Database(e) => ApiError::from_db(e),
         }
     }
@@ -625,7 +692,7 @@ pub async fn create_provider(
     let secret = secrecy::SecretString::from(b.client_secret);
     let p = crate::flows::providers::create_provider(
         &state.pool,
-        &state.vault,
+        &state.keys,
         &state.directory.providers,
         &b.id,
         settings,
@@ -692,7 +759,7 @@ pub async fn change_provider(
     };
     let p = crate::flows::providers::change_provider(
         &state.pool,
-        &state.vault,
+        &state.keys,
         &state.directory.providers,
         &id,
         change,

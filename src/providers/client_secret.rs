@@ -3,7 +3,7 @@
 
 use super::settings::RawProvider;
 use crate::store;
-use crate::vault::{Vault, VaultError};
+use crate::vault::{SealKey, VaultError};
 use secrecy::{ExposeSecret, SecretString};
 
 const CLIENT_SECRET_PURPOSE: &str = "provider_client_secret";
@@ -42,24 +42,26 @@ fn binding(id: &str, version: i64, identity: &[u8; 32]) -> Vec<u8> {
     b
 }
 
-/// Seals a provider's client secret for its row at generation `version`.
+/// Seals a provider's client secret for its row at generation `version` (with the service
+/// scope's key: the caller stores its `key_id`).
 pub fn seal_client_secret(
-    vault: &Vault,
+    key: &SealKey,
     id: &str,
     version: i64,
     identity: &[u8; 32],
     secret: &SecretString,
 ) -> Result<Vec<u8>, VaultError> {
-    vault.seal_aux(CLIENT_SECRET_PURPOSE, &binding(id, version, identity), secret.expose_secret().as_bytes())
+    key.seal_aux(CLIENT_SECRET_PURPOSE, &binding(id, version, identity), secret.expose_secret().as_bytes())
 }
 
-/// Opens a row's client secret (sealed for its id, generation and `identity`).
+/// Opens a row's client secret (sealed for its id, generation and `identity`) with the key
+/// its `key_id` names.
 pub fn open_client_secret(
-    vault: &Vault,
+    key: &SealKey,
     row: &store::providers::ProviderRow,
     identity: &[u8; 32],
 ) -> Result<SecretString, VaultError> {
     let binding = binding(&row.id, row.secret_version, identity);
-    let pt = vault.open_aux(&row.key_id, CLIENT_SECRET_PURPOSE, &binding, &row.client_secret_sealed)?;
+    let pt = key.open_aux(CLIENT_SECRET_PURPOSE, &binding, &row.client_secret_sealed)?;
     String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
 }

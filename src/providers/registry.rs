@@ -6,9 +6,10 @@ use super::client_secret::{identity_of, open_client_secret};
 use super::settings::{RawProvider, SettingError, validate_provider};
 use super::{Origin, Provider};
 use crate::domain::ProviderId;
+use crate::keys::{Keys, KeysError};
 use crate::net::http::Reach;
 use crate::store::{self, Db};
-use crate::vault::{Vault, VaultError};
+use crate::vault::SealKey;
 use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -45,7 +46,7 @@ impl ProviderRegistry {
 /// The providers: the file's, and those of the operator API.
 pub struct Providers {
     file: ProviderRegistry,
-    vault: Arc<Vault>,
+    keys: Arc<Keys>,
     /// How the operator API's providers are reached (`[operator] allow_private_endpoints`).
     reach: Reach,
     all: RwLock<ProviderRegistry>,
@@ -53,9 +54,9 @@ pub struct Providers {
 
 impl Providers {
     /// The file's providers alone, until [`Self::reload`] reads the others.
-    pub fn new(file: ProviderRegistry, vault: Arc<Vault>, allow_private_endpoints: bool) -> Self {
+    pub fn new(file: ProviderRegistry, keys: Arc<Keys>, allow_private_endpoints: bool) -> Self {
         let reach = if allow_private_endpoints { Reach::Private } else { Reach::Public };
-        Self { all: RwLock::new(file.clone()), file, vault, reach }
+        Self { all: RwLock::new(file.clone()), file, keys, reach }
     }
 
     /// How the operator API's providers are reached.
@@ -77,7 +78,13 @@ impl Providers {
             if configured.contains(&row.id) {
                 continue;
             }
-            match provider_of(&self.vault, &row, self.reach) {
+            let served = match self.keys.opening(&row.key_id, crate::keys::Scope::Service).await {
+                Ok(key) => provider_of(&key, &row, self.reach),
+                // The database failed, not the row: the reload fails, the last one stands.
+                Err(KeysError::Database(e)) => return Err(e),
+                Err(e) => Err(e.into()),
+            };
+            match served {
                 Ok(p) => more.push(p),
                 Err(e) => {
                     tracing::error!(provider = %row.id, error = %e, "a provider of the operator API is not served")
@@ -110,7 +117,7 @@ impl Providers {
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderRowError {
     #[error("its client secret does not open: {0}")]
-    Secret(#[from] VaultError),
+    Secret(#[from] KeysError),
     #[error("its settings do not parse: {0}")]
     Settings(#[from] serde_json::Error),
     #[error("{0}")]
@@ -119,7 +126,7 @@ pub enum ProviderRowError {
 
 /// A row as the provider it describes, checked as a file's provider is.
 pub fn provider_of(
-    vault: &Vault,
+    key: &SealKey,
     row: &store::providers::ProviderRow,
     reach: Reach,
 ) -> Result<Provider, ProviderRowError> {
@@ -129,7 +136,7 @@ pub fn provider_of(
     raw.client_secret_file = None;
     raw.allow_private_endpoints = false;
     raw.allow_idn_hosts = Vec::new();
-    let secret = open_client_secret(vault, row, &identity_of(&raw))?;
+    let secret = open_client_secret(key, row, &identity_of(&raw)).map_err(KeysError::from)?;
     let mut p =
         validate_provider(&row.id, raw, Some(secret.expose_secret().to_owned())).map_err(ProviderRowError::Invalid)?;
     p.origin = Origin::Operator { revision: row.revision, reach, active: row.active };

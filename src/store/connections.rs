@@ -467,11 +467,11 @@ pub async fn live_connection_ids(
     .await
 }
 
-/// A batch of rows sealed under another key than `current`, or before seal generations,
+/// A batch of rows sealed under another key than their tenant's active data key, or before
+/// seal generations or issuer binding,
 /// locked for re-sealing; rows another instance is working on are skipped, not waited for.
-pub async fn lock_rows_not_under_key(
+pub async fn lock_rows_not_under_active_key(
     db: impl PgExecutor<'_>,
-    current: &str,
     limit: i64,
 ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
@@ -483,27 +483,27 @@ pub async fn lock_rows_not_under_key(
                   xmin::text::bigint AS "xmin!", issuer
            FROM connections
            WHERE key_id IS NOT NULL
-             AND (key_id <> $1 OR seal_version IS NULL
+             AND NOT mcpc_tenant_ended(tenant_id)
+             AND (key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id) OR seal_version IS NULL
                   OR (issuer IS NOT NULL AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct)))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
            ORDER BY id
-           LIMIT $2
+           LIMIT $1
            FOR UPDATE SKIP LOCKED"#,
-        current,
         limit
     )
     .fetch_all(db)
     .await
 }
 
-pub async fn count_rows_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
+pub async fn count_rows_not_under_active_key(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     let n = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM connections
            WHERE key_id IS NOT NULL
-             AND (key_id <> $1 OR seal_version IS NULL
+             AND NOT mcpc_tenant_ended(tenant_id)
+             AND (key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id) OR seal_version IS NULL
                   OR (issuer IS NOT NULL AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct)))
-             AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#,
-        current
+             AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)"#
     )
     .fetch_one(db)
     .await?;

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod changes;
 pub mod connections;
 pub mod credential_checks;
+pub mod data_keys;
 pub mod elicitations;
 pub mod handouts;
 pub mod kill_switches;
@@ -181,7 +182,7 @@ impl Unreachable {
 /// the schema"): the release that stops using a table or column raises this; the later
 /// release whose migration removes it sets `oldest_binary_level` to that raised level, so
 /// every binary that still uses it refuses that schema.
-pub const SCHEMA_LEVEL: i32 = 1;
+pub const SCHEMA_LEVEL: i32 = 2;
 
 /// The schema is not one this binary can run on.
 #[derive(Debug, thiserror::Error)]

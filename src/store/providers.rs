@@ -123,26 +123,27 @@ pub async fn update(
     Ok(())
 }
 
-/// Up to `limit` providers whose secret is sealed under another key than `current`,
-/// locked (skipping those another transaction holds), for `rotate-key`.
-pub async fn lock_not_under_key(
-    db: impl PgExecutor<'_>,
-    current: &str,
-    limit: i64,
-) -> Result<Vec<ProviderRow>, sqlx::Error> {
+/// Up to `limit` providers whose secret is sealed under another key than the service
+/// scope's active data key, locked (skipping those another transaction holds), for
+/// `rotate-key`.
+pub async fn lock_not_under_active_key(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<ProviderRow>, sqlx::Error> {
     sqlx::query_as!(
         ProviderRow,
         "SELECT id, settings, client_secret_sealed, key_id, secret_version, revision, active, created_at, updated_at
-         FROM providers WHERE key_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
-        current,
+         FROM providers WHERE key_id IS DISTINCT FROM mcpc_active_key_id(NULL)
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
         limit
     )
     .fetch_all(db)
     .await
 }
 
-pub async fn count_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM providers WHERE key_id <> $1"#, current).fetch_one(db).await
+pub async fn count_not_under_active_key(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM providers WHERE key_id IS DISTINCT FROM mcpc_active_key_id(NULL)"#
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Stores a secret re-sealed under `key_id` at the next generation (the settings are

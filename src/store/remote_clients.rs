@@ -69,28 +69,27 @@ pub struct SealedClientRow {
     pub secret_ct: Vec<u8>,
 }
 
-/// Registrations whose secret is sealed under another key than `current`, locked.
-pub async fn lock_not_under_key(
+/// Registrations whose secret is sealed under another key than the service scope's active
+/// data key, locked.
+pub async fn lock_not_under_active_key(
     db: impl PgExecutor<'_>,
-    current: &str,
     limit: i64,
 ) -> Result<Vec<SealedClientRow>, sqlx::Error> {
     sqlx::query_as!(
         SealedClientRow,
         r#"SELECT provider_id AS "provider_id: ProviderId", issuer, redirect_uri, client_id, key_id AS "key_id!", secret_ct AS "secret_ct!"
-             FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id <> $1
-            ORDER BY provider_id, issuer, redirect_uri LIMIT $2 FOR UPDATE"#,
-        current,
+             FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id IS DISTINCT FROM mcpc_active_key_id(NULL)
+            ORDER BY provider_id, issuer, redirect_uri LIMIT $1 FOR UPDATE"#,
         limit
     )
     .fetch_all(db)
     .await
 }
 
-pub async fn count_not_under_key(db: impl PgExecutor<'_>, current: &str) -> Result<i64, sqlx::Error> {
+pub async fn count_not_under_active_key(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     let n = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM remote_mcp_clients WHERE key_id IS NOT NULL AND key_id <> $1"#,
-        current
+        r#"SELECT count(*) AS "n!" FROM remote_mcp_clients
+            WHERE key_id IS NOT NULL AND key_id IS DISTINCT FROM mcpc_active_key_id(NULL)"#
     )
     .fetch_one(db)
     .await?;

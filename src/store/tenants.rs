@@ -69,6 +69,27 @@ pub async fn set_tenant_active(
     .await
 }
 
+/// Ends a tenant: off for good (the database keeps an ended tenant off). `None`: no such
+/// tenant; `Some(true)`: ended now; `Some(false)`: it had ended before.
+pub async fn end_tenant(db: impl PgExecutor<'_>, id: &TenantId) -> Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"UPDATE tenants t SET active = false, ended_at = COALESCE(t.ended_at, now()), updated_at = now()
+           FROM (SELECT id, ended_at FROM tenants WHERE id = $1 FOR UPDATE) old
+           WHERE t.id = old.id
+           RETURNING old.ended_at IS NULL AS "ended_now!""#,
+        id.as_str()
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Whether the tenant was ended (`None`: no such tenant).
+pub async fn is_ended(db: impl PgExecutor<'_>, id: &TenantId) -> Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT ended_at IS NOT NULL AS "ended!" FROM tenants WHERE id = $1"#, id.as_str())
+        .fetch_optional(db)
+        .await
+}
+
 /// A tenant as stored. Its ids stay text here: `tenants::Tenants::reload` parses them and
 /// skips a malformed row rather than failing every tenant's read over one.
 #[derive(Debug, Clone)]

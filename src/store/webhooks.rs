@@ -204,6 +204,8 @@ pub struct Claimed {
     pub attempts: i32,
     pub created_at: OffsetDateTime,
     pub webhook_id: WebhookId,
+    /// The endpoint's tenant (its secrets are sealed under the tenant's data key).
+    pub tenant_id: TenantId,
     pub url: String,
     pub key_id: String,
     pub secret_sealed: Vec<u8>,
@@ -298,7 +300,8 @@ pub async fn claim_due(
                RETURNING d.id, d.event_id, d.payload, d.attempts, d.created_at, d.webhook_id, t.now
            )
            SELECT c.id AS "id!", c.event_id AS "event_id!", c.payload AS "payload!", c.attempts AS "attempts!",
-                  c.created_at AS "created_at!", c.webhook_id AS "webhook_id!: WebhookId", w.url, w.key_id, w.secret_sealed,
+                  c.created_at AS "created_at!", c.webhook_id AS "webhook_id!: WebhookId",
+                  w.tenant_id AS "tenant_id: TenantId", w.url, w.key_id, w.secret_sealed,
                   w.previous_key_id, w.previous_secret_sealed, w.previous_until, c.now AS "claimed_at!",
                   w.consecutive_failures, w.secret_version
            FROM claimed c JOIN webhooks w ON w.id = c.webhook_id
@@ -527,12 +530,11 @@ pub async fn delete_finished_before(db: impl PgExecutor<'_>, before: OffsetDateT
     Ok(r.rows_affected())
 }
 
-/// Key rotation: endpoints with a secret sealed under another key than `key_id`, or before
-/// seal generations, locked (waiting for a rotation of their secret in flight: there are
-/// few, and none is skipped).
-pub async fn lock_secrets_not_under_key(
+/// Key rotation: endpoints with a secret sealed under another key than their tenant's
+/// active data key, or before seal generations, locked (waiting for a rotation of their
+/// secret in flight: there are few, and none is skipped).
+pub async fn lock_secrets_not_under_active_key(
     db: impl PgExecutor<'_>,
-    key_id: &str,
     limit: i64,
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
     sqlx::query_as!(
@@ -540,9 +542,12 @@ pub async fn lock_secrets_not_under_key(
         r#"SELECT id AS "id: WebhookId", tenant_id AS "tenant_id: TenantId", url, events, description, key_id, secret_sealed,
                   previous_key_id, previous_secret_sealed, previous_until, created_at,
                   consecutive_failures, paused_until, secret_version
-           FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1 OR secret_version IS NULL
-           ORDER BY id LIMIT $2 FOR UPDATE"#,
-        key_id,
+           FROM webhooks
+          WHERE NOT mcpc_tenant_ended(tenant_id)
+            AND (key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id)
+                 OR (previous_key_id IS NOT NULL AND previous_key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id))
+                 OR secret_version IS NULL)
+          ORDER BY id LIMIT $1 FOR UPDATE"#,
         limit
     )
     .fetch_all(db)
@@ -554,14 +559,18 @@ pub async fn database_now(db: impl PgExecutor<'_>) -> Result<OffsetDateTime, sql
     sqlx::query_scalar!(r#"SELECT now() AS "now!""#).fetch_one(db).await
 }
 
-/// Key rotation: endpoints with a secret still sealed under another key than `key_id`.
-pub async fn count_secrets_not_under_key(db: impl PgExecutor<'_>, key_id: &str) -> Result<i64, sqlx::Error> {
+/// Key rotation: endpoints with a secret still sealed under another key than their
+/// tenant's active data key.
+pub async fn count_secrets_not_under_active_key(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM webhooks WHERE key_id <> $1 OR previous_key_id <> $1 OR secret_version IS NULL"#,
-        key_id
+        r#"SELECT count(*) AS "n!" FROM webhooks
+            WHERE NOT mcpc_tenant_ended(tenant_id)
+              AND (key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id)
+                   OR (previous_key_id IS NOT NULL AND previous_key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id))
+                   OR secret_version IS NULL)"#
     )
-        .fetch_one(db)
-        .await
+    .fetch_one(db)
+    .await
 }
 
 /// Stores re-sealed secrets, sealed at generation `version`; `previous_secret_sealed: None`

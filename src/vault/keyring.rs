@@ -5,6 +5,7 @@
 //! and they can be removed. No key, or a malformed one, is a start-up error: the vault
 //! never falls back to plaintext.
 
+use super::{KeyRef, SealKey};
 use base64::Engine;
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305};
 use std::fmt;
@@ -40,7 +41,7 @@ pub enum KeyringError {
 
 /// Named keys; key material never appears in `Debug`.
 pub struct Keyring {
-    keys: Vec<(KeyId, XChaCha20Poly1305)>,
+    keys: Vec<(KeyId, SealKey)>,
 }
 
 impl fmt::Debug for Keyring {
@@ -51,15 +52,12 @@ impl fmt::Debug for Keyring {
 
 impl Keyring {
     pub fn parse(spec: &str) -> Result<Self, KeyringError> {
-        let mut keys: Vec<(KeyId, XChaCha20Poly1305)> = Vec::new();
+        let mut keys: Vec<(KeyId, SealKey)> = Vec::new();
         for (i, entry) in spec.split([',', '\n']).map(str::trim).filter(|e| !e.is_empty()).enumerate() {
             let n = i + 1;
             let (id, b64) = entry.split_once(':').ok_or(KeyringError::Format(n))?;
             let id = id.trim();
-            if id.is_empty()
-                || id.len() > 32
-                || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-            {
+            if !valid_id(id) {
                 return Err(KeyringError::BadId(n));
             }
             let mut raw = decode_b64(b64.trim()).ok_or(KeyringError::BadKey(n))?;
@@ -72,7 +70,7 @@ impl Keyring {
             if keys.iter().any(|(k, _)| k.0 == id) {
                 return Err(KeyringError::Duplicate(id.to_owned()));
             }
-            keys.push((KeyId(id.to_owned()), cipher));
+            keys.push((KeyId(id.to_owned()), SealKey::new(KeyRef::Keyring(id.into()), cipher)));
         }
         if keys.is_empty() {
             return Err(KeyringError::Empty);
@@ -94,17 +92,26 @@ impl Keyring {
         &self.keys[0].0
     }
 
-    pub(super) fn current_cipher(&self) -> &XChaCha20Poly1305 {
+    /// The key that seals (and, as the local key store's, wraps data keys).
+    pub fn current(&self) -> &SealKey {
         &self.keys[0].1
     }
 
-    pub(super) fn cipher(&self, id: &str) -> Option<&XChaCha20Poly1305> {
+    /// A key by id: the current one or an older one that only opens.
+    pub fn get(&self, id: &str) -> Option<&SealKey> {
         self.keys.iter().find(|(k, _)| k.0 == id).map(|(_, c)| c)
     }
 
     pub fn ids(&self) -> impl Iterator<Item = &KeyId> {
         self.keys.iter().map(|(k, _)| k)
     }
+}
+
+/// 1-32 characters of `A-Z`, `a-z`, `0-9`, `-`, `_`, `.`.
+pub(super) fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 32
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 fn decode_b64(s: &str) -> Option<Vec<u8>> {

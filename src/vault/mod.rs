@@ -16,13 +16,15 @@
 //! the ciphertext no longer opens. Rows sealed before (no mark) open under the second
 //! format until `rotate-key` re-seals them; then the database refuses unmarked ones.
 
+pub mod kek;
 mod keyring;
 
 pub use keyring::{KeyId, Keyring, KeyringError};
 
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
-use chacha20poly1305::XNonce;
+use chacha20poly1305::aead::KeyInit;
 use chacha20poly1305::aead::{Aead, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -105,6 +107,34 @@ impl RowBinding<'_> {
         ad
     }
 
+    /// The fourth format, a data key's: every part of the third, the issuer always (a
+    /// presence byte first: an unbound row and one naming an empty issuer differ), the data
+    /// key's id, then the generation. `None`: no generation (a data key seals none without
+    /// one).
+    fn associated_data_v4(&self, field: Field, issuer: Option<&str>, data_key: &uuid::Uuid) -> Option<Vec<u8>> {
+        let generation = self.generation?;
+        let connection = self.connection.to_string();
+        let issuer = match issuer {
+            Some(i) => [b"\x01".as_slice(), i.as_bytes()].concat(),
+            None => b"\x00".to_vec(),
+        };
+        let mut ad = b"mcp-connect/vault/v4".to_vec();
+        for p in [
+            self.tenant.as_str().as_bytes(),
+            self.subject.as_str().as_bytes(),
+            self.provider.as_str().as_bytes(),
+            connection.as_bytes(),
+            field.as_str().as_bytes(),
+            &issuer,
+            data_key.as_bytes(),
+        ] {
+            ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            ad.extend_from_slice(p);
+        }
+        ad.extend_from_slice(&generation.to_be_bytes());
+        Some(ad)
+    }
+
     /// The issuer a new ciphertext of this row binds: its own, where it has a generation.
     fn binds_issuer(&self) -> Option<&str> {
         self.generation.and(self.issuer)
@@ -118,8 +148,10 @@ pub fn is_issuer_bound(sealed: &[u8]) -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum VaultError {
-    #[error("ciphertext was sealed under key id {0:?}, which is not in the keyring")]
+    #[error("ciphertext was sealed under key id {0:?}, which is not in the keyring nor a known data key")]
     UnknownKey(String),
+    #[error("the data key {0} was destroyed (its tenant was ended): what it sealed opens no more")]
+    Shredded(String),
     #[error("ciphertext does not open: tampered, moved to another row, or wrong key")]
     Open,
     #[error("sealing failed")]
@@ -128,54 +160,112 @@ pub enum VaultError {
     Encoding,
 }
 
-/// Seals and opens token fields with the keyring.
-#[derive(Debug, Clone)]
-pub struct Vault {
-    keyring: std::sync::Arc<Keyring>,
+/// Which key a sealed value names (its row's `key_id`): a key of the keyring (values sealed
+/// before data keys, and the keyring's own use as the local key-encryption key), or a data
+/// key (`dk:` and the 32 hex digits of its id: `:` is outside the keyring's alphabet and the
+/// length over its 32, so the two never collide).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeyRef {
+    Keyring(Box<str>),
+    Data(uuid::Uuid),
 }
 
-impl Vault {
-    pub fn new(keyring: Keyring) -> Self {
-        Self { keyring: std::sync::Arc::new(keyring) }
+const DATA_KEY_PREFIX: &str = "dk:";
+
+impl KeyRef {
+    /// `None`: neither a keyring id nor a data key's.
+    pub fn parse(key_id: &str) -> Option<Self> {
+        match key_id.strip_prefix(DATA_KEY_PREFIX) {
+            Some(hex) if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                uuid::Uuid::try_parse(hex).ok().map(KeyRef::Data)
+            }
+            Some(_) => None,
+            None => keyring::valid_id(key_id).then(|| KeyRef::Keyring(key_id.into())),
+        }
     }
 
-    /// Id of the key new ciphertexts are sealed under.
-    pub fn current_key_id(&self) -> &KeyId {
-        self.keyring.current_id()
+    /// As stored in a row's `key_id`.
+    pub fn column(&self) -> String {
+        match self {
+            KeyRef::Keyring(id) => id.to_string(),
+            KeyRef::Data(id) => format!("{DATA_KEY_PREFIX}{}", id.simple()),
+        }
+    }
+}
+
+/// One key that seals and opens: a keyring key or an unwrapped data key. Cheap to clone
+/// (the cipher is shared); the key bytes live only in the cipher, which zeroises them when
+/// the last clone is dropped.
+#[derive(Clone)]
+pub struct SealKey {
+    key: KeyRef,
+    column: std::sync::Arc<str>,
+    cipher: std::sync::Arc<XChaCha20Poly1305>,
+}
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealKey").field("key_id", &self.column).finish()
+    }
+}
+
+impl SealKey {
+    pub fn new(key: KeyRef, cipher: XChaCha20Poly1305) -> Self {
+        Self { column: key.column().into(), key, cipher: std::sync::Arc::new(cipher) }
     }
 
-    pub fn keyring(&self) -> &Keyring {
-        &self.keyring
+    /// A data key from its 32 bytes (zeroised by the caller's `Zeroizing`).
+    pub fn data(id: uuid::Uuid, bytes: &[u8; 32]) -> Self {
+        Self::new(KeyRef::Data(id), XChaCha20Poly1305::new(bytes.into()))
     }
 
-    /// Seals under the current key. Returns `nonce || ciphertext+tag`, with [`ISSUER_BOUND`]
-    /// in front where the row binds its issuer.
+    /// What a row sealed with it stores in `key_id`.
+    pub fn key_id(&self) -> &str {
+        &self.column
+    }
+
+    pub fn key(&self) -> &KeyRef {
+        &self.key
+    }
+
+    fn data_key(&self) -> Option<&uuid::Uuid> {
+        match &self.key {
+            KeyRef::Data(id) => Some(id),
+            KeyRef::Keyring(_) => None,
+        }
+    }
+
+    /// Returns `nonce || ciphertext+tag`, with [`ISSUER_BOUND`] in front where the row binds
+    /// its issuer. A data key seals in the fourth format (its id bound too), and only at a
+    /// generation.
     pub fn seal(&self, row: &RowBinding<'_>, field: Field, plaintext: &SecretString) -> Result<Vec<u8>, VaultError> {
         let issuer = row.binds_issuer();
-        let sealed = self.seal_bytes(&row.associated_data(field, issuer), plaintext.expose_secret().as_bytes())?;
+        let ad = match self.data_key() {
+            Some(dk) => row.associated_data_v4(field, issuer, dk).ok_or(VaultError::Seal)?,
+            None => row.associated_data(field, issuer),
+        };
+        let sealed = self.seal_bytes(&ad, plaintext.expose_secret().as_bytes())?;
         Ok(match issuer {
             Some(_) => [ISSUER_BOUND.as_slice(), &sealed].concat(),
             None => sealed,
         })
     }
 
-    /// Opens a ciphertext sealed under `key_id` for exactly this row and field.
-    pub fn open(
-        &self,
-        key_id: &str,
-        row: &RowBinding<'_>,
-        field: Field,
-        sealed: &[u8],
-    ) -> Result<SecretString, VaultError> {
+    /// Opens a ciphertext sealed with this key for exactly this row and field.
+    pub fn open(&self, row: &RowBinding<'_>, field: Field, sealed: &[u8]) -> Result<SecretString, VaultError> {
         // Marked: opened with the row's issuer (a row without one cannot open it); else in
-        // the format it was sealed in before issuers were bound.
-        let mut pt = match sealed.strip_prefix(ISSUER_BOUND.as_slice()) {
-            Some(rest) => {
-                let issuer = row.binds_issuer().ok_or(VaultError::Open)?;
-                self.open_bytes(key_id, &row.associated_data(field, Some(issuer)), rest)?
-            }
-            None => self.open_bytes(key_id, &row.associated_data(field, None), sealed)?,
+        // the format it was sealed in before issuers were bound. A data key's (new since
+        // issuers are bound) is marked exactly when its row names an issuer.
+        let (issuer, rest) = match sealed.strip_prefix(ISSUER_BOUND.as_slice()) {
+            Some(rest) => (Some(row.binds_issuer().ok_or(VaultError::Open)?), rest),
+            None => (None, sealed),
         };
+        let ad = match self.data_key() {
+            Some(_) if issuer != row.binds_issuer() => return Err(VaultError::Open),
+            Some(dk) => row.associated_data_v4(field, issuer, dk).ok_or(VaultError::Open)?,
+            None => row.associated_data(field, issuer),
+        };
+        let mut pt = self.open_bytes(&ad, rest)?;
         let s = String::from_utf8(std::mem::take(&mut *pt)).map_err(|e| {
             let mut bytes = e.into_bytes();
             zeroize::Zeroize::zeroize(&mut bytes);
@@ -184,27 +274,26 @@ impl Vault {
         Ok(SecretString::from(s))
     }
 
-    /// Seals a short-lived secret that is not a token (a PKCE verifier, a nonce), bound to
-    /// `purpose` and to the bytes that identify its record (e.g. the state hash).
+    /// Seals a secret that is not a token (a PKCE verifier, a nonce, a client secret), bound
+    /// to `purpose` and to the bytes that identify its record (e.g. the state hash).
     pub fn seal_aux(&self, purpose: &str, binding: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
-        self.seal_bytes(&aux_ad(purpose, binding), plaintext)
+        self.seal_bytes(&aux_ad(purpose, binding, self.data_key()), plaintext)
     }
 
     pub fn open_aux(
         &self,
-        key_id: &str,
         purpose: &str,
         binding: &[u8],
         sealed: &[u8],
     ) -> Result<zeroize::Zeroizing<Vec<u8>>, VaultError> {
-        self.open_bytes(key_id, &aux_ad(purpose, binding), sealed)
+        self.open_bytes(&aux_ad(purpose, binding, self.data_key()), sealed)
     }
 
-    fn seal_bytes(&self, ad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
-        let cipher = self.keyring.current_cipher();
+    pub(crate) fn seal_bytes(&self, ad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
         let mut nonce = [0u8; NONCE_LEN];
         rand::rng().fill_bytes(&mut nonce);
-        let ct = cipher
+        let ct = self
+            .cipher
             .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext, aad: ad })
             .map_err(|_| VaultError::Seal)?;
         let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
@@ -213,21 +302,27 @@ impl Vault {
         Ok(out)
     }
 
-    fn open_bytes(&self, key_id: &str, ad: &[u8], sealed: &[u8]) -> Result<zeroize::Zeroizing<Vec<u8>>, VaultError> {
-        let cipher = self.keyring.cipher(key_id).ok_or_else(|| VaultError::UnknownKey(key_id.to_owned()))?;
+    pub(crate) fn open_bytes(&self, ad: &[u8], sealed: &[u8]) -> Result<zeroize::Zeroizing<Vec<u8>>, VaultError> {
         if sealed.len() < NONCE_LEN + 16 {
             return Err(VaultError::Open);
         }
         let (nonce, ct) = sealed.split_at(NONCE_LEN);
-        let pt =
-            cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: ad }).map_err(|_| VaultError::Open)?;
+        let pt = self
+            .cipher
+            .decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad: ad })
+            .map_err(|_| VaultError::Open)?;
         Ok(zeroize::Zeroizing::new(pt))
     }
 }
 
-fn aux_ad(purpose: &str, binding: &[u8]) -> Vec<u8> {
-    let mut ad = b"mcp-connect/aux/v1".to_vec();
-    for p in [purpose.as_bytes(), binding] {
+/// The second format binds the data key too; the first (a keyring key's) does not.
+fn aux_ad(purpose: &str, binding: &[u8], data_key: Option<&uuid::Uuid>) -> Vec<u8> {
+    let mut ad = match data_key {
+        Some(_) => b"mcp-connect/aux/v2".to_vec(),
+        None => b"mcp-connect/aux/v1".to_vec(),
+    };
+    let dk = data_key.map(|id| *id.as_bytes());
+    for p in [purpose.as_bytes(), binding].into_iter().chain(dk.as_ref().map(|b| b.as_slice())) {
         ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
         ad.extend_from_slice(p);
     }
@@ -245,8 +340,8 @@ mod tests {
         (TenantId::parse("acme").unwrap(), Subject::parse("alice").unwrap(), ProviderId::parse("github").unwrap())
     }
 
-    fn vault(spec: &str) -> Vault {
-        Vault::new(Keyring::parse(spec).unwrap())
+    fn vault(spec: &str) -> Keyring {
+        Keyring::parse(spec).unwrap()
     }
 
     /// A new row at the first generation.
@@ -269,9 +364,9 @@ mod tests {
         let (t, s, p) = ids();
         let v = vault(K1);
         let row = row_of(&t, &s, &p);
-        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("gho_secret")).unwrap();
+        let ct = v.current().seal(&row, Field::AccessToken, &SecretString::from("gho_secret")).unwrap();
         assert!(!ct.windows(10).any(|w| w == b"gho_secret"));
-        let pt = v.open("k1", &row, Field::AccessToken, &ct).unwrap();
+        let pt = v.get("k1").unwrap().open(&row, Field::AccessToken, &ct).unwrap();
         assert_eq!(pt.expose_secret(), "gho_secret");
     }
 
@@ -280,19 +375,19 @@ mod tests {
         let (t, s, p) = ids();
         let v = vault(K1);
         let row = row_of(&t, &s, &p);
-        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        let ct = v.current().seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         let other_conn = RowBinding { connection: ConnectionId::generate(), ..row };
-        assert!(matches!(v.open("k1", &other_conn, Field::AccessToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.get("k1").unwrap().open(&other_conn, Field::AccessToken, &ct), Err(VaultError::Open)));
         let bob = Subject::parse("bob").unwrap();
         let other_subject = RowBinding { subject: &bob, ..row };
-        assert!(matches!(v.open("k1", &other_subject, Field::AccessToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.get("k1").unwrap().open(&other_subject, Field::AccessToken, &ct), Err(VaultError::Open)));
         let other_tenant_id = TenantId::parse("evil").unwrap();
         let other_tenant = RowBinding { tenant: &other_tenant_id, ..row };
-        assert!(matches!(v.open("k1", &other_tenant, Field::AccessToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.get("k1").unwrap().open(&other_tenant, Field::AccessToken, &ct), Err(VaultError::Open)));
         let gl = ProviderId::parse("gitlab").unwrap();
         let other_provider = RowBinding { provider: &gl, ..row };
-        assert!(matches!(v.open("k1", &other_provider, Field::AccessToken, &ct), Err(VaultError::Open)));
-        assert!(matches!(v.open("k1", &row, Field::RefreshToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.get("k1").unwrap().open(&other_provider, Field::AccessToken, &ct), Err(VaultError::Open)));
+        assert!(matches!(v.get("k1").unwrap().open(&row, Field::RefreshToken, &ct), Err(VaultError::Open)));
     }
 
     #[test]
@@ -307,20 +402,30 @@ mod tests {
             generation: g,
             issuer: None,
         };
-        let older = v.seal(&at(Some(2)), Field::RefreshToken, &SecretString::from("rotated-out")).unwrap();
-        let legacy = v.seal(&at(None), Field::RefreshToken, &SecretString::from("before generations")).unwrap();
-        assert_eq!(v.open("k1", &at(Some(2)), Field::RefreshToken, &older).unwrap().expose_secret(), "rotated-out");
+        let older = v.current().seal(&at(Some(2)), Field::RefreshToken, &SecretString::from("rotated-out")).unwrap();
+        let legacy =
+            v.current().seal(&at(None), Field::RefreshToken, &SecretString::from("before generations")).unwrap();
+        assert_eq!(
+            v.get("k1").unwrap().open(&at(Some(2)), Field::RefreshToken, &older).unwrap().expose_secret(),
+            "rotated-out"
+        );
         // Put back into the row after a later write (generation 3): it does not open.
         for g in [Some(3), Some(1), Some(i64::MAX), None] {
-            assert!(matches!(v.open("k1", &at(g), Field::RefreshToken, &older), Err(VaultError::Open)), "{g:?}");
+            assert!(
+                matches!(v.get("k1").unwrap().open(&at(g), Field::RefreshToken, &older), Err(VaultError::Open)),
+                "{g:?}"
+            );
         }
         // A row sealed before generations opens only as such.
         assert_eq!(
-            v.open("k1", &at(None), Field::RefreshToken, &legacy).unwrap().expose_secret(),
+            v.get("k1").unwrap().open(&at(None), Field::RefreshToken, &legacy).unwrap().expose_secret(),
             "before generations"
         );
         for g in [Some(0), Some(1)] {
-            assert!(matches!(v.open("k1", &at(g), Field::RefreshToken, &legacy), Err(VaultError::Open)), "{g:?}");
+            assert!(
+                matches!(v.get("k1").unwrap().open(&at(g), Field::RefreshToken, &legacy), Err(VaultError::Open)),
+                "{g:?}"
+            );
         }
     }
 
@@ -329,25 +434,28 @@ mod tests {
         let (t, s, p) = ids();
         let v = vault(K1);
         let row = row_of(&t, &s, &p);
-        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        let ct = v.current().seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         assert!(is_issuer_bound(&ct));
-        assert_eq!(v.open("k1", &row, Field::AccessToken, &ct).unwrap().expose_secret(), "tok");
+        assert_eq!(v.get("k1").unwrap().open(&row, Field::AccessToken, &ct).unwrap().expose_secret(), "tok");
         // Another IdP's namesake, or a row whose issuer was taken away.
         for issuer in [Some("https://other-idp.example"), Some("https://idp.example/"), None] {
             let other = RowBinding { issuer, ..row };
-            assert!(matches!(v.open("k1", &other, Field::AccessToken, &ct), Err(VaultError::Open)), "{issuer:?}");
+            assert!(
+                matches!(v.get("k1").unwrap().open(&other, Field::AccessToken, &ct), Err(VaultError::Open)),
+                "{issuer:?}"
+            );
         }
         // Without its mark it is no ciphertext of the second format either.
         let stripped = &ct[ISSUER_BOUND.len()..];
         for issuer in [Some("https://idp.example"), None] {
             let as_v2 = RowBinding { issuer, ..row };
-            assert!(v.open("k1", &as_v2, Field::AccessToken, stripped).is_err(), "{issuer:?}");
+            assert!(v.get("k1").unwrap().open(&as_v2, Field::AccessToken, stripped).is_err(), "{issuer:?}");
         }
         // A row sealed before issuers were bound still opens, whatever issuer it names now.
         let before = RowBinding { issuer: None, ..row };
-        let old = v.seal(&before, Field::AccessToken, &SecretString::from("old")).unwrap();
+        let old = v.current().seal(&before, Field::AccessToken, &SecretString::from("old")).unwrap();
         assert!(!is_issuer_bound(&old));
-        assert_eq!(v.open("k1", &row, Field::AccessToken, &old).unwrap().expose_secret(), "old");
+        assert_eq!(v.get("k1").unwrap().open(&row, Field::AccessToken, &old).unwrap().expose_secret(), "old");
     }
 
     #[test]
@@ -355,13 +463,13 @@ mod tests {
         let (t, s, p) = ids();
         let v = vault(K1);
         let row = row_of(&t, &s, &p);
-        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        let ct = v.current().seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
         for i in 0..ct.len() {
             let mut bad = ct.clone();
             bad[i] ^= 0x01;
-            assert!(v.open("k1", &row, Field::AccessToken, &bad).is_err(), "bit flip at {i} opened");
+            assert!(v.get("k1").unwrap().open(&row, Field::AccessToken, &bad).is_err(), "bit flip at {i} opened");
         }
-        assert!(v.open("k1", &row, Field::AccessToken, &ct[..10]).is_err());
+        assert!(v.get("k1").unwrap().open(&row, Field::AccessToken, &ct[..10]).is_err());
     }
 
     #[test]
@@ -369,30 +477,84 @@ mod tests {
         let (t, s, p) = ids();
         let row = row_of(&t, &s, &p);
         let old = vault(K1);
-        let ct = old.seal(&row, Field::RefreshToken, &SecretString::from("r1")).unwrap();
+        let ct = old.current().seal(&row, Field::RefreshToken, &SecretString::from("r1")).unwrap();
         let rotated = vault(&format!("{K2},{K1}"));
-        assert_eq!(rotated.current_key_id().as_str(), "k2");
-        assert_eq!(rotated.open("k1", &row, Field::RefreshToken, &ct).unwrap().expose_secret(), "r1");
-        let ct2 = rotated.seal(&row, Field::RefreshToken, &SecretString::from("r2")).unwrap();
-        assert!(rotated.open("k1", &row, Field::RefreshToken, &ct2).is_err());
-        assert_eq!(rotated.open("k2", &row, Field::RefreshToken, &ct2).unwrap().expose_secret(), "r2");
+        assert_eq!(rotated.current_id().as_str(), "k2");
+        assert_eq!(rotated.get("k1").unwrap().open(&row, Field::RefreshToken, &ct).unwrap().expose_secret(), "r1");
+        let ct2 = rotated.current().seal(&row, Field::RefreshToken, &SecretString::from("r2")).unwrap();
+        assert!(rotated.get("k1").unwrap().open(&row, Field::RefreshToken, &ct2).is_err());
+        assert_eq!(rotated.get("k2").unwrap().open(&row, Field::RefreshToken, &ct2).unwrap().expose_secret(), "r2");
     }
 
     #[test]
     fn aux_secrets_open_only_for_their_purpose_and_binding() {
         let v = vault(K1);
-        let ct = v.seal_aux("oauth_state", b"hash-1", b"verifier").unwrap();
-        assert_eq!(&*v.open_aux("k1", "oauth_state", b"hash-1", &ct).unwrap(), b"verifier");
-        assert!(v.open_aux("k1", "oauth_state", b"hash-2", &ct).is_err());
-        assert!(v.open_aux("k1", "login_state", b"hash-1", &ct).is_err());
+        let ct = v.current().seal_aux("oauth_state", b"hash-1", b"verifier").unwrap();
+        assert_eq!(&*v.get("k1").unwrap().open_aux("oauth_state", b"hash-1", &ct).unwrap(), b"verifier");
+        assert!(v.get("k1").unwrap().open_aux("oauth_state", b"hash-2", &ct).is_err());
+        assert!(v.get("k1").unwrap().open_aux("login_state", b"hash-1", &ct).is_err());
     }
 
     #[test]
-    fn an_unknown_key_id_is_an_error_not_a_guess() {
+    fn key_ids_parse_as_a_keyring_id_or_a_data_key_and_nothing_else() {
+        let id = uuid::Uuid::new_v4();
+        let column = KeyRef::Data(id).column();
+        assert_eq!(column.len(), 35);
+        assert_eq!(KeyRef::parse(&column), Some(KeyRef::Data(id)));
+        assert_eq!(KeyRef::parse("k-old"), Some(KeyRef::Keyring("k-old".into())));
+        for bad in
+            ["", "dk:", "dk:xyz", &format!("dk:{}", id.hyphenated()), &format!("dk:{}0", id.simple()), "k 1", "a:b"]
+        {
+            assert_eq!(KeyRef::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_data_key_seals_in_the_fourth_format_bound_to_its_id_and_only_at_a_generation() {
         let (t, s, p) = ids();
         let row = row_of(&t, &s, &p);
-        let v = vault(K1);
-        let ct = v.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
-        assert!(matches!(v.open("k9", &row, Field::AccessToken, &ct), Err(VaultError::UnknownKey(_))));
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let dk = SealKey::data(a, &[5u8; 32]);
+        assert_eq!(dk.key_id(), KeyRef::Data(a).column());
+        let ct = dk.seal(&row, Field::AccessToken, &SecretString::from("tok")).unwrap();
+        assert!(is_issuer_bound(&ct));
+        assert_eq!(dk.open(&row, Field::AccessToken, &ct).unwrap().expose_secret(), "tok");
+        // The same bytes under another id (a row's key_id pointed at another data key), and a
+        // keyring key with the same bytes: neither opens it.
+        assert!(matches!(SealKey::data(b, &[5u8; 32]).open(&row, Field::AccessToken, &ct), Err(VaultError::Open)));
+        let same_bytes = vault("k1:BQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU=");
+        assert!(same_bytes.current().open(&row, Field::AccessToken, &ct).is_err());
+        // Another row, field, issuer or generation; its mark stripped.
+        let other_issuer = RowBinding { issuer: Some("https://other.example"), ..row };
+        let later = RowBinding { generation: Some(2), ..row };
+        for r in [other_issuer, later, RowBinding { connection: ConnectionId::generate(), ..row }] {
+            assert!(matches!(dk.open(&r, Field::AccessToken, &ct), Err(VaultError::Open)));
+        }
+        assert!(dk.open(&row, Field::RefreshToken, &ct).is_err());
+        assert!(dk.open(&row, Field::AccessToken, &ct[ISSUER_BOUND.len()..]).is_err());
+        // No generation, no data-key seal.
+        let legacy = RowBinding { generation: None, ..row };
+        assert!(matches!(dk.seal(&legacy, Field::AccessToken, &SecretString::from("x")), Err(VaultError::Seal)));
+        // A row that names no issuer: unmarked, and opens only so.
+        let unbound = RowBinding { issuer: None, ..row };
+        let ct = dk.seal(&unbound, Field::IdToken, &SecretString::from("id")).unwrap();
+        assert!(!is_issuer_bound(&ct));
+        assert_eq!(dk.open(&unbound, Field::IdToken, &ct).unwrap().expose_secret(), "id");
+        assert!(dk.open(&row, Field::IdToken, &ct).is_err());
+    }
+
+    #[test]
+    fn a_data_keys_aux_secret_opens_only_under_that_data_key() {
+        let id = uuid::Uuid::new_v4();
+        let dk = SealKey::data(id, &[3u8; 32]);
+        let ct = dk.seal_aux("oauth_state", b"hash-1", b"verifier").unwrap();
+        assert_eq!(&*dk.open_aux("oauth_state", b"hash-1", &ct).unwrap(), b"verifier");
+        assert!(SealKey::data(uuid::Uuid::new_v4(), &[3u8; 32]).open_aux("oauth_state", b"hash-1", &ct).is_err());
+        assert!(
+            vault("k1:AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=")
+                .current()
+                .open_aux("oauth_state", b"hash-1", &ct)
+                .is_err()
+        );
     }
 }

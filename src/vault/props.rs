@@ -1,7 +1,7 @@
 //! Property tests of the seals of token fields: a seal opens to what was sealed, and only
 //! unchanged and for its own row and field.
 
-use super::{Field, Keyring, RowBinding, Vault, VaultError};
+use super::{Field, Keyring, RowBinding, SealKey, VaultError};
 use crate::domain::props::any_string;
 use crate::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use proptest::prelude::*;
@@ -12,8 +12,9 @@ use uuid::Uuid;
 /// The test harness's first vault key (`mcp_connect_testkit::KEY_A`).
 const KEY_A: &str = "k-old:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
-fn vault() -> Vault {
-    Vault::new(Keyring::parse(KEY_A).unwrap())
+/// A keyring key (rows sealed before data keys) and a data key (the fourth format).
+fn vault() -> impl Strategy<Value = SealKey> {
+    select(vec![Keyring::parse(KEY_A).unwrap().current().clone(), SealKey::data(Uuid::from_u128(0x5eed), &[0x42; 32])])
 }
 
 fn slug_text() -> impl Strategy<Value = String> {
@@ -72,27 +73,28 @@ fn field() -> impl Strategy<Value = Field> {
 proptest! {
     /// A sealed token opens, for its row and field, to exactly the plaintext.
     #[test]
-    fn vault_seal_then_open_returns_the_plaintext(row in row_parts(), field in field(), plaintext in any_string(200)) {
-        let (v, ids) = (vault(), row_ids(&row));
+    fn vault_seal_then_open_returns_the_plaintext(v in vault(), row in row_parts(), field in field(), plaintext in any_string(200)) {
+        let ids = row_ids(&row);
         let sealed = v.seal(&ids.binding(), field, &SecretString::from(plaintext.clone())).unwrap();
-        let opened = v.open(v.current_key_id().as_str(), &ids.binding(), field, &sealed).unwrap();
+        let opened = v.open(&ids.binding(), field, &sealed).unwrap();
         prop_assert_eq!(opened.expose_secret(), plaintext.as_str());
     }
 
     /// Any one byte of the sealed value changed (nonce, ciphertext or tag), it does not open.
     #[test]
     fn vault_refuses_a_ciphertext_with_any_byte_changed(
+        v in vault(),
         row in row_parts(),
         field in field(),
         plaintext in any_string(64),
         at in any::<Index>(),
         mask in 1..=u8::MAX,
     ) {
-        let (v, ids) = (vault(), row_ids(&row));
+        let ids = row_ids(&row);
         let mut sealed = v.seal(&ids.binding(), field, &SecretString::from(plaintext)).unwrap();
         let i = at.index(sealed.len());
         sealed[i] ^= mask;
-        let opened = v.open(v.current_key_id().as_str(), &ids.binding(), field, &sealed);
+        let opened = v.open(&ids.binding(), field, &sealed);
         prop_assert!(matches!(opened, Err(VaultError::Open)), "byte {} ^ {:#04x} opened", i, mask);
     }
 
@@ -101,6 +103,7 @@ proptest! {
     /// makes it refuse.
     #[test]
     fn vault_opens_only_for_the_row_and_field_it_was_sealed_for(
+        v in vault(),
         row in row_parts(),
         (tenant, subject, provider, connection) in (
             prop::option::of(slug_text()),
@@ -118,9 +121,8 @@ proptest! {
             provider.unwrap_or_else(|| row.2.clone()),
             connection.unwrap_or(row.3),
         );
-        let v = vault();
         let sealed = v.seal(&row_ids(&row).binding(), field, &SecretString::from(plaintext)).unwrap();
-        let opens = v.open(v.current_key_id().as_str(), &row_ids(&other).binding(), other_field, &sealed).is_ok();
+        let opens = v.open(&row_ids(&other).binding(), other_field, &sealed).is_ok();
         prop_assert_eq!(opens, other == row && other_field == field);
     }
 }

@@ -12,8 +12,9 @@ pub mod worker;
 pub use event::{Event, EventData, EventKind, Payload};
 
 use crate::domain::WebhookId;
+use crate::keys::{Keys, KeysError, Scope};
 use crate::store::{self, webhooks::Claimed};
-use crate::vault::{Vault, VaultError};
+use crate::vault::{SealKey, VaultError};
 use secrecy::SecretString;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -54,41 +55,44 @@ fn secret_binding(id: WebhookId, generation: Option<i64>, slot: Slot) -> (&'stat
     (purpose, binding)
 }
 
-/// Seals a signing secret for the endpoint `id`, in `slot`, at `generation`, under the
-/// vault's current key.
+/// Seals a signing secret for the endpoint `id`, in `slot`, at `generation`, with `key` (its
+/// tenant's: the caller stores its `key_id`).
 pub fn seal_secret(
-    vault: &Vault,
+    key: &SealKey,
     id: WebhookId,
     generation: i64,
     slot: Slot,
     secret: &SecretString,
 ) -> Result<Vec<u8>, VaultError> {
     let (purpose, binding) = secret_binding(id, Some(generation), slot);
-    vault.seal_aux(purpose, &binding, secrecy::ExposeSecret::expose_secret(secret).as_bytes())
+    key.seal_aux(purpose, &binding, secrecy::ExposeSecret::expose_secret(secret).as_bytes())
 }
 
+/// Opens a signing secret with the key its row names.
 pub fn open_secret(
-    vault: &Vault,
+    key: &SealKey,
     id: WebhookId,
     generation: Option<i64>,
     slot: Slot,
-    key_id: &str,
     sealed: &[u8],
 ) -> Result<SecretString, VaultError> {
     let (purpose, binding) = secret_binding(id, generation, slot);
-    let pt = vault.open_aux(key_id, purpose, &binding, sealed)?;
+    let pt = key.open_aux(purpose, &binding, sealed)?;
     String::from_utf8(pt.to_vec()).map(SecretString::from).map_err(|_| VaultError::Encoding)
 }
 
 /// The secrets a delivery is signed with at `at`: the current one, and the one before it
 /// while its overlap lasts.
-pub fn open_secrets(vault: &Vault, c: &Claimed, at: OffsetDateTime) -> Result<Vec<SecretString>, VaultError> {
+pub async fn open_secrets(keys: &Keys, c: &Claimed, at: OffsetDateTime) -> Result<Vec<SecretString>, KeysError> {
     let g = c.secret_version;
-    let mut out = vec![open_secret(vault, c.webhook_id, g, Slot::Current, &c.key_id, &c.secret_sealed)?];
+    let scope = Scope::Tenant(&c.tenant_id);
+    let current = keys.opening(&c.key_id, scope).await?;
+    let mut out = vec![open_secret(&current, c.webhook_id, g, Slot::Current, &c.secret_sealed)?];
     if let (Some(key), Some(sealed), Some(until)) = (&c.previous_key_id, &c.previous_secret_sealed, c.previous_until)
         && at < until
     {
-        out.push(open_secret(vault, c.webhook_id, g, Slot::Previous, key, sealed)?);
+        let key = keys.opening(key, scope).await?;
+        out.push(open_secret(&key, c.webhook_id, g, Slot::Previous, sealed)?);
     }
     Ok(out)
 }

@@ -8,9 +8,9 @@
 
 use super::sign;
 use crate::domain::Clock;
+use crate::keys::Keys;
 use crate::net::delivery::{DeliveryClient, DeliveryError};
 use crate::store::{self, Db, webhooks::Claimed};
-use crate::vault::Vault;
 use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +75,7 @@ pub fn next_after(delivered: bool, attempts: i32, created: OffsetDateTime, now: 
 
 pub struct Worker {
     pub pool: Db,
-    pub vault: Arc<Vault>,
+    pub keys: Arc<Keys>,
     pub client: DeliveryClient,
     /// Moves the database's time for this worker (tests; the system clock moves nothing).
     pub clock: Arc<dyn Clock>,
@@ -267,7 +267,7 @@ impl Worker {
     /// signed with every secret in force by the worker's clock.
     async fn send(&self, c: &Claimed, at: OffsetDateTime) -> Outcome {
         let Ok(url) = url::Url::parse(&c.url) else { return Outcome::error("bad_url") };
-        let secrets = match super::open_secrets(&self.vault, c, c.claimed_at) {
+        let secrets = match super::open_secrets(&self.keys, c, c.claimed_at).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(webhook = %c.webhook_id, error = %e, "a webhook secret does not open");

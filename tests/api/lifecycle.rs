@@ -142,8 +142,8 @@ async fn a_response_without_a_refresh_token_keeps_the_stored_one() {
     assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     // Still the original refresh token in the vault.
     let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM connections").fetch_one(&app.pool).await.unwrap();
-    let (ct, generation, issuer): (Vec<u8>, Option<i64>, String) =
-        sqlx::query_as("SELECT refresh_token_ct, seal_version, issuer FROM connections")
+    let (ct, generation, issuer, key_id): (Vec<u8>, Option<i64>, String, String) =
+        sqlx::query_as("SELECT refresh_token_ct, seal_version, issuer, key_id FROM connections")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -160,7 +160,8 @@ async fn a_response_without_a_refresh_token_keeps_the_stored_one() {
         generation,
         issuer: Some(&issuer),
     };
-    let opened = app.state.vault.open("k-old", &row, mcp_connect::vault::Field::RefreshToken, &ct).unwrap();
+    let key = app.state.keys.opening(&key_id, mcp_connect::keys::Scope::Tenant(&t)).await.unwrap();
+    let opened = key.open(&row, mcp_connect::vault::Field::RefreshToken, &ct).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&opened), refresh.as_str());
 }
 
@@ -191,14 +192,14 @@ async fn after_rotate_key_every_row_opens_with_the_new_key_alone() {
     for s in ["alice", "bob", "carol"] {
         app.insert_connection("acme", s, "github", &format!("gho_{s}"), &["read:user"], None).await;
     }
-    let both = mcp_connect::vault::Vault::new(mcp_connect::vault::Keyring::parse(&format!("{KEY_B},{KEY_A}")).unwrap());
+    let both = app.keys_of(&format!("{KEY_B},{KEY_A}"));
     let mut seen = Vec::new();
     let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |done, total| seen.push((done, total)))
         .await
         .unwrap();
-    assert_eq!(r.resealed, 3);
-    assert_eq!(r.remaining, 0);
-    assert_eq!(seen, vec![(2, 3), (3, 3)]);
+    // The tenant's data key is wrapped anew; its rows are not re-sealed.
+    assert_eq!((r.rewrapped, r.resealed, r.remaining), (1, 0, 0), "{r:?}");
+    assert!(seen.is_empty(), "{seen:?}");
     // Rerun: nothing left to do.
     assert_eq!(mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 2, |_, _| {}).await.unwrap().resealed, 0);
     let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;

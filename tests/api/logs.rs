@@ -5,6 +5,7 @@ use crate::support::browser::{Browser, location};
 use crate::support::spawn_app;
 use mcp_connect::crypto::lookup_hash;
 use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
+use mcp_connect::keys::Scope;
 use mcp_connect::vault::{Field, RowBinding};
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -77,14 +78,21 @@ async fn a_whole_flow_logs_no_secret() {
             .fetch_one(&app.pool)
             .await
             .unwrap();
-    let opened = app.state.vault.open_aux(&key_id, "oauth_state", &hash, &sealed).unwrap();
+    let opened = app
+        .state
+        .keys
+        .opening(&key_id, Scope::Tenant(&TenantId::parse("acme").unwrap()))
+        .await
+        .unwrap()
+        .open_aux("oauth_state", &hash, &sealed)
+        .unwrap();
     let sealed_json: serde_json::Value = serde_json::from_slice(&opened).unwrap();
     assert_eq!(browser.get(&cb).await.status(), 200);
     let t = app.token_ok(json!({"subject": "alice", "provider": "testp", "elicitation_id": id})).await;
     assert_eq!(t["status"], "connected");
     // The refresh and ID tokens, opened from the vault.
-    let (cid, rt_ct, id_ct, generation, issuer): (uuid::Uuid, Vec<u8>, Vec<u8>, Option<i64>, String) =
-        sqlx::query_as("SELECT id, refresh_token_ct, id_token_ct, seal_version, issuer FROM connections")
+    let (cid, rt_ct, id_ct, generation, issuer, key_id): (uuid::Uuid, Vec<u8>, Vec<u8>, Option<i64>, String, String) =
+        sqlx::query_as("SELECT id, refresh_token_ct, id_token_ct, seal_version, issuer, key_id FROM connections")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -98,8 +106,9 @@ async fn a_whole_flow_logs_no_secret() {
         generation,
         issuer: Some(&issuer),
     };
-    let refresh = app.state.vault.open("k-old", &row, Field::RefreshToken, &rt_ct).unwrap();
-    let id_token = app.state.vault.open("k-old", &row, Field::IdToken, &id_ct).unwrap();
+    let key = app.state.keys.opening(&key_id, Scope::Tenant(&tenant)).await.unwrap();
+    let refresh = key.open(&row, Field::RefreshToken, &rt_ct).unwrap();
+    let id_token = key.open(&row, Field::IdToken, &id_ct).unwrap();
 
     let secrets = [
         ("access token", t["access_token"].as_str().unwrap().to_owned()),

@@ -12,6 +12,7 @@ mod connect_flow;
 mod connections_page;
 mod crash;
 mod credentials;
+mod data_keys;
 mod deploy;
 mod dev_command;
 mod discovery;

@@ -590,15 +590,19 @@ async fn rotate_key_reseals_the_providers_client_secrets_and_the_new_key_alone_s
     let body = json!({"id": "extra", "template": "oauth2", "client_id": "c", "client_secret": "the-secret",
                       "authorize_url": "https://auth.example.com/authorize", "token_url": "https://auth.example.com/token"});
     json_of(app.operator(&op, Method::POST, "/providers", Some(body)).await, 201).await;
-    let both = mcp_connect::vault::Vault::new(mcp_connect::vault::Keyring::parse(&format!("{KEY_B},{KEY_A}")).unwrap());
+    let sealed_under: String =
+        sqlx::query_scalar("SELECT key_id FROM providers WHERE id = 'extra'").fetch_one(&app.pool).await.unwrap();
+    assert!(sealed_under.starts_with("dk:"), "the service's data key: {sealed_under}");
+    let both = app.keys_of(&format!("{KEY_B},{KEY_A}"));
     let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &both, 10, |_, _| {}).await.unwrap();
-    assert_eq!((r.resealed, r.remaining), (1, 0));
+    // The data key is wrapped anew; the secret it sealed is not touched.
+    assert_eq!((r.rewrapped, r.resealed, r.remaining), (1, 0, 0), "{r:?}");
     let (key_id, version): (String, i64) =
         sqlx::query_as("SELECT key_id, secret_version FROM providers WHERE id = 'extra'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
-    assert_eq!((key_id.as_str(), version), ("k-new", 2));
+    assert_eq!((key_id, version), (sealed_under, 1));
     let new_only = spawn_on(&app, &Options { vault_keys: KEY_B.to_owned(), ..Options::default() }).await;
     let p = new_only.state.directory.providers.get(&mcp_connect::domain::ProviderId::parse("extra").unwrap()).unwrap();
     assert_eq!(secrecy::ExposeSecret::expose_secret(&p.client().unwrap().secret), "the-secret");

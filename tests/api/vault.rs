@@ -80,13 +80,14 @@ async fn rows_sealed_under_an_old_key_open_after_a_new_key_is_added() {
     let rotated = spawn_on(&app, &Options { vault_keys: format!("{KEY_B},{KEY_A}"), ..Options::default() }).await;
     let b = rotated.token_ok(json!({"subject": "alice", "provider": "github"})).await;
     assert_eq!(b["access_token"], "gho_old_key");
-    // New seals use the current key.
-    rotated.insert_connection("acme", "bob", "github", "gho_new_key", &["read:user"], None).await;
-    let key_id: String = sqlx::query_scalar("SELECT key_id FROM connections WHERE subject = 'bob'")
-        .fetch_one(&rotated.pool)
+    // New data keys are wrapped under the current key; acme's stays under the old one until
+    // rotate-key re-wraps it.
+    rotated.insert_connection("beta", "bob", "github", "gho_new_key", &["read:user"], None).await;
+    let keks: Vec<(String, String)> = sqlx::query_as("SELECT tenant_id, kek_id FROM data_keys ORDER BY tenant_id")
+        .fetch_all(&rotated.pool)
         .await
         .unwrap();
-    assert_eq!(key_id, "k-new");
+    assert_eq!(keks, vec![("acme".into(), "k-old".into()), ("beta".into(), "k-new".into())]);
 }
 
 #[tokio::test]
@@ -216,7 +217,8 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
     let id = ConnectionId::generate();
     let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None, issuer: None };
     let legacy = |token: &str| {
-        app.state.vault.seal(&row, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
+        let ring = app.state.keys.keyring().current();
+        ring.seal(&row, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
     };
     // (Its issuer is the one the upgraded binary's start records for rows without one.)
     let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type, issuer)
@@ -231,11 +233,12 @@ async fn rotate_key_gives_rows_sealed_before_generations_one_and_then_refuses_an
         .unwrap();
     assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_legacy");
 
-    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.vault, 100, |_, _| {}).await.unwrap();
+    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.keys, 100, |_, _| {}).await.unwrap();
     assert_eq!((report.resealed, report.remaining, report.legacy_closed), (1, 0, true), "{report:?}");
-    let generation: Option<i64> =
-        sqlx::query_scalar("SELECT seal_version FROM connections").fetch_one(&app.pool).await.unwrap();
+    let (generation, key_id): (Option<i64>, String) =
+        sqlx::query_as("SELECT seal_version, key_id FROM connections").fetch_one(&app.pool).await.unwrap();
     assert_eq!(generation, Some(1));
+    assert!(key_id.starts_with("dk:"), "moved under the tenant's data key: {key_id}");
     app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
         tenant: mcp_connect::domain::TenantId::parse("acme").unwrap(),
         subject: mcp_connect::domain::Subject::parse("alice").unwrap(),
@@ -282,11 +285,12 @@ async fn rotate_key_binds_the_issuer_into_rows_sealed_before_and_then_refuses_un
     let unbound =
         RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: Some(1), issuer: None };
     let seal = |token: &str| {
-        app.state.vault.seal(&unbound, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
+        let ring = app.state.keys.keyring().current();
+        ring.seal(&unbound, Field::AccessToken, &secrecy::SecretString::from(token.to_owned())).unwrap()
     };
     let insert = "INSERT INTO connections (id, tenant_id, subject, provider, scopes, status, key_id, access_token_ct, token_type, issuer, seal_version)
                   VALUES ($1, 'acme', $2, 'github', '{}', 'active', $3, $4, 'Bearer', $5, 1)";
-    let key = app.state.vault.current_key_id().as_str().to_owned();
+    let key = app.state.keys.keyring().current().key_id().to_owned();
     sqlx::query(insert)
         .bind(id.as_uuid())
         .bind("alice")
@@ -298,8 +302,8 @@ async fn rotate_key_binds_the_issuer_into_rows_sealed_before_and_then_refuses_un
         .unwrap();
     assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_unbound");
 
-    // Under the current key already, it is re-sealed all the same: with its issuer bound.
-    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.vault, 100, |_, _| {}).await.unwrap();
+    // Re-sealed under the tenant's data key, with its issuer bound.
+    let report = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.state.keys, 100, |_, _| {}).await.unwrap();
     assert_eq!((report.resealed, report.remaining, report.unbound_closed), (1, 0, true), "{report:?}");
     let (ct, generation): (Vec<u8>, i64) =
         sqlx::query_as("SELECT access_token_ct, seal_version FROM connections").fetch_one(&app.pool).await.unwrap();

@@ -63,6 +63,8 @@ export const ERROR_CODES = [
   'too_many_tenants',
   'too_many_providers',
   'tenant_kept_by_file',
+  'tenant_ended',
+  'tenant_not_under_data_keys',
   'unknown_idp',
   'provider_not_found',
   'provider_exists',

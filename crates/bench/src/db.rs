@@ -5,7 +5,7 @@ use anyhow::Context;
 use mcp_connect::config::TenantConfig;
 use mcp_connect::domain::{ConnectionId, ProviderId, Subject, TenantId};
 use mcp_connect::store::{self, PgPool};
-use mcp_connect::vault::{Field, RowBinding, Vault};
+use mcp_connect::vault::{Field, RowBinding, SealKey};
 use secrecy::SecretString;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
@@ -76,7 +76,7 @@ struct Sealed {
     refresh: Vec<u8>,
 }
 
-fn seal_row(vault: &Vault, subject: &str, provider: &str, access: &str, refresh: &str) -> anyhow::Result<Sealed> {
+fn seal_row(vault: &SealKey, subject: &str, provider: &str, access: &str, refresh: &str) -> anyhow::Result<Sealed> {
     let (t, s, p) = (TenantId::parse(TENANT)?, Subject::parse(subject)?, ProviderId::parse(provider)?);
     let id = ConnectionId::generate();
     // Inserted without a seal generation (the columns below), as rows sealed before them.
@@ -143,7 +143,7 @@ async fn insert_batch(
 pub async fn seed(
     pool: &PgPool,
     issuer: &str,
-    vault: &Vault,
+    vault: &SealKey,
     subjects: std::ops::Range<usize>,
     providers: &[String],
 ) -> anyhow::Result<Duration> {
@@ -159,7 +159,7 @@ pub async fn seed(
         if let Some(previous) = inserting.take() {
             previous.await??;
         }
-        let (pool, key_id, issuer) = (pool.clone(), vault.current_key_id().as_str().to_owned(), issuer.to_owned());
+        let (pool, key_id, issuer) = (pool.clone(), vault.key_id().to_owned(), issuer.to_owned());
         inserting = Some(tokio::spawn(async move { insert_batch(&pool, &issuer, &key_id, rows, expires_at).await }));
         from = to;
     }
@@ -170,7 +170,7 @@ pub async fn seed(
     Ok(started.elapsed())
 }
 
-fn seal_batch(vault: &Vault, subjects: std::ops::Range<usize>, providers: &[String]) -> anyhow::Result<Vec<Sealed>> {
+fn seal_batch(vault: &SealKey, subjects: std::ops::Range<usize>, providers: &[String]) -> anyhow::Result<Vec<Sealed>> {
     let mut rows = Vec::with_capacity(subjects.len() * providers.len());
     for s in subjects {
         let subject = crate::load::KeySpace::subject(s);
@@ -190,7 +190,7 @@ fn seal_batch(vault: &Vault, subjects: std::ops::Range<usize>, providers: &[Stri
 pub async fn insert_expired(
     pool: &PgPool,
     issuer: &str,
-    vault: &Vault,
+    vault: &SealKey,
     subject: &str,
     provider: &str,
     access: &str,
@@ -199,7 +199,7 @@ pub async fn insert_expired(
     let row = seal_row(vault, subject, provider, access, refresh)?;
     let id = row.id;
     let expired = OffsetDateTime::now_utc() - time::Duration::hours(1);
-    insert_batch(pool, issuer, vault.current_key_id().as_str(), vec![row], expired).await?;
+    insert_batch(pool, issuer, vault.key_id(), vec![row], expired).await?;
     Ok(id)
 }
 

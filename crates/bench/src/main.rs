@@ -29,7 +29,7 @@ use clap::Parser;
 use http1::Target;
 use load::KeySpace;
 use mcp_connect::domain::{KeyScope, TenantId};
-use mcp_connect::vault::{Keyring, Vault};
+use mcp_connect::vault::{Keyring, SealKey};
 use mcp_connect_devproviders::{ClientRegistration, DevProvider, DevProviderConfig, Role};
 use phase::Phase;
 use report::{RepeatRun, Results, ScaleRun};
@@ -212,7 +212,7 @@ async fn run(
     let keys = KeySpace { subjects: args.subjects as usize, providers: args.providers as usize };
     let providers = db::provider_names(keys.providers);
     let vault_keys = Keyring::generate_entry("bench");
-    let vault = Vault::new(Keyring::parse(&vault_keys)?);
+    let vault = Keyring::parse(&vault_keys)?.current().clone();
     // Named apart from the service's sessions, which the bench waits to see end; over the
     // service's transport, so that the bench's own queries cost Postgres the same.
     let bench_url =
@@ -390,7 +390,7 @@ async fn floors(
 /// lookup run with a cache that holds them all.
 async fn scale_phase(
     phase: &Phase<'_>,
-    vault: &Vault,
+    vault: &SealKey,
     connections: usize,
     first_seeding_rate: f64,
 ) -> anyhow::Result<ScaleRun> {

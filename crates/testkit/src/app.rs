@@ -45,6 +45,9 @@ pub struct TestApp {
     pub client: reqwest::Client,
     /// Where `GET /metrics` is served (127.0.0.1), when the options turn metrics on.
     pub metrics_port: Option<u16>,
+    /// The rows the test inserts are sealed with the keyring's key, as the releases before
+    /// data keys sealed them ([`TestApp::seal_as_before_data_keys`]).
+    pub keyring_seals: std::sync::atomic::AtomicBool,
 }
 
 pub struct Options {
@@ -314,6 +317,7 @@ impl TestApp {
             db_url: db_url.to_owned(),
             db,
             metrics_port,
+            keyring_seals: std::sync::atomic::AtomicBool::new(false),
             // Idle connections are dropped before the service's 5 s keep-alive ends them: a
             // test that waits on a browser must not send on a connection the server is closing.
             client: reqwest::Client::builder()
@@ -351,6 +355,23 @@ impl TestApp {
         let b = self.token_ok(serde_json::json!({"subject": subject, "provider": provider})).await;
         assert_eq!(b["status"], "connect_required", "{b}");
         (b["elicitation"]["id"].as_str().unwrap().to_owned(), b["elicitation"]["url"].as_str().unwrap().to_owned())
+    }
+
+    /// The vault's keys as `rotate-key` builds them from a keyring `spec` (the local key
+    /// store), on this app's database.
+    pub fn keys_of(&self, spec: &str) -> mcp_connect::keys::Keys {
+        mcp_connect::keys::Keys::local(
+            self.pool.clone(),
+            mcp_connect::vault::Keyring::parse(spec).unwrap(),
+            std::sync::Arc::new(mcp_connect::domain::SystemClock),
+            mcp_connect::keys::CacheBound::default(),
+        )
+    }
+
+    /// From now on the rows this test inserts are sealed as the releases before data keys
+    /// sealed them: with the keyring's current key.
+    pub fn seal_as_before_data_keys(&self) {
+        self.keyring_seals.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub async fn connection_count(&self) -> i64 {
@@ -508,7 +529,12 @@ impl TestApp {
             generation: Some(mcp_connect::vault::FIRST_GENERATION),
             issuer: issuer.as_deref(),
         };
-        let vault = &self.state.vault;
+        // Sealed as the service seals now: under the tenant's data key (or, for a row of the
+        // releases before data keys, the keyring's key).
+        let vault = match self.keyring_seals.load(std::sync::atomic::Ordering::Relaxed) {
+            true => self.state.keys.keyring().current().clone(),
+            false => self.state.keys.sealing(mcp_connect::keys::Scope::Tenant(&t)).await.unwrap(),
+        };
         let at = vault.seal(&row, Field::AccessToken, &SecretString::from(access_token.to_owned())).unwrap();
         let rt =
             refresh_token.map(|r| vault.seal(&row, Field::RefreshToken, &SecretString::from(r.to_owned())).unwrap());
@@ -525,7 +551,7 @@ impl TestApp {
                 scopes: &scopes,
                 grant: store::connections::SealedGrant {
                     generation: mcp_connect::vault::FIRST_GENERATION,
-                    key_id: vault.current_key_id().as_str(),
+                    key_id: vault.key_id(),
                     access_token_ct: &at,
                     refresh_token_ct: rt.as_deref(),
                     id_token_ct: None,

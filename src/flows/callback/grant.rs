@@ -6,7 +6,7 @@ use super::{CallbackError, CallbackRefusal, Grant};
 use crate::domain::{Account, ConnectionId, Scopes};
 use crate::oauth::flow;
 use crate::store::{self, connections::ConnectionRow, elicitations::ElicitationRow};
-use crate::vault::{Field, RowBinding, VaultError};
+use crate::vault::{Field, RowBinding, SealKey, VaultError};
 use secrecy::SecretString;
 use time::OffsetDateTime;
 
@@ -18,8 +18,8 @@ struct Sealed {
 }
 
 impl Sealed {
-    fn of(vault: &crate::vault::Vault, row: &RowBinding<'_>, t: &flow::TokenSet) -> Result<Self, VaultError> {
-        let seal = |field: Field, token: &SecretString| vault.seal(row, field, token);
+    fn of(key: &SealKey, row: &RowBinding<'_>, t: &flow::TokenSet) -> Result<Self, VaultError> {
+        let seal = |field: Field, token: &SecretString| key.seal(row, field, token);
         Ok(Self {
             access: seal(Field::AccessToken, &t.access_token)?,
             refresh: t.refresh_token.as_ref().map(|t| seal(Field::RefreshToken, t)).transpose()?,
@@ -28,11 +28,11 @@ impl Sealed {
     }
 }
 
-/// Seals and writes the grant; returns the connection id and the scopes granted. A new
+/// Seals (with `key`, the tenant's) and writes the grant; returns the connection id and the scopes granted. A new
 /// row that another link of the same subject and provider inserted first is refused
 /// (`connected_concurrently`): that grant is kept, the caller revokes this one.
 pub async fn save(
-    vault: &crate::vault::Vault,
+    key: &SealKey,
     tx: &mut store::Tx,
     e: &ElicitationRow,
     x: &Grant<'_>,
@@ -54,11 +54,11 @@ pub async fn save(
         issuer: e.issuer.as_deref(),
     };
     let tokens = x.tokens;
-    let sealed = Sealed::of(vault, &row, tokens)?;
+    let sealed = Sealed::of(key, &row, tokens)?;
     let granted = super::checks::granted_scopes(tokens.scope.as_deref(), &e.scopes);
     let grant = store::connections::SealedGrant {
         generation,
-        key_id: vault.current_key_id().as_str(),
+        key_id: key.key_id(),
         access_token_ct: &sealed.access,
         refresh_token_ct: sealed.refresh.as_deref(),
         id_token_ct: sealed.id.as_deref(),

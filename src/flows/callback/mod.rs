@@ -291,7 +291,13 @@ async fn consumed(
         };
     }
     let code = checks::code(q)?;
-    let opened = state.vault.open_aux(&st.key_id, STATE_PURPOSE, state_hash, &st.sealed).map_err(Fault::from)?;
+    let opened =
+        (state.keys.opening(&st.key_id, crate::keys::Scope::Tenant(&st.tenant_id)).await.map_err(Fault::from)?)
+            .open_aux(STATE_PURPOSE, state_hash, &st.sealed)
+            .map_err(Fault::from)?;
+    // The key the grant will be sealed with, before the code is exchanged: a key store that
+    // is down refuses the callback here, before a grant exists to revoke.
+    state.keys.sealing(crate::keys::Scope::Tenant(&st.tenant_id)).await.map_err(Fault::from)?;
     let secret: SealedState = serde_json::from_slice(&opened).map_err(Fault::from)?;
     let tokens = flow::exchange_code(&server, &state.outbound, &expected_redirect, code, &secret.verifier)
         .await
@@ -406,7 +412,8 @@ pub(super) async fn keep_grant(
         })),
         None => None,
     };
-    let (connection, granted) = grant::save(&state.vault, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
+    let sealing = state.keys.sealing(crate::keys::Scope::Tenant(&x.key.tenant)).await?;
+    let (connection, granted) = grant::save(&sealing, tx, e, x, account.as_ref(), existing.as_ref(), now).await?;
     let id = connection;
     store::elicitations::mark_completed(&mut **tx, e.id, id, now).await?;
     // The row's history stays in the trail: a reconnect reuses the row, and only a grant

@@ -86,7 +86,7 @@ pub async fn create_webhook(
     body: web::Json<NewWebhookBody>,
 ) -> Result<HttpResponse, ApiError> {
     let r = flow::check_registration(&body.url, &body.events, body.description.as_deref(), state.webhook_policy)?;
-    let (webhook, secret) = flow::register(&state.pool, &state.vault, &caller.0.tenant, &r, Some(&caller.0.id)).await?;
+    let (webhook, secret) = flow::register(&state.pool, &state.keys, &caller.0.tenant, &r, Some(&caller.0.id)).await?;
     Ok(HttpResponse::Created().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))
 }
 
@@ -187,7 +187,7 @@ pub async fn rotate_secret(
 ) -> Result<HttpResponse, ApiError> {
     let id = webhook_id(&path.id)?;
     let keep = q.keep_previous.unwrap_or(true);
-    let (webhook, secret) = flow::rotate_secret(&state.pool, &state.vault, &caller.0.tenant, id, keep, &caller.0.id)
+    let (webhook, secret) = flow::rotate_secret(&state.pool, &state.keys, &caller.0.tenant, id, keep, &caller.0.id)
         .await?
         .ok_or_else(not_found)?;
     Ok(HttpResponse::Ok().json(WebhookWithSecret { webhook, secret: secret.expose_secret().to_owned() }))

@@ -1,0 +1,340 @@
+//! The data keys the vault seals with (docs/keys.md): one per tenant and generation, and one
+//! for the service's own secrets, each stored only wrapped by the key store's
+//! key-encryption key (`vault::kek`). What a flow seals it seals with [`Keys::sealing`] of
+//! its scope; what it opens, with [`Keys::opening`] of the key id its row names.
+//!
+//! Unwrapped data keys live in memory only, in a bounded cache, each for at most the
+//! configured time from its unwrap (`[vault] data_key_cache_seconds`): a hit reads nothing
+//! and calls no key store; a miss reads the wrapped key and has the store unwrap it. So a
+//! destroyed key (an ended tenant) opens nothing on any instance once that time has passed,
+//! and at once on the instance that destroyed it.
+//!
+//! Until `vault_state.data_keys_on` is set (a database with sealed values of the release
+//! before, until `rotate-key`), sealing uses the keyring's current key as before; the switch
+//! is re-read every few seconds while off, so instances follow it without a restart.
+
+use crate::domain::{Clock, TenantId};
+use crate::store::{self, Db, data_keys::DataKeyRow};
+use crate::vault::kek::{KeyStore, KeyStoreError, WrapContext};
+use crate::vault::{KeyRef, Keyring, SealKey, VaultError};
+use rand::RngCore;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+/// Whose secrets a data key seals.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// A tenant's connections, webhook secrets and pending states: destroyed when it ends.
+    Tenant(&'a TenantId),
+    /// The service's own: providers' client secrets, remote MCP registrations, login cookies.
+    Service,
+}
+
+/// The scope a wrapped service key is bound to (no tenant id is `*`).
+const SERVICE_SCOPE: &str = "*";
+
+impl Scope<'_> {
+    fn tenant(&self) -> Option<&TenantId> {
+        match self {
+            Scope::Tenant(t) => Some(t),
+            Scope::Service => None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Store(#[from] KeyStoreError),
+    #[error(transparent)]
+    Vault(#[from] VaultError),
+}
+
+/// How long and how many unwrapped data keys are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheBound {
+    pub ttl: Duration,
+    pub capacity: usize,
+}
+
+impl Default for CacheBound {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(300), capacity: 10_000 }
+    }
+}
+
+/// While data keys are off, how often the switch is read again.
+const SWITCH_RECHECK: Duration = Duration::from_secs(5);
+
+struct Loaded {
+    key: SealKey,
+    /// Its tenant (`None`: the service's scope).
+    tenant: Option<Box<str>>,
+    at: Instant,
+}
+
+pub struct Keys {
+    pool: Db,
+    store: Arc<dyn KeyStore>,
+    keyring: Arc<Keyring>,
+    clock: Arc<dyn Clock>,
+    bound: CacheBound,
+    loaded: RwLock<HashMap<uuid::Uuid, Loaded>>,
+    /// Each scope's active data key (`None`: the service's), as last read.
+    active: RwLock<HashMap<Option<TenantId>, (uuid::Uuid, Instant)>>,
+    /// Data keys on; else when the switch was last read off.
+    on: RwLock<Result<(), Instant>>,
+    /// Bumped by every forget: a key read before it is not kept after it (a load racing an
+    /// ended tenant's forget would keep a destroyed key for the whole bound).
+    epoch: AtomicU64,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("store", &self.store.kind()).field("keyring", &self.keyring).finish()
+    }
+}
+
+impl Keys {
+    pub fn new(
+        pool: Db,
+        store: Arc<dyn KeyStore>,
+        keyring: Arc<Keyring>,
+        clock: Arc<dyn Clock>,
+        bound: CacheBound,
+    ) -> Self {
+        let long_ago = clock.now().checked_sub(SWITCH_RECHECK * 2).unwrap_or_else(|| clock.now());
+        Self {
+            pool,
+            store,
+            keyring,
+            clock,
+            bound,
+            loaded: RwLock::default(),
+            active: RwLock::default(),
+            on: RwLock::new(Err(long_ago)),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// The keyring as key store (`[vault] store = "local"`).
+    pub fn local(pool: Db, keyring: Keyring, clock: Arc<dyn Clock>, bound: CacheBound) -> Self {
+        let keyring = Arc::new(keyring);
+        let store = Arc::new(crate::vault::kek::LocalKeyStore::new(keyring.clone()));
+        Self::new(pool, store, keyring, clock, bound)
+    }
+
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    pub fn store(&self) -> &dyn KeyStore {
+        &*self.store
+    }
+
+    /// The key new secrets of `scope` are sealed with: its active data key (made on first
+    /// use), or the keyring's current key while data keys are off.
+    pub async fn sealing(&self, scope: Scope<'_>) -> Result<SealKey, KeysError> {
+        if !self.data_keys_on().await? {
+            return Ok(self.keyring.current().clone());
+        }
+        let tenant = scope.tenant().cloned();
+        let ticket = self.epoch.load(Ordering::Acquire);
+        let known = self.active.read().ok().and_then(|a| a.get(&tenant).copied());
+        if let Some((id, at)) = known
+            && self.clock.since(at) < self.bound.ttl
+            && let Some(Ok(key)) = self.fresh(&id, scope.tenant().map(TenantId::as_str))
+        {
+            return Ok(key);
+        }
+        let key = match store::data_keys::active(&self.pool, scope.tenant()).await? {
+            Some(row) => self.unwrap_row(&row, ticket).await?,
+            None => self.create(scope, ticket).await?,
+        };
+        if let (Ok(mut active), KeyRef::Data(id)) = (self.active.write(), key.key())
+            && self.epoch.load(Ordering::Acquire) == ticket
+        {
+            active.insert(tenant, (*id, self.clock.now()));
+        }
+        Ok(key)
+    }
+
+    /// The key a row's `key_id` names, to open what it sealed: a data key only if it is of
+    /// `scope` (a row moved to another tenant, or a cookie naming a tenant's key, opens
+    /// nothing, and has nothing unwrapped).
+    pub async fn opening(&self, key_id: &str, scope: Scope<'_>) -> Result<SealKey, KeysError> {
+        let unknown = || VaultError::UnknownKey(key_id.to_owned());
+        let tenant = scope.tenant().map(TenantId::as_str);
+        match KeyRef::parse(key_id).ok_or_else(unknown)? {
+            KeyRef::Keyring(id) => Ok(self.keyring.get(&id).ok_or_else(unknown)?.clone()),
+            KeyRef::Data(id) => {
+                if let Some(held) = self.fresh(&id, tenant) {
+                    return Ok(held?);
+                }
+                let ticket = self.epoch.load(Ordering::Acquire);
+                let row = store::data_keys::get(&self.pool, id).await?.ok_or_else(unknown)?;
+                if row.tenant_id.as_deref() != tenant {
+                    return Err(VaultError::Open.into());
+                }
+                self.unwrap_row(&row, ticket).await
+            }
+        }
+    }
+
+    /// Forgets the unwrapped keys of a tenant (it changed, perhaps ended: its keys are read
+    /// again before their next use).
+    pub fn forget_tenant(&self, tenant: &TenantId) {
+        if let Ok(mut active) = self.active.write() {
+            active.remove(&Some(tenant.clone()));
+        }
+        if let Ok(mut loaded) = self.loaded.write() {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            loaded.retain(|_, l| l.tenant.as_deref() != Some(tenant.as_str()));
+        }
+    }
+
+    /// Drops every unwrapped data key held (their ciphers zeroise the bytes).
+    pub fn forget_all(&self) {
+        if let Ok(mut loaded) = self.loaded.write() {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            loaded.clear();
+        }
+        if let Ok(mut active) = self.active.write() {
+            active.clear();
+        }
+    }
+
+    /// Turns data keys on for a database with nothing sealed yet (a new install never writes
+    /// a value of the releases before). Whether they are on.
+    pub async fn switch_on_if_new(&self) -> Result<bool, sqlx::Error> {
+        let on = store::data_keys::switch_on(&self.pool, store::SCHEMA_LEVEL, true).await?;
+        self.remember_switch(on);
+        Ok(on)
+    }
+
+    /// Turns data keys on (`rotate-key`, once every instance runs this release).
+    pub async fn switch_on(&self) -> Result<(), sqlx::Error> {
+        let on = store::data_keys::switch_on(&self.pool, store::SCHEMA_LEVEL, false).await?;
+        self.remember_switch(on);
+        Ok(())
+    }
+
+    async fn data_keys_on(&self) -> Result<bool, sqlx::Error> {
+        match self.on.read().map(|on| *on) {
+            Ok(Ok(())) => return Ok(true),
+            Ok(Err(read_at)) if self.clock.since(read_at) < SWITCH_RECHECK => return Ok(false),
+            _ => {}
+        }
+        let on = store::data_keys::data_keys_on(&self.pool).await?;
+        self.remember_switch(on);
+        Ok(on)
+    }
+
+    fn remember_switch(&self, on: bool) {
+        if let Ok(mut held) = self.on.write() {
+            *held = if on { Ok(()) } else { Err(self.clock.now()) };
+        }
+    }
+
+    /// A held data key younger than the bound; `Err` when it is another tenant's than
+    /// `tenant` (`None`: the service's).
+    fn fresh(&self, id: &uuid::Uuid, tenant: Option<&str>) -> Option<Result<SealKey, VaultError>> {
+        let loaded = self.loaded.read().ok()?;
+        let held = loaded.get(id)?;
+        if self.clock.since(held.at) >= self.bound.ttl {
+            return None;
+        }
+        Some(if held.tenant.as_deref() == tenant { Ok(held.key.clone()) } else { Err(VaultError::Open) })
+    }
+
+    /// Keeps an unwrapped key read under `ticket`, unless a forget came since.
+    fn remember(&self, key: &SealKey, tenant: Option<&str>, ticket: u64) {
+        let KeyRef::Data(id) = key.key() else { return };
+        let Ok(mut loaded) = self.loaded.write() else { return };
+        if self.epoch.load(Ordering::Acquire) != ticket {
+            return;
+        }
+        if loaded.len() >= self.bound.capacity && !loaded.contains_key(id) {
+            loaded.retain(|_, l| self.clock.since(l.at) < self.bound.ttl);
+            // Still full of live keys: the oldest makes room (it is unwrapped again if asked).
+            if loaded.len() >= self.bound.capacity
+                && let Some(oldest) = loaded.iter().min_by_key(|(_, l)| l.at).map(|(k, _)| *k)
+            {
+                loaded.remove(&oldest);
+            }
+        }
+        loaded.insert(*id, Loaded { key: key.clone(), tenant: tenant.map(Into::into), at: self.clock.now() });
+    }
+
+    async fn unwrap_row(&self, row: &DataKeyRow, ticket: u64) -> Result<SealKey, KeysError> {
+        let wrapped = match (&row.wrapped, row.is_destroyed()) {
+            (Some(w), false) => w,
+            _ => return Err(VaultError::Shredded(KeyRef::Data(row.id).column()).into()),
+        };
+        if row.kek_store != self.store.kind() {
+            return Err(KeyStoreError::Refused {
+                store: self.store.kind(),
+                reason: format!("data key {} is wrapped by the {} key store, not this one", row.id, row.kek_store),
+            }
+            .into());
+        }
+        let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
+        let bytes = self.store.unwrap(&row.kek_id, &WrapContext { data_key: row.id, scope }, wrapped).await?;
+        let key = SealKey::data(row.id, &bytes);
+        self.remember(&key, row.tenant_id.as_deref(), ticket);
+        Ok(key)
+    }
+
+    /// A new data key for `scope`, wrapped and stored; another instance's if it stored one
+    /// first.
+    async fn create(&self, scope: Scope<'_>, ticket: u64) -> Result<SealKey, KeysError> {
+        let id = uuid::Uuid::new_v4();
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        rand::rng().fill_bytes(&mut *bytes);
+        let ctx = WrapContext { data_key: id, scope: scope.tenant().map_or(SERVICE_SCOPE, TenantId::as_str) };
+        let wrapped = self.store.wrap(&ctx, &bytes).await?;
+        let tenant = scope.tenant();
+        if store::data_keys::insert_active(&self.pool, id, tenant, self.store.kind(), &wrapped.kek_id, &wrapped.blob)
+            .await?
+        {
+            let key = SealKey::data(id, &bytes);
+            self.remember(&key, tenant.map(TenantId::as_str), ticket);
+            return Ok(key);
+        }
+        let row = store::data_keys::active(&self.pool, tenant).await?.ok_or(sqlx::Error::RowNotFound)?;
+        self.unwrap_row(&row, ticket).await
+    }
+
+    /// Re-wraps every data key not under the store's current key-encryption key, one
+    /// statement each (no sealed row changes). How many it re-wrapped.
+    pub async fn rewrap_all(&self, batch: i64) -> Result<u64, KeysError> {
+        let (kind, current) = (self.store.kind(), self.store.current_kek().to_owned());
+        let (mut done, mut after) = (0u64, uuid::Uuid::nil());
+        loop {
+            let rows = store::data_keys::not_under_kek(&self.pool, kind, &current, after, batch).await?;
+            let Some(last) = rows.last() else { return Ok(done) };
+            after = last.id;
+            for row in &rows {
+                let Some(wrapped) = &row.wrapped else { continue };
+                let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
+                let ctx = WrapContext { data_key: row.id, scope };
+                let bytes = self.store.unwrap(&row.kek_id, &ctx, wrapped).await?;
+                let again = self.store.wrap(&ctx, &bytes).await?;
+                // Over the version read: one re-wrapped or destroyed meanwhile is left as it is.
+                if store::data_keys::store_rewrapped(&self.pool, row, kind, &again.kek_id, &again.blob).await? {
+                    done += 1;
+                }
+            }
+        }
+    }
+
+    /// Data keys still wrapped under another key-encryption key than the current one.
+    pub async fn not_under_current_kek(&self) -> Result<i64, sqlx::Error> {
+        store::data_keys::count_not_under_kek(&self.pool, self.store.kind(), self.store.current_kek()).await
+    }
+}
