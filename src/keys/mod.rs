@@ -68,6 +68,29 @@ impl Default for CacheBound {
     }
 }
 
+/// Metric (catalogue: `telemetry::metrics`): key-store calls by `store`, `op` (`wrap`,
+/// `unwrap`) and `result` (`ok`, `unavailable`, `refused`), with their time. Only misses and
+/// new keys call the store: a cached hand-out makes no call.
+pub const KEY_STORE_CALLS: &str = "mcp_connect_key_store_seconds";
+
+/// Times a key-store call and counts its result.
+async fn measured<T>(
+    store: &'static str,
+    op: &'static str,
+    call: impl std::future::Future<Output = Result<T, KeyStoreError>>,
+) -> Result<T, KeyStoreError> {
+    let started = Instant::now();
+    let out = call.await;
+    let result = match &out {
+        Ok(_) => "ok",
+        Err(e) if e.is_transient() => "unavailable",
+        Err(_) => "refused",
+    };
+    metrics::histogram!(KEY_STORE_CALLS, "store" => store, "op" => op, "result" => result)
+        .record(started.elapsed().as_secs_f64());
+    out
+}
+
 /// While data keys are off, how often the switch is read again.
 const SWITCH_RECHECK: Duration = Duration::from_secs(5);
 
@@ -284,7 +307,8 @@ impl Keys {
             .into());
         }
         let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
-        let bytes = self.store.unwrap(&row.kek_id, &WrapContext { data_key: row.id, scope }, wrapped).await?;
+        let ctx = WrapContext { data_key: row.id, scope };
+        let bytes = measured(self.store.kind(), "unwrap", self.store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
         let key = SealKey::data(row.id, &bytes);
         self.remember(&key, row.tenant_id.as_deref(), ticket);
         Ok(key)
@@ -297,7 +321,7 @@ impl Keys {
         let mut bytes = Zeroizing::new([0u8; 32]);
         rand::rng().fill_bytes(&mut *bytes);
         let ctx = WrapContext { data_key: id, scope: scope.tenant().map_or(SERVICE_SCOPE, TenantId::as_str) };
-        let wrapped = self.store.wrap(&ctx, &bytes).await?;
+        let wrapped = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
         let tenant = scope.tenant();
         if store::data_keys::insert_active(&self.pool, id, tenant, self.store.kind(), &wrapped.kek_id, &wrapped.blob)
             .await?
@@ -323,8 +347,9 @@ impl Keys {
                 let Some(wrapped) = &row.wrapped else { continue };
                 let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
                 let ctx = WrapContext { data_key: row.id, scope };
-                let bytes = self.store.unwrap(&row.kek_id, &ctx, wrapped).await?;
-                let again = self.store.wrap(&ctx, &bytes).await?;
+                let bytes =
+                    measured(self.store.kind(), "unwrap", self.store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
+                let again = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
                 // Over the version read: one re-wrapped or destroyed meanwhile is left as it is.
                 if store::data_keys::store_rewrapped(&self.pool, row, kind, &again.kek_id, &again.blob).await? {
                     done += 1;

@@ -148,6 +148,11 @@ fn describe() {
         "API-key checks refused with 503: the argon2 queue was full or the wait too long"
     );
     describe_histogram!(
+        crate::keys::KEY_STORE_CALLS,
+        Unit::Seconds,
+        "key-store calls (wrap, unwrap a data key) by store, op and result (ok, unavailable, refused)"
+    );
+    describe_histogram!(
         store::POOL_WAIT,
         Unit::Seconds,
         "time to get a database connection (pool: lookup, main: with BEGIN)"

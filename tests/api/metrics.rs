@@ -182,3 +182,22 @@ async fn refreshes_are_counted_by_outcome() {
         - value(&before, "mcp_connect_refreshes_total", &[("outcome", "succeeded")]);
     assert_eq!(d, 1.0);
 }
+
+#[tokio::test]
+async fn key_store_calls_are_timed_by_store_op_and_result_and_a_cached_hand_out_makes_none() {
+    let app = spawn_app_with(with_metrics()).await;
+    // The tenant's first sealed value makes its data key: one wrap.
+    app.insert_connection("acme", "alice", "github", "gho_a", &["read:user"], None).await;
+    let labels = |op| [("store", "local"), ("op", op), ("result", "ok")];
+    let (_, s) = scrape(&app).await;
+    let wraps = value(&s, "mcp_connect_key_store_seconds_count", &labels("wrap"));
+    assert_eq!(wraps, 1.0);
+    // A second instance unwraps it once, then hands out from its cache.
+    let second = crate::support::spawn_on(&app, &with_metrics()).await;
+    for _ in 0..5 {
+        assert_eq!(second.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_a");
+    }
+    let (_, s) = scrape(&second).await;
+    assert_eq!(value(&s, "mcp_connect_key_store_seconds_count", &labels("unwrap")), 1.0);
+    assert_eq!(value(&s, "mcp_connect_key_store_seconds_count", &[("result", "unavailable")]), 0.0);
+}
