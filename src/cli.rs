@@ -58,6 +58,11 @@ pub enum Command {
         #[arg(long, default_value_t = 200)]
         batch: i64,
     },
+    /// The key store's own keys (`[vault] store`).
+    Keystore {
+        #[command(subcommand)]
+        action: KeystoreAction,
+    },
     /// Provider kill switches for every tenant (tenant admins use the admin API).
     Killswitch {
         #[command(subcommand)]
@@ -202,6 +207,13 @@ pub enum WebhooksAction {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum KeystoreAction {
+    /// Make the key-encryption key `[vault.pkcs11] key_label` in the HSM's token: AES-256,
+    /// sensitive and never extractable. Refused when one of that label exists.
+    CreateKek,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum TenantAction {
     /// Stop a tenant: its API keys and connect links stop working on every instance.
     Deactivate { id: String },
@@ -311,10 +323,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => crate::dev::run_dev(args).await,
         Command::RotateKey { batch } => {
             let (config, pool) = open_database(&cli.config, true).await?;
-            let keyring = config.keyring.ok_or_else(|| anyhow::anyhow!("rotate-key needs the vault keys"))?;
-            let clock = std::sync::Arc::new(crate::domain::SystemClock);
-            let keys = crate::keys::Keys::local(pool.clone(), keyring, clock, crate::keys::CacheBound::default());
+            let keys = command_keys(&pool, config).await?;
             rotate_key(&pool, &keys, batch).await
+        }
+        Command::Keystore { action: KeystoreAction::CreateKek } => {
+            let config = CommandConfig::load(&cli.config, true)?;
+            match config.vault.map(|v| v.key_store) {
+                Some(crate::config::KeyStoreSettings::Pkcs11(s)) => {
+                    let (label, token) = (s.key_label.clone(), s.token_label.clone());
+                    crate::vault::kek::pkcs11::Pkcs11KeyStore::create_kek(s).await?;
+                    println!("made key {label:?} in token {token:?}");
+                    Ok(())
+                }
+                _ => anyhow::bail!("[vault] store is local: its keys are the keyring's (`mcp-connect genkey`)"),
+            }
         }
         Command::Killswitch { action } => {
             killswitch(&open_database(&cli.config, false).await?.1, action, cli.output).await
@@ -588,6 +610,16 @@ async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
     anyhow::ensure!(status == reqwest::StatusCode::OK, "{url} answered {status}: {body}");
     println!("ready ({url})");
     Ok(())
+}
+
+/// The vault's keys as a command uses them: the keyring and the configured key store.
+async fn command_keys(pool: &store::Db, config: CommandConfig) -> anyhow::Result<crate::keys::Keys> {
+    let keyring =
+        std::sync::Arc::new(config.keyring.ok_or_else(|| anyhow::anyhow!("this command needs the vault keys"))?);
+    let vault = config.vault.ok_or_else(|| anyhow::anyhow!("this command needs [vault]"))?;
+    let store = crate::startup::key_store(&vault.key_store, keyring.clone()).await?;
+    let clock = std::sync::Arc::new(crate::domain::SystemClock);
+    Ok(crate::keys::Keys::new(pool.clone(), store, keyring, clock, vault.data_key_cache))
 }
 
 async fn rotate_key(pool: &store::Db, keys: &crate::keys::Keys, batch: i64) -> anyhow::Result<()> {

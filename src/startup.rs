@@ -400,7 +400,9 @@ async fn app_state(
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
-    let keys = Arc::new(Keys::local(pool.clone(), config.keyring, clock.clone(), config.data_key_cache));
+    let keyring = Arc::new(config.keyring);
+    let store = key_store(&config.vault.key_store, keyring.clone()).await?;
+    let keys = Arc::new(Keys::new(pool.clone(), store, keyring, clock.clone(), config.vault.data_key_cache));
     // A new database seals under data keys from its first value on.
     keys.switch_on_if_new().await?;
     let (webhook_policy, worker) =
@@ -456,6 +458,22 @@ async fn app_state(
         urls: PublicUrls { secure_cookies: config.public_base_url.scheme() == "https", base: config.public_base_url },
         lifecycle: Lifecycle::default(),
         pool,
+    })
+}
+
+/// The key store `[vault] store` names, opened: a store that cannot be reached, or lacks
+/// its key, stops the start with a message naming it.
+pub async fn key_store(
+    settings: &crate::config::KeyStoreSettings,
+    keyring: Arc<crate::vault::Keyring>,
+) -> anyhow::Result<Arc<dyn crate::vault::kek::KeyStore>> {
+    Ok(match settings {
+        crate::config::KeyStoreSettings::Local => Arc::new(crate::vault::kek::LocalKeyStore::new(keyring)),
+        crate::config::KeyStoreSettings::Pkcs11(s) => {
+            Arc::new(crate::vault::kek::pkcs11::Pkcs11KeyStore::open(s.clone()).await.map_err(|e| {
+                anyhow::anyhow!("vault: {e} (token {:?}, module {})", s.token_label, s.module.display())
+            })?)
+        }
     })
 }
 

@@ -43,7 +43,15 @@ const TOP: &[(&str, Kind)] = &[("public_base_url", Text), ("listen", Text), ("lo
 /// Every section's scalar settings (docs/configuration.md lists the same).
 const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
     ("database", &[("url", Text), ("listen_url", Text), ("max_connections", Number), ("pooler", Text)]),
-    ("vault", &[("keys_file", Text), ("data_key_cache_seconds", Number), ("data_key_cache_capacity", Number)]),
+    (
+        "vault",
+        &[
+            ("keys_file", Text),
+            ("data_key_cache_seconds", Number),
+            ("data_key_cache_capacity", Number),
+            ("store", Text),
+        ],
+    ),
     ("elicitations", &[("ttl_seconds", Number), ("max_wait_seconds", Number)]),
     ("api_keys", &[("cache_seconds", Number), ("cache_capacity", Number), ("hash_queue", Number)]),
     ("idp", &[("issuer", Text), ("client_id", Text), ("client_secret_file", Text), ("clock_skew_seconds", Number)]),
@@ -122,6 +130,7 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
     let mut errors = Vec::new();
     let mut secrets = EnvSecrets {
         vault_keys: env("MCP_CONNECT_VAULT_KEYS").map(SecretString::from),
+        vault_pkcs11_pin: env("MCP_CONNECT_VAULT_PKCS11_PIN").map(SecretString::from),
         idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET").map(SecretString::from),
         provider_client_secrets: Default::default(),
         idps_client_secrets: Default::default(),

@@ -91,8 +91,8 @@ pub struct Config {
     /// What is between `database_url` and PostgreSQL (`database.pooler`; see `store::db`).
     pub database_pooler: crate::store::Pooler,
     pub keyring: Keyring,
-    /// How long and how many unwrapped data keys are held (`[vault] data_key_cache_*`).
-    pub data_key_cache: crate::keys::CacheBound,
+    /// The key store and the data-key cache (`[vault]`).
+    pub vault: VaultSettings,
     pub elicitation_ttl: Duration,
     /// The longest a request is held by `wait_seconds` (a larger ask is held this long).
     pub max_wait: Duration,
@@ -167,9 +167,26 @@ pub struct CommandConfig {
     pub database_url: SecretString,
     pub database_pooler: crate::store::Pooler,
     pub audit_retention: Duration,
-    /// Only where asked for (`rotate-key`).
+    /// Only where asked for (`rotate-key`, `keystore`).
     pub keyring: Option<Keyring>,
+    /// The key store, where the keyring was asked for.
+    pub vault: Option<VaultSettings>,
     pub listen: SocketAddr,
+}
+
+/// `[vault]`: where the key-encryption key lives, and the data-key cache.
+#[derive(Debug, Clone)]
+pub struct VaultSettings {
+    /// How long and how many unwrapped data keys are held (`data_key_cache_*`).
+    pub data_key_cache: crate::keys::CacheBound,
+    pub key_store: KeyStoreSettings,
+}
+
+/// `[vault] store`: `local` (the keyring) or `pkcs11` (`[vault.pkcs11]`).
+#[derive(Debug, Clone)]
+pub enum KeyStoreSettings {
+    Local,
+    Pkcs11(crate::vault::kek::pkcs11::Pkcs11Settings),
 }
 
 impl CommandConfig {
@@ -287,6 +304,26 @@ client_id = "abc"
             ),
             "vault"
         );
+    }
+
+    #[test]
+    fn a_key_store_is_local_by_default_and_pkcs11_needs_its_settings_and_a_pin() {
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert!(matches!(c.vault.key_store, KeyStoreSettings::Local));
+        assert_eq!(c.vault.data_key_cache.ttl, Duration::from_secs(300));
+        let with = |vault: &str| format!("{GOOD}\n{vault}");
+        assert_eq!(error_field(&with("[vault]\nstore = \"kms\"\n"), &base_env()), "vault.store");
+        assert_eq!(error_field(&with("[vault]\nstore = \"pkcs11\"\n"), &base_env()), "vault.pkcs11");
+        let pkcs11 = "[vault]\nstore = \"pkcs11\"\n[vault.pkcs11]\nmodule = \"/m.so\"\ntoken_label = \"t\"\nkey_label = \"k\"\n";
+        assert_eq!(error_field(&with(pkcs11), &base_env()), "vault.pkcs11", "no PIN");
+        let mut env = base_env();
+        env.push(("MCP_CONNECT_VAULT_PKCS11_PIN", "1234"));
+        let c = Config::from_toml(&with(pkcs11), &env_of(&env)).unwrap();
+        let KeyStoreSettings::Pkcs11(s) = c.vault.key_store else { panic!("pkcs11") };
+        assert_eq!((s.token_label.as_str(), s.key_label.as_str()), ("t", "k"));
+        assert!(!format!("{s:?}").contains("1234"), "the PIN is not in Debug");
+        let no_label = pkcs11.replace("key_label = \"k\"\n", "");
+        assert_eq!(error_field(&with(&no_label), &env), "vault.pkcs11.key_label");
     }
 
     #[test]

@@ -92,6 +92,18 @@ pub(super) struct RawVault {
     pub(super) keys_file: Option<PathBuf>,
     pub(super) data_key_cache_seconds: Option<u64>,
     pub(super) data_key_cache_capacity: Option<usize>,
+    /// `local` (default) or `pkcs11`.
+    pub(super) store: Option<String>,
+    pub(super) pkcs11: Option<RawPkcs11>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPkcs11 {
+    pub(super) module: Option<PathBuf>,
+    pub(super) token_label: Option<String>,
+    pub(super) key_label: Option<String>,
+    pub(super) pin_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -219,6 +231,8 @@ pub struct RawTenant {
 pub(super) struct EnvSecrets {
     /// `MCP_CONNECT_VAULT_KEYS`.
     pub vault_keys: Option<SecretString>,
+    /// `MCP_CONNECT_VAULT_PKCS11_PIN`.
+    pub vault_pkcs11_pin: Option<SecretString>,
     /// `MCP_CONNECT_IDP_CLIENT_SECRET`.
     pub idp_client_secret: Option<SecretString>,
     /// `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`, by the provider's name in the file.

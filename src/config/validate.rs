@@ -120,11 +120,13 @@ pub(super) fn validate_for_command(
     let (database_url, _, _, database_pooler) = database(raw.database)?;
     let keyring =
         if with_keyring { Some(keyring(exposed(secrets.vault_keys), raw.vault.keys_file.as_deref())?) } else { None };
+    let vault = if with_keyring { Some(vault_settings(&raw.vault, secrets.vault_pkcs11_pin)?) } else { None };
     Ok(super::CommandConfig {
         database_url: SecretString::from(database_url),
         database_pooler,
         audit_retention: audit_retention(raw.audit.retention_days)?,
         keyring,
+        vault,
         listen: listen(raw.listen)?,
     })
 }
@@ -202,7 +204,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         webhooks = webhook_settings(&raw.webhooks);
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
         proxy_limits = proxy_limits(&raw.proxy);
-        data_key_cache = data_key_cache(&raw.vault);
+        vault = vault_settings(&raw.vault, secrets.vault_pkcs11_pin.take());
     }
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
@@ -228,7 +230,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         database_listen_url,
         database_pooler,
         keyring,
-        data_key_cache,
+        vault,
         elicitation_ttl,
         max_wait,
         api_key_cache_ttl,
@@ -336,13 +338,47 @@ fn database_url(raw: Option<String>) -> Result<String, ConfigError> {
     Ok(url)
 }
 
-/// `[vault] data_key_cache_*`: how long and how many unwrapped data keys are held.
-fn data_key_cache(vault: &super::raw::RawVault) -> Result<crate::keys::CacheBound, ConfigError> {
+/// `[vault]`: the key store, and how long and how many unwrapped data keys are held.
+pub(super) fn vault_settings(
+    vault: &super::raw::RawVault,
+    pin: Option<SecretString>,
+) -> Result<super::VaultSettings, ConfigError> {
     let why = " (an ended tenant's keys are held at most this long where the change is not heard)";
     let ttl = seconds("vault.data_key_cache_seconds", vault.data_key_cache_seconds, 300, 1..=3600, why)?;
-    Ok(crate::keys::CacheBound {
+    let data_key_cache = crate::keys::CacheBound {
         ttl: Duration::from_secs(ttl),
         capacity: vault.data_key_cache_capacity.unwrap_or(10_000).max(1),
+    };
+    let key_store = match (vault.store.as_deref().unwrap_or("local"), &vault.pkcs11) {
+        ("local", _) => super::KeyStoreSettings::Local,
+        ("pkcs11", Some(p)) => super::KeyStoreSettings::Pkcs11(pkcs11_settings(p, pin)?),
+        ("pkcs11", None) => return Err(err("vault.pkcs11", "store = \"pkcs11\" needs a [vault.pkcs11] section")),
+        (other, _) => return Err(err("vault.store", format!("{other:?}: must be local or pkcs11"))),
+    };
+    Ok(super::VaultSettings { data_key_cache, key_store })
+}
+
+fn pkcs11_settings(
+    p: &super::raw::RawPkcs11,
+    pin: Option<SecretString>,
+) -> Result<crate::vault::kek::pkcs11::Pkcs11Settings, ConfigError> {
+    let required = |field: &str, v: &Option<String>| {
+        v.clone().filter(|s| !s.is_empty()).ok_or_else(|| err(format!("vault.pkcs11.{field}"), "is required"))
+    };
+    let module =
+        p.module.clone().ok_or_else(|| err("vault.pkcs11.module", "is required (the PKCS#11 module's path)"))?;
+    let pin = match (pin, &p.pin_file) {
+        (Some(pin), _) => pin,
+        (None, Some(path)) => SecretString::from(read_secret_file("vault.pkcs11.pin_file", path)?),
+        (None, None) => {
+            return Err(err("vault.pkcs11", "no PIN: set MCP_CONNECT_VAULT_PKCS11_PIN or vault.pkcs11.pin_file"));
+        }
+    };
+    Ok(crate::vault::kek::pkcs11::Pkcs11Settings {
+        module,
+        token_label: required("token_label", &p.token_label)?,
+        key_label: required("key_label", &p.key_label)?,
+        pin,
     })
 }
 

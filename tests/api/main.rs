@@ -22,6 +22,7 @@ mod faults;
 mod harness;
 mod idps;
 mod interop;
+mod key_stores;
 mod lifecycle;
 mod logs;
 mod metrics;

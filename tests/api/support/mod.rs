@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod browser;
 pub mod chrome;
+pub mod hsm;
 pub mod node;
 pub mod pgbouncer;
 pub mod receiver;
