@@ -314,7 +314,8 @@ client_id = "abc"
         let with = |vault: &str| format!("{GOOD}\n{vault}");
         assert_eq!(error_field(&with("[vault]\nstore = \"kms\"\n"), &base_env()), "vault.store");
         assert_eq!(error_field(&with("[vault]\nstore = \"pkcs11\"\n"), &base_env()), "vault.pkcs11");
-        let pkcs11 = "[vault]\nstore = \"pkcs11\"\n[vault.pkcs11]\nmodule = \"/m.so\"\ntoken_label = \"t\"\nkey_label = \"k\"\n";
+        let pkcs11 =
+            "[vault]\nstore = \"pkcs11\"\n[vault.pkcs11]\nmodule = \"/m.so\"\ntoken_label = \"t\"\nkey_label = \"k\"\n";
         assert_eq!(error_field(&with(pkcs11), &base_env()), "vault.pkcs11", "no PIN");
         let mut env = base_env();
         env.push(("MCP_CONNECT_VAULT_PKCS11_PIN", "1234"));

@@ -95,4 +95,13 @@ mod tests {
         assert!(!Fault::Database(sqlx::Error::RowNotFound).is_transient());
         assert!(!Fault::Database(sqlx::Error::ColumnNotFound("x".into())).is_transient());
     }
+
+    #[test]
+    fn a_key_store_that_does_not_answer_is_transient_and_one_that_refuses_is_not() {
+        use crate::vault::kek::KeyStoreError;
+        let down = KeyStoreError::Unavailable { store: "pkcs11", reason: "device removed".into() };
+        let no = KeyStoreError::Refused { store: "pkcs11", reason: "no key labelled \"k\"".into() };
+        assert!(Fault::from(crate::keys::KeysError::Store(down)).is_transient());
+        assert!(!Fault::from(crate::keys::KeysError::Store(no)).is_transient());
+    }
 }
