@@ -46,6 +46,9 @@ BEGIN
         IF OLD.state = 'destroyed' THEN
             RAISE EXCEPTION 'data_keys: a destroyed data key stays destroyed' USING ERRCODE = 'check_violation';
         END IF;
+        IF OLD.state = 'retired' AND NEW.state = 'active' THEN
+            RAISE EXCEPTION 'data_keys: a retired data key is not made active again' USING ERRCODE = 'check_violation';
+        END IF;
         IF NEW.wrapped IS NOT NULL AND NEW.wrapped IS DISTINCT FROM OLD.wrapped
            AND NEW.wrap_version <> OLD.wrap_version + 1 THEN
             RAISE EXCEPTION 'data_keys: a re-wrap takes the next wrap_version' USING ERRCODE = 'check_violation';

@@ -229,6 +229,9 @@ pub enum TenantAction {
     },
     /// List every tenant with its state.
     List,
+    /// A new data key for a tenant: new values are sealed under it at once; run `rotate-key`
+    /// to re-seal what the one before sealed (then it is destroyed).
+    RotateDataKey { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -340,6 +343,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Killswitch { action } => {
             killswitch(&open_database(&cli.config, false).await?.1, action, cli.output).await
+        }
+        Command::Tenant { action: TenantAction::RotateDataKey { id } } => {
+            let tenant = TenantId::parse(&id).map_err(|e| anyhow::anyhow!("tenant id: {e}"))?;
+            let (config, pool) = open_database(&cli.config, true).await?;
+            let key = command_keys(&pool, config).await?.rotate_tenant(&tenant).await?;
+            println!(
+                "tenant {tenant} seals under data key {key} now; run `mcp-connect rotate-key` to re-seal the rest"
+            );
+            Ok(())
         }
         Command::Tenant { action } => tenant(&open_database(&cli.config, false).await?.1, action, cli.output).await,
         Command::Cleanup => {
@@ -682,6 +694,7 @@ async fn tenant(pool: &store::Db, action: TenantAction, output: Output) -> anyho
                 format!("{}\t{state}\t{}\t{}\t{}", t.id, t.display_name, t.providers.join(","), t.managed_by)
             });
         }
+        TenantAction::RotateDataKey { .. } => anyhow::bail!("tenant rotate-data-key needs the vault keys"),
         TenantAction::End { id, confirm } => {
             let tenant = TenantId::parse(&id).map_err(|e| anyhow::anyhow!("tenant id: {e}"))?;
             let e = crate::flows::tenants::end_tenant(pool, &tenant, &confirm, "cli").await?;

@@ -26,6 +26,8 @@ pub enum RotateError {
 pub struct RotateReport {
     /// Data keys re-wrapped under the current key-encryption key.
     pub rewrapped: u64,
+    /// Retired data keys destroyed: nothing was sealed under them any more.
+    pub retired_destroyed: u64,
     pub resealed: u64,
     pub remaining: i64,
     /// Nothing remained: from now on the database refuses sealed values without a seal
@@ -104,7 +106,10 @@ pub async fn rotate_keys(
     // (run after every instance runs this release: an older one writes none).
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
     let unbound_closed = remaining == 0 && store::connections::close_unbound_writes(pool).await?;
-    Ok(RotateReport { rewrapped, resealed: done, remaining, legacy_closed, unbound_closed })
+    // A rotated tenant's key, once its values are under the new one (a state still pending
+    // under it keeps it until it is spent or expires).
+    let retired_destroyed = if remaining == 0 { store::data_keys::destroy_unused_retired(pool).await? } else { 0 };
+    Ok(RotateReport { rewrapped, retired_destroyed, resealed: done, remaining, legacy_closed, unbound_closed })
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose

@@ -334,6 +334,27 @@ impl Keys {
         self.unwrap_row(&row, ticket).await
     }
 
+    /// Makes a new data key the tenant's active one, in one transaction with retiring the
+    /// one before: new values are sealed under the new key (every instance is told at once),
+    /// the retired one still opens what it sealed until `rotate-key` has re-sealed that
+    /// under the new key and destroyed it. The new key's id.
+    pub async fn rotate_tenant(&self, tenant: &TenantId) -> Result<String, KeysError> {
+        let id = uuid::Uuid::new_v4();
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        rand::rng().fill_bytes(&mut *bytes);
+        let ctx = WrapContext { data_key: id, scope: tenant.as_str() };
+        let wrapped = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
+        let mut tx = store::begin(&self.pool).await?;
+        store::data_keys::retire_active(&mut tx, tenant).await?;
+        let kind = self.store.kind();
+        if !store::data_keys::insert_active(&mut *tx, id, Some(tenant), kind, &wrapped.kek_id, &wrapped.blob).await? {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        tx.commit().await?;
+        self.forget_tenant(tenant);
+        Ok(KeyRef::Data(id).column())
+    }
+
     /// Re-wraps every data key not under the store's current key-encryption key, one
     /// statement each (no sealed row changes). How many it re-wrapped.
     pub async fn rewrap_all(&self, batch: i64) -> Result<u64, KeysError> {

@@ -214,3 +214,34 @@ pub async fn count_tenant_sealed_connections(db: impl PgExecutor<'_>, tenant: &T
     .fetch_one(db)
     .await
 }
+
+/// Retires the scope's active data key (it still opens what it sealed; nothing new is sealed
+/// under it) and tells every instance (`tenant:<id>`: they read the tenant's keys again).
+/// Whether there was one.
+pub async fn retire_active(db: &mut crate::store::Conn, tenant: &TenantId) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query!(
+        "UPDATE data_keys SET state = 'retired' WHERE tenant_id = $1 AND state = 'active'",
+        tenant.as_str()
+    )
+    .execute(&mut *db)
+    .await?;
+    sqlx::query!("SELECT pg_notify('mcpc_api_keys', 'tenant:' || $1::text)", tenant.as_str()).execute(&mut *db).await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Destroys the retired data keys nothing names any more (no connection, webhook secret or
+/// pending state): how many.
+pub async fn destroy_unused_retired(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!(
+        "UPDATE data_keys d SET state = 'destroyed', wrapped = NULL, destroyed_at = now()
+          WHERE d.state = 'retired'
+            AND NOT EXISTS (SELECT 1 FROM connections WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))
+            AND NOT EXISTS (SELECT 1 FROM webhooks
+                             WHERE key_id = 'dk:' || replace(d.id::text, '-', '')
+                                OR previous_key_id = 'dk:' || replace(d.id::text, '-', ''))
+            AND NOT EXISTS (SELECT 1 FROM oauth_states WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))"
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}

@@ -374,3 +374,64 @@ async fn rotate_key_after_a_tenant_ended_leaves_its_rows_be_and_finishes() {
     let again = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.keys_of(KEY_A), 10, |_, _| {}).await.unwrap();
     assert_eq!((again.resealed, again.remaining), (0, 0), "{again:?}");
 }
+
+#[tokio::test]
+async fn a_tenants_rotated_data_key_seals_new_values_the_old_one_opens_until_rotate_key_reseals_and_destroys_it() {
+    let app = spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_before", &["read:user"], None).await;
+    app.insert_connection("beta", "alice", "github", "gho_beta", &["read:user"], None).await;
+    let acme = TenantId::parse("acme").unwrap();
+    let old: String = sqlx::query_scalar("SELECT key_id FROM connections WHERE tenant_id = 'acme'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let beta_before: (String, i64) =
+        sqlx::query_as("SELECT key_id, xmin::text::bigint FROM connections WHERE tenant_id = 'beta'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let new = app.state.keys.rotate_tenant(&acme).await.unwrap();
+    assert_ne!(new, old);
+    let states: Vec<(i32, String)> =
+        sqlx::query_as("SELECT generation, state FROM data_keys WHERE tenant_id = 'acme' ORDER BY generation")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(states, vec![(1, "retired".to_owned()), (2, "active".to_owned())]);
+    // New values under the new key; the old row still opens.
+    assert_eq!(app.state.keys.sealing(Scope::Tenant(&acme)).await.unwrap().key_id(), new);
+    app.insert_connection("acme", "bob", "github", "gho_after", &["read:user"], None).await;
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_before");
+    // rotate-key re-seals acme's old row (only it), then destroys the retired key.
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.keys_of(KEY_A), 10, |_, _| {}).await.unwrap();
+    assert_eq!((r.resealed, r.remaining, r.retired_destroyed), (1, 0, 1), "{r:?}");
+    let keys: Vec<String> = sqlx::query_scalar("SELECT DISTINCT key_id FROM connections WHERE tenant_id = 'acme'")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(keys, vec![new.clone()]);
+    let beta_after: (String, i64) =
+        sqlx::query_as("SELECT key_id, xmin::text::bigint FROM connections WHERE tenant_id = 'beta'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(beta_after, beta_before, "another tenant's row is not touched");
+    let state: String = sqlx::query_scalar("SELECT state FROM data_keys WHERE tenant_id = 'acme' AND generation = 1")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "destroyed");
+    app.state.caches.forget_connection(&mcp_connect::domain::ConnectionKey {
+        tenant: acme.clone(),
+        subject: mcp_connect::domain::Subject::parse("alice").unwrap(),
+        provider: mcp_connect::domain::ProviderId::parse("github").unwrap(),
+    });
+    assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_before");
+    // A retired key is never made active again.
+    app.state.keys.rotate_tenant(&acme).await.unwrap();
+    let e = sqlx::query("UPDATE data_keys SET state = 'active' WHERE tenant_id = 'acme' AND generation = 2")
+        .execute(&app.pool)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not made active again"), "{e}");
+}
