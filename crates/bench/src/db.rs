@@ -67,6 +67,17 @@ pub async fn prepare(pool: &PgPool, providers: &[String], issuer: &str) -> anyho
     Ok(())
 }
 
+/// The bench tenant's data key, as the service makes it (wrapped by the keyring, the local
+/// key store), with data keys turned on: the rows are sealed as this release seals them.
+pub async fn tenant_data_key(pool: &PgPool, keyring: mcp_connect::vault::Keyring) -> anyhow::Result<SealKey> {
+    let db = mcp_connect::store::Db::direct(pool.clone());
+    let clock = std::sync::Arc::new(mcp_connect::domain::SystemClock);
+    let keys = mcp_connect::keys::Keys::local(db, keyring, clock, mcp_connect::keys::CacheBound::default());
+    keys.switch_on().await?;
+    let tenant = TenantId::parse(TENANT)?;
+    Ok(keys.sealing(mcp_connect::keys::Scope::Tenant(&tenant)).await?)
+}
+
 /// One row to insert: ids and both ciphertexts, sealed as the callback would seal them.
 struct Sealed {
     id: uuid::Uuid,
@@ -76,11 +87,20 @@ struct Sealed {
     refresh: Vec<u8>,
 }
 
-fn seal_row(vault: &SealKey, subject: &str, provider: &str, access: &str, refresh: &str) -> anyhow::Result<Sealed> {
+fn seal_row(
+    vault: &SealKey,
+    issuer: &str,
+    subject: &str,
+    provider: &str,
+    access: &str,
+    refresh: &str,
+) -> anyhow::Result<Sealed> {
     let (t, s, p) = (TenantId::parse(TENANT)?, Subject::parse(subject)?, ProviderId::parse(provider)?);
     let id = ConnectionId::generate();
-    // Inserted without a seal generation (the columns below), as rows sealed before them.
-    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation: None, issuer: None };
+    // As the callback seals a new row: its first generation, the person's issuer bound, under
+    // the tenant's data key.
+    let generation = Some(mcp_connect::vault::FIRST_GENERATION);
+    let row = RowBinding { tenant: &t, subject: &s, provider: &p, connection: id, generation, issuer: Some(issuer) };
     let access = vault.seal(&row, Field::AccessToken, &SecretString::from(access.to_owned()))?;
     let refresh = vault.seal(&row, Field::RefreshToken, &SecretString::from(refresh.to_owned()))?;
     Ok(Sealed { id: id.as_uuid(), subject: subject.to_owned(), provider: provider.to_owned(), access, refresh })
@@ -111,9 +131,9 @@ async fn insert_batch(
     sqlx::query(
         r#"INSERT INTO connections (id, tenant_id, subject, provider, account_id, account_login, scopes, status,
                                     key_id, access_token_ct, refresh_token_ct, token_type, access_expires_at,
-                                    refreshed_at, issuer)
+                                    refreshed_at, issuer, seal_version)
            SELECT u.id, $1, u.subject, u.provider, 'acct-' || u.subject, u.subject, ARRAY['read'], 'active',
-                  $2, u.access, u.refresh, 'Bearer', $3, now(), $9
+                  $2, u.access, u.refresh, 'Bearer', $3, now(), $9, 1
            FROM UNNEST($4::uuid[], $5::text[], $6::text[], $7::bytea[], $8::bytea[])
                 AS u(id, subject, provider, access, refresh)"#,
     )
@@ -154,8 +174,8 @@ pub async fn seed(
     let mut from = subjects.start;
     while from < subjects.end {
         let to = (from + BATCH_SUBJECTS).min(subjects.end);
-        let (v, p) = (vault.clone(), providers.to_vec());
-        let rows = tokio::task::spawn_blocking(move || seal_batch(&v, from..to, &p)).await??;
+        let (v, p, i) = (vault.clone(), providers.to_vec(), issuer.to_owned());
+        let rows = tokio::task::spawn_blocking(move || seal_batch(&v, &i, from..to, &p)).await??;
         if let Some(previous) = inserting.take() {
             previous.await??;
         }
@@ -170,7 +190,12 @@ pub async fn seed(
     Ok(started.elapsed())
 }
 
-fn seal_batch(vault: &SealKey, subjects: std::ops::Range<usize>, providers: &[String]) -> anyhow::Result<Vec<Sealed>> {
+fn seal_batch(
+    vault: &SealKey,
+    issuer: &str,
+    subjects: std::ops::Range<usize>,
+    providers: &[String],
+) -> anyhow::Result<Vec<Sealed>> {
     let mut rows = Vec::with_capacity(subjects.len() * providers.len());
     for s in subjects {
         let subject = crate::load::KeySpace::subject(s);
@@ -179,7 +204,7 @@ fn seal_batch(vault: &SealKey, subjects: std::ops::Range<usize>, providers: &[St
             // tokens run to several hundred bytes and would cost more to open).
             let access = format!("bench-at-{subject}-{p}-{:040x}", s);
             let refresh = format!("bench-rt-{subject}-{p}-{:040x}", s);
-            rows.push(seal_row(vault, &subject, p, &access, &refresh)?);
+            rows.push(seal_row(vault, issuer, &subject, p, &access, &refresh)?);
         }
     }
     Ok(rows)
@@ -196,7 +221,7 @@ pub async fn insert_expired(
     access: &str,
     refresh: &str,
 ) -> anyhow::Result<uuid::Uuid> {
-    let row = seal_row(vault, subject, provider, access, refresh)?;
+    let row = seal_row(vault, issuer, subject, provider, access, refresh)?;
     let id = row.id;
     let expired = OffsetDateTime::now_utc() - time::Duration::hours(1);
     insert_batch(pool, issuer, vault.key_id(), vec![row], expired).await?;

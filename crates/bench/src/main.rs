@@ -212,7 +212,7 @@ async fn run(
     let keys = KeySpace { subjects: args.subjects as usize, providers: args.providers as usize };
     let providers = db::provider_names(keys.providers);
     let vault_keys = Keyring::generate_entry("bench");
-    let vault = Keyring::parse(&vault_keys)?.current().clone();
+    let keyring = Keyring::parse(&vault_keys)?;
     // Named apart from the service's sessions, which the bench waits to see end; over the
     // service's transport, so that the bench's own queries cost Postgres the same.
     let bench_url =
@@ -220,6 +220,7 @@ async fn run(
     let pool = mcp_connect::store::connect(&bench_url, 4).await?;
     let (idp, provider) = start_providers(&providers).await?;
     db::prepare(&pool, &providers, &idp.issuer()).await?;
+    let vault = db::tenant_data_key(&pool, keyring).await?;
 
     progress(started, &format!("seeding {} connections", keys.len()));
     let seed_time = db::seed(&pool, &idp.issuer(), &vault, 0..keys.subjects, &providers).await?;
