@@ -20,6 +20,7 @@ CREATE TABLE data_keys (
     wrapped      bytea,
     wrap_version bigint NOT NULL DEFAULT 1,
     created_at   timestamptz NOT NULL DEFAULT now(),
+    retired_at   timestamptz,
     destroyed_at timestamptz,
     CHECK ((state = 'destroyed') = (wrapped IS NULL)),
     CHECK ((state = 'destroyed') = (destroyed_at IS NOT NULL))

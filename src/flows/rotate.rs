@@ -38,6 +38,11 @@ pub struct RotateReport {
     pub unbound_closed: bool,
 }
 
+/// How long a retired data key is kept at least: longer than the longest data-key cache
+/// (`[vault] data_key_cache_seconds` at most 3600) holds it as a tenant's active key on an
+/// instance that did not hear the rotation, and than any write begun with it takes.
+pub const RETIRED_KEPT: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
 pub async fn rotate_keys(
     pool: &Db,
     keys: &Keys,
@@ -107,8 +112,10 @@ pub async fn rotate_keys(
     let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
     let unbound_closed = remaining == 0 && store::connections::close_unbound_writes(pool).await?;
     // A rotated tenant's key, once its values are under the new one (a state still pending
-    // under it keeps it until it is spent or expires).
-    let retired_destroyed = if remaining == 0 { store::data_keys::destroy_unused_retired(pool).await? } else { 0 };
+    // under it keeps it until it is spent or expires) and no instance can still seal with it.
+    let kept = i64::try_from(RETIRED_KEPT.as_secs()).unwrap_or(i64::MAX);
+    let retired_destroyed =
+        if remaining == 0 { store::data_keys::destroy_unused_retired(pool, kept).await? } else { 0 };
     Ok(RotateReport { rewrapped, retired_destroyed, resealed: done, remaining, legacy_closed, unbound_closed })
 }
 

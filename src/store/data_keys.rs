@@ -220,7 +220,7 @@ pub async fn count_tenant_sealed_connections(db: impl PgExecutor<'_>, tenant: &T
 /// Whether there was one.
 pub async fn retire_active(db: &mut crate::store::Conn, tenant: &TenantId) -> Result<bool, sqlx::Error> {
     let r = sqlx::query!(
-        "UPDATE data_keys SET state = 'retired' WHERE tenant_id = $1 AND state = 'active'",
+        "UPDATE data_keys SET state = 'retired', retired_at = now() WHERE tenant_id = $1 AND state = 'active'",
         tenant.as_str()
     )
     .execute(&mut *db)
@@ -230,16 +230,19 @@ pub async fn retire_active(db: &mut crate::store::Conn, tenant: &TenantId) -> Re
 }
 
 /// Destroys the retired data keys nothing names any more (no connection, webhook secret or
-/// pending state): how many.
-pub async fn destroy_unused_retired(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
+/// pending state) that were retired more than `kept_seconds` ago (longer than any
+/// instance's cache holds the key as its tenant's active one, and any write begun with it
+/// takes): how many.
+pub async fn destroy_unused_retired(db: impl PgExecutor<'_>, kept_seconds: i64) -> Result<u64, sqlx::Error> {
     let r = sqlx::query!(
         "UPDATE data_keys d SET state = 'destroyed', wrapped = NULL, destroyed_at = now()
-          WHERE d.state = 'retired'
+          WHERE d.state = 'retired' AND d.retired_at < now() - make_interval(secs => $1)
             AND NOT EXISTS (SELECT 1 FROM connections WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))
             AND NOT EXISTS (SELECT 1 FROM webhooks
                              WHERE key_id = 'dk:' || replace(d.id::text, '-', '')
                                 OR previous_key_id = 'dk:' || replace(d.id::text, '-', ''))
-            AND NOT EXISTS (SELECT 1 FROM oauth_states WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))"
+            AND NOT EXISTS (SELECT 1 FROM oauth_states WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))",
+        kept_seconds as f64
     )
     .execute(db)
     .await?;

@@ -402,9 +402,16 @@ async fn a_tenants_rotated_data_key_seals_new_values_the_old_one_opens_until_rot
     assert_eq!(app.state.keys.sealing(Scope::Tenant(&acme)).await.unwrap().key_id(), new);
     app.insert_connection("acme", "bob", "github", "gho_after", &["read:user"], None).await;
     assert_eq!(app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_before");
-    // rotate-key re-seals acme's old row (only it), then destroys the retired key.
+    // rotate-key re-seals acme's old row (only it); the retired key is kept while an
+    // instance may still seal with it, then destroyed.
     let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.keys_of(KEY_A), 10, |_, _| {}).await.unwrap();
-    assert_eq!((r.resealed, r.remaining, r.retired_destroyed), (1, 0, 1), "{r:?}");
+    assert_eq!((r.resealed, r.remaining, r.retired_destroyed), (1, 0, 0), "{r:?}");
+    sqlx::query("UPDATE data_keys SET retired_at = now() - interval '2 hours 1 minute' WHERE state = 'retired'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &app.keys_of(KEY_A), 10, |_, _| {}).await.unwrap();
+    assert_eq!((r.resealed, r.retired_destroyed), (0, 1), "{r:?}");
     let keys: Vec<String> = sqlx::query_scalar("SELECT DISTINCT key_id FROM connections WHERE tenant_id = 'acme'")
         .fetch_all(&app.pool)
         .await
