@@ -323,6 +323,8 @@ client_id = "abc"
         let KeyStoreSettings::Pkcs11(s) = c.vault.key_store else { panic!("pkcs11") };
         assert_eq!((s.token_label.as_str(), s.key_label.as_str()), ("t", "k"));
         assert!(!format!("{s:?}").contains("1234"), "the PIN is not in Debug");
+        let unused = pkcs11.replace("store = \"pkcs11\"\n", "");
+        assert_eq!(error_field(&with(&unused), &env), "vault.store", "an HSM configured but not used");
         let no_label = pkcs11.replace("key_label = \"k\"\n", "");
         assert_eq!(error_field(&with(&no_label), &env), "vault.pkcs11.key_label");
     }

@@ -350,7 +350,13 @@ pub(super) fn vault_settings(
         capacity: vault.data_key_cache_capacity.unwrap_or(10_000).max(1),
     };
     let key_store = match (vault.store.as_deref().unwrap_or("local"), &vault.pkcs11) {
-        ("local", _) => super::KeyStoreSettings::Local,
+        ("local", None) => super::KeyStoreSettings::Local,
+        ("local", Some(_)) => {
+            return Err(err(
+                "vault.store",
+                "a [vault.pkcs11] section without store = \"pkcs11\": the keyring would wrap the data keys",
+            ));
+        }
         ("pkcs11", Some(p)) => super::KeyStoreSettings::Pkcs11(pkcs11_settings(p, pin)?),
         ("pkcs11", None) => return Err(err("vault.pkcs11", "store = \"pkcs11\" needs a [vault.pkcs11] section")),
         (other, _) => return Err(err("vault.store", format!("{other:?}: must be local or pkcs11"))),

@@ -105,6 +105,9 @@ pub struct Keys {
     pool: Db,
     store: Arc<dyn KeyStore>,
     keyring: Arc<Keyring>,
+    /// The keyring as a store, for data keys wrapped by it before the install moved to
+    /// another store.
+    local: crate::vault::kek::LocalKeyStore,
     clock: Arc<dyn Clock>,
     bound: CacheBound,
     loaded: RwLock<HashMap<uuid::Uuid, Loaded>>,
@@ -135,6 +138,7 @@ impl Keys {
         Self {
             pool,
             store,
+            local: crate::vault::kek::LocalKeyStore::new(keyring.clone()),
             keyring,
             clock,
             bound,
@@ -299,19 +303,26 @@ impl Keys {
             (Some(w), false) => w,
             _ => return Err(VaultError::Shredded(KeyRef::Data(row.id).column()).into()),
         };
-        if row.kek_store != self.store.kind() {
-            return Err(KeyStoreError::Refused {
-                store: self.store.kind(),
-                reason: format!("data key {} is wrapped by the {} key store, not this one", row.id, row.kek_store),
-            }
-            .into());
-        }
+        let store = self.unwrapping(row)?;
         let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
         let ctx = WrapContext { data_key: row.id, scope };
-        let bytes = measured(self.store.kind(), "unwrap", self.store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
+        let bytes = measured(store.kind(), "unwrap", store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
         let key = SealKey::data(row.id, &bytes);
         self.remember(&key, row.tenant_id.as_deref(), ticket);
         Ok(key)
+    }
+
+    /// The store that unwraps `row`: the configured one, or the keyring for a key wrapped
+    /// before the install moved to another store (`rotate-key` re-wraps it).
+    fn unwrapping(&self, row: &DataKeyRow) -> Result<&dyn KeyStore, KeyStoreError> {
+        match row.kek_store.as_str() {
+            kind if kind == self.store.kind() => Ok(&*self.store),
+            "local" => Ok(&self.local),
+            other => Err(KeyStoreError::Refused {
+                store: self.store.kind(),
+                reason: format!("data key {} is wrapped by the {other} key store, not this one", row.id),
+            }),
+        }
     }
 
     /// A new data key for `scope`, wrapped and stored; another instance's if it stored one
@@ -368,8 +379,8 @@ impl Keys {
                 let Some(wrapped) = &row.wrapped else { continue };
                 let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
                 let ctx = WrapContext { data_key: row.id, scope };
-                let bytes =
-                    measured(self.store.kind(), "unwrap", self.store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
+                let from = self.unwrapping(row)?;
+                let bytes = measured(from.kind(), "unwrap", from.unwrap(&row.kek_id, &ctx, wrapped)).await?;
                 let again = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
                 // Over the version read: one re-wrapped or destroyed meanwhile is left as it is.
                 if store::data_keys::store_rewrapped(&self.pool, row, kind, &again.kek_id, &again.blob).await? {

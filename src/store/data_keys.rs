@@ -237,7 +237,8 @@ pub async fn destroy_unused_retired(db: impl PgExecutor<'_>, kept_seconds: i64) 
     let r = sqlx::query!(
         "UPDATE data_keys d SET state = 'destroyed', wrapped = NULL, destroyed_at = now()
           WHERE d.state = 'retired' AND d.retired_at < now() - make_interval(secs => $1)
-            AND NOT EXISTS (SELECT 1 FROM connections WHERE key_id = 'dk:' || replace(d.id::text, '-', ''))
+            AND NOT EXISTS (SELECT 1 FROM connections WHERE key_id = 'dk:' || replace(d.id::text, '-', '')
+                              AND COALESCE(access_token_ct, refresh_token_ct, id_token_ct) IS NOT NULL)
             AND NOT EXISTS (SELECT 1 FROM webhooks
                              WHERE key_id = 'dk:' || replace(d.id::text, '-', '')
                                 OR previous_key_id = 'dk:' || replace(d.id::text, '-', ''))

@@ -82,3 +82,45 @@ async fn a_database_and_the_instances_keyring_open_nothing_without_the_hsm() {
         assert!(local.unwrap(kek_id, &ctx, &wrapped).await.is_err(), "{kek_id}");
     }
 }
+
+#[tokio::test]
+async fn an_install_moves_from_the_keyring_to_the_hsm_with_rotate_key_and_a_moved_wrapping_opens_nothing() {
+    use mcp_connect::vault::kek::{KeyStore, WrapContext};
+    let hsm = token_with_kek("kek-1").await;
+    // Data keys wrapped by the keyring first (the local store).
+    let app = crate::support::spawn_app().await;
+    app.insert_connection("acme", "alice", "github", "gho_moved", &["read:user"], None).await;
+    // The same database served with the HSM: the keyring's wrappings still open.
+    let hsm_app = spawn_on(&app, &Options { extra_toml: hsm.toml(), ..Options::default() }).await;
+    assert_eq!(hsm_app.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_moved");
+    // rotate-key re-wraps them inside the HSM; no row is re-sealed.
+    let store = Pkcs11KeyStore::open(hsm.settings.clone()).await.unwrap();
+    let keyring = Arc::new(Keyring::parse(KEY_A).unwrap());
+    let keys = Keys::new(
+        app.pool.clone(),
+        Arc::new(store.clone()),
+        keyring,
+        Arc::new(ManualClock::default()),
+        CacheBound::default(),
+    );
+    let r = mcp_connect::flows::rotate::rotate_keys(&app.pool, &keys, 10, |_, _| {}).await.unwrap();
+    assert_eq!((r.rewrapped, r.resealed, r.remaining), (1, 0, 0), "{r:?}");
+    let stores: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT kek_store FROM data_keys").fetch_all(&app.pool).await.unwrap();
+    assert_eq!(stores, vec!["pkcs11".to_owned()]);
+    let fresh = spawn_on(&app, &Options { extra_toml: hsm.toml(), ..Options::default() }).await;
+    assert_eq!(fresh.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_moved");
+    // What the HSM wrapped for one data key and tenant unwraps for no other, and not altered.
+    let (id, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let ctx = WrapContext { data_key: id, scope: "acme" };
+    let w = store.wrap(&ctx, &[7u8; 32]).await.unwrap();
+    assert_eq!(*store.unwrap(&w.kek_id, &ctx, &w.blob).await.unwrap(), [7u8; 32]);
+    for moved in [WrapContext { data_key: other, scope: "acme" }, WrapContext { data_key: id, scope: "beta" }] {
+        let e = store.unwrap(&w.kek_id, &moved, &w.blob).await.unwrap_err();
+        assert!(matches!(e, KeyStoreError::Refused { .. }), "{e}");
+    }
+    let mut altered = w.blob.clone();
+    *altered.last_mut().unwrap() ^= 1;
+    assert!(matches!(store.unwrap(&w.kek_id, &ctx, &altered).await, Err(KeyStoreError::Refused { .. })));
+    assert!(!w.blob.windows(32).any(|x| x == [7u8; 32]), "never stored in clear");
+}

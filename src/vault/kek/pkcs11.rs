@@ -33,8 +33,11 @@ pub const PKCS11: &str = "pkcs11";
 const BLOB_VERSION: u8 = 1;
 const IV_LEN: usize = 12;
 const TAG_BITS: u64 = 128;
-/// Idle sessions kept open at most.
+/// Idle sessions kept open at most, and calls at once.
 const SESSIONS: usize = 4;
+const CALLS: usize = SESSIONS;
+/// The longest a call waits for a session and for the module's answer.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `[vault.pkcs11]`.
 #[derive(Clone)]
@@ -65,6 +68,7 @@ struct Inner {
     key_label: String,
     token_label: String,
     idle: Mutex<Vec<Session>>,
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 /// A key store in an HSM, through its PKCS#11 module.
@@ -100,8 +104,7 @@ fn classified(e: CkError) -> KeyStoreError {
                 | RvError::SessionClosed
                 | RvError::SessionCount
                 | RvError::TokenNotPresent
-                | RvError::FunctionFailed
-                | RvError::GeneralError,
+                | RvError::FunctionFailed,
             _
         )
     );
@@ -145,6 +148,7 @@ impl Pkcs11KeyStore {
                 key_label: settings.key_label,
                 token_label: settings.token_label,
                 idle: Mutex::default(),
+                calls: Arc::new(tokio::sync::Semaphore::new(CALLS)),
             }),
         };
         let label = store.inner.key_label.clone();
@@ -157,10 +161,37 @@ impl Pkcs11KeyStore {
         Ok(store)
     }
 
-    /// [`Self::open_blocking`] on the blocking pool.
+    /// [`Self::open_blocking`] on the blocking pool, then a random key wrapped and unwrapped
+    /// once: a module that answers but does not give back what it was given stops the start.
     pub async fn open(settings: Pkcs11Settings) -> Result<Self, KeyStoreError> {
-        tokio::task::spawn_blocking(move || Self::open_blocking(settings))
+        let store = tokio::task::spawn_blocking(move || Self::open_blocking(settings))
             .await
+            .map_err(|e| refused(format!("task: {e}")))??;
+        let mut probe = Zeroizing::new([0u8; 32]);
+        rand::rng().fill_bytes(&mut *probe);
+        let ctx = WrapContext { data_key: uuid::Uuid::new_v4(), scope: "*" };
+        let wrapped = store.wrap(&ctx, &probe).await?;
+        if *store.unwrap(&wrapped.kek_id, &ctx, &wrapped.blob).await? != *probe {
+            return Err(refused("a key wrapped and unwrapped by the module came back different"));
+        }
+        Ok(store)
+    }
+
+    /// Runs `call` on the blocking pool, at most [`CALLS`] at once and for at most
+    /// [`CALL_TIMEOUT`]: a module that hangs answers `Unavailable` (its thread is left to
+    /// finish) instead of taking every blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        call: impl FnOnce() -> Result<T, KeyStoreError> + Send + 'static,
+    ) -> Result<T, KeyStoreError> {
+        let unavailable = |reason: &str| KeyStoreError::Unavailable { store: PKCS11, reason: reason.to_owned() };
+        let _slot = tokio::time::timeout(CALL_TIMEOUT, self.inner.calls.clone().acquire_owned())
+            .await
+            .map_err(|_| unavailable("every session busy"))?
+            .map_err(|_| unavailable("closed"))?;
+        tokio::time::timeout(CALL_TIMEOUT, tokio::task::spawn_blocking(call))
+            .await
+            .map_err(|_| unavailable("no answer in time"))?
             .map_err(|e| refused(format!("task: {e}")))?
     }
 
@@ -255,21 +286,26 @@ impl KeyStore for Pkcs11KeyStore {
 
     async fn wrap(&self, ctx: &WrapContext<'_>, key: &[u8; 32]) -> Result<Wrapped, KeyStoreError> {
         let (store, aad, plain) = (self.clone(), ctx.associated_data(), Zeroizing::new(*key));
-        tokio::task::spawn_blocking(move || {
+        self.blocking(move || {
             let label = store.inner.key_label.clone();
             store.with_session(|s| {
                 let kek = store.key(s, &label)?;
                 let mut iv = [0u8; IV_LEN];
                 rand::rng().fill_bytes(&mut iv);
-                let mut iv_param = iv;
-                let params = GcmParams::new(&mut iv_param, &aad, TAG_BITS.into()).map_err(classified)?;
-                let sealed = s.encrypt(&Mechanism::AesGcm(params), kek, plain.as_slice()).map_err(classified)?;
+                let sealed = {
+                    let params = GcmParams::new(&mut iv, &aad, TAG_BITS.into()).map_err(classified)?;
+                    s.encrypt(&Mechanism::AesGcm(params), kek, plain.as_slice()).map_err(classified)?
+                };
+                // The IV as the module used it: an HSM in FIPS mode makes its own and writes
+                // it back into the parameters.
+                if sealed.len() != 32 + 16 {
+                    return Err(refused("the module's AES-GCM answer is not 48 bytes"));
+                }
                 let blob = [&[BLOB_VERSION][..], &iv, &sealed].concat();
                 Ok(Wrapped { kek_id: label.clone(), blob })
             })
         })
         .await
-        .map_err(|e| refused(format!("task: {e}")))?
     }
 
     async fn unwrap(
@@ -285,7 +321,7 @@ impl KeyStore for Pkcs11KeyStore {
             return Err(refused("not a blob this store wrapped"));
         }
         let (store, aad, label, rest) = (self.clone(), ctx.associated_data(), kek_id.to_owned(), rest.to_vec());
-        tokio::task::spawn_blocking(move || {
+        self.blocking(move || {
             store.with_session(|s| {
                 let kek = store.key(s, &label)?;
                 let (iv, sealed) = rest.split_at(IV_LEN);
@@ -301,6 +337,5 @@ impl KeyStore for Pkcs11KeyStore {
             })
         })
         .await
-        .map_err(|e| refused(format!("task: {e}")))?
     }
 }
