@@ -15,7 +15,7 @@
 
 use crate::domain::{Clock, TenantId};
 use crate::store::{self, Db, data_keys::DataKeyRow};
-use crate::vault::kek::{KeyStore, KeyStoreError, WrapContext};
+use crate::vault::kek::{KeyStore, KeyStoreError, WrapContext, Wrapped};
 use crate::vault::{KeyRef, Keyring, SealKey, VaultError};
 use rand::RngCore;
 use std::collections::HashMap;
@@ -303,13 +303,28 @@ impl Keys {
             (Some(w), false) => w,
             _ => return Err(VaultError::Shredded(KeyRef::Data(row.id).column()).into()),
         };
-        let store = self.unwrapping(row)?;
-        let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
-        let ctx = WrapContext { data_key: row.id, scope };
-        let bytes = measured(store.kind(), "unwrap", store.unwrap(&row.kek_id, &ctx, wrapped)).await?;
+        let bytes = self.unwrapped(row, wrapped).await?;
         let key = SealKey::data(row.id, &bytes);
         self.remember(&key, row.tenant_id.as_deref(), ticket);
         Ok(key)
+    }
+
+    /// A stored data key's bytes, unwrapped by the store that wrapped it, in its context.
+    async fn unwrapped(&self, row: &DataKeyRow, wrapped: &[u8]) -> Result<Zeroizing<[u8; 32]>, KeyStoreError> {
+        let store = self.unwrapping(row)?;
+        let ctx = WrapContext { data_key: row.id, scope: row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE) };
+        measured(store.kind(), "unwrap", store.unwrap(&row.kek_id, &ctx, wrapped)).await
+    }
+
+    /// A new data key for `scope` (a tenant's id, or the service's): its id, its bytes, and
+    /// them wrapped by the configured store.
+    async fn made(&self, scope: &str) -> Result<(uuid::Uuid, Zeroizing<[u8; 32]>, Wrapped), KeyStoreError> {
+        let id = uuid::Uuid::new_v4();
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        rand::rng().fill_bytes(&mut *bytes);
+        let ctx = WrapContext { data_key: id, scope };
+        let wrapped = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
+        Ok((id, bytes, wrapped))
     }
 
     /// The store that unwraps `row`: the configured one, or the keyring for a key wrapped
@@ -328,12 +343,8 @@ impl Keys {
     /// A new data key for `scope`, wrapped and stored; another instance's if it stored one
     /// first.
     async fn create(&self, scope: Scope<'_>, ticket: u64) -> Result<SealKey, KeysError> {
-        let id = uuid::Uuid::new_v4();
-        let mut bytes = Zeroizing::new([0u8; 32]);
-        rand::rng().fill_bytes(&mut *bytes);
-        let ctx = WrapContext { data_key: id, scope: scope.tenant().map_or(SERVICE_SCOPE, TenantId::as_str) };
-        let wrapped = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
         let tenant = scope.tenant();
+        let (id, bytes, wrapped) = self.made(tenant.map_or(SERVICE_SCOPE, TenantId::as_str)).await?;
         if store::data_keys::insert_active(&self.pool, id, tenant, self.store.kind(), &wrapped.kek_id, &wrapped.blob)
             .await?
         {
@@ -350,11 +361,7 @@ impl Keys {
     /// the retired one still opens what it sealed until `rotate-key` has re-sealed that
     /// under the new key and destroyed it. The new key's id.
     pub async fn rotate_tenant(&self, tenant: &TenantId) -> Result<String, KeysError> {
-        let id = uuid::Uuid::new_v4();
-        let mut bytes = Zeroizing::new([0u8; 32]);
-        rand::rng().fill_bytes(&mut *bytes);
-        let ctx = WrapContext { data_key: id, scope: tenant.as_str() };
-        let wrapped = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
+        let (id, _, wrapped) = self.made(tenant.as_str()).await?;
         let mut tx = store::begin(&self.pool).await?;
         store::data_keys::retire_active(&mut tx, tenant).await?;
         let kind = self.store.kind();
@@ -377,10 +384,8 @@ impl Keys {
             after = last.id;
             for row in &rows {
                 let Some(wrapped) = &row.wrapped else { continue };
-                let scope = row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE);
-                let ctx = WrapContext { data_key: row.id, scope };
-                let from = self.unwrapping(row)?;
-                let bytes = measured(from.kind(), "unwrap", from.unwrap(&row.kek_id, &ctx, wrapped)).await?;
+                let bytes = self.unwrapped(row, wrapped).await?;
+                let ctx = WrapContext { data_key: row.id, scope: row.tenant_id.as_deref().unwrap_or(SERVICE_SCOPE) };
                 let again = measured(self.store.kind(), "wrap", self.store.wrap(&ctx, &bytes)).await?;
                 // Over the version read: one re-wrapped or destroyed meanwhile is left as it is.
                 if store::data_keys::store_rewrapped(&self.pool, row, kind, &again.kek_id, &again.blob).await? {

@@ -124,13 +124,18 @@ impl KeyStore for LocalKeyStore {
             .ok_or_else(|| refused(format!("key {kek_id:?} is not in the keyring (MCP_CONNECT_VAULT_KEYS)")))?;
         debug_assert!(matches!(kek.key(), KeyRef::Keyring(_)));
         let opened = kek.open_bytes(&ctx.associated_data(), blob).map_err(|e| refused(e.to_string()))?;
-        let mut key = Zeroizing::new([0u8; 32]);
-        if opened.len() != key.len() {
-            return Err(refused("the unwrapped key is not 32 bytes".into()));
-        }
-        key.copy_from_slice(&opened);
-        Ok(key)
+        key_of(LOCAL, &opened)
     }
+}
+
+/// An unwrapped data key's 32 bytes, from what a store opened (zeroised by the caller).
+fn key_of(store: &'static str, opened: &[u8]) -> Result<Zeroizing<[u8; 32]>, KeyStoreError> {
+    let mut key = Zeroizing::new([0u8; 32]);
+    if opened.len() != key.len() {
+        return Err(KeyStoreError::Refused { store, reason: "the unwrapped key is not 32 bytes".into() });
+    }
+    key.copy_from_slice(opened);
+    Ok(key)
 }
 
 #[cfg(test)]

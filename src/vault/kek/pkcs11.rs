@@ -328,12 +328,7 @@ impl KeyStore for Pkcs11KeyStore {
                 let mut iv = iv.to_vec();
                 let params = GcmParams::new(&mut iv, &aad, TAG_BITS.into()).map_err(classified)?;
                 let opened = Zeroizing::new(s.decrypt(&Mechanism::AesGcm(params), kek, sealed).map_err(classified)?);
-                let mut key = Zeroizing::new([0u8; 32]);
-                if opened.len() != key.len() {
-                    return Err(refused("the unwrapped key is not 32 bytes"));
-                }
-                key.copy_from_slice(&opened);
-                Ok(key)
+                super::key_of(PKCS11, &opened)
             })
         })
         .await
