@@ -265,7 +265,8 @@ async fn every_event_arrives_once_in_order_per_connection_after_the_receiver_was
 
     // What the payloads say, and what they never hold.
     let events: Vec<Value> = got.iter().map(|d| d.json()).collect();
-    let cancelled = &events[0];
+    // Order holds per connection (above), not across them: found by its type.
+    let cancelled = events.iter().find(|e| e["type"] == "elicitation.cancelled").unwrap();
     assert_eq!(cancelled["data"]["elicitation_id"], first.as_str());
     assert_eq!((&cancelled["data"]["by"], &cancelled["data"]["reason"]), (&json!("mcp_client"), &json!("decline")));
     let created = events.iter().find(|e| e["type"] == "connection.created" && e["data"]["subject"] == "alice").unwrap();
