@@ -474,6 +474,11 @@ pub async fn key_store(
                 anyhow::anyhow!("vault: {e} (token {:?}, module {})", s.token_label, s.module.display())
             })?)
         }
+        crate::config::KeyStoreSettings::AwsKms(s) => Arc::new(
+            crate::vault::kek::aws_kms::AwsKmsKeyStore::open(s.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("vault: {e} (key {:?}, region {})", s.key_id, s.region))?,
+        ),
     })
 }
 

@@ -131,6 +131,7 @@ pub(super) fn overlay(table: &mut toml::Table, env: EnvLookup<'_>) -> Result<Env
     let mut secrets = EnvSecrets {
         vault_keys: env("MCP_CONNECT_VAULT_KEYS").map(SecretString::from),
         vault_pkcs11_pin: env("MCP_CONNECT_VAULT_PKCS11_PIN").map(SecretString::from),
+        vault_aws_secret_access_key: env("MCP_CONNECT_VAULT_AWS_SECRET_ACCESS_KEY").map(SecretString::from),
         idp_client_secret: env("MCP_CONNECT_IDP_CLIENT_SECRET").map(SecretString::from),
         provider_client_secrets: Default::default(),
         idps_client_secrets: Default::default(),

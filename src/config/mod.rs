@@ -182,11 +182,13 @@ pub struct VaultSettings {
     pub key_store: KeyStoreSettings,
 }
 
-/// `[vault] store`: `local` (the keyring) or `pkcs11` (`[vault.pkcs11]`).
+/// `[vault] store`: `local` (the keyring), `pkcs11` (`[vault.pkcs11]`) or `aws-kms`
+/// (`[vault.aws_kms]`).
 #[derive(Debug, Clone)]
 pub enum KeyStoreSettings {
     Local,
     Pkcs11(crate::vault::kek::pkcs11::Pkcs11Settings),
+    AwsKms(crate::vault::kek::aws_kms::AwsKmsSettings),
 }
 
 impl CommandConfig {
@@ -327,6 +329,34 @@ client_id = "abc"
         assert_eq!(error_field(&with(&unused), &env), "vault.store", "an HSM configured but not used");
         let no_label = pkcs11.replace("key_label = \"k\"\n", "");
         assert_eq!(error_field(&with(&no_label), &env), "vault.pkcs11.key_label");
+    }
+
+    #[test]
+    fn aws_kms_needs_a_key_and_region_refuses_plain_http_off_loopback_and_never_half_credentials() {
+        let with = |vault: &str| format!("{GOOD}\n{vault}");
+        let kms = "[vault]\nstore = \"aws-kms\"\n[vault.aws_kms]\nkey_id = \"alias/k\"\nregion = \"eu-central-1\"\n";
+        let c = Config::from_toml(&with(kms), &env_of(&base_env())).unwrap();
+        let KeyStoreSettings::AwsKms(s) = c.vault.key_store else { panic!("aws-kms") };
+        assert!((s.key_id.as_str(), s.region.as_str(), s.credentials.is_none()) == ("alias/k", "eu-central-1", true));
+        assert_eq!(error_field(&with("[vault]\nstore = \"aws-kms\"\n"), &base_env()), "vault.aws_kms");
+        assert_eq!(
+            error_field(&with(&kms.replace("region = \"eu-central-1\"\n", "")), &base_env()),
+            "vault.aws_kms.region"
+        );
+        let unused = kms.replace("store = \"aws-kms\"\n", "");
+        assert_eq!(error_field(&with(&unused), &base_env()), "vault.store", "a KMS configured but not used");
+        let plain = format!("{kms}endpoint = \"http://kms.internal:4566\"\n");
+        assert_eq!(error_field(&with(&plain), &base_env()), "vault.aws_kms.endpoint");
+        let local = format!("{kms}endpoint = \"http://127.0.0.1:4566\"\n");
+        assert!(Config::from_toml(&with(&local), &env_of(&base_env())).is_ok());
+        let half = format!("{kms}access_key_id = \"AKID\"\n");
+        assert_eq!(error_field(&with(&half), &base_env()), "vault.aws_kms", "an id without its secret");
+        let mut env = base_env();
+        env.push(("MCP_CONNECT_VAULT_AWS_SECRET_ACCESS_KEY", "s3cr3t-value"));
+        let c = Config::from_toml(&with(&half), &env_of(&env)).unwrap();
+        let KeyStoreSettings::AwsKms(s) = c.vault.key_store else { panic!("aws-kms") };
+        assert!(!format!("{s:?}").contains("s3cr3t"), "the secret is not in Debug");
+        assert_eq!(error_field(&with(kms), &env), "vault.aws_kms.access_key_id", "a secret without its id");
     }
 
     #[test]

@@ -92,9 +92,20 @@ pub(super) struct RawVault {
     pub(super) keys_file: Option<PathBuf>,
     pub(super) data_key_cache_seconds: Option<u64>,
     pub(super) data_key_cache_capacity: Option<usize>,
-    /// `local` (default) or `pkcs11`.
+    /// `local` (default), `pkcs11` or `aws-kms`.
     pub(super) store: Option<String>,
     pub(super) pkcs11: Option<RawPkcs11>,
+    pub(super) aws_kms: Option<RawAwsKms>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAwsKms {
+    pub(super) key_id: Option<String>,
+    pub(super) region: Option<String>,
+    pub(super) endpoint: Option<String>,
+    pub(super) access_key_id: Option<String>,
+    pub(super) secret_access_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,6 +244,7 @@ pub(super) struct EnvSecrets {
     pub vault_keys: Option<SecretString>,
     /// `MCP_CONNECT_VAULT_PKCS11_PIN`.
     pub vault_pkcs11_pin: Option<SecretString>,
+    pub vault_aws_secret_access_key: Option<SecretString>,
     /// `MCP_CONNECT_IDP_CLIENT_SECRET`.
     pub idp_client_secret: Option<SecretString>,
     /// `MCP_CONNECT_PROVIDER_<NAME>_CLIENT_SECRET`, by the provider's name in the file.

@@ -114,13 +114,16 @@ fn log_format(raw: Option<String>) -> Result<LogFormat, ConfigError> {
 
 pub(super) fn validate_for_command(
     raw: RawConfig,
-    secrets: EnvSecrets,
+    mut secrets: EnvSecrets,
     with_keyring: bool,
 ) -> Result<super::CommandConfig, ConfigError> {
     let (database_url, _, _, database_pooler) = database(raw.database)?;
-    let keyring =
-        if with_keyring { Some(keyring(exposed(secrets.vault_keys), raw.vault.keys_file.as_deref())?) } else { None };
-    let vault = if with_keyring { Some(vault_settings(&raw.vault, secrets.vault_pkcs11_pin)?) } else { None };
+    let keyring = if with_keyring {
+        Some(keyring(exposed(secrets.vault_keys.take()), raw.vault.keys_file.as_deref())?)
+    } else {
+        None
+    };
+    let vault = if with_keyring { Some(vault_settings(&raw.vault, &mut secrets)?) } else { None };
     Ok(super::CommandConfig {
         database_url: SecretString::from(database_url),
         database_pooler,
@@ -204,7 +207,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         webhooks = webhook_settings(&raw.webhooks);
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
         proxy_limits = proxy_limits(&raw.proxy);
-        vault = vault_settings(&raw.vault, secrets.vault_pkcs11_pin.take());
+        vault = vault_settings(&raw.vault, &mut secrets);
     }
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
@@ -341,25 +344,36 @@ fn database_url(raw: Option<String>) -> Result<String, ConfigError> {
 /// `[vault]`: the key store, and how long and how many unwrapped data keys are held.
 pub(super) fn vault_settings(
     vault: &super::raw::RawVault,
-    pin: Option<SecretString>,
+    secrets: &mut EnvSecrets,
 ) -> Result<super::VaultSettings, ConfigError> {
+    let (pin, aws_secret) = (secrets.vault_pkcs11_pin.take(), secrets.vault_aws_secret_access_key.take());
     let why = " (an ended tenant's keys are held at most this long where the change is not heard)";
     let ttl = seconds("vault.data_key_cache_seconds", vault.data_key_cache_seconds, 300, 1..=3600, why)?;
     let data_key_cache = crate::keys::CacheBound {
         ttl: Duration::from_secs(ttl),
         capacity: vault.data_key_cache_capacity.unwrap_or(10_000).max(1),
     };
-    let key_store = match (vault.store.as_deref().unwrap_or("local"), &vault.pkcs11) {
-        ("local", None) => super::KeyStoreSettings::Local,
-        ("local", Some(_)) => {
+    let store = vault.store.as_deref().unwrap_or("local");
+    // A section for another store than the one named: its key would not wrap the data keys.
+    for (section, name, present) in
+        [("vault.pkcs11", "pkcs11", vault.pkcs11.is_some()), ("vault.aws_kms", "aws-kms", vault.aws_kms.is_some())]
+    {
+        if present && store != name {
             return Err(err(
                 "vault.store",
-                "a [vault.pkcs11] section without store = \"pkcs11\": the keyring would wrap the data keys",
+                format!("a [{section}] section without store = \"{name}\": {store:?} would wrap the data keys"),
             ));
         }
-        ("pkcs11", Some(p)) => super::KeyStoreSettings::Pkcs11(pkcs11_settings(p, pin)?),
-        ("pkcs11", None) => return Err(err("vault.pkcs11", "store = \"pkcs11\" needs a [vault.pkcs11] section")),
-        (other, _) => return Err(err("vault.store", format!("{other:?}: must be local or pkcs11"))),
+    }
+    let key_store = match (store, &vault.pkcs11, &vault.aws_kms) {
+        ("local", _, _) => super::KeyStoreSettings::Local,
+        ("pkcs11", Some(p), _) => super::KeyStoreSettings::Pkcs11(pkcs11_settings(p, pin)?),
+        ("pkcs11", None, _) => return Err(err("vault.pkcs11", "store = \"pkcs11\" needs a [vault.pkcs11] section")),
+        ("aws-kms", _, Some(a)) => super::KeyStoreSettings::AwsKms(aws_kms_settings(a, aws_secret)?),
+        ("aws-kms", _, None) => {
+            return Err(err("vault.aws_kms", "store = \"aws-kms\" needs a [vault.aws_kms] section"));
+        }
+        (other, _, _) => return Err(err("vault.store", format!("{other:?}: must be local, pkcs11 or aws-kms"))),
     };
     Ok(super::VaultSettings { data_key_cache, key_store })
 }
@@ -385,6 +399,51 @@ fn pkcs11_settings(
         token_label: required("token_label", &p.token_label)?,
         key_label: required("key_label", &p.key_label)?,
         pin,
+    })
+}
+
+fn aws_kms_settings(
+    a: &super::raw::RawAwsKms,
+    secret: Option<SecretString>,
+) -> Result<crate::vault::kek::aws_kms::AwsKmsSettings, ConfigError> {
+    use crate::vault::kek::aws_kms::{AwsKmsSettings, endpoint_allowed};
+    let required = |field: &str, v: &Option<String>, what: &str| {
+        v.clone().filter(|s| !s.is_empty()).ok_or_else(|| err(format!("vault.aws_kms.{field}"), what))
+    };
+    let endpoint = match &a.endpoint {
+        None => None,
+        Some(e) => {
+            let url = url::Url::parse(e).map_err(|e| err("vault.aws_kms.endpoint", format!("not a URL: {e}")))?;
+            if !endpoint_allowed(&url) {
+                return Err(err(
+                    "vault.aws_kms.endpoint",
+                    "must be https (http only to a loopback address): KMS's answers carry data keys",
+                ));
+            }
+            Some(url)
+        }
+    };
+    let secret = match (secret, &a.secret_access_key_file) {
+        (Some(s), _) => Some(s),
+        (None, Some(path)) => Some(SecretString::from(read_secret_file("vault.aws_kms.secret_access_key_file", path)?)),
+        (None, None) => None,
+    };
+    let credentials = match (&a.access_key_id, secret) {
+        (Some(id), Some(secret)) => Some((id.clone(), secret)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(err(
+                "vault.aws_kms",
+                "access_key_id without its secret: set MCP_CONNECT_VAULT_AWS_SECRET_ACCESS_KEY or vault.aws_kms.secret_access_key_file",
+            ));
+        }
+        (None, Some(_)) => return Err(err("vault.aws_kms.access_key_id", "a secret access key without its id")),
+    };
+    Ok(AwsKmsSettings {
+        key_id: required("key_id", &a.key_id, "is required (a key id, ARN or alias/…)")?,
+        region: required("region", &a.region, "is required (e.g. eu-central-1)")?,
+        endpoint,
+        credentials,
     })
 }
 

@@ -6,6 +6,7 @@
 //! `local` is the keyring (`MCP_CONNECT_VAULT_KEYS`): its current key wraps, older keys
 //! still unwrap what they wrapped until `rotate-key` has re-wrapped it.
 
+pub mod aws_kms;
 pub mod pkcs11;
 
 use super::{KeyRef, Keyring, SealKey};

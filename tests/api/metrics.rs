@@ -5,7 +5,7 @@ use crate::support::browser::Browser;
 use crate::support::{Options, TestApp, spawn_app_with};
 use serde_json::json;
 
-fn with_metrics() -> Options {
+pub(crate) fn with_metrics() -> Options {
     Options { extra_toml: "[metrics]\nlisten = \"127.0.0.1:0\"\n".to_owned(), ..Options::default() }
 }
 
@@ -17,7 +17,7 @@ struct Sample {
     value: f64,
 }
 
-struct Scrape {
+pub(crate) struct Scrape {
     samples: Vec<Sample>,
 }
 
@@ -45,7 +45,7 @@ fn parse(text: &str) -> Scrape {
     Scrape { samples: serde_json::from_slice(&out.stdout).unwrap() }
 }
 
-async fn scrape(app: &TestApp) -> (String, Scrape) {
+pub(crate) async fn scrape(app: &TestApp) -> (String, Scrape) {
     let url = format!("http://127.0.0.1:{}/metrics", app.metrics_port.expect("metrics are on"));
     let r = app.client.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -57,7 +57,7 @@ async fn scrape(app: &TestApp) -> (String, Scrape) {
 
 /// The value of the series `name` with (at least) `labels`, summed over the rest; 0 when
 /// the series does not exist yet. A histogram's count is its `<name>_count`.
-fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     s.samples
         .iter()
         .filter(|x| x.name == name && labels.iter().all(|(k, v)| x.labels.get(*k).map(String::as_str) == Some(*v)))

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod browser;
 pub mod chrome;
 pub mod hsm;
+pub mod kms;
 pub mod node;
 pub mod pgbouncer;
 pub mod receiver;
