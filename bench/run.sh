@@ -61,6 +61,20 @@ if ! command -v oha >/dev/null 2>&1; then
 fi
 oha --version >&2
 
+# --- The key stores' rows: Debian's SoftHSM2 and moto's KMS, as scripts/test installs them --
+if ! command -v softhsm2-util >/dev/null 2>&1; then
+  log "installing softhsm2"
+  apt_install --no-install-recommends softhsm2
+fi
+if ! .venv-moto/bin/pip freeze 2>/dev/null | diff -q - <(grep -v '^#' tests/moto-requirements.txt) >/dev/null; then
+  log "installing moto into .venv-moto (tests/moto-requirements.txt)"
+  python3 -m venv .venv-moto 2>/dev/null || { apt_install python3-venv; python3 -m venv .venv-moto; }
+  .venv-moto/bin/pip install -q -r tests/moto-requirements.txt
+fi
+# The bench's own SoftHSM2 tokens (the bench writes the file on its first run).
+mkdir -p bench-results/softhsm2
+export SOFTHSM2_CONF="$PWD/bench-results/softhsm2/softhsm2.conf"
+
 # Databases left by an interrupted run (a run in progress keeps its database: DROP
 # without FORCE refuses one that is in use).
 psql "$DATABASE_URL" -qAtc "select datname from pg_database where datname like 'mcpc\_bench\_%'" |

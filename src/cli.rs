@@ -63,6 +63,11 @@ pub enum Command {
         #[command(subcommand)]
         action: KeystoreAction,
     },
+    /// The keys mcp-connect signs `private_key_jwt` client assertions with (docs/keys.md).
+    ClientKeys {
+        #[command(subcommand)]
+        action: ClientKeysAction,
+    },
     /// Provider kill switches for every tenant (tenant admins use the admin API).
     Killswitch {
         #[command(subcommand)]
@@ -214,6 +219,22 @@ pub enum KeystoreAction {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ClientKeysAction {
+    /// Every key, with when it signs from and until when it is published.
+    List,
+    /// A new key: published at once (GET /.well-known/jwks.json), signing once
+    /// `--publish-ahead-seconds` have passed; the keys before stay published
+    /// `--overlap-seconds` longer.
+    Rotate {
+        /// Longer than any provider keeps our JWKS cached.
+        #[arg(long, default_value_t = 3600)]
+        publish_ahead_seconds: u32,
+        #[arg(long, default_value_t = 86_400)]
+        overlap_seconds: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum TenantAction {
     /// Stop a tenant: its API keys and connect links stop working on every instance.
     Deactivate { id: String },
@@ -341,6 +362,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 _ => anyhow::bail!("[vault] store is local: its keys are the keyring's (`mcp-connect genkey`)"),
             }
         }
+        Command::ClientKeys { action } => client_keys(&cli.config, action, cli.output).await,
         Command::Killswitch { action } => {
             killswitch(&open_database(&cli.config, false).await?.1, action, cli.output).await
         }
@@ -621,6 +643,33 @@ async fn healthcheck(listen: std::net::SocketAddr) -> anyhow::Result<()> {
     let body = r.text().await.unwrap_or_default();
     anyhow::ensure!(status == reqwest::StatusCode::OK, "{url} answered {status}: {body}");
     println!("ready ({url})");
+    Ok(())
+}
+
+async fn client_keys(config: &Path, action: ClientKeysAction, output: Output) -> anyhow::Result<()> {
+    let (config, pool) = open_database(config, true).await?;
+    let keys = std::sync::Arc::new(command_keys(&pool, config).await?);
+    let now = time::OffsetDateTime::now_utc();
+    match action {
+        ClientKeysAction::List => {
+            let list = store::client_keys::list(&pool).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                Output::Text => {
+                    for k in &list {
+                        let until = k.unpublish_at.map_or_else(|| "-".to_owned(), |t| t.to_string());
+                        println!("{}  {}  signs from {}  published until {until}", k.kid, k.alg, k.sign_from);
+                    }
+                }
+            }
+        }
+        ClientKeysAction::Rotate { publish_ahead_seconds, overlap_seconds } => {
+            let client_keys = crate::keys::client_keys::ClientKeys::new(pool.clone(), keys);
+            let ahead = time::Duration::seconds(publish_ahead_seconds.into());
+            let kid = client_keys.rotate(now, ahead, time::Duration::seconds(overlap_seconds.into())).await?;
+            println!("key {kid} published; it signs from {}", now + ahead);
+        }
+    }
     Ok(())
 }
 

@@ -448,7 +448,7 @@ async fn app_state(
             crate::store::handouts::system_wall_clock(),
         ),
         directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
-        resolver: Arc::new(crate::oauth::resolve::Resolver::with_clock(clock.clone())),
+        resolver: resolver(clock.clone(), &pool, &keys),
         outbound,
         proxy: crate::app::Proxying { forwarder, limits: Arc::new(crate::app::ProxyLimits::new(config.proxy_limits)) },
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
@@ -459,6 +459,17 @@ async fn app_state(
         lifecycle: Lifecycle::default(),
         pool,
     })
+}
+
+/// The authorization servers' resolver, signing `private_key_jwt` assertions with the
+/// service's client keys.
+fn resolver(
+    clock: Arc<dyn crate::domain::Clock>,
+    pool: &store::Db,
+    keys: &Arc<Keys>,
+) -> Arc<crate::oauth::resolve::Resolver> {
+    let client_keys = crate::keys::client_keys::ClientKeys::new(pool.clone(), keys.clone());
+    Arc::new(crate::oauth::resolve::Resolver::with_clock(clock).with_client_keys(Arc::new(client_keys)))
 }
 
 /// The key store `[vault] store` names, opened: a store that cannot be reached, or lacks

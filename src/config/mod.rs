@@ -332,6 +332,33 @@ client_id = "abc"
     }
 
     #[test]
+    fn private_key_jwt_takes_no_client_secret_at_a_provider_or_the_idp() {
+        use crate::providers::ClientAuth;
+        let jwt = GOOD.replace(
+            "client_id = \"abc\"\n",
+            "client_id = \"abc\"\ntoken_endpoint_auth_method = \"private_key_jwt\"\n",
+        );
+        let no_provider_secret: Vec<_> =
+            base_env().into_iter().filter(|(k, _)| *k != "MCP_CONNECT_PROVIDER_GITHUB_CLIENT_SECRET").collect();
+        assert!(Config::from_toml(&jwt, &env_of(&no_provider_secret)).is_ok());
+        assert_eq!(error_field(&jwt, &base_env()), "providers.github.token_endpoint_auth_method", "a secret beside it");
+
+        let idp_jwt = GOOD.replace(
+            "client_id = \"mcp-connect\"\n",
+            "client_id = \"mcp-connect\"\ntoken_endpoint_auth_method = \"private_key_jwt\"\n",
+        );
+        let no_idp_secret: Vec<_> =
+            base_env().into_iter().filter(|(k, _)| *k != "MCP_CONNECT_IDP_CLIENT_SECRET").collect();
+        let c = Config::from_toml(&idp_jwt, &env_of(&no_idp_secret)).unwrap();
+        assert_eq!(c.idps.default().client_auth, Some(ClientAuth::PrivateKeyJwt));
+        assert_eq!(error_field(&idp_jwt, &base_env()), "idp.token_endpoint_auth_method", "a secret beside it");
+        let idp_none = idp_jwt.replace("private_key_jwt", "none");
+        assert_eq!(error_field(&idp_none, &base_env()), "idp.token_endpoint_auth_method");
+        let shared_key = idp_jwt.replace("private_key_jwt", "client_secret_jwt");
+        assert!(Config::from_toml(&shared_key, &env_of(&no_idp_secret)).is_err(), "client_secret_jwt is not taken");
+    }
+
+    #[test]
     fn aws_kms_needs_a_key_and_region_refuses_plain_http_off_loopback_and_never_half_credentials() {
         let with = |vault: &str| format!("{GOOD}\n{vault}");
         let kms = "[vault]\nstore = \"aws-kms\"\n[vault.aws_kms]\nkey_id = \"alias/k\"\nregion = \"eu-central-1\"\n";

@@ -138,6 +138,9 @@ pub(super) struct RawIdp {
     pub(super) issuer: Option<String>,
     pub(super) client_id: Option<String>,
     pub(super) client_secret_file: Option<PathBuf>,
+    /// `client_secret_basic` (default where the IdP lists it), `client_secret_post`, or
+    /// `private_key_jwt` (no secret).
+    pub(super) token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
     pub(super) scopes: Option<Vec<String>>,
     #[serde(default)]
     pub(super) allow_idn_hosts: Vec<String>,

@@ -637,6 +637,7 @@ pub(super) fn validate_idp(
         issuer: None,
         client_id: None,
         client_secret_file: None,
+        token_endpoint_auth_method: None,
         scopes: None,
         allow_idn_hosts: Vec::new(),
         clock_skew_seconds: None,
@@ -653,10 +654,24 @@ pub(super) fn validate_idp(
         let how = if name == DEFAULT_IDP { " (or set MCP_CONNECT_IDP_CLIENT_ID)" } else { "" };
         err(f("client_id"), format!("missing{how}"))
     })?;
-    let client_secret = match (secret, &raw.client_secret_file) {
-        (Some(s), _) => s,
-        (None, Some(path)) => read_secret_file(&f("client_secret_file"), path)?,
-        (None, None) => {
+    let client_auth = raw.token_endpoint_auth_method;
+    let client_secret = match (client_auth, secret, &raw.client_secret_file) {
+        (Some(crate::providers::ClientAuth::Public), _, _) => {
+            return Err(err(f("token_endpoint_auth_method"), "\"none\": the sign-in is a confidential client"));
+        }
+        (Some(crate::providers::ClientAuth::PrivateKeyJwt), None, None) => String::new(),
+        (Some(crate::providers::ClientAuth::PrivateKeyJwt), _, _) => {
+            return Err(err(
+                f("token_endpoint_auth_method"),
+                format!(
+                    "\"private_key_jwt\" sends no client secret: remove {} and client_secret_file",
+                    var("CLIENT_SECRET")
+                ),
+            ));
+        }
+        (_, Some(s), _) => s,
+        (_, None, Some(path)) => read_secret_file(&f("client_secret_file"), path)?,
+        (_, None, None) => {
             return Err(err(
                 f("client_secret_file"),
                 format!("no client secret: set {} or client_secret_file", var("CLIENT_SECRET")),
@@ -673,6 +688,7 @@ pub(super) fn validate_idp(
         issuer,
         client_id,
         client_secret: SecretString::from(client_secret),
+        client_auth,
         scopes,
         allow_idn_hosts: raw.allow_idn_hosts,
         clock_skew,

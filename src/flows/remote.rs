@@ -98,6 +98,7 @@ async fn build(state: &AppState, p: &Provider, m: &RemoteMcp) -> Result<Arc<Auth
         resource: Some(d.resource),
         scopes_supported: d.scopes_supported,
         client_auth,
+        client_keys: state.resolver.client_keys(),
     }))
 }
 

@@ -13,6 +13,8 @@
 //! before, until `rotate-key`), sealing uses the keyring's current key as before; the switch
 //! is re-read every few seconds while off, so instances follow it without a restart.
 
+pub mod client_keys;
+
 use crate::domain::{Clock, TenantId};
 use crate::store::{self, Db, data_keys::DataKeyRow};
 use crate::vault::kek::{KeyStore, KeyStoreError, WrapContext, Wrapped};

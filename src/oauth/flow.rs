@@ -3,6 +3,7 @@
 //! exchanging the code, refreshing, and verifying OIDC ID tokens (OIDC Core §3.1.3.7).
 
 use super::id_token::IdTokenRefusal;
+use crate::keys::client_keys::JWT_BEARER;
 use crate::net::http::{Outbound, OutboundError};
 use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenType};
 use oauth2::{
@@ -48,6 +49,8 @@ pub struct AuthServer {
     pub scopes_supported: Vec<String>,
     /// How the client authenticates at the token and revocation endpoints.
     pub client_auth: crate::providers::client_auth::ClientAuth,
+    /// The service's client signing keys, for `private_key_jwt`.
+    pub client_keys: Option<std::sync::Arc<crate::keys::client_keys::ClientKeys>>,
 }
 
 /// The asymmetric algorithms real IdPs sign ID tokens with. Never `none`, never HMAC (whose
@@ -180,9 +183,28 @@ fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
     match server.client_auth {
         ClientAuth::Basic => c.set_client_secret(secret()),
         ClientAuth::Post => c.set_client_secret(secret()).set_auth_type(oauth2::AuthType::RequestBody),
-        // A public client: its id in the body, no secret.
-        ClientAuth::Public => c.set_auth_type(oauth2::AuthType::RequestBody),
+        // A public client, or one that proves itself with an assertion (added per request):
+        // its id in the body, no secret.
+        ClientAuth::Public | ClientAuth::PrivateKeyJwt => c.set_auth_type(oauth2::AuthType::RequestBody),
     }
+}
+
+/// RFC 7523 §2.2: for `private_key_jwt`, a fresh assertion naming us, for the server's token
+/// endpoint (the audience every server takes: RFC 7523 §3 names it, oidc-provider, Okta,
+/// Entra ID and Keycloak accept it).
+async fn client_assertion(server: &AuthServer) -> Result<Option<String>, FlowError> {
+    use crate::providers::client_auth::ClientAuth;
+    if server.client_auth != ClientAuth::PrivateKeyJwt {
+        return Ok(None);
+    }
+    let keys = server.client_keys.as_ref().ok_or_else(|| FlowError::Protocol("no client signing key".to_owned()))?;
+    let now = time::OffsetDateTime::now_utc();
+    // The key is sealed: a key store that does not answer is an outage like the provider's.
+    let assertion = keys
+        .assertion(&server.client_id, server.token_url.as_str(), now)
+        .await
+        .map_err(|e| FlowError::Transient(format!("client assertion: {e}")))?;
+    Ok(Some(assertion))
 }
 
 /// Builds the authorization URL with a 256-bit state, PKCE S256 and, for OIDC, a nonce.
@@ -310,6 +332,9 @@ pub async fn exchange_code(
     if let Some(r) = &server.resource {
         req = req.add_extra_param("resource", r.clone());
     }
+    if let Some(a) = client_assertion(server).await? {
+        req = req.add_extra_param("client_assertion_type", JWT_BEARER).add_extra_param("client_assertion", a);
+    }
     let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
     Ok(token_set(resp))
 }
@@ -330,6 +355,9 @@ pub async fn refresh(
     if let Some(r) = &server.resource {
         req = req.add_extra_param("resource", r.clone());
     }
+    if let Some(a) = client_assertion(server).await? {
+        req = req.add_extra_param("client_assertion_type", JWT_BEARER).add_extra_param("client_assertion", a);
+    }
     let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
     Ok(token_set(resp))
 }
@@ -343,9 +371,18 @@ pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'st
     let http = http.with_guard(&server.guard);
     let mut failures = Vec::new();
     for (hint, token) in tokens {
+        // One assertion per request (a server may refuse a `jti` it saw).
+        let assertion = match client_assertion(server).await {
+            Ok(a) => a,
+            Err(e) => {
+                failures.push(format!("{hint}: {e}"));
+                continue;
+            }
+        };
+        let credential = assertion.as_deref().unwrap_or(server.client_secret.expose_secret());
         let (form, basic) = server.client_auth.form(
             &server.client_id,
-            server.client_secret.expose_secret(),
+            credential,
             vec![("token", token.expose_secret()), ("token_type_hint", hint)],
         );
         let sent = http.post_form(url, basic, &form).await;
@@ -466,6 +503,7 @@ mod tests {
             resource: None,
             scopes_supported: Vec::new(),
             client_auth: crate::providers::client_auth::ClientAuth::Basic,
+            client_keys: None,
         }
     }
 

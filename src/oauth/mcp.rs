@@ -430,6 +430,10 @@ pub async fn register(
             )
         })?,
     };
+    if auth == ClientAuth::PrivateKeyJwt {
+        // Never asked for: our registration names no JWKS.
+        return Err(invalid(&d.resource, "it registered us for private_key_jwt, which mcp-connect did not ask for"));
+    }
     match (auth.sends_secret(), secret) {
         (true, None) => {
             Err(invalid(&d.resource, format!("it registered us for {} but gave no client_secret", auth.as_str())))

@@ -32,6 +32,8 @@ pub struct IdpConfig {
     pub issuer: Issuer,
     pub client_id: String,
     pub client_secret: SecretString,
+    /// `token_endpoint_auth_method`; `None`: chosen from what the IdP lists.
+    pub client_auth: Option<ClientAuth>,
     pub scopes: Vec<String>,
     pub allow_idn_hosts: Vec<String>,
     /// Tolerance for ID-token `exp` and `iat` (`idp.clock_skew_seconds`).
@@ -265,6 +267,9 @@ pub struct Resolver {
     /// When each server's keys were last fetched again for an unknown `kid`.
     refetched: std::sync::Mutex<HashMap<String, Instant>>,
     clock: Arc<dyn crate::domain::Clock>,
+    /// The service's client signing keys, for servers it authenticates at with
+    /// `private_key_jwt`.
+    client_keys: Option<Arc<crate::keys::client_keys::ClientKeys>>,
 }
 
 impl Default for Resolver {
@@ -292,7 +297,18 @@ impl Resolver {
             building: std::sync::Mutex::default(),
             refetched: std::sync::Mutex::default(),
             clock,
+            client_keys: None,
         }
+    }
+
+    pub fn client_keys(&self) -> Option<Arc<crate::keys::client_keys::ClientKeys>> {
+        self.client_keys.clone()
+    }
+
+    /// Servers set to `private_key_jwt` sign their assertions with `keys`.
+    pub fn with_client_keys(mut self, keys: Arc<crate::keys::client_keys::ClientKeys>) -> Self {
+        self.client_keys = Some(keys);
+        self
     }
 
     async fn cached(&self, key: &str) -> Option<Arc<AuthServer>> {
@@ -444,7 +460,7 @@ impl Resolver {
         };
         let d = discover(http, &idp.issuer, &allowed).await?;
         let invalid = |what: &str| ResolveError::Invalid(idp.issuer.as_str().to_owned(), format!("no {what}"));
-        let client_auth = crate::providers::client_auth::choose(None, d.auth_methods.as_deref(), true)
+        let client_auth = crate::providers::client_auth::choose(idp.client_auth, d.auth_methods.as_deref(), true)
             .map_err(|e| ResolveError::Invalid(idp.issuer.as_str().to_owned(), e))?;
         let server = Arc::new(AuthServer {
             client_id: idp.client_id.clone(),
@@ -463,6 +479,7 @@ impl Resolver {
             resource: None,
             scopes_supported: Vec::new(),
             client_auth,
+            client_keys: self.client_keys.clone(),
         });
         Ok(server)
     }
@@ -499,7 +516,9 @@ impl Resolver {
         let advertised = discovered.as_ref().and_then(|d| d.auth_methods.as_deref());
         let client_auth = crate::providers::client_auth::choose(o.client.auth, advertised, o.client.has_secret())
             .map_err(|e| ResolveError::Invalid(name.clone(), e))?;
-        oauth_server(p, o, discovered, guarded, client_auth).map(Arc::new)
+        let mut server = oauth_server(p, o, discovered, guarded, client_auth)?;
+        server.client_keys = self.client_keys.clone();
+        Ok(Arc::new(server))
     }
 }
 
@@ -574,6 +593,7 @@ fn oauth_server(
         resource: None,
         scopes_supported: Vec::new(),
         client_auth,
+        client_keys: None,
     })
 }
 
@@ -599,6 +619,7 @@ mod tests {
             resource: None,
             scopes_supported: Vec::new(),
             client_auth: ClientAuth::Basic,
+            client_keys: None,
         })
     }
 

@@ -27,6 +27,10 @@ pub enum ClientAuth {
     /// its codes).
     #[serde(rename = "none")]
     Public,
+    /// No secret: a fresh assertion signed by the service's client key (RFC 7523 §2.2), whose
+    /// public half the server fetches from `/.well-known/jwks.json`.
+    #[serde(rename = "private_key_jwt")]
+    PrivateKeyJwt,
 }
 
 impl ClientAuth {
@@ -36,34 +40,43 @@ impl ClientAuth {
             ClientAuth::Basic => "client_secret_basic",
             ClientAuth::Post => "client_secret_post",
             ClientAuth::Public => "none",
+            ClientAuth::PrivateKeyJwt => "private_key_jwt",
         }
     }
 
-    /// An RFC 7591 name we can use (`private_key_jwt` and `client_secret_jwt` are not yet).
+    /// An RFC 7591 name we can use (`client_secret_jwt` is not: its key would be a shared
+    /// secret again).
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "client_secret_basic" => Some(ClientAuth::Basic),
             "client_secret_post" => Some(ClientAuth::Post),
             "none" => Some(ClientAuth::Public),
+            "private_key_jwt" => Some(ClientAuth::PrivateKeyJwt),
             _ => None,
         }
     }
 
     /// Whether it sends a client secret.
     pub fn sends_secret(self) -> bool {
-        self != ClientAuth::Public
+        matches!(self, ClientAuth::Basic | ClientAuth::Post)
     }
 
     /// A form request (RFC 7009 revocation) authenticated this way: the form with what
     /// goes in the body, and the HTTP Basic user and password (form-encoded first, RFC
     /// 6749 §2.3.1), if any.
-    pub fn form<'a>(self, client_id: &'a str, client_secret: &'a str, mut form: Form<'a>) -> (Form<'a>, Option<Basic>) {
+    /// `credential` is the client secret, or for `private_key_jwt` a fresh assertion.
+    pub fn form<'a>(self, client_id: &'a str, credential: &'a str, mut form: Form<'a>) -> (Form<'a>, Option<Basic>) {
         let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
         match self {
-            ClientAuth::Basic => return (form, Some((enc(client_id), enc(client_secret)))),
-            ClientAuth::Post => form.extend([("client_id", client_id), ("client_secret", client_secret)]),
+            ClientAuth::Basic => return (form, Some((enc(client_id), enc(credential)))),
+            ClientAuth::Post => form.extend([("client_id", client_id), ("client_secret", credential)]),
             // A public client names itself in the body (RFC 7009 §2.1).
             ClientAuth::Public => form.push(("client_id", client_id)),
+            ClientAuth::PrivateKeyJwt => form.extend([
+                ("client_id", client_id),
+                ("client_assertion_type", crate::keys::client_keys::JWT_BEARER),
+                ("client_assertion", credential),
+            ]),
         }
         (form, None)
     }
@@ -152,10 +165,12 @@ mod tests {
         assert_eq!(for_registration(Some(&list(&["client_secret_post", "none"]))), ClientAuth::Post);
         assert_eq!(for_registration(None), ClientAuth::Basic);
         assert_eq!(for_registration(Some(&list(&["none"]))), ClientAuth::Public);
-        for m in [ClientAuth::Basic, ClientAuth::Post, ClientAuth::Public] {
+        for m in [ClientAuth::Basic, ClientAuth::Post, ClientAuth::Public, ClientAuth::PrivateKeyJwt] {
             assert_eq!(ClientAuth::parse(m.as_str()), Some(m));
             assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
         }
-        assert_eq!(ClientAuth::parse("private_key_jwt"), None);
+        // Its key would be a shared secret again.
+        assert_eq!(ClientAuth::parse("client_secret_jwt"), None);
+        assert!(!ClientAuth::PrivateKeyJwt.sends_secret());
     }
 }

@@ -5,6 +5,7 @@
 pub mod api_keys;
 pub mod audit;
 pub mod changes;
+pub mod client_keys;
 pub mod connections;
 pub mod credential_checks;
 pub mod data_keys;

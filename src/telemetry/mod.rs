@@ -119,14 +119,31 @@ pub struct TraceExport<'a> {
 /// not parse is reported on stderr and the default is used.
 pub fn filter(var: Option<&str>) -> Targets {
     let default = || Targets::new().with_default(LevelFilter::INFO).with_target("sqlx", LevelFilter::WARN);
-    match var.filter(|s| !s.trim().is_empty()) {
+    let listed = match var.filter(|s| !s.trim().is_empty()) {
         None => default(),
         Some(s) => s.parse().unwrap_or_else(|e| {
             let d = default();
             eprintln!("mcp-connect: MCP_CONNECT_LOG {s:?} is not a list of target=level ({e}); using {d}");
             d
         }),
+    };
+    aws_capped(listed)
+}
+
+/// The AWS SDK (the `aws-kms` key store) logs whole requests at TRACE, and a KMS `Encrypt`
+/// carries a data key in clear: its crates (targets `aws_…`) never log below DEBUG, whatever
+/// the list says.
+fn aws_capped(listed: Targets) -> Targets {
+    let default = listed.default_level().unwrap_or(LevelFilter::OFF);
+    let capped = listed.iter().map(|(target, level)| {
+        (target.to_owned(), if target.starts_with("aws_") { level.min(LevelFilter::DEBUG) } else { level })
+    });
+    let mut out = Targets::new().with_targets(capped.collect::<Vec<_>>());
+    if listed.default_level().is_some() {
+        out = out.with_default(default);
     }
+    // Every target the list does not name falls under the default: cap that too.
+    out.with_target("aws_", default.min(LevelFilter::DEBUG))
 }
 
 /// Logs (and, with `traces`, spans by OTLP). Must run inside the tokio runtime when
@@ -193,5 +210,18 @@ mod tests {
         let bad = filter(Some("mcp_connect=loud"));
         assert!(bad.would_enable("mcp_connect::http", &Level::INFO));
         assert!(!bad.would_enable("sqlx::query", &Level::INFO));
+    }
+
+    #[test]
+    fn the_aws_sdk_never_logs_at_trace_where_an_encrypt_request_shows_a_data_key() {
+        let orchestrator = "aws_smithy_runtime::client::orchestrator";
+        for list in ["trace", "aws_smithy_runtime=trace", "info,aws_smithy_runtime::client::orchestrator=trace"] {
+            let f = filter(Some(list));
+            assert!(!f.would_enable(orchestrator, &Level::TRACE), "{list}");
+            assert!(f.would_enable(orchestrator, &Level::DEBUG) || list.starts_with("info"), "{list}");
+        }
+        let f = filter(Some("trace"));
+        assert!(f.would_enable("mcp_connect::http", &Level::TRACE), "only the SDK is capped");
+        assert!(!filter(None).would_enable(orchestrator, &Level::DEBUG), "the default stays info");
     }
 }

@@ -66,6 +66,18 @@ impl Peer {
         self.admin(reqwest::Method::POST, "clients", Some(c)).await;
     }
 
+    /// A client registered for `private_key_jwt` (RFC 7523): no secret, its keys at `jwks_uri`.
+    pub async fn add_key_client(&self, id: &str, jwks_uri: String, redirect: String) {
+        let c = json!({
+            "client_id": id,
+            "redirect_uris": [redirect],
+            "token_endpoint_auth_method": "private_key_jwt",
+            "token_endpoint_auth_signing_alg": "ES256",
+            "jwks_uri": jwks_uri,
+        });
+        self.admin(reqwest::Method::POST, "clients", Some(c)).await;
+    }
+
     pub async fn discovery(&self) -> Value {
         let url = format!("{}/.well-known/openid-configuration", self.issuer.trim_end_matches('/'));
         self.http.get(url).send().await.unwrap().json().await.unwrap()
@@ -400,4 +412,66 @@ async fn bob_on_alices_link_signs_out_and_back_in_as_alice_in_chromium() {
     assert_eq!(token(&x, "alice", Some(&id)).await["status"], "connected");
     let logins = x.idp.stats().await;
     assert_eq!(logins["last_login"], "alice", "{logins}");
+}
+
+#[tokio::test]
+async fn private_key_jwt_connects_refreshes_and_revokes_at_an_independent_provider_that_refuses_a_secret() {
+    let mut provider = peer_config("ES256");
+    provider["access_ttl"] = json!(2);
+    let jwt = |p: &Peer| {
+        format!(
+            "[providers.peerjwt]\ntemplate = \"oidc\"\ndisplay_name = \"Peer JWT\"\nissuer = \"{}\"\n\
+             client_id = \"peerjwt-client\"\nscopes = [\"openid\"]\naccount_id_field = \"sub\"\n\
+             account_login_field = \"preferred_username\"\ntoken_endpoint_auth_method = \"private_key_jwt\"\n",
+            p.issuer
+        )
+    };
+    let x = interop_with(peer_config("RS256"), provider, jwt).await;
+    let (jwks_uri, redirect) =
+        (format!("{}/.well-known/jwks.json", x.app.base), format!("{}/connect/peerjwt/callback", x.app.base));
+    // What the provider registers: our public key, fetched from us; no secret of ours.
+    let set: Value = x.app.client.get(&jwks_uri).send().await.unwrap().json().await.unwrap();
+    assert_eq!(set["keys"].as_array().map(Vec::len), Some(1), "{set}");
+    assert!(set["keys"][0].get("d").is_none(), "only the public half: {set}");
+    x.provider.add_key_client("peerjwt-client", jwks_uri, redirect).await;
+
+    let (id, url) = x.app.elicit("alice", "peerjwt").await;
+    let r = connect_to(&x, "peerjwt", &Browser::new(), &url, "alice", "alice-up").await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let body = json!({"subject": "alice", "provider": "peerjwt", "elicitation_id": id});
+    let first = x.app.token_ok(body).await;
+    assert_eq!(first["status"], "connected", "{first}");
+    // A 2 s access token: the next hand-out refreshes again, authenticated the same way.
+    let t = x.app.token_ok(json!({"subject": "alice", "provider": "peerjwt"})).await;
+    let access = t["access_token"].as_str().unwrap().to_owned();
+    assert_ne!(access, first["access_token"].as_str().unwrap(), "refreshed");
+    assert_eq!(x.provider.userinfo(&access).await, Ok("alice-up".to_owned()));
+    let r = x
+        .app
+        .admin(reqwest::Method::POST, &format!("/connections/{}/revoke", t["connection_id"].as_str().unwrap()), None)
+        .await;
+    let revoked: Value = r.json().await.unwrap();
+    assert_eq!(revoked["provider_result"], "revoked", "{revoked}");
+    assert_eq!(x.provider.userinfo(&access).await, Err(401), "the provider ended the grant");
+
+    let stats = x.provider.stats().await;
+    // Within the refresh margin, every hand-out refreshed (the first one too).
+    let refreshes = stats["token_requests"]["by_grant_type"]["refresh_token"].as_u64().unwrap_or(0);
+    assert!(refreshes >= 2, "{stats}");
+    let auth = &stats["client_auth"];
+    assert_eq!(auth["token"], json!({"private_key_jwt": 1 + refreshes}), "code and refreshes, no secret: {stats}");
+    assert!(auth["revocation"]["private_key_jwt"].as_u64() >= Some(1), "{stats}");
+    assert!(auth["revocation"].get("client_secret_basic").is_none(), "{stats}");
+
+    // The provider takes nothing else from this client: a secret is refused.
+    let token_url = x.provider.discovery().await["token_endpoint"].as_str().unwrap().to_owned();
+    let r = reqwest::Client::new()
+        .post(token_url)
+        .basic_auth("peerjwt-client", Some("a-guessed-secret"))
+        .form(&[("grant_type", "refresh_token"), ("refresh_token", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_client");
 }

@@ -190,6 +190,10 @@ async fn a_wrapping_kms_made_unwraps_for_no_other_data_key_scope_or_key() {
         let e = store.unwrap(&w.kek_id, &moved, &w.blob).await.unwrap_err();
         assert!(matches!(e, KeyStoreError::Refused { .. }), "{e}");
     }
+    // A row naming a key of another account (or region) is not sent to KMS at all.
+    let foreign = w.kek_id.replace("123456789012", "999999999999");
+    let e = store.unwrap(&foreign, &ctx, &w.blob).await.unwrap_err();
+    assert!(e.to_string().contains("not a key of this store's account and region"), "{e}");
     // Decrypt names the key it expects: a blob another key wrapped is refused.
     let newer = kms.rotate_alias().await;
     let e = store.unwrap(&newer, &ctx, &w.blob).await.unwrap_err();

@@ -8,6 +8,7 @@ mod audit;
 mod backup;
 mod cache;
 mod cli;
+mod client_keys;
 mod connect_flow;
 mod connections_page;
 mod crash;

@@ -85,9 +85,15 @@ for (const k of ['accessTtl', 'refreshTtl', 'idTokenTtl']) {
 // "/realm" both mount at "/realm"; "/" mounts at the root).
 const mountPath = settings.issuerPath ? settings.issuerPath.replace(/\/+$/, '') : '';
 
+// A client registered for private_key_jwt (RFC 7523) has no secret but a `jwks_uri` or
+// `jwks`, as oidc-provider itself requires.
+const usesKeys = (c) => c.token_endpoint_auth_method === 'private_key_jwt';
+
 function normalizeClient(c) {
   if (!c || typeof c.client_id !== 'string' || !c.client_id) fail('every client needs a client_id');
-  if (typeof c.client_secret !== 'string' || !c.client_secret) fail(`client ${c.client_id} needs a client_secret`);
+  if (usesKeys(c)) {
+    if (!c.jwks_uri === !c.jwks) fail(`client ${c.client_id} (private_key_jwt) needs jwks_uri or jwks`);
+  } else if (typeof c.client_secret !== 'string' || !c.client_secret) fail(`client ${c.client_id} needs a client_secret`);
   if (!Array.isArray(c.redirect_uris) || !c.redirect_uris.length) fail(`client ${c.client_id} needs redirect_uris`);
   return { ...c };
 }
@@ -142,6 +148,7 @@ let stats = freshStats();
 const inc = (obj, key, n = 1) => { obj[key] = (obj[key] ?? 0) + n; };
 
 function clientAuthMethod(ctx) {
+  if (ctx.oidc?.params?.client_assertion) return 'private_key_jwt';
   if (ctx.get('authorization')) return 'client_secret_basic';
   if (ctx.oidc?.params?.client_secret) return 'client_secret_post';
   return 'none';
@@ -306,7 +313,7 @@ function buildProvider() {
     jwks: { keys },
     responseTypes: ['code'],
     // `none`: the public clients of client ID metadata documents (PKCE is required anyway).
-    clientAuthMethods: ['client_secret_basic', 'client_secret_post', ...(settings.cimd ? ['none'] : [])],
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post', 'private_key_jwt', ...(settings.cimd ? ['none'] : [])],
     enabledJWA: { idTokenSigningAlgValues: algs },
     cookies: {
       keys: cookieKeys,
@@ -628,7 +635,8 @@ async function admin(req, res, url) {
       // upsert one client (same fields as in the configuration's `clients`)
       let c;
       try {
-        if (!body.client_id || !body.client_secret || !Array.isArray(body.redirect_uris)) throw new Error('client_id, client_secret and redirect_uris are required');
+        if (!body.client_id || !Array.isArray(body.redirect_uris)) throw new Error('client_id and redirect_uris are required');
+        if (usesKeys(body) ? !body.jwks_uri === !body.jwks : !body.client_secret) throw new Error('a client_secret, or for private_key_jwt jwks_uri or jwks, is required');
         c = { ...body };
       } catch (err) {
         return sendJson(res, 400, { error: 'invalid_request', error_description: err.message });

@@ -2,6 +2,8 @@
 server on a free port, with one symmetric key for encryption (and an alias to it). Prints one
 JSON line {"ready": true, "endpoint", "arn", "alias"}; ends when its stdin closes, so a
 crashed test leaves nothing behind. State lives in this process only: a new one knows no key.
+A line `rotate` on stdin makes a new key and points the alias at it (a KEK rotation as an
+operator makes one; the benchmark's rotation row), answered with {"arn"}.
 """
 
 import json
@@ -33,7 +35,11 @@ def main() -> None:
         json.dumps({"ready": True, "endpoint": endpoint, "arn": key["Arn"], "alias": "alias/mcp-connect"}),
         flush=True,
     )
-    sys.stdin.read()
+    for line in sys.stdin:
+        if line.strip() == "rotate":
+            new = kms.create_key(KeyUsage="ENCRYPT_DECRYPT", KeySpec="SYMMETRIC_DEFAULT")["KeyMetadata"]
+            kms.update_alias(AliasName="alias/mcp-connect", TargetKeyId=new["KeyId"])
+            print(json.dumps({"arn": new["Arn"]}), flush=True)
     server.stop()
 
 

@@ -13,6 +13,7 @@ mod ceiling;
 mod cpu;
 mod db;
 mod http1;
+mod keystores;
 mod load;
 mod oha;
 mod pgbench;
@@ -101,6 +102,11 @@ pub struct Args {
     /// and a 10 MiB answer streamed through (`--proxy-phase false` leaves them out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     proxy_phase: bool,
+    /// The key stores' rows: hand-outs with the KEK in SoftHSM2 and in moto's KMS against the
+    /// keyring, and a KEK rotation of 1,000 data keys in each (`--key-store-phase false`
+    /// leaves them out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    key_store_phase: bool,
     /// The `oha` binary for the load generator's cross-check (skipped when not found).
     #[arg(long, default_value = "oha")]
     oha: PathBuf,
@@ -258,6 +264,7 @@ async fn run(
         cache_capacity: None,
         extra_env: args.service_env.clone(),
         proxy_upstream: None,
+        vault_toml: None,
     };
     let phase = Phase { args, keys, setup: &setup, pool: &pool, api_key: &api_key, started };
 
@@ -302,6 +309,13 @@ async fn run(
     progress(started, "audit writer capacity");
     let audit_writer = audit::measure(&pool).await?;
 
+    let key_stores = if args.key_store_phase {
+        progress(started, "key stores: local, pkcs11, aws-kms, local; KEK rotations");
+        Some(phase.key_stores(work).await?)
+    } else {
+        None
+    };
+
     let peak_rss_mib = runs.iter().map(|r| r.cache_on.memory_after_run.hwm_kib as f64 / 1024.0).fold(0.0, f64::max);
     let cached_median = median_rate(&runs);
     // Last: it grows the table the other phases measure.
@@ -338,6 +352,7 @@ async fn run(
         check,
         ceiling,
         proxy,
+        key_stores,
         scale,
         storm,
         api_key: api_key_result,

@@ -139,6 +139,8 @@ pub struct Results {
     pub ceiling: Option<crate::ceiling::CeilingRun>,
     /// `None`: `--proxy-phase false`.
     pub proxy: Option<crate::proxy::ProxyRun>,
+    /// `None`: `--key-store-phase false`.
+    pub key_stores: Option<crate::keystores::KeyStoresRun>,
     pub scale: Option<ScaleRun>,
     pub storm: StormResult,
     pub api_key: ApiKeyResult,
@@ -259,6 +261,7 @@ impl Results {
         self.check_rows(&mut o);
         self.scale_row(&mut o);
         self.proxy_rows(&mut o);
+        self.key_store_rows(&mut o);
         self.ceiling_row(&mut o);
         let _ = writeln!(o);
         let _ = writeln!(o, " details (run 1; every run in the JSON)");
@@ -506,6 +509,37 @@ impl Results {
             mib(st.peak_rss_kib),
             st.rss_growth_mib
         );
+    }
+
+    fn key_store_rows(&self, o: &mut String) {
+        let Some(k) = &self.key_stores else {
+            let _ = writeln!(o, " 14 key stores: not run (--key-store-phase false)");
+            return;
+        };
+        for (i, r) in k.runs.iter().enumerate() {
+            row(o, if i == 0 { "14" } else { "" }, &format!("key store {}: cache on", r.store), &r.cached);
+            row(o, "", &format!("  {}: cache off", r.store), &r.uncached);
+        }
+        for r in &k.ratios {
+            let _ = writeln!(
+                o,
+                "    {} ÷ local (mean of the first and last run): cache on {:.2} ×, cache off {:.2} ×",
+                r.store, r.cached, r.uncached
+            );
+        }
+        for r in &k.rotations {
+            let _ = writeln!(
+                o,
+                "    KEK rotation, {}: {} data keys re-wrapped in {:.2} s ({:.1} ms each)",
+                r.store,
+                r.data_keys,
+                r.seconds,
+                r.seconds * 1_000.0 / (r.data_keys.max(1) as f64)
+            );
+        }
+        for s in &k.skipped {
+            let _ = writeln!(o, "    not run: {s}");
+        }
     }
 
     fn scale_row(&self, o: &mut String) {

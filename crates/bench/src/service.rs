@@ -31,6 +31,8 @@ pub struct ServiceSetup {
     /// An API origin every provider's proxy may reach (`/echo`, `/large`), with the
     /// tenant's proxy rate lifted out of the way (the proxy phase).
     pub proxy_upstream: Option<String>,
+    /// A `[vault]` section (the key-store rows: `pkcs11`, `aws-kms`); `None`: the keyring.
+    pub vault_toml: Option<String>,
 }
 
 pub const IDP_CLIENT: &str = "mcp-connect-bench";
@@ -110,6 +112,9 @@ scopes = ["read"]
                     "[providers.{p}.proxy]\norigins = [\"{upstream}\"]\npaths = [\"/echo\", \"/large\"]\n"
                 ));
             }
+        }
+        if let Some(vault) = &self.vault_toml {
+            t.push_str(vault);
         }
         if self.proxy_upstream.is_some() {
             // Every request is still checked against both buckets (the check's cost is

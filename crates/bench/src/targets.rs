@@ -109,6 +109,7 @@ impl Results {
         t.extend(self.check_targets());
         t.extend(self.scale_targets());
         t.extend(self.proxy_targets());
+        t.extend(self.key_store_targets());
         t.extend(self.ceiling_target());
         t.extend(self.storm_and_key_targets());
         self.targets = t;
@@ -170,6 +171,56 @@ impl Results {
         ]
     }
 
+    /// Issue 43's rows: each store against the keyring in the same run.
+    fn key_store_targets(&self) -> Vec<Target> {
+        let Some(k) = &self.key_stores else {
+            return vec![Target {
+                name: "hand-out, HSM/KMS vs keyring",
+                target: "≥ 0.95 ×".into(),
+                measured: "n/a (--key-store-phase false)".into(),
+                met: None,
+            }];
+        };
+        let mut t = Vec::new();
+        for store in ["pkcs11", "aws-kms"] {
+            let Some(r) = k.ratios.iter().find(|r| r.store == store) else {
+                let why = k.skipped.iter().find(|s| s.starts_with(store)).cloned().unwrap_or_default();
+                t.push(Target {
+                    name: if store == "pkcs11" { "hand-out, pkcs11 vs local" } else { "hand-out, aws-kms vs local" },
+                    target: "≥ 0.95 ×".into(),
+                    measured: format!("not run: {why}"),
+                    met: Some(false),
+                });
+                continue;
+            };
+            let (cached, uncached) = if store == "pkcs11" {
+                ("cached hand-out, pkcs11 vs local", "uncached hand-out, pkcs11 vs local")
+            } else {
+                ("cached hand-out, aws-kms vs local", "uncached hand-out, aws-kms vs local")
+            };
+            t.push(Target {
+                name: cached,
+                target: "≥ 0.95 ×".into(),
+                measured: format!("{:.2} ×", r.cached),
+                met: Some(r.cached >= 0.95),
+            });
+            t.push(Target {
+                name: uncached,
+                target: "≥ 0.95 × (data key cached)".into(),
+                measured: format!("{:.2} ×", r.uncached),
+                met: Some(r.uncached >= 0.95),
+            });
+        }
+        let rotations = k.rotations.iter().map(|r| format!("{} {:.2} s", r.store, r.seconds)).collect::<Vec<_>>();
+        t.push(Target {
+            name: "KEK rotation, 1,000 tenants' data keys",
+            target: "reported".into(),
+            measured: rotations.join(", "),
+            met: None,
+        });
+        t
+    }
+
     fn errors(&self) -> u64 {
         let lookups: u64 = self
             .runs
@@ -188,7 +239,8 @@ impl Results {
             .as_ref()
             .map_or(0, |p| [&p.direct, &p.proxied, &p.direct_one, &p.proxied_one].iter().map(|s| s.errors).sum());
         let ceiling = self.ceiling.as_ref().map_or(0, |c| c.saturating.errors);
-        lookups + check + proxy + ceiling + self.storm.errors as u64
+        let key_stores = self.key_stores.as_ref().map_or(0, crate::keystores::KeyStoresRun::errors);
+        lookups + check + proxy + ceiling + key_stores + self.storm.errors as u64
     }
 
     /// The confirmer's reads per second, all of them (change log and by id), at the first

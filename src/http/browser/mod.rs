@@ -31,6 +31,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(connect::credential)),
         )
         .route("/clients/{provider}", web::get().to(client_metadata))
+        .route("/.well-known/jwks.json", web::get().to(jwks))
         .route("/connections", web::get().to(connections::show))
         .route("/connections/disconnect", web::post().to(connections::disconnect));
 }
@@ -49,6 +50,25 @@ async fn client_metadata(state: web::Data<crate::app::AppState>, path: web::Path
         Some(d) => HttpResponse::Ok().insert_header(("cache-control", "public, max-age=300")).json(d),
         None => HttpResponse::NotFound()
             .json(serde_json::json!({"error": "not_found", "error_description": "no such client"})),
+    }
+}
+
+/// `GET /.well-known/jwks.json`: the public keys mcp-connect signs its `private_key_jwt`
+/// client assertions with (docs/keys.md), for providers and IdPs to register as its
+/// `jwks_uri`. A key about to sign is here before it does; one that stopped stays a while.
+async fn jwks(state: web::Data<crate::app::AppState>) -> HttpResponse {
+    let Some(keys) = state.resolver.client_keys() else {
+        return HttpResponse::NotFound()
+            .json(serde_json::json!({"error": "not_found", "error_description": "no keys"}));
+    };
+    match keys.jwks(time::OffsetDateTime::now_utc()).await {
+        Ok(set) => HttpResponse::Ok().insert_header(("cache-control", "public, max-age=300")).json(set),
+        Err(e) => {
+            tracing::error!(error = %e, "the client signing keys could not be read");
+            HttpResponse::ServiceUnavailable()
+                .insert_header(("retry-after", "2"))
+                .json(serde_json::json!({"error": "temporarily_unavailable", "error_description": "retry later"}))
+        }
     }
 }
 

@@ -31,9 +31,9 @@ pub(crate) fn auth_method_fits(
     has_secret: bool,
 ) -> Result<(), SettingError> {
     match method {
-        Some(ClientAuth::Public) if has_secret => Err(err(
+        Some(m @ (ClientAuth::Public | ClientAuth::PrivateKeyJwt)) if has_secret => Err(err(
             f("token_endpoint_auth_method"),
-            "\"none\" sends no client secret: remove the secret, or name a method that sends it",
+            format!("{:?} sends no client secret: remove the secret, or name a method that sends it", m.as_str()),
         )),
         Some(m) if m.sends_secret() && !has_secret => {
             Err(err(f("token_endpoint_auth_method"), format!("{:?} needs a client secret", m.as_str())))

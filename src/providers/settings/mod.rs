@@ -238,7 +238,7 @@ fn provider_client(
     let secret_env = provider_env(id, "CLIENT_SECRET");
     let client_secret = client_secret(&f("client_secret_file"), secret, &p.client_secret_file)?;
     auth_method_fits(f, p.token_endpoint_auth_method, client_secret.is_some())?;
-    if p.token_endpoint_auth_method == Some(ClientAuth::Public) {
+    if matches!(p.token_endpoint_auth_method, Some(ClientAuth::Public | ClientAuth::PrivateKeyJwt)) {
         return Ok((client_id, String::new()));
     }
     let client_secret = client_secret.ok_or_else(|| {

@@ -58,8 +58,16 @@ impl std::fmt::Debug for AwsKmsSettings {
     }
 }
 
-/// Whether `endpoint` may carry data keys: `https`, or `http` to a loopback address.
+/// Whether `endpoint` may carry data keys: `https`, or `http` to a loopback address; no
+/// user, password, query or fragment (a password would show in logs and errors).
 pub fn endpoint_allowed(endpoint: &url::Url) -> bool {
+    if !endpoint.username().is_empty()
+        || endpoint.password().is_some()
+        || endpoint.query().is_some()
+        || endpoint.fragment().is_some()
+    {
+        return false;
+    }
     match endpoint.scheme() {
         "https" => true,
         "http" => match endpoint.host() {
@@ -93,24 +101,34 @@ fn refused(reason: impl Into<String>) -> KeyStoreError {
 /// An SDK error: the call did not get an answer (a timeout, no connection, an answer that
 /// is not KMS's, KMS's own failure or throttling: worth a retry), or KMS answered no (the
 /// key is gone, disabled or not this blob's; access denied).
-fn classified<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-    e: SdkError<E, R>,
+fn classified<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    e: SdkError<E, aws_sdk_kms::config::http::HttpResponse>,
 ) -> KeyStoreError {
     let transient = match &e {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(s) => matches!(
-            s.err().code(),
-            Some(
-                "KMSInternalException"
-                    | "KMSInternal"
-                    | "DependencyTimeoutException"
-                    | "KeyUnavailableException"
-                    | "ThrottlingException"
-                    | "LimitExceededException"
-                    | "ServiceUnavailableException"
-                    | "InternalFailure"
-            )
-        ),
+        // A proxy's or load balancer's 5xx or 429 carries no KMS error code: an outage too.
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            status >= 500
+                || status == 429
+                || matches!(
+                    s.err().code(),
+                    Some(
+                        "KMSInternalException"
+                            | "KMSInternal"
+                            | "DependencyTimeoutException"
+                            | "KeyUnavailableException"
+                            | "ThrottlingException"
+                            | "Throttling"
+                            | "TooManyRequestsException"
+                            | "RequestLimitExceeded"
+                            | "RequestTimeout"
+                            | "LimitExceededException"
+                            | "ServiceUnavailableException"
+                            | "InternalFailure"
+                    )
+                )
+        }
         _ => false,
     };
     let reason = DisplayErrorContext(&e).to_string();
@@ -146,11 +164,7 @@ impl AwsKmsKeyStore {
             loader = loader.credentials_provider(creds);
         }
         let sdk = loader.load().await;
-        let mut config = aws_sdk_kms::config::Builder::from(&sdk);
-        if let Some(endpoint) = &settings.endpoint {
-            config = config.endpoint_url(endpoint.as_str().trim_end_matches('/'));
-        }
-        let client = aws_sdk_kms::Client::from_conf(config.build());
+        let client = aws_sdk_kms::Client::from_conf(kms_config(&sdk, settings.endpoint.as_ref()));
         let described = client.describe_key().key_id(&settings.key_id).send().await.map_err(classified)?;
         let meta = described.key_metadata().ok_or_else(|| refused("DescribeKey answered no key"))?;
         let arn = meta.arn().ok_or_else(|| refused("DescribeKey answered no ARN"))?.to_owned();
@@ -172,6 +186,22 @@ impl AwsKmsKeyStore {
         }
         Ok(store)
     }
+}
+
+/// The KMS client's settings: the SDK's, with the endpoint the operator configured or none
+/// (AWS's for the region). Never one from the environment or a profile
+/// (`AWS_ENDPOINT_URL`, `endpoint_url`): it would escape the https check.
+fn kms_config(sdk: &aws_config::SdkConfig, endpoint: Option<&url::Url>) -> aws_sdk_kms::Config {
+    let mut config = aws_sdk_kms::config::Builder::from(sdk);
+    config.set_endpoint_url(endpoint.map(|e| e.as_str().trim_end_matches('/').to_owned()));
+    config.build()
+}
+
+/// The partition, region and account of a key ARN (`arn:aws:kms:eu-central-1:1234…:`).
+fn arn_home(arn: &str) -> Option<&str> {
+    let mut colons = arn.match_indices(':').map(|(i, _)| i);
+    let end = colons.nth(4)?;
+    arn.starts_with("arn:").then(|| &arn[..=end])
 }
 
 /// The wrap context as KMS's encryption context.
@@ -220,6 +250,11 @@ impl KeyStore for AwsKmsKeyStore {
         ctx: &WrapContext<'_>,
         blob: &[u8],
     ) -> Result<Zeroizing<[u8; 32]>, KeyStoreError> {
+        // A row names the key that wrapped it; only keys of this account and region are
+        // asked (a row pointed at a key someone else holds is not unwrapped with it).
+        if arn_home(kek_id).is_none() || arn_home(kek_id) != arn_home(&self.arn) {
+            return Err(refused(format!("key {kek_id} is not a key of this store's account and region")));
+        }
         let out = self
             .client
             .decrypt()
@@ -240,6 +275,47 @@ impl KeyStore for AwsKmsKeyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    /// A peer on loopback that answers every request with `status` and `body` (a proxy's
+    /// error page, KMS's refusal), over as many connections as asked.
+    fn answering(status: &'static str, body: &'static str) -> url::Url {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut buf = [0u8; 65536];
+                let _ = conn.read(&mut buf);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        url
+    }
+
+    fn settings(endpoint: url::Url) -> AwsKmsSettings {
+        AwsKmsSettings {
+            key_id: "alias/k".into(),
+            region: "eu-central-1".into(),
+            endpoint: Some(endpoint),
+            credentials: Some(("a".into(), SecretString::from("b".to_owned()))),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proxys_5xx_or_429_without_a_kms_code_is_an_outage_and_kmss_refusal_is_not() {
+        for status in ["503 Service Unavailable", "502 Bad Gateway", "429 Too Many Requests"] {
+            let e = AwsKmsKeyStore::open(settings(answering(status, "<html>down</html>"))).await.unwrap_err();
+            assert!(e.is_transient(), "{status}: {e}");
+        }
+        let denied = r#"{"__type":"AccessDeniedException","message":"no"}"#;
+        let e = AwsKmsKeyStore::open(settings(answering("400 Bad Request", denied))).await.unwrap_err();
+        assert!(matches!(e, KeyStoreError::Refused { .. }) && e.to_string().contains("AccessDenied"), "{e}");
+    }
 
     #[test]
     fn only_https_or_loopback_http_may_carry_data_keys() {
@@ -248,8 +324,79 @@ mod tests {
         {
             assert!(endpoint_allowed(&ok.parse().unwrap()), "{ok}");
         }
-        for no in ["http://kms.internal:4566", "http://10.0.0.5", "ftp://127.0.0.1", "http://127.0.0.1.nip.io"] {
+        for no in [
+            "http://kms.internal:4566",
+            "http://10.0.0.5",
+            "ftp://127.0.0.1",
+            "http://127.0.0.1.nip.io",
+            "http://localhost.evil.example",
+            "http://localhost.",
+            "http://[::ffff:127.0.0.1]",
+            "http://u:pw@127.0.0.1",
+            "https://user@kms.eu-central-1.amazonaws.com",
+            "https://kms.eu-central-1.amazonaws.com/?x=1",
+            "https://kms.eu-central-1.amazonaws.com/#f",
+        ] {
             assert!(!endpoint_allowed(&no.parse().unwrap()), "{no}");
+        }
+    }
+
+    /// Records where a request would go, and stops it there.
+    #[derive(Debug, Clone, Default)]
+    struct Destination(Arc<std::sync::Mutex<Option<String>>>);
+
+    impl aws_sdk_kms::config::Intercept for Destination {
+        fn name(&self) -> &'static str {
+            "destination"
+        }
+
+        fn read_before_transmit(
+            &self,
+            ctx: &aws_sdk_kms::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+            _: &aws_sdk_kms::config::RuntimeComponents,
+            _: &mut aws_sdk_kms::config::ConfigBag,
+        ) -> Result<(), aws_sdk_kms::error::BoxError> {
+            *self.0.lock().unwrap() = Some(ctx.request().uri().to_owned());
+            Err("stopped before sending".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_from_the_environment_or_a_profile_is_not_used() {
+        use aws_sdk_kms::config::{Credentials, SharedCredentialsProvider};
+        // As `AWS_ENDPOINT_URL` or a profile's `endpoint_url` would set it.
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("eu-central-1"))
+            .endpoint_url("http://10.0.0.1:4566")
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new("a", "b", None, None, "t")))
+            .http_client(aws_smithy_http_client::Builder::new().build_http())
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .build();
+        let destination = |endpoint: Option<url::Url>| {
+            let sdk = sdk.clone();
+            async move {
+                let seen = Destination::default();
+                let config = kms_config(&sdk, endpoint.as_ref()).to_builder().interceptor(seen.clone()).build();
+                let _ = aws_sdk_kms::Client::from_conf(config).describe_key().key_id("alias/k").send().await;
+                seen.0.lock().unwrap().clone().expect("a request was made")
+            }
+        };
+        assert!(destination(None).await.starts_with("https://kms.eu-central-1.amazonaws.com"), "AWS's for the region");
+        let configured = destination(Some("http://127.0.0.1:4566".parse().unwrap())).await;
+        assert!(configured.starts_with("http://127.0.0.1:4566"), "{configured}");
+    }
+
+    #[test]
+    fn only_keys_of_the_stores_own_account_and_region_are_asked() {
+        let own = "arn:aws:kms:eu-central-1:123456789012:key/1";
+        assert_eq!(arn_home(own), Some("arn:aws:kms:eu-central-1:123456789012:"));
+        assert_eq!(arn_home("arn:aws:kms:eu-central-1:123456789012:key/2"), arn_home(own));
+        for other in ["arn:aws:kms:eu-central-1:999999999999:key/1", "arn:aws:kms:us-east-1:123456789012:key/1"] {
+            assert_ne!(arn_home(other), arn_home(own), "{other}");
+        }
+        for not_arn in ["alias/x", "kek-1", "arn:aws:kms"] {
+            assert_eq!(arn_home(not_arn), None, "{not_arn}");
         }
     }
 
