@@ -1,9 +1,10 @@
 -- Keys mcp-connect signs its client assertions with (RFC 7523 `private_key_jwt`, docs/keys.md):
--- ES256 key pairs made by the service, the private key sealed by the vault under the service's
--- data key (bound to its kid), the public one served at /.well-known/jwks.json for providers
--- to register. The key whose `sign_from` is the latest not in the future signs; a key is
--- published until `unpublish_at` (NULL: until a rotation sets it), so a new key is published
--- before it signs and an old one stays published after it stopped.
+-- ES256 key pairs made by the service, the private key sealed by the vault (under the
+-- service's data key once data keys are on; bound to its kid), the public one served at
+-- /.well-known/jwks.json for providers to register. Of the keys whose `sign_from` has come,
+-- the one made last signs; a key is published until `unpublish_at` (NULL: until a rotation
+-- sets it), so a new key is published before it signs and an old one stays published after
+-- it stopped.
 --
 -- Expand-only: a binary of the release before ignores the table.
 SET LOCAL lock_timeout = '10s';
@@ -17,7 +18,7 @@ CREATE TABLE client_signing_keys (
     created_at     timestamptz NOT NULL DEFAULT now(),
     sign_from      timestamptz NOT NULL,
     unpublish_at   timestamptz,
-    CHECK (unpublish_at IS NULL OR unpublish_at > sign_from)
+    CHECK (unpublish_at IS NULL OR unpublish_at >= sign_from)
 );
 
 -- A key's identity never changes, and a key is never deleted (a kid is never reused).

@@ -400,6 +400,7 @@ async fn app_state(
     if background == Background::Run {
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
+    let signs = signs_assertions(&config);
     let keyring = Arc::new(config.keyring);
     let store = key_store(&config.vault.key_store, keyring.clone()).await?;
     let keys = Arc::new(Keys::new(pool.clone(), store, keyring, clock.clone(), config.vault.data_key_cache));
@@ -448,7 +449,7 @@ async fn app_state(
             crate::store::handouts::system_wall_clock(),
         ),
         directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
-        resolver: resolver(clock.clone(), &pool, &keys),
+        resolver: resolver(clock.clone(), &pool, &keys, signs).await,
         outbound,
         proxy: crate::app::Proxying { forwarder, limits: Arc::new(crate::app::ProxyLimits::new(config.proxy_limits)) },
         hsts: hsts(&config.public_base_url, config.hsts_max_age),
@@ -461,14 +462,28 @@ async fn app_state(
     })
 }
 
+/// Whether a configured provider or IdP authenticates with `private_key_jwt`.
+fn signs_assertions(config: &Config) -> bool {
+    use crate::providers::ClientAuth;
+    let jwt = Some(ClientAuth::PrivateKeyJwt);
+    config.providers.iter().any(|p| p.client().is_some_and(|c| c.auth == jwt))
+        || config.idps.all().any(|i| i.client_auth == jwt)
+}
+
 /// The authorization servers' resolver, signing `private_key_jwt` assertions with the
-/// service's client keys.
-fn resolver(
+/// service's client keys; where a server is set to it (`signs`), the first key is made now,
+/// so that its JWKS can be registered before the first request (a key store that does not
+/// answer leaves that to the first request).
+async fn resolver(
     clock: Arc<dyn crate::domain::Clock>,
     pool: &store::Db,
     keys: &Arc<Keys>,
+    signs: bool,
 ) -> Arc<crate::oauth::resolve::Resolver> {
     let client_keys = crate::keys::client_keys::ClientKeys::new(pool.clone(), keys.clone());
+    if signs && let Err(e) = client_keys.ensure(time::OffsetDateTime::now_utc()).await {
+        tracing::warn!(error = %e, "no client signing key made at start: the first private_key_jwt request makes it");
+    }
     Arc::new(crate::oauth::resolve::Resolver::with_clock(clock).with_client_keys(Arc::new(client_keys)))
 }
 

@@ -20,6 +20,8 @@ pub enum RotateError {
     ProviderUnopenable(String, KeysError),
     #[error("data keys: {0}")]
     Keys(#[from] KeysError),
+    #[error("client signing keys: {0}")]
+    ClientKeys(#[from] crate::keys::client_keys::ClientKeyError),
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -102,10 +104,12 @@ pub async fn rotate_keys(
     done += reseal_webhook_secrets(pool, keys, batch).await?;
     done += reseal_provider_secrets(pool, keys, batch).await?;
     done += reseal_remote_clients(pool, keys, batch).await?;
+    done += crate::keys::client_keys::reseal(pool, keys).await?;
     let remaining = store::connections::count_rows_not_under_active_key(pool).await?
         + store::webhooks::count_secrets_not_under_active_key(pool).await?
         + store::providers::count_not_under_active_key(pool).await?
         + store::remote_clients::count_not_under_active_key(pool).await?
+        + store::client_keys::count_not_under_active_key(pool).await?
         + keys.not_under_current_kek().await?;
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).

@@ -564,8 +564,9 @@ macro_rules! provider_body {
             #[schema(minimum = 0, maximum = 300)]
             clock_skew_seconds: Option<u64>,
             /// How the client authenticates at the token and revocation endpoints; left out:
-            /// what the server's discovery lists, else `client_secret_basic`. (`none` sends
-            /// no secret: the operator API makes confidential clients only.)
+            /// what the server's discovery lists, else `client_secret_basic`. (`none` and
+            /// `private_key_jwt` send no secret: the operator API makes clients with a secret
+            /// only; a provider for `private_key_jwt` is configured in the file.)
             #[serde(skip_serializing_if = "Option::is_none")]
             token_endpoint_auth_method: Option<crate::providers::client_auth::ClientAuth>,
         }

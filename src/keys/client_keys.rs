@@ -38,6 +38,17 @@ pub enum ClientKeyError {
     Key(String),
 }
 
+impl ClientKeyError {
+    /// The key store or the database did not answer: worth a retry.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientKeyError::Keys(KeysError::Store(e)) => e.is_transient(),
+            ClientKeyError::Keys(KeysError::Database(_)) | ClientKeyError::Database(_) => true,
+            ClientKeyError::Keys(KeysError::Vault(_)) | ClientKeyError::Key(_) => false,
+        }
+    }
+}
+
 impl From<crate::vault::VaultError> for ClientKeyError {
     fn from(e: crate::vault::VaultError) -> Self {
         ClientKeyError::Keys(KeysError::Vault(e))
@@ -121,8 +132,8 @@ impl ClientKeys {
         Self { pool, keys }
     }
 
-    /// A fresh assertion naming `client_id` for `audience` (the token endpoint), signed by
-    /// the key that signs now (the first key is made on first use).
+    /// A fresh assertion naming `client_id` for `audience` (the endpoint it is sent to),
+    /// signed by the key that signs now (the first key is made on first use).
     pub async fn assertion(
         &self,
         client_id: &str,
@@ -150,15 +161,20 @@ impl ClientKeys {
         jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ec_der(&der)).map_err(key_error)
     }
 
-    /// The public keys published now, as a JWK Set (RFC 7517 §5); the first key is made
-    /// when there is none, so that a provider can be registered before the first request.
+    /// The public keys published now, as a JWK Set (RFC 7517 §5). Reads only: the first key
+    /// is made at start where a server is set to `private_key_jwt` ([`Self::ensure`]).
     pub async fn jwks(&self, now: OffsetDateTime) -> Result<serde_json::Value, ClientKeyError> {
-        let mut keys = store::client_keys::published(&self.pool, now).await?;
-        if keys.is_empty() {
-            self.make_first(now).await?;
-            keys = store::client_keys::published(&self.pool, now).await?;
-        }
+        let keys = store::client_keys::published(&self.pool, now).await?;
         Ok(serde_json::json!({ "keys": keys }))
+    }
+
+    /// Makes the first key unless there is one, so that a provider can register our JWKS
+    /// before the first request needs it.
+    pub async fn ensure(&self, now: OffsetDateTime) -> Result<(), ClientKeyError> {
+        if store::client_keys::published(&self.pool, now).await?.is_empty() {
+            self.make_first(now).await?;
+        }
+        Ok(())
     }
 
     /// A new key, published now, signing from `now + publish_ahead`; the keys published
@@ -188,6 +204,23 @@ impl ClientKeys {
         let sealed = sealing.seal_aux(PURPOSE, made.kid.as_bytes(), &made.private_der)?;
         Ok(SealedNew { made, key_id: sealing.key().column(), sealed })
     }
+}
+
+/// Re-seals the private keys not under the service's active data key (sealed by the keyring
+/// before data keys, or under a data key since rotated): `rotate-key`'s step. How many.
+pub async fn reseal(pool: &Db, keys: &Keys) -> Result<u64, ClientKeyError> {
+    let rows = store::client_keys::not_under_active_key(pool).await?;
+    let mut done = 0;
+    for row in rows {
+        let opening = keys.opening(&row.key_id, Scope::Service).await?;
+        let der = opening.open_aux(PURPOSE, row.kid.as_bytes(), &row.private_sealed)?;
+        let sealing = keys.sealing(Scope::Service).await?;
+        let sealed = sealing.seal_aux(PURPOSE, row.kid.as_bytes(), &der)?;
+        if store::client_keys::store_resealed(pool, &row, &sealing.key().column(), &sealed).await? {
+            done += 1;
+        }
+    }
+    Ok(done)
 }
 
 #[cfg(test)]

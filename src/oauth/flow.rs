@@ -189,22 +189,24 @@ fn client(server: &AuthServer, redirect_uri: &Url) -> CodeClient {
     }
 }
 
-/// RFC 7523 §2.2: for `private_key_jwt`, a fresh assertion naming us, for the server's token
-/// endpoint (the audience every server takes: RFC 7523 §3 names it, oidc-provider, Okta,
-/// Entra ID and Keycloak accept it).
-async fn client_assertion(server: &AuthServer) -> Result<Option<String>, FlowError> {
+/// RFC 7523 §2.2: for `private_key_jwt`, a fresh assertion naming us, for `endpoint`: the
+/// URL the request goes to (the token endpoint, RFC 7523 §3's audience; the revocation
+/// endpoint for a revocation). Bound to the one endpoint that receives it, an assertion is
+/// no use anywhere else: a server whose metadata names another server's token endpoint
+/// beside its own revocation endpoint gets nothing it can replay there.
+async fn client_assertion(server: &AuthServer, endpoint: &Url) -> Result<Option<String>, FlowError> {
     use crate::providers::client_auth::ClientAuth;
     if server.client_auth != ClientAuth::PrivateKeyJwt {
         return Ok(None);
     }
     let keys = server.client_keys.as_ref().ok_or_else(|| FlowError::Protocol("no client signing key".to_owned()))?;
     let now = time::OffsetDateTime::now_utc();
-    // The key is sealed: a key store that does not answer is an outage like the provider's.
-    let assertion = keys
-        .assertion(&server.client_id, server.token_url.as_str(), now)
-        .await
-        .map_err(|e| FlowError::Transient(format!("client assertion: {e}")))?;
-    Ok(Some(assertion))
+    match keys.assertion(&server.client_id, endpoint.as_str(), now).await {
+        Ok(a) => Ok(Some(a)),
+        // The key is sealed: a key store or database that does not answer is an outage.
+        Err(e) if e.is_transient() => Err(FlowError::Transient(format!("client assertion: {e}"))),
+        Err(e) => Err(FlowError::Protocol(format!("client assertion: {e}"))),
+    }
 }
 
 /// Builds the authorization URL with a 256-bit state, PKCE S256 and, for OIDC, a nonce.
@@ -332,7 +334,7 @@ pub async fn exchange_code(
     if let Some(r) = &server.resource {
         req = req.add_extra_param("resource", r.clone());
     }
-    if let Some(a) = client_assertion(server).await? {
+    if let Some(a) = client_assertion(server, &server.token_url).await? {
         req = req.add_extra_param("client_assertion_type", JWT_BEARER).add_extra_param("client_assertion", a);
     }
     let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
@@ -355,7 +357,7 @@ pub async fn refresh(
     if let Some(r) = &server.resource {
         req = req.add_extra_param("resource", r.clone());
     }
-    if let Some(a) = client_assertion(server).await? {
+    if let Some(a) = client_assertion(server, &server.token_url).await? {
         req = req.add_extra_param("client_assertion_type", JWT_BEARER).add_extra_param("client_assertion", a);
     }
     let resp = req.request_async(&http.as_client()).await.map_err(map_token_error::<OutboundError>)?;
@@ -372,7 +374,7 @@ pub async fn revoke_tokens(server: &AuthServer, http: &Outbound, tokens: &[(&'st
     let mut failures = Vec::new();
     for (hint, token) in tokens {
         // One assertion per request (a server may refuse a `jti` it saw).
-        let assertion = match client_assertion(server).await {
+        let assertion = match client_assertion(server, url).await {
             Ok(a) => a,
             Err(e) => {
                 failures.push(format!("{hint}: {e}"));

@@ -73,6 +73,11 @@ impl Idps {
         &self.default
     }
 
+    /// `[idp]` and every `[idps.<name>]`.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<IdpConfig>> {
+        std::iter::once(&self.default).chain(self.named.values())
+    }
+
     /// The names of the `[idps.<name>]`.
     pub fn named_names(&self) -> impl Iterator<Item = &str> {
         self.named.keys().map(String::as_str)

@@ -39,18 +39,60 @@ pub struct NewKey<'a> {
     pub sign_from: OffsetDateTime,
 }
 
-/// The key that signs at `now`: the latest whose `sign_from` has come and that is still
-/// published.
+/// The key that signs at `now`, among those published: the one made last whose `sign_from`
+/// has come (a rotation made later wins over an earlier one still pending); where none has
+/// come yet (every key made ahead, or this clock behind the one that made them), the one
+/// whose `sign_from` comes first.
 pub async fn signing(db: impl PgExecutor<'_>, now: OffsetDateTime) -> Result<Option<SigningKeyRow>, sqlx::Error> {
     sqlx::query_as!(
         SigningKeyRow,
         "SELECT kid, key_id, private_sealed FROM client_signing_keys
-          WHERE sign_from <= $1 AND (unpublish_at IS NULL OR unpublish_at > $1)
-          ORDER BY sign_from DESC, kid LIMIT 1",
+          WHERE unpublish_at IS NULL OR unpublish_at > $1
+          ORDER BY (sign_from <= $1) DESC, CASE WHEN sign_from <= $1 THEN created_at END DESC NULLS LAST,
+                   sign_from, kid
+          LIMIT 1",
         now
     )
     .fetch_optional(db)
     .await
+}
+
+/// The keys whose private half is not sealed under the service's active data key.
+pub async fn not_under_active_key(db: impl PgExecutor<'_>) -> Result<Vec<SigningKeyRow>, sqlx::Error> {
+    sqlx::query_as!(
+        SigningKeyRow,
+        "SELECT kid, key_id, private_sealed FROM client_signing_keys
+          WHERE key_id IS DISTINCT FROM mcpc_active_key_id(NULL) ORDER BY kid"
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn count_not_under_active_key(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM client_signing_keys WHERE key_id IS DISTINCT FROM mcpc_active_key_id(NULL)"#
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Writes `row` re-sealed, unless it changed since it was read. Whether it was written.
+pub async fn store_resealed(
+    db: impl PgExecutor<'_>,
+    row: &SigningKeyRow,
+    key_id: &str,
+    sealed: &[u8],
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        "UPDATE client_signing_keys SET key_id = $3, private_sealed = $4 WHERE kid = $1 AND key_id = $2",
+        row.kid,
+        row.key_id,
+        key_id,
+        sealed
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// The public keys published at `now` (JWK objects), the oldest first.
@@ -90,8 +132,11 @@ pub async fn insert_first(db: &Db, key: &NewKey<'_>) -> Result<bool, sqlx::Error
 pub async fn rotate(db: &Db, key: &NewKey<'_>, unpublish_old_at: OffsetDateTime) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
     super::lock_named(&mut *tx, LOCK).await?;
+    // A key made ahead that never signed is unpublished no earlier than it would have
+    // signed (it never will: the new key is made later).
     sqlx::query!(
-        "UPDATE client_signing_keys SET unpublish_at = $1 WHERE unpublish_at IS NULL OR unpublish_at > $1",
+        "UPDATE client_signing_keys SET unpublish_at = GREATEST($1, sign_from)
+          WHERE unpublish_at IS NULL OR unpublish_at > $1",
         unpublish_old_at
     )
     .execute(&mut *tx)

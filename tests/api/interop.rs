@@ -463,15 +463,46 @@ async fn private_key_jwt_connects_refreshes_and_revokes_at_an_independent_provid
     assert!(auth["revocation"]["private_key_jwt"].as_u64() >= Some(1), "{stats}");
     assert!(auth["revocation"].get("client_secret_basic").is_none(), "{stats}");
 
-    // The provider takes nothing else from this client: a secret is refused.
+    // The provider checks what it is given. A refresh with a grant it does not know shows
+    // how far a request got: `invalid_grant` past the client check, `invalid_client` not.
     let token_url = x.provider.discovery().await["token_endpoint"].as_str().unwrap().to_owned();
-    let r = reqwest::Client::new()
-        .post(token_url)
-        .basic_auth("peerjwt-client", Some("a-guessed-secret"))
-        .form(&[("grant_type", "refresh_token"), ("refresh_token", "x")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_client");
+    let answer = |client: &'static str, auth: Vec<(&'static str, String)>, basic: Option<&'static str>| {
+        let token_url = token_url.clone();
+        async move {
+            let mut form = vec![("grant_type", "refresh_token".to_owned()), ("refresh_token", "unknown".to_owned())];
+            form.extend(auth);
+            let mut r = reqwest::Client::new().post(token_url);
+            r = match basic {
+                // RFC 6749 §2.3.1: form-encoded, then Basic.
+                Some(secret) => r.basic_auth(enc(client), Some(enc(secret))),
+                None => {
+                    form.push(("client_id", client.to_owned()));
+                    r
+                }
+            };
+            let body: Value = r.form(&form).send().await.unwrap().json().await.unwrap();
+            body["error"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let keys = x.app.state.resolver.client_keys().unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let signed = |aud: String, at: time::OffsetDateTime| {
+        let keys = keys.clone();
+        async move {
+            let a = keys.assertion("peerjwt-client", &aud, at).await.unwrap();
+            vec![
+                ("client_assertion_type", mcp_connect::keys::client_keys::JWT_BEARER.to_owned()),
+                ("client_assertion", a),
+            ]
+        }
+    };
+    let ours = signed(token_url.clone(), now).await;
+    assert_eq!(answer("peerjwt-client", ours, None).await, "invalid_grant", "our assertion is taken");
+    let elsewhere = signed("https://elsewhere.example/token".to_owned(), now).await;
+    assert_eq!(answer("peerjwt-client", elsewhere, None).await, "invalid_client", "another audience");
+    let expired = signed(token_url.clone(), now - time::Duration::minutes(10)).await;
+    assert_eq!(answer("peerjwt-client", expired, None).await, "invalid_client", "expired");
+    // A secret: taken from the client registered with one, refused from this one.
+    assert_eq!(answer(PEER_CLIENT, Vec::new(), Some(PEER_SECRET)).await, "invalid_grant");
+    assert_eq!(answer("peerjwt-client", Vec::new(), Some(PEER_SECRET)).await, "invalid_client");
 }
