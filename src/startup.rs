@@ -401,11 +401,7 @@ async fn app_state(
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
     let signs = signs_assertions(&config);
-    let keyring = Arc::new(config.keyring);
-    let store = key_store(&config.vault.key_store, keyring.clone()).await?;
-    let keys = Arc::new(Keys::new(pool.clone(), store, keyring, clock.clone(), config.vault.data_key_cache));
-    // A new database seals under data keys from its first value on.
-    keys.switch_on_if_new().await?;
+    let keys = data_keys(&pool, Arc::new(config.keyring), &config.vault, clock.clone(), background).await?;
     let (webhook_policy, worker) =
         webhook_worker(&config.webhooks, &config.outbound_cas, pool.clone(), keys.clone(), clock.clone())?;
     if background == Background::Run {
@@ -462,6 +458,25 @@ async fn app_state(
     })
 }
 
+/// The data keys, their key store opened; turned on for a new database (it seals under
+/// data keys from its first value on); re-sealing in the background where this instance
+/// runs background work.
+async fn data_keys(
+    pool: &Db,
+    keyring: Arc<crate::vault::Keyring>,
+    vault: &crate::config::VaultSettings,
+    clock: Arc<dyn crate::domain::Clock>,
+    background: Background,
+) -> anyhow::Result<Arc<Keys>> {
+    let store = serving_key_store(&vault.key_store, keyring.clone()).await?;
+    let keys = Arc::new(Keys::new(pool.clone(), store, keyring, clock, vault.data_key_cache));
+    keys.switch_on_if_new().await?;
+    if background == Background::Run {
+        crate::flows::rotate::spawn_background(pool.clone(), keys.clone(), vault.reseal_interval);
+    }
+    Ok(keys)
+}
+
 /// Whether a configured provider or IdP authenticates with `private_key_jwt`.
 fn signs_assertions(config: &Config) -> bool {
     use crate::providers::ClientAuth;
@@ -488,23 +503,63 @@ async fn resolver(
 }
 
 /// The key store `[vault] store` names, opened: a store that cannot be reached, or lacks
-/// its key, stops the start with a message naming it.
+/// its key, stops the command with a message naming it.
 pub async fn key_store(
     settings: &crate::config::KeyStoreSettings,
     keyring: Arc<crate::vault::Keyring>,
 ) -> anyhow::Result<Arc<dyn crate::vault::kek::KeyStore>> {
-    Ok(match settings {
-        crate::config::KeyStoreSettings::Local => Arc::new(crate::vault::kek::LocalKeyStore::new(keyring)),
-        crate::config::KeyStoreSettings::Pkcs11(s) => {
-            Arc::new(crate::vault::kek::pkcs11::Pkcs11KeyStore::open(s.clone()).await.map_err(|e| {
-                anyhow::anyhow!("vault: {e} (token {:?}, module {})", s.token_label, s.module.display())
-            })?)
+    open_key_store(settings, keyring).await.map_err(|e| anyhow::anyhow!("vault: {e} ({})", key_store_named(settings)))
+}
+
+/// The key store for `serve`: one that did not answer (an outage) is tried again in the
+/// background while the instance is not ready ([`crate::keys::pending`]); one that
+/// answered no stops the start.
+async fn serving_key_store(
+    settings: &crate::config::KeyStoreSettings,
+    keyring: Arc<crate::vault::Keyring>,
+) -> anyhow::Result<Arc<dyn crate::vault::kek::KeyStore>> {
+    match open_key_store(settings, keyring.clone()).await {
+        Ok(store) => Ok(store),
+        Err(e) if e.is_transient() => {
+            let what = key_store_named(settings);
+            tracing::error!(error = %e, store = %what, "key store not reachable: not ready until it is");
+            let (settings, keyring) = (settings.clone(), keyring.clone());
+            let kind = match &e {
+                crate::vault::kek::KeyStoreError::Unavailable { store, .. }
+                | crate::vault::kek::KeyStoreError::Refused { store, .. } => *store,
+            };
+            let pending = crate::keys::pending::Pending::new(kind, what, &e, move || {
+                let (settings, keyring) = (settings.clone(), keyring.clone());
+                Box::pin(async move { open_key_store(&settings, keyring).await })
+            });
+            pending.spawn_retries();
+            Ok(pending)
         }
-        crate::config::KeyStoreSettings::AwsKms(s) => Arc::new(
-            crate::vault::kek::aws_kms::AwsKmsKeyStore::open(s.clone())
-                .await
-                .map_err(|e| anyhow::anyhow!("vault: {e} (key {:?}, region {})", s.key_id, s.region))?,
-        ),
+        Err(e) => Err(anyhow::anyhow!("vault: {e} ({})", key_store_named(settings))),
+    }
+}
+
+/// The store and its key, for messages.
+fn key_store_named(settings: &crate::config::KeyStoreSettings) -> String {
+    use crate::config::KeyStoreSettings as S;
+    match settings {
+        S::Local => "local (the keyring)".to_owned(),
+        S::Pkcs11(s) => {
+            format!("pkcs11 key {:?} in token {:?}, module {}", s.key_label, s.token_label, s.module.display())
+        }
+        S::AwsKms(s) => format!("aws-kms key {:?}, region {}", s.key_id, s.region),
+    }
+}
+
+async fn open_key_store(
+    settings: &crate::config::KeyStoreSettings,
+    keyring: Arc<crate::vault::Keyring>,
+) -> Result<Arc<dyn crate::vault::kek::KeyStore>, crate::vault::kek::KeyStoreError> {
+    use crate::config::KeyStoreSettings as S;
+    Ok(match settings {
+        S::Local => Arc::new(crate::vault::kek::LocalKeyStore::new(keyring)),
+        S::Pkcs11(s) => Arc::new(crate::vault::kek::pkcs11::Pkcs11KeyStore::open(s.clone()).await?),
+        S::AwsKms(s) => Arc::new(crate::vault::kek::aws_kms::AwsKmsKeyStore::open(s.clone()).await?),
     })
 }
 

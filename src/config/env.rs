@@ -49,6 +49,7 @@ const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
             ("keys_file", Text),
             ("data_key_cache_seconds", Number),
             ("data_key_cache_capacity", Number),
+            ("reseal_interval_seconds", Number),
             ("store", Text),
         ],
     ),

@@ -180,6 +180,9 @@ pub struct VaultSettings {
     /// How long and how many unwrapped data keys are held (`data_key_cache_*`).
     pub data_key_cache: crate::keys::CacheBound,
     pub key_store: KeyStoreSettings,
+    /// How often each instance re-seals values not under their scope's active data key
+    /// (`reseal_interval_seconds`; zero: never, `rotate-key` only).
+    pub reseal_interval: Duration,
 }
 
 /// `[vault] store`: `local` (the keyring), `pkcs11` (`[vault.pkcs11]`) or `aws-kms`

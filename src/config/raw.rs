@@ -92,6 +92,7 @@ pub(super) struct RawVault {
     pub(super) keys_file: Option<PathBuf>,
     pub(super) data_key_cache_seconds: Option<u64>,
     pub(super) data_key_cache_capacity: Option<usize>,
+    pub(super) reseal_interval_seconds: Option<u64>,
     /// `local` (default), `pkcs11` or `aws-kms`.
     pub(super) store: Option<String>,
     pub(super) pkcs11: Option<RawPkcs11>,

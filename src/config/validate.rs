@@ -353,6 +353,7 @@ pub(super) fn vault_settings(
         ttl: Duration::from_secs(ttl),
         capacity: vault.data_key_cache_capacity.unwrap_or(10_000).max(1),
     };
+    let reseal = seconds("vault.reseal_interval_seconds", vault.reseal_interval_seconds, 60, 0..=86_400, " (0: off)")?;
     let store = vault.store.as_deref().unwrap_or("local");
     // A section for another store than the one named: its key would not wrap the data keys.
     for (section, name, present) in
@@ -375,7 +376,7 @@ pub(super) fn vault_settings(
         }
         (other, _, _) => return Err(err("vault.store", format!("{other:?}: must be local, pkcs11 or aws-kms"))),
     };
-    Ok(super::VaultSettings { data_key_cache, key_store })
+    Ok(super::VaultSettings { data_key_cache, key_store, reseal_interval: Duration::from_secs(reseal) })
 }
 
 fn pkcs11_settings(

@@ -49,19 +49,112 @@ pub async fn rotate_keys(
     pool: &Db,
     keys: &Keys,
     batch: i64,
-    mut progress: impl FnMut(u64, i64),
+    progress: impl FnMut(u64, i64),
 ) -> Result<RotateReport, RotateError> {
     // Run after every instance runs this release (as the switches below): from here on
     // every instance seals under data keys, and older binaries refuse this schema.
     keys.switch_on().await?;
     let rewrapped = keys.rewrap_all(batch).await?;
+    let mut report = reseal(pool, keys, batch, progress).await?;
+    report.rewrapped = rewrapped;
+    // Every sealed value has a generation now: rows without one are refused from here on
+    // (run after every instance runs this release: an older one writes none).
+    report.legacy_closed = report.remaining == 0 && store::connections::close_legacy_writes(pool).await?;
+    report.unbound_closed = report.remaining == 0 && store::connections::close_unbound_writes(pool).await?;
+    Ok(report)
+}
+
+/// Every value not under its scope's active data key re-sealed under it (connections,
+/// webhook secrets, providers' client secrets, remote MCP registrations, client signing
+/// keys), in batches that commit one by one; then, once nothing remains, the retired data
+/// keys nothing names destroyed. What `rotate-key` does after the re-wrap, and what
+/// [`spawn_background`] does on every instance.
+pub async fn reseal(
+    pool: &Db,
+    keys: &Keys,
+    batch: i64,
+    progress: impl FnMut(u64, i64),
+) -> Result<RotateReport, RotateError> {
+    let mut done = reseal_connections(pool, keys, batch, progress).await?;
+    done += reseal_webhook_secrets(pool, keys, batch).await?;
+    done += reseal_provider_secrets(pool, keys, batch).await?;
+    done += reseal_remote_clients(pool, keys, batch).await?;
+    done += crate::keys::client_keys::reseal(pool, keys).await?;
+    let remaining = store::connections::count_rows_not_under_active_key(pool).await?
+        + store::webhooks::count_secrets_not_under_active_key(pool).await?
+        + store::providers::count_not_under_active_key(pool).await?
+        + store::remote_clients::count_not_under_active_key(pool).await?
+        + store::client_keys::count_not_under_active_key(pool).await?
+        + keys.not_under_current_kek().await?;
+    // A rotated tenant's key, once its values are under the new one (a state still pending
+    // under it keeps it until it is spent or expires) and no instance can still seal with it.
+    let kept = i64::try_from(RETIRED_KEPT.as_secs()).unwrap_or(i64::MAX);
+    let retired_destroyed =
+        if remaining == 0 { store::data_keys::destroy_unused_retired(pool, kept).await? } else { 0 };
+    Ok(RotateReport { resealed: done, remaining, retired_destroyed, ..RotateReport::default() })
+}
+
+/// Every `every` (`[vault] reseal_interval_seconds`; zero: never), while data keys are on,
+/// a [`reseal`] pass: a tenant's rotated data key has its values moved under the new one in
+/// the background, on every instance at once (rows another instance holds are skipped and
+/// picked up by it), and is destroyed once nothing names it. Data keys are not re-wrapped
+/// here: during a rolling change of the KEK, instances on the old and the new settings would
+/// re-wrap each other's; that stays `rotate-key`'s, run once every instance has the new one.
+pub fn spawn_background(pool: Db, keys: std::sync::Arc<Keys>, every: std::time::Duration) {
+    if every.is_zero() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match keys.are_on().await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "background re-seal: data keys' switch not read");
+                    continue;
+                }
+            }
+            match reseal(&pool, &keys, BACKGROUND_BATCH, |_, _| {}).await {
+                Ok(r) => {
+                    metrics::gauge!(crate::keys::RESEAL_REMAINING).set(r.remaining as f64);
+                    metrics::counter!(crate::keys::RESEALED).increment(r.resealed);
+                    if r.resealed > 0 || r.retired_destroyed > 0 {
+                        tracing::info!(
+                            resealed = r.resealed,
+                            remaining = r.remaining,
+                            retired_destroyed = r.retired_destroyed,
+                            "background re-seal"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "background re-seal failed; the next pass tries again"),
+            }
+        }
+    });
+}
+
+/// Rows a background pass locks per transaction: small, so that a hand-out's refresh waits
+/// for none of them long.
+const BACKGROUND_BATCH: i64 = 50;
+
+/// The connections' tokens not under their tenant's active data key, re-sealed under it.
+async fn reseal_connections(
+    pool: &Db,
+    keys: &Keys,
+    batch: i64,
+    mut progress: impl FnMut(u64, i64),
+) -> Result<u64, RotateError> {
     let total = store::connections::count_rows_not_under_active_key(pool).await?;
     let mut done = 0u64;
     loop {
         let mut tx = pool.begin().await?;
         let rows = store::connections::lock_rows_not_under_active_key(&mut *tx, batch).await?;
         if rows.is_empty() {
-            break;
+            return Ok(done);
         }
         for row in &rows {
             let unopenable = |e: KeysError| RotateError::Unopenable(row.id.as_uuid(), e);
@@ -101,26 +194,6 @@ pub async fn rotate_keys(
         done += rows.len() as u64;
         progress(done, total);
     }
-    done += reseal_webhook_secrets(pool, keys, batch).await?;
-    done += reseal_provider_secrets(pool, keys, batch).await?;
-    done += reseal_remote_clients(pool, keys, batch).await?;
-    done += crate::keys::client_keys::reseal(pool, keys).await?;
-    let remaining = store::connections::count_rows_not_under_active_key(pool).await?
-        + store::webhooks::count_secrets_not_under_active_key(pool).await?
-        + store::providers::count_not_under_active_key(pool).await?
-        + store::remote_clients::count_not_under_active_key(pool).await?
-        + store::client_keys::count_not_under_active_key(pool).await?
-        + keys.not_under_current_kek().await?;
-    // Every sealed value has a generation now: rows without one are refused from here on
-    // (run after every instance runs this release: an older one writes none).
-    let legacy_closed = remaining == 0 && store::connections::close_legacy_writes(pool).await?;
-    let unbound_closed = remaining == 0 && store::connections::close_unbound_writes(pool).await?;
-    // A rotated tenant's key, once its values are under the new one (a state still pending
-    // under it keeps it until it is spent or expires) and no instance can still seal with it.
-    let kept = i64::try_from(RETIRED_KEPT.as_secs()).unwrap_or(i64::MAX);
-    let retired_destroyed =
-        if remaining == 0 { store::data_keys::destroy_unused_retired(pool, kept).await? } else { 0 };
-    Ok(RotateReport { rewrapped, retired_destroyed, resealed: done, remaining, legacy_closed, unbound_closed })
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose

@@ -12,7 +12,8 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
 }
 
-/// Not draining, the database answers, and every migration this binary knows is applied.
+/// Not draining, the key store answered, the database answers, and every migration this
+/// binary knows is applied.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     if state.lifecycle.shutdown.is_draining() {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "draining" }));
@@ -22,6 +23,10 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             "status": "listener_not_hearing",
             "detail": "the change listener did not hear its own test notification: database.listen_url must reach PostgreSQL itself, not a transaction pooler",
         }));
+    }
+    if let Err(detail) = state.keys.store().readiness() {
+        return HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "key_store_unavailable", "detail": detail }));
     }
     match crate::store::migrations_applied(&state.pool).await {
         Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),

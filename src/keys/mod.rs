@@ -14,6 +14,7 @@
 //! is re-read every few seconds while off, so instances follow it without a restart.
 
 pub mod client_keys;
+pub mod pending;
 
 use crate::domain::{Clock, TenantId};
 use crate::store::{self, Db, data_keys::DataKeyRow};
@@ -74,6 +75,13 @@ impl Default for CacheBound {
 /// `unwrap`) and `result` (`ok`, `unavailable`, `refused`), with their time. Only misses and
 /// new keys call the store: a cached hand-out makes no call.
 pub const KEY_STORE_CALLS: &str = "mcp_connect_key_store_seconds";
+
+/// Metric: values not yet under their scope's active data key, plus data keys not under
+/// the current KEK, as this instance's last background re-seal pass (`flows::rotate`)
+/// counted them (0: a tenant's rotated data key is done with; a KEK's needs `rotate-key`).
+pub const RESEAL_REMAINING: &str = "mcp_connect_vault_reseal_remaining";
+/// Metric: values the background re-seal passes moved.
+pub const RESEALED: &str = "mcp_connect_vault_resealed_total";
 
 /// Times a key-store call and counts its result.
 async fn measured<T>(
@@ -251,6 +259,11 @@ impl Keys {
         let on = store::data_keys::switch_on(&self.pool, store::SCHEMA_LEVEL, false).await?;
         self.remember_switch(on);
         Ok(())
+    }
+
+    /// Whether data keys are on (read again every few seconds while off).
+    pub async fn are_on(&self) -> Result<bool, sqlx::Error> {
+        self.data_keys_on().await
     }
 
     async fn data_keys_on(&self) -> Result<bool, sqlx::Error> {

@@ -147,6 +147,14 @@ fn describe() {
         api_keys::METRIC_HASH_QUEUE_FULL,
         "API-key checks refused with 503: the argon2 queue was full or the wait too long"
     );
+    describe_gauge!(
+        crate::keys::RESEAL_REMAINING,
+        "values not under their scope's active data key, and data keys not under the current KEK, at this instance's last background re-seal pass"
+    );
+    describe_counter!(
+        crate::keys::RESEALED,
+        "values the background re-seal passes moved under their scope's active data key"
+    );
     describe_histogram!(
         crate::keys::KEY_STORE_CALLS,
         Unit::Seconds,

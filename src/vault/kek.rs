@@ -76,6 +76,10 @@ pub trait KeyStore: Send + Sync + std::fmt::Debug {
         ctx: &WrapContext<'_>,
         blob: &[u8],
     ) -> Result<Zeroizing<[u8; 32]>, KeyStoreError>;
+    /// `Err` with the reason while the store is not usable yet (`keys::pending`).
+    fn readiness(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The keyring as key store, for `dev` and small installs: whoever reads the keyring opens

@@ -442,3 +442,34 @@ async fn a_tenants_rotated_data_key_seals_new_values_the_old_one_opens_until_rot
         .unwrap_err();
     assert!(e.to_string().contains("not made active again"), "{e}");
 }
+
+#[tokio::test]
+async fn a_tenants_rotated_data_key_has_its_values_resealed_in_the_background_and_counted() {
+    use crate::metrics::{scrape, value, with_metrics};
+    let mut opts = with_metrics();
+    opts.env.push(("MCP_CONNECT_VAULT_RESEAL_INTERVAL_SECONDS", "1".to_owned()));
+    let app = crate::support::spawn_app_with(opts).await;
+    for subject in ["alice", "bob", "carol"] {
+        app.insert_connection("acme", subject, "github", &format!("gho_{subject}"), &["read:user"], None).await;
+    }
+    let acme = TenantId::parse("acme").unwrap();
+    let new = app.state.keys.rotate_tenant(&acme).await.unwrap();
+    // No rotate-key: the instance moves the three rows under the new key by itself.
+    crate::support::eventually(Duration::from_secs(20), "acme's rows under its new key", || async {
+        let old: i64 = sqlx::query_scalar("SELECT count(*) FROM connections WHERE tenant_id = 'acme' AND key_id <> $1")
+            .bind(&new)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        old == 0
+    })
+    .await;
+    crate::support::eventually(Duration::from_secs(10), "the gauge at 0 after a pass", || async {
+        let (_, s) = scrape(&app).await;
+        let (remaining, resealed) =
+            (value(&s, "mcp_connect_vault_reseal_remaining", &[]), value(&s, "mcp_connect_vault_resealed_total", &[]));
+        remaining == 0.0 && resealed == 3.0
+    })
+    .await;
+    assert_eq!(app.token_ok(json!({"subject": "bob", "provider": "github"})).await["access_token"], "gho_bob");
+}

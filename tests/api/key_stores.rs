@@ -225,8 +225,9 @@ async fn a_kms_outage_keeps_cached_hand_outs_gives_503_for_a_cold_unwrap_and_ser
     let (_, s) = scrape(&cold).await;
     let failed = [("store", "aws-kms"), ("op", "unwrap"), ("result", "unavailable")];
     assert_eq!(value(&s, "mcp_connect_key_store_seconds_count", &failed), 1.0);
-    // A start while KMS does not answer fails, naming the store and its key.
-    let e = crate::support::TestApp::start_on(
+    // An instance started while KMS does not answer starts, not ready: /readyz names the
+    // store, its key and why; what needs a key answers 503.
+    let unready = crate::support::TestApp::start_on(
         &warm.db_url,
         warm.db.clone(),
         warm.idp.clone(),
@@ -234,13 +235,26 @@ async fn a_kms_outage_keeps_cached_hand_outs_gives_503_for_a_cold_unwrap_and_ser
         &with_kms(&kms, ""),
     )
     .await
-    .err()
-    .expect("no start without the key store");
-    let shown = format!("{e:#}");
-    assert!(shown.contains("key store aws-kms unavailable") && shown.contains("alias/mcp-connect"), "{shown}");
+    .expect("it starts");
+    let readiness = || async {
+        let r = unready.client.get(format!("{}/readyz", unready.base)).send().await.unwrap();
+        (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+    };
+    let (status, body) = readiness().await;
+    assert_eq!((status, body["status"].as_str()), (503, Some("key_store_unavailable")), "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("aws-kms") && detail.contains("alias/mcp-connect"), "{detail}");
+    crate::support::assert_error(unready.token(&unready.key, alice.clone()).await, 503, "temporarily_unavailable")
+        .await;
 
     kms.resume();
-    assert_eq!(cold.token_ok(alice).await["access_token"], "gho_cached", "service resumes with KMS");
+    assert_eq!(cold.token_ok(alice.clone()).await["access_token"], "gho_cached", "service resumes with KMS");
+    // The instance that started without it opens it in the background and becomes ready.
+    crate::support::eventually(std::time::Duration::from_secs(30), "ready once KMS answers", || async {
+        readiness().await.0 == 200
+    })
+    .await;
+    assert_eq!(unready.token_ok(alice).await["access_token"], "gho_cached");
 }
 
 #[tokio::test]

@@ -159,6 +159,9 @@ pub fn config_env(db_url: &str, opts: &Options) -> HashMap<&'static str, String>
         ("MCP_CONNECT_PROVIDER_PLAINP_CLIENT_SECRET", "plainp-secret".to_owned()),
         ("MCP_CONNECT_PROVIDER_DEADREV_CLIENT_SECRET", "deadrev-secret".to_owned()),
         ("MCP_CONNECT_CACHE_ENABLED", opts.cache_enabled.to_string()),
+        // No background re-seal unless a test asks for one: tests count what rotate-key
+        // re-seals, and which rows it touches.
+        ("MCP_CONNECT_VAULT_RESEAL_INTERVAL_SECONDS", "0".to_owned()),
     ]);
     env.extend(opts.env.iter().map(|(k, v)| (*k, v.clone())));
     env
