@@ -401,7 +401,7 @@ async fn app_state(
         crate::flows::cleanup::spawn(pool.clone(), config.cleanup_interval, config.audit_retention);
     }
     let signs = signs_assertions(&config);
-    let keys = data_keys(&pool, Arc::new(config.keyring), &config.vault, clock.clone(), background).await?;
+    let (keys, pending) = data_keys(&pool, Arc::new(config.keyring), &config.vault, clock.clone(), background).await?;
     let (webhook_policy, worker) =
         webhook_worker(&config.webhooks, &config.outbound_cas, pool.clone(), keys.clone(), clock.clone())?;
     if background == Background::Run {
@@ -419,6 +419,7 @@ async fn app_state(
         config.operator_allow_private_endpoints,
     ));
     let tenants = Arc::new(crate::tenants::Tenants::load(&pool, providers.clone()).await?);
+    reload_once_open(pending, &tenants, &pool);
     let listen_url = config.database_listen_url.clone();
     if background == Background::Run {
         let (a, t) = (api_keys.clone(), tenants.clone());
@@ -467,14 +468,34 @@ async fn data_keys(
     vault: &crate::config::VaultSettings,
     clock: Arc<dyn crate::domain::Clock>,
     background: Background,
-) -> anyhow::Result<Arc<Keys>> {
-    let store = serving_key_store(&vault.key_store, keyring.clone()).await?;
+) -> anyhow::Result<(Arc<Keys>, Option<Arc<crate::keys::pending::Pending>>)> {
+    // A command's instance (no background work) stops at once without its key store.
+    let (store, pending) = match background {
+        Background::Run => serving_key_store(&vault.key_store, keyring.clone()).await?,
+        Background::None => (key_store(&vault.key_store, keyring.clone()).await?, None),
+    };
     let keys = Arc::new(Keys::new(pool.clone(), store, keyring, clock, vault.data_key_cache));
     keys.switch_on_if_new().await?;
     if background == Background::Run {
         crate::flows::rotate::spawn_background(pool.clone(), keys.clone(), vault.reseal_interval);
     }
-    Ok(keys)
+    Ok((keys, pending))
+}
+
+/// A key store that did not answer at start is tried until it does; then the tenants and
+/// the operator API's providers (whose secrets did not open at start) are read again.
+fn reload_once_open(
+    pending: Option<Arc<crate::keys::pending::Pending>>,
+    tenants: &Arc<crate::tenants::Tenants>,
+    pool: &Db,
+) {
+    let Some(p) = pending else { return };
+    let (tenants, pool) = (tenants.clone(), pool.clone());
+    p.spawn_retries(async move {
+        if let Err(e) = tenants.reload(&pool).await {
+            tracing::warn!(error = %e, "tenants and providers not read again after the key store answered");
+        }
+    });
 }
 
 /// Whether a configured provider or IdP authenticates with `private_key_jwt`.
@@ -517,12 +538,12 @@ pub async fn key_store(
 async fn serving_key_store(
     settings: &crate::config::KeyStoreSettings,
     keyring: Arc<crate::vault::Keyring>,
-) -> anyhow::Result<Arc<dyn crate::vault::kek::KeyStore>> {
+) -> anyhow::Result<(Arc<dyn crate::vault::kek::KeyStore>, Option<Arc<crate::keys::pending::Pending>>)> {
     match open_key_store(settings, keyring.clone()).await {
-        Ok(store) => Ok(store),
+        Ok(store) => Ok((store, None)),
         Err(e) if e.is_transient() => {
             let what = key_store_named(settings);
-            tracing::error!(error = %e, store = %what, "key store not reachable: not ready until it is");
+            tracing::error!(error = %e, store = %what, "key store not usable: not ready until it is");
             let (settings, keyring) = (settings.clone(), keyring.clone());
             let kind = match &e {
                 crate::vault::kek::KeyStoreError::Unavailable { store, .. }
@@ -532,8 +553,7 @@ async fn serving_key_store(
                 let (settings, keyring) = (settings.clone(), keyring.clone());
                 Box::pin(async move { open_key_store(&settings, keyring).await })
             });
-            pending.spawn_retries();
-            Ok(pending)
+            Ok((pending.clone(), Some(pending)))
         }
         Err(e) => Err(anyhow::anyhow!("vault: {e} ({})", key_store_named(settings))),
     }

@@ -55,7 +55,7 @@ pub async fn rotate_keys(
     // every instance seals under data keys, and older binaries refuse this schema.
     keys.switch_on().await?;
     let rewrapped = keys.rewrap_all(batch).await?;
-    let mut report = reseal(pool, keys, batch, progress).await?;
+    let mut report = reseal(pool, keys, batch, Mode::Foreground, progress).await?;
     report.rewrapped = rewrapped;
     // Every sealed value has a generation now: rows without one are refused from here on
     // (run after every instance runs this release: an older one writes none).
@@ -73,13 +73,28 @@ pub async fn reseal(
     pool: &Db,
     keys: &Keys,
     batch: i64,
+    mode: Mode,
     progress: impl FnMut(u64, i64),
 ) -> Result<RotateReport, RotateError> {
-    let mut done = reseal_connections(pool, keys, batch, progress).await?;
-    done += reseal_webhook_secrets(pool, keys, batch).await?;
-    done += reseal_provider_secrets(pool, keys, batch).await?;
-    done += reseal_remote_clients(pool, keys, batch).await?;
-    done += crate::keys::client_keys::reseal(pool, keys).await?;
+    let mut done = reseal_connections(pool, keys, batch, mode, progress).await?;
+    // In the background a table that fails (a value that does not open) does not keep the
+    // others from moving; rotate-key stops at the first and names it.
+    let steps = [
+        ("webhook secrets", reseal_webhook_secrets(pool, keys, batch).await),
+        ("providers' client secrets", reseal_provider_secrets(pool, keys, batch).await),
+        ("remote MCP registrations", reseal_remote_clients(pool, keys, batch).await),
+        ("client signing keys", crate::keys::client_keys::reseal(pool, keys).await.map_err(RotateError::from)),
+    ];
+    for (what, step) in steps {
+        match (step, mode) {
+            (Ok(n), _) => done += n,
+            (Err(e), Mode::Background) => {
+                metrics::counter!(crate::keys::RESEAL_FAILURES).increment(1);
+                tracing::warn!(error = %e, "background re-seal: {what} not moved; the next pass tries again");
+            }
+            (Err(e), Mode::Foreground) => return Err(e),
+        }
+    }
     let remaining = store::connections::count_rows_not_under_active_key(pool).await?
         + store::webhooks::count_secrets_not_under_active_key(pool).await?
         + store::providers::count_not_under_active_key(pool).await?
@@ -118,7 +133,7 @@ pub fn spawn_background(pool: Db, keys: std::sync::Arc<Keys>, every: std::time::
                     continue;
                 }
             }
-            match reseal(&pool, &keys, BACKGROUND_BATCH, |_, _| {}).await {
+            match reseal(&pool, &keys, BACKGROUND_BATCH, Mode::Background, |_, _| {}).await {
                 Ok(r) => {
                     metrics::gauge!(crate::keys::RESEAL_REMAINING).set(r.remaining as f64);
                     metrics::counter!(crate::keys::RESEALED).increment(r.resealed);
@@ -131,7 +146,10 @@ pub fn spawn_background(pool: Db, keys: std::sync::Arc<Keys>, every: std::time::
                         );
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "background re-seal failed; the next pass tries again"),
+                Err(e) => {
+                    metrics::counter!(crate::keys::RESEAL_FAILURES).increment(1);
+                    tracing::warn!(error = %e, "background re-seal failed; the next pass tries again");
+                }
             }
         }
     });
@@ -141,49 +159,42 @@ pub fn spawn_background(pool: Db, keys: std::sync::Arc<Keys>, every: std::time::
 /// for none of them long.
 const BACKGROUND_BATCH: i64 = 50;
 
-/// The connections' tokens not under their tenant's active data key, re-sealed under it.
+/// Who re-seals: `rotate-key` (stops at a value that does not open, naming it) or an
+/// instance in the background (counts it in `mcp_connect_vault_reseal_failures_total`, logs
+/// it, and goes on past it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Foreground,
+    Background,
+}
+
+/// The connections' tokens not under their tenant's active data key, re-sealed under it,
+/// by id: one pass goes over each row once (a row whose re-seal did not move it, under a
+/// key an instance still held as active, waits for the next pass).
 async fn reseal_connections(
     pool: &Db,
     keys: &Keys,
     batch: i64,
+    mode: Mode,
     mut progress: impl FnMut(u64, i64),
 ) -> Result<u64, RotateError> {
     let total = store::connections::count_rows_not_under_active_key(pool).await?;
-    let mut done = 0u64;
+    let (mut done, mut after) = (0u64, uuid::Uuid::nil());
     loop {
         let mut tx = pool.begin().await?;
-        let rows = store::connections::lock_rows_not_under_active_key(&mut *tx, batch).await?;
-        if rows.is_empty() {
-            return Ok(done);
-        }
+        let rows = store::connections::lock_rows_not_under_active_key(&mut *tx, after, batch).await?;
+        let Some(last) = rows.last() else { return Ok(done) };
+        after = last.id.as_uuid();
+        let mut moved = 0u64;
         for row in &rows {
-            let unopenable = |e: KeysError| RotateError::Unopenable(row.id.as_uuid(), e);
-            let from = keys
-                .opening(row.key_id.as_deref().unwrap_or_default(), Scope::Tenant(&row.tenant_id))
-                .await
-                .map_err(unopenable)?;
-            let to = keys.sealing(Scope::Tenant(&row.tenant_id)).await?;
-            // Opened at the row's generation, sealed at its next (a row sealed before
-            // generations gets its first here), with its issuer bound where it names one.
-            let (binding, next) = (row.binding(), row.next_binding());
-            let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
-                let Some(ct) = ct else { return Ok(None) };
-                let pt = from.open(&binding, field, ct).map_err(|e| unopenable(e.into()))?;
-                to.seal(&next, field, &pt).map(Some).map_err(|e| unopenable(e.into()))
-            };
-            let access = reseal(Field::AccessToken, &row.access_token_ct)?;
-            let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
-            let id_token = reseal(Field::IdToken, &row.id_token_ct)?;
-            store::connections::store_resealed(
-                &mut *tx,
-                row.id,
-                to.key_id(),
-                row.next_generation(),
-                access.as_deref(),
-                refresh.as_deref(),
-                id_token.as_deref(),
-            )
-            .await?;
+            match reseal_row(keys, &mut tx, row).await {
+                Ok(()) => moved += 1,
+                Err(e) if mode == Mode::Background => {
+                    metrics::counter!(crate::keys::RESEAL_FAILURES).increment(1);
+                    tracing::warn!(connection = %row.id, error = %e, "background re-seal: a connection left as it is");
+                }
+                Err(e) => return Err(e),
+            }
         }
         // Mid-batch after an earlier batch committed: some rows under the new key, this
         // batch's writes about to be lost.
@@ -191,9 +202,45 @@ async fn reseal_connections(
             crate::domain::failpoint::stop_here("rotate.before_second_commit").await;
         }
         tx.commit().await?;
-        done += rows.len() as u64;
+        done += moved;
         progress(done, total);
     }
+}
+
+/// One connection's tokens opened under their key and sealed under the tenant's active one.
+async fn reseal_row(
+    keys: &Keys,
+    tx: &mut store::Tx,
+    row: &store::connections::ConnectionRow,
+) -> Result<(), RotateError> {
+    let unopenable = |e: KeysError| RotateError::Unopenable(row.id.as_uuid(), e);
+    let from = keys
+        .opening(row.key_id.as_deref().unwrap_or_default(), Scope::Tenant(&row.tenant_id))
+        .await
+        .map_err(unopenable)?;
+    let to = keys.sealing(Scope::Tenant(&row.tenant_id)).await?;
+    // Opened at the row's generation, sealed at its next (a row sealed before generations
+    // gets its first here), with its issuer bound where it names one.
+    let (binding, next) = (row.binding(), row.next_binding());
+    let reseal = |field: Field, ct: &Option<Vec<u8>>| -> Result<Option<Vec<u8>>, RotateError> {
+        let Some(ct) = ct else { return Ok(None) };
+        let pt = from.open(&binding, field, ct).map_err(|e| unopenable(e.into()))?;
+        to.seal(&next, field, &pt).map(Some).map_err(|e| unopenable(e.into()))
+    };
+    let access = reseal(Field::AccessToken, &row.access_token_ct)?;
+    let refresh = reseal(Field::RefreshToken, &row.refresh_token_ct)?;
+    let id_token = reseal(Field::IdToken, &row.id_token_ct)?;
+    store::connections::store_resealed(
+        &mut **tx,
+        row.id,
+        to.key_id(),
+        row.next_generation(),
+        access.as_deref(),
+        refresh.as_deref(),
+        id_token.as_deref(),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The webhook signing secrets (current and, in its overlap, the one before; one whose

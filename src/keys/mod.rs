@@ -82,6 +82,9 @@ pub const KEY_STORE_CALLS: &str = "mcp_connect_key_store_seconds";
 pub const RESEAL_REMAINING: &str = "mcp_connect_vault_reseal_remaining";
 /// Metric: values the background re-seal passes moved.
 pub const RESEALED: &str = "mcp_connect_vault_resealed_total";
+/// Metric: values (or whole tables) a background re-seal pass could not move (a value that
+/// does not open, a key store that does not answer), left for the next pass.
+pub const RESEAL_FAILURES: &str = "mcp_connect_vault_reseal_failures_total";
 
 /// Times a key-store call and counts its result.
 async fn measured<T>(

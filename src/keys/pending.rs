@@ -13,6 +13,8 @@ use zeroize::Zeroizing;
 
 /// How often a store that did not answer is tried again, at most.
 const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// The longest one attempt to open it may take (a hung module or endpoint).
+const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 
 type Opening = Pin<Box<dyn Future<Output = Result<Arc<dyn KeyStore>, KeyStoreError>> + Send>>;
 
@@ -53,41 +55,50 @@ impl Pending {
     }
 
     /// Tries to open the store every few seconds until it answers, so that the service
-    /// becomes ready without waiting for a request.
-    pub fn spawn_retries(self: &Arc<Self>) {
+    /// becomes ready without waiting for a request; then runs `opened` (what was left
+    /// undone for want of keys at start is done again).
+    pub fn spawn_retries(self: &Arc<Self>, opened: impl std::future::Future<Output = ()> + Send + 'static) {
         let pending = self.clone();
         tokio::spawn(async move {
             while !pending.opened.initialized() {
                 tokio::time::sleep(RETRY_EVERY).await;
-                if pending.store().await.is_ok() {
-                    tracing::info!(store = %pending.what, "key store reachable: ready");
+                match pending.store().await {
+                    Ok(_) => tracing::info!(store = %pending.what, "key store answers: ready"),
+                    Err(e) => tracing::warn!(store = %pending.what, error = %e, "key store still not usable"),
                 }
             }
+            opened.await;
         });
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.opened.initialized()
     }
 
     async fn store(&self) -> Result<&Arc<dyn KeyStore>, KeyStoreError> {
         if let Some(s) = self.opened.get() {
             return Ok(s);
         }
-        let _turn = self.one_at_a_time.lock().await;
+        let unavailable = |reason: String| KeyStoreError::Unavailable { store: self.kind, reason };
+        let last = || self.tried.lock().map(|t| t.1.clone()).unwrap_or_default();
+        // One attempt at a time; a request meanwhile is answered at once, not made to wait.
+        let Ok(_turn) = self.one_at_a_time.try_lock() else { return Err(unavailable(last())) };
         if let Some(s) = self.opened.get() {
             return Ok(s);
         }
-        let unavailable = |reason: String| KeyStoreError::Unavailable { store: self.kind, reason };
-        if let Ok(tried) = self.tried.lock()
-            && tried.0.elapsed() < RETRY_EVERY
-        {
-            return Err(unavailable(tried.1.clone()));
+        if self.tried.lock().is_ok_and(|t| t.0.elapsed() < RETRY_EVERY) {
+            return Err(unavailable(last()));
         }
-        match (self.open)().await {
+        let opened = tokio::time::timeout(OPEN_TIMEOUT, (self.open)())
+            .await
+            .unwrap_or_else(|_| Err(unavailable("no answer in time".to_owned())));
+        match opened {
             Ok(store) => Ok(self.opened.get_or_init(|| async { store }).await),
             Err(e) => {
                 if let Ok(mut tried) = self.tried.lock() {
                     *tried = (Instant::now(), e.to_string());
                 }
-                // Whatever it answered now, it is not open: a refusal at this point (the
-                // key went while it was away) is reported as it is.
+                // A refusal now (the key went while the store was away) is reported as it is.
                 Err(e)
             }
         }
@@ -118,11 +129,12 @@ impl KeyStore for Pending {
         self.store().await?.unwrap(kek_id, ctx, blob).await
     }
 
+    /// The store's kind only: `/readyz` is public; the key, the endpoint and the reason
+    /// are in the log.
     fn readiness(&self) -> Result<(), String> {
         if self.opened.initialized() {
             return Ok(());
         }
-        let why = self.tried.lock().map(|t| t.1.clone()).unwrap_or_default();
-        Err(format!("{} does not answer: {why}", self.what))
+        Err(format!("key store {} not usable yet (the log says why)", self.kind))
     }
 }

@@ -468,10 +468,11 @@ pub async fn live_connection_ids(
 }
 
 /// A batch of rows sealed under another key than their tenant's active data key, or before
-/// seal generations or issuer binding,
-/// locked for re-sealing; rows another instance is working on are skipped, not waited for.
+/// seal generations or issuer binding, by id after `after`, locked for re-sealing; rows
+/// another instance is working on are skipped, not waited for.
 pub async fn lock_rows_not_under_active_key(
     db: impl PgExecutor<'_>,
+    after: uuid::Uuid,
     limit: i64,
 ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
     sqlx::query_as!(
@@ -487,10 +488,12 @@ pub async fn lock_rows_not_under_active_key(
              AND (key_id IS DISTINCT FROM mcpc_active_key_id(tenant_id) OR seal_version IS NULL
                   OR (issuer IS NOT NULL AND mcpc_unbound_seal(access_token_ct, refresh_token_ct, id_token_ct)))
              AND (access_token_ct IS NOT NULL OR refresh_token_ct IS NOT NULL OR id_token_ct IS NOT NULL)
+             AND id > $2
            ORDER BY id
            LIMIT $1
            FOR UPDATE SKIP LOCKED"#,
-        limit
+        limit,
+        after
     )
     .fetch_all(db)
     .await

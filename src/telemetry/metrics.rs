@@ -152,6 +152,10 @@ fn describe() {
         "values not under their scope's active data key, and data keys not under the current KEK, at this instance's last background re-seal pass"
     );
     describe_counter!(
+        crate::keys::RESEAL_FAILURES,
+        "values or tables a background re-seal pass could not move (left for the next pass)"
+    );
+    describe_counter!(
         crate::keys::RESEALED,
         "values the background re-seal passes moved under their scope's active data key"
     );
