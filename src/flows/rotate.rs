@@ -109,8 +109,8 @@ pub async fn reseal(
     Ok(RotateReport { resealed: done, remaining, retired_destroyed, ..RotateReport::default() })
 }
 
-/// Every `every` (`[vault] reseal_interval_seconds`; zero: never), while data keys are on,
-/// a [`reseal`] pass: a tenant's rotated data key has its values moved under the new one in
+/// Every `every` (`[vault] reseal_interval_seconds`; zero: never), while data keys are on
+/// and a retired data key is still there, a [`reseal`] pass: a tenant's rotated data key has its values moved under the new one in
 /// the background, on every instance at once (rows another instance holds are skipped and
 /// picked up by it), and is destroyed once nothing names it. Data keys are not re-wrapped
 /// here: during a rolling change of the KEK, instances on the old and the new settings would
@@ -125,11 +125,18 @@ pub fn spawn_background(pool: Db, keys: std::sync::Arc<Keys>, every: std::time::
         tick.tick().await;
         loop {
             tick.tick().await;
-            match keys.are_on().await {
+            // Work only while a tenant's rotated key is still there: a pass scans the sealed
+            // tables, and nothing else makes values leave their scope's active key (values
+            // of the releases before data keys are rotate-key's to move).
+            let due = match keys.are_on().await {
+                Ok(true) => store::data_keys::any_retired(&pool).await,
+                other => other,
+            };
+            match due {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    tracing::warn!(error = %e, "background re-seal: data keys' switch not read");
+                    tracing::warn!(error = %e, "background re-seal: whether there is work not read");
                     continue;
                 }
             }
@@ -168,9 +175,7 @@ pub enum Mode {
     Background,
 }
 
-/// The connections' tokens not under their tenant's active data key, re-sealed under it,
-/// by id: one pass goes over each row once (a row whose re-seal did not move it, under a
-/// key an instance still held as active, waits for the next pass).
+/// The connections' tokens not under their tenant's active data key, re-sealed under it.
 async fn reseal_connections(
     pool: &Db,
     keys: &Keys,
@@ -184,7 +189,12 @@ async fn reseal_connections(
         let mut tx = pool.begin().await?;
         let rows = store::connections::lock_rows_not_under_active_key(&mut *tx, after, batch).await?;
         let Some(last) = rows.last() else { return Ok(done) };
-        after = last.id.as_uuid();
+        // In the background a pass goes over each row once (one that did not move waits for
+        // the next pass); rotate-key starts over each batch, so that a row a refresh held
+        // when it was passed is picked up before it reports (it stops at one that fails).
+        if mode == Mode::Background {
+            after = last.id.as_uuid();
+        }
         let mut moved = 0u64;
         for row in &rows {
             match reseal_row(keys, &mut tx, row).await {

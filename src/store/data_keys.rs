@@ -86,6 +86,14 @@ pub async fn insert_active(
 }
 
 /// Whether writes seal under data keys (once on, on for good).
+/// Whether a retired data key is still there (a tenant's rotated key not yet destroyed):
+/// the background re-seal has work only then.
+pub async fn any_retired(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM data_keys WHERE state = 'retired') AS "any!""#)
+        .fetch_one(db)
+        .await
+}
+
 pub async fn data_keys_on(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar!("SELECT data_keys_on FROM vault_state").fetch_one(db).await
 }

@@ -12,8 +12,9 @@
 //!
 //! For each cache setting, one instance per store is started and warmed (each unwraps the
 //! key once, while it is wrapped by its store); once the warm-ups' audit minute has been
-//! written, the saturating loops run back to back inside one minute: `local`, each store,
-//! `local` again. The reference rate is the mean of the two `local` loops.
+//! written, the saturating loops run back to back inside one minute: `local`, then each
+//! store followed by `local` again; each store's reference is the mean of the `local` loops
+//! just before and after it (the machine's drift within the minute cancels out).
 //!
 //! The rotation rows run each on a database of their own (1,000 tenants, each with a data
 //! key wrapped under the store's first KEK), timing `Keys::rewrap_all` to a second KEK: a
@@ -54,7 +55,7 @@ pub struct StoreRun {
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreRatio {
     pub store: String,
-    /// ÷ the mean of the two `local` runs.
+    /// ÷ the mean of the `local` loops just before and after it.
     pub cached: f64,
     pub uncached: f64,
 }
@@ -68,7 +69,7 @@ pub struct Rotation {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyStoresRun {
-    /// `local`, then each store that could be set up, then `local` again.
+    /// `local`, then each store that could be set up followed by `local` again.
     pub runs: Vec<StoreRun>,
     pub ratios: Vec<StoreRatio>,
     pub rotations: Vec<Rotation>,
@@ -253,22 +254,24 @@ impl Phase<'_> {
         let uncached = self.store_rates(&stores, id, &bytes, false).await?;
         // The table as it was: the bench tenant's key wrapped by the keyring.
         move_key(self.pool, id, &bytes, local.as_ref()).await?;
+        // Loops: local, store 1, local, store 2, local: each store against the mean of the
+        // local loops on either side of it.
         let runs: Vec<StoreRun> = cached
             .into_iter()
             .zip(uncached)
             .map(|((store, cached), (_, uncached))| StoreRun { store, cached, uncached })
             .collect();
-        let (first, last) = (runs.first().context("no local run")?, runs.last().context("no local run")?);
-        let reference = |f: fn(&StoreRun) -> f64| (f(first) + f(last)) / 2.0;
-        let (cached_ref, uncached_ref) = (reference(|r| r.cached.rps), reference(|r| r.uncached.rps));
         let ratios = runs
-            .iter()
-            .skip(1)
-            .take(runs.len().saturating_sub(2))
-            .map(|r| StoreRatio {
-                store: r.store.clone(),
-                cached: r.cached.rps / cached_ref.max(1e-9),
-                uncached: r.uncached.rps / uncached_ref.max(1e-9),
+            .windows(3)
+            .step_by(2)
+            .filter_map(|w| {
+                let [before, store, after] = w else { return None };
+                let around = |f: fn(&StoreRun) -> f64| (f(before) + f(after)) / 2.0;
+                Some(StoreRatio {
+                    store: store.store.clone(),
+                    cached: store.cached.rps / around(|r| r.cached.rps).max(1e-9),
+                    uncached: store.uncached.rps / around(|r| r.uncached.rps).max(1e-9),
+                })
             })
             .collect();
 
@@ -316,7 +319,9 @@ impl Phase<'_> {
                 answered += warm.requests;
             }
             self.wait_for_audit(since, written_before + answered as i64).await?;
-            let order = (0..running.len()).chain(std::iter::once(0));
+            // local, then each store followed by local again: each store is judged against
+            // the local loops just before and after it.
+            let order = std::iter::once(0).chain((1..running.len()).flat_map(|i| [i, 0]));
             let mut out = Vec::with_capacity(running.len() + 1);
             for i in order {
                 let (store, svc) = running.get(i).context("no instance")?;

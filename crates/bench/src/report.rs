@@ -523,7 +523,7 @@ impl Results {
         for r in &k.ratios {
             let _ = writeln!(
                 o,
-                "    {} ÷ local (mean of the first and last run): cache on {:.2} ×, cache off {:.2} ×",
+                "    {} ÷ local (mean of the local loops before and after): cache on {:.2} ×, cache off {:.2} ×",
                 r.store, r.cached, r.uncached
             );
         }
