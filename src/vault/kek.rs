@@ -133,6 +133,21 @@ impl KeyStore for LocalKeyStore {
     }
 }
 
+/// A random key wrapped and unwrapped once, as a store is opened: a store that answers but
+/// does not give back what it was given is refused.
+pub(super) async fn probe(store: &dyn KeyStore) -> Result<(), KeyStoreError> {
+    use rand::RngCore;
+    let mut key = Zeroizing::new([0u8; 32]);
+    rand::rng().fill_bytes(&mut *key);
+    let ctx = WrapContext { data_key: uuid::Uuid::new_v4(), scope: "*" };
+    let wrapped = store.wrap(&ctx, &key).await?;
+    if *store.unwrap(&wrapped.kek_id, &ctx, &wrapped.blob).await? != *key {
+        let reason = "a key wrapped and unwrapped by the store came back different".to_owned();
+        return Err(KeyStoreError::Refused { store: store.kind(), reason });
+    }
+    Ok(())
+}
+
 /// An unwrapped data key's 32 bytes, from what a store opened (zeroised by the caller).
 fn key_of(store: &'static str, opened: &[u8]) -> Result<Zeroizing<[u8; 32]>, KeyStoreError> {
     let mut key = Zeroizing::new([0u8; 32]);

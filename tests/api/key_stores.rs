@@ -12,6 +12,23 @@ use mcp_connect::vault::kek::{KeyStoreError, LocalKeyStore};
 use serde_json::json;
 use std::sync::Arc;
 
+/// `[7; 32]` wrapped by `store` for a new data key of tenant `acme`: it unwraps in that
+/// context and in no other (another data key, another tenant).
+async fn wrapped_for_its_own_id_and_scope(
+    store: &dyn mcp_connect::vault::kek::KeyStore,
+) -> (mcp_connect::vault::kek::WrapContext<'static>, mcp_connect::vault::kek::Wrapped) {
+    use mcp_connect::vault::kek::WrapContext;
+    let (id, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let ctx = WrapContext { data_key: id, scope: "acme" };
+    let w = store.wrap(&ctx, &[7u8; 32]).await.unwrap();
+    assert_eq!(*store.unwrap(&w.kek_id, &ctx, &w.blob).await.unwrap(), [7u8; 32]);
+    for moved in [WrapContext { data_key: other, scope: "acme" }, WrapContext { data_key: id, scope: "beta" }] {
+        let e = store.unwrap(&w.kek_id, &moved, &w.blob).await.unwrap_err();
+        assert!(matches!(e, KeyStoreError::Refused { .. }), "{e}");
+    }
+    (ctx, w)
+}
+
 #[tokio::test]
 async fn a_token_sealed_under_pkcs11_opens_after_a_restart_and_not_once_the_kek_is_gone() {
     let hsm = token_with_kek("kek-1").await;
@@ -85,7 +102,7 @@ async fn a_database_and_the_instances_keyring_open_nothing_without_the_hsm() {
 
 #[tokio::test]
 async fn an_install_moves_from_the_keyring_to_the_hsm_with_rotate_key_and_a_moved_wrapping_opens_nothing() {
-    use mcp_connect::vault::kek::{KeyStore, WrapContext};
+    use mcp_connect::vault::kek::KeyStore;
     let hsm = token_with_kek("kek-1").await;
     // Data keys wrapped by the keyring first (the local store).
     let app = crate::support::spawn_app().await;
@@ -111,14 +128,7 @@ async fn an_install_moves_from_the_keyring_to_the_hsm_with_rotate_key_and_a_move
     let fresh = spawn_on(&app, &Options { extra_toml: hsm.toml(), ..Options::default() }).await;
     assert_eq!(fresh.token_ok(json!({"subject": "alice", "provider": "github"})).await["access_token"], "gho_moved");
     // What the HSM wrapped for one data key and tenant unwraps for no other, and not altered.
-    let (id, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let ctx = WrapContext { data_key: id, scope: "acme" };
-    let w = store.wrap(&ctx, &[7u8; 32]).await.unwrap();
-    assert_eq!(*store.unwrap(&w.kek_id, &ctx, &w.blob).await.unwrap(), [7u8; 32]);
-    for moved in [WrapContext { data_key: other, scope: "acme" }, WrapContext { data_key: id, scope: "beta" }] {
-        let e = store.unwrap(&w.kek_id, &moved, &w.blob).await.unwrap_err();
-        assert!(matches!(e, KeyStoreError::Refused { .. }), "{e}");
-    }
+    let (ctx, w) = wrapped_for_its_own_id_and_scope(&store).await;
     let mut altered = w.blob.clone();
     *altered.last_mut().unwrap() ^= 1;
     assert!(matches!(store.unwrap(&w.kek_id, &ctx, &altered).await, Err(KeyStoreError::Refused { .. })));
@@ -178,18 +188,11 @@ async fn a_token_sealed_under_aws_kms_opens_after_a_restart_and_nothing_opens_on
 
 #[tokio::test]
 async fn a_wrapping_kms_made_unwraps_for_no_other_data_key_scope_or_key() {
-    use mcp_connect::vault::kek::{KeyStore, WrapContext};
+    use mcp_connect::vault::kek::KeyStore;
     let kms = Kms::start().await;
     let store = AwsKmsKeyStore::open(kms.settings()).await.unwrap();
     assert_eq!(store.current_kek(), kms.arn, "the alias resolved to its key's ARN");
-    let (id, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let ctx = WrapContext { data_key: id, scope: "acme" };
-    let w = store.wrap(&ctx, &[7u8; 32]).await.unwrap();
-    assert_eq!(*store.unwrap(&w.kek_id, &ctx, &w.blob).await.unwrap(), [7u8; 32]);
-    for moved in [WrapContext { data_key: other, scope: "acme" }, WrapContext { data_key: id, scope: "beta" }] {
-        let e = store.unwrap(&w.kek_id, &moved, &w.blob).await.unwrap_err();
-        assert!(matches!(e, KeyStoreError::Refused { .. }), "{e}");
-    }
+    let (ctx, w) = wrapped_for_its_own_id_and_scope(&store).await;
     // A row naming a key of another account (or region) is not sent to KMS at all.
     let foreign = w.kek_id.replace("123456789012", "999999999999");
     let e = store.unwrap(&foreign, &ctx, &w.blob).await.unwrap_err();

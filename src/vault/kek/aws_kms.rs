@@ -23,7 +23,6 @@
 use super::{KeyStore, KeyStoreError, WrapContext, Wrapped};
 use aws_sdk_kms::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_kms::primitives::Blob;
-use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -177,13 +176,7 @@ impl AwsKmsKeyStore {
             return Err(refused(format!("key {arn} is not a SYMMETRIC_DEFAULT key for ENCRYPT_DECRYPT")));
         }
         let store = Self { client, arn };
-        let mut probe = Zeroizing::new([0u8; 32]);
-        rand::rng().fill_bytes(&mut *probe);
-        let ctx = WrapContext { data_key: uuid::Uuid::new_v4(), scope: "*" };
-        let wrapped = store.wrap(&ctx, &probe).await?;
-        if *store.unwrap(&wrapped.kek_id, &ctx, &wrapped.blob).await? != *probe {
-            return Err(refused("a key wrapped and unwrapped by KMS came back different"));
-        }
+        super::probe(&store).await?;
         Ok(store)
     }
 }

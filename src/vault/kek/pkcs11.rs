@@ -167,13 +167,7 @@ impl Pkcs11KeyStore {
         let store = tokio::task::spawn_blocking(move || Self::open_blocking(settings))
             .await
             .map_err(|e| refused(format!("task: {e}")))??;
-        let mut probe = Zeroizing::new([0u8; 32]);
-        rand::rng().fill_bytes(&mut *probe);
-        let ctx = WrapContext { data_key: uuid::Uuid::new_v4(), scope: "*" };
-        let wrapped = store.wrap(&ctx, &probe).await?;
-        if *store.unwrap(&wrapped.kek_id, &ctx, &wrapped.blob).await? != *probe {
-            return Err(refused("a key wrapped and unwrapped by the module came back different"));
-        }
+        super::probe(&store).await?;
         Ok(store)
     }
 
