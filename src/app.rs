@@ -29,6 +29,8 @@ pub struct AppState {
     /// The providers and tenants served, and their IdPs.
     pub directory: Directory,
     pub api_keys: Arc<ApiKeyVerifier>,
+    /// Workload tokens presented in an API key's place (`workload`).
+    pub workloads: Arc<crate::workload::WorkloadVerifier>,
     /// The public base and the URLs made from it.
     pub urls: PublicUrls,
     pub lifetimes: Lifetimes,

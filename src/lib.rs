@@ -46,6 +46,9 @@ pub mod tenants;
 pub mod vault;
 /// Webhook events, signatures (Standard Webhooks) and their delivery.
 pub mod webhooks;
+/// Workload tokens (Kubernetes, SPIFFE, GitHub Actions, OAuth client credentials) in an
+/// API key's place.
+pub mod workload;
 
 /// What `mcp-connect --version` says: the release and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_CONNECT_COMMIT"), ")");

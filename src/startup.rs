@@ -453,6 +453,7 @@ async fn app_state(
         keys,
         webhook_policy,
         api_keys,
+        workloads: Arc::new(crate::workload::WorkloadVerifier::new(pool.clone(), &config.public_base_url, clock)),
         urls: PublicUrls { secure_cookies: config.public_base_url.scheme() == "https", base: config.public_base_url },
         lifecycle: Lifecycle::default(),
         pool,

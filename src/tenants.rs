@@ -11,6 +11,7 @@
 //! The providers are read with the tenants, on the same notifications
 //! (`providers::Providers`).
 
+use crate::domain::workload::WorkloadIssuer;
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
 use crate::providers::Providers;
 use crate::store::{self, Db};
@@ -20,13 +21,18 @@ use std::sync::{Arc, RwLock};
 /// A snapshot of the active tenants, and the providers.
 pub struct Tenants {
     active: RwLock<Arc<HashMap<TenantId, TenantConfig>>>,
+    /// The active tenants' workload issuers by `iss`: the tenants that trust each.
+    workload_issuers: RwLock<Arc<WorkloadIssuers>>,
     providers: Arc<Providers>,
 }
+
+/// Each trusted `iss`, with the tenants that trust it and how.
+pub type WorkloadIssuers = HashMap<String, Vec<(TenantId, Arc<WorkloadIssuer>)>>;
 
 impl Tenants {
     /// Reads the active tenants and the providers from the database.
     pub async fn load(pool: &Db, providers: Arc<Providers>) -> Result<Self, sqlx::Error> {
-        let t = Self { active: RwLock::default(), providers };
+        let t = Self { active: RwLock::default(), workload_issuers: RwLock::default(), providers };
         t.reload(pool).await?;
         Ok(t)
     }
@@ -47,12 +53,23 @@ impl Tenants {
                 // tenant is skipped, never handed to another IdP.
                 let idp = Some(crate::domain::IdpName::parse(&r.idp).ok()?);
                 let hand_out = Some(crate::domain::HandOutPolicy::from_stored(r.hand_out.as_ref()));
+                let workload_issuers = Some(crate::domain::workload::issuers_from_stored(r.workload_issuers.as_ref()));
                 let display_name = r.display_name;
-                Some((id.clone(), TenantConfig { id, display_name, providers, subject_token, idp, hand_out }))
+                let t = TenantConfig { id, display_name, providers, subject_token, idp, hand_out, workload_issuers };
+                Some((t.id.clone(), t))
             })
-            .collect();
+            .collect::<HashMap<_, _>>();
+        let mut by_issuer = WorkloadIssuers::new();
+        for t in map.values() {
+            for w in t.workload_issuers.iter().flatten() {
+                by_issuer.entry(w.issuer.clone()).or_default().push((t.id.clone(), Arc::new(w.clone())));
+            }
+        }
         if let Ok(mut a) = self.active.write() {
             *a = Arc::new(map);
+        }
+        if let Ok(mut w) = self.workload_issuers.write() {
+            *w = Arc::new(by_issuer);
         }
         Ok(())
     }
@@ -80,6 +97,12 @@ impl Tenants {
             .read()
             .ok()
             .and_then(|a| a.get(id).map(|t| t.hand_out.as_ref().map(|h| h.for_provider(provider)).unwrap_or_default()))
+    }
+
+    /// The active tenants' trusted workload issuers, by `iss` (empty: no tenant takes a
+    /// workload token, and a bearer that is not an API key is refused as one).
+    pub fn workload_issuers(&self) -> Arc<WorkloadIssuers> {
+        self.workload_issuers.read().map(|w| w.clone()).unwrap_or_default()
     }
 
     /// The display name of an active tenant.

@@ -237,6 +237,9 @@ pub struct RawTenant {
     pub hand_out: Option<crate::domain::HandOutMode>,
     /// Per provider, the other of the two (`{ github = "credentials" }`).
     pub hand_out_providers: Option<std::collections::BTreeMap<String, crate::domain::HandOutMode>>,
+    /// Issuers whose workload tokens its MCP servers may present instead of an API key
+    /// (`[[tenants.workload_issuers]]`); left out: the database's stand.
+    pub workload_issuers: Option<Vec<crate::domain::workload::WorkloadIssuer>>,
 }
 
 /// The secrets only the environment gives (they have no place in the file, only their

@@ -547,7 +547,10 @@ pub fn tenant(
             Some(crate::domain::HandOutPolicy { default: default.unwrap_or_default(), providers: overrides })
         }
     };
-    Ok(TenantConfig { id, display_name, providers, subject_token, idp, hand_out })
+    if let Some(w) = &t.workload_issuers {
+        crate::domain::workload::check_issuers(w).map_err(|(f, why)| invalid(at(&f), why))?;
+    }
+    Ok(TenantConfig { id, display_name, providers, subject_token, idp, hand_out, workload_issuers: t.workload_issuers })
 }
 
 /// `outbound.ca_file`: a PEM file of one or more CA certificates (empty or unset: none).

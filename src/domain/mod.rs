@@ -11,6 +11,7 @@ mod ids;
 pub(crate) mod props;
 mod scopes;
 pub mod shown;
+pub mod workload;
 
 pub use audit::{AuditKind, MethodClass, ProxiedCall, StatusClass};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -96,6 +97,9 @@ pub struct TenantConfig {
     /// What `/v1/token` hands out. `None` only in a configuration file that leaves it out:
     /// the database's value stands (credentials for a new tenant).
     pub hand_out: Option<HandOutPolicy>,
+    /// The workload issuers it trusts. `None` only in a configuration file that leaves
+    /// them out: the database's stand (none for a new tenant).
+    pub workload_issuers: Option<Vec<workload::WorkloadIssuer>>,
 }
 
 /// Whether `/v1/token` hands out the credential itself, or only that a usable connection

@@ -1,6 +1,6 @@
 //! Periodic clean-up, safe to run on every instance at once (each statement is
 //! idempotent): overdue elicitations expire, spent states and logins go, expired
-//! sessions go, the audit partitions of the coming months are made and those past retention
+//! sessions go, workload tokens' spent `jti`s go, the audit partitions of the coming months are made and those past retention
 //! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
 use crate::store::{self, Db};
@@ -22,6 +22,8 @@ pub struct CleanupReport {
     pub webhook_deliveries_deleted: u64,
     /// Typed-credential check budgets whose window is over.
     pub credential_budgets_deleted: u64,
+    /// Workload tokens' `jti`s whose tokens expired (beyond any issuer's skew).
+    pub workload_jtis_deleted: u64,
 }
 
 /// How long a finished webhook delivery stays listed.
@@ -47,6 +49,7 @@ pub async fn run_once(pool: &Db, now: OffsetDateTime, audit_retention: Duration)
         states_deleted: store::states::delete_spent_states(pool, now).await?,
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,
         sessions_deleted: store::sessions::delete_expired_sessions(pool, now).await?,
+        workload_jtis_deleted: store::workload::purge_jtis(pool, now - time::Duration::minutes(10)).await?,
         audit_partitions_made: store::audit::ensure_partitions(pool, now).await?,
         audit_partitions_dropped: store::audit::drop_partitions_before(pool, now - retention).await?,
     })

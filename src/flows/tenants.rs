@@ -131,6 +131,8 @@ pub struct TenantChange {
     pub hand_out: Option<crate::domain::HandOutMode>,
     /// Replaces the overrides whole.
     pub hand_out_providers: Option<std::collections::BTreeMap<String, crate::domain::HandOutMode>>,
+    /// Replaces the trusted workload issuers whole (`Some(vec![])`: none).
+    pub workload_issuers: Option<Vec<crate::domain::workload::WorkloadIssuer>>,
     pub active: Option<bool>,
 }
 
@@ -144,6 +146,7 @@ impl TenantChange {
             || self.require_subject_token.is_some()
             || self.hand_out.is_some()
             || self.hand_out_providers.is_some()
+            || self.workload_issuers.is_some()
     }
 }
 
@@ -230,6 +233,12 @@ pub async fn change_tenant(
             idp: Some(change.idp.clone().unwrap_or_else(|| before.idp.clone())),
             hand_out: Some(change.hand_out.unwrap_or(before_hand_out.default)),
             hand_out_providers: Some(change.hand_out_providers.clone().unwrap_or(before_hand_out.providers)),
+            workload_issuers: Some(
+                change
+                    .workload_issuers
+                    .clone()
+                    .unwrap_or_else(|| crate::domain::workload::issuers_from_stored(before.workload_issuers.as_ref())),
+            ),
         };
         let t = checked(spec, known)?;
         store::tenants::update_managed_tenant(&mut *tx, &t).await?;
@@ -274,5 +283,6 @@ fn settings_detail(t: &TenantRow, by: &ApiKeyId) -> serde_json::Value {
         "subject_token_audience": t.subject_token_audience,
         "require_subject_token": t.require_subject_token,
         "hand_out": t.hand_out,
+        "workload_issuers": t.workload_issuers,
     })
 }

@@ -52,6 +52,30 @@ error_codes! {
     InsufficientScope = "insufficient_scope" => FORBIDDEN,
     /// The key is right, but its tenant is switched off by an operator.
     TenantDisabled = "tenant_disabled" => FORBIDDEN,
+    /// A workload token that is no signed JWT of its issuer: malformed, no `kid`, a signature that does not verify, a missing `exp`, `aud` or `sub` (401).
+    WorkloadTokenInvalid = "workload_token_invalid" => UNAUTHORIZED,
+    /// A workload token signed with an algorithm never accepted (`none`, HMAC) (401).
+    WorkloadTokenAlgorithm = "workload_token_algorithm" => UNAUTHORIZED,
+    /// A workload token whose `typ` is not the one its issuer's tokens carry (401).
+    WorkloadTokenType = "workload_token_type" => UNAUTHORIZED,
+    /// A workload token naming a key its issuer does not publish (401).
+    WorkloadTokenUnknownKey = "workload_token_unknown_key" => UNAUTHORIZED,
+    /// A workload token of an issuer no active tenant trusts (401).
+    WorkloadTokenIssuer = "workload_token_issuer" => UNAUTHORIZED,
+    /// A workload token meant for another audience than the one its tenant expects (401).
+    WorkloadTokenAudience = "workload_token_audience" => UNAUTHORIZED,
+    /// A workload token that has expired (401).
+    WorkloadTokenExpired = "workload_token_expired" => UNAUTHORIZED,
+    /// A workload token not valid yet (`nbf` or `iat` ahead, beyond the issuer's skew) (401).
+    WorkloadTokenNotYetValid = "workload_token_not_yet_valid" => UNAUTHORIZED,
+    /// A workload token that lives longer than its tenant's `max_lifetime_seconds` (401).
+    WorkloadTokenLifetime = "workload_token_lifetime" => UNAUTHORIZED,
+    /// Another token of the issuer carried this token's `jti` (401).
+    WorkloadTokenReplayed = "workload_token_replayed" => UNAUTHORIZED,
+    /// A valid workload token that no rule of a tenant trusting its issuer gives a scope (403).
+    WorkloadNoRule = "workload_no_rule" => FORBIDDEN,
+    /// Rules of more than one tenant give the workload token this scope (403).
+    WorkloadRuleAmbiguous = "workload_rule_ambiguous" => FORBIDDEN,
     /// The database or this instance is busy, unreachable or shutting down, or the request collided with a concurrent change (503, with Retry-After).
     TemporarilyUnavailable = "temporarily_unavailable" => SERVICE_UNAVAILABLE,
     /// Several wrong secrets were sent for this key id just now: it is verified again after `Retry-After` seconds (429).
@@ -394,6 +418,47 @@ impl From<crate::flows::token::TokenError> for ApiError {
     }
 }
 
+impl From<crate::workload::WorkloadRefusal> for ApiError {
+    fn from(e: crate::workload::WorkloadRefusal) -> Self {
+        use crate::oauth::access_token::AccessTokenRefusal as R;
+        use crate::workload::WorkloadRefusal as W;
+        let code = match &e {
+            W::Token(R::Invalid) => ErrorCode::WorkloadTokenInvalid,
+            W::Token(R::Algorithm) => ErrorCode::WorkloadTokenAlgorithm,
+            W::Token(R::Type) => ErrorCode::WorkloadTokenType,
+            W::Token(R::UnknownKey) => ErrorCode::WorkloadTokenUnknownKey,
+            W::Token(R::Issuer) => ErrorCode::WorkloadTokenIssuer,
+            W::Token(R::Audience) => ErrorCode::WorkloadTokenAudience,
+            W::Token(R::Expired) => ErrorCode::WorkloadTokenExpired,
+            W::Token(R::NotYetValid) => ErrorCode::WorkloadTokenNotYetValid,
+            W::Lifetime => ErrorCode::WorkloadTokenLifetime,
+            W::Replayed => ErrorCode::WorkloadTokenReplayed,
+            W::NoRule => ErrorCode::WorkloadNoRule,
+            W::Ambiguous => ErrorCode::WorkloadRuleAmbiguous,
+            W::Unavailable(why) => {
+                tracing::warn!(reason = %why, "a workload issuer's keys are unavailable");
+                return Self::new(
+                    ErrorCode::TemporarilyUnavailable,
+                    "the workload issuer's keys cannot be fetched just now; retry",
+                )
+                .retry_after(5);
+            }
+            W::Database(_) => ErrorCode::InternalError,
+        };
+        let e = match e {
+            W::Database(db) => return Self::from_db(db),
+            other => other,
+        };
+        // The reason is logged (never the token); the body says which check refused.
+        tracing::info!(reason = code.as_str(), "workload token refused");
+        let mut err = Self::new(code, e.to_string());
+        if code.status() == StatusCode::UNAUTHORIZED {
+            err.www_authenticate = Some("Bearer realm=\"mcp-connect\", error=\"invalid_token\"".to_owned());
+        }
+        err
+    }
+}
+
 impl From<crate::flows::subject::SubjectError> for ApiError {
     fn from(e: crate::flows::subject::SubjectError) -> Self {
         use crate::flows::subject::SubjectError as S;
@@ -407,7 +472,7 @@ impl From<crate::flows::subject::SubjectError> for ApiError {
             S::Missing => ErrorCode::InvalidSubject,
             S::TokenRequired => ErrorCode::SubjectTokenRequired,
             S::TokenNotAccepted => ErrorCode::SubjectTokenNotAccepted,
-            S::Refused(R::Invalid) => ErrorCode::SubjectTokenInvalid,
+            S::Refused(R::Invalid | R::Algorithm | R::Type | R::UnknownKey) => ErrorCode::SubjectTokenInvalid,
             S::Refused(R::Issuer) => ErrorCode::SubjectTokenIssuer,
             S::Refused(R::Audience) => ErrorCode::SubjectTokenAudience,
             S::Refused(R::Expired) => ErrorCode::SubjectTokenExpired,

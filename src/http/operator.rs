@@ -8,6 +8,7 @@
 use crate::app::AppState;
 use crate::config::RawTenant;
 use crate::domain::HandOutMode;
+use crate::domain::workload::WorkloadIssuer;
 use crate::domain::{KeyScope, ProviderId, TenantId};
 use crate::flows::providers::{ProviderChange, ProviderRefusal, Settings};
 use crate::flows::tenants::{Known, TenantChange, TenantRefusal};
@@ -75,6 +76,9 @@ pub struct Tenant {
     /// Providers handed out otherwise than `hand_out` says.
     #[schema(example = json!({"github": "credentials"}))]
     hand_out_providers: std::collections::BTreeMap<String, HandOutMode>,
+    /// The issuers whose workload tokens its MCP servers may present instead of an API key,
+    /// and the rules that give a token a scope (docs/workload-identity.md).
+    workload_issuers: Vec<WorkloadIssuer>,
     /// Switched off: its keys and links work nowhere.
     active: bool,
     /// `file`: a configuration file keeps it (only `active` may change here); `api`: this API.
@@ -88,6 +92,7 @@ impl From<TenantRow> for Tenant {
         Tenant {
             hand_out: hand_out.default,
             hand_out_providers: hand_out.providers,
+            workload_issuers: crate::domain::workload::issuers_from_stored(r.workload_issuers.as_ref()),
             id: r.id,
             display_name: r.display_name,
             providers: r.allowed_providers,
@@ -127,6 +132,9 @@ pub struct NewTenantBody {
     /// `credentials` when left out; `none`: `/v1/token` hands out no credential. (Per
     /// provider overrides come with a change, once the tenant is made.)
     hand_out: Option<HandOutMode>,
+    /// None when left out.
+    #[schema(max_items = 16)]
+    workload_issuers: Option<Vec<WorkloadIssuer>>,
 }
 
 /// What to change; what is left out stays.
@@ -148,6 +156,9 @@ pub struct TenantChangeBody {
     /// Providers (each one of the tenant's) handed out otherwise than `hand_out` says;
     /// replaces the overrides whole (`{}` removes them).
     hand_out_providers: Option<std::collections::BTreeMap<String, HandOutMode>>,
+    /// Replaces the trusted workload issuers whole (`[]` removes them).
+    #[schema(max_items = 16)]
+    workload_issuers: Option<Vec<WorkloadIssuer>>,
     /// `false` switches the tenant off on every instance (also one a file keeps).
     active: Option<bool>,
 }
@@ -266,6 +277,7 @@ pub async fn create_tenant(
         idp: Some(b.idp.unwrap_or_else(|| crate::domain::DEFAULT_IDP.to_owned())),
         hand_out: Some(b.hand_out.unwrap_or_default()),
         hand_out_providers: None,
+        workload_issuers: b.workload_issuers,
     };
     let row = crate::flows::tenants::create_tenant(&state.pool, &known(&state), spec, &caller.0).await?;
     Ok(HttpResponse::Created().json(Tenant::from(row)))
@@ -330,6 +342,7 @@ pub async fn change_tenant(
         require_subject_token: b.require_subject_token,
         hand_out: b.hand_out,
         hand_out_providers: b.hand_out_providers,
+        workload_issuers: b.workload_issuers,
         active: b.active,
     };
     let row = crate::flows::tenants::change_tenant(&state.pool, &known(&state), &id, change, &caller.0).await?;

@@ -13,11 +13,19 @@ use openidconnect::core::CoreJsonWebKeySet;
 /// API, `http::error`). Never the token's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AccessTokenRefusal {
-    /// Not a compact JWS, no `kid`, an algorithm we never accept (`none`, HMAC), a `typ`
-    /// other than `at+jwt`, a key id the IdP does not publish, a signature that does not
-    /// verify, a missing claim, or a `sub` that is no subject.
+    /// Not a compact JWS, no `kid`, a signature that does not verify, a missing claim, or
+    /// a `sub` that is no subject.
     #[error("the subject token is not a valid access token of the IdP")]
     Invalid,
+    /// An algorithm we never accept (`none`, HMAC: the key is public).
+    #[error("the token is signed with an algorithm that is never accepted (none, HMAC)")]
+    Algorithm,
+    /// A `typ` other than the one the issuer's tokens carry (`at+jwt` for a subject token).
+    #[error("the token's typ is not the issuer's")]
+    Type,
+    /// A key id the issuer does not publish (after fetching its keys again).
+    #[error("the token names a key its issuer does not publish")]
+    UnknownKey,
     #[error("the subject token was issued by another issuer")]
     Issuer,
     #[error("the subject token is meant for another audience")]
@@ -51,28 +59,63 @@ pub struct Header {
     alg: jsonwebtoken::Algorithm,
     /// The key id: the caller fetches the IdP's keys again when it is unknown.
     pub kid: String,
+    typ: Option<String>,
 }
 
-/// The header's checks (`alg`, `typ`, `kid`) and the issuer it names. The issuer is read
-/// unverified, only to refuse another issuer's token with its own reason before looking
-/// for a key (its signature could not verify with ours anyway).
-pub fn precheck(raw: &str, issuer: &str) -> Result<Header, AccessTokenRefusal> {
-    let header = jsonwebtoken::decode_header(raw).map_err(|_| AccessTokenRefusal::Invalid)?;
-    if !accepted(header.alg) {
-        return Err(AccessTokenRefusal::Invalid);
+impl Header {
+    /// Whether the header's `typ` is `want` (or `application/<want>`), without case.
+    pub fn typ_is(&self, want: &str) -> bool {
+        let typ = self.typ.as_deref().unwrap_or_default();
+        typ.eq_ignore_ascii_case(want)
+            || typ.get(..12).is_some_and(|p| p.eq_ignore_ascii_case("application/"))
+                && typ[12..].eq_ignore_ascii_case(want)
     }
-    // RFC 9068 §4: `at+jwt` (or its full media type); an ID token or another JWT of the
-    // IdP is not an access token, whatever its audience.
-    let typ = header.typ.as_deref().unwrap_or_default();
-    if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
-        return Err(AccessTokenRefusal::Invalid);
+}
+
+#[derive(serde::Deserialize)]
+struct AlgOnly {
+    alg: Option<String>,
+}
+
+/// The header's own checks (`alg`, `kid`). An algorithm jsonwebtoken does not know
+/// (`none`) is refused as one we never accept, not as a malformed token.
+pub fn read_header(raw: &str) -> Result<Header, AccessTokenRefusal> {
+    let Ok(header) = jsonwebtoken::decode_header(raw) else {
+        use base64::Engine as _;
+        let first = raw.split('.').next().unwrap_or_default();
+        let alg = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(first)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<AlgOnly>(&b).ok())
+            .and_then(|h| h.alg);
+        return Err(if alg.is_some() { AccessTokenRefusal::Algorithm } else { AccessTokenRefusal::Invalid });
+    };
+    if !accepted(header.alg) {
+        return Err(AccessTokenRefusal::Algorithm);
     }
     let kid = header.kid.filter(|k| !k.is_empty()).ok_or(AccessTokenRefusal::Invalid)?;
-    let named = jsonwebtoken::dangerous::insecure_decode::<IssuerOnly>(raw).map_err(|_| AccessTokenRefusal::Invalid)?;
-    if named.claims.iss.as_deref() != Some(issuer) {
+    Ok(Header { alg: header.alg, kid, typ: header.typ })
+}
+
+/// The `iss` the token names, unverified: only to pick the keys and checks it is held
+/// to (or to refuse another issuer's token with its own reason before looking for a key:
+/// its signature could not verify with ours anyway).
+pub fn unverified_issuer(raw: &str) -> Option<String> {
+    jsonwebtoken::dangerous::insecure_decode::<IssuerOnly>(raw).ok()?.claims.iss
+}
+
+/// The header's checks (`alg`, `typ`, `kid`) and the issuer it names.
+pub fn precheck(raw: &str, issuer: &str) -> Result<Header, AccessTokenRefusal> {
+    let header = read_header(raw)?;
+    // RFC 9068 §4: `at+jwt` (or its full media type); an ID token or another JWT of the
+    // IdP is not an access token, whatever its audience.
+    if !header.typ_is("at+jwt") {
+        return Err(AccessTokenRefusal::Type);
+    }
+    if unverified_issuer(raw).as_deref() != Some(issuer) {
         return Err(AccessTokenRefusal::Issuer);
     }
-    Ok(Header { alg: header.alg, kid })
+    Ok(header)
 }
 
 /// The token's subject, when it verifies with a key of `jwks`, names `issuer` and
@@ -86,11 +129,26 @@ pub fn verify(
     now: time::OffsetDateTime,
     skew: time::Duration,
 ) -> Result<String, AccessTokenRefusal> {
+    let claims: Claims = decode(raw, header, jwks, issuer, &[audience])?;
+    times(claims.exp, claims.nbf, now, skew)?;
+    Ok(claims.sub)
+}
+
+/// The claims of a token whose signature verifies with the key of `jwks` its header names,
+/// and that names `issuer` and one of `audiences` (with `exp`, `iss`, `aud` and `sub`).
+/// Its times are the caller's to check ([`times`]).
+pub fn decode<T: serde::de::DeserializeOwned>(
+    raw: &str,
+    header: &Header,
+    jwks: &CoreJsonWebKeySet,
+    issuer: &str,
+    audiences: &[&str],
+) -> Result<T, AccessTokenRefusal> {
     let jwk = jwks
         .keys()
         .iter()
         .find(|k| k.key_id().is_some_and(|id| id.as_str() == header.kid))
-        .ok_or(AccessTokenRefusal::Invalid)?;
+        .ok_or(AccessTokenRefusal::UnknownKey)?;
     // openidconnect's key, as jsonwebtoken reads it: both are RFC 7517 JSON.
     let jwk: jsonwebtoken::jwk::Jwk =
         serde_json::to_value(jwk).and_then(serde_json::from_value).map_err(|_| AccessTokenRefusal::Invalid)?;
@@ -106,12 +164,12 @@ pub fn verify(
     let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|_| AccessTokenRefusal::Invalid)?;
     let mut v = jsonwebtoken::Validation::new(header.alg);
     v.set_issuer(&[issuer]);
-    v.set_audience(&[audience]);
+    v.set_audience(audiences);
     v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
     // The times are checked below against `now`.
     v.validate_exp = false;
     v.validate_nbf = false;
-    let data = jsonwebtoken::decode::<Claims>(raw, &key, &v).map_err(|e| {
+    let data = jsonwebtoken::decode::<T>(raw, &key, &v).map_err(|e| {
         use jsonwebtoken::errors::ErrorKind as K;
         match e.kind() {
             K::InvalidIssuer => AccessTokenRefusal::Issuer,
@@ -119,12 +177,11 @@ pub fn verify(
             _ => AccessTokenRefusal::Invalid,
         }
     })?;
-    times(data.claims.exp, data.claims.nbf, now, skew)?;
-    Ok(data.claims.sub)
+    Ok(data.claims)
 }
 
 /// Valid while `now - skew < exp`, and from `nbf - skew` on.
-fn times(
+pub fn times(
     exp: i64,
     nbf: Option<i64>,
     now: time::OffsetDateTime,

@@ -19,6 +19,7 @@ pub mod sessions;
 pub mod states;
 pub mod tenants;
 pub mod webhooks;
+pub mod workload;
 
 pub mod db;
 

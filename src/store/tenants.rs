@@ -13,16 +13,17 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
         // values: an instance started with an older or shorter file never lowers them.
         // The IdP ($6) likewise: a file that leaves it out keeps the database's (`default`
         // for a new tenant), so an instance with an older file never moves a tenant.
-        // The hand-out ($7) likewise: left out, the database's stands.
+        // The hand-out ($7) and the workload issuers ($8) likewise: left out, the database's stand.
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, hand_out,
-                active, managed_by, updated_at)
-           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), $7, true, 'file', now())
+                workload_issuers, active, managed_by, updated_at)
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), $7, $8, true, 'file', now())
            ON CONFLICT (id) DO UPDATE
            SET display_name = EXCLUDED.display_name, allowed_providers = EXCLUDED.allowed_providers,
                subject_token_audience = COALESCE($4, tenants.subject_token_audience),
                require_subject_token = COALESCE($5, tenants.require_subject_token),
                idp = COALESCE($6, tenants.idp), hand_out = COALESCE($7, tenants.hand_out),
+               workload_issuers = COALESCE($8, tenants.workload_issuers),
                managed_by = 'file', updated_at = now()
            WHERE tenants.managed_by <> 'file'
               OR tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
@@ -30,14 +31,16 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
               OR ($6::text IS NOT NULL AND tenants.idp IS DISTINCT FROM $6)
               OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
               OR ($5::bool IS NOT NULL AND tenants.require_subject_token IS DISTINCT FROM $5)
-              OR ($7::jsonb IS NOT NULL AND tenants.hand_out IS DISTINCT FROM $7)"#,
+              OR ($7::jsonb IS NOT NULL AND tenants.hand_out IS DISTINCT FROM $7)
+              OR ($8::jsonb IS NOT NULL AND tenants.workload_issuers IS DISTINCT FROM $8)"#,
         t.id.as_str(),
         t.display_name,
         &providers,
         t.subject_token.audience,
         t.subject_token.required,
         t.idp.as_ref().map(IdpName::as_str),
-        hand_out(t)
+        hand_out(t),
+        workload_issuers(t)
     )
     .execute(db)
     .await?;
@@ -47,6 +50,11 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
 /// The tenant's hand-out as stored (`None`: not said).
 fn hand_out(t: &TenantConfig) -> Option<serde_json::Value> {
     t.hand_out.as_ref().and_then(|h| serde_json::to_value(h).ok())
+}
+
+/// The tenant's workload issuers as stored (`None`: not said).
+fn workload_issuers(t: &TenantConfig) -> Option<serde_json::Value> {
+    t.workload_issuers.as_ref().and_then(|w| serde_json::to_value(w).ok())
 }
 
 /// Switches a tenant on or off (its keys and links stop or start working). Returns false
@@ -106,6 +114,8 @@ pub struct TenantRow {
     pub managed_by: String,
     /// `HandOutPolicy` as JSON; `None`: credentials.
     pub hand_out: Option<serde_json::Value>,
+    /// `domain::workload::WorkloadIssuer`s as JSON; `None`: none.
+    pub workload_issuers: Option<serde_json::Value>,
 }
 
 /// Every active tenant.
@@ -113,7 +123,7 @@ pub async fn active_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, s
     sqlx::query_as!(
         TenantRow,
         "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
-                managed_by, hand_out
+                managed_by, hand_out, workload_issuers
          FROM tenants WHERE active ORDER BY id"
     )
     .fetch_all(db)
@@ -125,7 +135,7 @@ pub async fn all_tenants(db: impl PgExecutor<'_>) -> Result<Vec<TenantRow>, sqlx
     sqlx::query_as!(
         TenantRow,
         "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
-                managed_by, hand_out
+                managed_by, hand_out, workload_issuers
          FROM tenants ORDER BY id"
     )
     .fetch_all(db)
@@ -155,7 +165,7 @@ pub async fn tenant(db: impl PgExecutor<'_>, id: &TenantId, lock: bool) -> Resul
         sqlx::query_as!(
             TenantRow,
             "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
-                    managed_by, hand_out
+                    managed_by, hand_out, workload_issuers
              FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
             id.as_str()
         )
@@ -165,7 +175,7 @@ pub async fn tenant(db: impl PgExecutor<'_>, id: &TenantId, lock: bool) -> Resul
         sqlx::query_as!(
             TenantRow,
             "SELECT id, display_name, allowed_providers, active, subject_token_audience, require_subject_token, idp,
-                    managed_by, hand_out
+                    managed_by, hand_out, workload_issuers
              FROM tenants WHERE id = $1",
             id.as_str()
         )
@@ -193,8 +203,8 @@ pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) ->
     let r = sqlx::query!(
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, hand_out,
-                active, managed_by, updated_at)
-           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), $7, true, 'api', now())
+                workload_issuers, active, managed_by, updated_at)
+           VALUES ($1, $2, $3, $4, COALESCE($5, false), COALESCE($6, 'default'), $7, $8, true, 'api', now())
            ON CONFLICT (id) DO NOTHING"#,
         t.id.as_str(),
         t.display_name,
@@ -202,7 +212,8 @@ pub async fn insert_managed_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) ->
         t.subject_token.audience,
         t.subject_token.required,
         t.idp.as_ref().map(IdpName::as_str),
-        hand_out(t)
+        hand_out(t),
+        workload_issuers(t)
     )
     .execute(db)
     .await?;
@@ -223,7 +234,8 @@ async fn write_api_tenant(db: impl PgExecutor<'_>, t: &TenantConfig, kept_by: &s
         r#"UPDATE tenants
            SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
                require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'), managed_by = $7,
-               hand_out = COALESCE($8, hand_out), updated_at = now()
+               hand_out = COALESCE($8, hand_out), workload_issuers = COALESCE($9, workload_issuers),
+               updated_at = now()
            WHERE id = $1 AND managed_by = 'api'"#,
         t.id.as_str(),
         t.display_name,
@@ -232,7 +244,8 @@ async fn write_api_tenant(db: impl PgExecutor<'_>, t: &TenantConfig, kept_by: &s
         t.subject_token.required,
         t.idp.as_ref().map(IdpName::as_str),
         kept_by,
-        hand_out(t)
+        hand_out(t),
+        workload_issuers(t)
     )
     .execute(db)
     .await?;

@@ -399,6 +399,7 @@ async fn a_tenants_idp_moves_only_when_a_file_names_another_and_the_move_is_in_t
         subject_token: Default::default(),
         idp: idp.map(|i| mcp_connect::domain::IdpName::parse(i).unwrap()),
         hand_out: None,
+        workload_issuers: None,
     };
     let issuer = app.idp.issuer();
     // An instance whose file leaves `idp` out (an older or shorter file) moves nothing.

@@ -48,3 +48,4 @@ mod vault;
 mod wait;
 mod webhook_events;
 mod webhooks;
+mod workload;

@@ -228,6 +228,7 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
         subject_token: Default::default(),
         idp: None,
         hand_out: None,
+        workload_issuers: None,
     };
     mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
     let now = json_of(app.operator(&op, Method::GET, "/tenants/gamma", None).await, 200).await;
@@ -264,6 +265,7 @@ async fn a_file_that_names_a_tenant_the_api_made_takes_it_over_revoking_its_keys
         subject_token: Default::default(),
         idp: None,
         hand_out: None,
+        workload_issuers: None,
     };
     mcp_connect::startup::sync_tenants(&app.pool, &[file], &app.idp.issuer()).await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE kind = 'tenant_taken_over'")

@@ -58,6 +58,7 @@ pub async fn prepare(pool: &PgPool, providers: &[String], issuer: &str) -> anyho
     let tenant = TenantConfig {
         idp: None,
         hand_out: None,
+        workload_issuers: None,
         id: TenantId::parse(TENANT)?,
         display_name: "Bench".to_owned(),
         providers: providers.iter().map(|p| ProviderId::parse(p)).collect::<Result<_, _>>()?,

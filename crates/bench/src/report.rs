@@ -520,11 +520,16 @@ impl Results {
             row(o, if i == 0 { "14" } else { "" }, &format!("key store {}: cache on", r.store), &r.cached);
             row(o, "", &format!("  {}: cache off", r.store), &r.uncached);
         }
+        let rounds = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
         for r in &k.ratios {
             let _ = writeln!(
                 o,
-                "    {} ÷ local (mean of the local loops before and after): cache on {:.2} ×, cache off {:.2} ×",
-                r.store, r.cached, r.uncached
+                "    {} ÷ local (each loop ÷ the local loops before and after it; median of rounds): cache on {:.2} × ({}), cache off {:.2} × ({})",
+                r.store,
+                r.cached,
+                rounds(&r.rounds_cached),
+                r.uncached,
+                rounds(&r.rounds_uncached)
             );
         }
         for r in &k.rotations {

@@ -49,7 +49,18 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(unauthorized("use the Bearer scheme", true));
     }
-    let key = match state.api_keys.verify(key.trim()).await {
+    let key = key.trim();
+    // A workload token where a tenant trusts a workload issuer: told apart by its shape,
+    // never by trying it as an API key too. (The operator scope belongs to no tenant.)
+    if crate::workload::looks_like_jwt(key) && scope != KeyScope::Operator {
+        let trusted = state.directory.tenants.workload_issuers();
+        if !trusted.is_empty() {
+            let admitted = state.workloads.admit(&state.outbound, key, &trusted, scope).await?;
+            let tenant = admitted.tenant.ok_or_else(|| insufficient_scope(scope))?;
+            return Ok(VerifiedKey { id: admitted.caller, tenant: Some(tenant), scope });
+        }
+    }
+    let key = match state.api_keys.verify(key).await {
         Ok(k) => k,
         Err(KeyRejection::Malformed) => return Err(unauthorized("malformed api key", true)),
         Err(KeyRejection::Invalid) => return Err(unauthorized("unknown, wrong or revoked api key", true)),
@@ -76,18 +87,22 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         }
     };
     if key.scope != scope {
-        let mut e = ApiError::new(
-            ErrorCode::InsufficientScope,
-            match scope {
-                KeyScope::Operator => "this endpoint needs an operator key".to_owned(),
-                KeyScope::Admin => "this endpoint needs an admin key".to_owned(),
-                other => format!("this endpoint needs a {} key", other.as_str()),
-            },
-        );
-        e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));
-        return Err(e);
+        return Err(insufficient_scope(scope));
     }
     Ok(key)
+}
+
+fn insufficient_scope(scope: KeyScope) -> ApiError {
+    let mut e = ApiError::new(
+        ErrorCode::InsufficientScope,
+        match scope {
+            KeyScope::Operator => "this endpoint needs an operator key".to_owned(),
+            KeyScope::Admin => "this endpoint needs an admin key".to_owned(),
+            other => format!("this endpoint needs a {} key", other.as_str()),
+        },
+    );
+    e.www_authenticate = Some(format!("{REALM}, error=\"insufficient_scope\", scope=\"{}\"", scope.as_str()));
+    e
 }
 
 /// A tenant's key of the scope asked for. (A server or admin key always has a tenant: the

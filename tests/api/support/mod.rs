@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod browser;
 pub mod chrome;
+pub mod cluster;
 pub mod hsm;
 pub mod kms;
 pub mod node;

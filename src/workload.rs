@@ -1,0 +1,447 @@
+//! Workload identity (issue 44): an MCP server presents a token its platform signed (a
+//! Kubernetes projected service-account token, a SPIFFE JWT-SVID, a GitHub Actions token,
+//! an OAuth server's client-credentials access token) as `Authorization: Bearer` instead
+//! of an API key. A tenant trusts issuers (`domain::workload`); a rule of the tenant maps
+//! the token's claims to a scope.
+//!
+//! Told apart from an API key by its shape (a compact JWS; an API key is `mcpc_…`), never
+//! by trying both. The checks are those of a subject token (`oauth::access_token`): an
+//! asymmetric algorithm, `typ` where the issuer sets one, a key of the issuer's JWKS,
+//! `iss`, `aud`, `exp`, `nbf` with the issuer's skew; and a lifetime (`exp` − `iat`) no
+//! longer than the tenant allows, and a `jti` no other token carried.
+//!
+//! A verified token is kept until its `exp`, by the SHA-256 of its text, with the issuer
+//! settings it was checked under: a hit costs no signature check and no read. The rules
+//! are applied on every request against the tenants as they are now, so a changed rule, a
+//! removed issuer or a switched-off tenant holds at once; a changed issuer (another `Arc`
+//! after the tenants are read again) checks the token again.
+
+use crate::domain::workload::WorkloadIssuer;
+use crate::domain::{ApiKeyId, Clock, KeyScope, TenantId};
+use crate::net::http::Outbound;
+use crate::oauth::access_token::{self, AccessTokenRefusal};
+use crate::store::{self, Db};
+use openidconnect::core::CoreJsonWebKeySet;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+pub use crate::tenants::WorkloadIssuers;
+
+/// Counted per verification (a cache miss) and refusal, by tenant (`unknown` before one is
+/// known; never a value from an unverified token) and result (the error code, or `ok`).
+pub const METRIC_VERIFICATIONS: &str = "mcp_connect_workload_verifications_total";
+
+/// Why a workload token was refused: one reason per check, each its own error code
+/// (`http::error`). Never the token's content.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadRefusal {
+    #[error(transparent)]
+    Token(AccessTokenRefusal),
+    /// `exp` − `iat` (or − `nbf`, or − now) longer than the issuer's `max_lifetime_seconds`.
+    #[error("the workload token lives longer than its tenant allows")]
+    Lifetime,
+    /// Another token of the issuer carried its `jti`.
+    #[error("another token of this issuer carried the same jti")]
+    Replayed,
+    /// Verified, but no rule of any tenant gives it any scope.
+    #[error("no rule of a tenant that trusts this issuer matches the token")]
+    NoRule,
+    /// Rules of two tenants give it this scope: which tenant is meant cannot be told.
+    #[error("rules of more than one tenant match the token")]
+    Ambiguous,
+    /// The issuer's keys cannot be had now: a retry may succeed.
+    #[error("the workload issuer's keys are unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+impl WorkloadRefusal {
+    /// The result label of [`METRIC_VERIFICATIONS`].
+    pub fn label(&self) -> &'static str {
+        use AccessTokenRefusal as R;
+        match self {
+            Self::Token(R::Invalid) => "invalid",
+            Self::Token(R::Algorithm) => "algorithm",
+            Self::Token(R::Type) => "type",
+            Self::Token(R::UnknownKey) => "unknown_key",
+            Self::Token(R::Issuer) => "issuer",
+            Self::Token(R::Audience) => "audience",
+            Self::Token(R::Expired) => "expired",
+            Self::Token(R::NotYetValid) => "not_yet_valid",
+            Self::Lifetime => "lifetime",
+            Self::Replayed => "replayed",
+            Self::NoRule => "no_rule",
+            Self::Ambiguous => "ambiguous",
+            Self::Unavailable(_) => "unavailable",
+            Self::Database(_) => "database",
+        }
+    }
+}
+
+impl From<AccessTokenRefusal> for WorkloadRefusal {
+    fn from(r: AccessTokenRefusal) -> Self {
+        Self::Token(r)
+    }
+}
+
+/// Whether a presented bearer is shaped as a compact JWS (three base64url parts), and so
+/// is taken for a workload token rather than an API key.
+pub fn looks_like_jwt(presented: &str) -> bool {
+    let parts: Vec<&str> = presented.split('.').collect();
+    parts.len() == 3
+        && parts[..2].iter().all(|p| !p.is_empty())
+        && parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+}
+
+/// A token that passed its checks under some tenants' settings of its issuer.
+pub struct Verified {
+    /// The workload's id where a key id goes (the audit trail): 16 hex digits of the
+    /// SHA-256 of issuer and subject, recorded with both in `workload_callers`.
+    pub caller: ApiKeyId,
+    /// Each tenant that trusts the issuer, with the settings the token was checked under
+    /// and whether it passed them.
+    checked: Vec<(TenantId, Arc<WorkloadIssuer>, bool)>,
+    claims: serde_json::Map<String, serde_json::Value>,
+    exp: i64,
+}
+
+impl Verified {
+    /// The one tenant whose rules give the token `scope`, by the tenants' issuers as they
+    /// are now (`trusted`). `Ok(None)`: it still verifies but some tenant's rules give it
+    /// another scope only (the caller answers insufficient_scope). `Err(None)`: checked
+    /// under other settings than the current ones: check it again.
+    fn tenant_for(
+        &self,
+        now: &[(TenantId, Arc<WorkloadIssuer>)],
+        scope: KeyScope,
+    ) -> Result<Option<TenantId>, Option<WorkloadRefusal>> {
+        let same = now.len() == self.checked.len()
+            && now.iter().zip(&self.checked).all(|((t, w), (ct, cw, _))| t == ct && Arc::ptr_eq(w, cw));
+        if !same {
+            return Err(None);
+        }
+        let mut any_scope = false;
+        let mut found: Option<&TenantId> = None;
+        for (tenant, w, ok) in &self.checked {
+            if !ok {
+                continue;
+            }
+            let scopes = w.scopes_for(&self.claims);
+            any_scope |= !scopes.is_empty();
+            if scopes.contains(&scope) {
+                if found.is_some_and(|f| f != tenant) {
+                    return Err(Some(WorkloadRefusal::Ambiguous));
+                }
+                found = Some(tenant);
+            }
+        }
+        match found {
+            Some(t) => Ok(Some(t.clone())),
+            None if any_scope => Ok(None),
+            None => Err(Some(WorkloadRefusal::NoRule)),
+        }
+    }
+}
+
+/// What a workload token gets for one request.
+pub struct Admitted {
+    pub caller: ApiKeyId,
+    /// `None`: no rule gives it the scope asked for (some rule gives it another).
+    pub tenant: Option<TenantId>,
+}
+
+/// Verified tokens at most (a full map drops the expired, then refuses to keep more: a
+/// miss costs a verification, never memory past the bound). Hand-written: a map with a
+/// per-entry deadline, no library's eviction is needed for it.
+const CAPACITY: usize = 10_000;
+/// An issuer's keys are fetched again after an hour, at most once a minute for a key id
+/// they lack, and serve for a day while the issuer cannot be reached (as an IdP's do).
+const KEYS_FRESH: Duration = Duration::from_secs(3600);
+const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
+const KEYS_STALE_FOR: Duration = Duration::from_secs(24 * 3600);
+
+struct IssuerKeys {
+    jwks: Arc<CoreJsonWebKeySet>,
+    fetched: Instant,
+    /// The last fetch for a key id they lacked (whether it worked).
+    tried: Option<Instant>,
+}
+
+pub struct WorkloadVerifier {
+    pool: Db,
+    /// Accepted as `aud` where an issuer sets no audience: the public base as configured
+    /// and without its trailing `/`.
+    default_audiences: [String; 2],
+    verified: RwLock<HashMap<[u8; 32], Arc<Verified>>>,
+    /// By issuer and JWKS URL (`issuer` alone: discovery).
+    keys: tokio::sync::Mutex<HashMap<(String, Option<String>), IssuerKeys>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl WorkloadVerifier {
+    pub fn new(pool: Db, public_base: &url::Url, clock: Arc<dyn Clock>) -> Self {
+        let base = public_base.as_str().to_owned();
+        let trimmed = base.trim_end_matches('/').to_owned();
+        Self {
+            pool,
+            default_audiences: [base, trimmed],
+            verified: RwLock::default(),
+            keys: tokio::sync::Mutex::default(),
+            clock,
+        }
+    }
+
+    /// The caller and tenant a workload token stands for, for `scope`; `trusted`: the
+    /// active tenants' issuers now.
+    pub async fn admit(
+        &self,
+        http: &Outbound,
+        presented: &str,
+        trusted: &WorkloadIssuers,
+        scope: KeyScope,
+    ) -> Result<Admitted, WorkloadRefusal> {
+        let fingerprint: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let now = self.clock.wall();
+        let cached = self.verified.read().ok().and_then(|m| m.get(&fingerprint).cloned());
+        if let Some(v) = cached.filter(|v| v.exp > now.unix_timestamp()) {
+            let iss = v.claims.get("iss").and_then(|i| i.as_str()).unwrap_or_default();
+            match v.tenant_for(trusted.get(iss).map_or(&[][..], Vec::as_slice), scope) {
+                Ok(tenant) => return Ok(Admitted { caller: v.caller.clone(), tenant }),
+                Err(Some(refusal)) => return Err(refusal),
+                Err(None) => {}
+            }
+        }
+        let result = self.verify(http, presented, fingerprint, trusted, now).await;
+        let v = match result {
+            Ok(v) => v,
+            Err(e) => {
+                metrics::counter!(METRIC_VERIFICATIONS, "tenant" => "unknown", "result" => e.label()).increment(1);
+                return Err(e);
+            }
+        };
+        let iss = v.claims.get("iss").and_then(|i| i.as_str()).unwrap_or_default();
+        let outcome = v.tenant_for(trusted.get(iss).map_or(&[][..], Vec::as_slice), scope);
+        let result = match &outcome {
+            Err(Some(e)) => e.label(),
+            _ => "ok",
+        };
+        for (tenant, ..) in v.checked.iter().filter(|c| c.2) {
+            metrics::counter!(METRIC_VERIFICATIONS, "tenant" => tenant.to_string(), "result" => result).increment(1);
+        }
+        let caller = v.caller.clone();
+        self.keep(fingerprint, Arc::new(v), now.unix_timestamp());
+        match outcome {
+            Ok(tenant) => Ok(Admitted { caller, tenant }),
+            Err(Some(refusal)) => Err(refusal),
+            Err(None) => Err(WorkloadRefusal::NoRule),
+        }
+    }
+
+    fn keep(&self, fingerprint: [u8; 32], v: Arc<Verified>, now: i64) {
+        let Ok(mut m) = self.verified.write() else { return };
+        if m.len() >= CAPACITY {
+            m.retain(|_, v| v.exp > now);
+            if m.len() >= CAPACITY {
+                return;
+            }
+        }
+        m.insert(fingerprint, v);
+    }
+
+    /// Every check of a token not verified before, under each tenant's settings of its
+    /// issuer; the `jti` claimed and the workload recorded.
+    async fn verify(
+        &self,
+        http: &Outbound,
+        raw: &str,
+        fingerprint: [u8; 32],
+        trusted: &WorkloadIssuers,
+        now: time::OffsetDateTime,
+    ) -> Result<Verified, WorkloadRefusal> {
+        let header = access_token::read_header(raw)?;
+        let iss = access_token::unverified_issuer(raw).ok_or(AccessTokenRefusal::Invalid)?;
+        let entries = trusted.get(&iss).ok_or(AccessTokenRefusal::Issuer)?;
+        let mut checked = Vec::with_capacity(entries.len());
+        let mut passed: Option<serde_json::Map<String, serde_json::Value>> = None;
+        let mut first_refusal = None;
+        for (tenant, w) in entries {
+            match self.check(http, raw, &header, w, now).await {
+                Ok(claims) => {
+                    checked.push((tenant.clone(), w.clone(), true));
+                    passed.get_or_insert(claims);
+                }
+                Err(e) => {
+                    checked.push((tenant.clone(), w.clone(), false));
+                    first_refusal.get_or_insert(e);
+                }
+            }
+        }
+        let Some(claims) = passed else {
+            return Err(first_refusal.unwrap_or(WorkloadRefusal::Token(AccessTokenRefusal::Invalid)));
+        };
+        let exp = claims.get("exp").and_then(serde_json::Value::as_i64).ok_or(AccessTokenRefusal::Invalid)?;
+        let sub = claims.get("sub").and_then(|s| s.as_str()).ok_or(AccessTokenRefusal::Invalid)?;
+        if sub.is_empty() || sub.len() > 255 || sub.chars().any(char::is_control) {
+            return Err(AccessTokenRefusal::Invalid.into());
+        }
+        if let Some(jti) = claims.get("jti") {
+            let jti = jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
+            let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
+            let mut tx = store::begin(&self.pool).await?;
+            if !store::workload::claim_jti(&mut tx, &iss, jti, &fingerprint, until).await? {
+                return Err(WorkloadRefusal::Replayed);
+            }
+            tx.commit().await?;
+        }
+        let caller = caller_id(&iss, sub);
+        store::workload::record_caller(&self.pool, caller.as_str(), &iss, sub).await?;
+        Ok(Verified { caller, checked, claims, exp })
+    }
+
+    /// One tenant's checks of the token: its `typ`, signature, `iss`, `aud`, times and
+    /// lifetime. The claims, when they pass.
+    async fn check(
+        &self,
+        http: &Outbound,
+        raw: &str,
+        header: &access_token::Header,
+        w: &WorkloadIssuer,
+        now: time::OffsetDateTime,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, WorkloadRefusal> {
+        if let Some(typ) = &w.typ
+            && !header.typ_is(typ)
+        {
+            return Err(AccessTokenRefusal::Type.into());
+        }
+        let jwks = self.keys_holding(http, w, &header.kid).await?;
+        let audiences: Vec<&str> = match &w.audience {
+            Some(a) => vec![a.as_str()],
+            None => self.default_audiences.iter().map(String::as_str).collect(),
+        };
+        let claims: serde_json::Map<String, serde_json::Value> =
+            access_token::decode(raw, header, &jwks, &w.issuer, &audiences)?;
+        let int = |k: &str| claims.get(k).and_then(serde_json::Value::as_i64);
+        let exp = int("exp").ok_or(AccessTokenRefusal::Invalid)?;
+        let skew = time::Duration::seconds(i64::from(w.clock_skew_seconds));
+        access_token::times(exp, int("nbf"), now, skew)?;
+        // From when it was made (or valid), else from now: a token without `iat` or `nbf`
+        // is held to what is left of it.
+        let from = int("iat").or(int("nbf")).unwrap_or(now.unix_timestamp());
+        if exp.saturating_sub(from) > i64::from(w.max_lifetime_seconds) + skew.whole_seconds() {
+            return Err(WorkloadRefusal::Lifetime);
+        }
+        if int("iat").is_some_and(|iat| iat.saturating_sub(skew.whole_seconds()) > now.unix_timestamp()) {
+            return Err(AccessTokenRefusal::NotYetValid.into());
+        }
+        Ok(claims)
+    }
+
+    /// The issuer's keys, fetched again when they lack `kid` (at most once a minute), and
+    /// the last ones while the issuer cannot be reached (up to a day).
+    async fn keys_holding(
+        &self,
+        http: &Outbound,
+        w: &WorkloadIssuer,
+        kid: &str,
+    ) -> Result<Arc<CoreJsonWebKeySet>, WorkloadRefusal> {
+        let key = (w.issuer.clone(), w.jwks_uri.clone());
+        let mut keys = self.keys.lock().await;
+        let now = self.clock.now();
+        if let Some(k) = keys.get(&key) {
+            let fresh = now.saturating_duration_since(k.fetched) < KEYS_FRESH;
+            let has = crate::oauth::flow::jwks_has_key(&k.jwks, kid);
+            let tried_lately = k.tried.is_some_and(|t| now.saturating_duration_since(t) < REFETCH_AT_MOST_EVERY);
+            if fresh && (has || tried_lately) {
+                return Ok(k.jwks.clone());
+            }
+        }
+        // Fetched for a key id the keys lack: no other such fetch within the minute.
+        let lacking = keys.get(&key).is_some_and(|k| !crate::oauth::flow::jwks_has_key(&k.jwks, kid));
+        let tried = if lacking { Some(now) } else { keys.get(&key).and_then(|k| k.tried) };
+        match fetch_keys(http, w).await {
+            Ok(jwks) => {
+                let jwks = Arc::new(jwks);
+                keys.insert(key, IssuerKeys { jwks: jwks.clone(), fetched: now, tried });
+                Ok(jwks)
+            }
+            Err(why) => match keys.get_mut(&key) {
+                Some(k) if now.saturating_duration_since(k.fetched) < KEYS_STALE_FOR => {
+                    tracing::warn!(issuer = %w.issuer, reason = %why, "a workload issuer's keys could not be fetched again; the last ones serve");
+                    k.tried = tried;
+                    Ok(k.jwks.clone())
+                }
+                _ => Err(WorkloadRefusal::Unavailable(why)),
+            },
+        }
+    }
+}
+
+/// The issuer's JWKS: from its `jwks_uri` if set, else by OpenID discovery (the document's
+/// `issuer` must be the issuer exactly). The configured origins are reached as they are;
+/// a discovered `jwks_uri` elsewhere only through the outbound guard.
+async fn fetch_keys(http: &Outbound, w: &WorkloadIssuer) -> Result<CoreJsonWebKeySet, String> {
+    let parse = |u: &str| url::Url::parse(u).map_err(|e| e.to_string());
+    let issuer = parse(&w.issuer)?;
+    let mut configured = vec![issuer.origin()];
+    let jwks_uri = match &w.jwks_uri {
+        Some(j) => {
+            let u = parse(j)?;
+            configured.push(u.origin());
+            u
+        }
+        None => {
+            let doc_url = parse(&format!("{}/.well-known/openid-configuration", w.issuer.trim_end_matches('/')))?;
+            let mut adm = crate::net::metadata::Admission::new(configured.clone(), false, "the workload issuer");
+            let doc = adm.get_json(http, &doc_url, "discovery").await.map_err(|e| e.to_string())?;
+            if doc.get("issuer").and_then(|i| i.as_str()) != Some(w.issuer.as_str()) {
+                return Err("the discovery document names another issuer".to_owned());
+            }
+            let j = doc.get("jwks_uri").and_then(|j| j.as_str()).ok_or("the discovery document has no jwks_uri")?;
+            crate::domain::resource_url(j).map_err(|e| format!("jwks_uri: {e}"))?;
+            parse(j)?
+        }
+    };
+    let mut adm = crate::net::metadata::Admission::new(configured, false, "the workload issuer");
+    let raw = adm.get_json(http, &jwks_uri, "jwks_uri").await.map_err(|e| e.to_string())?;
+    serde_json::from_value(raw).map_err(|e| format!("jwks: {e}"))
+}
+
+/// 16 hex digits of SHA-256(issuer, NUL, subject): the workload's caller id.
+pub fn caller_id(issuer: &str, subject: &str) -> ApiKeyId {
+    let mut h = Sha256::new();
+    h.update(issuer.as_bytes());
+    h.update([0]);
+    h.update(subject.as_bytes());
+    let d = h.finalize();
+    let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
+    // 16 lower-case hex digits always parse.
+    ApiKeyId::parse(&hex).unwrap_or_else(|_| ApiKeyId::generate())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jwt_is_told_from_an_api_key_by_its_shape() {
+        assert!(looks_like_jwt("eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"));
+        assert!(looks_like_jwt("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."));
+        assert!(!looks_like_jwt("mcpc_0123456789abcdef_secret"));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("a.b.c.d"));
+        assert!(!looks_like_jwt("a.b+.c"));
+    }
+
+    #[test]
+    fn a_caller_id_is_a_key_id_of_issuer_and_subject() {
+        let a = caller_id("https://k8s.example", "system:serviceaccount:tools:mcp");
+        assert_eq!(a.as_str().len(), 16);
+        assert_eq!(a, caller_id("https://k8s.example", "system:serviceaccount:tools:mcp"));
+        assert_ne!(a, caller_id("https://k8s.example/", "system:serviceaccount:tools:mcp"));
+        // The separator keeps issuer and subject apart.
+        assert_ne!(caller_id("https://a.example/x", "y"), caller_id("https://a.example/", "xy"));
+    }
+}
