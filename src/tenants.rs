@@ -59,11 +59,25 @@ impl Tenants {
                 Some((t.id.clone(), t))
             })
             .collect::<HashMap<_, _>>();
+        // An issuer whose settings did not change keeps its `Arc`: the workload tokens
+        // verified under it stay verified (`workload`), whatever other tenant changed.
+        let before = self.workload_issuers();
+        let kept = |t: &TenantId, w: &WorkloadIssuer| {
+            before
+                .get(&w.issuer)
+                .and_then(|v| v.iter().find(|(bt, bw)| bt == t && **bw == *w))
+                .map(|(_, bw)| bw.clone())
+        };
         let mut by_issuer = WorkloadIssuers::new();
         for t in map.values() {
             for w in t.workload_issuers.iter().flatten() {
-                by_issuer.entry(w.issuer.clone()).or_default().push((t.id.clone(), Arc::new(w.clone())));
+                let w = kept(&t.id, w).unwrap_or_else(|| Arc::new(w.clone()));
+                by_issuer.entry(w.issuer.clone()).or_default().push((t.id.clone(), w));
             }
+        }
+        // In one order, whatever the map's: a verification is compared entry by entry.
+        for v in by_issuer.values_mut() {
+            v.sort_by(|a, b| a.0.cmp(&b.0));
         }
         if let Ok(mut a) = self.active.write() {
             *a = Arc::new(map);

@@ -37,7 +37,7 @@ pub const METRIC_VERIFICATIONS: &str = "mcp_connect_workload_verifications_total
 /// (`http::error`). Never the token's content.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadRefusal {
-    #[error(transparent)]
+    #[error("{}", token_refusal_text(*.0))]
     Token(AccessTokenRefusal),
     /// `exp` − `iat` (or − `nbf`, or − now) longer than the issuer's `max_lifetime_seconds`.
     #[error("the workload token lives longer than its tenant allows")]
@@ -56,6 +56,23 @@ pub enum WorkloadRefusal {
     Unavailable(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+}
+
+/// What a workload token's refusal by a shared JWT check says (never the token).
+fn token_refusal_text(r: AccessTokenRefusal) -> &'static str {
+    use AccessTokenRefusal as R;
+    match r {
+        R::Invalid => {
+            "the workload token is not a valid signed JWT of its issuer (malformed, no kid, a bad signature, or no exp, aud or sub)"
+        }
+        R::Algorithm => "the workload token is signed with an algorithm that is never accepted (none, HMAC)",
+        R::Type => "the workload token's typ is not the one its issuer's tokens carry",
+        R::UnknownKey => "the workload token names a key its issuer does not publish",
+        R::Issuer => "no active tenant trusts the workload token's issuer",
+        R::Audience => "the workload token is meant for another audience",
+        R::Expired => "the workload token has expired",
+        R::NotYetValid => "the workload token is not valid yet",
+    }
 }
 
 impl WorkloadRefusal {
@@ -99,11 +116,12 @@ pub fn looks_like_jwt(presented: &str) -> bool {
 /// A token that passed its checks under some tenants' settings of its issuer.
 pub struct Verified {
     /// The workload's id where a key id goes (the audit trail): 16 hex digits of the
-    /// SHA-256 of issuer and subject, recorded with both in `workload_callers`.
+    /// SHA-256 of issuer, key source and subject, recorded in `workload_callers`.
     pub caller: ApiKeyId,
     /// Each tenant that trusts the issuer, with the settings the token was checked under
     /// and whether it passed them.
     checked: Vec<(TenantId, Arc<WorkloadIssuer>, bool)>,
+    iss: String,
     claims: serde_json::Map<String, serde_json::Value>,
     exp: i64,
 }
@@ -146,6 +164,24 @@ impl Verified {
     }
 }
 
+/// How a caller proved who it is, to be checked again after a long wait (`/v1/token` with
+/// `wait_seconds`): its API key's id is looked up again; a workload token is admitted again
+/// against the tenants as they are then.
+#[derive(Clone)]
+pub enum Proof {
+    ApiKey,
+    Workload(Arc<secrecy::SecretString>),
+}
+
+impl std::fmt::Debug for Proof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ApiKey => "ApiKey",
+            Self::Workload(_) => "Workload([REDACTED])",
+        })
+    }
+}
+
 /// What a workload token gets for one request.
 pub struct Admitted {
     pub caller: ApiKeyId,
@@ -163,11 +199,31 @@ const KEYS_FRESH: Duration = Duration::from_secs(3600);
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
 const KEYS_STALE_FOR: Duration = Duration::from_secs(24 * 3600);
 
+type KeysOf = (String, Option<String>);
+
+/// After a fetch failed, none for this long: the last keys serve (or the request is told
+/// to come back) without a fetch per request while the issuer is down.
+const FAILURE_KEPT: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
 struct IssuerKeys {
-    jwks: Arc<CoreJsonWebKeySet>,
-    fetched: Instant,
+    /// The last keys fetched, and when.
+    jwks: Option<(Arc<CoreJsonWebKeySet>, Instant)>,
     /// The last fetch for a key id they lacked (whether it worked).
     tried: Option<Instant>,
+    /// The last failed fetch, and why.
+    failed: Option<(Instant, String)>,
+}
+
+impl IssuerKeys {
+    /// The last keys if they are at most a day old, else why there are none.
+    fn last(&self, now: Instant, why: &str) -> Result<Arc<CoreJsonWebKeySet>, WorkloadRefusal> {
+        match (&self.jwks, &self.failed) {
+            (Some((jwks, at)), _) if now.saturating_duration_since(*at) < KEYS_STALE_FOR => Ok(jwks.clone()),
+            (_, Some((_, failed))) => Err(WorkloadRefusal::Unavailable(failed.clone())),
+            _ => Err(WorkloadRefusal::Unavailable(why.to_owned())),
+        }
+    }
 }
 
 pub struct WorkloadVerifier {
@@ -176,8 +232,10 @@ pub struct WorkloadVerifier {
     /// and without its trailing `/`.
     default_audiences: [String; 2],
     verified: RwLock<HashMap<[u8; 32], Arc<Verified>>>,
-    /// By issuer and JWKS URL (`issuer` alone: discovery).
-    keys: tokio::sync::Mutex<HashMap<(String, Option<String>), IssuerKeys>>,
+    /// By issuer and JWKS URL (`None`: discovery).
+    keys: std::sync::Mutex<HashMap<KeysOf, IssuerKeys>>,
+    /// One fetch per issuer at a time; the others' fetches and every cached key go on.
+    fetching: crate::domain::gate::Gates<KeysOf>,
     clock: Arc<dyn Clock>,
 }
 
@@ -189,7 +247,8 @@ impl WorkloadVerifier {
             pool,
             default_audiences: [base, trimmed],
             verified: RwLock::default(),
-            keys: tokio::sync::Mutex::default(),
+            keys: std::sync::Mutex::default(),
+            fetching: crate::domain::gate::Gates::default(),
             clock,
         }
     }
@@ -207,23 +266,20 @@ impl WorkloadVerifier {
         let now = self.clock.wall();
         let cached = self.verified.read().ok().and_then(|m| m.get(&fingerprint).cloned());
         if let Some(v) = cached.filter(|v| v.exp > now.unix_timestamp()) {
-            let iss = v.claims.get("iss").and_then(|i| i.as_str()).unwrap_or_default();
-            match v.tenant_for(trusted.get(iss).map_or(&[][..], Vec::as_slice), scope) {
+            match v.tenant_for(trusted.get(&v.iss).map_or(&[][..], Vec::as_slice), scope) {
                 Ok(tenant) => return Ok(Admitted { caller: v.caller.clone(), tenant }),
                 Err(Some(refusal)) => return Err(refusal),
                 Err(None) => {}
             }
         }
-        let result = self.verify(http, presented, fingerprint, trusted, now).await;
-        let v = match result {
+        let (v, keep) = match self.verify(http, presented, fingerprint, trusted, now).await {
             Ok(v) => v,
             Err(e) => {
                 metrics::counter!(METRIC_VERIFICATIONS, "tenant" => "unknown", "result" => e.label()).increment(1);
                 return Err(e);
             }
         };
-        let iss = v.claims.get("iss").and_then(|i| i.as_str()).unwrap_or_default();
-        let outcome = v.tenant_for(trusted.get(iss).map_or(&[][..], Vec::as_slice), scope);
+        let outcome = v.tenant_for(trusted.get(&v.iss).map_or(&[][..], Vec::as_slice), scope);
         let result = match &outcome {
             Err(Some(e)) => e.label(),
             _ => "ok",
@@ -232,7 +288,9 @@ impl WorkloadVerifier {
             metrics::counter!(METRIC_VERIFICATIONS, "tenant" => tenant.to_string(), "result" => result).increment(1);
         }
         let caller = v.caller.clone();
-        self.keep(fingerprint, Arc::new(v), now.unix_timestamp());
+        if keep {
+            self.keep(fingerprint, Arc::new(v), now.unix_timestamp());
+        }
         match outcome {
             Ok(tenant) => Ok(Admitted { caller, tenant }),
             Err(Some(refusal)) => Err(refusal),
@@ -240,19 +298,37 @@ impl WorkloadVerifier {
         }
     }
 
+    /// Whether `token` still gets the server scope for `tenant` (a cached verification: no
+    /// signature check), by the tenants' issuers and rules now.
+    pub async fn still_admits(
+        &self,
+        http: &Outbound,
+        token: &str,
+        trusted: &WorkloadIssuers,
+        tenant: &TenantId,
+    ) -> bool {
+        self.admit(http, token, trusted, KeyScope::Server).await.is_ok_and(|a| a.tenant.as_ref() == Some(tenant))
+    }
+
+    /// Keeps a verification; a full map drops the expired, then any one entry (a token
+    /// verified now is as likely to come again as any other).
     fn keep(&self, fingerprint: [u8; 32], v: Arc<Verified>, now: i64) {
         let Ok(mut m) = self.verified.write() else { return };
         if m.len() >= CAPACITY {
             m.retain(|_, v| v.exp > now);
-            if m.len() >= CAPACITY {
-                return;
+            if m.len() >= CAPACITY
+                && let Some(k) = m.keys().next().copied()
+            {
+                m.remove(&k);
             }
         }
         m.insert(fingerprint, v);
     }
 
     /// Every check of a token not verified before, under each tenant's settings of its
-    /// issuer; the `jti` claimed and the workload recorded.
+    /// issuer. Only a token some tenant's rule gives a scope has its `jti` claimed, its
+    /// workload recorded and (`true`) may be kept: one no rule takes leaves no trace, and
+    /// one checked while a tenant's keys were unavailable is checked again next time.
     async fn verify(
         &self,
         http: &Outbound,
@@ -260,45 +336,55 @@ impl WorkloadVerifier {
         fingerprint: [u8; 32],
         trusted: &WorkloadIssuers,
         now: time::OffsetDateTime,
-    ) -> Result<Verified, WorkloadRefusal> {
+    ) -> Result<(Verified, bool), WorkloadRefusal> {
         let header = access_token::read_header(raw)?;
         let iss = access_token::unverified_issuer(raw).ok_or(AccessTokenRefusal::Invalid)?;
         let entries = trusted.get(&iss).ok_or(AccessTokenRefusal::Issuer)?;
         let mut checked = Vec::with_capacity(entries.len());
-        let mut passed: Option<serde_json::Map<String, serde_json::Value>> = None;
+        let mut passed: Option<(serde_json::Map<String, serde_json::Value>, &WorkloadIssuer)> = None;
         let mut first_refusal = None;
+        let mut transient = false;
         for (tenant, w) in entries {
             match self.check(http, raw, &header, w, now).await {
                 Ok(claims) => {
                     checked.push((tenant.clone(), w.clone(), true));
-                    passed.get_or_insert(claims);
+                    passed.get_or_insert((claims, w));
                 }
                 Err(e) => {
+                    transient |= matches!(e, WorkloadRefusal::Unavailable(_) | WorkloadRefusal::Database(_));
                     checked.push((tenant.clone(), w.clone(), false));
                     first_refusal.get_or_insert(e);
                 }
             }
         }
-        let Some(claims) = passed else {
+        let Some((claims, w)) = passed else {
             return Err(first_refusal.unwrap_or(WorkloadRefusal::Token(AccessTokenRefusal::Invalid)));
         };
         let exp = claims.get("exp").and_then(serde_json::Value::as_i64).ok_or(AccessTokenRefusal::Invalid)?;
-        let sub = claims.get("sub").and_then(|s| s.as_str()).ok_or(AccessTokenRefusal::Invalid)?;
+        let sub = claims.get("sub").and_then(|s| s.as_str()).ok_or(AccessTokenRefusal::Invalid)?.to_owned();
         if sub.is_empty() || sub.len() > 255 || sub.chars().any(char::is_control) {
             return Err(AccessTokenRefusal::Invalid.into());
         }
-        if let Some(jti) = claims.get("jti") {
+        // The keys that verified it: an issuer URL two clusters share (the in-cluster
+        // default) is told apart by where each one's keys are.
+        let source = w.jwks_uri.as_deref().unwrap_or("discovery");
+        let caller = caller_id(&iss, source, &sub);
+        let v = Verified { caller, iss: iss.clone(), checked, claims, exp };
+        let any_rule = v.checked.iter().any(|(_, w, ok)| *ok && !w.scopes_for(&v.claims).is_empty());
+        if !any_rule {
+            return Err(WorkloadRefusal::NoRule);
+        }
+        if let Some(jti) = v.claims.get("jti") {
             let jti = jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
             let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
             let mut tx = store::begin(&self.pool).await?;
-            if !store::workload::claim_jti(&mut tx, &iss, jti, &fingerprint, until).await? {
+            if !store::workload::claim_jti(&mut tx, &iss, source, jti, &fingerprint, until).await? {
                 return Err(WorkloadRefusal::Replayed);
             }
             tx.commit().await?;
         }
-        let caller = caller_id(&iss, sub);
-        store::workload::record_caller(&self.pool, caller.as_str(), &iss, sub).await?;
-        Ok(Verified { caller, checked, claims, exp })
+        store::workload::record_caller(&self.pool, v.caller.as_str(), &iss, source, &sub).await?;
+        Ok((v, !transient))
     }
 
     /// One tenant's checks of the token: its `typ`, signature, `iss`, `aud`, times and
@@ -348,34 +434,67 @@ impl WorkloadVerifier {
         kid: &str,
     ) -> Result<Arc<CoreJsonWebKeySet>, WorkloadRefusal> {
         let key = (w.issuer.clone(), w.jwks_uri.clone());
-        let mut keys = self.keys.lock().await;
+        if let Some(jwks) = self.usable_keys(&key, kid) {
+            return Ok(jwks);
+        }
+        let gate = crate::domain::gate::Gate::new(&self.fetching, key.clone());
+        let _held = gate.acquire().await;
+        // The request before this one may have fetched them.
+        if let Some(jwks) = self.usable_keys(&key, kid) {
+            return Ok(jwks);
+        }
         let now = self.clock.now();
-        if let Some(k) = keys.get(&key) {
-            let fresh = now.saturating_duration_since(k.fetched) < KEYS_FRESH;
-            let has = crate::oauth::flow::jwks_has_key(&k.jwks, kid);
-            let tried_lately = k.tried.is_some_and(|t| now.saturating_duration_since(t) < REFETCH_AT_MOST_EVERY);
-            if fresh && (has || tried_lately) {
-                return Ok(k.jwks.clone());
-            }
+        // A fetch failed a moment ago: none again yet; the last keys serve meanwhile.
+        let failed_lately = self.with_keys(|m| {
+            let k = m.get(&key)?;
+            let (at, why) = k.failed.as_ref()?;
+            (now.saturating_duration_since(*at) < FAILURE_KEPT).then(|| k.last(now, why))
+        });
+        if let Some(last) = failed_lately {
+            return last;
         }
         // Fetched for a key id the keys lack: no other such fetch within the minute.
-        let lacking = keys.get(&key).is_some_and(|k| !crate::oauth::flow::jwks_has_key(&k.jwks, kid));
-        let tried = if lacking { Some(now) } else { keys.get(&key).and_then(|k| k.tried) };
-        match fetch_keys(http, w).await {
-            Ok(jwks) => {
-                let jwks = Arc::new(jwks);
-                keys.insert(key, IssuerKeys { jwks: jwks.clone(), fetched: now, tried });
-                Ok(jwks)
+        let lacking = self.with_keys(|m| {
+            m.get(&key).and_then(|k| k.jwks.as_ref()).is_some_and(|(j, _)| !crate::oauth::flow::jwks_has_key(j, kid))
+        });
+        let fetched = fetch_keys(http, w).await;
+        self.with_keys(|m| {
+            let k = m.entry(key).or_default();
+            if lacking {
+                k.tried = Some(now);
             }
-            Err(why) => match keys.get_mut(&key) {
-                Some(k) if now.saturating_duration_since(k.fetched) < KEYS_STALE_FOR => {
-                    tracing::warn!(issuer = %w.issuer, reason = %why, "a workload issuer's keys could not be fetched again; the last ones serve");
-                    k.tried = tried;
-                    Ok(k.jwks.clone())
+            match fetched {
+                Ok(jwks) => {
+                    let jwks = Arc::new(jwks);
+                    k.jwks = Some((jwks.clone(), now));
+                    k.failed = None;
+                    Ok(jwks)
                 }
-                _ => Err(WorkloadRefusal::Unavailable(why)),
-            },
-        }
+                Err(why) => {
+                    tracing::warn!(issuer = %w.issuer, reason = %why, "a workload issuer's keys could not be fetched; the last ones (up to a day old) serve");
+                    k.failed = Some((now, why.clone()));
+                    k.last(now, &why)
+                }
+            }
+        })
+    }
+
+    /// The keys held for `key`, if they are fresh and hold `kid` (or were fetched for a
+    /// key id they lacked within the minute).
+    fn usable_keys(&self, key: &KeysOf, kid: &str) -> Option<Arc<CoreJsonWebKeySet>> {
+        let now = self.clock.now();
+        self.with_keys(|m| {
+            let k = m.get(key)?;
+            let (jwks, fetched) = k.jwks.as_ref()?;
+            let fresh = now.saturating_duration_since(*fetched) < KEYS_FRESH;
+            let has = crate::oauth::flow::jwks_has_key(jwks, kid);
+            let tried_lately = k.tried.is_some_and(|t| now.saturating_duration_since(t) < REFETCH_AT_MOST_EVERY);
+            (fresh && (has || tried_lately)).then(|| jwks.clone())
+        })
+    }
+
+    fn with_keys<T>(&self, f: impl FnOnce(&mut HashMap<KeysOf, IssuerKeys>) -> T) -> T {
+        f(&mut self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
 
@@ -394,7 +513,11 @@ async fn fetch_keys(http: &Outbound, w: &WorkloadIssuer) -> Result<CoreJsonWebKe
         }
         None => {
             let doc_url = parse(&format!("{}/.well-known/openid-configuration", w.issuer.trim_end_matches('/')))?;
-            let mut adm = crate::net::metadata::Admission::new(configured.clone(), false, "the workload issuer");
+            let mut adm = crate::net::metadata::Admission::new(
+                configured.clone(),
+                w.allow_private_endpoints,
+                "the workload issuer",
+            );
             let doc = adm.get_json(http, &doc_url, "discovery").await.map_err(|e| e.to_string())?;
             if doc.get("issuer").and_then(|i| i.as_str()) != Some(w.issuer.as_str()) {
                 return Err("the discovery document names another issuer".to_owned());
@@ -404,15 +527,18 @@ async fn fetch_keys(http: &Outbound, w: &WorkloadIssuer) -> Result<CoreJsonWebKe
             parse(j)?
         }
     };
-    let mut adm = crate::net::metadata::Admission::new(configured, false, "the workload issuer");
+    let mut adm = crate::net::metadata::Admission::new(configured, w.allow_private_endpoints, "the workload issuer");
     let raw = adm.get_json(http, &jwks_uri, "jwks_uri").await.map_err(|e| e.to_string())?;
     serde_json::from_value(raw).map_err(|e| format!("jwks: {e}"))
 }
 
-/// 16 hex digits of SHA-256(issuer, NUL, subject): the workload's caller id.
-pub fn caller_id(issuer: &str, subject: &str) -> ApiKeyId {
+/// 16 hex digits of SHA-256(issuer, NUL, key source, NUL, subject): the workload's caller
+/// id. The key source is the issuer's `jwks_uri`, or `discovery`.
+pub fn caller_id(issuer: &str, source: &str, subject: &str) -> ApiKeyId {
     let mut h = Sha256::new();
     h.update(issuer.as_bytes());
+    h.update([0]);
+    h.update(source.as_bytes());
     h.update([0]);
     h.update(subject.as_bytes());
     let d = h.finalize();
@@ -437,11 +563,14 @@ mod tests {
 
     #[test]
     fn a_caller_id_is_a_key_id_of_issuer_and_subject() {
-        let a = caller_id("https://k8s.example", "system:serviceaccount:tools:mcp");
+        let sa = "system:serviceaccount:tools:mcp";
+        let a = caller_id("https://k8s.example", "discovery", sa);
         assert_eq!(a.as_str().len(), 16);
-        assert_eq!(a, caller_id("https://k8s.example", "system:serviceaccount:tools:mcp"));
-        assert_ne!(a, caller_id("https://k8s.example/", "system:serviceaccount:tools:mcp"));
+        assert_eq!(a, caller_id("https://k8s.example", "discovery", sa));
+        assert_ne!(a, caller_id("https://k8s.example/", "discovery", sa));
+        // Two clusters with one issuer URL and their own keys are two workloads.
+        assert_ne!(a, caller_id("https://k8s.example", "https://keys.a.example/jwks", sa));
         // The separator keeps issuer and subject apart.
-        assert_ne!(caller_id("https://a.example/x", "y"), caller_id("https://a.example/", "xy"));
+        assert_ne!(caller_id("https://a.example/x", "d", "y"), caller_id("https://a.example/", "d", "xy"));
     }
 }

@@ -238,7 +238,7 @@ pub struct RawTenant {
     /// Per provider, the other of the two (`{ github = "credentials" }`).
     pub hand_out_providers: Option<std::collections::BTreeMap<String, crate::domain::HandOutMode>>,
     /// Issuers whose workload tokens its MCP servers may present instead of an API key
-    /// (`[[tenants.workload_issuers]]`); left out: the database's stand.
+    /// (`[[tenants.workload_issuers]]`); left out: none.
     pub workload_issuers: Option<Vec<crate::domain::workload::WorkloadIssuer>>,
 }
 

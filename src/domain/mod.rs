@@ -97,8 +97,8 @@ pub struct TenantConfig {
     /// What `/v1/token` hands out. `None` only in a configuration file that leaves it out:
     /// the database's value stands (credentials for a new tenant).
     pub hand_out: Option<HandOutPolicy>,
-    /// The workload issuers it trusts. `None` only in a configuration file that leaves
-    /// them out: the database's stand (none for a new tenant).
+    /// The workload issuers it trusts (`None`: none; a file that leaves them out trusts
+    /// none, so a trust removed from the file ends).
     pub workload_issuers: Option<Vec<workload::WorkloadIssuer>>,
 }
 

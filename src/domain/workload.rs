@@ -20,6 +20,10 @@ pub const DEFAULT_CLOCK_SKEW: u32 = 30;
 const MAX_ISSUERS: usize = 16;
 const MAX_RULES: usize = 32;
 const MAX_CLAIMS: usize = 8;
+/// A rule names at least one of these: claims that say which workload it is. A rule on
+/// `workflow` or `environment` alone would take anyone's token from a public issuer
+/// (every GitHub repository can mint one with any audience).
+pub const IDENTITY_CLAIMS: &[&str] = &["sub", "client_id", "azp", "repository", "repository_id"];
 
 /// One trusted issuer of a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -46,6 +50,10 @@ pub struct WorkloadIssuer {
     /// Tolerance for `exp`, `nbf` and `iat`, in seconds.
     #[serde(default = "default_clock_skew")]
     pub clock_skew_seconds: u32,
+    /// A `jwks_uri` that discovery names on another origin than the issuer's may be a
+    /// private address (a cluster's API server); the configured origins always may.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_private_endpoints: bool,
     /// Which tokens get which scope; a token no rule matches gets none.
     #[serde(default)]
     pub rules: Vec<WorkloadRule>,
@@ -143,6 +151,12 @@ impl WorkloadIssuer {
                     "1 to 8 claims (a rule without any matches nothing)".into(),
                 ));
             }
+            if !r.claims.keys().any(|k| IDENTITY_CLAIMS.contains(&k.as_str())) {
+                return Err((
+                    format!("rules[{i}].claims"),
+                    format!("must name one of {} (which workload it is)", IDENTITY_CLAIMS.join(", ")),
+                ));
+            }
             for (k, v) in &r.claims {
                 if k.is_empty() || k.len() > 100 || v.is_empty() || v.len() > 1000 {
                     return Err((
@@ -217,8 +231,12 @@ mod tests {
             (serde_json::json!({"max_lifetime_seconds": 86401}), "workload_issuers[0].max_lifetime_seconds"),
             (serde_json::json!({"rules": [{"claims": {}, "scope": "server"}]}), "workload_issuers[0].rules[0].claims"),
             (
-                serde_json::json!({"rules": [{"claims": {"aud": "x"}, "scope": "server"}]}),
+                serde_json::json!({"rules": [{"claims": {"sub": "s", "aud": "x"}, "scope": "server"}]}),
                 "workload_issuers[0].rules[0].claims.aud",
+            ),
+            (
+                serde_json::json!({"rules": [{"claims": {"workflow": "deploy"}, "scope": "server"}]}),
+                "workload_issuers[0].rules[0].claims",
             ),
         ] {
             let mut v = serde_json::to_value(&w).unwrap();

@@ -18,7 +18,7 @@ use crate::providers::credential::Credential;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 
 /// A validated token request.
@@ -174,6 +174,7 @@ pub async fn token_waiting(
     state: &AppState,
     tenant: &TenantId,
     api_key: &ApiKeyId,
+    proof: &crate::workload::Proof,
     req: TokenRequest,
     wait: std::time::Duration,
 ) -> Result<TokenOutcome, TokenError> {
@@ -190,8 +191,16 @@ pub async fn token_waiting(
         return Ok(first);
     }
     // Up to 30 s have passed since the key was verified: a key revoked (or a tenant
-    // switched off) meanwhile gets no token, only what it was answered before the wait.
-    if !store::api_keys::api_key_usable(&state.pool, api_key).await? {
+    // switched off, a workload's rule or issuer removed) meanwhile gets no token, only
+    // what it was answered before the wait.
+    let usable = match proof {
+        crate::workload::Proof::ApiKey => store::api_keys::api_key_usable(&state.pool, api_key).await?,
+        crate::workload::Proof::Workload(token) => {
+            let trusted = state.directory.tenants.workload_issuers();
+            state.workloads.still_admits(&state.outbound, token.expose_secret(), &trusted, tenant).await
+        }
+    };
+    if !usable {
         return Ok(first);
     }
     token_for(state, tenant, api_key, again, OffsetDateTime::now_utc()).await

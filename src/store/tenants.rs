@@ -13,7 +13,8 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
         // values: an instance started with an older or shorter file never lowers them.
         // The IdP ($6) likewise: a file that leaves it out keeps the database's (`default`
         // for a new tenant), so an instance with an older file never moves a tenant.
-        // The hand-out ($7) and the workload issuers ($8) likewise: left out, the database's stand.
+        // The hand-out ($7) likewise: left out, the database's stands. Not the workload
+        // issuers ($8): a trust the file no longer names ends (left out: none).
         r#"INSERT INTO tenants
                (id, display_name, allowed_providers, subject_token_audience, require_subject_token, idp, hand_out,
                 workload_issuers, active, managed_by, updated_at)
@@ -23,7 +24,7 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
                subject_token_audience = COALESCE($4, tenants.subject_token_audience),
                require_subject_token = COALESCE($5, tenants.require_subject_token),
                idp = COALESCE($6, tenants.idp), hand_out = COALESCE($7, tenants.hand_out),
-               workload_issuers = COALESCE($8, tenants.workload_issuers),
+               workload_issuers = $8,
                managed_by = 'file', updated_at = now()
            WHERE tenants.managed_by <> 'file'
               OR tenants.display_name IS DISTINCT FROM EXCLUDED.display_name
@@ -32,7 +33,7 @@ pub async fn upsert_tenant(db: impl PgExecutor<'_>, t: &TenantConfig) -> Result<
               OR ($4::text IS NOT NULL AND tenants.subject_token_audience IS DISTINCT FROM $4)
               OR ($5::bool IS NOT NULL AND tenants.require_subject_token IS DISTINCT FROM $5)
               OR ($7::jsonb IS NOT NULL AND tenants.hand_out IS DISTINCT FROM $7)
-              OR ($8::jsonb IS NOT NULL AND tenants.workload_issuers IS DISTINCT FROM $8)"#,
+              OR tenants.workload_issuers IS DISTINCT FROM $8"#,
         t.id.as_str(),
         t.display_name,
         &providers,
@@ -52,9 +53,9 @@ fn hand_out(t: &TenantConfig) -> Option<serde_json::Value> {
     t.hand_out.as_ref().and_then(|h| serde_json::to_value(h).ok())
 }
 
-/// The tenant's workload issuers as stored (`None`: not said).
+/// The tenant's workload issuers as stored (`None`: none).
 fn workload_issuers(t: &TenantConfig) -> Option<serde_json::Value> {
-    t.workload_issuers.as_ref().and_then(|w| serde_json::to_value(w).ok())
+    t.workload_issuers.as_ref().filter(|w| !w.is_empty()).and_then(|w| serde_json::to_value(w).ok())
 }
 
 /// Switches a tenant on or off (its keys and links stop or start working). Returns false
@@ -234,7 +235,7 @@ async fn write_api_tenant(db: impl PgExecutor<'_>, t: &TenantConfig, kept_by: &s
         r#"UPDATE tenants
            SET display_name = $2, allowed_providers = $3, subject_token_audience = $4,
                require_subject_token = COALESCE($5, false), idp = COALESCE($6, 'default'), managed_by = $7,
-               hand_out = COALESCE($8, hand_out), workload_issuers = COALESCE($9, workload_issuers),
+               hand_out = COALESCE($8, hand_out), workload_issuers = $9,
                updated_at = now()
            WHERE id = $1 AND managed_by = 'api'"#,
         t.id.as_str(),

@@ -14,6 +14,12 @@ const OPS_SA: &str = "system:serviceaccount:ops:mcp-admin";
 /// Acme trusts the cluster: tools/mcp-github gets the server scope, ops/mcp-admin the
 /// admin scope; `extra` lines go into the issuer's table.
 async fn app_trusting(cluster: &Cluster, extra: &str) -> TestApp {
+    spawn_app_with(trusting(cluster, extra)).await
+}
+
+/// The options of [`app_trusting`] (another instance's file must say the same: a file is
+/// the whole truth for its tenants' issuers).
+fn trusting(cluster: &Cluster, extra: &str) -> Options {
     let issuer = format!(
         "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]
 [[tenants.workload_issuers]]
@@ -29,11 +35,10 @@ claims = {{ sub = \"{OPS_SA}\" }}
 scope = \"admin\"",
         cluster.issuer
     );
-    spawn_app_with(Options {
+    Options {
         patch: vec![("providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]", issuer)],
         ..Options::default()
-    })
-    .await
+    }
 }
 
 fn token_of(cluster: &Cluster, ns: &str, name: &str) -> String {
@@ -66,7 +71,7 @@ async fn a_cluster_token_authenticates_as_its_rule_says_and_the_trail_names_the_
     let admin = token_of(&cluster, "ops", "mcp-admin");
     let r = audit_call(&app, &admin).await;
     assert_eq!(r.status(), 200);
-    let caller = mcp_connect::workload::caller_id(&cluster.issuer, GITHUB_SA);
+    let caller = mcp_connect::workload::caller_id(&cluster.issuer, "discovery", GITHUB_SA);
     assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await);
     let handed: (Option<String>, String) = sqlx::query_as(
         "SELECT api_key_id, tenant_id FROM audit_events WHERE kind = 'token_handed_out' ORDER BY at DESC LIMIT 1",
@@ -89,18 +94,33 @@ async fn a_cluster_token_authenticates_as_its_rule_says_and_the_trail_names_the_
 #[tokio::test]
 async fn each_refusal_of_a_workload_token_answers_its_own_code() {
     let cluster = Cluster::start().await;
-    let app = app_trusting(&cluster, "max_lifetime_seconds = 3600").await;
+    let options = || trusting(&cluster, "max_lifetime_seconds = 3600");
+    let app = spawn_app_with(options()).await;
     let good = cluster.claims("tools", "mcp-github", AUD, 600);
     // The control: the honest token passes, so each case below is refused for what it changes.
     assert_eq!(token_call(&app, &cluster.sign(&good)).await.status(), 200);
 
+    // `null` removes the claim.
     let with = |changes: Value| {
         let mut c = good.clone();
         for (k, v) in changes.as_object().unwrap() {
-            c[k] = v.clone();
+            if v.is_null() {
+                c.as_object_mut().unwrap().remove(k);
+            } else {
+                c[k] = v.clone();
+            }
         }
         c["jti"] = json!(uuid::Uuid::new_v4().to_string());
         c
+    };
+    // A genuine signature over other claims.
+    let tampered = {
+        use base64::Engine as _;
+        let t = cluster.sign(&with(json!({})));
+        let parts: Vec<&str> = t.split('.').collect();
+        let other = with(json!({"sub": OPS_SA}));
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(other.to_string());
+        format!("{}.{payload}.{}", parts[0], parts[2])
     };
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let kid = cluster.kid();
@@ -118,7 +138,20 @@ async fn each_refusal_of_a_workload_token_answers_its_own_code() {
             401,
             cluster.sign(&with(json!({"iat": now + 300, "nbf": now + 300, "exp": now + 900}))),
         ),
+        // `iat` ahead without `nbf`.
+        ("workload_token_not_yet_valid", 401, cluster.sign(&with(json!({"iat": now + 300, "nbf": null})))),
         ("workload_token_lifetime", 401, cluster.sign(&with(json!({"exp": now + 7200})))),
+        // Without `iat`: measured from `nbf`; without either: from now.
+        (
+            "workload_token_lifetime",
+            401,
+            cluster.sign(&with(json!({"iat": null, "nbf": now - 3000, "exp": now + 1000}))),
+        ),
+        ("workload_token_lifetime", 401, cluster.sign(&with(json!({"iat": null, "nbf": null, "exp": now + 7200})))),
+        ("workload_token_invalid", 401, tampered),
+        ("workload_token_invalid", 401, cluster.sign(&with(json!({"sub": null})))),
+        ("workload_token_invalid", 401, cluster.sign(&with(json!({"sub": [GITHUB_SA]})))),
+        ("workload_token_invalid", 401, cluster.sign(&with(json!({"sub": format!("{GITHUB_SA}\n")})))),
         ("workload_token_algorithm", 401, forged(&with(json!({})), None, &kid)),
         ("workload_token_algorithm", 401, forged(&with(json!({})), Some(b"a public secret"), &kid)),
         ("workload_token_unknown_key", 401, cluster.sign_unpublished(&with(json!({})))),
@@ -128,14 +161,31 @@ async fn each_refusal_of_a_workload_token_answers_its_own_code() {
         let body = assert_error(token_call(&app, &token).await, status, code).await;
         assert!(!body.to_string().contains(&token), "{code}: the body holds the token");
     }
-    // A replayed jti: another token carrying the jti of one seen before.
-    let first = with(json!({}));
-    assert_eq!(token_call(&app, &cluster.sign(&first)).await.status(), 200);
-    let mut again = first.clone();
+    // Nothing of a token no rule takes is kept: no workload, no jti.
+    let strangers: i64 = sqlx::query_scalar("SELECT count(*) FROM workload_callers WHERE subject <> $1")
+        .bind(GITHUB_SA)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(strangers, 0);
+    // A replayed jti: another token carrying the jti of one seen before, also at another
+    // instance (which has not seen either).
+    let b = crate::support::spawn_on(&app, &options()).await;
+    let first = cluster.sign(&with(json!({})));
+    assert_eq!(token_call(&app, &first).await.status(), 200);
+    let mut again: Value = {
+        use base64::Engine as _;
+        let payload = first.split('.').nth(1).unwrap();
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
+    };
     again["kubernetes.io"]["pod"]["name"] = json!("another-pod");
-    assert_error(token_call(&app, &cluster.sign(&again)).await, 401, "workload_token_replayed").await;
-    // The same token again is no replay (a cached verification, or another instance).
-    assert_eq!(token_call(&app, &cluster.sign(&first)).await.status(), 200);
+    let again = cluster.sign(&again);
+    assert_error(token_call(&app, &again).await, 401, "workload_token_replayed").await;
+    assert_error(token_call(&b, &again).await, 401, "workload_token_replayed").await;
+    // The same token again is no replay: from the cache, and at the other instance from
+    // the database.
+    assert_eq!(token_call(&app, &first).await.status(), 200);
+    assert_eq!(token_call(&b, &first).await.status(), 200);
     other.stop().await;
     cluster.stop().await;
 }
@@ -182,7 +232,170 @@ async fn the_default_audience_is_the_public_url_and_a_switched_off_tenant_takes_
     // Switched off: its issuers are trusted by no one, even for a token verified before.
     sqlx::query("UPDATE tenants SET active = false WHERE id = 'acme'").execute(&app.pool).await.unwrap();
     app.state.directory.tenants.reload(&app.pool).await.unwrap();
-    let r = token_call(&app, &for_base).await;
-    assert_eq!(r.status(), 401);
+    assert_error(token_call(&app, &for_base).await, 401, "invalid_api_key").await;
+    cluster.stop().await;
+}
+
+/// An OAuth server's client-credentials tokens as workload tokens: panva's `oidc-provider`
+/// issues RFC 9068 JWT access tokens (`typ` `at+jwt`, `sub` the client id) for a resource
+/// naming mcp-connect; acme trusts it, and its rule names one client.
+#[tokio::test]
+async fn client_credentials_tokens_of_oidc_provider_authenticate_per_rule() {
+    const RESOURCE: &str = "https://connect.example/";
+    let machine = |id: &str| json!({"client_id": id, "client_secret": format!("{id}-secret"), "grant_types": ["client_credentials"]});
+    let peer = crate::interop::Peer::start(json!({
+        "workload_resource": RESOURCE,
+        "clients": [machine("mcp-github"), machine("another-job")],
+    }))
+    .await;
+    let rules = format!(
+        "providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]
+[[tenants.workload_issuers]]
+name = \"oauth\"
+issuer = \"{}\"
+audience = \"{RESOURCE}\"
+typ = \"at+jwt\"
+[[tenants.workload_issuers.rules]]
+claims = {{ sub = \"mcp-github\", client_id = \"mcp-github\" }}
+scope = \"server\"",
+        peer.issuer
+    );
+    let app = spawn_app_with(Options {
+        patch: vec![("providers = [\"github\", \"gitlab\", \"testp\", \"plainp\", \"deadrev\"]", rules)],
+        ..Options::default()
+    })
+    .await;
+    let token_endpoint = peer.discovery().await["token_endpoint"].as_str().unwrap().to_owned();
+    let grant = |id: &'static str| {
+        let (c, url) = (app.client.clone(), token_endpoint.clone());
+        async move {
+            let r = c
+                .post(url)
+                .basic_auth(id, Some(format!("{id}-secret")))
+                .form(&[("grant_type", "client_credentials"), ("resource", RESOURCE), ("scope", "mcp-connect")])
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "oidc-provider's token endpoint");
+            let body: Value = r.json().await.unwrap();
+            body["access_token"].as_str().unwrap().to_owned()
+        }
+    };
+    let ours = grant("mcp-github").await;
+    assert_eq!(token_call(&app, &ours).await.status(), 200);
+    let theirs = grant("another-job").await;
+    assert_error(token_call(&app, &theirs).await, 403, "workload_no_rule").await;
+}
+
+/// Over the operator API: a tenant made with a trusted issuer takes its workloads' tokens on
+/// another instance; a change of its rules holds there at once (also for a token verified
+/// before); a malformed issuer is refused naming the field.
+#[tokio::test]
+async fn issuers_set_over_the_operator_api_hold_on_every_instance_at_once() {
+    use reqwest::Method;
+    let cluster = Cluster::start().await;
+    let a = spawn_app_with(Options::default()).await;
+    let b = crate::support::spawn_on(&a, &Options::default()).await;
+    assert!(b.state.caches.barrier(&b.pool).await, "B's listener is up");
+    let op = a.operator_key().await;
+    let issuer = |sub: &str| {
+        json!([{"name": "cluster", "issuer": cluster.issuer, "audience": AUD,
+                "rules": [{"claims": {"sub": sub}, "scope": "server"}]}])
+    };
+    let body = json!({"id": "gamma", "display_name": "Gamma", "providers": ["testp"],
+                      "workload_issuers": issuer(GITHUB_SA)});
+    let r = a.operator(&op, Method::POST, "/tenants", Some(body)).await;
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    assert_eq!(made["workload_issuers"][0]["max_lifetime_seconds"], 3600, "{made}");
+    assert!(b.state.caches.barrier(&b.pool).await, "the creation's notification arrived");
+    let token = token_of(&cluster, "tools", "mcp-github");
+    let body = || json!({"subject": "alice", "provider": "testp"});
+    assert_eq!(b.token(&token, body()).await.status(), 200);
+
+    // Another rule: the token verified on B a moment ago no longer gets in there.
+    let r = a.operator(&op, Method::PATCH, "/tenants/gamma", Some(json!({"workload_issuers": issuer(OPS_SA)}))).await;
+    assert_eq!(r.status(), 200);
+    assert!(b.state.caches.barrier(&b.pool).await, "the change's notification arrived");
+    assert_error(b.token(&token, body()).await, 403, "workload_no_rule").await;
+
+    let bad = json!({"workload_issuers": [{"name": "cluster", "issuer": "http://k8s.example", "rules": []}]});
+    let body =
+        assert_error(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(bad)).await, 400, "invalid_request").await;
+    assert!(body["error_description"].as_str().unwrap().contains("workload_issuers[0].issuer"), "{body}");
+    cluster.stop().await;
+}
+
+/// Neither a taken nor a refused workload token reaches a log line (at debug) or the audit
+/// trail (metrics carry only the tenant and the result).
+#[tokio::test]
+async fn no_workload_token_reaches_a_log_or_the_trail() {
+    let logs = crate::logs::capture_logs();
+    let cluster = Cluster::start().await;
+    let app = app_trusting(&cluster, "").await;
+    let good = token_of(&cluster, "tools", "mcp-github");
+    let exp = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    app.insert_connection("acme", "alice", "github", "gho_alice", &["read:user"], Some(exp)).await;
+    assert_eq!(token_call(&app, &good).await.status(), 200);
+    let wrong_aud = cluster.sign(&cluster.claims("tools", "mcp-github", "elsewhere", 600));
+    assert_eq!(token_call(&app, &wrong_aud).await.status(), 401);
+    let no_rule = token_of(&cluster, "tools", "someone-else");
+    assert_eq!(token_call(&app, &no_rule).await.status(), 403);
+    assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await);
+    let trail: Vec<String> =
+        sqlx::query_scalar("SELECT row_to_json(a)::text FROM audit_events a").fetch_all(&app.pool).await.unwrap();
+    let logged = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("workload token refused"), "the refusals were logged");
+    for token in [&good, &wrong_aud, &no_rule] {
+        // Each part of the JWS on its own, too (a header or payload logged alone).
+        let signature = token.rsplit('.').next().unwrap();
+        let payload = token.split('.').nth(1).unwrap();
+        for part in [token.as_str(), signature, payload] {
+            assert!(!logged.contains(part), "a log line holds a token part");
+            assert!(!trail.iter().any(|row| row.contains(part)), "the trail holds a token part");
+        }
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_typ_rules_of_two_tenants_the_operator_scope_and_an_unreachable_issuer_are_refused() {
+    let cluster = Cluster::start().await;
+    // The issuer's tokens must carry `at+jwt`; the cluster's carry none.
+    let app = app_trusting(&cluster, "typ = \"at+jwt\"").await;
+    let token = token_of(&cluster, "tools", "mcp-github");
+    assert_error(token_call(&app, &token).await, 401, "workload_token_type").await;
+    // A workload token is never an operator's credential.
+    let r = app.client.get(format!("{}/operator/v1/tenants", app.base)).bearer_auth(&token).send().await.unwrap();
+    assert_error(r, 401, "invalid_api_key").await;
+
+    // Beta trusts the same issuer with the same rule as acme: which tenant is meant cannot
+    // be told.
+    let both = json!([{"name": "cluster", "issuer": cluster.issuer, "audience": AUD,
+                       "rules": [{"claims": {"sub": GITHUB_SA}, "scope": "server"}]}]);
+    sqlx::query("UPDATE tenants SET workload_issuers = $1 WHERE id IN ('acme', 'beta')")
+        .bind(&both)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    app.state.directory.tenants.reload(&app.pool).await.unwrap();
+    assert_error(token_call(&app, &token).await, 403, "workload_rule_ambiguous").await;
+
+    // An issuer that cannot be reached: 503 with Retry-After.
+    let gone = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let down = json!([{"name": "gone", "issuer": gone, "audience": AUD,
+                       "rules": [{"claims": {"sub": GITHUB_SA}, "scope": "server"}]}]);
+    sqlx::query("UPDATE tenants SET workload_issuers = $1 WHERE id = 'acme'")
+        .bind(&down)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tenants SET workload_issuers = NULL WHERE id = 'beta'").execute(&app.pool).await.unwrap();
+    app.state.directory.tenants.reload(&app.pool).await.unwrap();
+    let mut claims = cluster.claims("tools", "mcp-github", AUD, 600);
+    claims["iss"] = json!(gone);
+    let r = token_call(&app, &cluster.sign(&claims)).await;
+    assert_eq!(r.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    assert_error(r, 503, "temporarily_unavailable").await;
     cluster.stop().await;
 }

@@ -46,7 +46,7 @@ const ALGS = new Set(['RS256', 'PS256', 'ES256']);
 const cfg = readConfig();
 const KNOWN = new Set(['port', 'issuer_path', 'alg', 'clients', 'access_ttl', 'refresh_ttl', 'id_token_ttl',
   'rotate_refresh_tokens', 'issue_refresh_tokens', 'expires_with_session', 'logout_confirm',
-  'exit_on_stdin_close', 'log', 'mcp_resource', 'cimd']);
+  'exit_on_stdin_close', 'log', 'mcp_resource', 'cimd', 'workload_resource']);
 for (const k of Object.keys(cfg)) if (!KNOWN.has(k)) fail(`unknown configuration field "${k}"`);
 const settings = {
   port: cfg.port ?? 0,
@@ -68,7 +68,11 @@ const settings = {
   // Client ID Metadata Documents: a client id that is an http(s) URL is looked up by
   // fetching that URL (the document's `client_id` must be the URL), and discovery says so.
   cimd: cfg.cimd ?? false,
+  // A resource (an absolute URL) for which clients with the client_credentials grant get
+  // RFC 9068 JWT access tokens: the workload tokens of mcp-connect's callers (issue 44).
+  workloadResource: cfg.workload_resource ?? null,
 };
+const WORKLOAD_SCOPE = 'mcp-connect';
 const MCP_SCOPE = 'mcp:tools';
 const mcpResourceUrl = () => `${issuer.replace(/\/+$/, '').replace(mountPath, '')}/mcp`;
 
@@ -94,6 +98,9 @@ function normalizeClient(c) {
   if (usesKeys(c)) {
     if (!c.jwks_uri === !c.jwks) fail(`client ${c.client_id} (private_key_jwt) needs jwks_uri or jwks`);
   } else if (typeof c.client_secret !== 'string' || !c.client_secret) fail(`client ${c.client_id} needs a client_secret`);
+  // A client of the client_credentials grant only redirects nowhere.
+  const machine = Array.isArray(c.grant_types) && c.grant_types.length === 1 && c.grant_types[0] === 'client_credentials';
+  if (machine) return { response_types: [], redirect_uris: [], ...c };
   if (!Array.isArray(c.redirect_uris) || !c.redirect_uris.length) fail(`client ${c.client_id} needs redirect_uris`);
   return { ...c };
 }
@@ -368,16 +375,20 @@ function buildProvider() {
       devInteractions: { enabled: false },
       // Off: opaque access tokens, usable at userinfo. On (mcp_resource): JWTs for /mcp,
       // and only when the request names it (a refresh without `resource` gets none).
-      resourceIndicators: settings.mcpResource ? {
+      resourceIndicators: (settings.mcpResource || settings.workloadResource) ? {
         enabled: true,
         defaultResource: () => undefined,
         useGrantedResource: () => false,
         getResourceServerInfo: (ctx, indicator) => {
-          if (indicator !== mcpResourceUrl()) throw new errors.InvalidTarget();
+          if (settings.workloadResource && indicator === settings.workloadResource) {
+            return { scope: WORKLOAD_SCOPE, audience: indicator, accessTokenFormat: 'jwt', accessTokenTTL: settings.accessTtl };
+          }
+          if (!settings.mcpResource || indicator !== mcpResourceUrl()) throw new errors.InvalidTarget();
           return { scope: MCP_SCOPE, audience: indicator, accessTokenFormat: 'jwt', accessTokenTTL: settings.accessTtl };
         },
       } : { enabled: false },
       registration: { enabled: settings.mcpResource },
+      clientCredentials: { enabled: !!settings.workloadResource },
       revocation: { enabled: true },
       introspection: { enabled: true },
       userinfo: { enabled: true },

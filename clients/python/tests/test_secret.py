@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mcp_connect import AccessToken, ApiKey, ConnectClient, Connected, Connection
+from mcp_connect import AccessToken, ApiKey, ConnectClient, Connected, Connection, WorkloadToken
 from mcp_connect.models import parse_token_answer
 
 SECRET = "gho_supersecretvalue"
 
 
-@pytest.mark.parametrize("kind", [ApiKey, AccessToken])
-def test_printing_a_secret_shows_a_placeholder(kind: type[ApiKey] | type[AccessToken]) -> None:
+@pytest.mark.parametrize("kind", [ApiKey, AccessToken, WorkloadToken])
+def test_printing_a_secret_shows_a_placeholder(kind: type[ApiKey] | type[AccessToken] | type[WorkloadToken]) -> None:
     s = kind(SECRET)
     # Every way Python turns a value into text, the old ones too.
     shown = [repr(s), str(s), f"{s}", f"{s!r}", f"{s:>40}", "%s" % s, "{}".format(s), repr([s]), repr({"k": s})]  # noqa: UP031, UP032

@@ -1,5 +1,6 @@
 // The HTTP side: global fetch with redirects refused, a timeout on every exchange, bounded
-// answer bodies, the API key on every call (never anywhere else), JSON errors mapped to
+// answer bodies, the API key (or a token source's workload token, as it is when the request
+// leaves: TokenFile, a function) on every call (never anywhere else), JSON errors mapped to
 // ApiError with mcp-connect's stable code, and 503/429 with Retry-After retried within a
 // RetryPolicy. Retrying is safe: /v1/token is idempotent and the other calls are a GET and
 // a cancel that is harmless to repeat. proxyFetch is the other side: a fetch to a
@@ -7,7 +8,9 @@
 // (streamed, any status, never retried here) unless MCP-Connect-Error says the proxy
 // answered itself.
 
-import { inspect } from 'node:util';
+import type { BigIntStats } from 'node:fs';
+import { type FileHandle, open, stat } from 'node:fs/promises';
+import { getSystemErrorMap, inspect } from 'node:util';
 import {
   type CancelReason,
   type CancelledInfo,
@@ -23,8 +26,8 @@ import {
   parseElicitation,
   parseTokenAnswer,
 } from './api.js';
-import { ApiKey, type SubjectToken } from './secret.js';
-import { type Environment, MissingSettingError, isMissing, setting } from './settings.js';
+import { ApiKey, Secret, type SubjectToken, WorkloadToken } from './secret.js';
+import { type Environment, MissingSettingError, isMissing, keyOrTokenFile, setting } from './settings.js';
 
 /** The largest answer body read; mcp-connect's answers are a few hundred bytes. */
 export const MAX_BODY = 64 * 1024;
@@ -50,7 +53,8 @@ export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
 
 /**
  * The `code` of a ConnectError: one of the API's stable codes (`ErrorCode`), `unavailable`
- * (the request or its answer failed on the way: TransportError, InvalidResponseError), or
+ * (the request or its answer failed on the way: TransportError, InvalidResponseError; or
+ * a token source had no token: WorkloadTokenError), or
  * `http_<status>` (an error answer without the API's JSON body).
  *
  * Open on purpose (`(string & {})`): mcp-connect documents that new codes may appear, and
@@ -110,6 +114,121 @@ export class InvalidResponseError extends ConnectError {
     super(`unexpected answer from mcp-connect: ${message}`, 'unavailable');
   }
 }
+
+/**
+ * The workload token could not be had, so nothing was sent: the token file is missing,
+ * unreadable, empty or holds no token, or the token function threw or returned none. The
+ * message names the file (or what the function did), never the token; a function's own
+ * error is the `cause`. Its `code` is `unavailable`.
+ */
+export class WorkloadTokenError extends ConnectError {
+  override readonly name = 'WorkloadTokenError';
+  constructor(message: string, cause?: unknown) {
+    super(message, 'unavailable', cause === undefined ? undefined : { cause });
+  }
+}
+
+/** A token file larger than this holds no token (and is not read whole). */
+const MAX_TOKEN_FILE = 64 * 1024;
+
+/** A token is one header value: visible ASCII, no white space. */
+function checkedToken(text: string, what: string, empty: string): WorkloadToken {
+  const token = text.trim();
+  if (token === '') throw new WorkloadTokenError(empty);
+  if (!/^[\x21-\x7e]+$/.test(token)) throw new WorkloadTokenError(`${what} holds no token (a token is one line of visible ASCII, without spaces)`);
+  return new WorkloadToken(token);
+}
+
+/** Why a file could not be read, as the system says it (`no such file or directory`), never its content. */
+function unreadable(path: string, e: unknown): WorkloadTokenError {
+  const errno = (e as { errno?: unknown } | null)?.errno;
+  const code = (e as { code?: unknown } | null)?.code;
+  const why = (typeof errno === 'number' ? getSystemErrorMap().get(errno)?.[1] : undefined) ?? (typeof code === 'string' ? code : 'unreadable');
+  return new WorkloadTokenError(`cannot read the token file ${path}: ${why}`);
+}
+
+/**
+ * The workload token in the file at `path` (e.g. a Kubernetes projected service-account
+ * token, `/var/run/secrets/tokens/mcp-connect`), without surrounding white space. Read when
+ * first needed and again whenever the file changed: each request `stat`s it and compares
+ * its inode, modification time and size (the kubelet moves a new file into place, by a
+ * symlink swap, before the token expires). A file that is missing, unreadable, empty or
+ * holds no token rejects with WorkloadTokenError, which names the path, never the content.
+ * Prints as `TokenFile(<path>)`.
+ */
+export class TokenFile {
+  readonly path: string;
+  #held: { stamp: string; token: WorkloadToken } | undefined;
+
+  constructor(path: string) {
+    if (typeof path !== 'string' || path.trim() === '') throw new TypeError("TokenFile takes the token file's path (a non-empty string)");
+    this.path = path;
+  }
+
+  /** The current token: the one read before while the file is unchanged, else the file read again. */
+  async read(): Promise<WorkloadToken> {
+    let st: BigIntStats;
+    try {
+      st = await stat(this.path, { bigint: true });
+    } catch (e) {
+      throw unreadable(this.path, e);
+    }
+    const held = this.#held;
+    if (held !== undefined && held.stamp === stampOf(st)) return held.token;
+    let file: FileHandle;
+    let raw: Buffer;
+    try {
+      file = await open(this.path, 'r');
+    } catch (e) {
+      throw unreadable(this.path, e);
+    }
+    try {
+      // The stamp of what is read (the path may change between the two).
+      st = await file.stat({ bigint: true });
+      raw = Buffer.alloc(MAX_TOKEN_FILE + 1);
+      let size = 0;
+      for (;;) {
+        const { bytesRead } = await file.read(raw, size, raw.length - size, null);
+        if (bytesRead === 0) break;
+        size += bytesRead;
+        if (size === raw.length) break;
+      }
+      raw = raw.subarray(0, size);
+    } catch (e) {
+      throw unreadable(this.path, e);
+    } finally {
+      await file.close();
+    }
+    const what = `the token file ${this.path}`;
+    if (raw.length > MAX_TOKEN_FILE) throw new WorkloadTokenError(`${what} is larger than ${MAX_TOKEN_FILE / 1024} KiB: it holds no token`);
+    if (raw.some((b) => b > 0x7f)) throw new WorkloadTokenError(`${what} holds no token (it is not ASCII text)`);
+    const token = checkedToken(raw.toString('latin1'), what, `${what} is empty`);
+    this.#held = { stamp: stampOf(st), token };
+    return token;
+  }
+
+  toString(): string {
+    return `TokenFile(${this.path})`;
+  }
+
+  toJSON(): string {
+    return this.toString();
+  }
+
+  [inspect.custom](): string {
+    return this.toString();
+  }
+}
+
+function stampOf(st: BigIntStats): string {
+  return `${st.ino}:${st.mtimeNs}:${st.size}`;
+}
+
+/** A function returning the current workload token, called for each request (and each retry). */
+export type TokenFunction = () => string | Secret | Promise<string | Secret>;
+
+/** Where the workload token comes from, in the API key's place: a TokenFile, or a function. */
+export type TokenSource = TokenFile | TokenFunction;
 
 /**
  * The proxy (`proxyFetch`) found no usable connection: mcp-connect answered `428
@@ -215,17 +334,34 @@ function proxiedPath(rest: string): string {
   return target;
 }
 
-export interface ConnectClientOptions {
+/** What a ConnectClient takes besides its credential. */
+export interface ConnectClientBaseOptions {
   /** mcp-connect's public base URL, e.g. `https://connect.example.com`. */
   baseUrl: string | URL;
-  /** The server-scope API key. A string is wrapped into an ApiKey at once. */
-  apiKey: ApiKey | string;
   retry?: Partial<RetryPolicy>;
   /** The time one HTTP exchange may take beyond any wait_seconds (default 15 s). */
   timeoutMs?: number;
   /** For tests or instrumentation; defaults to the global fetch. */
   fetch?: typeof fetch;
 }
+
+/** A ConnectClient's options: exactly one credential, `apiKey` or `token`. */
+export type ConnectClientOptions = ConnectClientBaseOptions &
+  (
+    | {
+        /** The server-scope API key. A string is wrapped into an ApiKey at once. */
+        apiKey: ApiKey | string;
+        token?: never;
+      }
+    | {
+        /**
+         * A workload token source in the API key's place (docs/workload-identity.md): a
+         * TokenFile, or a function returning the token (called for each request).
+         */
+        token: TokenSource;
+        apiKey?: never;
+      }
+  );
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -282,12 +418,13 @@ function checkWait(wait: number | undefined): number | undefined {
 }
 
 /**
- * A client of mcp-connect's /v1 API for one tenant (the API key decides which). It holds
- * no per-call state; share one instance.
+ * A client of mcp-connect's /v1 API for one tenant (the API key, or the workload token,
+ * decides which). It holds no per-call state; share one instance.
  */
 export class ConnectClient {
   readonly #base: URL;
-  readonly #key: ApiKey;
+  /** The API key, or the token source read as each request leaves. */
+  readonly #key: ApiKey | TokenSource;
   readonly #retry: RetryPolicy;
   readonly #timeoutMs: number;
   readonly #fetch: typeof fetch;
@@ -296,7 +433,13 @@ export class ConnectClient {
     // An unset variable handed in as it is (plain JS, or `process.env.X!`): named, not
     // "Invalid URL" or "ApiKey needs a non-empty string".
     if (isMissing(options.baseUrl)) throw new MissingSettingError('MCP_CONNECT_URL');
-    if (isMissing(options.apiKey)) throw new MissingSettingError('MCP_CONNECT_API_KEY');
+    // For untyped callers: the type already says exactly one.
+    const { apiKey, token } = options as { apiKey?: unknown; token?: unknown };
+    if (apiKey !== undefined && token !== undefined) throw new TypeError('give the API key (apiKey) or a token source (token), not both');
+    if (token === undefined && isMissing(apiKey)) throw new MissingSettingError('MCP_CONNECT_API_KEY');
+    if (token !== undefined && !(token instanceof TokenFile) && typeof token !== 'function') {
+      throw new TypeError('token is a TokenFile, or a function returning the workload token');
+    }
     const base = new URL(String(options.baseUrl));
     if (base.protocol !== 'http:' && base.protocol !== 'https:') {
       throw new TypeError('the mcp-connect base URL must be an http(s) URL');
@@ -306,7 +449,7 @@ export class ConnectClient {
     base.hash = '';
     if (!base.pathname.endsWith('/')) base.pathname += '/';
     this.#base = base;
-    this.#key = options.apiKey instanceof ApiKey ? options.apiKey : new ApiKey(options.apiKey);
+    this.#key = options.token ?? (options.apiKey instanceof ApiKey ? options.apiKey : new ApiKey(options.apiKey));
     this.#retry = { ...DEFAULT_RETRY, ...options.retry };
     this.#timeoutMs = options.timeoutMs ?? 15_000;
     this.#fetch = options.fetch ?? globalThis.fetch;
@@ -314,10 +457,15 @@ export class ConnectClient {
 
   /**
    * A client for `MCP_CONNECT_URL` with `MCP_CONNECT_API_KEY` (the names `mcp-connect dev`
-   * writes); a missing one throws `MissingSettingError` naming it.
+   * writes), or, where no key is set, with a TokenFile of `MCP_CONNECT_TOKEN_FILE` (a
+   * workload token's file); a missing one throws `MissingSettingError` naming it (the key,
+   * whose message names the token file too, when neither is set).
    */
-  static fromEnv(env: Environment = process.env, options: Omit<ConnectClientOptions, 'baseUrl' | 'apiKey'> = {}): ConnectClient {
-    return new ConnectClient({ ...options, baseUrl: setting('MCP_CONNECT_URL', env), apiKey: setting('MCP_CONNECT_API_KEY', env) });
+  static fromEnv(env: Environment = process.env, options: Omit<ConnectClientBaseOptions, 'baseUrl'> = {}): ConnectClient {
+    const baseUrl = setting('MCP_CONNECT_URL', env);
+    const credential = keyOrTokenFile(env);
+    if ('apiKey' in credential) return new ConnectClient({ ...options, baseUrl, apiKey: credential.apiKey });
+    return new ConnectClient({ ...options, baseUrl, token: new TokenFile(credential.tokenFile) });
   }
 
   /** `POST /v1/token`: the token, an elicitation to send, or "declined". */
@@ -422,7 +570,8 @@ export class ConnectClient {
       for (const name of theirs) headers.delete(name);
       for (const [name, value] of Object.entries(ask)) headers.set(name, value);
       if (subjectToken !== undefined) headers.set('mcp-connect-subject-token', subjectToken.reveal());
-      headers.set('authorization', `Bearer ${this.#key.reveal()}`);
+      // A token source's token as it is now (a rotated one from the next request on).
+      headers.set('authorization', `Bearer ${await this.#bearer()}`);
       let resp: Response;
       try {
         // Never follow: the provider's redirect is the caller's to see, and following it
@@ -454,6 +603,24 @@ export class ConnectClient {
 
   [inspect.custom](): string {
     return this.toString();
+  }
+
+  /** The bearer for the next request: the API key, or the token source's current token. */
+  async #bearer(): Promise<string> {
+    const key = this.#key;
+    if (key instanceof ApiKey) return key.reveal();
+    if (key instanceof TokenFile) return (await key.read()).reveal();
+    const what = 'the token function';
+    let value: unknown;
+    try {
+      value = await key();
+    } catch (e) {
+      if (e instanceof WorkloadTokenError) throw e;
+      throw new WorkloadTokenError(`${what} threw ${e instanceof Error ? e.name : typeof e}`, e);
+    }
+    if (value instanceof Secret) value = value.reveal();
+    if (typeof value !== 'string') throw new WorkloadTokenError(`${what} returned ${value === null ? 'null' : typeof value}, not the token (a string)`);
+    return checkedToken(value, what, `${what} returned an empty token`).reveal();
   }
 
   #id(id: string): string {
@@ -525,8 +692,10 @@ export class ConnectClient {
     const timeoutMs = this.#timeoutMs + (opts.waitSeconds ?? 0) * 1000;
     let waited = 0;
     for (let attempt = 0; ; attempt++) {
+      // Read for each attempt: a token source's rotated token goes with the next one.
+      const bearer = await this.#bearer();
       const signals = [AbortSignal.timeout(timeoutMs), ...(opts.signal ? [opts.signal] : [])];
-      const headers: Record<string, string> = { authorization: `Bearer ${this.#key.reveal()}`, accept: 'application/json' };
+      const headers: Record<string, string> = { authorization: `Bearer ${bearer}`, accept: 'application/json' };
       if (opts.body !== undefined) headers['content-type'] = 'application/json';
       let resp: Response;
       let body: Uint8Array;

@@ -6,10 +6,11 @@
 // `export *`): the wire descriptions, parsers and limits stay inside the package, and
 // test/exports.test.ts holds this list and api-report.md the shape of each name.
 
-export { AccessToken, ApiKey, Secret, SubjectToken } from './secret.js';
+export { AccessToken, ApiKey, Secret, SubjectToken, WorkloadToken } from './secret.js';
 export {
   ApiError,
   ConnectClient,
+  type ConnectClientBaseOptions,
   type ConnectClientOptions,
   ConnectError,
   type ConnectErrorCode,
@@ -18,8 +19,12 @@ export {
   type ProxyFetch,
   type ProxyOptions,
   type RetryPolicy,
+  TokenFile,
+  type TokenFunction,
+  type TokenSource,
   TransportError,
   UnavailableError,
+  WorkloadTokenError,
 } from './client.js';
 export type {
   Account,

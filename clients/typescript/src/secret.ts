@@ -41,6 +41,12 @@ export class Secret {
 /** A server-scope API key of mcp-connect (`mcpc_<id>_<secret>`). */
 export class ApiKey extends Secret {}
 
+/**
+ * A workload token presented in the API key's place (a Kubernetes projected service-account
+ * token, a GitHub Actions OIDC token, a client-credentials token), as a token source gave it.
+ */
+export class WorkloadToken extends Secret {}
+
 /** A downstream provider's access token, as `/v1/token` hands it out. */
 export class AccessToken extends Secret {}
 

@@ -6,7 +6,8 @@
 /** The variables, and what each holds. */
 const WHAT = {
   MCP_CONNECT_URL: "mcp-connect's public base URL",
-  MCP_CONNECT_API_KEY: 'a server-scope API key of your tenant (mcpc_…)',
+  MCP_CONNECT_API_KEY: 'a server-scope API key of your tenant (mcpc_…); or, to present a workload token instead of a key, set MCP_CONNECT_TOKEN_FILE to its file (docs/workload-identity.md)',
+  MCP_CONNECT_TOKEN_FILE: 'the file of a workload token, e.g. a Kubernetes projected service-account token',
   MCP_STATE_KEY: '32 random bytes in standard base64 (`openssl rand -base64 32`), the same on every replica',
 } as const;
 
@@ -38,4 +39,17 @@ export function setting(name: SettingName, env: Environment = process.env): stri
 /** Whether a value handed to a constructor is missing (an unset variable is `undefined`). */
 export function isMissing(value: unknown): boolean {
   return value === undefined || value === null || (typeof value === 'string' && value.trim() === '');
+}
+
+/**
+ * The credential settings: `MCP_CONNECT_API_KEY` when it is set, else
+ * `MCP_CONNECT_TOKEN_FILE` (a workload token's file); with neither, `MissingSettingError`
+ * for the key, whose message names both.
+ */
+export function keyOrTokenFile(env: Environment = process.env): { apiKey: string } | { tokenFile: string } {
+  const apiKey = env.MCP_CONNECT_API_KEY?.trim() ?? '';
+  if (apiKey !== '') return { apiKey };
+  const tokenFile = env.MCP_CONNECT_TOKEN_FILE?.trim() ?? '';
+  if (tokenFile !== '') return { tokenFile };
+  throw new MissingSettingError('MCP_CONNECT_API_KEY');
 }

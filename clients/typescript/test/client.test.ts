@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { after, test } from 'node:test';
-import { ApiError, ConnectClient, type ConnectClientOptions, InvalidResponseError, TransportError, UnavailableError } from '@mcp-connect/client';
+import { ApiError, ConnectClient, type ConnectClientBaseOptions, InvalidResponseError, TransportError, UnavailableError } from '@mcp-connect/client';
 import { listen, settled } from './helpers.js';
 
 const KEY = 'mcpc_0123456789abcdef_supersecret';
@@ -44,7 +44,7 @@ async function peer(answers: Answer[]): Promise<{ url: string; seen: Seen[] }> {
   return { url, seen };
 }
 
-const client = (url: string, extra: Partial<ConnectClientOptions> = {}) => new ConnectClient({ baseUrl: url, apiKey: KEY, retry: { defaultDelayMs: 10 }, ...extra });
+const client = (url: string, extra: Partial<ConnectClientBaseOptions> = {}) => new ConnectClient({ baseUrl: url, apiKey: KEY, retry: { defaultDelayMs: 10 }, ...extra });
 const unavailable = (retryAfter?: string): Answer => ({ status: 503, headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter }, body: { error: 'temporarily_unavailable', error_description: 'busy' } });
 
 test('a 200 answer parses, and the request carries the key and the documented body', async () => {

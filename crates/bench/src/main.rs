@@ -24,6 +24,7 @@ mod service;
 mod slowdown;
 mod storm;
 mod targets;
+mod workload;
 
 use anyhow::Context;
 use clap::Parser;
@@ -107,6 +108,10 @@ pub struct Args {
     /// leaves them out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     key_store_phase: bool,
+    /// The workload-identity row: the cached hand-out with a workload token against the
+    /// API key (`--workload-phase false` leaves it out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    workload_phase: bool,
     /// The `oha` binary for the load generator's cross-check (skipped when not found).
     #[arg(long, default_value = "oha")]
     oha: PathBuf,
@@ -316,6 +321,13 @@ async fn run(
         None
     };
 
+    let workload = if args.workload_phase {
+        progress(started, "workload identity: a workload token against the API key");
+        Some(phase.workload_identity().await?)
+    } else {
+        None
+    };
+
     let peak_rss_mib = runs.iter().map(|r| r.cache_on.memory_after_run.hwm_kib as f64 / 1024.0).fold(0.0, f64::max);
     let cached_median = median_rate(&runs);
     // Last: it grows the table the other phases measure.
@@ -353,6 +365,7 @@ async fn run(
         ceiling,
         proxy,
         key_stores,
+        workload,
         scale,
         storm,
         api_key: api_key_result,

@@ -141,6 +141,8 @@ pub struct Results {
     pub proxy: Option<crate::proxy::ProxyRun>,
     /// `None`: `--key-store-phase false`.
     pub key_stores: Option<crate::keystores::KeyStoresRun>,
+    /// Row 15 (issue 44).
+    pub workload: Option<crate::workload::WorkloadRun>,
     pub scale: Option<ScaleRun>,
     pub storm: StormResult,
     pub api_key: ApiKeyResult,
@@ -262,6 +264,7 @@ impl Results {
         self.scale_row(&mut o);
         self.proxy_rows(&mut o);
         self.key_store_rows(&mut o);
+        self.workload_rows(&mut o);
         self.ceiling_row(&mut o);
         let _ = writeln!(o);
         let _ = writeln!(o, " details (run 1; every run in the JSON)");
@@ -545,6 +548,22 @@ impl Results {
         for s in &k.skipped {
             let _ = writeln!(o, "    not run: {s}");
         }
+    }
+
+    fn workload_rows(&self, o: &mut String) {
+        let Some(w) = &self.workload else {
+            let _ = writeln!(o, " 15 workload identity: not run (--workload-phase false)");
+            return;
+        };
+        for (i, (what, s)) in w.loops.iter().enumerate() {
+            row(o, if i == 0 { "15" } else { "" }, &format!("cached hand-out, {what}"), s);
+        }
+        let rounds = w.rounds.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
+        let _ = writeln!(
+            o,
+            "    workload token ÷ API key (each loop ÷ the key loops before and after it; median of rounds): {:.2} × ({rounds}); bearer {} bytes against {}",
+            w.ratio, w.token_bytes, w.key_bytes
+        );
     }
 
     fn scale_row(&self, o: &mut String) {

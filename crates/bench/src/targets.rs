@@ -110,6 +110,7 @@ impl Results {
         t.extend(self.scale_targets());
         t.extend(self.proxy_targets());
         t.extend(self.key_store_targets());
+        t.push(self.workload_target());
         t.extend(self.ceiling_target());
         t.extend(self.storm_and_key_targets());
         self.targets = t;
@@ -221,6 +222,16 @@ impl Results {
         t
     }
 
+    /// Issue 44's row: the cached path with a workload token within 10 % of the API key.
+    fn workload_target(&self) -> Target {
+        let name = "cached hand-out, workload token vs API key";
+        let target = "≥ 0.90 ×".to_owned();
+        match &self.workload {
+            None => Target { name, target, measured: "n/a (--workload-phase false)".into(), met: None },
+            Some(w) => Target { name, target, measured: format!("{:.2} ×", w.ratio), met: Some(w.ratio >= 0.90) },
+        }
+    }
+
     fn errors(&self) -> u64 {
         let lookups: u64 = self
             .runs
@@ -240,7 +251,8 @@ impl Results {
             .map_or(0, |p| [&p.direct, &p.proxied, &p.direct_one, &p.proxied_one].iter().map(|s| s.errors).sum());
         let ceiling = self.ceiling.as_ref().map_or(0, |c| c.saturating.errors);
         let key_stores = self.key_stores.as_ref().map_or(0, crate::keystores::KeyStoresRun::errors);
-        lookups + check + proxy + ceiling + key_stores + self.storm.errors as u64
+        let workload = self.workload.as_ref().map_or(0, crate::workload::WorkloadRun::errors);
+        lookups + check + proxy + ceiling + key_stores + workload + self.storm.errors as u64
     }
 
     /// The confirmer's reads per second, all of them (change log and by id), at the first

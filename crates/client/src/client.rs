@@ -6,8 +6,9 @@
 
 use crate::api::{CancelReason, ElicitationId, ElicitationInfo, TokenOutcome, TokenRequest, TokenWire};
 use crate::proxy::{ERROR_HEADER, InvalidProxyRequest, ProxyOutcome, ProxyRequest};
-use crate::secret::ApiKey;
+use crate::token_source::Credential;
 use reqwest::StatusCode;
+use secrecy::ExposeSecret as _;
 use std::time::Duration;
 use url::Url;
 
@@ -74,6 +75,10 @@ pub enum Error {
     /// provider's proxy, a value mcp-connect would refuse).
     #[error("the proxied request was refused before sending")]
     InvalidProxyRequest(#[from] InvalidProxyRequest),
+    /// The workload token could not be had (its file unreadable or empty, its function
+    /// failed); nothing was sent.
+    #[error("no workload token: {0}")]
+    Token(String),
 }
 
 impl Error {
@@ -90,7 +95,7 @@ impl Error {
 #[derive(Debug)]
 pub struct ClientBuilder {
     base: Url,
-    key: ApiKey,
+    key: Credential,
     retry: RetryPolicy,
     timeout: Duration,
     connect_timeout: Duration,
@@ -150,21 +155,22 @@ pub struct Client {
     http: reqwest::Client,
     proxy_http: reqwest::Client,
     base: Url,
-    key: ApiKey,
+    key: Credential,
     retry: RetryPolicy,
     timeout: Duration,
 }
 
 impl Client {
-    /// `base` is mcp-connect's public base URL, e.g. `https://connect.example.com`.
-    pub fn new(base: Url, key: ApiKey) -> Result<Self, Error> {
+    /// `base` is mcp-connect's public base URL, e.g. `https://connect.example.com`; `key`
+    /// an [`crate::ApiKey`] or a workload [`crate::TokenSource`].
+    pub fn new(base: Url, key: impl Into<Credential>) -> Result<Self, Error> {
         Self::builder(base, key).build()
     }
 
-    pub fn builder(base: Url, key: ApiKey) -> ClientBuilder {
+    pub fn builder(base: Url, key: impl Into<Credential>) -> ClientBuilder {
         ClientBuilder {
             base,
-            key,
+            key: key.into(),
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(5),
@@ -224,7 +230,7 @@ impl Client {
         }
         // Without the URL: its path and query are the caller's call to the provider.
         let resp = request
-            .bearer_auth(self.key.expose_secret())
+            .bearer_auth(self.key.bearer()?.expose_secret())
             .send()
             .await
             .map_err(|e| Error::Transport(e.without_url()))?;
@@ -246,7 +252,8 @@ impl Client {
         let mut waited = Duration::ZERO;
         let mut attempt = 0u32;
         loop {
-            let resp = make().bearer_auth(self.key.expose_secret()).send().await.map_err(Error::Transport)?;
+            let bearer = self.key.bearer()?;
+            let resp = make().bearer_auth(bearer.expose_secret()).send().await.map_err(Error::Transport)?;
             if resp.status() == StatusCode::OK {
                 return read_bounded(resp).await;
             }
@@ -376,6 +383,7 @@ fn error_body(body: &[u8], status: StatusCode) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::ApiKey;
 
     #[test]
     fn endpoints_keep_a_base_path_and_escape_the_id() {

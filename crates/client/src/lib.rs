@@ -41,6 +41,8 @@ mod proxy;
 mod request_state;
 /// Secret-holding types that redact themselves.
 mod secret;
+/// An API key or a workload token (a file read again when it changes, or a function).
+mod token_source;
 
 pub use api::{
     Account, CancelReason, Elicitation, ElicitationId, ElicitationInfo, ElicitationStatus, InvalidElicitationId,
@@ -54,3 +56,4 @@ pub use request_state::{
 /// The reqwest a proxied call speaks: its `Method`, `header`, `Body` and `Response`.
 pub use reqwest;
 pub use secret::{AccessToken, ApiKey, SubjectToken};
+pub use token_source::{Credential, TokenSource};

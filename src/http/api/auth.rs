@@ -5,16 +5,19 @@ use crate::api_keys::{KeyRejection, VerifiedKey};
 use crate::app::AppState;
 use crate::domain::{ApiKeyId, KeyScope, TenantId};
 use crate::http::error::{ApiError, ErrorCode};
+use crate::workload::Proof;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
 const REALM: &str = "Bearer realm=\"mcp-connect\"";
 
-/// A tenant's key: its id and its tenant.
+/// A tenant's key: its id and its tenant (for a workload token, the workload's caller id),
+/// and how the caller proved it.
 #[derive(Debug, Clone)]
 pub struct TenantKey {
     pub id: ApiKeyId,
     pub tenant: TenantId,
+    pub proof: crate::workload::Proof,
 }
 
 /// An MCP server, authenticated by a server-scope key. The tenant comes from the key.
@@ -36,7 +39,7 @@ fn unauthorized(description: &str, with_error: bool) -> ApiError {
     e
 }
 
-async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, ApiError> {
+async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<(VerifiedKey, Proof), ApiError> {
     let state = req
         .app_data::<web::Data<AppState>>()
         .cloned()
@@ -57,7 +60,8 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
         if !trusted.is_empty() {
             let admitted = state.workloads.admit(&state.outbound, key, &trusted, scope).await?;
             let tenant = admitted.tenant.ok_or_else(|| insufficient_scope(scope))?;
-            return Ok(VerifiedKey { id: admitted.caller, tenant: Some(tenant), scope });
+            let proof = Proof::Workload(std::sync::Arc::new(secrecy::SecretString::from(key.to_owned())));
+            return Ok((VerifiedKey { id: admitted.caller, tenant: Some(tenant), scope }, proof));
         }
     }
     let key = match state.api_keys.verify(key).await {
@@ -89,7 +93,7 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<VerifiedKey, 
     if key.scope != scope {
         return Err(insufficient_scope(scope));
     }
-    Ok(key)
+    Ok((key, Proof::ApiKey))
 }
 
 fn insufficient_scope(scope: KeyScope) -> ApiError {
@@ -108,9 +112,9 @@ fn insufficient_scope(scope: KeyScope) -> ApiError {
 /// A tenant's key of the scope asked for. (A server or admin key always has a tenant: the
 /// database refuses one without.)
 async fn tenant_key(req: HttpRequest, scope: KeyScope) -> Result<TenantKey, ApiError> {
-    let key = authenticate(req, scope).await?;
+    let (key, proof) = authenticate(req, scope).await?;
     let tenant = key.tenant.ok_or_else(|| ApiError::internal(&"a tenant's key without a tenant"))?;
-    Ok(TenantKey { id: key.id, tenant })
+    Ok(TenantKey { id: key.id, tenant, proof })
 }
 
 impl FromRequest for ServerCaller {
@@ -139,6 +143,6 @@ impl FromRequest for OperatorCaller {
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let req = req.clone();
-        Box::pin(async move { authenticate(req, KeyScope::Operator).await.map(|k| OperatorCaller(k.id)) })
+        Box::pin(async move { authenticate(req, KeyScope::Operator).await.map(|(k, _)| OperatorCaller(k.id)) })
     }
 }

@@ -224,7 +224,7 @@ async fn answer(
         crate::flows::subject::proven_subject(state, &tenant, named, token.as_ref(), OffsetDateTime::now_utc()).await?;
     let req = request.with(subject);
     let provider = req.provider.clone();
-    let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, req, wait).await?;
+    let outcome = tokens::token_waiting(state, &tenant, &caller.0.id, &caller.0.proof, req, wait).await?;
     // A tenant that hands out nothing learns that the connection is usable, not its token.
     // Not known (the tenant switched off meanwhile): nothing is handed out.
     let handed_out = state.directory.tenants.hand_out(&tenant, &provider) == Some(HandOutMode::Credentials);

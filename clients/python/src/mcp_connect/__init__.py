@@ -5,7 +5,9 @@ Without extras (no MCP SDK needed):
   and errors (`ConnectError` and its kinds); `ConnectClient.proxied()`: a `ProxyClient`
   (an `httpx2.AsyncClient`) on a provider's API through `/v1/proxy`.
 - `RequestStateKey` / `RequestState`: the `mcs2` sealed `requestState`.
-- `ApiKey`, `AccessToken`, `SubjectToken`: secrets that never print.
+- `ApiKey`, `AccessToken`, `SubjectToken`, `WorkloadToken`: secrets that never print.
+- `TokenFile` (and any function returning the token): a workload token in the API key's
+  place, read for each request (`TokenSource`); `WorkloadTokenError` when there is none.
 
 With the `mcp` extra (`pip install 'mcp-connect[mcp]'`, the official MCP SDK), imported on
 first use:
@@ -28,6 +30,7 @@ from .errors import (
     InvalidResponseError,
     TransportError,
     UnavailableError,
+    WorkloadTokenError,
 )
 from .models import (
     Account,
@@ -55,8 +58,9 @@ from .request_state import (
     arguments_digest,
     canonical_json,
 )
-from .secret import AccessToken, ApiKey, Secret, SubjectToken
+from .secret import AccessToken, ApiKey, Secret, SubjectToken, WorkloadToken
 from .settings import MissingSettingError
+from .token_source import TokenFile, TokenFunction, TokenSource
 
 if TYPE_CHECKING:
     from .adapter import Connection, McpConnect, UrlElicitation, url_elicitation
@@ -104,11 +108,16 @@ __all__ = [
     "RetryPolicy",
     "Secret",
     "SubjectToken",
+    "TokenFile",
+    "TokenFunction",
     "TokenRequest",
+    "TokenSource",
     "ToolCall",
     "TransportError",
     "UnavailableError",
     "UrlElicitation",
+    "WorkloadToken",
+    "WorkloadTokenError",
     "arguments_digest",
     "canonical_json",
     "url_elicitation",

@@ -77,7 +77,8 @@ from .proxy import PROXY_TIMEOUT, ProxyClient
 from .replies import Replies
 from .request_state import CanonicalizationError, RequestState, RequestStateError, RequestStateKey, ToolCall
 from .secret import AccessToken, ApiKey, SubjectToken
-from .settings import API_KEY, STATE_KEY, URL, setting
+from .settings import STATE_KEY, URL, setting
+from .token_source import TokenSource, credential_from_env
 from .watch import CompletionWatchers
 
 __all__ = ["Connection", "McpConnect", "UrlElicitation", "url_elicitation"]
@@ -286,19 +287,24 @@ class McpConnect:
     @connect.requires_connection(provider_arg="provider")
     async def whoami_on(provider: str, connection: Connection) -> CallToolResult: ...
     ```
+
+    `api_key` as for `ConnectClient`: the API key, or a token source in its place (a
+    `TokenFile`, or a function returning the workload token).
     """
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> McpConnect:
         """`McpConnect` for `MCP_CONNECT_URL`, `MCP_CONNECT_API_KEY` and `MCP_STATE_KEY` (the
-        names `mcp-connect dev` writes to its env file); a missing one raises
-        `MissingSettingError` naming it. `kwargs` as for the constructor."""
-        return cls(setting(URL, environ), setting(API_KEY, environ), setting(STATE_KEY, environ), **kwargs)
+        names `mcp-connect dev` writes to its env file); where no key is set, a `TokenFile`
+        of `MCP_CONNECT_TOKEN_FILE` (a workload token's file) takes the key's place. A
+        missing one raises `MissingSettingError` naming it (both names when neither the key
+        nor the token file is set). `kwargs` as for the constructor."""
+        return cls(setting(URL, environ), credential_from_env(environ), setting(STATE_KEY, environ), **kwargs)
 
     def __init__(
         self,
         url: str,
-        api_key: ApiKey | str,
+        api_key: ApiKey | str | TokenSource,
         state_key: RequestStateKey | str,
         *,
         wait_seconds: int = 20,

@@ -1,5 +1,6 @@
 """The HTTP side: one `httpx2.AsyncClient` (redirects off, a total deadline per exchange,
-answer bodies capped at 64 KiB), the API key on every call, JSON errors mapped to
+answer bodies capped at 64 KiB), the API key (or the workload token of a token source, as
+it is when the request leaves) on every call, JSON errors mapped to
 `ApiError` with mcp-connect's stable code, and `503`/`429` with `Retry-After` retried
 within a `RetryPolicy`. Retrying is safe: `/v1/token` is idempotent and the elicitation
 lookup is a GET. `proxied()` opens a client on a provider's API through `/v1/proxy`
@@ -40,7 +41,8 @@ from .models import (
 )
 from .proxy import PROXY_TIMEOUT, ProxyClient, ProxyTransport, ask_headers, check_provider, subject_token_of
 from .secret import ApiKey, SubjectToken
-from .settings import API_KEY, URL, setting
+from .settings import URL, setting
+from .token_source import TokenSource, bearer, credential_from_env, credential_of, describe
 
 __all__ = ["ConnectClient", "RetryPolicy"]
 
@@ -75,13 +77,17 @@ class ConnectClient:
     """A client of mcp-connect's `/v1` API for one tenant (the API key decides which).
 
     `base_url` is mcp-connect's public base URL, e.g. `https://connect.example.com` (a
-    path prefix is kept). Use as `async with`, or call `aclose()`.
+    path prefix is kept). `api_key` is the server-scope API key (`ApiKey`, or a `str`), or
+    a token source in its place (docs/workload-identity.md): a `TokenFile`, or a function,
+    plain or `async`, returning the workload token; the token is read for each request (a
+    `TokenFile` again only when the file changed), and one that cannot be had raises
+    `WorkloadTokenError` before anything is sent. Use as `async with`, or call `aclose()`.
     """
 
     def __init__(
         self,
         base_url: str,
-        api_key: ApiKey | str,
+        api_key: ApiKey | str | TokenSource,
         *,
         retry: RetryPolicy | None = None,
         timeout: float = BASE_TIMEOUT,
@@ -95,7 +101,8 @@ class ConnectClient:
         if max_connections is not None and (http is not None or max_connections < 1):
             raise ValueError("max_connections (at least 1) sizes the client's own pool, not a given http client")
         self._base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
-        self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
+        # The API key, or the token source read as each request leaves.
+        self._key = credential_of(api_key)
         self.retry = retry or RetryPolicy()
         self._timeout = timeout
         self._connect_timeout = connect_timeout
@@ -116,14 +123,16 @@ class ConnectClient:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> ConnectClient:
         """A client for `MCP_CONNECT_URL` with `MCP_CONNECT_API_KEY` (the names `mcp-connect
-        dev` writes); a missing one raises `MissingSettingError` naming it. `kwargs` as for
-        the constructor."""
-        return cls(setting(URL, environ), setting(API_KEY, environ), **kwargs)
+        dev` writes), or, where no key is set, with a `TokenFile` of `MCP_CONNECT_TOKEN_FILE`
+        (a workload token's file); a missing one raises `MissingSettingError` naming it
+        (both names when neither is set). `kwargs` as for the constructor."""
+        return cls(setting(URL, environ), credential_from_env(environ), **kwargs)
 
     def with_own_pool(self, max_connections: int) -> ConnectClient:
-        """A client of the same service, API key, retry policy and timeouts on a connection
-        pool of its own, of at most `max_connections`: for long polls, which must never hold
-        the connections the token calls need. Close it separately."""
+        """A client of the same service, API key (or the same token source), retry policy
+        and timeouts on a connection pool of its own, of at most `max_connections`: for long
+        polls, which must never hold the connections the token calls need. Close it
+        separately."""
         return ConnectClient(
             self._base,
             self._key,
@@ -134,7 +143,7 @@ class ConnectClient:
         )
 
     def __repr__(self) -> str:
-        return f"ConnectClient({self._base!r}, {self._key!r})"
+        return f"ConnectClient({self._base!r}, {describe(self._key)})"
 
     async def __aenter__(self) -> ConnectClient:
         return self
@@ -270,7 +279,9 @@ class ConnectClient:
     async def _exchange(
         self, method: str, url: str, json_body: dict[str, Any] | None, query: dict[str, str] | None, deadline: float
     ) -> tuple[int, float | None, bytes]:
-        headers = {"Authorization": f"Bearer {self._key.reveal()}", "Accept": "application/json"}
+        # Read for each attempt: a token source's rotated token goes with the next one.
+        token = await bearer(self._key)
+        headers = {"Authorization": f"Bearer {token.reveal()}", "Accept": "application/json"}
         timeout = httpx2.Timeout(deadline, connect=min(deadline, 5.0))
         try:
             # One deadline for the whole exchange, body included (httpx2's timeouts are

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidResponseError",
     "TransportError",
     "UnavailableError",
+    "WorkloadTokenError",
 ]
 
 
@@ -76,6 +77,12 @@ class UnavailableError(ConnectError):
 
 class TransportError(ConnectError):
     """The request did not reach mcp-connect, or its answer did not arrive in time."""
+
+
+class WorkloadTokenError(ConnectError):
+    """The workload token could not be had, so nothing was sent: its file is missing,
+    unreadable, empty or holds no token, or the token function failed or returned none.
+    The message names the file (or the function's failure), never the token."""
 
 
 class InvalidResponseError(ConnectError):

@@ -30,7 +30,8 @@ from .errors import (
     retry_after_seconds,
 )
 from .models import SERVER_NAME_RULE, ConnectRequired, valid_elicitation_id, valid_server_name
-from .secret import ApiKey, SubjectToken
+from .secret import ApiKey, Secret, SubjectToken
+from .token_source import TokenSource, bearer
 
 __all__ = ["PROXY_TIMEOUT", "ProxyClient", "check_path"]
 
@@ -158,7 +159,7 @@ class ProxyTransport(httpx2.AsyncBaseTransport):
         via: httpx2.AsyncClient,
         base: httpx2.URL,
         provider: str,
-        key: ApiKey,
+        key: ApiKey | TokenSource,
         subject_token: SubjectToken | None,
         headers: tuple[tuple[str, str], ...],
     ) -> None:
@@ -174,10 +175,11 @@ class ProxyTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         self._check_target(request.url)
         # A copy carries the secrets: the caller's request (and `response.request`) never does.
+        # A token source's token as it is now (a rotated one from the next request on).
         sent = httpx2.Request(
             request.method,
             request.url,
-            headers=self._with_ask(request.headers),
+            headers=self._with_ask(request.headers, await bearer(self._key)),
             stream=request.stream,
             extensions=request.extensions,
         )
@@ -200,11 +202,11 @@ class ProxyTransport(httpx2.AsyncBaseTransport):
             raise ValueError(f"refused: {url.path} is outside {self._prefix.decode()}, where this client sends")
         check_path(url.raw_path[len(self._prefix) - 1 :].decode("ascii"))
 
-    def _with_ask(self, given: httpx2.Headers) -> httpx2.Headers:
+    def _with_ask(self, given: httpx2.Headers, key: Secret) -> httpx2.Headers:
         headers = httpx2.Headers(given)
         for name in ASK_HEADERS:
             headers.pop(name, None)
-        headers["Authorization"] = f"Bearer {self._key.reveal()}"
+        headers["Authorization"] = f"Bearer {key.reveal()}"
         for name, value in self._headers:
             headers[name] = value
         if self._subject_token is not None:

@@ -1,4 +1,5 @@
-"""Secret-holding values: the mcp-connect API key and the provider tokens it hands out.
+"""Secret-holding values: the mcp-connect API key or workload token, and the provider tokens
+it hands out.
 
 `repr`, `str`, `format` and f-strings print a placeholder; `json.dumps` refuses them (it
 has no hook to print a placeholder, and refusing is safe); pickling is refused. The value
@@ -13,7 +14,7 @@ import hmac
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["AccessToken", "ApiKey", "Secret", "SubjectToken"]
+__all__ = ["AccessToken", "ApiKey", "Secret", "SubjectToken", "WorkloadToken"]
 
 
 class Secret:
@@ -59,6 +60,14 @@ class Secret:
 
 class ApiKey(Secret):
     """A server-scope API key of mcp-connect (`mcpc_<id>_<secret>`)."""
+
+    __slots__ = ()
+
+
+class WorkloadToken(Secret):
+    """A workload token presented in the API key's place (a Kubernetes projected
+    service-account token, a GitHub Actions OIDC token, a client-credentials token), as a
+    `TokenFile` or a token function gave it."""
 
     __slots__ = ()
 

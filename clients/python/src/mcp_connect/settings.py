@@ -7,15 +7,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["MissingSettingError", "setting"]
+__all__ = ["MissingSettingError", "key_or_token_file", "setting"]
 
 URL = "MCP_CONNECT_URL"
 API_KEY = "MCP_CONNECT_API_KEY"
 STATE_KEY = "MCP_STATE_KEY"
+# In the API key's place: the file of a workload token (docs/workload-identity.md).
+TOKEN_FILE = "MCP_CONNECT_TOKEN_FILE"
 
 _WHAT = {
     URL: "mcp-connect's public base URL",
     API_KEY: "a server-scope API key of your tenant (mcpc_…)",
+    TOKEN_FILE: "the file of a workload token, e.g. a Kubernetes projected service-account token",
     STATE_KEY: "32 random bytes in standard base64 (`openssl rand -base64 32`), the same on every replica",
 }
 _WHERE = (
@@ -36,3 +39,17 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> str:
         what = _WHAT.get(name, "a setting")
         raise MissingSettingError(f"{name} is not set: {what}. {_WHERE}")
     return value
+
+
+def key_or_token_file(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """`(API_KEY, key)` when `MCP_CONNECT_API_KEY` is set, else `(TOKEN_FILE, path)` when
+    `MCP_CONNECT_TOKEN_FILE` is; with neither, a `MissingSettingError` naming both."""
+    env = os.environ if environ is None else environ
+    for name in (API_KEY, TOKEN_FILE):
+        value = env.get(name, "").strip()
+        if value:
+            return name, value
+    raise MissingSettingError(
+        f"{API_KEY} is not set: {_WHAT[API_KEY]}; or, to present a workload token instead of a key, "
+        f"set {TOKEN_FILE} to {_WHAT[TOKEN_FILE]} (docs/workload-identity.md). {_WHERE}"
+    )
