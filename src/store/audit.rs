@@ -198,6 +198,9 @@ pub struct AuditRow {
     pub elicitation_id: Option<Uuid>,
     pub connection_id: Option<Uuid>,
     pub api_key_id: Option<String>,
+    /// Where `api_key_id` is a workload's caller id: its issuer, key source and subject
+    /// (`workload_callers`), as JSON.
+    pub workload: Option<serde_json::Value>,
     /// What else the event carries (a reason, the actor); never a token, code or secret.
     pub detail: serde_json::Value,
     /// Events this row stands for: the hand-outs of its minute, 1 for every other kind.
@@ -311,7 +314,9 @@ async fn list(db: &crate::store::Db, whose: Whose<'_>, f: &AuditFilter<'_>) -> R
         ($tenant:literal) => {
             concat!(
                 "SELECT id, recorded::text::bigint AS recorded, tenant_id, at, subject, issuer, provider, kind,
-                    elicitation_id, connection_id, api_key_id, detail, count, first_at, last_at, instance
+                    elicitation_id, connection_id, api_key_id, detail, count, first_at, last_at, instance,
+                    (SELECT jsonb_build_object('issuer', w.issuer, 'key_source', w.key_source, 'subject', w.subject)
+                     FROM workload_callers w WHERE w.id = api_key_id) AS workload
              FROM audit_events
              WHERE ",
                 $tenant,

@@ -86,6 +86,15 @@ async fn a_cluster_token_authenticates_as_its_rule_says_and_the_trail_names_the_
         .await
         .unwrap();
     assert_eq!(named, (cluster.issuer.clone(), GITHUB_SA.to_owned()));
+    // The admin API's trail names the workload beside its caller id.
+    let url = format!("{}/admin/v1/audit?kind=token_handed_out", app.base);
+    let page: Value = app.client.get(url).bearer_auth(&admin).send().await.unwrap().json().await.unwrap();
+    let event = &page["events"][0];
+    assert_eq!(event["api_key_id"], caller.to_string(), "{page}");
+    assert_eq!(
+        (&event["workload"]["issuer"], &event["workload"]["subject"], &event["workload"]["key_source"]),
+        (&json!(cluster.issuer), &json!(GITHUB_SA), &json!("discovery"))
+    );
     // An API key still works beside it.
     assert_eq!(token_call(&app, &app.key).await.status(), 200);
     cluster.stop().await;

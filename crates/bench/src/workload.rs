@@ -121,15 +121,6 @@ impl Phase<'_> {
     /// The workload row (see the module doc).
     pub async fn workload_identity(&self) -> anyhow::Result<WorkloadRun> {
         let issuer = Issuer::start().await?;
-        let trusted = serde_json::json!([{
-            "name": "cluster", "issuer": issuer.url, "audience": AUDIENCE,
-            "rules": [{"claims": {"sub": SUBJECT}, "scope": "server"}],
-        }]);
-        sqlx::query("UPDATE tenants SET workload_issuers = $2 WHERE id = $1")
-            .bind(crate::db::TENANT)
-            .bind(&trusted)
-            .execute(self.pool)
-            .await?;
         let out = self.workload_loops(&issuer).await;
         sqlx::query("UPDATE tenants SET workload_issuers = NULL WHERE id = $1")
             .bind(crate::db::TENANT)
@@ -143,6 +134,18 @@ impl Phase<'_> {
         let (keys, conns, threads) = (self.keys, self.args.concurrency as usize, self.args.client_threads as usize);
         let svc = self.setup.start("workload", true).await?;
         let result = async {
+            // Set once the instance runs (its file names the bench tenant without issuers,
+            // and a file is the whole truth for its tenants' issuers at start); the
+            // instance reads the change from its notification.
+            let trusted = serde_json::json!([{
+                "name": "cluster", "issuer": issuer.url, "audience": AUDIENCE,
+                "rules": [{"claims": {"sub": SUBJECT}, "scope": "server"}],
+            }]);
+            sqlx::query("UPDATE tenants SET workload_issuers = $2 WHERE id = $1")
+                .bind(crate::db::TENANT)
+                .bind(&trusted)
+                .execute(self.pool)
+                .await?;
             let token = issuer.token()?;
             let by_key = Target::token(svc.addr, self.api_key);
             let by_token = Target::token(svc.addr, &token);
@@ -150,13 +153,20 @@ impl Phase<'_> {
             let t = by_key.clone();
             let warm = self.load(move || load::sweep(&t, keys, conns, threads)).await?;
             anyhow::ensure!(warm.errors == 0, "warm-up: {}", warm.first_error.unwrap_or_default());
-            let t = by_token.clone();
-            let first = self.load(move || load::closed_loop(&t, keys, 1, 1, Duration::from_millis(200))).await?;
-            anyhow::ensure!(
-                first.errors == 0,
-                "the workload token was refused: {}",
-                first.first_error.unwrap_or_default()
-            );
+            // Until the instance has read the change (at most 10 s).
+            let mut taken = false;
+            for _ in 0..50 {
+                let t = by_token.clone();
+                let s = self.load(move || load::closed_loop(&t, keys, 1, 1, Duration::from_millis(100))).await?;
+                if s.errors == 0 {
+                    taken = true;
+                    break;
+                }
+                let why = s.first_error.unwrap_or_default();
+                anyhow::ensure!(why.contains("invalid_api_key"), "the workload token was refused: {why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::ensure!(taken, "the instance did not take the workload token within 10 s");
             let mut loops = Vec::new();
             let order = std::iter::once(false).chain((0..ROUNDS).flat_map(|_| [true, false]));
             for workload in order {

@@ -58,7 +58,12 @@ pub struct AuditRow {
     kind: String,
     elicitation_id: Option<Uuid>,
     connection_id: Option<Uuid>,
+    /// The API key, or the workload's caller id (then `workload` names it).
     api_key_id: Option<String>,
+    /// The workload that signed in with its platform's token instead of an API key
+    /// (docs/workload-identity.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workload: Option<WorkloadCaller>,
     /// What else the event carries (a reason, the actor); never a token, code or secret.
     #[schema(value_type = Object)]
     detail: serde_json::Value,
@@ -70,6 +75,17 @@ pub struct AuditRow {
     last_at: Option<time::OffsetDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
     instance: Option<String>,
+}
+
+/// A workload caller: who signed the token it signed in with, and whom it names.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct WorkloadCaller {
+    /// The token's `iss`.
+    issuer: String,
+    /// Where the issuer's keys were found: its `jwks_uri`, or `discovery`.
+    key_source: String,
+    /// The token's `sub`.
+    subject: String,
 }
 
 impl From<store::audit::AuditRow> for AuditRow {
@@ -84,6 +100,7 @@ impl From<store::audit::AuditRow> for AuditRow {
             elicitation_id: r.elicitation_id,
             connection_id: r.connection_id,
             api_key_id: r.api_key_id,
+            workload: r.workload.and_then(|w| serde_json::from_value(w).ok()),
             detail: r.detail,
             count: r.count,
             first_at: r.first_at,
