@@ -115,12 +115,11 @@ pub fn looks_like_jwt(presented: &str) -> bool {
 
 /// A token that passed its checks under some tenants' settings of its issuer.
 pub struct Verified {
-    /// The workload's id where a key id goes (the audit trail): 16 hex digits of the
-    /// SHA-256 of issuer, key source and subject, recorded in `workload_callers`.
-    pub caller: ApiKeyId,
     /// Each tenant that trusts the issuer, with the settings the token was checked under
-    /// and whether it passed them.
-    checked: Vec<(TenantId, Arc<WorkloadIssuer>, bool)>,
+    /// and, where it passed them, the workload's caller id under them: its id where a key
+    /// id goes (the audit trail), 16 hex digits of the SHA-256 of issuer, that tenant's
+    /// key source and subject, recorded in `workload_callers`.
+    checked: Vec<(TenantId, Arc<WorkloadIssuer>, Option<ApiKeyId>)>,
     iss: String,
     claims: serde_json::Map<String, serde_json::Value>,
     exp: i64,
@@ -135,29 +134,27 @@ impl Verified {
         &self,
         now: &[(TenantId, Arc<WorkloadIssuer>)],
         scope: KeyScope,
-    ) -> Result<Option<TenantId>, Option<WorkloadRefusal>> {
+    ) -> Result<Option<(TenantId, ApiKeyId)>, Option<WorkloadRefusal>> {
         let same = now.len() == self.checked.len()
             && now.iter().zip(&self.checked).all(|((t, w), (ct, cw, _))| t == ct && Arc::ptr_eq(w, cw));
         if !same {
             return Err(None);
         }
         let mut any_scope = false;
-        let mut found: Option<&TenantId> = None;
-        for (tenant, w, ok) in &self.checked {
-            if !ok {
-                continue;
-            }
+        let mut found: Option<(&TenantId, &ApiKeyId)> = None;
+        for (tenant, w, caller) in &self.checked {
+            let Some(caller) = caller else { continue };
             let scopes = w.scopes_for(&self.claims);
             any_scope |= !scopes.is_empty();
             if scopes.contains(&scope) {
-                if found.is_some_and(|f| f != tenant) {
+                if found.is_some_and(|(f, _)| f != tenant) {
                     return Err(Some(WorkloadRefusal::Ambiguous));
                 }
-                found = Some(tenant);
+                found = Some((tenant, caller));
             }
         }
         match found {
-            Some(t) => Ok(Some(t.clone())),
+            Some((t, c)) => Ok(Some((t.clone(), c.clone()))),
             None if any_scope => Ok(None),
             None => Err(Some(WorkloadRefusal::NoRule)),
         }
@@ -182,11 +179,10 @@ impl std::fmt::Debug for Proof {
     }
 }
 
-/// What a workload token gets for one request.
+/// What a workload token gets for one request: the tenant and the workload's caller id
+/// there; `None`: no rule gives it the scope asked for (some rule gives it another).
 pub struct Admitted {
-    pub caller: ApiKeyId,
-    /// `None`: no rule gives it the scope asked for (some rule gives it another).
-    pub tenant: Option<TenantId>,
+    pub granted: Option<(TenantId, ApiKeyId)>,
 }
 
 /// Verified tokens at most (a full map drops the expired, then refuses to keep more: a
@@ -199,7 +195,9 @@ const KEYS_FRESH: Duration = Duration::from_secs(3600);
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(60);
 const KEYS_STALE_FOR: Duration = Duration::from_secs(24 * 3600);
 
-type KeysOf = (String, Option<String>);
+/// Issuer, JWKS URL (`None`: discovery) and whether a private discovered `jwks_uri` may be
+/// reached: tenants that trust one issuer with other reach keep keys of their own.
+type KeysOf = (String, Option<String>, bool);
 
 /// After a fetch failed, none for this long: the last keys serve (or the request is told
 /// to come back) without a fetch per request while the issuer is down.
@@ -267,7 +265,7 @@ impl WorkloadVerifier {
         let cached = self.verified.read().ok().and_then(|m| m.get(&fingerprint).cloned());
         if let Some(v) = cached.filter(|v| v.exp > now.unix_timestamp()) {
             match v.tenant_for(trusted.get(&v.iss).map_or(&[][..], Vec::as_slice), scope) {
-                Ok(tenant) => return Ok(Admitted { caller: v.caller.clone(), tenant }),
+                Ok(granted) => return Ok(Admitted { granted }),
                 Err(Some(refusal)) => return Err(refusal),
                 Err(None) => {}
             }
@@ -284,15 +282,14 @@ impl WorkloadVerifier {
             Err(Some(e)) => e.label(),
             _ => "ok",
         };
-        for (tenant, ..) in v.checked.iter().filter(|c| c.2) {
+        for (tenant, ..) in v.checked.iter().filter(|c| c.2.is_some()) {
             metrics::counter!(METRIC_VERIFICATIONS, "tenant" => tenant.to_string(), "result" => result).increment(1);
         }
-        let caller = v.caller.clone();
         if keep {
             self.keep(fingerprint, Arc::new(v), now.unix_timestamp());
         }
         match outcome {
-            Ok(tenant) => Ok(Admitted { caller, tenant }),
+            Ok(granted) => Ok(Admitted { granted }),
             Err(Some(refusal)) => Err(refusal),
             Err(None) => Err(WorkloadRefusal::NoRule),
         }
@@ -307,7 +304,9 @@ impl WorkloadVerifier {
         trusted: &WorkloadIssuers,
         tenant: &TenantId,
     ) -> bool {
-        self.admit(http, token, trusted, KeyScope::Server).await.is_ok_and(|a| a.tenant.as_ref() == Some(tenant))
+        self.admit(http, token, trusted, KeyScope::Server)
+            .await
+            .is_ok_and(|a| a.granted.is_some_and(|(t, _)| &t == tenant))
     }
 
     /// Keeps a verification; a full map drops the expired, then any one entry (a token
@@ -340,24 +339,24 @@ impl WorkloadVerifier {
         let header = access_token::read_header(raw)?;
         let iss = access_token::unverified_issuer(raw).ok_or(AccessTokenRefusal::Invalid)?;
         let entries = trusted.get(&iss).ok_or(AccessTokenRefusal::Issuer)?;
-        let mut checked = Vec::with_capacity(entries.len());
-        let mut passed: Option<(serde_json::Map<String, serde_json::Value>, &WorkloadIssuer)> = None;
+        let mut results = Vec::with_capacity(entries.len());
+        let mut claims = None;
         let mut first_refusal = None;
         let mut transient = false;
         for (tenant, w) in entries {
             match self.check(http, raw, &header, w, now).await {
-                Ok(claims) => {
-                    checked.push((tenant.clone(), w.clone(), true));
-                    passed.get_or_insert((claims, w));
+                Ok(c) => {
+                    claims.get_or_insert(c);
+                    results.push((tenant, w, true));
                 }
                 Err(e) => {
                     transient |= matches!(e, WorkloadRefusal::Unavailable(_) | WorkloadRefusal::Database(_));
-                    checked.push((tenant.clone(), w.clone(), false));
                     first_refusal.get_or_insert(e);
+                    results.push((tenant, w, false));
                 }
             }
         }
-        let Some((claims, w)) = passed else {
+        let Some(claims) = claims else {
             return Err(first_refusal.unwrap_or(WorkloadRefusal::Token(AccessTokenRefusal::Invalid)));
         };
         let exp = claims.get("exp").and_then(serde_json::Value::as_i64).ok_or(AccessTokenRefusal::Invalid)?;
@@ -365,26 +364,39 @@ impl WorkloadVerifier {
         if sub.is_empty() || sub.len() > 255 || sub.chars().any(char::is_control) {
             return Err(AccessTokenRefusal::Invalid.into());
         }
-        // The keys that verified it: an issuer URL two clusters share (the in-cluster
-        // default) is told apart by where each one's keys are.
-        let source = w.jwks_uri.as_deref().unwrap_or("discovery");
-        let caller = caller_id(&iss, source, &sub);
-        let v = Verified { caller, iss: iss.clone(), checked, claims, exp };
-        let any_rule = v.checked.iter().any(|(_, w, ok)| *ok && !w.scopes_for(&v.claims).is_empty());
-        if !any_rule {
+        // The keys that verified it, per tenant: an issuer URL two clusters share (the
+        // in-cluster default) is told apart by where each one's keys are. Only where a
+        // rule takes it.
+        let taken = |w: &WorkloadIssuer, ok: bool| ok && !w.scopes_for(&claims).is_empty();
+        let mut sources: Vec<&str> =
+            results.iter().filter(|(_, w, ok)| taken(w, *ok)).map(|(_, w, _)| source_of(w)).collect();
+        if sources.is_empty() {
             return Err(WorkloadRefusal::NoRule);
         }
-        if let Some(jti) = v.claims.get("jti") {
-            let jti = jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
-            let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
-            let mut tx = store::begin(&self.pool).await?;
-            if !store::workload::claim_jti(&mut tx, &iss, source, jti, &fingerprint, until).await? {
-                return Err(WorkloadRefusal::Replayed);
+        sources.sort_unstable();
+        sources.dedup();
+        for source in sources {
+            if let Some(jti) = claims.get("jti") {
+                let jti =
+                    jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
+                let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
+                let mut tx = store::begin(&self.pool).await?;
+                if !store::workload::claim_jti(&mut tx, &iss, source, jti, &fingerprint, until).await? {
+                    return Err(WorkloadRefusal::Replayed);
+                }
+                tx.commit().await?;
             }
-            tx.commit().await?;
+            let caller = caller_id(&iss, source, &sub);
+            store::workload::record_caller(&self.pool, caller.as_str(), &iss, source, &sub).await?;
         }
-        store::workload::record_caller(&self.pool, v.caller.as_str(), &iss, source, &sub).await?;
-        Ok((v, !transient))
+        let checked = results
+            .into_iter()
+            .map(|(t, w, ok)| {
+                let caller = taken(w, ok).then(|| caller_id(&iss, source_of(w), &sub));
+                (t.clone(), w.clone(), caller)
+            })
+            .collect();
+        Ok((Verified { checked, iss, claims, exp }, !transient))
     }
 
     /// One tenant's checks of the token: its `typ`, signature, `iss`, `aud`, times and
@@ -433,7 +445,7 @@ impl WorkloadVerifier {
         w: &WorkloadIssuer,
         kid: &str,
     ) -> Result<Arc<CoreJsonWebKeySet>, WorkloadRefusal> {
-        let key = (w.issuer.clone(), w.jwks_uri.clone());
+        let key = (w.issuer.clone(), w.jwks_uri.clone(), w.allow_private_endpoints);
         if let Some(jwks) = self.usable_keys(&key, kid) {
             return Ok(jwks);
         }
@@ -465,6 +477,10 @@ impl WorkloadVerifier {
             }
             match fetched {
                 Ok(jwks) => {
+                    // Fetched and still without it: no other fetch for it within the minute.
+                    if !crate::oauth::flow::jwks_has_key(&jwks, kid) {
+                        k.tried = Some(now);
+                    }
                     let jwks = Arc::new(jwks);
                     k.jwks = Some((jwks.clone(), now));
                     k.failed = None;
@@ -530,6 +546,11 @@ async fn fetch_keys(http: &Outbound, w: &WorkloadIssuer) -> Result<CoreJsonWebKe
     let mut adm = crate::net::metadata::Admission::new(configured, w.allow_private_endpoints, "the workload issuer");
     let raw = adm.get_json(http, &jwks_uri, "jwks_uri").await.map_err(|e| e.to_string())?;
     serde_json::from_value(raw).map_err(|e| format!("jwks: {e}"))
+}
+
+/// Where an issuer's keys are found: its `jwks_uri`, or `discovery`.
+fn source_of(w: &WorkloadIssuer) -> &str {
+    w.jwks_uri.as_deref().unwrap_or("discovery")
 }
 
 /// 16 hex digits of SHA-256(issuer, NUL, key source, NUL, subject): the workload's caller

@@ -195,15 +195,21 @@ pub fn check_issuers(issuers: &[WorkloadIssuer]) -> Result<(), (String, String)>
 
 /// The issuers as stored; unreadable means none (a trust setting fails closed).
 pub fn issuers_from_stored(v: Option<&serde_json::Value>) -> Vec<WorkloadIssuer> {
+    parse_stored(v).unwrap_or_else(|_| {
+        tracing::warn!("a tenant's workload_issuers are unreadable: no workload token is taken for it");
+        Vec::new()
+    })
+}
+
+/// The issuers as stored, or why this release cannot read them (written by a newer one).
+pub fn parse_stored(v: Option<&serde_json::Value>) -> Result<Vec<WorkloadIssuer>, String> {
     match v {
-        None | Some(serde_json::Value::Null) => Vec::new(),
-        Some(v) => serde_json::from_value::<Vec<WorkloadIssuer>>(v.clone())
-            .ok()
-            .filter(|i| check_issuers(i).is_ok())
-            .unwrap_or_else(|| {
-                tracing::warn!("a tenant's workload_issuers are unreadable: no workload token is taken for it");
-                Vec::new()
-            }),
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(v) => {
+            let issuers = serde_json::from_value::<Vec<WorkloadIssuer>>(v.clone()).map_err(|e| e.to_string())?;
+            check_issuers(&issuers).map_err(|(f, why)| format!("{f}: {why}"))?;
+            Ok(issuers)
+        }
     }
 }
 

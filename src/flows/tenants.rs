@@ -233,12 +233,17 @@ pub async fn change_tenant(
             idp: Some(change.idp.clone().unwrap_or_else(|| before.idp.clone())),
             hand_out: Some(change.hand_out.unwrap_or(before_hand_out.default)),
             hand_out_providers: Some(change.hand_out_providers.clone().unwrap_or(before_hand_out.providers)),
-            workload_issuers: Some(
-                change
-                    .workload_issuers
-                    .clone()
-                    .unwrap_or_else(|| crate::domain::workload::issuers_from_stored(before.workload_issuers.as_ref())),
-            ),
+            // Kept as they are, unless this release cannot read them: then the change
+            // must send them whole, rather than write none over them.
+            workload_issuers: Some(match change.workload_issuers.clone() {
+                Some(w) => w,
+                None => crate::domain::workload::parse_stored(before.workload_issuers.as_ref()).map_err(|why| {
+                    TenantRefusal::Invalid {
+                        field: "workload_issuers".to_owned(),
+                        message: format!("the stored value is unreadable here ({why}); send workload_issuers whole"),
+                    }
+                })?,
+            }),
         };
         let t = checked(spec, known)?;
         store::tenants::update_managed_tenant(&mut *tx, &t).await?;

@@ -16,7 +16,7 @@ const METRICS: &str = "[metrics]\nlisten = \"127.0.0.1:0\"\n";
 
 /// The retry of alice's tool call for elicitation `id`, waiting up to `wait` seconds, sent
 /// to `base`: its answer and how long it took.
-fn waiting_retry(base: &str, key: &str, id: &str, wait: u64) -> JoinHandle<(Value, Duration)> {
+pub(crate) fn waiting_retry(base: &str, key: &str, id: &str, wait: u64) -> JoinHandle<(Value, Duration)> {
     let (url, key) = (format!("{base}/v1/token"), key.to_owned());
     let body = json!({"subject": "alice", "provider": "testp", "elicitation_id": id, "wait_seconds": wait});
     tokio::spawn(async move {
@@ -28,7 +28,7 @@ fn waiting_retry(base: &str, key: &str, id: &str, wait: u64) -> JoinHandle<(Valu
 }
 
 /// Until `app` holds `n` waiting requests (its `mcp_connect_waiting_requests` gauge).
-async fn held(app: &TestApp, n: usize) {
+pub(crate) async fn held(app: &TestApp, n: usize) {
     let url = format!("http://127.0.0.1:{}/metrics", app.metrics_port.expect("metrics are on"));
     eventually(Duration::from_secs(10), &format!("{n} requests held"), || async {
         let text = app.client.get(&url).send().await.unwrap().text().await.unwrap();

@@ -408,3 +408,21 @@ async fn a_typ_rules_of_two_tenants_the_operator_scope_and_an_unreachable_issuer
     assert_error(r, 503, "temporarily_unavailable").await;
     cluster.stop().await;
 }
+
+/// A retry that waits (`wait_seconds`) with a workload token gets the token when the
+/// connect commits: after the wait the token is admitted again, as a key is looked up again.
+#[tokio::test]
+async fn a_waiting_retry_with_a_workload_token_gets_the_token_when_the_connect_commits() {
+    let cluster = Cluster::start().await;
+    let options = Options { extra_toml: "[metrics]\nlisten = \"127.0.0.1:0\"\n".to_owned(), ..trusting(&cluster, "") };
+    let app = spawn_app_with(options).await;
+    let token = token_of(&cluster, "tools", "mcp-github");
+    let (id, url) = app.elicit("alice", "testp").await;
+    let waiting = crate::wait::waiting_retry(&app.base, &token, &id, 30);
+    crate::wait::held(&app, 1).await;
+    let r = crate::support::browser::Browser::new().connect(&app, &url, "alice", "octo-alice").await;
+    assert_eq!(r.status(), 200);
+    let (answer, _) = waiting.await.unwrap();
+    assert_eq!(answer["status"], "connected", "{answer}");
+    cluster.stop().await;
+}

@@ -59,9 +59,9 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<(VerifiedKey,
         let trusted = state.directory.tenants.workload_issuers();
         if !trusted.is_empty() {
             let admitted = state.workloads.admit(&state.outbound, key, &trusted, scope).await?;
-            let tenant = admitted.tenant.ok_or_else(|| insufficient_scope(scope))?;
+            let (tenant, caller) = admitted.granted.ok_or_else(|| insufficient_scope(scope))?;
             let proof = Proof::Workload(std::sync::Arc::new(secrecy::SecretString::from(key.to_owned())));
-            return Ok((VerifiedKey { id: admitted.caller, tenant: Some(tenant), scope }, proof));
+            return Ok((VerifiedKey { id: caller, tenant: Some(tenant), scope }, proof));
         }
     }
     let key = match state.api_keys.verify(key).await {
