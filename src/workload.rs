@@ -563,9 +563,9 @@ pub fn caller_id(issuer: &str, source: &str, subject: &str) -> ApiKeyId {
     h.update([0]);
     h.update(subject.as_bytes());
     let d = h.finalize();
-    let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
-    // 16 lower-case hex digits always parse.
-    ApiKeyId::parse(&hex).unwrap_or_else(|_| ApiKeyId::generate())
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    ApiKeyId::from_bits(u64::from_be_bytes(first))
 }
 
 #[cfg(test)]
