@@ -416,9 +416,10 @@ async fn app_state(
     let providers = Arc::new(crate::providers::Providers::new(
         config.providers,
         keys.clone(),
-        config.operator_allow_private_endpoints,
+        config.operator.allow_private_endpoints,
     ));
-    let tenants = Arc::new(crate::tenants::Tenants::load(&pool, providers.clone()).await?);
+    let tenants =
+        Arc::new(crate::tenants::Tenants::load(&pool, providers.clone(), &config.operator.workload_issuers).await?);
     reload_once_open(pending, &tenants, &pool);
     let listen_url = config.database_listen_url.clone();
     if background == Background::Run {

@@ -21,18 +21,31 @@ use std::sync::{Arc, RwLock};
 /// A snapshot of the active tenants, and the providers.
 pub struct Tenants {
     active: RwLock<Arc<HashMap<TenantId, TenantConfig>>>,
-    /// The active tenants' workload issuers by `iss`: the tenants that trust each.
+    /// The active tenants' workload issuers, and the operator's, by `iss`: who trusts each.
     workload_issuers: RwLock<Arc<WorkloadIssuers>>,
+    /// The operator's (`[[operator.workload_issuers]]`: from the file, for the instance's life).
+    operator_issuers: Vec<Arc<WorkloadIssuer>>,
     providers: Arc<Providers>,
 }
 
-/// Each trusted `iss`, with the tenants that trust it and how.
-pub type WorkloadIssuers = HashMap<String, Vec<(TenantId, Arc<WorkloadIssuer>)>>;
+/// Each trusted `iss`, with who trusts it (a tenant; `None`: the operator) and how; in
+/// that order (the operator first).
+pub type WorkloadIssuers = HashMap<String, Vec<(Option<TenantId>, Arc<WorkloadIssuer>)>>;
 
 impl Tenants {
-    /// Reads the active tenants and the providers from the database.
-    pub async fn load(pool: &Db, providers: Arc<Providers>) -> Result<Self, sqlx::Error> {
-        let t = Self { active: RwLock::default(), workload_issuers: RwLock::default(), providers };
+    /// Reads the active tenants and the providers from the database; `operator_issuers`:
+    /// the operator's trusted workload issuers.
+    pub async fn load(
+        pool: &Db,
+        providers: Arc<Providers>,
+        operator_issuers: &[WorkloadIssuer],
+    ) -> Result<Self, sqlx::Error> {
+        let t = Self {
+            active: RwLock::default(),
+            workload_issuers: RwLock::default(),
+            operator_issuers: operator_issuers.iter().cloned().map(Arc::new).collect(),
+            providers,
+        };
         t.reload(pool).await?;
         Ok(t)
     }
@@ -65,14 +78,17 @@ impl Tenants {
         let kept = |t: &TenantId, w: &WorkloadIssuer| {
             before
                 .get(&w.issuer)
-                .and_then(|v| v.iter().find(|(bt, bw)| bt == t && **bw == *w))
+                .and_then(|v| v.iter().find(|(bt, bw)| bt.as_ref() == Some(t) && **bw == *w))
                 .map(|(_, bw)| bw.clone())
         };
         let mut by_issuer = WorkloadIssuers::new();
+        for w in &self.operator_issuers {
+            by_issuer.entry(w.issuer.clone()).or_default().push((None, w.clone()));
+        }
         for t in map.values() {
             for w in t.workload_issuers.iter().flatten() {
                 let w = kept(&t.id, w).unwrap_or_else(|| Arc::new(w.clone()));
-                by_issuer.entry(w.issuer.clone()).or_default().push((t.id.clone(), w));
+                by_issuer.entry(w.issuer.clone()).or_default().push((Some(t.id.clone()), w));
             }
         }
         // In one order, whatever the map's: a verification is compared entry by entry.
@@ -113,8 +129,8 @@ impl Tenants {
             .and_then(|a| a.get(id).map(|t| t.hand_out.as_ref().map(|h| h.for_provider(provider)).unwrap_or_default()))
     }
 
-    /// The active tenants' trusted workload issuers, by `iss` (empty: no tenant takes a
-    /// workload token, and a bearer that is not an API key is refused as one).
+    /// The active tenants' and the operator's trusted workload issuers, by `iss` (empty:
+    /// no workload token is taken, and a bearer that is not an API key is refused as one).
     pub fn workload_issuers(&self) -> Arc<WorkloadIssuers> {
         self.workload_issuers.read().map(|w| w.clone()).unwrap_or_default()
     }

@@ -2,7 +2,8 @@
 //! Kubernetes projected service-account token, a SPIFFE JWT-SVID, a GitHub Actions token,
 //! an OAuth server's client-credentials access token) as `Authorization: Bearer` instead
 //! of an API key. A tenant trusts issuers (`domain::workload`); a rule of the tenant maps
-//! the token's claims to a scope.
+//! the token's claims to a scope. The operator trusts issuers of its own, whose rules
+//! grant the operator scope (`/operator/v1`) and nothing else.
 //!
 //! Told apart from an API key by its shape (a compact JWS; an API key is `mcpc_…`), never
 //! by trying both. The checks are those of a subject token (`oauth::access_token`): an
@@ -119,29 +120,30 @@ pub struct Verified {
     /// and, where it passed them, the workload's caller id under them: its id where a key
     /// id goes (the audit trail), 16 hex digits of the SHA-256 of issuer, that tenant's
     /// key source and subject, recorded in `workload_callers`.
-    checked: Vec<(TenantId, Arc<WorkloadIssuer>, Option<ApiKeyId>)>,
+    /// (A tenant; `None`: the operator.)
+    checked: Vec<(Option<TenantId>, Arc<WorkloadIssuer>, Option<ApiKeyId>)>,
     iss: String,
     claims: serde_json::Map<String, serde_json::Value>,
     exp: i64,
 }
 
 impl Verified {
-    /// The one tenant whose rules give the token `scope`, by the tenants' issuers as they
-    /// are now (`trusted`). `Ok(None)`: it still verifies but some tenant's rules give it
+    /// The one tenant (`None`: the operator) whose rules give the token `scope`, by the
+    /// issuers as they are now (`trusted`). `Ok(None)`: it still verifies but some tenant's rules give it
     /// another scope only (the caller answers insufficient_scope). `Err(None)`: checked
     /// under other settings than the current ones: check it again.
     fn tenant_for(
         &self,
-        now: &[(TenantId, Arc<WorkloadIssuer>)],
+        now: &[(Option<TenantId>, Arc<WorkloadIssuer>)],
         scope: KeyScope,
-    ) -> Result<Option<(TenantId, ApiKeyId)>, Option<WorkloadRefusal>> {
+    ) -> Result<Option<(Option<TenantId>, ApiKeyId)>, Option<WorkloadRefusal>> {
         let same = now.len() == self.checked.len()
             && now.iter().zip(&self.checked).all(|((t, w), (ct, cw, _))| t == ct && Arc::ptr_eq(w, cw));
         if !same {
             return Err(None);
         }
         let mut any_scope = false;
-        let mut found: Option<(&TenantId, &ApiKeyId)> = None;
+        let mut found: Option<(&Option<TenantId>, &ApiKeyId)> = None;
         for (tenant, w, caller) in &self.checked {
             let Some(caller) = caller else { continue };
             let scopes = w.scopes_for(&self.claims);
@@ -179,10 +181,11 @@ impl std::fmt::Debug for Proof {
     }
 }
 
-/// What a workload token gets for one request: the tenant and the workload's caller id
-/// there; `None`: no rule gives it the scope asked for (some rule gives it another).
+/// What a workload token gets for one request: the tenant (`None`: the operator's scope)
+/// and the workload's caller id there; `None`: no rule gives it the scope asked for (some
+/// rule gives it another).
 pub struct Admitted {
-    pub granted: Option<(TenantId, ApiKeyId)>,
+    pub granted: Option<(Option<TenantId>, ApiKeyId)>,
 }
 
 /// Verified tokens at most (a full map drops the expired, then refuses to keep more: a
@@ -283,7 +286,9 @@ impl WorkloadVerifier {
             _ => "ok",
         };
         for (tenant, ..) in v.checked.iter().filter(|c| c.2.is_some()) {
-            metrics::counter!(METRIC_VERIFICATIONS, "tenant" => tenant.to_string(), "result" => result).increment(1);
+            // `(operator)` is no tenant id (those are a-z, 0-9, - and _).
+            let tenant = tenant.as_ref().map_or_else(|| "(operator)".to_owned(), TenantId::to_string);
+            metrics::counter!(METRIC_VERIFICATIONS, "tenant" => tenant, "result" => result).increment(1);
         }
         if keep {
             self.keep(fingerprint, Arc::new(v), now.unix_timestamp());
@@ -306,7 +311,7 @@ impl WorkloadVerifier {
     ) -> bool {
         self.admit(http, token, trusted, KeyScope::Server)
             .await
-            .is_ok_and(|a| a.granted.is_some_and(|(t, _)| &t == tenant))
+            .is_ok_and(|a| a.granted.is_some_and(|(t, _)| t.as_ref() == Some(tenant)))
     }
 
     /// Keeps a verification; a full map drops the expired, then any one entry (a token
@@ -350,7 +355,14 @@ impl WorkloadVerifier {
                     results.push((tenant, w, true));
                 }
                 Err(e) => {
-                    transient |= matches!(e, WorkloadRefusal::Unavailable(_) | WorkloadRefusal::Database(_));
+                    // A key the tenant's keys lack may be fetched a minute later (the refetch
+                    // is spent): as a fetch that failed, not a refusal to keep.
+                    transient |= matches!(
+                        e,
+                        WorkloadRefusal::Unavailable(_)
+                            | WorkloadRefusal::Database(_)
+                            | WorkloadRefusal::Token(AccessTokenRefusal::UnknownKey)
+                    );
                     first_refusal.get_or_insert(e);
                     results.push((tenant, w, false));
                 }

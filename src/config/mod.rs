@@ -62,6 +62,18 @@ pub struct ProxyLimitSettings {
     pub per_tenant_burst: u32,
 }
 
+/// `[operator]`: the operator API's reach, and who else is the operator.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorSettings {
+    /// Providers made over the operator API may be reached on private and loopback
+    /// addresses (`allow_private_endpoints`; for an internal IdP, or a test). Off: each of
+    /// their endpoints, configured or discovered, only over https to public addresses.
+    pub allow_private_endpoints: bool,
+    /// Issuers whose workload tokens get the operator scope (`[[operator.workload_issuers]]`;
+    /// file only: the operator API cannot widen who the operator is).
+    pub workload_issuers: Vec<crate::domain::workload::WorkloadIssuer>,
+}
+
 /// `[webhooks]`: where deliveries may go and how they are paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebhookSettings {
@@ -132,11 +144,8 @@ pub struct Config {
     /// `Strict-Transport-Security: max-age=` on every answer when `public_base_url` is
     /// https (`[hsts] max_age_seconds`, default a year; 0: not sent).
     pub hsts_max_age: u64,
-    /// Providers made over the operator API may be reached on private and loopback
-    /// addresses (`[operator] allow_private_endpoints`; for an internal IdP, or a test).
-    /// Off: each of their endpoints, configured or discovered, only over https to public
-    /// addresses.
-    pub operator_allow_private_endpoints: bool,
+    /// `[operator]`.
+    pub operator: OperatorSettings,
     /// Webhook deliveries (`[webhooks]`).
     pub webhooks: WebhookSettings,
     pub proxy_limits: ProxyLimitSettings,
@@ -418,6 +427,23 @@ client_id = "abc"
             ["public_base_url", "idp.issuer", "outbound.timeout_seconds", "providers.github.client_secret_file"]
         {
             assert!(e.message.contains(&format!("\n  {field}: ")), "{field} in {}", e.message);
+        }
+    }
+
+    #[test]
+    fn operator_workload_issuers_grant_the_operator_scope_only() {
+        let with = |scope: &str| {
+            format!(
+                "{GOOD}[[operator.workload_issuers]]\nname = \"cluster\"\nissuer = \"https://k8s.example\"\n\
+                 [[operator.workload_issuers.rules]]\nclaims = {{ sub = \"system:serviceaccount:platform:admin\" }}\n\
+                 scope = \"{scope}\"\n"
+            )
+        };
+        let c = Config::from_toml(&with("operator"), &env_of(&base_env())).unwrap();
+        assert_eq!(c.operator.workload_issuers.len(), 1);
+        assert!(Config::from_toml(GOOD, &env_of(&base_env())).unwrap().operator.workload_issuers.is_empty());
+        for scope in ["server", "admin"] {
+            assert_eq!(error_field(&with(scope), &base_env()), "operator.workload_issuers[0].rules[0].scope");
         }
     }
 

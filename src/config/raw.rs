@@ -188,6 +188,9 @@ pub(super) struct RawCache {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOperator {
     pub(super) allow_private_endpoints: Option<bool>,
+    /// Issuers whose workload tokens the operator's tools may present on `/operator/v1`
+    /// (`[[operator.workload_issuers]]`, rules of scope `operator`); left out: none.
+    pub(super) workload_issuers: Option<Vec<crate::domain::workload::WorkloadIssuer>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -175,7 +175,6 @@ macro_rules! all_checks {
 pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config, ConfigError> {
     let mut errors = Vec::new();
     let (registry, tenants) = providers_and_tenants(raw.providers, raw.tenants, &mut secrets, &mut errors);
-    let keys_file = raw.vault.keys_file.clone();
     let secs = |field: &str, value: Option<u64>, default: u64, range, why: &str| {
         seconds(field, value, default, range, why).map(Duration::from_secs)
     };
@@ -185,7 +184,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         drain = drain(raw.shutdown.drain_seconds);
         log_format = log_format(raw.log_format);
         database = database(raw.database);
-        keyring = keyring(exposed(secrets.vault_keys.take()), keys_file.as_deref());
+        keyring = keyring(exposed(secrets.vault_keys.take()), raw.vault.keys_file.as_deref());
         idps = validate_idps(raw.idp, raw.idps, &mut secrets);
         tenants = tenants;
         cache_enabled = Ok::<_, ConfigError>(raw.cache.enabled.unwrap_or(true));
@@ -208,6 +207,7 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         hsts_max_age = seconds("hsts.max_age_seconds", raw.hsts.max_age_seconds, 31_536_000, 0..=63_072_000, "");
         proxy_limits = proxy_limits(&raw.proxy);
         vault = vault_settings(&raw.vault, &mut secrets);
+        operator = operator_settings(raw.operator);
     }
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
@@ -245,11 +245,22 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         propagate_to_providers: raw.tracing.propagate_to_providers.unwrap_or(false),
         drain,
         hsts_max_age,
-        operator_allow_private_endpoints: raw.operator.allow_private_endpoints.unwrap_or(false),
+        operator,
         webhooks,
         proxy_limits,
         tenants,
         providers: registry,
+    })
+}
+
+/// `[operator]`: the operator's trusted workload issuers grant the operator scope only.
+fn operator_settings(raw: super::raw::RawOperator) -> Result<super::OperatorSettings, ConfigError> {
+    let workload_issuers = raw.workload_issuers.unwrap_or_default();
+    crate::domain::workload::check_issuers(&workload_issuers, crate::domain::workload::Truster::Operator)
+        .map_err(|(f, why)| err(format!("operator.{f}"), why))?;
+    Ok(super::OperatorSettings {
+        allow_private_endpoints: raw.allow_private_endpoints.unwrap_or(false),
+        workload_issuers,
     })
 }
 
@@ -548,7 +559,8 @@ pub fn tenant(
         }
     };
     if let Some(w) = &t.workload_issuers {
-        crate::domain::workload::check_issuers(w).map_err(|(f, why)| invalid(at(&f), why))?;
+        crate::domain::workload::check_issuers(w, crate::domain::workload::Truster::Tenant)
+            .map_err(|(f, why)| invalid(at(&f), why))?;
     }
     Ok(TenantConfig { id, display_name, providers, subject_token, idp, hand_out, workload_issuers: t.workload_issuers })
 }

@@ -5,7 +5,9 @@
 //! scope. No rule, no access.
 //!
 //! As stored (`tenants.workload_issuers`, a JSON array), written in a configuration file
-//! (`[[tenants.workload_issuers]]`) and over the operator API.
+//! (`[[tenants.workload_issuers]]`) and over the operator API. The platform's operator
+//! trusts issuers of its own, in the file only (`[[operator.workload_issuers]]`): their
+//! rules grant the operator scope and nothing else.
 
 use super::KeyScope;
 use std::collections::BTreeMap;
@@ -66,17 +68,20 @@ pub struct WorkloadRule {
     /// Top-level string claims and the value each must have, exactly (for example
     /// `sub = "system:serviceaccount:tools:mcp-github"`). At least `sub` or one other.
     pub claims: BTreeMap<String, String>,
-    /// `server` (`/v1`) or `admin` (`/admin/v1`).
+    /// `server` (`/v1`) or `admin` (`/admin/v1`) for a tenant's issuer; `operator`
+    /// (`/operator/v1`) for the operator's (`[[operator.workload_issuers]]`) and only there.
     #[schema(value_type = String)]
     pub scope: RuleScope,
 }
 
-/// The scopes a tenant's rule can grant (the operator scope belongs to no tenant).
+/// The scopes a rule can grant: a tenant's rules `server` and `admin`, the operator's
+/// `operator` (it belongs to no tenant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleScope {
     Server,
     Admin,
+    Operator,
 }
 
 impl RuleScope {
@@ -84,8 +89,17 @@ impl RuleScope {
         match self {
             Self::Server => KeyScope::Server,
             Self::Admin => KeyScope::Admin,
+            Self::Operator => KeyScope::Operator,
         }
     }
+}
+
+/// Whose issuers are checked: a tenant's grant `server` and `admin`, the operator's
+/// `operator` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Truster {
+    Tenant,
+    Operator,
 }
 
 fn default_max_lifetime() -> u32 {
@@ -110,7 +124,7 @@ impl WorkloadIssuer {
     }
 
     /// Checks one issuer; the error names the field (relative to the issuer) and why.
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self, truster: Truster) -> Result<(), (String, String)> {
         let bad = |f: &str, why: &str| Err((f.to_owned(), why.to_owned()));
         if self.name.is_empty()
             || self.name.len() > 40
@@ -145,6 +159,16 @@ impl WorkloadIssuer {
             return bad("rules", "at most 32 rules");
         }
         for (i, r) in self.rules.iter().enumerate() {
+            if (r.scope == RuleScope::Operator) != (truster == Truster::Operator) {
+                return Err((
+                    format!("rules[{i}].scope"),
+                    match truster {
+                        Truster::Tenant => "must be server or admin (the operator scope belongs to no tenant)",
+                        Truster::Operator => "must be operator (an operator's issuer grants no tenant's scope)",
+                    }
+                    .into(),
+                ));
+            }
             if r.claims.is_empty() || r.claims.len() > MAX_CLAIMS {
                 return Err((
                     format!("rules[{i}].claims"),
@@ -174,15 +198,15 @@ impl WorkloadIssuer {
     }
 }
 
-/// A tenant's issuers, checked: each one's fields, and names and issuers unique (one
-/// issuer, one set of checks and rules per tenant). The error names the field below the
-/// tenant's (`workload_issuers[1].issuer`) and why.
-pub fn check_issuers(issuers: &[WorkloadIssuer]) -> Result<(), (String, String)> {
+/// A tenant's (or the operator's) issuers, checked: each one's fields, and names and
+/// issuers unique (one issuer, one set of checks and rules per tenant). The error names
+/// the field below the tenant's (`workload_issuers[1].issuer`) and why.
+pub fn check_issuers(issuers: &[WorkloadIssuer], truster: Truster) -> Result<(), (String, String)> {
     if issuers.len() > MAX_ISSUERS {
         return Err(("workload_issuers".to_owned(), "at most 16 issuers".to_owned()));
     }
     for (i, w) in issuers.iter().enumerate() {
-        w.check().map_err(|(f, why)| (format!("workload_issuers[{i}].{f}"), why))?;
+        w.check(truster).map_err(|(f, why)| (format!("workload_issuers[{i}].{f}"), why))?;
         if issuers[..i].iter().any(|o| o.name == w.name) {
             return Err((format!("workload_issuers[{i}].name"), "is used by another issuer of the tenant".into()));
         }
@@ -207,7 +231,7 @@ pub fn parse_stored(v: Option<&serde_json::Value>) -> Result<Vec<WorkloadIssuer>
         None | Some(serde_json::Value::Null) => Ok(Vec::new()),
         Some(v) => {
             let issuers = serde_json::from_value::<Vec<WorkloadIssuer>>(v.clone()).map_err(|e| e.to_string())?;
-            check_issuers(&issuers).map_err(|(f, why)| format!("{f}: {why}"))?;
+            check_issuers(&issuers, Truster::Tenant).map_err(|(f, why)| format!("{f}: {why}"))?;
             Ok(issuers)
         }
     }
@@ -229,7 +253,7 @@ mod tests {
     fn defaults_and_checks() {
         let w = issuer();
         assert_eq!((w.max_lifetime_seconds, w.clock_skew_seconds), (3600, 30));
-        assert!(check_issuers(std::slice::from_ref(&w)).is_ok());
+        assert!(check_issuers(std::slice::from_ref(&w), Truster::Tenant).is_ok());
         for (change, field) in [
             (serde_json::json!({"name": "Cluster"}), "workload_issuers[0].name"),
             (serde_json::json!({"issuer": "http://k8s.example"}), "workload_issuers[0].issuer"),
@@ -250,11 +274,24 @@ mod tests {
                 v[k] = x.clone();
             }
             let changed: WorkloadIssuer = serde_json::from_value(v).unwrap();
-            assert_eq!(check_issuers(&[changed]).unwrap_err().0, field);
+            assert_eq!(check_issuers(&[changed], Truster::Tenant).unwrap_err().0, field);
         }
         let twice = [w.clone(), WorkloadIssuer { name: "other".into(), ..w.clone() }];
-        assert_eq!(check_issuers(&twice).unwrap_err().0, "workload_issuers[1].issuer");
-        assert!(serde_json::from_value::<RuleScope>(serde_json::json!("operator")).is_err());
+        assert_eq!(check_issuers(&twice, Truster::Tenant).unwrap_err().0, "workload_issuers[1].issuer");
+        // The operator scope is the operator's issuers' only, and theirs is only that.
+        let mut op = w.clone();
+        op.rules[0].scope = RuleScope::Operator;
+        assert_eq!(
+            check_issuers(std::slice::from_ref(&op), Truster::Tenant).unwrap_err().0,
+            "workload_issuers[0].rules[0].scope"
+        );
+        assert!(check_issuers(std::slice::from_ref(&op), Truster::Operator).is_ok());
+        assert_eq!(
+            check_issuers(std::slice::from_ref(&w), Truster::Operator).unwrap_err().0,
+            "workload_issuers[0].rules[0].scope"
+        );
+        // Stored for a tenant with the operator scope (written by hand): none is taken.
+        assert!(issuers_from_stored(Some(&serde_json::json!([op]))).is_empty());
     }
 
     #[test]

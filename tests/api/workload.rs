@@ -332,6 +332,16 @@ async fn issuers_set_over_the_operator_api_hold_on_every_instance_at_once() {
     let body =
         assert_error(a.operator(&op, Method::PATCH, "/tenants/gamma", Some(bad)).await, 400, "invalid_request").await;
     assert!(body["error_description"].as_str().unwrap().contains("workload_issuers[0].issuer"), "{body}");
+    // A tenant's rule never grants the operator scope.
+    let mut op_rule = issuer(OPS_SA);
+    op_rule[0]["rules"][0]["scope"] = json!("operator");
+    let body = assert_error(
+        a.operator(&op, Method::PATCH, "/tenants/gamma", Some(json!({"workload_issuers": op_rule}))).await,
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert!(body["error_description"].as_str().unwrap().contains("workload_issuers[0].rules[0].scope"), "{body}");
     cluster.stop().await;
 }
 
@@ -368,15 +378,12 @@ async fn no_workload_token_reaches_a_log_or_the_trail() {
 }
 
 #[tokio::test]
-async fn a_typ_rules_of_two_tenants_the_operator_scope_and_an_unreachable_issuer_are_refused() {
+async fn a_typ_rules_of_two_tenants_and_an_unreachable_issuer_are_refused() {
     let cluster = Cluster::start().await;
     // The issuer's tokens must carry `at+jwt`; the cluster's carry none.
     let app = app_trusting(&cluster, "typ = \"at+jwt\"").await;
     let token = token_of(&cluster, "tools", "mcp-github");
     assert_error(token_call(&app, &token).await, 401, "workload_token_type").await;
-    // A workload token is never an operator's credential.
-    let r = app.client.get(format!("{}/operator/v1/tenants", app.base)).bearer_auth(&token).send().await.unwrap();
-    assert_error(r, 401, "invalid_api_key").await;
 
     // Beta trusts the same issuer with the same rule as acme: which tenant is meant cannot
     // be told.
@@ -406,6 +413,75 @@ async fn a_typ_rules_of_two_tenants_the_operator_scope_and_an_unreachable_issuer
     let r = token_call(&app, &cluster.sign(&claims)).await;
     assert_eq!(r.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
     assert_error(r, 503, "temporarily_unavailable").await;
+    cluster.stop().await;
+}
+
+const PLATFORM_SA: &str = "system:serviceaccount:platform:tenant-admin";
+
+/// The operator trusts the cluster too (`[[operator.workload_issuers]]`): its rule gives
+/// platform/tenant-admin the operator scope, on `/operator/v1` only; a tenant's workload
+/// gets no operator scope, and an operator's workload no tenant's.
+#[tokio::test]
+async fn an_operator_issuer_grants_the_operator_scope_and_nothing_else() {
+    let cluster = Cluster::start().await;
+    let mut opts = trusting(&cluster, "");
+    opts.extra_toml = format!(
+        "[[operator.workload_issuers]]
+name = \"cluster\"
+issuer = \"{}\"
+audience = \"{AUD}\"
+[[operator.workload_issuers.rules]]
+claims = {{ sub = \"{PLATFORM_SA}\" }}
+scope = \"operator\"
+",
+        cluster.issuer
+    );
+    let app = spawn_app_with(opts).await;
+    let operator = token_of(&cluster, "platform", "tenant-admin");
+    let tenants = |bearer: &str| {
+        app.client.get(format!("{}/operator/v1/tenants", app.base)).bearer_auth(bearer.to_owned()).send()
+    };
+    assert_eq!(tenants(&operator).await.unwrap().status(), 200);
+    // What it does is audited under its caller id, which names the workload.
+    let r = app
+        .client
+        .post(format!("{}/operator/v1/tenants", app.base))
+        .bearer_auth(&operator)
+        .json(&json!({"id": "delta", "display_name": "Delta", "providers": ["github"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let caller = mcp_connect::workload::caller_id(&cluster.issuer, "discovery", PLATFORM_SA);
+    let by: Option<String> =
+        sqlx::query_scalar("SELECT api_key_id FROM audit_events WHERE kind = 'tenant_created' AND tenant_id = 'delta'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(by, Some(caller.to_string()));
+    let named: String = sqlx::query_scalar("SELECT subject FROM workload_callers WHERE id = $1")
+        .bind(caller.as_str())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(named, PLATFORM_SA);
+
+    // The operator's workload is no tenant's server or admin.
+    assert_error(token_call(&app, &operator).await, 403, "insufficient_scope").await;
+    assert_error(audit_call(&app, &operator).await, 403, "insufficient_scope").await;
+    // A tenant's workloads (server and admin) are no operator.
+    for (ns, name) in [("tools", "mcp-github"), ("ops", "mcp-admin")] {
+        assert_error(tenants(&token_of(&cluster, ns, name)).await.unwrap(), 403, "insufficient_scope").await;
+    }
+    // Another service account of the cluster gets nothing anywhere.
+    let other = token_of(&cluster, "platform", "someone-else");
+    assert_error(tenants(&other).await.unwrap(), 403, "workload_no_rule").await;
+    // The operator scope is checked as every other: a token for another audience is refused.
+    let elsewhere = cluster.sign(&cluster.claims("platform", "tenant-admin", "another-audience", 600));
+    assert_error(tenants(&elsewhere).await.unwrap(), 401, "workload_token_audience").await;
+    // An operator key still works beside it.
+    let key = app.operator_key().await;
+    assert_eq!(tenants(&key).await.unwrap().status(), 200);
     cluster.stop().await;
 }
 

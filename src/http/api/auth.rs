@@ -53,15 +53,16 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<(VerifiedKey,
         return Err(unauthorized("use the Bearer scheme", true));
     }
     let key = key.trim();
-    // A workload token where a tenant trusts a workload issuer: told apart by its shape,
-    // never by trying it as an API key too. (The operator scope belongs to no tenant.)
-    if crate::workload::looks_like_jwt(key) && scope != KeyScope::Operator {
+    // A workload token where a tenant (or the operator) trusts a workload issuer: told
+    // apart by its shape, never by trying it as an API key too. Only the operator's rules
+    // grant the operator scope, and only the operator scope (`domain::workload`).
+    if crate::workload::looks_like_jwt(key) {
         let trusted = state.directory.tenants.workload_issuers();
         if !trusted.is_empty() {
             let admitted = state.workloads.admit(&state.outbound, key, &trusted, scope).await?;
             let (tenant, caller) = admitted.granted.ok_or_else(|| insufficient_scope(scope))?;
             let proof = Proof::Workload(std::sync::Arc::new(secrecy::SecretString::from(key.to_owned())));
-            return Ok((VerifiedKey { id: caller, tenant: Some(tenant), scope }, proof));
+            return Ok((VerifiedKey { id: caller, tenant, scope }, proof));
         }
     }
     let key = match state.api_keys.verify(key).await {
