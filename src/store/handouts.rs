@@ -3,18 +3,24 @@
 //! a row; the connection's tenant, subject and provider are filled in when it is
 //! written). A call through the proxy counts itself the same way, into a row of its own
 //! kind (`proxied_calls`) that also names its method class and status class. A writer task
-//! writes each minute's rows once that minute has closed (checked every second), and
-//! everything at once when asked to drain (shutdown). A row is written once and never
-//! updated: the trail says who used which connection, through which key, to the minute,
-//! and how often, at a fraction of one row per hand-out.
+//! writes each minute's rows once that minute has closed (checked every second), spread
+//! over the [`SPREAD`] after it (a minute's 90,000 rows written at once held a database
+//! core for seconds: the half-rate p99 spikes of issue 46), and everything at once when
+//! asked to drain (shutdown). A row is written once and never updated: the trail says who
+//! used which connection, through which key, to the minute, and how often, at a fraction
+//! of one row per hand-out.
 //!
 //! Rows are never dropped while the process lives: a failed write is retried (backing off
 //! up to 5 s) until it succeeds. Memory is bounded: when the rows of the open minute pass
-//! [`EARLY`] (a minute in which that many connections were used on this instance) the
-//! writer writes them early, so that minute then has two rows for a connection and key;
-//! when [`CAPACITY`] rows wait (Postgres unreachable for long), callers wait for room.
-//! A wall clock that steps back can likewise split a minute into two rows. Neither breaks
-//! the trail: each row is a count of distinct hand-outs.
+//! [`EARLY`] (a minute in which that many connections were used on this instance) they
+//! are closed early, so that minute then has two rows for a connection and key. When
+//! [`CAPACITY`] rows wait (Postgres slow or unreachable for long), the rows waiting are
+//! folded into one per connection, key and class, each spanning the minutes it covers
+//! (coarser, counted in [`FOLDED`]; its `first_at` and `last_at` still say when); only
+//! when that frees too little (more distinct connections and keys waiting than the
+//! capacity) do callers wait for room, counted in [`QUEUE_WAIT`]. A wall clock that steps
+//! back can likewise split a minute into two rows. None of it breaks the trail: each row
+//! is a count of distinct hand-outs.
 //!
 //! Marking connections used (`last_used_at`, to the minute) is a second task's job, told of
 //! a connection the first time it is handed out in a minute, so that those row updates
@@ -22,7 +28,7 @@
 
 use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
 use crate::store::{self, Db, audit::HandoutRow};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,12 +38,15 @@ use uuid::Uuid;
 
 /// Rows per transaction (one WAL flush), written [`store::audit::CHUNK`] at a time.
 const BATCH: usize = 2000;
-/// Rows of the open minute past which the writer writes them before the minute closes.
+/// Rows of the open minute past which it is closed (and written) before its end.
 pub const EARLY: usize = 100_000;
-/// Rows waiting (open, or written and failed) past which hand-outs wait for room.
+/// Rows waiting (open, closed and not yet written, or being written) past which a row
+/// more folds them (about 56 bytes a row: 22 MB).
 pub const CAPACITY: usize = 400_000;
 /// How often the writer looks for closed minutes.
 const TICK: Duration = Duration::from_secs(1);
+/// A closed minute's rows are written within this long after it closes, a share each tick.
+pub const SPREAD: Duration = Duration::from_secs(40);
 /// Between statements of a batch (the timer's resolution: 1-2 ms).
 const PAUSE: Duration = Duration::from_millis(1);
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -46,6 +55,7 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 pub const QUEUE_DEPTH: &str = "mcp_connect_handout_queue_depth";
 pub const QUEUE_WAIT: &str = "mcp_connect_handout_queue_wait_seconds";
 pub const BATCH_FAILURES: &str = "mcp_connect_handout_batch_failures_total";
+pub const FOLDED: &str = "mcp_connect_handout_rows_folded_total";
 
 /// What time it is, for the minutes (tests move it).
 pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -88,11 +98,19 @@ impl Use {
 /// A row's key within its minute: connection, API key (its bits), what it counts.
 type RowKey = (Uuid, u64, Use);
 
-/// The open rows by minute (Unix time / 60), then [`RowKey`].
+/// The rows waiting: open by minute (Unix time / 60), then [`RowKey`]; closed ones the
+/// writer has not taken yet.
 #[derive(Default)]
 struct Minutes {
     by_minute: BTreeMap<i64, HashMap<RowKey, Tally>>,
+    /// Rows in `by_minute`.
     rows: usize,
+    /// Rows of closed minutes, oldest first, to be written by `due`.
+    closed: VecDeque<Taken>,
+    due: Option<Instant>,
+    /// A fold freed too little: a use that needs a new row waits until the writer has
+    /// halved what waits.
+    full: bool,
 }
 
 /// A row taken out of [`Minutes`], waiting to be written.
@@ -127,21 +145,62 @@ impl Minutes {
         }
     }
 
-    /// Takes the rows of the minutes before `now`'s (of all minutes when `all`).
-    fn take(&mut self, now: OffsetDateTime, all: bool) -> Vec<Taken> {
+    /// Whether `now`'s minute has a row for `key`.
+    fn has(&self, now: OffsetDateTime, key: &RowKey) -> bool {
+        self.by_minute.get(&now.unix_timestamp().div_euclid(60)).is_some_and(|rows| rows.contains_key(key))
+    }
+
+    /// Closes the minutes before `now`'s (all minutes when `all`): their rows wait for the
+    /// writer, to be written within [`SPREAD`].
+    fn close(&mut self, now: OffsetDateTime, all: bool) {
         let open = now.unix_timestamp().div_euclid(60);
         let keep = if all { BTreeMap::new() } else { self.by_minute.split_off(&open) };
         let closed = std::mem::replace(&mut self.by_minute, keep);
-        let mut out = Vec::with_capacity(closed.values().map(HashMap::len).sum());
-        for (minute, rows) in closed {
-            out.extend(rows.into_iter().map(|(key, t)| (minute, key, t)));
+        if closed.is_empty() {
+            return;
         }
-        self.rows -= out.len();
-        out
+        for (minute, rows) in closed {
+            self.rows -= rows.len();
+            self.closed.extend(rows.into_iter().map(|(key, t)| (minute, key, t)));
+        }
+        self.due = Some(Instant::now() + SPREAD);
+    }
+
+    /// The closed rows to write now: all of them when `all` or when they are due, else
+    /// an even share of what is left until they are (a batch at least: a quiet minute's
+    /// rows go at once).
+    fn take(&mut self, all: bool) -> Vec<Taken> {
+        let ticks = self.due.map_or(0, |due| due.saturating_duration_since(Instant::now()).as_secs());
+        let share = if all || ticks <= 1 { self.closed.len() } else { self.closed.len().div_ceil(ticks as usize) };
+        let n = share.max(BATCH).min(self.closed.len());
+        self.closed.drain(..n).collect()
+    }
+
+    /// Folds every row waiting here (open and closed) into one per [`RowKey`] in `now`'s
+    /// minute, each spanning the uses it counts; the rows it merged away.
+    fn fold(&mut self, now: OffsetDateTime) -> usize {
+        let before = self.rows + self.closed.len();
+        let mut merged: HashMap<RowKey, Tally> = HashMap::with_capacity(before);
+        let open = std::mem::take(&mut self.by_minute).into_values().flatten();
+        for (key, t) in open.chain(self.closed.drain(..).map(|(_, key, t)| (key, t))) {
+            merged
+                .entry(key)
+                .and_modify(|m| {
+                    m.count = m.count.saturating_add(t.count);
+                    m.first_us = m.first_us.min(t.first_us);
+                    m.last_us = m.last_us.max(t.last_us);
+                })
+                .or_insert(t);
+        }
+        self.rows = merged.len();
+        self.by_minute.insert(now.unix_timestamp().div_euclid(60), merged);
+        before - self.rows
     }
 }
 
 fn handout_row((minute, (connection_id, key, what), t): &Taken) -> HandoutRow {
+    // A folded row spans minutes: it is the row of the minute of its first use.
+    let minute = (*minute).min(t.first_us.div_euclid(60_000_000));
     HandoutRow {
         minute: from_micros(minute.saturating_mul(60_000_000)),
         connection_id: *connection_id,
@@ -159,6 +218,9 @@ struct Shared {
     in_flight: AtomicUsize,
     /// Write every row now, the open minute's too (drain).
     write_all: AtomicBool,
+    /// Close the open minute now (it passed [`EARLY`] rows); written spread as any.
+    close_early: AtomicBool,
+    capacity: usize,
     wake: Notify,
     /// The writer took rows out.
     room: Notify,
@@ -175,10 +237,17 @@ pub struct HandoutAudit {
 impl HandoutAudit {
     /// Starts the writer and the toucher. `instance` names this process in the rows.
     pub fn spawn(pool: Db, instance: String, clock: WallClock) -> Self {
+        Self::spawn_with_capacity(pool, instance, clock, CAPACITY)
+    }
+
+    /// [`Self::spawn`] with another bound on the rows waiting than [`CAPACITY`] (tests).
+    pub fn spawn_with_capacity(pool: Db, instance: String, clock: WallClock, capacity: usize) -> Self {
         let shared = Arc::new(Shared {
             minutes: Mutex::new(Minutes::default()),
             in_flight: AtomicUsize::new(0),
             write_all: AtomicBool::new(false),
+            close_early: AtomicBool::new(false),
+            capacity: capacity.max(1),
             wake: Notify::new(),
             room: Notify::new(),
             clock,
@@ -232,33 +301,50 @@ impl HandoutAudit {
         }
     }
 
-    /// Counts the hand-out if there is room; `false` when the rows waiting are at
-    /// [`CAPACITY`]. (A poisoned lock counts nothing and waits for nothing, as before.)
+    /// Counts the hand-out if there is room; `false` when it needs a row and the rows
+    /// waiting are at the capacity even folded. (A poisoned lock counts nothing and waits
+    /// for nothing, as before.)
     fn try_count(&self, key: RowKey) -> bool {
         let (opened, early) = {
             let Ok(mut m) = self.shared.minutes.lock() else { return true };
-            if m.rows + self.shared.in_flight.load(Ordering::Acquire) >= CAPACITY {
-                return false;
-            }
-            // Read under the lock: once the writer has taken a minute, no hand-out can
+            // Read under the lock: once the writer has closed a minute, no hand-out can
             // still count itself into it.
-            let opened = m.add((self.shared.clock)(), key);
+            let now = (self.shared.clock)();
+            let in_flight = self.shared.in_flight.load(Ordering::Acquire);
+            if m.rows + m.closed.len() + in_flight >= self.shared.capacity && !m.has(now, &key) {
+                if m.full {
+                    return false;
+                }
+                let folded = m.fold(now);
+                metrics::counter!(FOLDED).increment(folded as u64);
+                if m.rows + in_flight >= self.shared.capacity / 4 * 3 {
+                    m.full = true;
+                    tracing::warn!(
+                        waiting = m.rows + in_flight,
+                        "the hand-out audit backlog is full even folded: hand-outs that need a new row wait for the writer"
+                    );
+                }
+                if m.rows + in_flight >= self.shared.capacity && !m.has(now, &key) {
+                    return false;
+                }
+            }
+            let opened = m.add(now, key);
             (opened, m.rows >= EARLY)
         };
         if opened {
             let _ = self.touch.send(key.0);
         }
         if early {
-            self.shared.write_all.store(true, Ordering::Release);
+            self.shared.close_early.store(true, Ordering::Release);
             self.shared.wake.notify_one();
         }
         true
     }
 
-    /// Rows not yet written: open, or taken out and being written (or retried).
+    /// Rows not yet written: open, closed, or taken out and being written (or retried).
     pub fn pending(&self) -> usize {
-        let open = self.shared.minutes.lock().map(|m| m.rows).unwrap_or(0);
-        open + self.shared.in_flight.load(Ordering::Acquire)
+        let waiting = self.shared.minutes.lock().map(|m| m.rows + m.closed.len()).unwrap_or(0);
+        waiting + self.shared.in_flight.load(Ordering::Acquire)
     }
 
     /// Writes every row now, the open minute's too, and waits until they are written, for at
@@ -315,27 +401,36 @@ impl RecentlyTouched {
     }
 }
 
-/// Writes closed minutes (every row when asked), in batches; keeps what failed for the next
-/// round, backing off while Postgres refuses.
+/// Writes closed minutes (every row when asked, or when the backlog is half full), a
+/// share each tick so that a minute's rows are written within [`SPREAD`], in batches;
+/// keeps what failed for the next round (never folded: it may have been written), backing
+/// off while Postgres refuses.
 async fn writer(pool: Db, shared: Arc<Shared>) {
-    let mut unwritten: Vec<Taken> = Vec::new();
+    let mut unwritten: VecDeque<Taken> = VecDeque::new();
     let mut failures: u32 = 0;
     loop {
         let backoff = Duration::from_millis(200 * 2u64.pow(failures.min(5))).min(Duration::from_secs(5));
         let wait = if failures > 0 { backoff } else { TICK };
         let _ = tokio::time::timeout(wait, shared.wake.notified()).await;
         let all = shared.write_all.swap(false, Ordering::AcqRel);
+        let early = shared.close_early.swap(false, Ordering::AcqRel);
         if let Ok(mut m) = shared.minutes.lock() {
-            let taken = m.take((shared.clock)(), all);
-            // Counted while locked: `pending` never sees these rows in neither place.
-            shared.in_flight.fetch_add(taken.len(), Ordering::AcqRel);
-            unwritten.extend(taken);
-            metrics::gauge!(QUEUE_DEPTH).set((m.rows + unwritten.len()) as f64);
+            // Full: the open minute too, so that those waiting for room get it.
+            let full = m.full;
+            m.close((shared.clock)(), all || early || full);
+            let waiting = m.rows + m.closed.len() + unwritten.len();
+            if unwritten.is_empty() {
+                let taken = m.take(all || waiting >= shared.capacity / 2);
+                // Counted while locked: `pending` never sees these rows in neither place.
+                shared.in_flight.fetch_add(taken.len(), Ordering::AcqRel);
+                unwritten.extend(taken);
+            }
+            metrics::gauge!(QUEUE_DEPTH).set(waiting as f64);
         }
         shared.room.notify_waiters();
         while !unwritten.is_empty() {
             let n = unwritten.len().min(BATCH);
-            let rows: Vec<HandoutRow> = unwritten[..n].iter().map(handout_row).collect();
+            let rows: Vec<HandoutRow> = unwritten.range(..n).map(handout_row).collect();
             let pause = || tokio::time::sleep(PAUSE);
             match store::audit::insert_handouts_paced(&pool, &shared.instance, &rows, pause).await {
                 Ok(()) => {
@@ -350,6 +445,12 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                     break;
                 }
             }
+        }
+        // Room again once what waits has halved: a use that needs a new row goes on.
+        if let Ok(mut m) = shared.minutes.lock()
+            && m.rows + m.closed.len() + unwritten.len() < shared.capacity / 2
+        {
+            m.full = false;
         }
         shared.room.notify_waiters();
     }

@@ -129,6 +129,10 @@ fn describe() {
     );
     describe_counter!(store::handouts::BATCH_FAILURES, "hand-out audit batches that failed to write (retried)");
     describe_counter!(
+        store::handouts::FOLDED,
+        "hand-out audit rows merged into rows spanning minutes because the backlog was at its bound"
+    );
+    describe_counter!(
         crate::webhooks::worker::ATTEMPTS,
         "webhook delivery attempts by outcome (delivered, retry, failed: given up after 24 h)"
     );

@@ -240,3 +240,115 @@ async fn a_reader_following_the_trail_misses_no_event_that_commits_late() {
     let page: serde_json::Value = app.admin(Method::GET, "/audit?limit=100", None).await.json().await.unwrap();
     assert_eq!(ours(&page), ["young", "old", "quick", "slow"]);
 }
+
+/// The hand-out rows of `instance`: minute, connection, count, first and last use.
+async fn rows_of(
+    pool: &mcp_connect::store::Db,
+    instance: &str,
+) -> Vec<(OffsetDateTime, uuid::Uuid, i32, OffsetDateTime, OffsetDateTime)> {
+    sqlx::query_as(
+        "SELECT at, connection_id, count, first_at, last_at FROM audit_events
+         WHERE kind = 'token_handed_out' AND instance = $1 ORDER BY at, first_at",
+    )
+    .bind(instance)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Postgres takes no row (a transaction holds the trail in SHARE mode) while the minutes
+/// pass: at the bound the rows waiting are folded into one per connection spanning the
+/// minutes, counted in the metric, and once Postgres takes rows again every hand-out is
+/// in the trail (a drain with the backlog at its bound writes it all).
+#[tokio::test]
+async fn a_backlog_at_its_bound_is_folded_into_coarser_rows_and_loses_no_hand_out() {
+    let app = crate::support::spawn_app_with(crate::metrics::with_metrics()).await;
+    let a = app.insert_connection("acme", "alice", "github", "gho_a", &["read:user"], None).await;
+    let b = app.insert_connection("acme", "bob", "github", "gho_b", &["read:user"], None).await;
+    let minute = datetime!(2026-12-01 11:00 UTC);
+    let (clock, now, _) = manual_clock(minute + Duration::from_secs(1));
+    // The writer on a pool of its own, to be told apart in pg_stat_activity.
+    let opts: sqlx::postgres::PgConnectOptions = app.db_url.parse().unwrap();
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(opts.application_name("handout-fold-test"))
+        .await
+        .unwrap();
+    let db = mcp_connect::store::Db::direct(own);
+    let audit = HandoutAudit::spawn_with_capacity(db, "host-fold0001".to_owned(), clock, 5);
+    let key = ApiKeyId::parse("00000000000000f1").unwrap();
+    let mut blocker = app.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_events IN SHARE MODE").execute(&mut *blocker).await.unwrap();
+    let at = |m: u64| minute + Duration::from_secs(60 * m + 1);
+    for c in [a, b] {
+        audit.record(c, &key).await;
+    }
+    // The minute closes; the writer takes its rows and waits on the lock (from then on it
+    // takes nothing more: what follows does not race it).
+    *now.lock().unwrap() = at(1);
+    crate::support::eventually(Duration::from_secs(10), "the writer waits on the lock", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = 'handout-fold-test' AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        waiting > 0
+    })
+    .await;
+    // Two more minutes of alice and bob: 6 rows where 5 may wait.
+    for m in 1..3 {
+        *now.lock().unwrap() = at(m);
+        for c in [a, b] {
+            audit.record(c, &key).await;
+        }
+    }
+    assert!(audit.pending() <= 5, "{} rows wait where 5 may", audit.pending());
+    let (_, scrape) = crate::metrics::scrape(&app).await;
+    assert_eq!(crate::metrics::value(&scrape, "mcp_connect_handout_rows_folded_total", &[]), 1.0);
+
+    blocker.rollback().await.unwrap();
+    assert!(audit.drain(Duration::from_secs(10)).await, "{} rows still wait", audit.pending());
+    let rows = rows_of(&app.pool, "host-fold0001").await;
+    assert_eq!(rows.iter().map(|r| r.2).sum::<i32>(), 6, "every hand-out is counted: {rows:?}");
+    // Minute 0 as it was; minutes 1 and 2 folded into one row per connection, the row of
+    // its first use's minute, spanning the next.
+    let whole = |m: u64| minute + Duration::from_secs(60 * m);
+    for c in [a, b] {
+        let mine: Vec<_> = rows.iter().filter(|r| r.1 == c.as_uuid()).map(|r| (r.0, r.2, r.3, r.4)).collect();
+        assert_eq!(mine, vec![(whole(0), 1, at(0), at(0)), (whole(1), 2, at(1), at(2))], "{rows:?}");
+    }
+}
+
+/// More distinct connections than the bound in one minute: folding frees nothing, so the
+/// hand-out that needs a new row waits (counted) until the writer has written the rest,
+/// and is then counted too.
+#[tokio::test]
+async fn a_backlog_that_folding_cannot_shrink_makes_a_new_row_wait_for_room() {
+    let app = crate::support::spawn_app_with(crate::metrics::with_metrics()).await;
+    let mut connections = Vec::new();
+    for s in ["c1", "c2", "c3", "c4", "c5"] {
+        connections.push(app.insert_connection("acme", s, "github", "gho_x", &["read:user"], None).await);
+    }
+    let minute = datetime!(2026-12-01 12:00 UTC);
+    let (clock, _, _) = manual_clock(minute + Duration::from_secs(1));
+    let audit = HandoutAudit::spawn_with_capacity(app.pool.clone(), "host-wait0001".to_owned(), clock, 4);
+    let key = ApiKeyId::parse("00000000000000f2").unwrap();
+    for c in &connections[..4] {
+        audit.record(*c, &key).await;
+    }
+    // A fifth connection: no room, and folding one minute's distinct rows frees none. The
+    // writer closes the open minute to make room, so the wait ends.
+    let fifth = connections[4];
+    let waiting = {
+        let audit = audit.clone();
+        tokio::spawn(async move { audit.record(fifth, &key).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("room came").unwrap();
+    assert!(audit.drain(Duration::from_secs(10)).await);
+    let rows = rows_of(&app.pool, "host-wait0001").await;
+    assert_eq!(rows.iter().map(|r| r.2).sum::<i32>(), 5, "{rows:?}");
+    let (_, scrape) = crate::metrics::scrape(&app).await;
+    assert_eq!(crate::metrics::value(&scrape, "mcp_connect_handout_queue_wait_seconds_count", &[]), 1.0);
+}
