@@ -108,11 +108,18 @@ impl From<AccessTokenRefusal> for WorkloadRefusal {
 /// Whether a presented bearer is shaped as a compact JWS (three base64url parts), and so
 /// is taken for a workload token rather than an API key.
 pub fn looks_like_jwt(presented: &str) -> bool {
-    let parts: Vec<&str> = presented.split('.').collect();
-    parts.len() == 3
-        && parts[..2].iter().all(|p| !p.is_empty())
-        && parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    // One pass, no allocation: on every request that presents one.
+    let mut parts = presented.split('.');
+    let b64url = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(h), Some(c), Some(sig), None) => !h.is_empty() && !c.is_empty() && b64url(h) && b64url(c) && b64url(sig),
+        _ => false,
+    }
 }
+
+/// Who trusts the issuer (a tenant; `None`: the operator), its settings, and where the
+/// token passed them and some rule takes it: the caller id and the scopes it gets.
+type Checked = (Option<TenantId>, Arc<WorkloadIssuer>, Option<(ApiKeyId, Vec<KeyScope>)>);
 
 /// A token that passed its checks under some tenants' settings of its issuer.
 pub struct Verified {
@@ -120,11 +127,13 @@ pub struct Verified {
     /// and, where it passed them, the workload's caller id under them: its id where a key
     /// id goes (the audit trail), 16 hex digits of the SHA-256 of issuer, that tenant's
     /// key source and subject, recorded in `workload_callers`.
-    /// (A tenant; `None`: the operator.)
-    checked: Vec<(Option<TenantId>, Arc<WorkloadIssuer>, Option<ApiKeyId>)>,
+    /// (A tenant; `None`: the operator.) With the scopes its rules give the token, worked
+    /// out once: the rules are those of that `Arc`, and another one checks it again.
+    checked: Vec<Checked>,
     iss: String,
-    claims: serde_json::Map<String, serde_json::Value>,
     exp: i64,
+    /// Checked again from then on (Unix seconds): a tenant's keys lacked the token's key.
+    recheck_at: Option<i64>,
 }
 
 impl Verified {
@@ -144,9 +153,8 @@ impl Verified {
         }
         let mut any_scope = false;
         let mut found: Option<(&Option<TenantId>, &ApiKeyId)> = None;
-        for (tenant, w, caller) in &self.checked {
-            let Some(caller) = caller else { continue };
-            let scopes = w.scopes_for(&self.claims);
+        for (tenant, _, taken) in &self.checked {
+            let Some((caller, scopes)) = taken else { continue };
             any_scope |= !scopes.is_empty();
             if scopes.contains(&scope) {
                 if found.is_some_and(|(f, _)| f != tenant) {
@@ -266,7 +274,8 @@ impl WorkloadVerifier {
         let fingerprint: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let now = self.clock.wall();
         let cached = self.verified.read().ok().and_then(|m| m.get(&fingerprint).cloned());
-        if let Some(v) = cached.filter(|v| v.exp > now.unix_timestamp()) {
+        let t = now.unix_timestamp();
+        if let Some(v) = cached.filter(|v| v.exp > t && v.recheck_at.is_none_or(|r| t < r)) {
             match v.tenant_for(trusted.get(&v.iss).map_or(&[][..], Vec::as_slice), scope) {
                 Ok(granted) => return Ok(Admitted { granted }),
                 Err(Some(refusal)) => return Err(refusal),
@@ -348,6 +357,7 @@ impl WorkloadVerifier {
         let mut claims = None;
         let mut first_refusal = None;
         let mut transient = false;
+        let mut unknown_key = false;
         for (tenant, w) in entries {
             match self.check(http, raw, &header, w, now).await {
                 Ok(c) => {
@@ -355,14 +365,10 @@ impl WorkloadVerifier {
                     results.push((tenant, w, true));
                 }
                 Err(e) => {
-                    // A key the tenant's keys lack may be fetched a minute later (the refetch
-                    // is spent): as a fetch that failed, not a refusal to keep.
-                    transient |= matches!(
-                        e,
-                        WorkloadRefusal::Unavailable(_)
-                            | WorkloadRefusal::Database(_)
-                            | WorkloadRefusal::Token(AccessTokenRefusal::UnknownKey)
-                    );
+                    transient |= matches!(e, WorkloadRefusal::Unavailable(_) | WorkloadRefusal::Database(_));
+                    // Keys that lack the token's key now may hold it after the next
+                    // refetch (at most a minute away): kept, but checked again by then.
+                    unknown_key |= matches!(e, WorkloadRefusal::Token(AccessTokenRefusal::UnknownKey));
                     first_refusal.get_or_insert(e);
                     results.push((tenant, w, false));
                 }
@@ -404,11 +410,12 @@ impl WorkloadVerifier {
         let checked = results
             .into_iter()
             .map(|(t, w, ok)| {
-                let caller = taken(w, ok).then(|| caller_id(&iss, source_of(w), &sub));
+                let caller = taken(w, ok).then(|| (caller_id(&iss, source_of(w), &sub), w.scopes_for(&claims)));
                 (t.clone(), w.clone(), caller)
             })
             .collect();
-        Ok((Verified { checked, iss, claims, exp }, !transient))
+        let recheck_at = unknown_key.then(|| now.unix_timestamp() + REFETCH_AT_MOST_EVERY.as_secs() as i64);
+        Ok((Verified { checked, iss, exp, recheck_at }, !transient))
     }
 
     /// One tenant's checks of the token: its `typ`, signature, `iss`, `aud`, times and

@@ -145,6 +145,30 @@ impl fmt::Display for ApiKeyId {
     }
 }
 
+/// Who called the API: an API key, or a workload (its caller id, issue 44). The trail
+/// stores either id where a key id goes, and its `by` says which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub id: ApiKeyId,
+    pub workload: bool,
+}
+
+impl Caller {
+    pub fn key(id: ApiKeyId) -> Self {
+        Self { id, workload: false }
+    }
+
+    /// As an operator's change names who made it (`by`).
+    pub fn operator_text(&self) -> String {
+        if self.workload { format!("operator workload {}", self.id) } else { format!("operator key {}", self.id) }
+    }
+
+    /// As a tenant admin's action names its actor.
+    pub fn actor(&self) -> String {
+        if self.workload { format!("workload:{}", self.id) } else { format!("api_key:{}", self.id) }
+    }
+}
+
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*

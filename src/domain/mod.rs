@@ -17,7 +17,7 @@ pub use audit::{AuditKind, MethodClass, ProxiedCall, StatusClass};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use handout::{ConnectionFacts, HandOut, HandOutRequest, RefreshPolicy, check_handout};
 pub use ids::{
-    ApiKeyId, ConnectionId, ConnectionKey, DEFAULT_IDP, ElicitationId, IdpName, ProviderId, Subject, TenantId,
+    ApiKeyId, Caller, ConnectionId, ConnectionKey, DEFAULT_IDP, ElicitationId, IdpName, ProviderId, Subject, TenantId,
     WebhookId,
 };
 pub use scopes::Scopes;

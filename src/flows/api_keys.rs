@@ -3,7 +3,7 @@
 
 use crate::api_keys::{NewApiKey, hash_key};
 use crate::domain::AuditKind;
-use crate::domain::{ApiKeyId, KeyScope, TenantId};
+use crate::domain::{ApiKeyId, Caller, KeyScope, TenantId};
 use crate::store::{self, audit::AuditEvent};
 
 /// Makes a key of a tenant (scope `server` or `admin`), stores its hash and an audit
@@ -26,7 +26,7 @@ pub async fn create_api_key_by(
     tenant: &TenantId,
     scope: KeyScope,
     label: Option<&str>,
-    by: &ApiKeyId,
+    by: &Caller,
 ) -> anyhow::Result<NewApiKey> {
     anyhow::ensure!(scope != KeyScope::Operator, "an operator key belongs to no tenant");
     let key = NewApiKey::generate();
@@ -59,7 +59,7 @@ async fn store_key(
     tenant: Option<&TenantId>,
     scope: KeyScope,
     label: Option<&str>,
-    by: Option<&ApiKeyId>,
+    by: Option<&Caller>,
 ) -> anyhow::Result<()> {
     let secret = key.key.clone();
     let hash =
@@ -80,7 +80,7 @@ async fn store_key(
     ev.api_key_id = Some(key.id.clone());
     ev.detail = match by {
         None => serde_json::json!({ "scope": scope.as_str() }),
-        Some(by) => serde_json::json!({ "scope": scope.as_str(), "by": format!("operator key {by}") }),
+        Some(by) => serde_json::json!({ "scope": scope.as_str(), "by": by.operator_text() }),
     };
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;

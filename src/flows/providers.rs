@@ -9,8 +9,7 @@
 //! once. A provider is switched off, never deleted: its grants stay revocable at the
 //! provider, and nothing new starts.
 
-use super::tenants::by_text;
-use crate::domain::{ApiKeyId, AuditKind, ProviderId};
+use crate::domain::{AuditKind, Caller, ProviderId};
 use crate::keys::{Keys, Scope};
 use crate::providers::Provider;
 use crate::providers::Providers;
@@ -119,10 +118,10 @@ async fn refuse_if_a_files(pool: &Db, providers: &Providers, id: &ProviderId) ->
     Ok(())
 }
 
-fn event(kind: AuditKind, id: &ProviderId, by: &ApiKeyId, detail: serde_json::Value) -> AuditEvent {
+fn event(kind: AuditKind, id: &ProviderId, by: &Caller, detail: serde_json::Value) -> AuditEvent {
     let mut ev = AuditEvent::new(kind);
     ev.provider = Some(id.clone());
-    ev.api_key_id = Some(by.clone());
+    ev.api_key_id = Some(by.id.clone());
     ev.detail = detail;
     ev
 }
@@ -144,7 +143,7 @@ pub async fn create_provider(
     id: &str,
     settings: Settings,
     secret: SecretString,
-    by: &ApiKeyId,
+    by: &Caller,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
     let pid = ProviderId::parse(id).map_err(|e| invalid("id", e.to_string()))?;
     refuse_if_a_files(pool, providers, &pid).await?;
@@ -162,7 +161,7 @@ pub async fn create_provider(
     {
         return Err(ProviderRefusal::Exists(id.to_owned()));
     }
-    let detail = serde_json::json!({ "by": by_text(by), "settings": stored(&raw)? });
+    let detail = serde_json::json!({ "by": by.operator_text(), "settings": stored(&raw)? });
     store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderCreated, &pid, by, detail)).await?;
     tx.commit().await?;
     served(pool, providers, &pid).await
@@ -184,7 +183,7 @@ pub async fn change_provider(
     providers: &Providers,
     id: &ProviderId,
     change: ProviderChange,
-    by: &ApiKeyId,
+    by: &Caller,
 ) -> Result<Arc<Provider>, ProviderRefusal> {
     refuse_if_a_files(pool, providers, id).await?;
     let mut tx = store::begin(pool).await?;
@@ -231,13 +230,14 @@ pub async fn change_provider(
     store::providers::update(&mut *tx, &row.id, &settings, secret, active).await?;
     if settings_changed || sealed.is_some() {
         let detail = serde_json::json!({
-            "by": by_text(by), "settings": settings, "client_secret_replaced": sealed.is_some(),
+            "by": by.operator_text(), "settings": settings, "client_secret_replaced": sealed.is_some(),
         });
         store::audit::insert_event(&mut *tx, &event(AuditKind::ProviderChanged, id, by, detail)).await?;
     }
     if active != row.active {
         let kind = if active { AuditKind::ProviderActivated } else { AuditKind::ProviderDeactivated };
-        store::audit::insert_event(&mut *tx, &event(kind, id, by, serde_json::json!({ "by": by_text(by) }))).await?;
+        store::audit::insert_event(&mut *tx, &event(kind, id, by, serde_json::json!({ "by": by.operator_text() })))
+            .await?;
     }
     tx.commit().await?;
     served(pool, providers, id).await

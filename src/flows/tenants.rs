@@ -4,7 +4,7 @@
 //! tenant's row announces each change (`tenant:<id>`). Start-up never deactivates one.
 
 use crate::config::{RawTenant, TenantProblem};
-use crate::domain::{ApiKeyId, AuditKind, TenantConfig, TenantId};
+use crate::domain::{AuditKind, Caller, TenantConfig, TenantId};
 use crate::oauth::resolve::Idps;
 use crate::providers::ProviderRegistry;
 use crate::store::{self, Db, audit::AuditEvent, tenants::TenantRow};
@@ -180,7 +180,7 @@ pub async fn create_tenant(
     pool: &Db,
     known: &Known<'_>,
     spec: RawTenant,
-    by: &ApiKeyId,
+    by: &Caller,
 ) -> Result<TenantRow, TenantRefusal> {
     let t = checked(spec, known)?;
     let mut tx = store::begin(pool).await?;
@@ -197,7 +197,7 @@ pub async fn create_tenant(
         .ok_or_else(|| TenantRefusal::NotFound(t.id.to_string()))?;
     let mut ev = AuditEvent::new(AuditKind::TenantCreated);
     ev.tenant_id = Some(t.id.clone());
-    ev.api_key_id = Some(by.clone());
+    ev.api_key_id = Some(by.id.clone());
     ev.detail = settings_detail(&row, by);
     store::audit::insert_event(&mut *tx, &ev).await?;
     tx.commit().await?;
@@ -211,7 +211,7 @@ pub async fn change_tenant(
     known: &Known<'_>,
     id: &TenantId,
     change: TenantChange,
-    by: &ApiKeyId,
+    by: &Caller,
 ) -> Result<TenantRow, TenantRefusal> {
     let mut tx = store::begin(pool).await?;
     let before =
@@ -252,20 +252,20 @@ pub async fn change_tenant(
             .ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
         let mut ev = AuditEvent::new(AuditKind::TenantChanged);
         ev.tenant_id = Some(id.clone());
-        ev.api_key_id = Some(by.clone());
+        ev.api_key_id = Some(by.id.clone());
         ev.detail = settings_detail(&after, by);
         store::audit::insert_event(&mut *tx, &ev).await?;
         if after.idp != before.idp {
             // As a file's move is: the trail says the tenant's people are others now.
             let mut ev = AuditEvent::new(AuditKind::TenantIdpChanged);
             ev.tenant_id = Some(id.clone());
-            ev.api_key_id = Some(by.clone());
-            ev.detail = serde_json::json!({ "from": before.idp, "to": after.idp, "by": by_text(by) });
+            ev.api_key_id = Some(by.id.clone());
+            ev.detail = serde_json::json!({ "from": before.idp, "to": after.idp, "by": by.operator_text() });
             store::audit::insert_event(&mut *tx, &ev).await?;
         }
     }
     if let Some(active) = change.active {
-        set_active(&mut tx, id, active, &by_text(by)).await?;
+        set_active(&mut tx, id, active, &by.operator_text()).await?;
     }
     let row =
         store::tenants::tenant(&mut *tx, id, false).await?.ok_or_else(|| TenantRefusal::NotFound(id.to_string()))?;
@@ -273,15 +273,10 @@ pub async fn change_tenant(
     Ok(row)
 }
 
-/// Who made a change over the operator API, as the trail's `by` says it.
-pub fn by_text(key: &ApiKeyId) -> String {
-    format!("operator key {key}")
-}
-
 /// A tenant's settings as its audit event records them (none is a secret).
-fn settings_detail(t: &TenantRow, by: &ApiKeyId) -> serde_json::Value {
+fn settings_detail(t: &TenantRow, by: &Caller) -> serde_json::Value {
     serde_json::json!({
-        "by": by_text(by),
+        "by": by.operator_text(),
         "display_name": t.display_name,
         "providers": t.allowed_providers,
         "idp": t.idp,

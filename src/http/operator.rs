@@ -458,7 +458,7 @@ pub async fn end_tenant(
     body: web::Json<EndTenantBody>,
 ) -> Result<HttpResponse, ApiError> {
     let id = tenant_id(&path.tenant)?;
-    let by = crate::flows::tenants::by_text(&caller.0);
+    let by = caller.0.operator_text();
     let ended = crate::flows::tenants::end_tenant(&state.pool, &id, &body.confirm, &by).await?;
     state.keys.forget_tenant(&id);
     Ok(HttpResponse::Ok().json(TenantEnded {

@@ -16,9 +16,10 @@
 //! are closed early, so that minute then has two rows for a connection and key. When
 //! [`CAPACITY`] rows wait (Postgres slow or unreachable for long), the rows waiting are
 //! folded into one per connection, key and class, each spanning the minutes it covers
-//! (coarser, counted in [`FOLDED`]; its `first_at` and `last_at` still say when); only
-//! when that frees too little (more distinct connections and keys waiting than the
-//! capacity) do callers wait for room, counted in [`QUEUE_WAIT`]. A wall clock that steps
+//! (coarser, counted in [`FOLDED`]; its `first_at` and `last_at` still say when), at
+//! most once a tick; only when that frees too little (as many distinct connections and
+//! keys waiting as the capacity) does a use that needs a new row wait for room, counted
+//! in [`QUEUE_WAIT`]. A wall clock that steps
 //! back can likewise split a minute into two rows. None of it breaks the trail: each row
 //! is a count of distinct hand-outs.
 //!
@@ -108,9 +109,8 @@ struct Minutes {
     /// Rows of closed minutes, oldest first, to be written by `due`.
     closed: VecDeque<Taken>,
     due: Option<Instant>,
-    /// A fold freed too little: a use that needs a new row waits until the writer has
-    /// halved what waits.
-    full: bool,
+    /// The last fold: at most one a tick (a fold reads every row waiting).
+    folded_at: Option<Instant>,
 }
 
 /// A row taken out of [`Minutes`], waiting to be written.
@@ -132,7 +132,14 @@ impl Minutes {
         match rows.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let t = o.get_mut();
-                t.count = t.count.saturating_add(1);
+                if t.count == i32::MAX {
+                    // A row that counts no more (a folded one, after days): closed, and a
+                    // new one opened.
+                    let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us });
+                    self.closed.push_back((now.unix_timestamp().div_euclid(60), key, full));
+                    return true;
+                }
+                t.count += 1;
                 t.first_us = t.first_us.min(us);
                 t.last_us = t.last_us.max(us);
                 false
@@ -181,20 +188,31 @@ impl Minutes {
     fn fold(&mut self, now: OffsetDateTime) -> usize {
         let before = self.rows + self.closed.len();
         let mut merged: HashMap<RowKey, Tally> = HashMap::with_capacity(before);
+        // Rows whose counts together pass what a row holds stay rows of their own.
+        let mut apart = Vec::new();
         let open = std::mem::take(&mut self.by_minute).into_values().flatten();
         for (key, t) in open.chain(self.closed.drain(..).map(|(_, key, t)| (key, t))) {
-            merged
-                .entry(key)
-                .and_modify(|m| {
-                    m.count = m.count.saturating_add(t.count);
-                    m.first_us = m.first_us.min(t.first_us);
-                    m.last_us = m.last_us.max(t.last_us);
-                })
-                .or_insert(t);
+            match merged.entry(key) {
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    let m = o.get_mut();
+                    match m.count.checked_add(t.count) {
+                        Some(count) => {
+                            m.count = count;
+                            m.first_us = m.first_us.min(t.first_us);
+                            m.last_us = m.last_us.max(t.last_us);
+                        }
+                        None => apart.push((t.first_us.div_euclid(60_000_000), key, t)),
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(t);
+                }
+            }
         }
         self.rows = merged.len();
+        self.closed.extend(apart);
         self.by_minute.insert(now.unix_timestamp().div_euclid(60), merged);
-        before - self.rows
+        before - self.rows - self.closed.len()
     }
 }
 
@@ -312,19 +330,18 @@ impl HandoutAudit {
             let now = (self.shared.clock)();
             let in_flight = self.shared.in_flight.load(Ordering::Acquire);
             if m.rows + m.closed.len() + in_flight >= self.shared.capacity && !m.has(now, &key) {
-                if m.full {
+                if m.folded_at.is_some_and(|at| at.elapsed() < TICK) {
                     return false;
                 }
                 let folded = m.fold(now);
+                m.folded_at = Some(Instant::now());
                 metrics::counter!(FOLDED).increment(folded as u64);
-                if m.rows + in_flight >= self.shared.capacity / 4 * 3 {
-                    m.full = true;
+                let waiting = m.rows + m.closed.len() + in_flight;
+                if waiting >= self.shared.capacity && !m.has(now, &key) {
                     tracing::warn!(
-                        waiting = m.rows + in_flight,
-                        "the hand-out audit backlog is full even folded: hand-outs that need a new row wait for the writer"
+                        waiting,
+                        "the hand-out audit backlog is at its bound even folded: a hand-out that needs a new row waits for the writer"
                     );
-                }
-                if m.rows + in_flight >= self.shared.capacity && !m.has(now, &key) {
                     return false;
                 }
             }
@@ -401,10 +418,10 @@ impl RecentlyTouched {
     }
 }
 
-/// Writes closed minutes (every row when asked, or when the backlog is half full), a
-/// share each tick so that a minute's rows are written within [`SPREAD`], in batches;
-/// keeps what failed for the next round (never folded: it may have been written), backing
-/// off while Postgres refuses.
+/// Writes closed minutes (every row when asked, or when the backlog is half full: then the
+/// open minute's too), a share each tick so that a minute's rows are written within
+/// [`SPREAD`], in batches; keeps what failed for the next round (never folded: it may have
+/// been written), backing off while Postgres refuses.
 async fn writer(pool: Db, shared: Arc<Shared>) {
     let mut unwritten: VecDeque<Taken> = VecDeque::new();
     let mut failures: u32 = 0;
@@ -415,12 +432,13 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
         let all = shared.write_all.swap(false, Ordering::AcqRel);
         let early = shared.close_early.swap(false, Ordering::AcqRel);
         if let Ok(mut m) = shared.minutes.lock() {
-            // Full: the open minute too, so that those waiting for room get it.
-            let full = m.full;
-            m.close((shared.clock)(), all || early || full);
             let waiting = m.rows + m.closed.len() + unwritten.len();
+            // Crowded and the database takes rows: the open minute too, all at once, so
+            // that those waiting for room get it.
+            let crowded = waiting >= shared.capacity / 2;
+            m.close((shared.clock)(), all || early || (crowded && unwritten.is_empty()));
             if unwritten.is_empty() {
-                let taken = m.take(all || waiting >= shared.capacity / 2);
+                let taken = m.take(all || crowded);
                 // Counted while locked: `pending` never sees these rows in neither place.
                 shared.in_flight.fetch_add(taken.len(), Ordering::AcqRel);
                 unwritten.extend(taken);
@@ -437,6 +455,7 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                     unwritten.drain(..n);
                     shared.in_flight.fetch_sub(n, Ordering::AcqRel);
                     failures = 0;
+                    shared.room.notify_waiters();
                 }
                 Err(e) => {
                     metrics::counter!(BATCH_FAILURES).increment(1);
@@ -445,12 +464,6 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                     break;
                 }
             }
-        }
-        // Room again once what waits has halved: a use that needs a new row goes on.
-        if let Ok(mut m) = shared.minutes.lock()
-            && m.rows + m.closed.len() + unwritten.len() < shared.capacity / 2
-        {
-            m.full = false;
         }
         shared.room.notify_waiters();
     }

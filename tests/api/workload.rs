@@ -97,6 +97,16 @@ async fn a_cluster_token_authenticates_as_its_rule_says_and_the_trail_names_the_
     );
     // An API key still works beside it.
     assert_eq!(token_call(&app, &app.key).await.status(), 200);
+    // The admin workload revokes alice's connection: the trail names it as a workload.
+    let id = body["connection_id"].as_str().unwrap();
+    let url = format!("{}/admin/v1/connections/{id}/revoke", app.base);
+    assert_eq!(app.client.post(url).bearer_auth(&admin).send().await.unwrap().status(), 200);
+    let admin_caller = mcp_connect::workload::caller_id(&cluster.issuer, "discovery", OPS_SA);
+    let by: String = sqlx::query_scalar("SELECT detail->>'by' FROM audit_events WHERE kind = 'connection_revoked'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(by, format!("workload:{admin_caller}"));
     cluster.stop().await;
 }
 
@@ -453,12 +463,14 @@ scope = \"operator\"
         .unwrap();
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     let caller = mcp_connect::workload::caller_id(&cluster.issuer, "discovery", PLATFORM_SA);
-    let by: Option<String> =
-        sqlx::query_scalar("SELECT api_key_id FROM audit_events WHERE kind = 'tenant_created' AND tenant_id = 'delta'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(by, Some(caller.to_string()));
+    let by: (Option<String>, String) = sqlx::query_as(
+        "SELECT api_key_id, detail->>'by' FROM audit_events WHERE kind = 'tenant_created' AND tenant_id = 'delta'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    // Its `by` says a workload made it, not a key that is not there.
+    assert_eq!(by, (Some(caller.to_string()), format!("operator workload {caller}")));
     let named: String = sqlx::query_scalar("SELECT subject FROM workload_callers WHERE id = $1")
         .bind(caller.as_str())
         .fetch_one(&app.pool)

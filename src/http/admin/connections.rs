@@ -190,7 +190,7 @@ pub async fn revoke_one(
     path: web::Path<ConnectionPath>,
 ) -> Result<HttpResponse, ApiError> {
     let id = connection_id(&path.id)?;
-    let actor = format!("api_key:{}", caller.0.id);
+    let actor = caller.0.caller().actor();
     let r = revoke::revoke_connection(&state, &caller.0.tenant, id, &actor, revoke::RevokedBy::Admin)
         .await
         .map_err(db)?
@@ -231,7 +231,7 @@ pub async fn revoke_subject(
 ) -> Result<HttpResponse, ApiError> {
     let s = subject(&body.subject)?;
     let p = body.provider.as_deref().map(|p| provider(&state, p)).transpose()?;
-    let actor = format!("api_key:{}", caller.0.id);
+    let actor = caller.0.caller().actor();
     let done = revoke::revoke_subject(&state, &caller.0.tenant, &s, p.as_ref(), &actor).await.map_err(db)?;
     Ok(HttpResponse::Ok().json(done))
 }

@@ -49,7 +49,7 @@ pub async fn cancel_elicitations(
     if s.is_none() && p.is_none() {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "name a subject, a provider, or both"));
     }
-    let actor = format!("api_key:{}", caller.0.id);
+    let actor = caller.0.caller().actor();
     let by = cancel::Closer {
         actor: &actor,
         api_key_id: Some(&caller.0.id),

@@ -3,7 +3,7 @@
 
 use crate::api_keys::{KeyRejection, VerifiedKey};
 use crate::app::AppState;
-use crate::domain::{ApiKeyId, KeyScope, TenantId};
+use crate::domain::{ApiKeyId, Caller, KeyScope, TenantId};
 use crate::http::error::{ApiError, ErrorCode};
 use crate::workload::Proof;
 use actix_web::{FromRequest, HttpRequest, web};
@@ -20,6 +20,13 @@ pub struct TenantKey {
     pub proof: crate::workload::Proof,
 }
 
+impl TenantKey {
+    /// Who this is, as an admin action's actor names it.
+    pub fn caller(&self) -> Caller {
+        Caller { id: self.id.clone(), workload: matches!(self.proof, Proof::Workload(_)) }
+    }
+}
+
 /// An MCP server, authenticated by a server-scope key. The tenant comes from the key.
 #[derive(Debug, Clone)]
 pub struct ServerCaller(pub TenantKey);
@@ -28,9 +35,10 @@ pub struct ServerCaller(pub TenantKey);
 #[derive(Debug, Clone)]
 pub struct AdminCaller(pub TenantKey);
 
-/// The platform's operator, authenticated by an operator-scope key (of no tenant).
+/// The platform's operator, authenticated by an operator-scope key (of no tenant), or a
+/// workload token an operator's issuer signed.
 #[derive(Debug, Clone)]
-pub struct OperatorCaller(pub ApiKeyId);
+pub struct OperatorCaller(pub Caller);
 
 fn unauthorized(description: &str, with_error: bool) -> ApiError {
     let mut e = ApiError::new(ErrorCode::InvalidApiKey, description);
@@ -144,6 +152,10 @@ impl FromRequest for OperatorCaller {
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let req = req.clone();
-        Box::pin(async move { authenticate(req, KeyScope::Operator).await.map(|(k, _)| OperatorCaller(k.id)) })
+        Box::pin(async move {
+            authenticate(req, KeyScope::Operator)
+                .await
+                .map(|(k, proof)| OperatorCaller(Caller { id: k.id, workload: matches!(proof, Proof::Workload(_)) }))
+        })
     }
 }
