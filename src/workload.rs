@@ -414,7 +414,9 @@ impl WorkloadVerifier {
                 (t.clone(), w.clone(), caller)
             })
             .collect();
-        let recheck_at = unknown_key.then(|| now.unix_timestamp() + REFETCH_AT_MOST_EVERY.as_secs() as i64);
+        // A second past the minute: `now` is whole seconds, and the refetch may come no
+        // sooner than a minute after it was tried (a moment after `now`).
+        let recheck_at = unknown_key.then(|| now.unix_timestamp() + REFETCH_AT_MOST_EVERY.as_secs() as i64 + 1);
         Ok((Verified { checked, iss, exp, recheck_at }, !transient))
     }
 
