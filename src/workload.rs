@@ -180,6 +180,13 @@ pub enum Proof {
     Workload(Arc<secrecy::SecretString>),
 }
 
+impl Proof {
+    /// Who `id` is, proved this way: a key, or a workload's caller id.
+    pub fn caller(&self, id: ApiKeyId) -> crate::domain::Caller {
+        crate::domain::Caller { id, workload: matches!(self, Self::Workload(_)) }
+    }
+}
+
 impl std::fmt::Debug for Proof {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -385,9 +392,14 @@ impl WorkloadVerifier {
         // The keys that verified it, per tenant: an issuer URL two clusters share (the
         // in-cluster default) is told apart by where each one's keys are. Only where a
         // rule takes it.
-        let taken = |w: &WorkloadIssuer, ok: bool| ok && !w.scopes_for(&claims).is_empty();
+        // The scopes each tenant's rules give it, where it passed that tenant's checks and
+        // some rule takes it (worked out once: kept with the verification).
+        let results: Vec<_> = results
+            .into_iter()
+            .map(|(t, w, ok)| (t, w, ok.then(|| w.scopes_for(&claims)).filter(|s| !s.is_empty())))
+            .collect();
         let mut sources: Vec<&str> =
-            results.iter().filter(|(_, w, ok)| taken(w, *ok)).map(|(_, w, _)| source_of(w)).collect();
+            results.iter().filter(|(.., scopes)| scopes.is_some()).map(|(_, w, _)| source_of(w)).collect();
         if sources.is_empty() {
             return Err(WorkloadRefusal::NoRule);
         }
@@ -409,9 +421,9 @@ impl WorkloadVerifier {
         }
         let checked = results
             .into_iter()
-            .map(|(t, w, ok)| {
-                let caller = taken(w, ok).then(|| (caller_id(&iss, source_of(w), &sub), w.scopes_for(&claims)));
-                (t.clone(), w.clone(), caller)
+            .map(|(t, w, scopes)| {
+                let taken = scopes.map(|s| (caller_id(&iss, source_of(w), &sub), s));
+                (t.clone(), w.clone(), taken)
             })
             .collect();
         // A second past the minute: `now` is whole seconds, and the refetch may come no

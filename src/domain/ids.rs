@@ -154,10 +154,6 @@ pub struct Caller {
 }
 
 impl Caller {
-    pub fn key(id: ApiKeyId) -> Self {
-        Self { id, workload: false }
-    }
-
     /// As an operator's change names who made it (`by`).
     pub fn operator_text(&self) -> String {
         if self.workload { format!("operator workload {}", self.id) } else { format!("operator key {}", self.id) }

@@ -124,11 +124,25 @@ fn from_micros(us: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
+/// A minute as the rows key it: Unix time / 60.
+fn minute_of(t: OffsetDateTime) -> i64 {
+    t.unix_timestamp().div_euclid(60)
+}
+
+fn minute_of_us(us: i64) -> i64 {
+    us.div_euclid(60_000_000)
+}
+
 impl Minutes {
+    /// Rows waiting here: open, and closed not yet taken.
+    fn waiting(&self) -> usize {
+        self.rows + self.closed.len()
+    }
+
     /// Counts a use at `now`; true when it opened a row.
     fn add(&mut self, now: OffsetDateTime, key: RowKey) -> bool {
         let us = micros(now);
-        let rows = self.by_minute.entry(now.unix_timestamp().div_euclid(60)).or_default();
+        let rows = self.by_minute.entry(minute_of(now)).or_default();
         match rows.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let t = o.get_mut();
@@ -136,7 +150,7 @@ impl Minutes {
                     // A row that counts no more (a folded one, after days): closed, and a
                     // new one opened.
                     let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us });
-                    self.closed.push_back((now.unix_timestamp().div_euclid(60), key, full));
+                    self.closed.push_back((minute_of(now), key, full));
                     return true;
                 }
                 t.count += 1;
@@ -154,13 +168,13 @@ impl Minutes {
 
     /// Whether `now`'s minute has a row for `key`.
     fn has(&self, now: OffsetDateTime, key: &RowKey) -> bool {
-        self.by_minute.get(&now.unix_timestamp().div_euclid(60)).is_some_and(|rows| rows.contains_key(key))
+        self.by_minute.get(&minute_of(now)).is_some_and(|rows| rows.contains_key(key))
     }
 
     /// Closes the minutes before `now`'s (all minutes when `all`): their rows wait for the
     /// writer, to be written within [`SPREAD`].
     fn close(&mut self, now: OffsetDateTime, all: bool) {
-        let open = now.unix_timestamp().div_euclid(60);
+        let open = minute_of(now);
         let keep = if all { BTreeMap::new() } else { self.by_minute.split_off(&open) };
         let closed = std::mem::replace(&mut self.by_minute, keep);
         if closed.is_empty() {
@@ -186,7 +200,7 @@ impl Minutes {
     /// Folds every row waiting here (open and closed) into one per [`RowKey`] in `now`'s
     /// minute, each spanning the uses it counts; the rows it merged away.
     fn fold(&mut self, now: OffsetDateTime) -> usize {
-        let before = self.rows + self.closed.len();
+        let before = self.waiting();
         let mut merged: HashMap<RowKey, Tally> = HashMap::with_capacity(before);
         // Rows whose counts together pass what a row holds stay rows of their own.
         let mut apart = Vec::new();
@@ -201,7 +215,7 @@ impl Minutes {
                             m.first_us = m.first_us.min(t.first_us);
                             m.last_us = m.last_us.max(t.last_us);
                         }
-                        None => apart.push((t.first_us.div_euclid(60_000_000), key, t)),
+                        None => apart.push((minute_of_us(t.first_us), key, t)),
                     }
                 }
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -211,14 +225,14 @@ impl Minutes {
         }
         self.rows = merged.len();
         self.closed.extend(apart);
-        self.by_minute.insert(now.unix_timestamp().div_euclid(60), merged);
+        self.by_minute.insert(minute_of(now), merged);
         before - self.rows - self.closed.len()
     }
 }
 
 fn handout_row((minute, (connection_id, key, what), t): &Taken) -> HandoutRow {
     // A folded row spans minutes: it is the row of the minute of its first use.
-    let minute = (*minute).min(t.first_us.div_euclid(60_000_000));
+    let minute = (*minute).min(minute_of_us(t.first_us));
     HandoutRow {
         minute: from_micros(minute.saturating_mul(60_000_000)),
         connection_id: *connection_id,
@@ -329,14 +343,14 @@ impl HandoutAudit {
             // still count itself into it.
             let now = (self.shared.clock)();
             let in_flight = self.shared.in_flight.load(Ordering::Acquire);
-            if m.rows + m.closed.len() + in_flight >= self.shared.capacity && !m.has(now, &key) {
+            if m.waiting() + in_flight >= self.shared.capacity && !m.has(now, &key) {
                 if m.folded_at.is_some_and(|at| at.elapsed() < TICK) {
                     return false;
                 }
                 let folded = m.fold(now);
                 m.folded_at = Some(Instant::now());
                 metrics::counter!(FOLDED).increment(folded as u64);
-                let waiting = m.rows + m.closed.len() + in_flight;
+                let waiting = m.waiting() + in_flight;
                 if waiting >= self.shared.capacity && !m.has(now, &key) {
                     tracing::warn!(
                         waiting,
@@ -360,7 +374,7 @@ impl HandoutAudit {
 
     /// Rows not yet written: open, closed, or taken out and being written (or retried).
     pub fn pending(&self) -> usize {
-        let waiting = self.shared.minutes.lock().map(|m| m.rows + m.closed.len()).unwrap_or(0);
+        let waiting = self.shared.minutes.lock().map(|m| m.waiting()).unwrap_or(0);
         waiting + self.shared.in_flight.load(Ordering::Acquire)
     }
 
@@ -432,7 +446,7 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
         let all = shared.write_all.swap(false, Ordering::AcqRel);
         let early = shared.close_early.swap(false, Ordering::AcqRel);
         if let Ok(mut m) = shared.minutes.lock() {
-            let waiting = m.rows + m.closed.len() + unwritten.len();
+            let waiting = m.waiting() + unwritten.len();
             // Crowded and the database takes rows: the open minute too, all at once, so
             // that those waiting for room get it.
             let crowded = waiting >= shared.capacity / 2;

@@ -23,7 +23,7 @@ pub struct TenantKey {
 impl TenantKey {
     /// Who this is, as an admin action's actor names it.
     pub fn caller(&self) -> Caller {
-        Caller { id: self.id.clone(), workload: matches!(self.proof, Proof::Workload(_)) }
+        self.proof.caller(self.id.clone())
     }
 }
 
@@ -153,9 +153,7 @@ impl FromRequest for OperatorCaller {
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let req = req.clone();
         Box::pin(async move {
-            authenticate(req, KeyScope::Operator)
-                .await
-                .map(|(k, proof)| OperatorCaller(Caller { id: k.id, workload: matches!(proof, Proof::Workload(_)) }))
+            authenticate(req, KeyScope::Operator).await.map(|(k, proof)| OperatorCaller(proof.caller(k.id)))
         })
     }
 }
