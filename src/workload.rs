@@ -389,15 +389,14 @@ impl WorkloadVerifier {
         if sub.is_empty() || sub.len() > 255 || sub.chars().any(char::is_control) {
             return Err(AccessTokenRefusal::Invalid.into());
         }
-        // The keys that verified it, per tenant: an issuer URL two clusters share (the
-        // in-cluster default) is told apart by where each one's keys are. Only where a
-        // rule takes it.
         // The scopes each tenant's rules give it, where it passed that tenant's checks and
         // some rule takes it (worked out once: kept with the verification).
         let results: Vec<_> = results
             .into_iter()
             .map(|(t, w, ok)| (t, w, ok.then(|| w.scopes_for(&claims)).filter(|s| !s.is_empty())))
             .collect();
+        // The keys that verified it, per tenant: an issuer URL two clusters share (the
+        // in-cluster default) is told apart by where each one's keys are.
         let mut sources: Vec<&str> =
             results.iter().filter(|(.., scopes)| scopes.is_some()).map(|(_, w, _)| source_of(w)).collect();
         if sources.is_empty() {
@@ -406,18 +405,7 @@ impl WorkloadVerifier {
         sources.sort_unstable();
         sources.dedup();
         for source in sources {
-            if let Some(jti) = claims.get("jti") {
-                let jti =
-                    jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
-                let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
-                let mut tx = store::begin(&self.pool).await?;
-                if !store::workload::claim_jti(&mut tx, &iss, source, jti, &fingerprint, until).await? {
-                    return Err(WorkloadRefusal::Replayed);
-                }
-                tx.commit().await?;
-            }
-            let caller = caller_id(&iss, source, &sub);
-            store::workload::record_caller(&self.pool, caller.as_str(), &iss, source, &sub).await?;
+            self.claim(&iss, source, &sub, claims.get("jti"), exp, &fingerprint).await?;
         }
         let checked = results
             .into_iter()
@@ -430,6 +418,31 @@ impl WorkloadVerifier {
         // sooner than a minute after it was tried (a moment after `now`).
         let recheck_at = unknown_key.then(|| now.unix_timestamp() + REFETCH_AT_MOST_EVERY.as_secs() as i64 + 1);
         Ok((Verified { checked, iss, exp, recheck_at }, !transient))
+    }
+
+    /// Under one key source: claims the token's `jti` (where it has one: another token
+    /// with it is a replay) and records the workload as a caller.
+    async fn claim(
+        &self,
+        iss: &str,
+        source: &str,
+        sub: &str,
+        jti: Option<&serde_json::Value>,
+        exp: i64,
+        fingerprint: &[u8; 32],
+    ) -> Result<(), WorkloadRefusal> {
+        if let Some(jti) = jti {
+            let jti = jti.as_str().filter(|j| !j.is_empty() && j.len() <= 255).ok_or(AccessTokenRefusal::Invalid)?;
+            let until = time::OffsetDateTime::from_unix_timestamp(exp).map_err(|_| AccessTokenRefusal::Invalid)?;
+            let mut tx = store::begin(&self.pool).await?;
+            if !store::workload::claim_jti(&mut tx, iss, source, jti, fingerprint, until).await? {
+                return Err(WorkloadRefusal::Replayed);
+            }
+            tx.commit().await?;
+        }
+        let caller = caller_id(iss, source, sub);
+        store::workload::record_caller(&self.pool, caller.as_str(), iss, source, sub).await?;
+        Ok(())
     }
 
     /// One tenant's checks of the token: its `typ`, signature, `iss`, `aud`, times and
