@@ -3,16 +3,21 @@
 //! JSON as the service does, and does nothing else; as many workers as the service has.
 //! Driven by the same load generator, connections, threads and seconds as the cached
 //! lookup, it tells what the HTTP stack itself allows on this machine: the cached lookup
-//! is judged against it as well as against the floor.
+//! is judged against it as well as against the floor. `oha` then drives the same handler,
+//! so that the cached lookup's ratio to the ceiling can be told under both generators
+//! (on 2 cores a generator takes CPU from what it measures, so the rates differ; their
+//! ratios should not).
 
 use crate::bare::BareServer;
 use crate::http1::{Conn, Target};
 use crate::load::{self, Summary};
+use crate::oha::{self, OhaRun};
 use crate::phase::Phase;
 use crate::progress;
 use crate::service::Service;
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
+use std::path::Path;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +28,9 @@ pub struct CeilingRun {
     pub saturating: Summary,
     /// The cached lookup's median saturating rate ÷ this rate.
     pub cached_ratio: f64,
+    /// `oha` against the same handler, with the same connections, threads and seconds
+    /// (`Err`: why it did not run).
+    pub oha: Result<OhaRun, String>,
 }
 
 /// What the handler reads, as `/v1/token` reads it.
@@ -42,7 +50,7 @@ async fn answer(ask: web::Json<Ask>, body: web::Data<bytes::Bytes>) -> HttpRespo
 impl Phase<'_> {
     /// One real cached hand-out's answer (from a fresh instance), then the bare handler
     /// serving it under the cached lookup's load.
-    pub async fn ceiling(&self, cached_median: f64) -> anyhow::Result<CeilingRun> {
+    pub async fn ceiling(&self, cached_median: f64, oha_bin: Option<(&Path, String)>) -> anyhow::Result<CeilingRun> {
         let svc = self.setup.start("ceiling-sample", true).await?;
         let body = sample(&svc, self.api_key).await;
         svc.stop().await;
@@ -58,8 +66,18 @@ impl Phase<'_> {
         let t = target.clone();
         self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(1))).await?;
         let seconds = Duration::from_secs(self.args.seconds);
-        let saturating = self.load(move || load::closed_loop(&target, keys, conns, threads, seconds)).await?;
+        let t = target.clone();
+        let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, seconds)).await?;
+        let oha = match oha_bin {
+            Some((bin, version)) => {
+                progress(self.started, &format!("ceiling: {version}, {} s", self.args.seconds));
+                let shape = (conns, threads, self.args.seconds);
+                oha::run(bin, version, &target, keys, &self.setup.dir, shape).await.map_err(|e| format!("{e:#}"))
+            }
+            None => Err("oha not found (bench/run.sh installs it; --oha names it)".to_owned()),
+        };
         Ok(CeilingRun {
+            oha,
             body_bytes: body.len(),
             workers,
             cached_ratio: cached_median / saturating.rps.max(1e-9),

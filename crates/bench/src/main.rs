@@ -291,12 +291,12 @@ async fn run(
     let oha = oha::version(&args.oha).await.map(|version| (args.oha.as_path(), version));
     let check = if args.slow_phase || oha.is_some() {
         progress(started, "check instance: reference, oha, PostgreSQL slowed");
-        Some(phase.check(oha, args.slow_phase).await?)
+        Some(phase.check(oha.clone(), args.slow_phase).await?)
     } else {
         None
     };
 
-    let ceiling = if args.ceiling_phase { Some(phase.ceiling(median_rate(&runs)).await?) } else { None };
+    let ceiling = if args.ceiling_phase { Some(phase.ceiling(median_rate(&runs), oha).await?) } else { None };
 
     let proxy = if args.proxy_phase {
         progress(started, "proxy: direct and proxied GETs, a streamed answer");

@@ -488,6 +488,17 @@ impl Results {
             c.cached_ratio,
             c.saturating.rps / floor
         );
+        let _ = match &c.oha {
+            Ok(oh) => writeln!(
+                o,
+                "    {} on the same handler: {} req/s, p99 {:.2} ms, {} non-200 or errors",
+                oh.version,
+                thousands(oh.rps),
+                oh.p99_ms,
+                oh.errors
+            ),
+            Err(why) => writeln!(o, "    oha on the same handler: n/a ({why})"),
+        };
     }
 
     fn proxy_rows(&self, o: &mut String) {
