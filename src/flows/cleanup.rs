@@ -1,6 +1,6 @@
 //! Periodic clean-up, safe to run on every instance at once (each statement is
 //! idempotent): overdue elicitations expire, spent states and logins go, expired
-//! sessions go, workload tokens' spent `jti`s go, the audit partitions of the coming months are made and those past retention
+//! sessions go, workload tokens' spent `jti`s go, hand-out audit batch ids a week old go, the audit partitions of the coming months are made and those past retention
 //! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
 use crate::store::{self, Db};
@@ -24,7 +24,13 @@ pub struct CleanupReport {
     pub credential_budgets_deleted: u64,
     /// Workload tokens' `jti`s whose tokens expired (beyond any issuer's skew).
     pub workload_jtis_deleted: u64,
+    /// Ids of hand-out audit batches written over [`HANDOUT_BATCHES_KEPT`] ago.
+    pub handout_batches_deleted: u64,
 }
+
+/// How long the id of a written hand-out audit batch is kept: a writer that tries a batch
+/// again (its commit's reply lost) does so within seconds, or after the database came back.
+pub const HANDOUT_BATCHES_KEPT: time::Duration = time::Duration::days(7);
 
 /// How long a finished webhook delivery stays listed.
 pub const WEBHOOK_DELIVERIES_KEPT: time::Duration = time::Duration::days(30);
@@ -50,6 +56,7 @@ pub async fn run_once(pool: &Db, now: OffsetDateTime, audit_retention: Duration)
         login_states_deleted: store::sessions::delete_spent_login_states(pool, now).await?,
         sessions_deleted: store::sessions::delete_expired_sessions(pool, now).await?,
         workload_jtis_deleted: store::workload::purge_jtis(pool, now - time::Duration::minutes(10)).await?,
+        handout_batches_deleted: store::audit::delete_handout_batches_before(pool, now - HANDOUT_BATCHES_KEPT).await?,
         audit_partitions_made: store::audit::ensure_partitions(pool, now).await?,
         audit_partitions_dropped: store::audit::drop_partitions_before(pool, now - retention).await?,
     })

@@ -114,9 +114,15 @@ pub const CHUNK: usize = 64;
 /// rows in one statement holds a core for 50-100 ms; on two cores a request thread queued
 /// behind it waits that long (the benchmark's half-rate p99 went to 113 ms when a minute's
 /// rows went out 2,000 at a time). In short stretches it gives the core back in between.
+///
+/// Written once: `batch` names these rows (the writer keeps it across its retries) and is
+/// recorded in the same transaction; a batch already recorded (its commit went through
+/// but the reply was lost) writes nothing and is `Ok`. A unique index over each row's key
+/// did this before, at a quarter of a row's cost (migration 20261218000001).
 pub async fn insert_handouts_paced<P, F>(
     pool: &crate::store::Db,
     instance: &str,
+    batch: Uuid,
     rows: &[HandoutRow],
     mut pause: P,
 ) -> Result<(), sqlx::Error>
@@ -125,19 +131,39 @@ where
     F: std::future::Future<Output = ()>,
 {
     let mut tx = pool.begin().await?;
+    let first = sqlx::query!("INSERT INTO audit_handout_batches (id) VALUES ($1) ON CONFLICT DO NOTHING", batch)
+        .execute(&mut *tx)
+        .await?;
+    if first.rows_affected() == 0 {
+        // Written before: rolled back as it is dropped, having written nothing.
+        return Ok(());
+    }
     for (i, chunk) in rows.chunks(CHUNK).enumerate() {
         if i > 0 {
             pause().await;
         }
-        insert_handouts(&mut *tx, instance, chunk).await?;
+        insert_handouts(&mut *tx, instance, batch, chunk).await?;
     }
     tx.commit().await
 }
 
-/// Writes hand-out (and proxied-call) rows of `instance` in one statement. A row already
-/// there (a batch written again after its commit's reply was lost) is skipped: its own key
-/// is unique (`audit_events_handout`, which names the kind and the detail too).
-pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[HandoutRow]) -> Result<(), sqlx::Error> {
+/// Clean-up: the batch ids recorded before `cutoff` (a retry comes within seconds).
+pub async fn delete_handout_batches_before(
+    db: impl PgExecutor<'_>,
+    cutoff: time::OffsetDateTime,
+) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query!("DELETE FROM audit_handout_batches WHERE written_at < $1", cutoff).execute(db).await?;
+    Ok(r.rows_affected())
+}
+
+/// Writes hand-out (and proxied-call) rows of `instance` in one statement, as rows of
+/// `batch`. Only [`insert_handouts_paced`] makes them written once.
+pub async fn insert_handouts(
+    db: impl PgExecutor<'_>,
+    instance: &str,
+    batch: Uuid,
+    rows: &[HandoutRow],
+) -> Result<(), sqlx::Error> {
     let mut cols: (Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>) = Default::default();
     let mut class: (Vec<Option<&str>>, Vec<Option<&str>>) = Default::default();
     for r in rows {
@@ -153,17 +179,16 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
     sqlx::query!(
         r#"INSERT INTO audit_events
                (at, tenant_id, subject, issuer, provider, kind, connection_id, api_key_id, instance, count, first_at,
-                last_at, detail)
+                last_at, detail, batch)
            SELECT u.at, c.tenant_id, c.subject, c.issuer, c.provider,
                   CASE WHEN u.method IS NULL THEN $1 ELSE $2 END,
                   u.id, u.key, $3, u.n, u.first_at, u.last_at,
                   CASE WHEN u.method IS NULL THEN '{}'::jsonb
-                       ELSE jsonb_build_object('method', u.method, 'status', u.status) END
+                       ELSE jsonb_build_object('method', u.method, 'status', u.status) END, $12
            FROM unnest($4::timestamptz[], $5::uuid[], $6::text[], $7::int[], $8::timestamptz[], $9::timestamptz[],
                        $10::text[], $11::text[])
                 AS u(at, id, key, n, first_at, last_at, method, status)
-           LEFT JOIN connections c ON c.id = u.id
-           ON CONFLICT DO NOTHING"#,
+           LEFT JOIN connections c ON c.id = u.id"#,
         HANDED_OUT as AuditKind,
         PROXIED as AuditKind,
         instance,
@@ -174,7 +199,8 @@ pub async fn insert_handouts(db: impl PgExecutor<'_>, instance: &str, rows: &[Ha
         &cols.4,
         &cols.5,
         &class.0 as &[Option<&str>],
-        &class.1 as &[Option<&str>]
+        &class.1 as &[Option<&str>],
+        batch
     )
     .execute(db)
     .await?;

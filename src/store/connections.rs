@@ -316,7 +316,9 @@ pub async fn list_connections(
         r#"SELECT c.id AS "id: ConnectionId", c.subject AS "subject: Subject", c.provider AS "provider: ProviderId",
                   c.account_id, c.account_login, c.scopes AS "scopes: Scopes",
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
-                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
+                  c.refreshed_at,
+                  connection_last_used(c.id, c.tenant_id, c.subject, u.last_used_at) AS "last_used_at?",
+                  c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.tenant_id = $1
              AND ($2::text IS NULL OR c.subject = $2)
@@ -368,7 +370,9 @@ pub async fn held_by_subject(
         r#"SELECT c.tenant_id AS "tenant_id: TenantId", c.id AS "id: ConnectionId", c.subject AS "subject: Subject",
                   c.provider AS "provider: ProviderId", c.account_id, c.account_login, c.scopes AS "scopes: Scopes",
                   c.status AS "status: ConnectionStatus", c.created_at, c.granted_at,
-                  c.refreshed_at, u.last_used_at AS "last_used_at?", c.access_expires_at, c.issuer
+                  c.refreshed_at,
+                  connection_last_used(c.id, c.tenant_id, c.subject, u.last_used_at) AS "last_used_at?",
+                  c.access_expires_at, c.issuer
            FROM connections c LEFT JOIN connection_usage u ON u.connection_id = c.id
            WHERE c.subject = $1 AND c.issuer = $2 AND c.status <> 'revoked'
            ORDER BY c.tenant_id, c.provider"#,
@@ -572,21 +576,23 @@ pub async fn store_resealed(
     Ok(())
 }
 
-/// Records use from the batched hand-out audit, to the minute: a connection already marked
-/// within the last minute is not written again (a hot connection costs one write a minute).
-/// Ids of connections deleted meanwhile are skipped.
+/// Marks use from the batched hand-out audit: a connection already marked within the last
+/// ten minutes is not written again (a hot connection costs one write in ten minutes;
+/// between marks its last use is read from the audit rows). Ids of connections deleted
+/// meanwhile are skipped.
 pub async fn touch_connections(db: impl PgExecutor<'_>, ids: &[uuid::Uuid]) -> Result<(), sqlx::Error> {
-    // Rows marked within the last minute (by any instance) are left out before the insert:
-    // an upsert that then changes nothing still locks the row it conflicts with, and a new
-    // instance, or every instance of several, would otherwise lock each row in use once a
-    // minute for nothing.
+    // A mark at most every ten minutes: between marks the last use is read from the
+    // audit rows (`connection_last_used`). Rows marked within them (by any instance) are
+    // left out before the insert: an upsert that then changes nothing still locks the row
+    // it conflicts with, and a new instance, or every instance of several, would otherwise
+    // lock each row in use for nothing.
     sqlx::query!(
         r#"INSERT INTO connection_usage (connection_id, last_used_at)
            SELECT c.id, now() FROM connections c
            LEFT JOIN connection_usage u ON u.connection_id = c.id
-           WHERE c.id = ANY($1) AND (u.last_used_at IS NULL OR u.last_used_at < now() - interval '60 seconds')
+           WHERE c.id = ANY($1) AND (u.last_used_at IS NULL OR u.last_used_at < now() - interval '10 minutes')
            ON CONFLICT (connection_id) DO UPDATE SET last_used_at = EXCLUDED.last_used_at
-           WHERE connection_usage.last_used_at < EXCLUDED.last_used_at - interval '60 seconds'"#,
+           WHERE connection_usage.last_used_at < EXCLUDED.last_used_at - interval '10 minutes'"#,
         ids
     )
     .execute(db)

@@ -11,7 +11,8 @@
 //! of one row per hand-out.
 //!
 //! Rows are never dropped while the process lives: a failed write is retried (backing off
-//! up to 5 s) until it succeeds. Memory is bounded: when the rows of the open minute pass
+//! up to 5 s) until it succeeds, under the same batch id, so that a batch whose commit went
+//! through unseen is not written twice (`store::audit::insert_handouts_paced`). Memory is bounded: when the rows of the open minute pass
 //! [`EARLY`] (a minute in which that many connections were used on this instance) they
 //! are closed early, so that minute then has two rows for a connection and key. When
 //! [`CAPACITY`] rows wait (Postgres slow or unreachable for long), the rows waiting are
@@ -23,9 +24,10 @@
 //! back can likewise split a minute into two rows. None of it breaks the trail: each row
 //! is a count of distinct hand-outs.
 //!
-//! Marking connections used (`last_used_at`, to the minute) is a second task's job, told of
-//! a connection the first time it is handed out in a minute, so that those row updates
-//! never hold up the audit (or, through a full queue, the lookups).
+//! Marking connections used (`last_used_at`, renewed at most every ten minutes; between
+//! marks the last use is read from these rows) is a second task's job, told of a
+//! connection the first time it is handed out in a minute, so that those row updates never
+//! hold up the audit (or, through a full queue, the lookups).
 
 use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
 use crate::store::{self, Db, audit::HandoutRow};
@@ -50,7 +52,9 @@ const TICK: Duration = Duration::from_secs(1);
 pub const SPREAD: Duration = Duration::from_secs(40);
 /// Between statements of a batch (the timer's resolution: 1-2 ms).
 const PAUSE: Duration = Duration::from_millis(1);
-const TOUCH_EVERY: Duration = Duration::from_secs(60);
+/// A connection's last-use mark is renewed at most this often (`store::connections::
+/// touch_connections`); between marks its last use is read from the audit rows.
+const TOUCH_EVERY: Duration = Duration::from_secs(600);
 
 /// Metrics (catalogue: `telemetry::metrics`).
 pub const QUEUE_DEPTH: &str = "mcp_connect_handout_queue_depth";
@@ -395,10 +399,11 @@ impl HandoutAudit {
 }
 
 /// Connections this instance marked as used lately: marking them again would change
-/// nothing (`last_used_at` is kept to the minute) and cost a write each. Two generations of
-/// ids, a minute each: an id is marked again one to two minutes after it was last marked.
+/// nothing (a mark is renewed every [`TOUCH_EVERY`]) and cost a database round each. Two
+/// generations of ids, [`TOUCH_EVERY`] each: an id is sent again one to two of them after
+/// it was last sent.
 /// Kept as 64 bits of each id (half the memory); two ids sharing them would only mean one
-/// mark skipped for a minute, and the audit events hold every use anyway.
+/// mark skipped for a generation, and the audit events hold every use anyway.
 struct RecentlyTouched {
     current: HashSet<u64>,
     previous: HashSet<u64>,
@@ -415,7 +420,14 @@ impl RecentlyTouched {
     }
 
     fn fresh(&mut self, ids: impl Iterator<Item = Uuid>) -> Vec<Uuid> {
-        if self.since.elapsed() >= TOUCH_EVERY {
+        // Turned once per generation past, whenever ids next come: an id sent before a
+        // quiet hour is sent again at its next use.
+        let elapsed = self.since.elapsed();
+        if elapsed >= 2 * TOUCH_EVERY {
+            self.previous.clear();
+            self.current.clear();
+            self.since = Instant::now();
+        } else if elapsed >= TOUCH_EVERY {
             self.previous = std::mem::take(&mut self.current);
             self.since = Instant::now();
         }
@@ -435,9 +447,14 @@ impl RecentlyTouched {
 /// Writes closed minutes (every row when asked, or when the backlog is half full: then the
 /// open minute's too), a share each tick so that a minute's rows are written within
 /// [`SPREAD`], in batches; keeps what failed for the next round (never folded: it may have
-/// been written), backing off while Postgres refuses.
+/// been written), backing off while Postgres refuses. A batch keeps its id until written,
+/// so that one whose commit went through unseen is not written twice.
 async fn writer(pool: Db, shared: Arc<Shared>) {
     let mut unwritten: VecDeque<Taken> = VecDeque::new();
+    // The id and size of the batch at the front of `unwritten`, once it has been tried: it
+    // stays the same rows until written (nothing joins `unwritten` before it is empty, and
+    // only a written batch leaves it).
+    let mut batch: Option<(Uuid, usize)> = None;
     let mut failures: u32 = 0;
     loop {
         let backoff = Duration::from_millis(200 * 2u64.pow(failures.min(5))).min(Duration::from_secs(5));
@@ -464,8 +481,11 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
             let n = unwritten.len().min(BATCH);
             let rows: Vec<HandoutRow> = unwritten.range(..n).map(handout_row).collect();
             let pause = || tokio::time::sleep(PAUSE);
-            match store::audit::insert_handouts_paced(&pool, &shared.instance, &rows, pause).await {
+            let (id, size) = *batch.get_or_insert_with(|| (Uuid::new_v4(), n));
+            debug_assert_eq!(size, n, "a batch id names the same rows on every try");
+            match store::audit::insert_handouts_paced(&pool, &shared.instance, id, &rows, pause).await {
                 Ok(()) => {
+                    batch = None;
                     unwritten.drain(..n);
                     shared.in_flight.fetch_sub(n, Ordering::AcqRel);
                     failures = 0;

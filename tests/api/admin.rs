@@ -350,11 +350,12 @@ async fn the_audit_trail_filters_pages_and_records_handouts_without_secrets() {
 }
 
 /// The writer's batch statement stores every field of a hand-out row as given, with the
-/// tenant, subject and provider of the connection it names.
+/// tenant, subject and provider of the connection it names, once: a batch tried again
+/// (its commit went through but the reply was lost) writes nothing.
 #[tokio::test]
 async fn a_batch_of_handout_rows_is_stored_field_for_field() {
     use mcp_connect::domain::ApiKeyId;
-    use mcp_connect::store::audit::{HandoutRow, insert_handouts};
+    use mcp_connect::store::audit::{HandoutRow, insert_handouts_paced};
     let app = spawn_app().await;
     let subject = "o'brien+\u{e9}@example.com";
     let alice = app.insert_connection("acme", subject, "github", "gho_x", &["read:user"], None).await.as_uuid();
@@ -370,9 +371,17 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
         last_at: at + time::Duration::microseconds(59_999_999),
     };
     let rows = vec![row(alice, "0123456789abcdef", 7), row(bob, "00000000000000a0", 1)];
-    insert_handouts(&app.pool, "host-0000beef", &rows).await.unwrap();
+    let batch = uuid::Uuid::new_v4();
+    let write = |batch| insert_handouts_paced(&app.pool, "host-0000beef", batch, &rows, || std::future::ready(()));
+    write(batch).await.unwrap();
     // Written again (a retry after a commit whose reply was lost): nothing is counted twice.
-    insert_handouts(&app.pool, "host-0000beef", &rows).await.unwrap();
+    write(batch).await.unwrap();
+    let batches: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT DISTINCT batch FROM audit_events WHERE kind = 'token_handed_out'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(batches, vec![batch], "the rows name their batch");
 
     type Row = (
         time::OffsetDateTime,
@@ -429,19 +438,30 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
             ),
         ]
     );
+    // Rows of another batch under the same key (a wall clock stepping back can give two
+    // rows of a connection and key the same first use) are other hand-outs: counted.
+    write(uuid::Uuid::new_v4()).await.unwrap();
+    let counted: i64 =
+        sqlx::query_scalar("SELECT sum(count)::bigint FROM audit_events WHERE kind = 'token_handed_out'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(counted, 2 * (7 + 1));
 }
 
-/// Marking connections used writes a row only when the last mark is over a minute old (by
-/// any instance), and never for an id that is not a connection.
+/// Marking connections used writes a row only when the last mark is over ten minutes old
+/// (by any instance), and never for an id that is not a connection; between marks the last
+/// use shown is the latest the connection's audit rows since the mark record.
 #[tokio::test]
-async fn last_use_is_marked_at_most_once_a_minute() {
+async fn last_use_is_marked_every_ten_minutes_and_read_from_the_trail_between() {
+    use mcp_connect::store::audit::{HandoutRow, insert_handouts_paced};
     use mcp_connect::store::connections::touch_connections;
     let app = spawn_app().await;
     let (fresh, _, _) = app.insert_provider_grant("alice", "octo-alice", None).await;
     let (recent, _, _) = app.insert_provider_grant("bob", "octo-bob", None).await;
     let (stale, _, _) = app.insert_provider_grant("carol", "octo-carol", None).await;
     let [fresh, recent, stale] = [fresh, recent, stale].map(|c| c.as_uuid());
-    for (id, ago) in [(recent, 10), (stale, 120)] {
+    for (id, ago) in [(recent, 300), (stale, 660)] {
         sqlx::query("INSERT INTO connection_usage VALUES ($1, now() - make_interval(secs => $2))")
             .bind(id)
             .bind(f64::from(ago))
@@ -458,10 +478,48 @@ async fn last_use_is_marked_at_most_once_a_minute() {
     };
     touch_connections(&app.pool, &[fresh, recent, stale, uuid::Uuid::new_v4()]).await.unwrap();
     assert!(marked(fresh).await.unwrap().unwrap() < 5.0, "a first use is marked");
-    assert!(marked(recent).await.unwrap().unwrap() >= 10.0, "a mark from 10 s ago is kept");
-    assert!(marked(stale).await.unwrap().unwrap() < 5.0, "a mark from 2 minutes ago is renewed");
+    assert!(marked(recent).await.unwrap().unwrap() >= 300.0, "a mark from 5 minutes ago is kept");
+    assert!(marked(stale).await.unwrap().unwrap() < 5.0, "a mark from 11 minutes ago is renewed");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM connection_usage").fetch_one(&app.pool).await.unwrap();
     assert_eq!(rows, 3, "an unknown id is not marked");
+
+    // Bob, marked 5 minutes ago, used since: the admin API shows the use his audit rows
+    // record, not the mark. A row of his folded from before the mark's window (its use
+    // later) is not read; a row of Carol's is hers; a use an instance's clock puts ahead of
+    // the database's is shown as of now.
+    let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+    let minute = |t: time::OffsetDateTime| t.replace_second(0).unwrap();
+    let row = |connection_id, at: time::OffsetDateTime, last: time::OffsetDateTime| HandoutRow {
+        minute: minute(at),
+        connection_id,
+        api_key_id: mcp_connect::domain::ApiKeyId::parse("0123456789abcdef").unwrap(),
+        proxied: None,
+        count: 1,
+        first_at: last,
+        last_at: last,
+    };
+    let used = now - time::Duration::seconds(30);
+    let rows = [
+        row(recent, used, used),
+        row(recent, now - time::Duration::minutes(20), now - time::Duration::seconds(10)),
+        row(stale, now, now + time::Duration::minutes(5)),
+    ];
+    insert_handouts_paced(&app.pool, "host-0000beef", uuid::Uuid::new_v4(), &rows, || std::future::ready(()))
+        .await
+        .unwrap();
+    let app = &app;
+    let last_used = |subject: &'static str| async move {
+        let list: serde_json::Value =
+            app.admin(Method::GET, &format!("/connections?subject={subject}"), None).await.json().await.unwrap();
+        let at = list["connections"][0]["last_used_at"].as_str().unwrap().to_owned();
+        time::OffsetDateTime::parse(&at, &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    assert_eq!(last_used("bob").await, used, "between marks, the trail's last use");
+    let carol = last_used("carol").await;
+    let db_now: time::OffsetDateTime = sqlx::query_scalar("SELECT now()").fetch_one(&app.pool).await.unwrap();
+    assert!(carol > now - time::Duration::seconds(1) && carol <= db_now, "carol's own row, as of now ({carol})");
+    let alice = last_used("alice").await;
+    assert!((now - alice).abs() < time::Duration::seconds(5), "alice: her mark ({alice})");
 }
 
 /// A batch larger than one statement's chunk goes out as several statements with a pause
@@ -484,7 +542,7 @@ async fn a_paced_batch_is_stored_whole_across_its_chunks() {
         })
         .collect();
     let mut pauses = 0;
-    insert_handouts_paced(&app.pool, "host-0000beef", &rows, || {
+    insert_handouts_paced(&app.pool, "host-0000beef", uuid::Uuid::new_v4(), &rows, || {
         pauses += 1;
         std::future::ready(())
     })

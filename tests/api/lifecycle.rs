@@ -231,6 +231,14 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
         .execute(&app.pool)
         .await
         .unwrap();
+    // Hand-out audit batch ids: a week old goes, a day-old one stays.
+    sqlx::query(
+        "INSERT INTO audit_handout_batches (id, written_at) VALUES (gen_random_uuid(), now() - interval '8 days'),
+                                                                  (gen_random_uuid(), now() - interval '6 days')",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
     // Alice's spent sign-in state is kept until it would have expired: past that, it goes.
     sqlx::query("UPDATE login_states_used SET expires_at = now() - interval '1 second'")
         .execute(&app.pool)
@@ -249,6 +257,13 @@ async fn clean_up_removes_exactly_what_is_spent_and_nothing_pending() {
     assert_eq!(old, 0, "an event past retention is gone");
     assert_eq!(r.login_states_deleted, 1, "the spent login state");
     assert_eq!(r.states_deleted, 0, "the state in flight stays");
+    assert_eq!(r.handout_batches_deleted, 1, "the week-old batch id");
+    let kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_handout_batches WHERE written_at < now() - interval '5 days'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept, 1, "the six-day-old batch id stays");
     let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM elicitations WHERE status = 'pending'")
         .fetch_one(&app.pool)
         .await

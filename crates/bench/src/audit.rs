@@ -59,7 +59,7 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
         let mut ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _, _)| *id).collect();
         ids.sort_unstable();
         let t = Instant::now();
-        store::audit::insert_handouts(pool, "bench-00000000", &events).await?;
+        store::audit::insert_handouts(pool, "bench-00000000", uuid::Uuid::new_v4(), &events).await?;
         inserts.push(t.elapsed());
         let t = Instant::now();
         store::connections::touch_connections(pool, &ids).await?;
