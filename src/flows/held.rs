@@ -25,7 +25,8 @@ pub struct Held {
     pub account_login: Option<String>,
     pub scopes: Scopes,
     pub connected_since: OffsetDateTime,
-    /// To the minute: the usage table is written at most once a minute.
+    /// As the audit trail records it, a minute or two behind (`connection_last_used`: the
+    /// usage mark, renewed every ten minutes, and the audit rows since).
     pub last_used: Option<OffsetDateTime>,
     pub status: ConnectionStatus,
 }

@@ -56,9 +56,10 @@ pub struct LookupRun {
     /// lookup index), and the share answered from the cache.
     pub db_lookups: Option<i64>,
     pub cache_hit_rate: Option<f64>,
-    /// Rows the cache's confirmer re-read by id (`connections_pkey`), and what it read from
-    /// the change log (`None`: no such table), from the start of the saturating phase to
-    /// the service's exit; `confirmed_seconds` is the saturating and half-rate phases.
+    /// Rows of `connections` read by id (`connections_pkey`: the audit writer's join and
+    /// the toucher; the confirmer reads none), and what the confirmer read from the change
+    /// log (`None`: no such table), from the start of the saturating phase to the
+    /// service's exit; `confirmed_seconds` is the saturating and half-rate phases.
     pub confirmed_rows: Option<i64>,
     pub change_log_reads: Option<ChangeLogReads>,
     pub confirmed_seconds: f64,
@@ -84,7 +85,8 @@ pub struct LookupRun {
 }
 
 impl LookupRun {
-    /// Confirmer rows read per second: by id, and from the change log.
+    /// Rows read per second: `connections` by id (the audit writer's join), and the
+    /// confirmer's from the change log.
     pub fn confirmer_rates(&self) -> (Option<f64>, Option<f64>) {
         let per_s = |rows: i64| rows as f64 / self.confirmed_seconds.max(1.0);
         (self.confirmed_rows.map(per_s), self.change_log_reads.map(|c| per_s(c.rows)))
@@ -587,7 +589,7 @@ impl Results {
         let _ = writeln!(
             o,
             " 11 scale, {} connections (cache capacity {}): cache on {} req/s = {:.2} × the median at {}; \
-             half-rate p99 {}; hit rate {}; peak RSS {:.1} MiB; confirmer rows/s: change log {}, by id {}; \
+             half-rate p99 {}; hit rate {}; peak RSS {:.1} MiB; confirmer rows/s: change log {}; connections by id (audit join) {}; \
              seeding {:.0} s",
             thousands(sc.connections as f64),
             thousands(sc.cache_capacity as f64),
@@ -690,7 +692,7 @@ fn lookup_details(o: &mut String, name: &str, run: &LookupRun) {
         let _ = writeln!(
             o,
             "   {name}: confirmer over the measured phases ({:.0} s): change log {}{entries}; \
-             by id (connections_pkey) {}",
+             connections read by id (connections_pkey: the audit writer's join, one per row written) {}",
             run.confirmed_seconds,
             log.map_or("n/a (no cache_change_log table)".to_owned(), |r| format!("{} rows/s", thousands(r))),
             by_id.map_or("n/a".to_owned(), |r| format!("{} rows/s", thousands(r)))
