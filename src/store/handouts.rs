@@ -44,7 +44,8 @@ const BATCH: usize = 2000;
 /// Rows of the open minute past which it is closed (and written) before its end.
 pub const EARLY: usize = 100_000;
 /// Rows waiting (open, closed and not yet written, or being written) past which a row
-/// more folds them (about 56 bytes a row: 22 MB).
+/// more folds them (about 56 bytes a row: 22 MB; a closed minute keeps its table until its
+/// last row is written, so partly written ones can hold up to about twice that).
 pub const CAPACITY: usize = 400_000;
 /// How often the writer looks for closed minutes.
 const TICK: Duration = Duration::from_secs(1);
@@ -201,7 +202,8 @@ impl Minutes {
         for (minute, rows) in closed {
             self.rows -= rows.len();
             self.closed_rows += rows.len();
-            self.last_minute_rows = rows.len();
+            // A folded minute holds up to the capacity: room for that many is not asked again.
+            self.last_minute_rows = rows.len().min(EARLY);
             self.closed.push_back((minute, rows));
         }
         self.due = Some(Instant::now() + SPREAD);
@@ -257,6 +259,9 @@ impl Minutes {
                 }
             }
         }
+        // Room for as many as were waiting, most of them merged away: the map may now wait
+        // closed for as long as the database is away.
+        merged.shrink_to_fit();
         self.rows = merged.len();
         self.closed_rows = 0;
         for row in apart {
@@ -505,7 +510,9 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                 let taken = m.take(all || crowded);
                 // Counted while locked: `pending` never sees these rows in neither place.
                 shared.in_flight.fetch_add(taken.len(), Ordering::AcqRel);
-                unwritten.extend(taken);
+                // Its own buffer, not copied into the last one: a drain's hundreds of
+                // thousands of rows are not held for good once written.
+                unwritten = VecDeque::from(taken);
             }
             metrics::gauge!(QUEUE_DEPTH).set(waiting as f64);
         }
@@ -568,7 +575,7 @@ async fn toucher(pool: Db, mut rx: mpsc::UnboundedReceiver<Uuid>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{BATCH, Minutes, Use, minute_of};
+    use super::{BATCH, EARLY, Minutes, Use, minute_of};
     use crate::domain::{MethodClass, ProxiedCall, StatusClass};
     use time::OffsetDateTime;
     use uuid::Uuid;
@@ -600,6 +607,34 @@ mod tests {
         // The next minute opens with room for as many rows as the last one closed had.
         m.add(t1 + time::Duration::minutes(1), row(0, 2));
         assert!(m.by_minute.values().all(|rows| rows.capacity() >= 10));
+    }
+
+    #[test]
+    fn a_fold_is_written_from_a_table_of_its_size_and_a_minute_asks_room_for_early_rows_at_most() {
+        let mut m = Minutes::default();
+        let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+        let at = |minutes: i64| t0 + time::Duration::minutes(minutes);
+        let row = |i: u64| (Uuid::from_u64_pair(i, 0), 7, Use::HAND_OUT);
+        for minute in 0..3 {
+            for i in 0..50 {
+                m.add(at(minute), row(i));
+            }
+        }
+        m.close(at(2), false);
+        assert_eq!((m.waiting(), m.closed.len()), (150, 2));
+        assert_eq!(m.fold(at(3)), 100, "three minutes of 50 connections: 50 rows");
+        assert!(m.by_minute.values().all(|rows| rows.capacity() < 150), "the table shrunk to its rows");
+        m.close(at(4), false);
+        let taken = m.take(true);
+        assert_eq!(taken.len(), 50);
+        assert_eq!(taken.iter().map(|(_, _, t)| t.count).sum::<i32>(), 150, "every use counted");
+        assert_eq!(m.waiting(), 0);
+        // A minute of more rows than EARLY: the next asks room for EARLY.
+        for i in 0..EARLY as u64 + 5 {
+            m.add(at(5), row(i));
+        }
+        m.close(at(6), false);
+        assert_eq!(m.last_minute_rows, EARLY);
     }
 
     #[test]
