@@ -1,7 +1,8 @@
 //! Periodic clean-up, safe to run on every instance at once (each statement is
 //! idempotent): overdue elicitations expire, spent states and logins go, expired
-//! sessions go, workload tokens' spent `jti`s go, hand-out audit batch ids a week old go, the audit partitions of the coming months are made and those past retention
-//! dropped (`store::audit`: every instance may do it at once). Nothing pending is touched.
+//! sessions go, workload tokens' spent `jti`s go, hand-out audit batch ids a week old go,
+//! the audit partitions of the coming months are made and those past retention dropped
+//! (`store::audit`: every instance may do it at once). Nothing pending is touched.
 
 use crate::store::{self, Db};
 use crate::webhooks::EventKind;

@@ -12,9 +12,10 @@
 //!
 //! Rows are never dropped while the process lives: a failed write is retried (backing off
 //! up to 5 s) until it succeeds, under the same batch id, so that a batch whose commit went
-//! through unseen is not written twice (`store::audit::insert_handouts_paced`). Memory is bounded: when the rows of the open minute pass
-//! [`EARLY`] (a minute in which that many connections were used on this instance) they
-//! are closed early, so that minute then has two rows for a connection and key. When
+//! through unseen is not written twice (`store::audit::insert_handouts_paced`). Memory is
+//! bounded: when the rows of the open minute pass [`EARLY`] (a minute in which that many
+//! connections were used on this instance) they are closed early, so that minute then has
+//! two rows for a connection and key. When
 //! [`CAPACITY`] rows wait (Postgres slow or unreachable for long), the rows waiting are
 //! folded into one per connection, key and class, each spanning the minutes it covers
 //! (coarser, counted in [`FOLDED`]; its `first_at` and `last_at` still say when), at
