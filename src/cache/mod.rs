@@ -14,8 +14,9 @@
 //!   steady use stays cached without its row ever being read again.
 //!
 //! Connection entries hold the row as stored (ciphertext, opened per request), never a
-//! plaintext token. They are packed: one allocation per entry for its key, ciphertext and
-//! account, and the parts many rows share (vault key id, token type, scopes) kept once.
+//! plaintext token. They are packed (`store::connections::packed`): one allocation per entry for its
+//! fixed fields, key, ciphertext and account, and the parts many rows share (vault key id,
+//! token type, scopes, issuer) kept once.
 
 use crate::changes::{ChangeWatch, Ticket};
 use crate::domain::{Clock, ConnectionKey, KillState, ProviderId, TenantId};
@@ -32,7 +33,6 @@ const KILL_SWITCHES: &str = "mcpc_kill_switches";
 const API_KEYS: &str = "mcpc_api_keys";
 const PING: &str = "mcpc_cache_ping";
 const ELICITATIONS: &str = "mcpc_elicitations";
-const SEP: u8 = 0x1f;
 /// Shapes kept for sharing; rows with rarer shapes get their own copy.
 const MAX_SHAPES: usize = 4096;
 /// The connection entries are split over this many locks: a writer (a miss, a
@@ -40,12 +40,11 @@ const MAX_SHAPES: usize = 4096;
 /// more than one entry's work, even when the writing thread is descheduled.
 const SHARDS: usize = 32;
 
-mod entry;
 mod listener;
 pub mod waiters;
 
-use entry::Entry;
-pub use entry::{CachedConnection, Shape};
+pub use crate::store::connections::packed::{CachedConnection, Shape};
+use crate::store::connections::packed::{PackedConnection, SEP};
 pub use listener::{spawn_confirmer, spawn_listener};
 
 /// Metrics (catalogue: `telemetry::metrics`): lookups by `result` (hit, miss, bypass), and
@@ -63,8 +62,8 @@ pub struct Caches {
     /// cache.
     watch: Arc<ChangeWatch>,
     hasher: RandomState,
-    /// Boxed: the tables' free slots then cost a pointer each, not a whole entry.
-    connections: Box<[RwLock<HashTable<Box<Entry>>>]>,
+    /// A pointer a slot: the tables' free slots cost that much each, not a whole entry.
+    connections: Box<[RwLock<HashTable<PackedConnection>>]>,
     shapes: Mutex<HashMap<Arc<Shape>, ()>>,
     kill_switches: crate::changes::Cached<(TenantId, ProviderId), KillState>,
     /// Requests waiting for an elicitation to change (woken by the same listener).
@@ -138,7 +137,7 @@ impl Caches {
 
     /// Bits the tables themselves do not use (they take the low bits for the slot and the
     /// top seven for the tag).
-    fn shard(&self, hash: u64) -> &RwLock<HashTable<Box<Entry>>> {
+    fn shard(&self, hash: u64) -> &RwLock<HashTable<PackedConnection>> {
         &self.connections[(hash >> 32) as usize % SHARDS]
     }
 
@@ -162,12 +161,13 @@ impl Caches {
         let hash = self.hash_parts(key);
         let table = self.shard(hash).read().ok()?;
         let e = table.find(hash, |e| e.is_key(key))?;
-        if !self.watch.is_fresh(e.confirmed_ms, self.max_age) {
+        let h = e.header();
+        if !self.watch.is_fresh(h.confirmed_ms, self.max_age) {
             return None;
         }
         let now_s = self.watch.now_s();
-        if e.used_s.load(Ordering::Relaxed) != now_s {
-            e.used_s.store(now_s, Ordering::Relaxed);
+        if h.used_s.load(Ordering::Relaxed) != now_s {
+            h.used_s.store(now_s, Ordering::Relaxed);
         }
         Some(e.unpack())
     }
@@ -190,7 +190,7 @@ impl Caches {
         }
         // The age counts from before the read began.
         let now_s = self.watch.now_s();
-        let Some(entry) = Entry::pack(key, c, self.shared_shape(&c.shape), ticket.at_ms(), now_s) else {
+        let Some(entry) = PackedConnection::pack(key, c, self.shared_shape(&c.shape), ticket.at_ms(), now_s) else {
             return;
         };
         let hash = self.hash_parts(key);
@@ -204,12 +204,15 @@ impl Caches {
             }
             let capacity = self.capacity.div_ceil(SHARDS);
             if table.len() >= capacity {
-                table.retain(|e| crate::changes::keeps(&self.watch, e.confirmed_ms, self.max_age, &e.used_s, now_s));
+                table.retain(|e| {
+                    let h = e.header();
+                    crate::changes::keeps(&self.watch, h.confirmed_ms, self.max_age, &h.used_s, now_s)
+                });
                 if table.len() >= capacity {
                     return;
                 }
             }
-            table.insert_unique(hash, Box::new(entry), |e| self.hash_key(e.key()));
+            table.insert_unique(hash, entry, |e| self.hash_key(e.key()));
         }
     }
 
@@ -374,6 +377,7 @@ mod tests {
             access_expires_at: None,
             refreshed_at: None,
             seal_version: Some(1),
+            packed: None,
         }
     }
 
@@ -412,7 +416,11 @@ mod tests {
         e.access_expires_at = Some(OffsetDateTime::UNIX_EPOCH + time::Duration::microseconds(1_795_000_000_123_456));
         e.refreshed_at = Some(OffsetDateTime::UNIX_EPOCH - time::Duration::microseconds(1));
         c.store_connection(c.ticket(), &key("t", "s", "p"), &e);
-        let got = c.connection(&key("t", "s", "p")).expect("cached");
+        let mut got = c.connection(&key("t", "s", "p")).expect("cached");
+        // Read from the cache, it keeps the entry (for the hand-out audit), which names its
+        // holder.
+        let packed = got.packed.take().expect("the entry");
+        assert_eq!(packed.holder(), Some(("t", "s", "p", "https://idp.example")));
         assert_eq!(format!("{got:?}"), format!("{e:?}"));
         // (No part of a key can be empty, so a separator cannot be moved to make another.)
         for (t, s, p) in [("t", "s", "q"), ("t", "sp", "p"), ("ts", "s", "p"), ("t", "s", "pp"), ("p", "t", "s")] {

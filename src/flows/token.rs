@@ -44,6 +44,9 @@ pub enum TokenOutcome {
         scopes: Vec<String>,
         account: Option<Account>,
         connection_id: ConnectionId,
+        /// The connection as the lookup cache holds it, when served from there: its
+        /// hand-out audit row then names who holds it without reading its row again.
+        holder: Option<crate::store::connections::packed::PackedConnection>,
     },
     ConnectRequired(ElicitationRow),
     Declined(ElicitationId),
@@ -345,13 +348,14 @@ fn hand_out(
             .as_ref()
             .map(|id| Account { id: id.to_string(), login: c.account_login.as_ref().map(|l| l.to_string()) }),
         connection_id: connection,
+        holder: c.packed.clone(),
     }))
 }
 
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).
 async fn record_handout(handouts: &crate::store::handouts::HandoutAudit, api_key: &ApiKeyId, out: &TokenOutcome) {
-    if let TokenOutcome::Connected { connection_id, .. } = out {
-        handouts.record(*connection_id, api_key).await;
+    if let TokenOutcome::Connected { connection_id, holder, .. } = out {
+        handouts.record(*connection_id, api_key, holder.as_ref()).await;
     }
 }
 

@@ -7,6 +7,8 @@ use crate::vault::RowBinding;
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
 
+pub mod packed;
+
 /// A connection row as stored: ciphertexts, not tokens.
 #[derive(Debug, Clone)]
 pub struct ConnectionRow {

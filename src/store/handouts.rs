@@ -1,8 +1,11 @@
 //! "Token handed out" audit, aggregated off the request path: a hand-out only counts itself
-//! into the row of its instance, connection, API key and minute, held in memory (48 bytes
-//! a row; the connection's tenant, subject and provider are filled in when it is
-//! written). A call through the proxy counts itself the same way, into a row of its own
-//! kind (`proxied_calls`) that also names its method class and status class. A writer task
+//! into the row of its instance, connection, API key and minute, held in memory (64 bytes
+//! a row). The connection's tenant, subject, provider and issuer are filled in when it is
+//! written: from the lookup cache's entry, which the row holds a reference to when every
+//! use it counts came with that person's entry and [`HELD_BYTES`] had room
+//! (`store::connections::packed`), or else from the connection's row. A call through the
+//! proxy counts itself the same way, into a row of its own kind (`proxied_calls`) that
+//! also names its method class and status class. A writer task
 //! writes each minute's rows once that minute has closed (checked every second), spread
 //! over the [`SPREAD`] after it (a minute's 90,000 rows written at once held a database
 //! core for seconds: the half-rate p99 spikes of issue 46), and everything at once when
@@ -31,7 +34,7 @@
 //! hold up the audit (or, through a full queue, the lookups).
 
 use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
-use crate::store::{self, Db, audit::HandoutRow};
+use crate::store::{self, Db, audit::HandoutRow, connections::packed::PackedConnection};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,9 +48,17 @@ const BATCH: usize = 2000;
 /// Rows of the open minute past which it is closed (and written) before its end.
 pub const EARLY: usize = 100_000;
 /// Rows waiting (open, closed and not yet written, or being written) past which a row
-/// more folds them (about 56 bytes a row: 22 MB; a closed minute keeps its table until its
+/// more folds them (about 64 bytes a row: 26 MB; a closed minute keeps its table until its
 /// last row is written, so partly written ones can hold up to about twice that).
 pub const CAPACITY: usize = 400_000;
+/// The cache entries the rows waiting may keep alive, in bytes ([`PackedConnection::
+/// footprint`]). Usually the cache holds the same entries and they cost nothing more; but
+/// one the cache lets go of (changed, idle, the cache emptied when its listener is lost)
+/// lives on until its row is written. Past this a row names no holder (it is named from
+/// the connection's row when written); a fold, and a failed write, let go of them. Each
+/// row counts its entry whole, though rows of one connection (minutes, proxied calls)
+/// share it: memory stays under this, and rows fall back to reading sooner than needed.
+pub const HELD_BYTES: usize = 128 << 20;
 /// How often the writer looks for closed minutes.
 const TICK: Duration = Duration::from_secs(1);
 /// A closed minute's rows are written within this long after it closes, a share each tick.
@@ -72,13 +83,20 @@ pub fn system_wall_clock() -> WallClock {
 }
 
 /// The hand-outs of one connection through one API key within a minute (times in Unix
-/// microseconds): 24 bytes, keyed by 24 more, so that a minute in which 100,000
-/// connections are used holds about 6 MB.
-#[derive(Clone, Copy)]
+/// microseconds): 32 bytes, keyed by 32 more, so that a minute in which 100,000
+/// connections are used holds about 6.4 MB (and the cache entries it names, which the
+/// cache holds anyway while they are in use).
+#[derive(Clone)]
 struct Tally {
     count: i32,
     first_us: i64,
     last_us: i64,
+    /// The connection as cached, when every use counted came with that person's entry
+    /// (the same id, key and issuer; a refreshed entry counts as the same) and
+    /// [`HELD_BYTES`] had room: names who holds it when the row is written. `None` (named
+    /// from the connection's row then): a use read from the database or with another
+    /// person's entry, past the budget, folded, or after a failed write.
+    holder: Option<PackedConnection>,
 }
 
 /// What a row counts: hand-outs (0), or proxied calls of one method and status class
@@ -124,10 +142,35 @@ struct Minutes {
     due: Option<Instant>,
     /// The last fold: at most one a tick (a fold reads every row waiting).
     folded_at: Option<Instant>,
+    /// Bytes of the holders kept by rows here and by rows taken and not yet written (at
+    /// most [`HELD_BYTES`]).
+    held: usize,
 }
 
 /// A row taken out of [`Minutes`], waiting to be written.
 type Taken = (i64, RowKey, Tally);
+
+/// A holder for a row, if the budget has room for it (counted into `held`).
+fn hold(held: &mut usize, holder: Option<&PackedConnection>) -> Option<PackedConnection> {
+    let h = holder?;
+    let after = *held + h.footprint();
+    (after <= HELD_BYTES).then(|| {
+        *held = after;
+        h.clone()
+    })
+}
+
+/// Lets go of the rows' holders; the bytes they were counted for in `held`.
+fn let_go<'a>(rows: impl IntoIterator<Item = &'a mut Tally>) -> usize {
+    rows.into_iter().map(|t| t.holder.take().map_or(0, |h| h.footprint())).sum()
+}
+
+/// Lets go of a row's holder (uncounted from `held`).
+fn release(held: &mut usize, holder: &mut Option<PackedConnection>) {
+    if let Some(h) = holder.take() {
+        *held = held.saturating_sub(h.footprint());
+    }
+}
 
 fn micros(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX)
@@ -159,7 +202,7 @@ impl Minutes {
     }
 
     /// Counts a use at `now`; true when it opened a row.
-    fn add(&mut self, now: OffsetDateTime, key: RowKey) -> bool {
+    fn add(&mut self, now: OffsetDateTime, key: RowKey, holder: Option<&PackedConnection>) -> bool {
         let us = micros(now);
         let room = self.last_minute_rows;
         let rows = self.by_minute.entry(minute_of(now)).or_insert_with(|| HashMap::with_capacity(room));
@@ -169,17 +212,23 @@ impl Minutes {
                 if t.count == i32::MAX {
                     // A row that counts no more (a folded one, after days): closed, and a
                     // new one opened.
-                    let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us });
+                    let holder = hold(&mut self.held, holder);
+                    let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us, holder });
                     self.close_one((minute_of(now), key, full));
                     return true;
                 }
                 t.count += 1;
                 t.first_us = t.first_us.min(us);
                 t.last_us = t.last_us.max(us);
+                // A row names a holder only if every use it counts came with that one (the
+                // same person: a re-connect through another IdP keeps the connection's id).
+                if t.holder.as_ref() != holder {
+                    release(&mut self.held, &mut t.holder);
+                }
                 false
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Tally { count: 1, first_us: us, last_us: us });
+                v.insert(Tally { count: 1, first_us: us, last_us: us, holder: hold(&mut self.held, holder) });
                 self.rows += 1;
                 true
             }
@@ -242,7 +291,14 @@ impl Minutes {
         let mut apart = Vec::new();
         let open = std::mem::take(&mut self.by_minute).into_values().flatten();
         let closed = self.closed.drain(..).flat_map(|(_, rows)| rows);
-        for (key, t) in open.chain(closed) {
+        // The entries the rows held go (memory first): folded rows, and any use counted
+        // into them later, are named from the connection's row when written.
+        let mut released = 0;
+        let unheld = |(key, mut t): (RowKey, Tally)| {
+            released += let_go([&mut t]);
+            (key, t)
+        };
+        for (key, t) in open.chain(closed).map(unheld) {
             match merged.entry(key) {
                 std::collections::hash_map::Entry::Occupied(mut o) => {
                     let m = o.get_mut();
@@ -263,6 +319,7 @@ impl Minutes {
         // Room for as many as were waiting, most of them merged away: the map may now wait
         // closed for as long as the database is away.
         merged.shrink_to_fit();
+        self.held = self.held.saturating_sub(released);
         self.rows = merged.len();
         self.closed_rows = 0;
         for row in apart {
@@ -271,6 +328,12 @@ impl Minutes {
         self.by_minute.insert(minute_of(now), merged);
         before - self.waiting()
     }
+}
+
+/// The holder only if it is `connection`'s: a row names who holds the connection it counts,
+/// never another's (the connection's row names it then).
+fn holder_of(connection: ConnectionId, holder: Option<&PackedConnection>) -> Option<&PackedConnection> {
+    holder.filter(|h| h.id() == connection)
 }
 
 fn handout_row((minute, (connection_id, key, what), t): &Taken) -> HandoutRow {
@@ -284,6 +347,7 @@ fn handout_row((minute, (connection_id, key, what), t): &Taken) -> HandoutRow {
         count: t.count,
         first_at: from_micros(t.first_us),
         last_at: from_micros(t.last_us),
+        holder: t.holder.clone(),
     }
 }
 
@@ -340,26 +404,39 @@ impl HandoutAudit {
         &self.shared.instance
     }
 
-    /// Counts a hand-out of `connection` through `api_key` into this minute's row.
-    pub async fn record(&self, connection: ConnectionId, api_key: &ApiKeyId) {
-        self.count((connection.as_uuid(), api_key.to_bits(), Use::HAND_OUT)).await;
+    /// Counts a hand-out of `connection` through `api_key` into this minute's row;
+    /// `holder`: the connection as cached, when it was served from the lookup cache.
+    pub async fn record(&self, connection: ConnectionId, api_key: &ApiKeyId, holder: Option<&PackedConnection>) {
+        self.count((connection.as_uuid(), api_key.to_bits(), Use::HAND_OUT), holder_of(connection, holder)).await;
     }
 
     /// Counts a call through the proxy with `connection`'s credential into this minute's
     /// row of its method and status class.
-    pub async fn record_proxied(&self, connection: ConnectionId, api_key: &ApiKeyId, call: ProxiedCall) {
-        self.count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call))).await;
+    pub async fn record_proxied(
+        &self,
+        connection: ConnectionId,
+        api_key: &ApiKeyId,
+        call: ProxiedCall,
+        holder: Option<&PackedConnection>,
+    ) {
+        self.count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call)), holder_of(connection, holder)).await;
     }
 
     /// [`Self::record_proxied`] if there is room now, without waiting; `false` when the
     /// rows waiting are at their bound (nothing counted).
-    pub fn try_record_proxied(&self, connection: ConnectionId, api_key: &ApiKeyId, call: ProxiedCall) -> bool {
-        self.try_count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call)))
+    pub fn try_record_proxied(
+        &self,
+        connection: ConnectionId,
+        api_key: &ApiKeyId,
+        call: ProxiedCall,
+        holder: Option<&PackedConnection>,
+    ) -> bool {
+        self.try_count((connection.as_uuid(), api_key.to_bits(), Use::proxied(call)), holder_of(connection, holder))
     }
 
-    async fn count(&self, key: RowKey) {
+    async fn count(&self, key: RowKey, holder: Option<&PackedConnection>) {
         // The common case: there is room, and nothing to register for.
-        if self.try_count(key) {
+        if self.try_count(key, holder) {
             return;
         }
         let waited = Instant::now();
@@ -368,7 +445,7 @@ impl HandoutAudit {
             let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if self.try_count(key) {
+            if self.try_count(key, holder) {
                 metrics::histogram!(QUEUE_WAIT).record(waited.elapsed().as_secs_f64());
                 return;
             }
@@ -379,7 +456,7 @@ impl HandoutAudit {
     /// Counts the hand-out if there is room; `false` when it needs a row and the rows
     /// waiting are at the capacity even folded. (A poisoned lock counts nothing and waits
     /// for nothing, as before.)
-    fn try_count(&self, key: RowKey) -> bool {
+    fn try_count(&self, key: RowKey, holder: Option<&PackedConnection>) -> bool {
         let (opened, early) = {
             let Ok(mut m) = self.shared.minutes.lock() else { return true };
             // Read under the lock: once the writer has closed a minute, no hand-out can
@@ -402,7 +479,7 @@ impl HandoutAudit {
                     return false;
                 }
             }
-            let opened = m.add(now, key);
+            let opened = m.add(now, key, holder);
             (opened, m.rows >= EARLY)
         };
         if opened {
@@ -527,7 +604,14 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
             match store::audit::insert_handouts_paced(&pool, &shared.instance, id, &rows, pause).await {
                 Ok(()) => {
                     batch = None;
+                    drop(rows);
+                    let held = let_go(unwritten.range_mut(..n).map(|(_, _, t)| t));
                     unwritten.drain(..n);
+                    if held > 0
+                        && let Ok(mut m) = shared.minutes.lock()
+                    {
+                        m.held = m.held.saturating_sub(held);
+                    }
                     shared.in_flight.fetch_sub(n, Ordering::AcqRel);
                     failures = 0;
                     shared.room.notify_waiters();
@@ -535,6 +619,15 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                 Err(e) => {
                     metrics::counter!(BATCH_FAILURES).increment(1);
                     failures += 1;
+                    // The database may be away for long: the rows let go of the entries
+                    // they keep, and are named from the connections' rows when written.
+                    drop(rows);
+                    let held = let_go(unwritten.iter_mut().map(|(_, _, t)| t));
+                    if held > 0
+                        && let Ok(mut m) = shared.minutes.lock()
+                    {
+                        m.held = m.held.saturating_sub(held);
+                    }
                     tracing::warn!(error = %e, rows = unwritten.len(), attempt = failures, "hand-out audit write failed; will retry");
                     break;
                 }
@@ -588,10 +681,10 @@ mod tests {
         let t1 = t0 + time::Duration::minutes(1);
         let row = |i: u64, minute: u64| (Uuid::from_u64_pair(i, minute), 7, Use::HAND_OUT);
         for i in 0..BATCH as u64 + 1000 {
-            assert!(m.add(t0, row(i, 0)));
+            assert!(m.add(t0, row(i, 0), None));
         }
         for i in 0..10 {
-            assert!(m.add(t1, row(i, 1)));
+            assert!(m.add(t1, row(i, 1), None));
         }
         m.close(t1 + time::Duration::minutes(1), false);
         assert_eq!((m.waiting(), m.rows, m.closed.len()), (BATCH + 1010, 0, 2));
@@ -606,7 +699,7 @@ mod tests {
         let keys: std::collections::HashSet<_> = first.iter().chain(&rest).map(|(_, key, _)| key.0).collect();
         assert_eq!(keys.len(), BATCH + 1010, "each row once");
         // The next minute opens with room for as many rows as the last one closed had.
-        m.add(t1 + time::Duration::minutes(1), row(0, 2));
+        m.add(t1 + time::Duration::minutes(1), row(0, 2), None);
         assert!(m.by_minute.values().all(|rows| rows.capacity() >= 10));
     }
 
@@ -618,7 +711,7 @@ mod tests {
         let row = |i: u64| (Uuid::from_u64_pair(i, 0), 7, Use::HAND_OUT);
         for minute in 0..3 {
             for i in 0..50 {
-                m.add(at(minute), row(i));
+                m.add(at(minute), row(i), None);
             }
         }
         m.close(at(2), false);
@@ -632,10 +725,74 @@ mod tests {
         assert_eq!(m.waiting(), 0);
         // A minute of more rows than EARLY: the next asks room for EARLY.
         for i in 0..EARLY as u64 + 5 {
-            m.add(at(5), row(i));
+            m.add(at(5), row(i), None);
         }
         m.close(at(6), false);
         assert_eq!(m.last_minute_rows, EARLY);
+    }
+
+    #[test]
+    fn a_row_names_a_holder_only_if_every_use_came_with_it_within_the_budget_and_a_fold_lets_go() {
+        use crate::store::connections::packed::{
+            PackedConnection,
+            tests::{packed, packed_as},
+        };
+        let mut m = Minutes::default();
+        let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+        let [alice, bob, carol, dave] = ["alice", "bob", "carol", "dave"].map(|s| packed(s, None).1);
+        let row = |p: &PackedConnection| (p.id().as_uuid(), 7, Use::HAND_OUT);
+        // Served from the cache every time: the row names its holder.
+        assert!(m.add(t0, row(&alice), Some(&alice)));
+        assert!(!m.add(t0, row(&alice), Some(&alice)));
+        assert!(m.add(t0, row(&bob), Some(&bob)));
+        assert_eq!(m.held, alice.footprint() + bob.footprint());
+        // A use read from the database, or one with another person's entry (re-granted
+        // through another IdP: the same id), and the row is named from the connection's row.
+        let (_, regranted) = packed_as(alice.id(), "alice", "https://other-idp.example", None);
+        m.add(t0, row(&carol), None);
+        m.add(t0, row(&carol), Some(&carol));
+        m.add(t0, row(&dave), Some(&dave));
+        m.add(t0, row(&dave), None);
+        let t1 = t0 + time::Duration::minutes(1);
+        m.add(t1, row(&alice), Some(&alice));
+        m.add(t1, row(&alice), Some(&regranted));
+        assert_eq!(m.held, alice.footprint() + bob.footprint(), "carol, dave and alice's second row hold none");
+        // A refreshed entry (another allocation, another ciphertext) is the same person's.
+        let (_, refreshed) = packed_as(bob.id(), "bob", "https://idp.example", Some("octo"));
+        assert!(!m.add(t0, row(&bob), Some(&refreshed)));
+        m.close(t1, false);
+        let mut taken = m.take(true);
+        let named: std::collections::HashMap<_, _> =
+            taken.iter().map(|(_, key, t)| (key.0, t.holder.as_ref().map(|h| h.id().as_uuid()))).collect();
+        assert_eq!(named.len(), 4);
+        for p in [&alice, &bob] {
+            assert_eq!(named[&p.id().as_uuid()], Some(p.id().as_uuid()), "each row names its own holder");
+        }
+        for p in [&carol, &dave] {
+            assert_eq!(named[&p.id().as_uuid()], None);
+        }
+        // Written: the writer lets go of them, and the count is back where it began.
+        m.held -= super::let_go(taken.iter_mut().map(|(_, _, t)| t));
+        assert_eq!(m.held, 0);
+        // Folded (memory first): the rows let go of the entries, and a later use's entry
+        // does not name the folded row.
+        m.fold(t1);
+        assert_eq!(m.held, 0, "the only row left (alice's second) held nothing");
+        m.add(t1, row(&bob), Some(&bob));
+        m.add(t1, row(&bob), Some(&bob));
+        assert_eq!(m.held, bob.footprint());
+        assert_eq!(m.fold(t1), 0);
+        assert_eq!(m.held, 0);
+        m.add(t1, row(&bob), Some(&bob));
+        m.close(t1 + time::Duration::minutes(1), false);
+        assert!(m.take(true).iter().all(|(_, _, t)| t.holder.is_none()));
+        // An entry of another connection never names a row; past the budget, none does.
+        assert!(super::holder_of(bob.id(), Some(&alice)).is_none());
+        assert_eq!(super::holder_of(alice.id(), Some(&alice)), Some(&alice));
+        let mut full = super::HELD_BYTES - alice.footprint() + 1;
+        assert!(super::hold(&mut full, Some(&alice)).is_none());
+        let mut room = super::HELD_BYTES - alice.footprint();
+        assert!(super::hold(&mut room, Some(&alice)).is_some() && room == super::HELD_BYTES);
     }
 
     #[test]

@@ -369,6 +369,7 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
         count,
         first_at: at + time::Duration::microseconds(123_456),
         last_at: at + time::Duration::microseconds(59_999_999),
+        holder: None,
     };
     let rows = vec![row(alice, "0123456789abcdef", 7), row(bob, "00000000000000a0", 1)];
     let batch = uuid::Uuid::new_v4();
@@ -449,6 +450,77 @@ async fn a_batch_of_handout_rows_is_stored_field_for_field() {
     assert_eq!(counted, 2 * (7 + 1));
 }
 
+/// A row of a hand-out served from the lookup cache names who holds the connection from
+/// the cache's entry it keeps, not from the connection's row (at a million connections
+/// that read was about half a row's cost): as the person was when handed the token, even
+/// if the connection is re-granted through another IdP (same id, another issuer) before
+/// the row is written. A row without an entry, or with another connection's, is named from
+/// the row.
+#[tokio::test]
+async fn a_handout_row_served_from_the_cache_names_its_holder_from_the_entry_not_the_row() {
+    use mcp_connect::domain::{ApiKeyId, ConnectionKey, ProviderId, Subject, TenantId};
+    use mcp_connect::store::audit::{HandoutRow, insert_handouts_paced};
+    use mcp_connect::store::connections::packed::{CachedConnection, PackedConnection};
+    let app = spawn_app().await;
+    let subject = "o'brien+\u{e9}@example.com";
+    let alice = app.insert_connection("acme", subject, "github", "gho_x", &["read:user"], None).await.as_uuid();
+    let bob = app.insert_connection("beta", "bob", "testp", "gho_y", &["read:user"], None).await.as_uuid();
+    let key = ConnectionKey {
+        tenant: TenantId::parse("acme").unwrap(),
+        subject: Subject::parse(subject).unwrap(),
+        provider: ProviderId::parse("github").unwrap(),
+    };
+    let stored = mcp_connect::store::connections::find_connection(&app.pool, &key).await.unwrap().unwrap();
+    let cached = CachedConnection::of(&stored).unwrap();
+    let packed = PackedConnection::pack(&key, &cached, cached.shape.clone(), 0, 0).unwrap();
+    let issuer = stored.issuer.clone().unwrap();
+    assert_eq!(packed.holder(), Some(("acme", subject, "github", issuer.as_str())));
+    // Re-granted through another IdP after the hand-out, before its row is written.
+    sqlx::query("UPDATE connections SET issuer = 'https://other-idp.example' WHERE id = $1")
+        .bind(alice)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let at = time::OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+    let row = |connection_id, count, holder| HandoutRow {
+        minute: at,
+        connection_id,
+        api_key_id: ApiKeyId::parse("0123456789abcdef").unwrap(),
+        proxied: None,
+        count,
+        first_at: at,
+        last_at: at,
+        holder,
+    };
+    let rows = vec![row(alice, 3, Some(packed.clone())), row(bob, 2, None), row(bob, 1, Some(packed))];
+    insert_handouts_paced(&app.pool, "host-0000cafe", uuid::Uuid::new_v4(), &rows, || std::future::ready(()))
+        .await
+        .unwrap();
+    type Named = (uuid::Uuid, Option<String>, Option<String>, Option<String>, Option<String>);
+    let named: Vec<Named> = sqlx::query_as(
+        "SELECT connection_id, tenant_id, subject, provider, issuer FROM audit_events
+         WHERE kind = 'token_handed_out' ORDER BY count DESC",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let bob_issuer: Option<String> = sqlx::query_scalar("SELECT issuer FROM connections WHERE id = $1")
+        .bind(bob)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let bob_named = (bob, Some("beta".into()), Some("bob".into()), Some("testp".into()), bob_issuer);
+    assert_eq!(
+        named,
+        vec![
+            (alice, Some("acme".into()), Some(subject.into()), Some("github".into()), Some(issuer)),
+            bob_named.clone(),
+            bob_named,
+        ],
+        "the entry names alice's row as she was; bob's rows are named from his row, even the one given alice's entry"
+    );
+}
+
 /// Marking connections used writes a row only when the last mark is over ten minutes old
 /// (by any instance), and never for an id that is not a connection; between marks the last
 /// use shown is the latest the connection's audit rows since the mark record.
@@ -497,6 +569,7 @@ async fn last_use_is_marked_every_ten_minutes_and_read_from_the_trail_between() 
         count: 1,
         first_at: last,
         last_at: last,
+        holder: None,
     };
     let used = now - time::Duration::seconds(30);
     let rows = [
@@ -539,6 +612,7 @@ async fn a_paced_batch_is_stored_whole_across_its_chunks() {
             count: i as i32 + 1,
             first_at: at,
             last_at: at,
+            holder: None,
         })
         .collect();
     let mut pauses = 0;
@@ -565,7 +639,7 @@ async fn draining_the_handout_audit_writes_the_open_minute_at_once() {
     let id = app.insert_connection("acme", "alice", "github", "gho_q", &["read:user"], None).await;
     let key = mcp_connect::domain::ApiKeyId::parse("0123456789abcdef").unwrap();
     for _ in 0..10 {
-        app.state.handouts.record(id, &key).await;
+        app.state.handouts.record(id, &key, None).await;
     }
     let started = std::time::Instant::now();
     assert!(app.state.handouts.drain(std::time::Duration::from_secs(5)).await, "drained");

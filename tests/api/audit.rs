@@ -120,7 +120,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     let (k1, k2) = (ApiKeyId::parse("00000000000000a1").unwrap(), ApiKeyId::parse("00000000000000a2").unwrap());
     for (i, (id, key)) in [(alice, &k1); 5].into_iter().chain([(alice, &k2); 2]).chain([(bob, &k1); 3]).enumerate() {
         *now.lock().unwrap() = minute + Duration::from_secs(5 + i as u64);
-        audit.record(mcp_connect::domain::ConnectionId::from_uuid(id), key).await;
+        audit.record(mcp_connect::domain::ConnectionId::from_uuid(id), key, None).await;
     }
     assert_eq!(audit.pending(), 3, "three rows open: alice by two keys, bob by one");
     // The writer looks every second; the minute is still open, so it writes nothing. Each
@@ -135,7 +135,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
 
     // The minute closes (a hand-out of the next minute comes in, and time moves on).
     *now.lock().unwrap() = minute + Duration::from_secs(61);
-    audit.record(mcp_connect::domain::ConnectionId::from_uuid(alice), &k1).await;
+    audit.record(mcp_connect::domain::ConnectionId::from_uuid(alice), &k1, None).await;
     // Written, and no longer counted as pending (the writer counts them off right after
     // its commit, so a reader of the table can be a moment ahead of it).
     crate::support::eventually(Duration::from_secs(5), "the closed minute's rows", || async {
@@ -281,7 +281,7 @@ async fn a_backlog_at_its_bound_is_folded_into_coarser_rows_and_loses_no_hand_ou
     sqlx::query("LOCK TABLE audit_events IN SHARE MODE").execute(&mut *blocker).await.unwrap();
     let at = |m: u64| minute + Duration::from_secs(60 * m + 1);
     for c in [a, b] {
-        audit.record(c, &key).await;
+        audit.record(c, &key, None).await;
     }
     // The minute closes; the writer takes its rows and waits on the lock (from then on it
     // takes nothing more: what follows does not race it).
@@ -301,7 +301,7 @@ async fn a_backlog_at_its_bound_is_folded_into_coarser_rows_and_loses_no_hand_ou
     for m in 1..3 {
         *now.lock().unwrap() = at(m);
         for c in [a, b] {
-            audit.record(c, &key).await;
+            audit.record(c, &key, None).await;
         }
     }
     assert!(audit.pending() <= 5, "{} rows wait where 5 may", audit.pending());
@@ -336,14 +336,14 @@ async fn a_backlog_that_folding_cannot_shrink_makes_a_new_row_wait_for_room() {
     let audit = HandoutAudit::spawn_with_capacity(app.pool.clone(), "host-wait0001".to_owned(), clock, 4);
     let key = ApiKeyId::parse("00000000000000f2").unwrap();
     for c in &connections[..4] {
-        audit.record(*c, &key).await;
+        audit.record(*c, &key, None).await;
     }
     // A fifth connection: no room, and folding one minute's distinct rows frees none. The
     // writer closes the open minute to make room, so the wait ends.
     let fifth = connections[4];
     let waiting = {
         let audit = audit.clone();
-        tokio::spawn(async move { audit.record(fifth, &key).await })
+        tokio::spawn(async move { audit.record(fifth, &key, None).await })
     };
     tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("room came").unwrap();
     assert!(audit.drain(Duration::from_secs(10)).await);

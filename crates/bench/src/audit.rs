@@ -54,6 +54,7 @@ pub async fn measure(pool: &PgPool) -> anyhow::Result<AuditWriterResult> {
                 count: 3,
                 first_at: now,
                 last_at: now,
+                holder: None,
             })
             .collect();
         let mut ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _, _)| *id).collect();

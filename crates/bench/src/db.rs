@@ -243,7 +243,8 @@ pub async fn lookup_index_scans(pool: &PgPool) -> anyhow::Result<Option<i64>> {
 
 /// Rows read by id through the primary key. The confirmer once re-read its entries this way;
 /// since the change log (issue 26) it reads none, and what remains is the hand-out audit
-/// writer's join (one per audit row written) and the toucher's marks.
+/// writer's join (one per audit row of hand-outs not served from the cache) and the
+/// toucher's marks.
 pub async fn rows_read_by_id(pool: &PgPool) -> anyhow::Result<Option<i64>> {
     index_counter(pool, "idx_tup_read", "connections_pkey").await
 }

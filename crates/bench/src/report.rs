@@ -692,7 +692,7 @@ fn lookup_details(o: &mut String, name: &str, run: &LookupRun) {
         let _ = writeln!(
             o,
             "   {name}: confirmer over the measured phases ({:.0} s): change log {}{entries}; \
-             connections read by id (connections_pkey: the audit writer's join, one per row written) {}",
+             connections read by id (connections_pkey: the audit writer's join, one per row of a hand-out not served from the cache) {}",
             run.confirmed_seconds,
             log.map_or("n/a (no cache_change_log table)".to_owned(), |r| format!("{} rows/s", thousands(r))),
             by_id.map_or("n/a".to_owned(), |r| format!("{} rows/s", thousands(r)))

@@ -291,9 +291,9 @@ impl Results {
 
     /// The confirmer's reads per second (the change log: it reads nothing else since issue
     /// 26) at the first seeding (median run) and at scale. The rows of `connections` read
-    /// by id are shown beside them: the audit writer's join, one per audit row written, so
-    /// they follow the hand-outs' rows (at a million connections nearly one a hand-out),
-    /// not the entries cached.
+    /// by id are shown beside them: the audit writer's join, one per audit row of hand-outs
+    /// not served from the cache (a row served from it names its connection from the
+    /// cache's entry), so they follow those rows, not the entries cached.
     fn confirmer_target(&self) -> Target {
         let rates: Vec<(Option<f64>, Option<f64>)> = self.runs.iter().map(|r| r.cache_on.confirmer_rates()).collect();
         let base_log = rates.iter().map(|r| r.1).collect::<Option<Vec<f64>>>().map(median);

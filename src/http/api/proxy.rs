@@ -141,6 +141,8 @@ pub async fn proxy(
 struct Sent {
     audit: crate::store::handouts::HandoutAudit,
     connection: crate::domain::ConnectionId,
+    /// As cached, when it was served from the lookup cache (see `TokenOutcome::Connected`).
+    holder: Option<crate::store::connections::packed::PackedConnection>,
     api_key: crate::domain::ApiKeyId,
     method: MethodClass,
     answered: StatusClass,
@@ -149,13 +151,14 @@ struct Sent {
 impl Drop for Sent {
     fn drop(&mut self) {
         let call = ProxiedCall { method: self.method, status: self.answered };
-        if self.audit.try_record_proxied(self.connection, &self.api_key, call) {
+        if self.audit.try_record_proxied(self.connection, &self.api_key, call, self.holder.as_ref()) {
             return;
         }
         // The rows waiting are at their bound: wait for room off this request.
-        let (audit, connection, api_key) = (self.audit.clone(), self.connection, self.api_key.clone());
+        let (audit, connection, api_key, holder) =
+            (self.audit.clone(), self.connection, self.api_key.clone(), self.holder.take());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { audit.record_proxied(connection, &api_key, call).await });
+            runtime.spawn(async move { audit.record_proxied(connection, &api_key, call, holder.as_ref()).await });
         }
     }
 }
@@ -262,7 +265,7 @@ async fn forward(
         mcp_context: serde_json::json!({}),
     };
     let asking = ask.server_name;
-    let (credential, connection) = usable(state, &caller, request.clone(), asking.clone()).await?;
+    let (credential, Served { connection, holder }) = usable(state, &caller, request.clone(), asking.clone()).await?;
     // One runaway tool does not spend the user's quota at the provider for every other.
     state.proxy.limits.connection(&connection).map_err(|wait| rate_limited("this connection", wait))?;
     let request_id = req.extensions().get::<crate::http::middleware::RequestId>().map(|r| r.0.clone());
@@ -273,6 +276,7 @@ async fn forward(
     *sent = Some(Sent {
         audit: state.handouts.clone(),
         connection,
+        holder,
         api_key: caller.0.id.clone(),
         method: MethodClass::of(out.method.as_str()),
         answered: StatusClass::NoAnswer,
@@ -371,6 +375,12 @@ impl Watch {
     }
 }
 
+/// The connection a credential came from, and as cached when it was served from there.
+struct Served {
+    connection: crate::domain::ConnectionId,
+    holder: Option<crate::store::connections::packed::PackedConnection>,
+}
+
 /// The usable credential of the request's connection (and its typed fields), or the
 /// proxy's `connect_required` or `connect_declined`.
 async fn usable(
@@ -378,12 +388,12 @@ async fn usable(
     caller: &ServerCaller,
     request: TokenRequest,
     asking: Option<String>,
-) -> Result<((SecretString, Option<Credential>), crate::domain::ConnectionId), Refused> {
+) -> Result<((SecretString, Option<Credential>), Served), Refused> {
     let tenant = &caller.0.tenant;
     let provider = request.provider.clone();
     match tokens::credential_for(state, tenant, request, OffsetDateTime::now_utc()).await? {
-        TokenOutcome::Connected { access_token, credential, connection_id, .. } => {
-            Ok(((access_token, credential.map(|(_, c)| c)), connection_id))
+        TokenOutcome::Connected { access_token, credential, connection_id, holder, .. } => {
+            Ok(((access_token, credential.map(|(_, c)| c)), Served { connection: connection_id, holder }))
         }
         TokenOutcome::ConnectRequired(e) => {
             let asking = asking.or_else(|| state.directory.tenants.display_name(tenant));

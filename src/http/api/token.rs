@@ -237,6 +237,7 @@ async fn answer(
             scopes,
             account,
             connection_id,
+            holder: _,
         } => (
             HttpResponse::Ok().json(TokenAnswer::Connected(Connected {
                 access_token: handed_out.then(|| access_token.expose_secret()),
