@@ -14,9 +14,9 @@
 //!   steady use stays cached without its row ever being read again.
 //!
 //! Connection entries hold the row as stored (ciphertext, opened per request), never a
-//! plaintext token. They are packed (`store::connections::packed`): one allocation per entry for its
-//! fixed fields, key, ciphertext and account, and the parts many rows share (vault key id,
-//! token type, scopes, issuer) kept once.
+//! plaintext token. They are packed (`store::connections::packed`): one allocation per
+//! entry for its fixed fields, key, ciphertext and account, and the parts many rows share
+//! (vault key id, token type, scopes, issuer) kept once.
 
 use crate::changes::{ChangeWatch, Ticket};
 use crate::domain::{Clock, ConnectionKey, KillState, ProviderId, TenantId};
