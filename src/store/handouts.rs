@@ -165,13 +165,6 @@ fn let_go<'a>(rows: impl IntoIterator<Item = &'a mut Tally>) -> usize {
     rows.into_iter().map(|t| t.holder.take().map_or(0, |h| h.footprint())).sum()
 }
 
-/// Lets go of a row's holder (uncounted from `held`).
-fn release(held: &mut usize, holder: &mut Option<PackedConnection>) {
-    if let Some(h) = holder.take() {
-        *held = held.saturating_sub(h.footprint());
-    }
-}
-
 fn micros(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX)
 }
@@ -223,7 +216,7 @@ impl Minutes {
                 // A row names a holder only if every use it counts came with that one (the
                 // same person: a re-connect through another IdP keeps the connection's id).
                 if t.holder.as_ref() != holder {
-                    release(&mut self.held, &mut t.holder);
+                    self.held = self.held.saturating_sub(let_go([t]));
                 }
                 false
             }
@@ -365,6 +358,19 @@ struct Shared {
     room: Notify,
     clock: WallClock,
     instance: String,
+}
+
+impl Shared {
+    /// Lets go of the holders of rows taken out of `minutes` (written, or kept after a
+    /// failed write), uncounting them.
+    fn let_go<'a>(&self, rows: impl IntoIterator<Item = &'a mut Tally>) {
+        let held = let_go(rows);
+        if held > 0
+            && let Ok(mut m) = self.minutes.lock()
+        {
+            m.held = m.held.saturating_sub(held);
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -605,13 +611,8 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                 Ok(()) => {
                     batch = None;
                     drop(rows);
-                    let held = let_go(unwritten.range_mut(..n).map(|(_, _, t)| t));
+                    shared.let_go(unwritten.range_mut(..n).map(|(_, _, t)| t));
                     unwritten.drain(..n);
-                    if held > 0
-                        && let Ok(mut m) = shared.minutes.lock()
-                    {
-                        m.held = m.held.saturating_sub(held);
-                    }
                     shared.in_flight.fetch_sub(n, Ordering::AcqRel);
                     failures = 0;
                     shared.room.notify_waiters();
@@ -622,12 +623,7 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
                     // The database may be away for long: the rows let go of the entries
                     // they keep, and are named from the connections' rows when written.
                     drop(rows);
-                    let held = let_go(unwritten.iter_mut().map(|(_, _, t)| t));
-                    if held > 0
-                        && let Ok(mut m) = shared.minutes.lock()
-                    {
-                        m.held = m.held.saturating_sub(held);
-                    }
+                    shared.let_go(unwritten.iter_mut().map(|(_, _, t)| t));
                     tracing::warn!(error = %e, rows = unwritten.len(), attempt = failures, "hand-out audit write failed; will retry");
                     break;
                 }
