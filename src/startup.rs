@@ -441,10 +441,12 @@ async fn app_state(
         },
         refresh,
         refresh_gate: Arc::default(),
+        // Sized as the lookup cache: a minute of every connection it holds is one row each.
         handouts: crate::store::handouts::HandoutAudit::spawn(
             pool.clone(),
             instance_name(),
             crate::store::handouts::system_wall_clock(),
+            crate::store::handouts::Bounds::for_connections(config.cache_capacity),
         ),
         directory: Directory { providers, tenants, idps: Arc::new(config.idps) },
         resolver: resolver(clock.clone(), &pool, &keys, signs).await,

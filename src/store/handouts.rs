@@ -2,7 +2,7 @@
 //! into the row of its instance, connection, API key and minute, held in memory (64 bytes
 //! a row). The connection's tenant, subject, provider and issuer are filled in when it is
 //! written: from the lookup cache's entry, which the row holds a reference to when every
-//! use it counts came with that person's entry and [`HELD_BYTES`] had room
+//! use it counts came with that person's entry and [`Bounds::held_bytes`] had room
 //! (`store::connections::packed`), or else from the connection's row. A call through the
 //! proxy counts itself the same way, into a row of its own kind (`proxied_calls`) that
 //! also names its method class and status class. A writer task
@@ -16,17 +16,17 @@
 //! Rows are never dropped while the process lives: a failed write is retried (backing off
 //! up to 5 s) until it succeeds, under the same batch id, so that a batch whose commit went
 //! through unseen is not written twice (`store::audit::insert_handouts_paced`). Memory is
-//! bounded: when the rows of the open minute pass [`EARLY`] (a minute in which that many
-//! connections were used on this instance) they are closed early, so that minute then has
-//! two rows for a connection and key. When
-//! [`CAPACITY`] rows wait (Postgres slow or unreachable for long), the rows waiting are
-//! folded into one per connection, key and class, each spanning the minutes it covers
-//! (coarser, counted in [`FOLDED`]; its `first_at` and `last_at` still say when), at
-//! most once a tick; only when that frees too little (as many distinct connections and
-//! keys waiting as the capacity) does a use that needs a new row wait for room, counted
-//! in [`QUEUE_WAIT`]. A wall clock that steps
-//! back can likewise split a minute into two rows. None of it breaks the trail: each row
-//! is a count of distinct hand-outs.
+//! bounded ([`Bounds`], from the connections the instance is sized for): when the rows of
+//! the open minute pass [`Bounds::early`] (a minute in which more connections were used on
+//! this instance than its lookup cache holds, and at least 100,000) they are closed early,
+//! so that minute then has two rows for a connection and key. When [`Bounds::capacity`]
+//! rows wait (Postgres slow or unreachable for long), the rows waiting are folded into one
+//! per connection, key and class, each spanning the minutes it covers (coarser, counted in
+//! [`FOLDED`]; its `first_at` and `last_at` still say when), at most once a tick; only when
+//! that frees too little (as many distinct connections and keys waiting as the capacity)
+//! does a use that needs a new row wait for room, counted in [`QUEUE_WAIT`]. A wall clock
+//! that steps back can likewise split a minute into two rows. None of it breaks the trail:
+//! each row is a count of distinct hand-outs.
 //!
 //! Marking connections used (`last_used_at`, renewed at most every ten minutes; between
 //! marks the last use is read from these rows) is a second task's job, told of a
@@ -45,20 +45,63 @@ use uuid::Uuid;
 
 /// Rows per transaction (one WAL flush), written [`store::audit::CHUNK`] at a time.
 const BATCH: usize = 2000;
-/// Rows of the open minute past which it is closed (and written) before its end.
+/// Rows of the open minute past which it is closed (and written) before its end, at least
+/// ([`Bounds::early`]).
 pub const EARLY: usize = 100_000;
 /// Rows waiting (open, closed and not yet written, or being written) past which a row
-/// more folds them (about 64 bytes a row: 26 MB; a closed minute keeps its table until its
-/// last row is written, so partly written ones can hold up to about twice that).
+/// more folds them, at least ([`Bounds::capacity`]): about 64 bytes a row, 26 MB; a closed
+/// minute keeps its table until its last row is written, so partly written ones can hold
+/// up to about twice that.
 pub const CAPACITY: usize = 400_000;
-/// The cache entries the rows waiting may keep alive, in bytes ([`PackedConnection::
-/// footprint`]). Usually the cache holds the same entries and they cost nothing more; but
-/// one the cache lets go of (changed, idle, the cache emptied when its listener is lost)
-/// lives on until its row is written. Past this a row names no holder (it is named from
-/// the connection's row when written); a fold, and a failed write, let go of them. Each
-/// row counts its entry whole, though rows of one connection (minutes, proxied calls)
-/// share it: memory stays under this, and rows fall back to reading sooner than needed.
+/// The cache entries the rows waiting may keep alive, in bytes, at least
+/// ([`Bounds::held_bytes`], [`PackedConnection::footprint`]). Usually the cache holds the
+/// same entries and they cost nothing more; but one the cache lets go of (changed, idle,
+/// the cache emptied when its listener is lost) lives on until its row is written. Past
+/// this a row names no holder (it is named from the connection's row when written); a
+/// fold, and a failed write, let go of them. Each row counts its entry whole, though rows
+/// of one connection (minutes, proxied calls) share it: memory stays under this, and rows
+/// fall back to reading sooner than needed.
 pub const HELD_BYTES: usize = 128 << 20;
+/// [`Bounds::held_bytes`] per connection the instance is sized for: two minutes of rows,
+/// each keeping an entry of up to 320 bytes (an opaque token and short ids; the bench's
+/// are 250-300).
+const HELD_PER_CONNECTION: usize = 640;
+
+/// How much the rows waiting may hold, from the connections the instance is sized for
+/// (`[cache] capacity`, the lookup cache's: as many may be used in a minute). A minute in
+/// which each of them is used is one row each; with the open minute closed at a fixed
+/// 100,000 rows, an instance of a million connections wrote a row for nearly every
+/// hand-out (580,257 rows for 650,588 hand-outs in the benchmark, against about one for
+/// three a minute held whole), and its writer fell behind at saturation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Rows of the open minute past which it is closed early (that minute then has two
+    /// rows for a connection and key).
+    pub early: usize,
+    /// Rows waiting past which a row more folds them: four minutes' worth.
+    pub capacity: usize,
+    /// Bytes of cache entries the rows waiting may keep alive.
+    pub held_bytes: usize,
+}
+
+impl Bounds {
+    /// For an instance sized for `connections`; never below [`EARLY`], [`CAPACITY`] and
+    /// [`HELD_BYTES`].
+    pub fn for_connections(connections: usize) -> Self {
+        let early = connections.max(EARLY);
+        Self {
+            early,
+            capacity: early.saturating_mul(CAPACITY / EARLY),
+            held_bytes: connections.saturating_mul(HELD_PER_CONNECTION).max(HELD_BYTES),
+        }
+    }
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self::for_connections(0)
+    }
+}
 /// How often the writer looks for closed minutes.
 const TICK: Duration = Duration::from_secs(1);
 /// A closed minute's rows are written within this long after it closes, a share each tick.
@@ -93,7 +136,7 @@ struct Tally {
     last_us: i64,
     /// The connection as cached, when every use counted came with that person's entry
     /// (the same id, key and issuer; a refreshed entry counts as the same) and
-    /// [`HELD_BYTES`] had room: names who holds it when the row is written. `None` (named
+    /// [`Bounds::held_bytes`] had room: names who holds it when the row is written. `None` (named
     /// from the connection's row then): a use read from the database or with another
     /// person's entry, past the budget, folded, or after a failed write.
     holder: Option<PackedConnection>,
@@ -143,18 +186,19 @@ struct Minutes {
     /// The last fold: at most one a tick (a fold reads every row waiting).
     folded_at: Option<Instant>,
     /// Bytes of the holders kept by rows here and by rows taken and not yet written (at
-    /// most [`HELD_BYTES`]).
+    /// most `bounds.held_bytes`).
     held: usize,
+    bounds: Bounds,
 }
 
 /// A row taken out of [`Minutes`], waiting to be written.
 type Taken = (i64, RowKey, Tally);
 
-/// A holder for a row, if the budget has room for it (counted into `held`).
-fn hold(held: &mut usize, holder: Option<&PackedConnection>) -> Option<PackedConnection> {
+/// A holder for a row, if `budget` has room for it (counted into `held`).
+fn hold(held: &mut usize, budget: usize, holder: Option<&PackedConnection>) -> Option<PackedConnection> {
     let h = holder?;
     let after = *held + h.footprint();
-    (after <= HELD_BYTES).then(|| {
+    (after <= budget).then(|| {
         *held = after;
         h.clone()
     })
@@ -205,7 +249,7 @@ impl Minutes {
                 if t.count == i32::MAX {
                     // A row that counts no more (a folded one, after days): closed, and a
                     // new one opened.
-                    let holder = hold(&mut self.held, holder);
+                    let holder = hold(&mut self.held, self.bounds.held_bytes, holder);
                     let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us, holder });
                     self.close_one((minute_of(now), key, full));
                     return true;
@@ -221,11 +265,21 @@ impl Minutes {
                 false
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Tally { count: 1, first_us: us, last_us: us, holder: hold(&mut self.held, holder) });
+                v.insert(Tally {
+                    count: 1,
+                    first_us: us,
+                    last_us: us,
+                    holder: hold(&mut self.held, self.bounds.held_bytes, holder),
+                });
                 self.rows += 1;
                 true
             }
         }
+    }
+
+    /// Whether the open minute has as many rows as it may (the writer closes it then).
+    fn past_early(&self) -> bool {
+        self.rows >= self.bounds.early
     }
 
     /// Whether `now`'s minute has a row for `key`.
@@ -246,7 +300,7 @@ impl Minutes {
             self.rows -= rows.len();
             self.closed_rows += rows.len();
             // A folded minute holds up to the capacity: room for that many is not asked again.
-            self.last_minute_rows = rows.len().min(EARLY);
+            self.last_minute_rows = rows.len().min(self.bounds.early);
             self.closed.push_back((minute, rows));
         }
         self.due = Some(Instant::now() + SPREAD);
@@ -350,7 +404,7 @@ struct Shared {
     in_flight: AtomicUsize,
     /// Write every row now, the open minute's too (drain).
     write_all: AtomicBool,
-    /// Close the open minute now (it passed [`EARLY`] rows); written spread as any.
+    /// Close the open minute now (it passed [`Bounds::early`] rows); written spread as any.
     close_early: AtomicBool,
     capacity: usize,
     wake: Notify,
@@ -381,18 +435,13 @@ pub struct HandoutAudit {
 
 impl HandoutAudit {
     /// Starts the writer and the toucher. `instance` names this process in the rows.
-    pub fn spawn(pool: Db, instance: String, clock: WallClock) -> Self {
-        Self::spawn_with_capacity(pool, instance, clock, CAPACITY)
-    }
-
-    /// [`Self::spawn`] with another bound on the rows waiting than [`CAPACITY`] (tests).
-    pub fn spawn_with_capacity(pool: Db, instance: String, clock: WallClock, capacity: usize) -> Self {
+    pub fn spawn(pool: Db, instance: String, clock: WallClock, bounds: Bounds) -> Self {
         let shared = Arc::new(Shared {
-            minutes: Mutex::new(Minutes::default()),
+            minutes: Mutex::new(Minutes { bounds, ..Minutes::default() }),
             in_flight: AtomicUsize::new(0),
             write_all: AtomicBool::new(false),
             close_early: AtomicBool::new(false),
-            capacity: capacity.max(1),
+            capacity: bounds.capacity.max(1),
             wake: Notify::new(),
             room: Notify::new(),
             clock,
@@ -404,6 +453,11 @@ impl HandoutAudit {
         tokio::spawn(writer(pool.clone(), shared.clone()));
         tokio::spawn(toucher(pool, touch_rx));
         Self { shared, touch }
+    }
+
+    /// [`Self::spawn`] with another bound on the rows waiting (tests).
+    pub fn spawn_with_capacity(pool: Db, instance: String, clock: WallClock, capacity: usize) -> Self {
+        Self::spawn(pool, instance, clock, Bounds { capacity, ..Bounds::default() })
     }
 
     pub fn instance(&self) -> &str {
@@ -486,7 +540,7 @@ impl HandoutAudit {
                 }
             }
             let opened = m.add(now, key, holder);
-            (opened, m.rows >= EARLY)
+            (opened, m.past_early())
         };
         if opened {
             let _ = self.touch.send(key.0);
@@ -668,7 +722,7 @@ fn gather(first: Uuid, rx: &mut mpsc::UnboundedReceiver<Uuid>) -> Vec<Uuid> {
 
 #[cfg(test)]
 mod tests {
-    use super::{BATCH, EARLY, Minutes, Use, minute_of};
+    use super::{BATCH, Bounds, CAPACITY, EARLY, HELD_BYTES, Minutes, Use, minute_of};
     use crate::domain::{MethodClass, ProxiedCall, StatusClass};
     use time::OffsetDateTime;
     use uuid::Uuid;
@@ -731,6 +785,32 @@ mod tests {
     }
 
     #[test]
+    fn a_minute_of_as_many_connections_as_the_instance_is_sized_for_stays_one_row_each() {
+        assert_eq!(
+            Bounds::for_connections(1_000),
+            Bounds { early: EARLY, capacity: CAPACITY, held_bytes: HELD_BYTES },
+            "never below the floors"
+        );
+        let sized = Bounds::for_connections(1_100_000);
+        assert_eq!(sized, Bounds { early: 1_100_000, capacity: 4_400_000, held_bytes: 1_100_000 * 640 });
+        let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+        let row = |i: u64| (Uuid::from_u64_pair(i, 0), 7, Use::HAND_OUT);
+        let mut m = Minutes { bounds: sized, ..Minutes::default() };
+        for i in 0..EARLY as u64 + 5 {
+            m.add(t0, row(i), None);
+        }
+        assert!(!m.past_early(), "a minute of more rows than EARLY, fewer than the instance holds, stays open");
+        m.close(t0 + time::Duration::minutes(1), false);
+        assert_eq!(m.last_minute_rows, EARLY + 5, "the next minute asks room for as many");
+        let mut small = Minutes { bounds: Bounds { early: 10, ..sized }, ..Minutes::default() };
+        for i in 0..10 {
+            assert!(!small.past_early());
+            small.add(t0, row(i), None);
+        }
+        assert!(small.past_early(), "closed early at its own bound");
+    }
+
+    #[test]
     fn a_row_names_a_holder_only_if_every_use_came_with_it_within_the_budget_and_a_fold_lets_go() {
         use crate::store::connections::packed::{
             PackedConnection,
@@ -788,10 +868,11 @@ mod tests {
         // An entry of another connection never names a row; past the budget, none does.
         assert!(super::holder_of(bob.id(), Some(&alice)).is_none());
         assert_eq!(super::holder_of(alice.id(), Some(&alice)), Some(&alice));
-        let mut full = super::HELD_BYTES - alice.footprint() + 1;
-        assert!(super::hold(&mut full, Some(&alice)).is_none());
-        let mut room = super::HELD_BYTES - alice.footprint();
-        assert!(super::hold(&mut room, Some(&alice)).is_some() && room == super::HELD_BYTES);
+        let budget = m.bounds.held_bytes;
+        let mut full = budget - alice.footprint() + 1;
+        assert!(super::hold(&mut full, budget, Some(&alice)).is_none());
+        let mut room = budget - alice.footprint();
+        assert!(super::hold(&mut room, budget, Some(&alice)).is_some() && room == budget);
     }
 
     #[test]

@@ -116,7 +116,7 @@ async fn handouts_are_one_row_per_connection_key_and_minute_written_once_the_min
     let bob = app.insert_connection("acme", "bob", "github", "gho_b", &["read:user"], None).await.as_uuid();
     let minute = datetime!(2026-12-01 10:07 UTC);
     let (clock, now, reads) = manual_clock(minute + Duration::from_secs(5));
-    let audit = HandoutAudit::spawn(app.pool.clone(), "host-test0001".to_owned(), clock);
+    let audit = HandoutAudit::spawn(app.pool.clone(), "host-test0001".to_owned(), clock, Default::default());
     let (k1, k2) = (ApiKeyId::parse("00000000000000a1").unwrap(), ApiKeyId::parse("00000000000000a2").unwrap());
     for (i, (id, key)) in [(alice, &k1); 5].into_iter().chain([(alice, &k2); 2]).chain([(bob, &k1); 3]).enumerate() {
         *now.lock().unwrap() = minute + Duration::from_secs(5 + i as u64);
