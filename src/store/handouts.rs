@@ -66,34 +66,34 @@ pub const HELD_BYTES: usize = 128 << 20;
 /// each keeping an entry of up to 320 bytes (an opaque token and short ids; the bench's
 /// are 250-300).
 const HELD_PER_CONNECTION: usize = 640;
+/// The most rows an open minute may have, whatever the cache holds: 7/8 of 2^21, the most
+/// one table of 2^21 slots takes (65 bytes a slot: 136 MB). It bounds the rest: at most
+/// 7,340,032 rows waiting (in tables of up to 545 MB in all) and 1.1 GiB of entries held.
+const MAX_EARLY: usize = 1_835_008;
 
 /// How much the rows waiting may hold, from the connections the instance is sized for
 /// (`[cache] capacity`, the lookup cache's: as many may be used in a minute). A minute in
-/// which each of them is used is one row each; with the open minute closed at a fixed
-/// 100,000 rows, an instance of a million connections wrote a row for nearly every
-/// hand-out (580,257 rows for 650,588 hand-outs in the benchmark, against about one for
-/// three a minute held whole), and its writer fell behind at saturation.
+/// which each of them is used through one key is one row each; with the open minute
+/// closed at a fixed 100,000 rows, an instance of a million connections wrote a row for
+/// nearly every hand-out (580,257 rows for 650,588 hand-outs in the benchmark, against
+/// about one for three a minute held whole), and its writer fell behind at saturation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
     /// Rows of the open minute past which it is closed early (that minute then has two
     /// rows for a connection and key).
-    pub early: usize,
+    early: usize,
     /// Rows waiting past which a row more folds them: four minutes' worth.
-    pub capacity: usize,
+    capacity: usize,
     /// Bytes of cache entries the rows waiting may keep alive.
-    pub held_bytes: usize,
+    held_bytes: usize,
 }
 
 impl Bounds {
-    /// For an instance sized for `connections`; never below [`EARLY`], [`CAPACITY`] and
-    /// [`HELD_BYTES`].
+    /// For an instance sized for `connections`: never below [`EARLY`], [`CAPACITY`] and
+    /// [`HELD_BYTES`], nor above [`MAX_EARLY`] connections' worth.
     pub fn for_connections(connections: usize) -> Self {
-        let early = connections.max(EARLY);
-        Self {
-            early,
-            capacity: early.saturating_mul(CAPACITY / EARLY),
-            held_bytes: connections.saturating_mul(HELD_PER_CONNECTION).max(HELD_BYTES),
-        }
+        let early = connections.clamp(EARLY, MAX_EARLY);
+        Self { early, capacity: early * (CAPACITY / EARLY), held_bytes: (early * HELD_PER_CONNECTION).max(HELD_BYTES) }
     }
 }
 
@@ -724,6 +724,7 @@ fn gather(first: Uuid, rx: &mut mpsc::UnboundedReceiver<Uuid>) -> Vec<Uuid> {
 mod tests {
     use super::{BATCH, Bounds, CAPACITY, EARLY, HELD_BYTES, Minutes, Use, minute_of};
     use crate::domain::{MethodClass, ProxiedCall, StatusClass};
+    use crate::store::connections::packed::PackedConnection;
     use time::OffsetDateTime;
     use uuid::Uuid;
 
@@ -792,7 +793,12 @@ mod tests {
             "never below the floors"
         );
         let sized = Bounds::for_connections(1_100_000);
-        assert_eq!(sized, Bounds { early: 1_100_000, capacity: 4_400_000, held_bytes: 1_100_000 * 640 });
+        assert_eq!(sized, Bounds { early: 1_100_000, capacity: 4_400_000, held_bytes: 704_000_000 });
+        assert_eq!(
+            Bounds::for_connections(100_000_000),
+            Bounds { early: 1_835_008, capacity: 7_340_032, held_bytes: 1_174_405_120 },
+            "never above one table of 2^21 slots a minute, whatever the cache holds"
+        );
         let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
         let row = |i: u64| (Uuid::from_u64_pair(i, 0), 7, Use::HAND_OUT);
         let mut m = Minutes { bounds: sized, ..Minutes::default() };
@@ -808,14 +814,26 @@ mod tests {
             small.add(t0, row(i), None);
         }
         assert!(small.past_early(), "closed early at its own bound");
+        small.add(t0, row(10), None);
+        small.close(t0 + time::Duration::minutes(1), false);
+        assert_eq!(small.last_minute_rows, 10, "the next minute asks room for its bound at most");
+        // The entries rows keep: within the instance's budget, through `add`.
+        let [alice, bob] = ["alice", "bob"].map(|s| crate::store::connections::packed::tests::packed(s, None).1);
+        let budget = alice.footprint() + bob.footprint() - 1;
+        let mut m = Minutes { bounds: Bounds { held_bytes: budget, ..sized }, ..Minutes::default() };
+        let row_of = |p: &PackedConnection| (p.id().as_uuid(), 7, Use::HAND_OUT);
+        m.add(t0, row_of(&alice), Some(&alice));
+        m.add(t0, row_of(&bob), Some(&bob));
+        assert_eq!(m.held, alice.footprint(), "bob's entry is past the budget: his row keeps none");
+        m.close(t0 + time::Duration::minutes(1), false);
+        let kept: Vec<bool> =
+            m.take(true).iter().map(|(_, (id, _, _), t)| t.holder.is_some() == (*id == alice.id().as_uuid())).collect();
+        assert_eq!(kept, [true, true]);
     }
 
     #[test]
     fn a_row_names_a_holder_only_if_every_use_came_with_it_within_the_budget_and_a_fold_lets_go() {
-        use crate::store::connections::packed::{
-            PackedConnection,
-            tests::{packed, packed_as},
-        };
+        use crate::store::connections::packed::tests::{packed, packed_as};
         let mut m = Minutes::default();
         let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
         let [alice, bob, carol, dave] = ["alice", "bob", "carol", "dave"].map(|s| packed(s, None).1);
