@@ -136,9 +136,9 @@ struct Tally {
     last_us: i64,
     /// The connection as cached, when every use counted came with that person's entry
     /// (the same id, key and issuer; a refreshed entry counts as the same) and
-    /// [`Bounds::held_bytes`] had room: names who holds it when the row is written. `None` (named
-    /// from the connection's row then): a use read from the database or with another
-    /// person's entry, past the budget, folded, or after a failed write.
+    /// [`Bounds::held_bytes`] had room: names who holds it when the row is written. `None`
+    /// (named from the connection's row then): a use read from the database or with
+    /// another person's entry, past the budget, folded, or after a failed write.
     holder: Option<PackedConnection>,
 }
 
@@ -406,7 +406,6 @@ struct Shared {
     write_all: AtomicBool,
     /// Close the open minute now (it passed [`Bounds::early`] rows); written spread as any.
     close_early: AtomicBool,
-    capacity: usize,
     wake: Notify,
     /// The writer took rows out.
     room: Notify,
@@ -441,7 +440,6 @@ impl HandoutAudit {
             in_flight: AtomicUsize::new(0),
             write_all: AtomicBool::new(false),
             close_early: AtomicBool::new(false),
-            capacity: bounds.capacity.max(1),
             wake: Notify::new(),
             room: Notify::new(),
             clock,
@@ -457,7 +455,7 @@ impl HandoutAudit {
 
     /// [`Self::spawn`] with another bound on the rows waiting (tests).
     pub fn spawn_with_capacity(pool: Db, instance: String, clock: WallClock, capacity: usize) -> Self {
-        Self::spawn(pool, instance, clock, Bounds { capacity, ..Bounds::default() })
+        Self::spawn(pool, instance, clock, Bounds { capacity: capacity.max(1), ..Bounds::default() })
     }
 
     pub fn instance(&self) -> &str {
@@ -523,7 +521,7 @@ impl HandoutAudit {
             // still count itself into it.
             let now = (self.shared.clock)();
             let in_flight = self.shared.in_flight.load(Ordering::Acquire);
-            if m.waiting() + in_flight >= self.shared.capacity && !m.has(now, &key) {
+            if m.waiting() + in_flight >= m.bounds.capacity && !m.has(now, &key) {
                 if m.folded_at.is_some_and(|at| at.elapsed() < TICK) {
                     return false;
                 }
@@ -531,7 +529,7 @@ impl HandoutAudit {
                 m.folded_at = Some(Instant::now());
                 metrics::counter!(FOLDED).increment(folded as u64);
                 let waiting = m.waiting() + in_flight;
-                if waiting >= self.shared.capacity && !m.has(now, &key) {
+                if waiting >= m.bounds.capacity && !m.has(now, &key) {
                     tracing::warn!(
                         waiting,
                         "the hand-out audit backlog is at its bound even folded: a hand-out that needs a new row waits for the writer"
@@ -642,7 +640,7 @@ async fn writer(pool: Db, shared: Arc<Shared>) {
             let waiting = m.waiting() + unwritten.len();
             // Crowded and the database takes rows: the open minute too, all at once, so
             // that those waiting for room get it.
-            let crowded = waiting >= shared.capacity / 2;
+            let crowded = waiting >= m.bounds.capacity / 2;
             m.close((shared.clock)(), all || early || (crowded && unwritten.is_empty()));
             if unwritten.is_empty() {
                 let taken = m.take(all || crowded);
