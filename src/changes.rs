@@ -103,12 +103,23 @@ impl ChangeWatch {
 
     /// Milliseconds since the value read at `at_ms` was last known good.
     pub fn age_ms(&self, at_ms: u64) -> u64 {
+        self.age_ms_at(at_ms, self.now_ms())
+    }
+
+    /// [`Self::age_ms`] as of `now_ms` (a [`Self::now_ms`] the caller read: one clock read
+    /// for all it decides).
+    fn age_ms_at(&self, at_ms: u64, now_ms: u64) -> u64 {
         let confirmed = self.confirmed_ms.load(Ordering::Acquire).max(at_ms);
-        self.now_ms().saturating_sub(confirmed)
+        now_ms.saturating_sub(confirmed)
     }
 
     pub fn is_fresh(&self, at_ms: u64, max_age: Duration) -> bool {
-        u128::from(self.age_ms(at_ms)) < max_age.as_millis()
+        self.is_fresh_at(at_ms, max_age, self.now_ms())
+    }
+
+    /// [`Self::is_fresh`] as of `now_ms`.
+    pub fn is_fresh_at(&self, at_ms: u64, max_age: Duration, now_ms: u64) -> bool {
+        u128::from(self.age_ms_at(at_ms, now_ms)) < max_age.as_millis()
     }
 
     pub fn is_listening(&self) -> bool {

@@ -25,11 +25,13 @@ pub async fn request_context(
     req.extensions_mut().insert(RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.path().to_owned();
+    // Fields as `&str` (here and in the access line) are written as they are; `%` would
+    // format each through `Display` into a string of its own first.
     let span = tracing::info_span!(
         "request",
-        request_id = %id,
-        %method,
-        %path,
+        request_id = id.as_str(),
+        method = method.as_str(),
+        path = path.as_str(),
         trace_id = tracing::field::Empty,
         otel.kind = tracing::field::Empty,
         otel.name = tracing::field::Empty,
@@ -65,9 +67,9 @@ pub async fn request_context(
         Ok(mut res) => {
             answer_headers(&mut res, &id, hsts, draining);
             tracing::info!(
-                request_id = %id,
-                %method,
-                %path,
+                request_id = id.as_str(),
+                method = method.as_str(),
+                path = path.as_str(),
                 status = res.status().as_u16(),
                 elapsed_ms = elapsed.as_millis() as u64,
                 trace_id = trace_id.as_deref(),
@@ -77,9 +79,9 @@ pub async fn request_context(
         }
         Err(e) => {
             tracing::warn!(
-                request_id = %id,
-                %method,
-                %path,
+                request_id = id.as_str(),
+                method = method.as_str(),
+                path = path.as_str(),
                 elapsed_ms = elapsed.as_millis() as u64,
                 trace_id = trace_id.as_deref(),
                 "request failed"

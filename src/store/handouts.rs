@@ -330,41 +330,48 @@ impl Minutes {
     }
 
     /// Folds every row waiting here (open and closed) into one per [`RowKey`] in `now`'s
-    /// minute, each spanning the uses it counts; the rows it merged away.
+    /// minute, each spanning the uses it counts; the rows it merged away. The other tables
+    /// are merged into the largest, each let go of once merged, instead of into a new table
+    /// with room for every row waiting beside them all (at the largest bounds 545 MB more
+    /// while Postgres is away). Where most rows merge (the same connections minute after
+    /// minute), the largest table grows little; where few do, it grows to about the size
+    /// the new table had.
     fn fold(&mut self, now: OffsetDateTime) -> usize {
         let before = self.waiting();
-        let mut merged: HashMap<RowKey, Tally> = HashMap::with_capacity(before);
-        // Rows whose counts together pass what a row holds stay rows of their own.
-        let mut apart = Vec::new();
-        let open = std::mem::take(&mut self.by_minute).into_values().flatten();
-        let closed = self.closed.drain(..).flat_map(|(_, rows)| rows);
+        let mut tables: Vec<HashMap<RowKey, Tally>> = std::mem::take(&mut self.by_minute)
+            .into_values()
+            .chain(self.closed.drain(..).map(|(_, rows)| rows))
+            .collect();
+        let largest = (0..tables.len()).max_by_key(|&i| tables[i].len());
+        let mut merged = largest.map(|i| tables.swap_remove(i)).unwrap_or_default();
         // The entries the rows held go (memory first): folded rows, and any use counted
         // into them later, are named from the connection's row when written.
-        let mut released = 0;
-        let unheld = |(key, mut t): (RowKey, Tally)| {
-            released += let_go([&mut t]);
-            (key, t)
-        };
-        for (key, t) in open.chain(closed).map(unheld) {
-            match merged.entry(key) {
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    let m = o.get_mut();
-                    match m.count.checked_add(t.count) {
-                        Some(count) => {
-                            m.count = count;
-                            m.first_us = m.first_us.min(t.first_us);
-                            m.last_us = m.last_us.max(t.last_us);
+        let mut released = let_go(merged.values_mut());
+        // Rows whose counts together pass what a row holds stay rows of their own.
+        let mut apart = Vec::new();
+        for rows in tables {
+            for (key, mut t) in rows {
+                released += let_go([&mut t]);
+                match merged.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        let m = o.get_mut();
+                        match m.count.checked_add(t.count) {
+                            Some(count) => {
+                                m.count = count;
+                                m.first_us = m.first_us.min(t.first_us);
+                                m.last_us = m.last_us.max(t.last_us);
+                            }
+                            None => apart.push((minute_of_us(t.first_us), key, t)),
                         }
-                        None => apart.push((minute_of_us(t.first_us), key, t)),
                     }
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(t);
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(t);
+                    }
                 }
             }
         }
-        // Room for as many as were waiting, most of them merged away: the map may now wait
-        // closed for as long as the database is away.
+        // Most of the rows may have merged away, and the map may now wait closed for as
+        // long as the database is away.
         merged.shrink_to_fit();
         self.held = self.held.saturating_sub(released);
         self.rows = merged.len();
@@ -781,6 +788,35 @@ mod tests {
         }
         m.close(at(6), false);
         assert_eq!(m.last_minute_rows, EARLY);
+    }
+
+    #[test]
+    fn a_fold_merges_into_its_largest_table_whichever_minute_that_is_and_keeps_every_count_and_span() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_796_000_040).unwrap();
+        let at = |minutes: i64| t0 + time::Duration::minutes(minutes);
+        let row = |i: u64| (Uuid::from_u64_pair(i, 0), 7, Use::HAND_OUT);
+        // The largest table closed, a smaller one closed, the open one smallest; and the
+        // other way round.
+        for sizes in [[100u64, 15, 3], [3, 15, 100]] {
+            let mut m = Minutes::default();
+            for (minute, n) in sizes.iter().enumerate() {
+                // Minute 1's rows are 90-104: ten of them also in minute 0's when that has 100.
+                let first = if minute == 1 { 90 } else { 0 };
+                for i in first..first + n {
+                    m.add(at(minute as i64), row(i), None);
+                }
+            }
+            m.close(at(2), false);
+            let waiting = m.waiting();
+            let distinct = 105;
+            assert_eq!(m.fold(at(2)), waiting - distinct, "{sizes:?}");
+            assert_eq!((m.rows, m.closed_rows, m.by_minute.len()), (distinct, 0, 1));
+            let open = &m.by_minute[&minute_of(at(2))];
+            assert_eq!(open.values().map(|t| i64::from(t.count)).sum::<i64>(), sizes.iter().sum::<u64>() as i64);
+            // Connection 0 was used in minutes 0 and 2: its row spans both.
+            let zero = &open[&row(0)];
+            assert_eq!((zero.count, zero.first_us, zero.last_us), (2, super::micros(at(0)), super::micros(at(2))));
+        }
     }
 
     #[test]

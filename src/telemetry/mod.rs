@@ -6,12 +6,15 @@ pub mod metrics;
 pub mod traces;
 
 use crate::config::LogFormat;
+use std::cell::RefCell;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -106,6 +109,68 @@ impl Drop for LogGuard {
     }
 }
 
+/// The lines' timestamps, as tracing-subscriber's `SystemTime` writes them
+/// (`2026-12-06T05:20:01.123456Z`, UTC, microseconds), with the part down to the second
+/// formatted once a second on each thread. Formatting all of it on every line was 2 % of
+/// the service's CPU for a cached hand-out (issue 46's profile: an access line per
+/// request), and the library offers no timer that keeps its work.
+#[derive(Clone, Copy, Default)]
+struct LineTime;
+
+impl FormatTime for LineTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        thread_local! {
+            static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let kept = SECOND.try_with(|second| {
+            let mut second = second.borrow_mut();
+            let (at, text) = &mut *second;
+            if *at != now.as_secs() {
+                *text = to_the_second(now.as_secs());
+                *at = now.as_secs();
+            }
+            write!(w, "{text}.{:06}Z", now.subsec_micros())
+        });
+        // A line written while the thread's locals are going (its last moments).
+        kept.unwrap_or_else(|_| write!(w, "{}.{:06}Z", to_the_second(now.as_secs()), now.subsec_micros()))
+    }
+}
+
+/// `2026-12-06T05:20:01` for that many seconds since 1970 (UTC).
+fn to_the_second(unix: u64) -> String {
+    let t = i64::try_from(unix)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// The JSON lines, to `writer`: timestamp, level, the event's `fields`, its `target`, and
+/// the current span (the request: id, method, path) as `span`; not the list of enclosing
+/// spans, which would repeat it at about a tenth of the cost of a request.
+/// json-subscriber writes the keys and values tracing-subscriber's `json()` writes (keys
+/// in alphabetical order; an event of a crate that logs through the `log` crate has the
+/// target `log`, its own in `fields."log.target"`), with less work per span and line (it
+/// keeps a span's fields as JSON instead of parsing them again for every line): the access
+/// line and the request span were 18 % of the service's CPU for a cached hand-out with
+/// the latter (issue 46's profile). Public for the tests that read every line for secrets.
+pub fn json_lines<S, W>(writer: W) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    json_subscriber::fmt::layer().with_span_list(false).with_timer(LineTime).with_writer(writer)
+}
+
 /// Where spans go, when they go anywhere.
 pub struct TraceExport<'a> {
     pub endpoint: &'a url::Url,
@@ -160,15 +225,20 @@ pub fn init(format: LogFormat, traces: Option<TraceExport<'_>>) -> LogGuard {
     let batched = Batched::default();
     // Colour codes only for a person at a terminal: never into a file or a log collector.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let lines = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(batched.clone());
     // `MCP_CONNECT_LOG` filters the log lines only: spans are exported whatever it says.
     let registry = tracing_subscriber::registry().with(provider.as_ref().map(traces::layer));
     // A second init (tests, `dev`) keeps the first subscriber.
     let first = match format {
-        // The current span (the request: id, method, path) is on every line; the list of
-        // enclosing spans would repeat it at about a tenth of the cost of a request.
-        LogFormat::Json => registry.with(lines.json().with_span_list(false).with_filter(filter)).try_init(),
-        LogFormat::Text => registry.with(lines.with_filter(filter)).try_init(),
+        LogFormat::Json => registry.with(json_lines(batched.clone()).with_filter(filter)).try_init(),
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_timer(LineTime)
+                    .with_writer(batched.clone())
+                    .with_filter(filter),
+            )
+            .try_init(),
     };
     if first.is_err() {
         return LogGuard(None, provider);
@@ -187,6 +257,70 @@ pub fn init(format: LogFormat, traces: Option<TraceExport<'_>>) -> LogGuard {
 mod tests {
     use super::*;
     use tracing::Level;
+
+    #[test]
+    fn json_lines_carry_the_request_span_inside_a_request_and_the_fields_operators_read() {
+        use serde_json::json;
+        let out = Batched::default();
+        let subscriber = tracing_subscriber::registry().with(json_lines(out.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            // As `http::middleware::request_context` makes them.
+            let span = tracing::info_span!(
+                "request",
+                request_id = "00c0ffee00c0ffee",
+                method = "POST",
+                path = "/v1/token",
+                trace_id = tracing::field::Empty,
+            );
+            span.in_scope(|| tracing::warn!(provider = "github", attempt = 2u64, "inside"));
+            tracing::info!(request_id = "00c0ffee00c0ffee", status = 200u64, trace_id = None::<&str>, "request");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+        let [inside, access] = &lines[..] else { panic!("two lines: {text}") };
+        // The keys in alphabetical order (as CHANGELOG tells operators).
+        let first = text.lines().next().unwrap();
+        let keys = ["fields", "level", "span", "target", "timestamp"];
+        let at: Vec<usize> = keys.iter().map(|k| first.find(&format!("\"{k}\":")).expect(k)).collect();
+        assert!(at.is_sorted(), "{first}");
+        assert_eq!(inside["level"], "WARN");
+        assert_eq!(inside["target"], module_path!());
+        assert_eq!(inside["fields"], json!({"message": "inside", "provider": "github", "attempt": 2}));
+        assert_eq!(
+            inside["span"],
+            json!({"name": "request", "request_id": "00c0ffee00c0ffee", "method": "POST", "path": "/v1/token"}),
+            "the request's span, without the fields it left empty"
+        );
+        assert_eq!(inside.get("spans"), None, "no list of spans");
+        let stamp = inside["timestamp"].as_str().unwrap();
+        time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339).expect(stamp);
+        assert_eq!(access["level"], "INFO");
+        assert_eq!(access["fields"], json!({"message": "request", "request_id": "00c0ffee00c0ffee", "status": 200}));
+        assert_eq!(access.get("span"), None, "outside the request's span");
+    }
+
+    #[test]
+    fn line_timestamps_read_as_the_library_writes_them() {
+        let stamp = |timer: &dyn FormatTime| {
+            let mut s = String::new();
+            timer.format_time(&mut Writer::new(&mut s)).unwrap();
+            s
+        };
+        for _ in 0..3 {
+            let ours = stamp(&LineTime);
+            let theirs = stamp(&tracing_subscriber::fmt::time::SystemTime);
+            // Both of one second (the loop retries across a second's end): the same text up
+            // to the microseconds, and as long.
+            if ours[..19] != theirs[..19] {
+                continue;
+            }
+            assert_eq!((ours.len(), &ours[19..20], &ours[26..]), (theirs.len(), ".", "Z"), "{ours} {theirs}");
+            let parsed = time::OffsetDateTime::parse(&ours, &time::format_description::well_known::Rfc3339).unwrap();
+            assert!((time::OffsetDateTime::now_utc() - parsed).abs() < time::Duration::seconds(2), "{ours}");
+            return;
+        }
+        panic!("three seconds' ends in a row");
+    }
 
     #[test]
     fn the_level_filter_defaults_to_info_with_quiet_sqlx_and_takes_a_target_list() {

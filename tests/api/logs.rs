@@ -43,9 +43,24 @@ pub(crate) fn capture_logs() -> Arc<Mutex<Vec<u8>>> {
     buf
 }
 
+/// [`capture_logs`], each line twice: as text, and as the service writes it by default
+/// (`log_format = "json"`: escaped, with the request's span on every line inside it).
+fn capture_logs_in_both_formats() -> Arc<Mutex<Vec<u8>>> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let (text, json) = (Capture(buf.clone()), Capture(buf.clone()));
+    let debug = tracing_subscriber::filter::LevelFilter::DEBUG;
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || text.clone()).with_filter(debug))
+        .with(mcp_connect::telemetry::json_lines(move || json.clone()).with_filter(debug));
+    tracing::subscriber::set_global_default(subscriber).expect("this test owns the process's subscriber");
+    buf
+}
+
 #[tokio::test]
 async fn a_whole_flow_logs_no_secret() {
-    let buf = capture_logs();
+    let buf = capture_logs_in_both_formats();
 
     let app = spawn_app().await;
     let b = app.token_ok(json!({"subject": "alice", "provider": "testp"})).await;
@@ -124,13 +139,15 @@ async fn a_whole_flow_logs_no_secret() {
         ("api key", app.key.clone()),
         ("api key secret", app.key[22..].to_owned()),
     ];
-    // The request log line of the callback is written as its response goes out.
+    // The request log line of the callback is written as its response goes out (the JSON
+    // one after the text one).
     crate::support::eventually(std::time::Duration::from_secs(10), "the callback's log line", || async {
-        String::from_utf8_lossy(&buf.lock().unwrap()).contains("/connect/testp/callback")
+        String::from_utf8_lossy(&buf.lock().unwrap()).contains(r#""path":"/connect/testp/callback""#)
     })
     .await;
     let logs = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("/connect/testp/callback"), "the capture works: {} bytes", logs.len());
+    assert!(logs.contains(r#"path="/connect/testp/callback""#), "the text lines are captured too");
     for (what, value) in &secrets {
         assert!(value.len() >= 16, "{what} is a real value");
         assert!(!logs.contains(value.as_str()), "{what} found in the logs");
