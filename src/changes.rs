@@ -136,7 +136,12 @@ impl ChangeWatch {
 
     /// Seconds since the watch began, for "last used" marks.
     pub fn now_s(&self) -> u32 {
-        (self.now_ms() / 1000) as u32
+        Self::seconds(self.now_ms())
+    }
+
+    /// [`Self::now_s`] of a [`Self::now_ms`] the caller read.
+    pub fn seconds(now_ms: u64) -> u32 {
+        (now_ms / 1000) as u32
     }
 }
 

@@ -168,7 +168,7 @@ impl Caches {
         if !self.watch.is_fresh_at(h.confirmed_ms, self.max_age, now_ms) {
             return None;
         }
-        let now_s = (now_ms / 1000) as u32;
+        let now_s = ChangeWatch::seconds(now_ms);
         if h.used_s.load(Ordering::Relaxed) != now_s {
             h.used_s.store(now_s, Ordering::Relaxed);
         }

@@ -32,20 +32,16 @@ fn query_param(url: &str, name: &str) -> String {
 /// Every log line of this process from now on, at debug level (nextest runs each test in
 /// a process of its own: the test calling this owns the process's subscriber).
 pub(crate) fn capture_logs() -> Arc<Mutex<Vec<u8>>> {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let writer = Capture(buf.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("this test owns the process's subscriber");
-    buf
+    capture(false)
 }
 
 /// [`capture_logs`], each line twice: as text, and as the service writes it by default
 /// (`log_format = "json"`: escaped, with the request's span on every line inside it).
 fn capture_logs_in_both_formats() -> Arc<Mutex<Vec<u8>>> {
+    capture(true)
+}
+
+fn capture(json_too: bool) -> Arc<Mutex<Vec<u8>>> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     let buf = Arc::new(Mutex::new(Vec::new()));
@@ -53,7 +49,7 @@ fn capture_logs_in_both_formats() -> Arc<Mutex<Vec<u8>>> {
     let debug = tracing_subscriber::filter::LevelFilter::DEBUG;
     let subscriber = tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || text.clone()).with_filter(debug))
-        .with(mcp_connect::telemetry::json_lines(move || json.clone()).with_filter(debug));
+        .with(json_too.then(|| mcp_connect::telemetry::json_lines(move || json.clone()).with_filter(debug)));
     tracing::subscriber::set_global_default(subscriber).expect("this test owns the process's subscriber");
     buf
 }
