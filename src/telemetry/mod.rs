@@ -2,6 +2,7 @@
 //! states, verifiers, keys, cookies, raw bodies, query strings) is kept by construction:
 //! secrets live in `secrecy` types and spans name paths, not URLs.
 
+mod lines;
 pub mod metrics;
 pub mod traces;
 
@@ -156,20 +157,15 @@ fn to_the_second(unix: u64) -> String {
 
 /// The JSON lines, to `writer`: timestamp, level, the event's `fields`, its `target`, and
 /// the current span (the request: id, method, path) as `span`; not the list of enclosing
-/// spans, which would repeat it at about a tenth of the cost of a request.
-/// json-subscriber writes the keys and values tracing-subscriber's `json()` writes (keys
-/// in alphabetical order; an event of a crate that logs through the `log` crate has the
-/// target `log`, its own in `fields."log.target"`), with less work per span: the request
-/// span was 6.1 % of the service's CPU for a cached hand-out with tracing-subscriber's
-/// `JsonFields` (a map of `serde_json::Value`s per span) and is 2.6 % with it (issue 46's
-/// profiles); the access line costs about the same (11.7 %) with either. Public for the
-/// tests that read every line for secrets.
+/// spans, which would repeat it at about a tenth of the cost of a request. Written by
+/// [`lines::JsonLines`] (see there why by hand). Public for the tests that read every line
+/// for secrets.
 pub fn json_lines<S, W>(writer: W) -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    json_subscriber::fmt::layer().with_span_list(false).with_timer(LineTime).with_writer(writer)
+    lines::JsonLines::new(writer, LineTime)
 }
 
 /// Where spans go, when they go anywhere.
