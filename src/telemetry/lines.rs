@@ -37,58 +37,99 @@ impl<W, T> JsonLines<W, T> {
     }
 }
 
+/// Appends `value` to `out` as a JSON string, quoted and escaped (serde_json's escaping;
+/// into a `Vec` it cannot fail).
+fn escape_into(out: &mut Vec<u8>, value: &str) {
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// Writes one field's value as JSON: the one place values are rendered, for events and
+/// spans alike.
+struct Json<'a>(&'a mut Vec<u8>);
+
+impl Json<'_> {
+    fn str(self, value: &str) {
+        escape_into(self.0, value);
+    }
+
+    /// A value whose text is its JSON: integers, booleans, finite numbers.
+    fn literal(self, value: impl std::fmt::Display) {
+        let _ = write!(self.0, "{value}");
+    }
+
+    /// NaN and the infinities have no JSON number: `null`.
+    fn f64(self, value: f64) {
+        match serde_json::Number::from_f64(value) {
+            Some(n) => self.literal(n),
+            None => self.0.extend_from_slice(b"null"),
+        }
+    }
+
+    /// `message`'s format arguments, `%` and `?` values: formatted once, then escaped.
+    fn debug(self, value: &dyn std::fmt::Debug) {
+        thread_local! {
+            static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
+        }
+        let written = TEXT.try_with(|text| {
+            // Busy when a value's formatting logs: that line formats into a string of its own.
+            let Ok(mut text) = text.try_borrow_mut() else { return false };
+            text.clear();
+            let _ = std::fmt::Write::write_fmt(&mut *text, format_args!("{value:?}"));
+            escape_into(self.0, &text);
+            true
+        });
+        if written != Ok(true) {
+            escape_into(self.0, &format!("{value:?}"));
+        }
+    }
+}
+
 /// A span's fields as JSON members (`"request_id":"…","path":"…"`), each name once: a field
 /// recorded again replaces its value.
 #[derive(Default)]
-struct SpanFields(Vec<(&'static str, String)>);
+struct SpanFields(Vec<(&'static str, Vec<u8>)>);
 
 impl SpanFields {
-    fn set(&mut self, name: &'static str, value: String) {
+    fn set(&mut self, name: &'static str, value: Vec<u8>) {
         match self.0.iter_mut().find(|(n, _)| *n == name) {
             Some((_, v)) => *v = value,
             None => self.0.push((name, value)),
         }
     }
+
+    fn render(&mut self, field: &Field, write: impl FnOnce(Json<'_>)) {
+        // Room for an id or a path at once: grown from empty, a quoted string reallocates
+        // two or three times.
+        let mut value = Vec::with_capacity(64);
+        write(Json(&mut value));
+        self.set(field.name(), value);
+    }
 }
 
 impl Visit for SpanFields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field.name(), json_string(value));
+        self.render(field, |j| j.str(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.set(field.name(), value.to_string());
+        self.render(field, |j| j.literal(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.set(field.name(), value.to_string());
+        self.render(field, |j| j.literal(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.set(field.name(), value.to_string());
+        self.render(field, |j| j.literal(value));
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.set(
-            field.name(),
-            serde_json::Number::from_f64(value).map_or_else(|| "null".to_owned(), |n| n.to_string()),
-        );
+        self.render(field, |j| j.f64(value));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.set(field.name(), json_string(&format!("{value:?}")));
+        self.render(field, |j| j.debug(value));
     }
-}
-
-/// `value` as a JSON string, quoted and escaped.
-fn json_string(value: &str) -> String {
-    serde_json::to_string(value).unwrap_or_default()
-}
-
-/// Appends `value` to `out` as a JSON string, quoted and escaped (serde_json's escaping;
-/// into a `Vec` it cannot fail).
-fn escape_into(out: &mut Vec<u8>, value: &str) {
-    let _ = serde_json::to_writer(out, value);
 }
 
 /// Writes an event's fields as JSON members into the line, skipping a `log` line's
@@ -100,9 +141,10 @@ struct EventFields<'a> {
 }
 
 impl EventFields<'_> {
-    fn key(&mut self, field: &Field) -> bool {
+    /// Writes `field`'s key, and gives the place for its value; `None` for a field left out.
+    fn member(&mut self, field: &Field) -> Option<Json<'_>> {
         if self.skip_log_fields && field.name().starts_with("log.") {
-            return false;
+            return None;
         }
         if !self.first {
             self.line.push(b',');
@@ -110,62 +152,44 @@ impl EventFields<'_> {
         self.first = false;
         escape_into(self.line, field.name());
         self.line.push(b':');
-        true
+        Some(Json(self.line))
     }
 }
 
 impl Visit for EventFields<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if self.key(field) {
-            escape_into(self.line, value);
+        if let Some(j) = self.member(field) {
+            j.str(value);
         }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        if self.key(field) {
-            let _ = write!(self.line, "{value}");
+        if let Some(j) = self.member(field) {
+            j.literal(value);
         }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        if self.key(field) {
-            let _ = write!(self.line, "{value}");
+        if let Some(j) = self.member(field) {
+            j.literal(value);
         }
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        if self.key(field) {
-            let _ = write!(self.line, "{value}");
+        if let Some(j) = self.member(field) {
+            j.literal(value);
         }
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        if self.key(field) {
-            match serde_json::Number::from_f64(value) {
-                Some(n) => {
-                    let _ = write!(self.line, "{n}");
-                }
-                None => self.line.extend_from_slice(b"null"),
-            }
+        if let Some(j) = self.member(field) {
+            j.f64(value);
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if self.key(field) {
-            thread_local! {
-                static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
-            }
-            // `message`'s format arguments, `%` and `?` values: formatted once, then escaped.
-            let written = TEXT.try_with(|text| {
-                let Ok(mut text) = text.try_borrow_mut() else { return false };
-                text.clear();
-                let _ = std::fmt::Write::write_fmt(&mut *text, format_args!("{value:?}"));
-                escape_into(self.line, &text);
-                true
-            });
-            if written != Ok(true) {
-                escape_into(self.line, &format!("{value:?}"));
-            }
+        if let Some(j) = self.member(field) {
+            j.debug(value);
         }
     }
 }
@@ -244,7 +268,7 @@ impl<W, T: FormatTime> JsonLines<W, T> {
                 for (name, value) in &fields.0 {
                     escape_into(line, name);
                     line.push(b':');
-                    line.extend_from_slice(value.as_bytes());
+                    line.extend_from_slice(value);
                     line.push(b',');
                 }
             }
