@@ -1,6 +1,14 @@
 //! `POST /v1/token` logic: reconcile first (the elicitation named by the caller, then the
 //! stored connection), hand out a usable token, or create or reuse an elicitation. A
 //! retried tool call therefore never starts a second grant (DESIGN.md invariant 6).
+//!
+//! Every await off the cached path is boxed (`Box::pin(..).await`). An async fn's future
+//! is as large as the largest it awaits inline, and actix-web moves the request's whole
+//! future into its box: with the refresh, the elicitation and the provider's discovery
+//! awaited inline, a cached hand-out's future was 18 KB, copied on every request (6 % of
+//! the service's CPU per cached hand-out in a profile of issue 46). Boxed, a path that
+//! reads the database pays one allocation more, and the cached one copies a few hundred
+//! bytes (the tests of `http::api::token` and `http::api::auth` hold them to it).
 
 use super::policy::{PolicyError, kill_state, provider_for};
 use super::refresh::{self, RefreshError};
@@ -136,13 +144,12 @@ pub async fn credential_for(
     // A connection of another IdP's subject of the same name (the tenant changed its IdP
     // since) is not this subject's: as if there were none, and a new grant replaces it.
     let ours = |row: &ConnectionRow| row.issuer.as_deref() == Some(issuer);
-    let conn = state
-        .connections
-        .read(&key, |row| ours(row) && !refresh::needs_refresh(row, now, state.refresh))
-        .await?
-        .filter(ours);
+    let conn =
+        Box::pin(state.connections.read(&key, |row| ours(row) && !refresh::needs_refresh(row, now, state.refresh)))
+            .await?
+            .filter(ours);
     if let Some(c) = &conn
-        && let Some(out) = usable_token(state, &key, &provider, ask, c, now).await?
+        && let Some(out) = Box::pin(usable_token(state, &key, &provider, ask, c, now)).await?
     {
         return Ok(out);
     }
@@ -161,11 +168,11 @@ pub async fn credential_for(
     // server that is refused would send the person to a page that can only fail, and the
     // MCP server and the person to wait for what cannot come.
     if provider.credential().is_none() {
-        super::remote::provider_server(state, &provider).await.map_err(|e| {
+        Box::pin(super::remote::provider_server(state, &provider)).await.map_err(|e| {
             if e.is_transient() { TokenError::ProviderUnreachable(e) } else { TokenError::ProviderMisconfigured(e) }
         })?;
     }
-    let e = pending_elicitation(state, tenant, issuer, &req, &wanted, now).await?;
+    let e = Box::pin(pending_elicitation(state, tenant, issuer, &req, &wanted, now)).await?;
     Ok(TokenOutcome::ConnectRequired(e))
 }
 
@@ -190,23 +197,23 @@ pub async fn token_waiting(
     let (Some(changed), Some(again), TokenOutcome::ConnectRequired(e)) = (changed, again, &first) else {
         return Ok(first);
     };
-    if named.is_none_or(|n| n != e.id) || !super::wait::until(state, changed, e.expires_at, wait).await {
+    if named.is_none_or(|n| n != e.id) || !Box::pin(super::wait::until(state, changed, e.expires_at, wait)).await {
         return Ok(first);
     }
     // Up to 30 s have passed since the key was verified: a key revoked (or a tenant
     // switched off, a workload's rule or issuer removed) meanwhile gets no token, only
     // what it was answered before the wait.
     let usable = match proof {
-        crate::workload::Proof::ApiKey => store::api_keys::api_key_usable(&state.pool, api_key).await?,
+        crate::workload::Proof::ApiKey => Box::pin(store::api_keys::api_key_usable(&state.pool, api_key)).await?,
         crate::workload::Proof::Workload(token) => {
             let trusted = state.directory.tenants.workload_issuers();
-            state.workloads.still_admits(&state.outbound, token.expose_secret(), &trusted, tenant).await
+            Box::pin(state.workloads.still_admits(&state.outbound, token.expose_secret(), &trusted, tenant)).await
         }
     };
     if !usable {
         return Ok(first);
     }
-    token_for(state, tenant, api_key, again, OffsetDateTime::now_utc()).await
+    Box::pin(token_for(state, tenant, api_key, again, OffsetDateTime::now_utc())).await
 }
 
 /// The answer a retried call gets from its elicitation alone: still pending (the same

@@ -67,7 +67,9 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<(VerifiedKey,
     if crate::workload::looks_like_jwt(key) {
         let trusted = state.directory.tenants.workload_issuers();
         if !trusted.is_empty() {
-            let admitted = state.workloads.admit(&state.outbound, key, &trusted, scope).await?;
+            // Boxed, as every cold await on a hot request's way (`flows::token`): its
+            // future (an issuer's keys fetched) is most of this one's size otherwise.
+            let admitted = Box::pin(state.workloads.admit(&state.outbound, key, &trusted, scope)).await?;
             let (tenant, caller) = admitted.granted.ok_or_else(|| insufficient_scope(scope))?;
             let proof = Proof::Workload(std::sync::Arc::new(secrecy::SecretString::from(key.to_owned())));
             return Ok((VerifiedKey { id: caller, tenant, scope }, proof));
@@ -155,5 +157,19 @@ impl FromRequest for OperatorCaller {
         Box::pin(async move {
             authenticate(req, KeyScope::Operator).await.map(|(k, proof)| OperatorCaller(proof.caller(k.id)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::api::{future_size, small_enough};
+
+    #[test]
+    fn a_key_check_moves_a_small_future_a_workload_token_check_is_boxed() {
+        // Boxed by the extractor on every request.
+        let size = future_size(|req: HttpRequest| tenant_key(req, KeyScope::Server));
+        eprintln!("tenant_key {size} B");
+        assert!(small_enough(size, 1440), "the key check's future is {size} bytes: a cold path awaited inline?");
     }
 }

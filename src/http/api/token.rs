@@ -377,3 +377,28 @@ pub(super) fn connect_required(
 pub fn provider_name(state: &AppState, provider: &ProviderId) -> String {
     state.directory.providers.get(provider).map_or_else(|| provider.as_str().to_owned(), |p| p.display_name.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::api::{future_size, small_enough};
+
+    #[test]
+    fn a_cached_hand_out_moves_a_small_future_the_cold_paths_are_boxed() {
+        // The handler's whole future, as actix-web boxes it per request; with it the
+        // answer's and the hand-out's, which it awaits inline.
+        type Args = (ServerCaller, web::Data<AppState>, web::Json<TokenBody>);
+        let handler = future_size(|(c, s, b): Args| post_token(c, s, b));
+        let answer = future_size(|(c, s, b): (ServerCaller, &'static AppState, TokenBody)| super::answer(c, s, b));
+        type Hand = (&'static AppState, &'static crate::domain::TenantId, &'static crate::domain::ApiKeyId);
+        let token_for = future_size(|((s, t, k), r): (Hand, TokenRequest)| {
+            tokens::token_for(s, t, k, r, OffsetDateTime::UNIX_EPOCH)
+        });
+        eprintln!("post_token {handler} B, answer {answer} B, token_for {token_for} B");
+        for (name, size, measured) in
+            [("post_token", handler, 4024), ("answer", answer, 3552), ("token_for", token_for, 2072)]
+        {
+            assert!(small_enough(size, measured), "{name}'s future is {size} bytes: a cold path awaited inline?");
+        }
+    }
+}
