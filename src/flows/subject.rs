@@ -51,7 +51,8 @@ pub async fn proven_subject(
     let audience = policy.audience.ok_or(SubjectError::TokenNotAccepted)?;
     // The tenant's own IdP: a token of another tenant's IdP fails the issuer check.
     let idp = state.directory.tenant_idp(tenant).ok_or(SubjectError::TenantInactive)?;
-    // Boxed: the keys' fetch would make every request's future as large (`flows::token`).
+    // Boxed: inline, the keys' fetch would make every request's future as large as its
+    // own (`flows::token`).
     let sub = Box::pin(verified_sub(state, &idp, token.expose_secret(), &audience, now)).await?;
     let proven = Subject::parse(&sub).map_err(|_| SubjectError::Refused(AccessTokenRefusal::Invalid))?;
     match named {

@@ -166,8 +166,8 @@ mod tests {
     use crate::http::api::{future_size, small_enough};
 
     #[test]
-    fn a_key_check_moves_a_small_future_a_workload_token_check_is_boxed() {
-        // Boxed by the extractor on every request.
+    fn a_key_check_moves_a_small_future_because_a_workload_token_check_is_boxed() {
+        // The future the extractor's async block awaits, boxed with it on every request.
         let size = future_size(|req: HttpRequest| tenant_key(req, KeyScope::Server));
         eprintln!("tenant_key {size} B");
         assert!(small_enough(size, 1440), "the key check's future is {size} bytes: a cold path awaited inline?");

@@ -384,9 +384,10 @@ mod tests {
     use crate::http::api::{future_size, small_enough};
 
     #[test]
-    fn a_cached_hand_out_moves_a_small_future_the_cold_paths_are_boxed() {
-        // The handler's whole future, as actix-web boxes it per request; with it the
-        // answer's and the hand-out's, which it awaits inline.
+    fn a_cached_hand_out_moves_a_small_future_because_its_cold_paths_are_boxed() {
+        // The handler's future, which actix-web boxes per request beside the extractors'
+        // (so this is the least that box takes); with it the answer's and the hand-out's,
+        // which it awaits inline.
         type Args = (ServerCaller, web::Data<AppState>, web::Json<TokenBody>);
         let handler = future_size(|(c, s, b): Args| post_token(c, s, b));
         let answer = future_size(|(c, s, b): (ServerCaller, &'static AppState, TokenBody)| super::answer(c, s, b));
