@@ -67,8 +67,8 @@ async fn authenticate(req: HttpRequest, scope: KeyScope) -> Result<(VerifiedKey,
     if crate::workload::looks_like_jwt(key) {
         let trusted = state.directory.tenants.workload_issuers();
         if !trusted.is_empty() {
-            // Boxed, as every cold await on a hot request's way (`flows::token`): its
-            // future (an issuer's keys fetched) is most of this one's size otherwise.
+            // Boxed, as the large cold awaits of `flows::token` are: inline, its future
+            // (an issuer's keys fetched) would be most of this one's size.
             let admitted = Box::pin(state.workloads.admit(&state.outbound, key, &trusted, scope)).await?;
             let (tenant, caller) = admitted.granted.ok_or_else(|| insufficient_scope(scope))?;
             let proof = Proof::Workload(std::sync::Arc::new(secrecy::SecretString::from(key.to_owned())));
@@ -163,13 +163,12 @@ impl FromRequest for OperatorCaller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::api::{future_size, small_enough};
+    use crate::http::api::{assert_small, future_size};
 
     #[test]
     fn a_key_check_moves_a_small_future_because_a_workload_token_check_is_boxed() {
         // The future the extractor's async block awaits, boxed with it on every request.
         let size = future_size(|req: HttpRequest| tenant_key(req, KeyScope::Server));
-        eprintln!("tenant_key {size} B");
-        assert!(small_enough(size, 1440), "the key check's future is {size} bytes: a cold path awaited inline?");
+        assert_small("tenant_key", size, 1440);
     }
 }

@@ -381,7 +381,7 @@ pub fn provider_name(state: &AppState, provider: &ProviderId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::api::{future_size, small_enough};
+    use crate::http::api::{assert_small, future_size};
 
     #[test]
     fn a_cached_hand_out_moves_a_small_future_because_its_cold_paths_are_boxed() {
@@ -395,11 +395,8 @@ mod tests {
         let token_for = future_size(|((s, t, k), r): (Hand, TokenRequest)| {
             tokens::token_for(s, t, k, r, OffsetDateTime::UNIX_EPOCH)
         });
-        eprintln!("post_token {handler} B, answer {answer} B, token_for {token_for} B");
-        for (name, size, measured) in
-            [("post_token", handler, 4024), ("answer", answer, 3552), ("token_for", token_for, 2072)]
-        {
-            assert!(small_enough(size, measured), "{name}'s future is {size} bytes: a cold path awaited inline?");
-        }
+        assert_small("post_token", handler, 4024);
+        assert_small("answer", answer, 3552);
+        assert_small("token_for", token_for, 2072);
     }
 }
