@@ -314,3 +314,100 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
         assert_eq!(app.token_ok(lookup()).await["status"], "connected");
     }
 }
+
+/// Lookups that wait for the one lookup connection go to PostgreSQL in one statement, and
+/// each caller gets the row of its own key: not a namesake's of another tenant or
+/// provider, the same row to each caller of a key asked twice, none for a key without one.
+#[tokio::test]
+async fn lookups_sent_together_answer_each_caller_with_its_own_key_s_row() {
+    use mcp_connect::domain::{ConnectionKey, Subject};
+    use mcp_connect::store::lookup::LookupConnections;
+    let app = spawn_app().await;
+    let rows = [
+        ("acme", "alice", "github"),
+        ("beta", "alice", "github"),
+        ("acme", "alice", "gitlab"),
+        ("acme", "bob", "github"),
+    ];
+    let mut ids = Vec::new();
+    for (t, s, p) in rows {
+        ids.push(Some(app.insert_connection(t, s, p, &format!("tok-{t}-{s}-{p}"), &["read"], None).await));
+    }
+    let key = |t: &str, s: &str, p: &str| ConnectionKey {
+        tenant: TenantId::parse(t).unwrap(),
+        subject: Subject::parse(s).unwrap(),
+        provider: ProviderId::parse(p).unwrap(),
+    };
+    // Each with a row, one twice, and three without (alice at a provider she lacks, bob of
+    // beta, carol): three times over.
+    let mut asked = Vec::new();
+    for _ in 0..3 {
+        asked.extend(rows.iter().zip(&ids).map(|((t, s, p), id)| (key(t, s, p), *id)));
+        asked.push((key("acme", "alice", "github"), ids[0]));
+        asked.extend(
+            [("acme", "alice", "slack"), ("beta", "bob", "github"), ("acme", "carol", "github")]
+                .map(|(t, s, p)| (key(t, s, p), None)),
+        );
+    }
+    let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
+    let answers = futures_util::future::join_all(asked.iter().map(|(k, _)| lookups.find_connection(k))).await;
+    for ((k, want), got) in asked.iter().zip(answers) {
+        let got = got.unwrap();
+        assert_eq!(got.as_ref().map(|r| r.id), *want, "{k:?}");
+        assert!(got.is_none_or(|r| r.key() == *k), "{k:?}: the row of its own key");
+    }
+    // The first went alone; the rest waited for its connection and went together.
+    assert_eq!(lookups.statements(), 2, "{} lookups", asked.len());
+}
+
+/// When the statement of a batch fails, every caller in it gets an error (none waits for
+/// ever), and a failure to reach the database stays one a retry may cure for each of them.
+#[tokio::test]
+async fn every_caller_of_a_failed_batch_gets_a_transient_error() {
+    use mcp_connect::domain::{ConnectionKey, Subject};
+    use mcp_connect::store::lookup::{LookupConnections, connection_lost};
+    // Nothing listens on port 1.
+    let lookups = LookupConnections::new("postgres://postgres@127.0.0.1:1/postgres".parse().unwrap(), 1);
+    let keys: Vec<ConnectionKey> = (0..6)
+        .map(|i| ConnectionKey {
+            tenant: TenantId::parse("acme").unwrap(),
+            subject: Subject::parse(&format!("s{i}")).unwrap(),
+            provider: ProviderId::parse("github").unwrap(),
+        })
+        .collect();
+    let answers = tokio::time::timeout(
+        Duration::from_secs(20),
+        futures_util::future::join_all(keys.iter().map(|k| lookups.find_connection(k))),
+    )
+    .await
+    .expect("every caller is answered");
+    for a in answers {
+        let e = a.expect_err("no database");
+        assert!(connection_lost(&e), "transient for each caller: {e:?}");
+    }
+}
+
+/// A caller that goes away while its statement runs (its client hung up) does not cut the
+/// statement off: the connection goes back to the set whole, and the next lookups, on it,
+/// are answered.
+#[tokio::test]
+async fn a_caller_gone_mid_statement_leaves_the_lookup_connection_usable() {
+    use futures_util::FutureExt;
+    use mcp_connect::domain::{ConnectionKey, Subject};
+    use mcp_connect::store::lookup::LookupConnections;
+    let app = spawn_app().await;
+    let id = app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
+    let key = ConnectionKey {
+        tenant: TenantId::parse("acme").unwrap(),
+        subject: Subject::parse("alice").unwrap(),
+        provider: ProviderId::parse("github").unwrap(),
+    };
+    let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
+    // Polled once: queued, sent, then dropped while its statement is under way.
+    assert!(lookups.find_connection(&key).now_or_never().is_none(), "the statement is under way");
+    for _ in 0..3 {
+        let row = tokio::time::timeout(Duration::from_secs(10), lookups.find_connection(&key)).await.unwrap().unwrap();
+        assert_eq!(row.map(|r| r.id), Some(id));
+    }
+    assert_eq!(lookups.statements(), 4, "the dropped caller's statement ran, then one each");
+}
