@@ -25,15 +25,7 @@ impl Fault {
     /// task that panicked is not.
     pub fn is_transient(&self) -> bool {
         match self {
-            Fault::Database(e) => {
-                // A protocol error: the connection read a message it did not expect (a
-                // notification a pooler let through; `store::db` closes such a connection
-                // outside a transaction, a transaction's is rolled back and checked by the
-                // pool on its return).
-                matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_))
-                    || crate::store::lookup::connection_lost(e)
-                    || crate::store::lookup::server_busy(e)
-            }
+            Fault::Database(e) => crate::store::lookup::transient(e),
             Fault::KeyStore(e) => e.is_transient(),
             Fault::Vault(_) | Fault::Encoding(_) | Fault::Task(_) => false,
         }

@@ -2,22 +2,26 @@
 //!
 //! A sqlx pool pings every connection it gets back (`return_to_pool`), which costs the
 //! uncached lookup a second round trip for its one `SELECT`. These connections go back to
-//! the set without that: a connection returns only after its query completed; one whose
-//! query failed is dropped. A connection that died while idle (a database restart, a
-//! proxy's timeout) is found by the next query, which then runs once more on a new
-//! connection: the callers do not see it. Prepared statements stay cached per connection.
-//! Behind a transaction pooler (`database.pooler = "transaction"`) there are no such
-//! connections: the lookup runs on the pool (`store::db`).
+//! the set without that: a connection returns only after its statement completed; one
+//! whose statement failed or took longer than [`STATEMENT`] is dropped. A connection that
+//! died while idle (a database restart, a proxy's timeout) is found by the next
+//! statement, which then runs once more on a new connection: the callers do not see it.
+//! Prepared statements stay cached per connection. Behind a transaction pooler
+//! (`database.pooler = "transaction"`) there are no such connections: the lookup runs on
+//! the pool (`store::db`), one statement each.
 //!
-//! Lookups that wait for a connection are sent together: each caller queues its key, and
-//! whoever gets a connection takes every key queued by then (up to [`BATCH`]) into one
-//! statement ([`connections::find_connections`]), then hands each caller the row of its
-//! own key. Alone, a lookup is the one-key `SELECT` as before, at once; under load,
-//! PostgreSQL wakes once and starts one statement for several of them (in issue 46's
-//! profile of the uncached hand-out, the statement's round trip, the backend's wake-up
-//! included, was a third of the service's CPU and most of PostgreSQL's). The statement
-//! runs in a task of its own, so a caller that goes away (its client hung up) neither
-//! stops the others' lookups nor leaves a connection mid-query.
+//! Lookups that wait for a connection are sent together. Each caller queues its key and
+//! waits for a slot (a connection of the set); whoever gets one takes the keys queued
+//! longest, up to [`BATCH`] with its own, into one statement
+//! ([`connections::find_connections`]), and each caller gets the row of its own key. A
+//! caller whose key went with another's statement meanwhile gives up waiting for a slot.
+//! Alone, a lookup is the one-key `SELECT` as before, at once; under load, PostgreSQL
+//! wakes once and starts one statement for several (in issue 46's profile of the uncached
+//! hand-out, the statement's round trip, the backend's wake-up included, was a third of
+//! the service's CPU, and the statement's own overhead most of PostgreSQL's). The
+//! statement runs in a task of its own: a caller that goes away (its client hung up)
+//! neither stops the others' lookups nor leaves a connection mid-statement, and cannot
+//! cancel it either, hence the statement's own time limit.
 
 use crate::domain::ConnectionKey;
 use crate::store::connections::{self, ConnectionRow};
@@ -28,8 +32,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
+/// The longest a lookup waits for a slot, and for a new connection.
 const WAIT: Duration = Duration::from_secs(5);
-/// The most keys one statement looks up; the rest wait for the next connection free.
+/// The longest one statement may take (an index probe for each of at most [`BATCH`]
+/// keys): past it its callers get a transient error and its connection is dropped (a
+/// lock held on the table, a connection that stopped answering).
+pub const STATEMENT: Duration = Duration::from_secs(10);
+/// The most keys one statement looks up; the rest wait for the next slot.
 pub const BATCH: usize = 32;
 
 type Answer = Result<Option<ConnectionRow>, sqlx::Error>;
@@ -47,22 +56,25 @@ struct Set {
     idle: Mutex<Vec<PgConnection>>,
     /// Callers whose key no statement has taken yet, oldest first.
     queue: Mutex<Vec<Waiting>>,
+    next_id: AtomicU64,
     statements: AtomicU64,
 }
 
 struct Waiting {
+    id: u64,
     key: ConnectionKey,
     answer: oneshot::Sender<Answer>,
 }
 
 impl LookupConnections {
     pub fn new(options: PgConnectOptions, max: u32) -> Self {
-        // The batch's statement takes arrays: left to choose, PostgreSQL plans it anew for
-        // nearly every execution (a custom plan for each array length it sees, 88 µs each
-        // in issue 46's bench, more than the statement ran). Its generic plan is the one
-        // wanted: an index probe per key. The one-key statement's is generic already.
-        let options = options.options([("plan_cache_mode", "force_generic_plan")]);
-        let set = Set { options, idle: Mutex::default(), queue: Mutex::default(), statements: AtomicU64::new(0) };
+        let set = Set {
+            options,
+            idle: Mutex::default(),
+            queue: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            statements: AtomicU64::new(0),
+        };
         Self { through: None, set: Arc::new(set), slots: Arc::new(Semaphore::new(max.max(1) as usize)) }
     }
 
@@ -81,7 +93,8 @@ impl LookupConnections {
             return connections::find_connection(pool, key).await;
         }
         let (answer, mut mine) = oneshot::channel();
-        self.set.queue.lock().map_err(|_| sqlx::Error::PoolClosed)?.push(Waiting { key: key.clone(), answer });
+        let id = self.set.next_id.fetch_add(1, Ordering::Relaxed);
+        self.set.queue.lock().map_err(|_| sqlx::Error::PoolClosed)?.push(Waiting { id, key: key.clone(), answer });
         let started = std::time::Instant::now();
         let slot = tokio::select! {
             biased;
@@ -91,9 +104,11 @@ impl LookupConnections {
         };
         metrics::histogram!(super::POOL_WAIT, "pool" => "lookup").record(started.elapsed().as_secs_f64());
         let slot = slot.map_err(|_| sqlx::Error::PoolTimedOut)?.map_err(|_| sqlx::Error::PoolClosed)?;
-        let batch = self.set.take();
-        // Empty: this key went with another statement, whose answer is on its way.
-        if !batch.is_empty() {
+        let batch = self.set.take(id);
+        if batch.is_empty() {
+            // This key went with another statement, whose answer is on its way.
+            drop(slot);
+        } else {
             tokio::spawn(self.set.clone().send(batch, slot));
         }
         received(mine.await)
@@ -111,16 +126,25 @@ fn received(answer: Result<Answer, oneshot::error::RecvError>) -> Answer {
 }
 
 impl Set {
-    /// The keys queued longest, up to [`BATCH`], leaving out callers that went away.
-    fn take(&self) -> Vec<Waiting> {
+    /// The keys queued longest, and the caller's own (`own`) if it is still queued: the
+    /// caller holds the slot, and no one else may come to take it. Callers that went away
+    /// are left out.
+    fn take(&self, own: u64) -> Vec<Waiting> {
         let Ok(mut queue) = self.queue.lock() else { return Vec::new() };
         queue.retain(|w| !w.answer.is_closed());
-        let n = queue.len().min(BATCH);
-        queue.drain(..n).collect()
+        let n = queue.len().min(BATCH - 1);
+        let mut batch: Vec<Waiting> = queue.drain(..n).collect();
+        if let Some(i) = queue.iter().position(|w| w.id == own) {
+            batch.push(queue.remove(i));
+        }
+        batch
     }
 
     /// One statement for `batch`'s keys, each caller answered with its own key's row;
-    /// `_slot` is held until the connection is back in the set.
+    /// `_slot` is held until the connection is back in the set. When a statement of
+    /// several keys fails for another cause than the connection (e.g. a row this binary
+    /// cannot read), each key is looked up alone, so that only its own callers get the
+    /// error.
     async fn send(self: Arc<Self>, batch: Vec<Waiting>, _slot: OwnedSemaphorePermit) {
         let mut keys: Vec<&ConnectionKey> = Vec::with_capacity(batch.len());
         for w in &batch {
@@ -129,32 +153,20 @@ impl Set {
             }
         }
         let found = self.query(&keys).await;
+        let several = keys.len() > 1;
         drop(keys);
         match found {
-            Ok(mut rows) => {
-                // The last caller of a key takes its row; any before it, a copy.
-                let last: Vec<bool> =
-                    (0..batch.len()).map(|i| !batch[i + 1..].iter().any(|later| later.key == batch[i].key)).collect();
-                for (w, last) in batch.into_iter().zip(last) {
-                    let row = match rows.iter().position(|r| is_row_of(r, &w.key)) {
-                        Some(p) if last => Some(rows.swap_remove(p)),
-                        Some(p) => Some(rows[p].clone()),
-                        None => None,
-                    };
-                    // A caller that went away does not take it.
-                    let _ = w.answer.send(Ok(row));
+            Err(e) if several && !transient(&e) => {
+                tracing::warn!(error = %e, "a batch of lookups failed; each key is looked up alone");
+                let mut batch = batch;
+                while let Some(first) = batch.first() {
+                    let key = first.key.clone();
+                    let (same, rest): (Vec<Waiting>, Vec<Waiting>) = batch.into_iter().partition(|w| w.key == key);
+                    answer(same, self.query(&[&key]).await);
+                    batch = rest;
                 }
             }
-            Err(e) => {
-                let mut waiting = batch.into_iter();
-                let first = waiting.next();
-                for w in waiting {
-                    let _ = w.answer.send(Err(copy_of(&e)));
-                }
-                if let Some(w) = first {
-                    let _ = w.answer.send(Err(e));
-                }
-            }
+            found => answer(batch, found),
         }
     }
 
@@ -179,17 +191,21 @@ impl Set {
     }
 
     /// One key alone is the one-key `SELECT` (the plan and the statement as before
-    /// batching, and as the bench's floor runs it).
+    /// batching, and as the bench's floor runs it). Past [`STATEMENT`]: `PoolTimedOut`
+    /// (transient, and not taken for a lost connection: not run again).
     async fn statement(
         &self,
         conn: &mut PgConnection,
         keys: &[&ConnectionKey],
     ) -> Result<Vec<ConnectionRow>, sqlx::Error> {
         self.statements.fetch_add(1, Ordering::Relaxed);
-        match keys {
-            [key] => Ok(connections::find_connection(conn, key).await?.into_iter().collect()),
-            _ => connections::find_connections(conn, keys).await,
-        }
+        let run = async {
+            match keys {
+                [key] => Ok(connections::find_connection(&mut *conn, key).await?.into_iter().collect()),
+                _ => connections::find_connections(&mut *conn, keys).await,
+            }
+        };
+        tokio::time::timeout(STATEMENT, run).await.unwrap_or(Err(sqlx::Error::PoolTimedOut))
     }
 
     async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
@@ -199,17 +215,60 @@ impl Set {
     }
 }
 
+/// Each caller of `waiting` (callers of the keys one statement looked up) gets the row of
+/// its own key, or the statement's error.
+fn answer(waiting: Vec<Waiting>, found: Result<Vec<ConnectionRow>, sqlx::Error>) {
+    match found {
+        Ok(mut rows) => {
+            // The last caller of a key takes its row; any before it, a copy.
+            let last: Vec<bool> =
+                (0..waiting.len()).map(|i| !waiting[i + 1..].iter().any(|later| later.key == waiting[i].key)).collect();
+            for (w, last) in waiting.into_iter().zip(last) {
+                let row = match rows.iter().position(|r| is_row_of(r, &w.key)) {
+                    Some(p) if last => Some(rows.swap_remove(p)),
+                    Some(p) => Some(rows[p].clone()),
+                    None => None,
+                };
+                // A caller that went away does not take it.
+                let _ = w.answer.send(Ok(row));
+            }
+        }
+        Err(e) => {
+            let mut waiting = waiting.into_iter();
+            let first = waiting.next();
+            for w in waiting {
+                let _ = w.answer.send(Err(copy_of(&e)));
+            }
+            if let Some(w) = first {
+                let _ = w.answer.send(Err(e));
+            }
+        }
+    }
+}
+
 fn is_row_of(row: &ConnectionRow, key: &ConnectionKey) -> bool {
     row.tenant_id == key.tenant && row.subject == key.subject && row.provider == key.provider
 }
 
+/// A retry may cure it: the database is unreachable, busy or stopping, or the connection
+/// was out of step with it (`flows::Fault::is_transient` for a database error). A protocol
+/// error: the connection read a message it did not expect (a notification a pooler let
+/// through; `store::db` closes such a connection outside a transaction, a transaction's is
+/// rolled back and checked by the pool on its return).
+pub fn transient(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_))
+        || connection_lost(e)
+        || server_busy(e)
+}
+
 /// The error of a statement, for each caller of its batch after the first (who gets the
-/// error itself): `sqlx::Error` is not `Clone`. The copy keeps what callers decide on
-/// (`flows::Fault::is_transient`) and the message.
+/// error itself): `sqlx::Error` is not `Clone`. The copy keeps whether it is transient
+/// ([`transient`]) and the message.
 fn copy_of(e: &sqlx::Error) -> sqlx::Error {
     match e {
         sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
         sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::Protocol(m) => sqlx::Error::Protocol(m.clone()),
         e if connection_lost(e) || server_busy(e) => sqlx::Error::Io(std::io::Error::other(e.to_string())),
         e => sqlx::Error::Decode(e.to_string().into()),
     }

@@ -320,7 +320,6 @@ async fn a_lookup_connection_ended_while_idle_is_replaced_without_the_caller_not
 /// provider, the same row to each caller of a key asked twice, none for a key without one.
 #[tokio::test]
 async fn lookups_sent_together_answer_each_caller_with_its_own_key_s_row() {
-    use mcp_connect::domain::{ConnectionKey, Subject};
     use mcp_connect::store::lookup::LookupConnections;
     let app = spawn_app().await;
     let rows = [
@@ -333,11 +332,7 @@ async fn lookups_sent_together_answer_each_caller_with_its_own_key_s_row() {
     for (t, s, p) in rows {
         ids.push(Some(app.insert_connection(t, s, p, &format!("tok-{t}-{s}-{p}"), &["read"], None).await));
     }
-    let key = |t: &str, s: &str, p: &str| ConnectionKey {
-        tenant: TenantId::parse(t).unwrap(),
-        subject: Subject::parse(s).unwrap(),
-        provider: ProviderId::parse(p).unwrap(),
-    };
+    let key = key_of;
     // Each with a row, one twice, and three without (alice at a provider she lacks, bob of
     // beta, carol): three times over.
     let mut asked = Vec::new();
@@ -364,17 +359,10 @@ async fn lookups_sent_together_answer_each_caller_with_its_own_key_s_row() {
 /// ever), and a failure to reach the database stays one a retry may cure for each of them.
 #[tokio::test]
 async fn every_caller_of_a_failed_batch_gets_a_transient_error() {
-    use mcp_connect::domain::{ConnectionKey, Subject};
     use mcp_connect::store::lookup::{LookupConnections, connection_lost};
     // Nothing listens on port 1.
     let lookups = LookupConnections::new("postgres://postgres@127.0.0.1:1/postgres".parse().unwrap(), 1);
-    let keys: Vec<ConnectionKey> = (0..6)
-        .map(|i| ConnectionKey {
-            tenant: TenantId::parse("acme").unwrap(),
-            subject: Subject::parse(&format!("s{i}")).unwrap(),
-            provider: ProviderId::parse("github").unwrap(),
-        })
-        .collect();
+    let keys: Vec<_> = (0..6).map(|i| key_of("acme", &format!("s{i}"), "github")).collect();
     let answers = tokio::time::timeout(
         Duration::from_secs(20),
         futures_util::future::join_all(keys.iter().map(|k| lookups.find_connection(k))),
@@ -387,27 +375,101 @@ async fn every_caller_of_a_failed_batch_gets_a_transient_error() {
     }
 }
 
-/// A caller that goes away while its statement runs (its client hung up) does not cut the
-/// statement off: the connection goes back to the set whole, and the next lookups, on it,
-/// are answered.
+/// A caller that goes away while its statement waits in PostgreSQL (its client hung up)
+/// does not cut the statement off: it completes, its connection goes back to the set
+/// whole, and the next lookups run on that same session.
 #[tokio::test]
-async fn a_caller_gone_mid_statement_leaves_the_lookup_connection_usable() {
-    use futures_util::FutureExt;
-    use mcp_connect::domain::{ConnectionKey, Subject};
+async fn a_caller_gone_mid_statement_leaves_the_lookup_connection_to_the_next() {
     use mcp_connect::store::lookup::LookupConnections;
     let app = spawn_app().await;
     let id = app.insert_connection("acme", "alice", "github", "gho_db", &["read:user"], None).await;
-    let key = ConnectionKey {
-        tenant: TenantId::parse("acme").unwrap(),
-        subject: Subject::parse("alice").unwrap(),
-        provider: ProviderId::parse("github").unwrap(),
-    };
+    let key = key_of("acme", "alice", "github");
     let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
-    // Polled once: queued, sent, then dropped while its statement is under way.
-    assert!(lookups.find_connection(&key).now_or_never().is_none(), "the statement is under way");
+    let mut lock = app.pool.sqlx_pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE connections IN ACCESS EXCLUSIVE MODE").execute(&mut *lock).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), lookups.find_connection(&key)).await.is_err(),
+        "the statement waits for the lock"
+    );
+    let lookup_sessions = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND query LIKE '%FROM connections WHERE tenant_id = $1 AND subject = $2%'
+               AND query NOT LIKE '%pg_stat_activity%'",
+        )
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+    };
+    let waiting = lookup_sessions().await;
+    assert_eq!(waiting.len(), 1, "the gone caller's statement is still in PostgreSQL");
+    lock.commit().await.unwrap();
     for _ in 0..3 {
         let row = tokio::time::timeout(Duration::from_secs(10), lookups.find_connection(&key)).await.unwrap().unwrap();
         assert_eq!(row.map(|r| r.id), Some(id));
     }
-    assert_eq!(lookups.statements(), 4, "the dropped caller's statement ran, then one each");
+    assert_eq!(lookup_sessions().await, waiting, "the same session served them");
+    assert_eq!(lookups.statements(), 4, "the gone caller's statement ran, then one each");
+}
+
+/// More callers than one statement takes: every one is answered with its own row.
+#[tokio::test]
+async fn more_lookups_waiting_than_one_statement_takes_are_all_answered() {
+    use mcp_connect::store::lookup::{BATCH, LookupConnections};
+    let app = spawn_app().await;
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(app.insert_connection("acme", &format!("s{i}"), "github", &format!("tok-{i}"), &["read"], None).await);
+    }
+    let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
+    let n = BATCH * 3;
+    let keys: Vec<_> = (0..n).map(|i| key_of("acme", &format!("s{}", i % 12), "github")).collect();
+    let answers = tokio::time::timeout(
+        Duration::from_secs(30),
+        futures_util::future::join_all(keys.iter().map(|k| lookups.find_connection(k))),
+    )
+    .await
+    .expect("every caller is answered");
+    for (i, got) in answers.into_iter().enumerate() {
+        assert_eq!(got.unwrap().map(|r| r.id), ids.get(i % 12).copied(), "caller {i}");
+    }
+    assert!(lookups.statements() >= 4, "{n} keys need at least 4 statements: {}", lookups.statements());
+}
+
+/// A row the service cannot read fails the lookup of its own key only: the batch it came
+/// in with is looked up key by key, and the other callers get their rows.
+#[tokio::test]
+async fn a_row_that_cannot_be_read_fails_only_its_own_callers_in_a_batch() {
+    use mcp_connect::store::lookup::{LookupConnections, connection_lost};
+    let app = spawn_app().await;
+    let alice = app.insert_connection("acme", "alice", "github", "gho_a", &["read"], None).await;
+    app.insert_connection("acme", "bob", "github", "gho_b", &["read"], None).await;
+    // A scope no stored scope may be (a space in it): its row does not decode.
+    sqlx::query("UPDATE connections SET scopes = ARRAY['not a scope'] WHERE subject = 'bob'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
+    let asked = [("alice", Some(alice)), ("bob", None), ("alice", Some(alice)), ("carol", None), ("bob", None)];
+    let keys: Vec<_> = asked.iter().map(|(s, _)| key_of("acme", s, "github")).collect();
+    let answers = futures_util::future::join_all(keys.iter().map(|k| lookups.find_connection(k))).await;
+    for ((subject, want), got) in asked.iter().zip(answers) {
+        match *subject {
+            "bob" => {
+                let e = got.expect_err("bob's row does not decode");
+                assert!(!connection_lost(&e), "a lasting error, not a lost connection: {e:?}");
+                assert!(e.to_string().contains("scope"), "{e}");
+            }
+            _ => assert_eq!(got.unwrap().map(|r| r.id), *want, "{subject}"),
+        }
+    }
+}
+
+fn key_of(tenant: &str, subject: &str, provider: &str) -> mcp_connect::domain::ConnectionKey {
+    mcp_connect::domain::ConnectionKey {
+        tenant: TenantId::parse(tenant).unwrap(),
+        subject: mcp_connect::domain::Subject::parse(subject).unwrap(),
+        provider: ProviderId::parse(provider).unwrap(),
+    }
 }
