@@ -146,27 +146,31 @@ impl Set {
     /// cannot read), each key is looked up alone, so that only its own callers get the
     /// error.
     async fn send(self: Arc<Self>, batch: Vec<Waiting>, _slot: OwnedSemaphorePermit) {
-        let mut keys: Vec<&ConnectionKey> = Vec::with_capacity(batch.len());
-        for w in &batch {
-            if !keys.contains(&&w.key) {
-                keys.push(&w.key);
+        let mut asked: Vec<(ConnectionKey, Vec<oneshot::Sender<Answer>>)> = Vec::new();
+        for w in batch {
+            match asked.iter_mut().find(|(key, _)| *key == w.key) {
+                Some((_, callers)) => callers.push(w.answer),
+                None => asked.push((w.key, vec![w.answer])),
             }
         }
+        let keys: Vec<&ConnectionKey> = asked.iter().map(|(key, _)| key).collect();
         let found = self.query(&keys).await;
-        let several = keys.len() > 1;
         drop(keys);
         match found {
-            Err(e) if several && !transient(&e) => {
-                tracing::warn!(error = %e, "a batch of lookups failed; each key is looked up alone");
-                let mut batch = batch;
-                while let Some(first) = batch.first() {
-                    let key = first.key.clone();
-                    let (same, rest): (Vec<Waiting>, Vec<Waiting>) = batch.into_iter().partition(|w| w.key == key);
-                    answer(same, self.query(&[&key]).await);
-                    batch = rest;
+            Ok(mut rows) => {
+                for (key, callers) in asked {
+                    let row = row_of(&mut rows, &key);
+                    to_each(callers, Ok(row));
                 }
             }
-            found => answer(batch, found),
+            Err(e) if asked.len() > 1 && !transient(&e) => {
+                tracing::warn!(error = %e, "a batch of lookups failed; each key is looked up alone");
+                for (key, callers) in asked {
+                    let found = self.query(&[&key]).await.map(|mut rows| row_of(&mut rows, &key));
+                    to_each(callers, found);
+                }
+            }
+            Err(e) => to_each(asked.into_iter().flat_map(|(_, callers)| callers).collect(), Err(e)),
         }
     }
 
@@ -215,39 +219,28 @@ impl Set {
     }
 }
 
-/// Each caller of `waiting` (callers of the keys one statement looked up) gets the row of
-/// its own key, or the statement's error.
-fn answer(waiting: Vec<Waiting>, found: Result<Vec<ConnectionRow>, sqlx::Error>) {
-    match found {
-        Ok(mut rows) => {
-            // The last caller of a key takes its row; any before it, a copy.
-            let last: Vec<bool> =
-                (0..waiting.len()).map(|i| !waiting[i + 1..].iter().any(|later| later.key == waiting[i].key)).collect();
-            for (w, last) in waiting.into_iter().zip(last) {
-                let row = match rows.iter().position(|r| is_row_of(r, &w.key)) {
-                    Some(p) if last => Some(rows.swap_remove(p)),
-                    Some(p) => Some(rows[p].clone()),
-                    None => None,
-                };
-                // A caller that went away does not take it.
-                let _ = w.answer.send(Ok(row));
-            }
-        }
-        Err(e) => {
-            let mut waiting = waiting.into_iter();
-            let first = waiting.next();
-            for w in waiting {
-                let _ = w.answer.send(Err(copy_of(&e)));
-            }
-            if let Some(w) = first {
-                let _ = w.answer.send(Err(e));
-            }
-        }
-    }
+/// The row of `key` among `rows` (tenant, subject and provider all alike), taken out.
+fn row_of(rows: &mut Vec<ConnectionRow>, key: &ConnectionKey) -> Option<ConnectionRow> {
+    let at = rows
+        .iter()
+        .position(|r| r.tenant_id == key.tenant && r.subject == key.subject && r.provider == key.provider)?;
+    Some(rows.swap_remove(at))
 }
 
-fn is_row_of(row: &ConnectionRow, key: &ConnectionKey) -> bool {
-    row.tenant_id == key.tenant && row.subject == key.subject && row.provider == key.provider
+/// `found` to each of `callers` (a copy to each but the last: neither the row nor
+/// `sqlx::Error` is shared). A caller that went away does not take it.
+fn to_each(mut callers: Vec<oneshot::Sender<Answer>>, found: Answer) {
+    let last = callers.pop();
+    for caller in callers {
+        let copy = match &found {
+            Ok(row) => Ok(row.clone()),
+            Err(e) => Err(copy_of(e)),
+        };
+        let _ = caller.send(copy);
+    }
+    if let Some(caller) = last {
+        let _ = caller.send(found);
+    }
 }
 
 /// A retry may cure it: the database is unreachable, busy or stopping, or the connection
@@ -261,8 +254,8 @@ pub fn transient(e: &sqlx::Error) -> bool {
         || server_busy(e)
 }
 
-/// The error of a statement, for each caller of its batch after the first (who gets the
-/// error itself): `sqlx::Error` is not `Clone`. The copy keeps whether it is transient
+/// The error of a statement, for each caller of its batch but one (who gets the error
+/// itself): `sqlx::Error` is not `Clone`. The copy keeps whether it is transient
 /// ([`transient`]) and the message.
 fn copy_of(e: &sqlx::Error) -> sqlx::Error {
     match e {

@@ -333,16 +333,17 @@ async fn lookups_sent_together_answer_each_caller_with_its_own_key_s_row() {
         ids.push(Some(app.insert_connection(t, s, p, &format!("tok-{t}-{s}-{p}"), &["read"], None).await));
     }
     let key = key_of;
-    // Each with a row, one twice, and three without (alice at a provider she lacks, bob of
-    // beta, carol): three times over.
+    // Three without a row (alice at a provider she lacks, bob of beta, carol), before
+    // their namesakes with one (bob of beta before acme's bob), then each with a row and
+    // one of those twice: three times over.
     let mut asked = Vec::new();
     for _ in 0..3 {
-        asked.extend(rows.iter().zip(&ids).map(|((t, s, p), id)| (key(t, s, p), *id)));
-        asked.push((key("acme", "alice", "github"), ids[0]));
         asked.extend(
             [("acme", "alice", "slack"), ("beta", "bob", "github"), ("acme", "carol", "github")]
                 .map(|(t, s, p)| (key(t, s, p), None)),
         );
+        asked.extend(rows.iter().zip(&ids).map(|((t, s, p), id)| (key(t, s, p), *id)));
+        asked.push((key("acme", "alice", "github"), ids[0]));
     }
     let lookups = LookupConnections::new(app.db_url.parse().unwrap(), 1);
     let answers = futures_util::future::join_all(asked.iter().map(|(k, _)| lookups.find_connection(k))).await;
