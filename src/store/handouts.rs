@@ -1,6 +1,6 @@
 //! "Token handed out" audit, aggregated off the request path: a hand-out only counts itself
-//! into the row of its instance, connection, API key and minute, held in memory (64 bytes
-//! a row). The connection's tenant, subject, provider and issuer are filled in when it is
+//! into the row of its instance, connection, API key and minute, held in memory (56 bytes
+//! a row, `table`). The connection's tenant, subject, provider and issuer are filled in when it is
 //! written: from the lookup cache's entry, which the row holds a reference to when every
 //! use it counts came with that person's entry and [`Bounds::held_bytes`] had room
 //! (`store::connections::packed`), or else from the connection's row. A call through the
@@ -35,7 +35,8 @@
 
 use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
 use crate::store::{self, Db, audit::HandoutRow, connections::packed::PackedConnection};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,15 +44,18 @@ use time::OffsetDateTime;
 use tokio::sync::{Notify, mpsc};
 use uuid::Uuid;
 
+mod table;
+use table::{Row, Table};
+
 /// Rows per transaction (one WAL flush), written [`store::audit::CHUNK`] at a time.
 const BATCH: usize = 2000;
 /// Rows of the open minute past which it is closed (and written) before its end, at least
 /// ([`Bounds::early`]).
 pub const EARLY: usize = 100_000;
 /// Rows waiting (open, closed and not yet written, or being written) past which a row
-/// more folds them, at least ([`Bounds::capacity`]): about 64 bytes a row, 26 MB; a closed
-/// minute keeps its table until its last row is written, so partly written ones can hold
-/// up to about twice that.
+/// more folds them, at least ([`Bounds::capacity`]): about 56 bytes a row, 22 MB (and the
+/// open minutes' indexes); a closed minute keeps its rows until its last is written, so
+/// partly written ones can hold up to about twice that.
 pub const CAPACITY: usize = 400_000;
 /// The cache entries the rows waiting may keep alive, in bytes, at least
 /// ([`Bounds::held_bytes`], [`PackedConnection::footprint`]). Usually the cache holds the
@@ -67,8 +71,8 @@ pub const HELD_BYTES: usize = 128 << 20;
 /// are 250-300).
 const HELD_PER_CONNECTION: usize = 640;
 /// The most rows an open minute may have, whatever the cache holds: 7/8 of 2^21, the most
-/// one table of 2^21 slots takes (65 bytes a slot: 136 MB). It bounds the rest: at most
-/// 7,340,032 rows waiting (in tables of up to 545 MB in all) and 1.1 GiB of entries held.
+/// an index of 2^21 slots takes (rows of 56 bytes, slots of 5: 113 MB). It bounds the
+/// rest: at most 7,340,032 rows waiting (411 MB of rows) and 1.1 GiB of entries held.
 const MAX_EARLY: usize = 1_835_008;
 
 /// How much the rows waiting may hold, from the connections the instance is sized for
@@ -126,9 +130,10 @@ pub fn system_wall_clock() -> WallClock {
 }
 
 /// The hand-outs of one connection through one API key within a minute (times in Unix
-/// microseconds): 32 bytes, keyed by 32 more, so that a minute in which 100,000
-/// connections are used holds about 6.4 MB (and the cache entries it names, which the
-/// cache holds anyway while they are in use).
+/// microseconds), as taken out to be written; a minute keeps it and its key as one
+/// 56-byte [`Row`], so that a minute in which 100,000 connections are used holds about
+/// 5.6 MB and an index of 0.7 MB (and the cache entries it names, which the cache holds
+/// anyway while they are in use).
 #[derive(Clone)]
 struct Tally {
     count: i32,
@@ -144,7 +149,7 @@ struct Tally {
 
 /// What a row counts: hand-outs (0), or proxied calls of one method and status class
 /// (1 + method × 6 + status), a byte so that the rows waiting stay small.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Use(u8);
 
 impl Use {
@@ -170,13 +175,15 @@ type RowKey = (Uuid, u64, Use);
 /// writer has not taken yet.
 #[derive(Default)]
 struct Minutes {
-    by_minute: BTreeMap<i64, HashMap<RowKey, Tally>>,
+    by_minute: BTreeMap<i64, Table>,
+    /// Hashes the keys of every table here.
+    hasher: RandomState,
     /// Rows in `by_minute`.
     rows: usize,
-    /// Rows of closed minutes, oldest first, to be written by `due`: each minute's map as
-    /// it was open, taken from in place (copied into a queue, a minute's rows were held
-    /// twice while they were written: 6 MB more at 100,000 rows).
-    closed: VecDeque<(i64, HashMap<RowKey, Tally>)>,
+    /// Rows of closed minutes, oldest first, to be written by `due`: each minute's rows as
+    /// they were open, without their index, taken from in place (copied into a queue, a
+    /// minute's rows were held twice while they were written: 6 MB more at 100,000 rows).
+    closed: VecDeque<(i64, Vec<Row>)>,
     /// Rows in `closed`.
     closed_rows: usize,
     /// Rows the last minute closed had: the next opens with room for as many (growing a
@@ -205,8 +212,8 @@ fn hold(held: &mut usize, budget: usize, holder: Option<&PackedConnection>) -> O
 }
 
 /// Lets go of the rows' holders; the bytes they were counted for in `held`.
-fn let_go<'a>(rows: impl IntoIterator<Item = &'a mut Tally>) -> usize {
-    rows.into_iter().map(|t| t.holder.take().map_or(0, |h| h.footprint())).sum()
+fn let_go<'a>(holders: impl IntoIterator<Item = &'a mut Option<PackedConnection>>) -> usize {
+    holders.into_iter().map(|h| h.take().map_or(0, |h| h.footprint())).sum()
 }
 
 fn micros(t: OffsetDateTime) -> i64 {
@@ -234,7 +241,7 @@ impl Minutes {
 
     /// Closes one row of its own (one that counts no more, or that a fold kept apart).
     fn close_one(&mut self, (minute, key, t): Taken) {
-        self.closed.push_back((minute, HashMap::from([(key, t)])));
+        self.closed.push_back((minute, vec![Row::new(key, t)]));
         self.closed_rows += 1;
     }
 
@@ -242,15 +249,16 @@ impl Minutes {
     fn add(&mut self, now: OffsetDateTime, key: RowKey, holder: Option<&PackedConnection>) -> bool {
         let us = micros(now);
         let room = self.last_minute_rows;
-        let rows = self.by_minute.entry(minute_of(now)).or_insert_with(|| HashMap::with_capacity(room));
-        match rows.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                let t = o.get_mut();
+        let rows = self.by_minute.entry(minute_of(now)).or_insert_with(|| Table::with_capacity(room));
+        match rows.get_mut(&self.hasher, &key) {
+            Some(t) => {
                 if t.count == i32::MAX {
                     // A row that counts no more (a folded one, after days): closed, and a
                     // new one opened.
                     let holder = hold(&mut self.held, self.bounds.held_bytes, holder);
-                    let full = std::mem::replace(t, Tally { count: 1, first_us: us, last_us: us, holder });
+                    let full =
+                        Tally { count: t.count, first_us: t.first_us, last_us: t.last_us, holder: t.holder.take() };
+                    (t.count, t.first_us, t.last_us, t.holder) = (1, us, us, holder);
                     self.close_one((minute_of(now), key, full));
                     return true;
                 }
@@ -260,17 +268,13 @@ impl Minutes {
                 // A row names a holder only if every use it counts came with that one (the
                 // same person: a re-connect through another IdP keeps the connection's id).
                 if t.holder.as_ref() != holder {
-                    self.held = self.held.saturating_sub(let_go([t]));
+                    self.held = self.held.saturating_sub(let_go([&mut t.holder]));
                 }
                 false
             }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Tally {
-                    count: 1,
-                    first_us: us,
-                    last_us: us,
-                    holder: hold(&mut self.held, self.bounds.held_bytes, holder),
-                });
+            None => {
+                let holder = hold(&mut self.held, self.bounds.held_bytes, holder);
+                rows.insert_new(&self.hasher, Row::new(key, Tally { count: 1, first_us: us, last_us: us, holder }));
                 self.rows += 1;
                 true
             }
@@ -284,7 +288,7 @@ impl Minutes {
 
     /// Whether `now`'s minute has a row for `key`.
     fn has(&self, now: OffsetDateTime, key: &RowKey) -> bool {
-        self.by_minute.get(&minute_of(now)).is_some_and(|rows| rows.contains_key(key))
+        self.by_minute.get(&minute_of(now)).is_some_and(|rows| rows.get(&self.hasher, key).is_some())
     }
 
     /// Closes the minutes before `now`'s (all minutes when `all`): their rows wait for the
@@ -301,7 +305,7 @@ impl Minutes {
             self.closed_rows += rows.len();
             // A folded minute holds up to the capacity: room for that many is not asked again.
             self.last_minute_rows = rows.len().min(self.bounds.early);
-            self.closed.push_back((minute, rows));
+            self.closed.push_back((minute, rows.into_rows()));
         }
         self.due = Some(Instant::now() + SPREAD);
     }
@@ -319,8 +323,12 @@ impl Minutes {
             let Some((minute, rows)) = self.closed.front_mut() else { break };
             let minute = *minute;
             let want = n - taken.len();
-            // Stopped early, `extract_if` keeps the rest.
-            taken.extend(rows.extract_if(|_, _| true).take(want).map(|(key, t)| (minute, key, t)));
+            // From the end: the rest stays where it is.
+            let from = rows.len().saturating_sub(want);
+            taken.extend(rows.drain(from..).map(|row| {
+                let (key, t) = row.into_parts();
+                (minute, key, t)
+            }));
             if rows.is_empty() {
                 self.closed.pop_front();
             }
@@ -332,47 +340,46 @@ impl Minutes {
     /// Folds every row waiting here (open and closed) into one per [`RowKey`] in `now`'s
     /// minute, each spanning the uses it counts; the rows it merged away. The other tables
     /// are merged into the largest, each let go of once merged, instead of into a new table
-    /// with room for every row waiting beside them all (at the largest bounds 545 MB more
+    /// with room for every row waiting beside them all (at the largest bounds 411 MB more
     /// while Postgres is away). Where most rows merge (the same connections minute after
     /// minute), the largest table grows little; where few do, it grows to about the size
     /// the new table had.
     fn fold(&mut self, now: OffsetDateTime) -> usize {
         let before = self.waiting();
-        let mut tables: Vec<HashMap<RowKey, Tally>> = std::mem::take(&mut self.by_minute)
+        let mut tables: Vec<Vec<Row>> = std::mem::take(&mut self.by_minute)
             .into_values()
+            .map(Table::into_rows)
             .chain(self.closed.drain(..).map(|(_, rows)| rows))
             .collect();
         let largest = (0..tables.len()).max_by_key(|&i| tables[i].len());
-        let mut merged = largest.map(|i| tables.swap_remove(i)).unwrap_or_default();
+        let mut merged = Table::from_rows(&self.hasher, largest.map(|i| tables.swap_remove(i)).unwrap_or_default());
         // The entries the rows held go (memory first): folded rows, and any use counted
         // into them later, are named from the connection's row when written.
-        let mut released = let_go(merged.values_mut());
+        let mut released = let_go(merged.rows_mut().map(|r| &mut r.holder));
         // Rows whose counts together pass what a row holds stay rows of their own.
         let mut apart = Vec::new();
         for rows in tables {
-            for (key, mut t) in rows {
-                released += let_go([&mut t]);
-                match merged.entry(key) {
-                    std::collections::hash_map::Entry::Occupied(mut o) => {
-                        let m = o.get_mut();
-                        match m.count.checked_add(t.count) {
-                            Some(count) => {
-                                m.count = count;
-                                m.first_us = m.first_us.min(t.first_us);
-                                m.last_us = m.last_us.max(t.last_us);
-                            }
-                            None => apart.push((minute_of_us(t.first_us), key, t)),
+            for mut row in rows {
+                released += let_go([&mut row.holder]);
+                match merged.get_mut(&self.hasher, &row.key()) {
+                    Some(m) => match m.count.checked_add(row.count) {
+                        Some(count) => {
+                            m.count = count;
+                            m.first_us = m.first_us.min(row.first_us);
+                            m.last_us = m.last_us.max(row.last_us);
                         }
-                    }
-                    std::collections::hash_map::Entry::Vacant(v) => {
-                        v.insert(t);
-                    }
+                        None => {
+                            let (key, t) = row.into_parts();
+                            apart.push((minute_of_us(t.first_us), key, t));
+                        }
+                    },
+                    None => merged.insert_new(&self.hasher, row),
                 }
             }
         }
-        // Most of the rows may have merged away, and the map may now wait closed for as
+        // Most of the rows may have merged away, and the table may now wait closed for as
         // long as the database is away.
-        merged.shrink_to_fit();
+        merged.shrink_to_fit(&self.hasher);
         self.held = self.held.saturating_sub(released);
         self.rows = merged.len();
         self.closed_rows = 0;
@@ -424,7 +431,7 @@ impl Shared {
     /// Lets go of the holders of rows taken out of `minutes` (written, or kept after a
     /// failed write), uncounting them.
     fn let_go<'a>(&self, rows: impl IntoIterator<Item = &'a mut Tally>) {
-        let held = let_go(rows);
+        let held = let_go(rows.into_iter().map(|t| &mut t.holder));
         if held > 0
             && let Ok(mut m) = self.minutes.lock()
         {
@@ -812,9 +819,9 @@ mod tests {
             assert_eq!(m.fold(at(2)), waiting - distinct, "{sizes:?}");
             assert_eq!((m.rows, m.closed_rows, m.by_minute.len()), (distinct, 0, 1));
             let open = &m.by_minute[&minute_of(at(2))];
-            assert_eq!(open.values().map(|t| i64::from(t.count)).sum::<i64>(), sizes.iter().sum::<u64>() as i64);
+            assert_eq!(open.rows().iter().map(|t| i64::from(t.count)).sum::<i64>(), sizes.iter().sum::<u64>() as i64);
             // Connection 0 was used in minutes 0 and 2: its row spans both.
-            let zero = &open[&row(0)];
+            let zero = open.get(&m.hasher, &row(0)).unwrap();
             assert_eq!((zero.count, zero.first_us, zero.last_us), (2, super::micros(at(0)), super::micros(at(2))));
         }
     }
@@ -903,7 +910,7 @@ mod tests {
             assert_eq!(named[&p.id().as_uuid()], None);
         }
         // Written: the writer lets go of them, and the count is back where it began.
-        m.held -= super::let_go(taken.iter_mut().map(|(_, _, t)| t));
+        m.held -= super::let_go(taken.iter_mut().map(|(_, _, t)| &mut t.holder));
         assert_eq!(m.held, 0);
         // Folded (memory first): the rows let go of the entries, and a later use's entry
         // does not name the folded row.
