@@ -33,8 +33,8 @@ const MAX_BUFFERED: usize = 256 * 1024;
 /// out is kept, emptied, for the next turn. A new buffer per write (256 KiB, about a
 /// hundred a second under load, often made on one thread and freed on another) kept
 /// memory that mimalloc did not give back: the bench's peak RSS at 100,000 connections
-/// was 75.6-81.1 MiB, 60.0 with the buffers reused, 57.5 with no access lines at all
-/// (issue 46).
+/// was 75.6-81.1 MiB, 62.1 with the buffers reused (60.0 with the hand-out audit's dense
+/// rows too), 57.5 with no access lines at all (issue 46).
 #[derive(Clone, Default)]
 struct Batched(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>, Arc<Mutex<Vec<u8>>>);
 
@@ -42,7 +42,9 @@ impl Batched {
     fn flush_out(&self) {
         // Held while writing: one thread writes at a time (as stderr's own lock would have
         // it), and the buffer it wrote is the next to collect.
-        let Ok(mut out) = self.2.lock() else { return };
+        // Nothing panics while it is held; were it poisoned all the same, lines would pile
+        // up unwritten behind it.
+        let mut out = self.2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match self.0.lock() {
             Ok(mut buf) if !buf.is_empty() => std::mem::swap(&mut *buf, &mut *out),
             _ => return,
@@ -51,9 +53,10 @@ impl Batched {
         let _ = err.write_all(&out);
         let _ = err.flush();
         out.clear();
-        // A rare long line may have grown it: kept no larger than a turn's worth.
+        // A rare long line may have grown it far past a turn's worth (up to twice that is
+        // kept: a buffer doubles as it grows).
         if out.capacity() > 2 * MAX_BUFFERED {
-            *out = Vec::with_capacity(MAX_BUFFERED);
+            out.shrink_to(MAX_BUFFERED);
         }
     }
 }
@@ -329,6 +332,21 @@ mod tests {
         out.flush_out();
         assert!(out.2.lock().unwrap().capacity() <= 2 * MAX_BUFFERED);
         assert!(out.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn lines_are_written_out_even_after_a_panic_poisoned_the_buffer_not_collecting() {
+        let out = Batched::default();
+        let held = out.clone();
+        let _ = std::thread::spawn(move || {
+            let _out = held.2.lock().unwrap();
+            panic!("poisons the lock");
+        })
+        .join();
+        assert!(out.2.is_poisoned());
+        (&out).write_all(b"{}\n").unwrap();
+        out.flush_out();
+        assert!(out.0.lock().unwrap().is_empty(), "written out, not left to pile up");
     }
 
     #[test]

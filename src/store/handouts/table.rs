@@ -115,8 +115,8 @@ impl Table {
     }
 }
 
-/// A position in a table: at most [`super::MAX_EARLY`] rows a minute and
-/// [`super::Bounds::capacity`] waiting in all, far below 2^32.
+/// A position in a table: a table holds at most the rows waiting, which a new row is
+/// added to only below [`super::Bounds::capacity`] (at most 7,340,032), far below 2^32.
 fn position(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
