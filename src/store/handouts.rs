@@ -36,7 +36,6 @@
 use crate::domain::{ApiKeyId, ConnectionId, MethodClass, ProxiedCall, StatusClass};
 use crate::store::{self, Db, audit::HandoutRow, connections::packed::PackedConnection};
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::hash::RandomState;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -176,8 +175,6 @@ type RowKey = (Uuid, u64, Use);
 #[derive(Default)]
 struct Minutes {
     by_minute: BTreeMap<i64, Table>,
-    /// Hashes the keys of every table here.
-    hasher: RandomState,
     /// Rows in `by_minute`.
     rows: usize,
     /// Rows of closed minutes, oldest first, to be written by `due`: each minute's rows as
@@ -250,7 +247,7 @@ impl Minutes {
         let us = micros(now);
         let room = self.last_minute_rows;
         let rows = self.by_minute.entry(minute_of(now)).or_insert_with(|| Table::with_capacity(room));
-        match rows.get_mut(&self.hasher, &key) {
+        match rows.get_mut(&key) {
             Some(t) => {
                 if t.count == i32::MAX {
                     // A row that counts no more (a folded one, after days): closed, and a
@@ -274,7 +271,7 @@ impl Minutes {
             }
             None => {
                 let holder = hold(&mut self.held, self.bounds.held_bytes, holder);
-                rows.insert_new(&self.hasher, Row::new(key, Tally { count: 1, first_us: us, last_us: us, holder }));
+                rows.insert_new(Row::new(key, Tally { count: 1, first_us: us, last_us: us, holder }));
                 self.rows += 1;
                 true
             }
@@ -288,7 +285,7 @@ impl Minutes {
 
     /// Whether `now`'s minute has a row for `key`.
     fn has(&self, now: OffsetDateTime, key: &RowKey) -> bool {
-        self.by_minute.get(&minute_of(now)).is_some_and(|rows| rows.get(&self.hasher, key).is_some())
+        self.by_minute.get(&minute_of(now)).is_some_and(|rows| rows.get(key).is_some())
     }
 
     /// Closes the minutes before `now`'s (all minutes when `all`): their rows wait for the
@@ -352,7 +349,7 @@ impl Minutes {
             .chain(self.closed.drain(..).map(|(_, rows)| rows))
             .collect();
         let largest = (0..tables.len()).max_by_key(|&i| tables[i].len());
-        let mut merged = Table::from_rows(&self.hasher, largest.map(|i| tables.swap_remove(i)).unwrap_or_default());
+        let mut merged = Table::from_rows(largest.map(|i| tables.swap_remove(i)).unwrap_or_default());
         // The entries the rows held go (memory first): folded rows, and any use counted
         // into them later, are named from the connection's row when written.
         let mut released = let_go(merged.rows_mut().map(|r| &mut r.holder));
@@ -361,7 +358,7 @@ impl Minutes {
         for rows in tables {
             for mut row in rows {
                 released += let_go([&mut row.holder]);
-                match merged.get_mut(&self.hasher, &row.key()) {
+                match merged.get_mut(&row.key()) {
                     Some(m) => match m.count.checked_add(row.count) {
                         Some(count) => {
                             m.count = count;
@@ -373,13 +370,13 @@ impl Minutes {
                             apart.push((minute_of_us(t.first_us), key, t));
                         }
                     },
-                    None => merged.insert_new(&self.hasher, row),
+                    None => merged.insert_new(row),
                 }
             }
         }
         // Most of the rows may have merged away, and the table may now wait closed for as
         // long as the database is away.
-        merged.shrink_to_fit(&self.hasher);
+        merged.shrink_to_fit();
         self.held = self.held.saturating_sub(released);
         self.rows = merged.len();
         self.closed_rows = 0;
@@ -821,7 +818,7 @@ mod tests {
             let open = &m.by_minute[&minute_of(at(2))];
             assert_eq!(open.rows().iter().map(|t| i64::from(t.count)).sum::<i64>(), sizes.iter().sum::<u64>() as i64);
             // Connection 0 was used in minutes 0 and 2: its row spans both.
-            let zero = open.get(&m.hasher, &row(0)).unwrap();
+            let zero = open.get(&row(0)).unwrap();
             assert_eq!((zero.count, zero.first_us, zero.last_us), (2, super::micros(at(0)), super::micros(at(2))));
         }
     }

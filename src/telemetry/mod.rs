@@ -41,9 +41,8 @@ struct Batched(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>, Arc<Mute
 impl Batched {
     fn flush_out(&self) {
         // Held while writing: one thread writes at a time (as stderr's own lock would have
-        // it), and the buffer it wrote is the next to collect.
-        // Nothing panics while it is held; were it poisoned all the same, lines would pile
-        // up unwritten behind it.
+        // it), and the buffer it wrote is the next to collect. Nothing panics while it is
+        // held; were it poisoned all the same, lines would pile up unwritten behind it.
         let mut out = self.2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match self.0.lock() {
             Ok(mut buf) if !buf.is_empty() => std::mem::swap(&mut *buf, &mut *out),

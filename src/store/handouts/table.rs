@@ -44,23 +44,24 @@ impl Row {
 #[derive(Default)]
 pub(super) struct Table {
     rows: Vec<Row>,
-    /// Positions in `rows`, hashed by the row's key.
+    /// Positions in `rows`, hashed by the row's key with `hasher`.
     index: HashTable<u32>,
+    hasher: RandomState,
 }
 
 impl Table {
     /// Room for `n` rows (only what is used is touched, and so resident).
     pub(super) fn with_capacity(n: usize) -> Self {
-        Self { rows: Vec::with_capacity(n), index: HashTable::with_capacity(n) }
+        Self { rows: Vec::with_capacity(n), index: HashTable::with_capacity(n), hasher: RandomState::new() }
     }
 
     /// Indexes `rows`, whose keys are distinct (a closed minute's, to fold into).
-    pub(super) fn from_rows(hasher: &RandomState, rows: Vec<Row>) -> Self {
-        let mut index = HashTable::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            index.insert_unique(hasher.hash_one(row.key()), position(i), |&p| hasher.hash_one(rows[p as usize].key()));
+    pub(super) fn from_rows(rows: Vec<Row>) -> Self {
+        let mut table = Self { index: HashTable::with_capacity(rows.len()), rows, hasher: RandomState::new() };
+        for i in 0..table.rows.len() {
+            table.index_row(i);
         }
-        Self { rows, index }
+        table
     }
 
     pub(super) fn len(&self) -> usize {
@@ -77,31 +78,38 @@ impl Table {
         &self.rows
     }
 
-    pub(super) fn get(&self, hasher: &RandomState, key: &RowKey) -> Option<&Row> {
+    /// Where `key`'s row is in `rows`.
+    fn find(&self, key: &RowKey) -> Option<usize> {
         let rows = &self.rows;
-        self.index.find(hasher.hash_one(key), |&p| rows[p as usize].key() == *key).map(|&p| &rows[p as usize])
+        self.index.find(self.hasher.hash_one(key), |&p| rows[p as usize].key() == *key).map(|&p| p as usize)
     }
 
-    pub(super) fn get_mut(&mut self, hasher: &RandomState, key: &RowKey) -> Option<&mut Row> {
-        let rows = &mut self.rows;
-        let p = *self.index.find(hasher.hash_one(key), |&p| rows[p as usize].key() == *key)?;
-        rows.get_mut(p as usize)
+    pub(super) fn get(&self, key: &RowKey) -> Option<&Row> {
+        self.find(key).map(|p| &self.rows[p])
+    }
+
+    pub(super) fn get_mut(&mut self, key: &RowKey) -> Option<&mut Row> {
+        self.find(key).map(|p| &mut self.rows[p])
     }
 
     /// Adds a row whose key is not here yet.
-    pub(super) fn insert_new(&mut self, hasher: &RandomState, row: Row) {
-        let rows = &self.rows;
-        self.index.insert_unique(hasher.hash_one(row.key()), position(rows.len()), |&p| {
-            hasher.hash_one(rows[p as usize].key())
-        });
+    pub(super) fn insert_new(&mut self, row: Row) {
         self.rows.push(row);
+        self.index_row(self.rows.len() - 1);
+    }
+
+    /// Indexes the row at `i`, whose key is not indexed yet.
+    fn index_row(&mut self, i: usize) {
+        let (rows, hasher) = (&self.rows, &self.hasher);
+        self.index
+            .insert_unique(hasher.hash_one(rows[i].key()), position(i), |&p| hasher.hash_one(rows[p as usize].key()));
     }
 
     /// The rows, with as little room to spare as the allocator gives (a fold's table may
     /// wait long while the database is away).
-    pub(super) fn shrink_to_fit(&mut self, hasher: &RandomState) {
+    pub(super) fn shrink_to_fit(&mut self) {
         self.rows.shrink_to_fit();
-        let rows = &self.rows;
+        let (rows, hasher) = (&self.rows, &self.hasher);
         self.index.shrink_to_fit(|&p| hasher.hash_one(rows[p as usize].key()));
     }
 
@@ -125,7 +133,6 @@ fn position(i: usize) -> u32 {
 mod tests {
     use super::{Row, Table};
     use crate::store::handouts::{Tally, Use};
-    use std::hash::RandomState;
     use uuid::Uuid;
 
     #[test]
@@ -138,29 +145,25 @@ mod tests {
 
     #[test]
     fn each_key_finds_its_own_row_before_and_after_the_index_is_rebuilt() {
-        let hasher = RandomState::new();
         let mut table = Table::with_capacity(4);
         let key = |i: u64, what: u8| (Uuid::from_u64_pair(i, 0), 7, Use(what));
         for i in 0..1000 {
             for what in [0, 1] {
                 let count = (i * 2 + u64::from(what)) as i32;
-                table.insert_new(
-                    &hasher,
-                    Row::new(key(i, what), Tally { count, first_us: 0, last_us: 0, holder: None }),
-                );
+                table.insert_new(Row::new(key(i, what), Tally { count, first_us: 0, last_us: 0, holder: None }));
             }
         }
         assert_eq!(table.len(), 2000);
-        table.get_mut(&hasher, &key(3, 1)).unwrap().count += 1000;
-        let table = Table::from_rows(&hasher, table.into_rows());
+        table.get_mut(&key(3, 1)).unwrap().count += 1000;
+        let table = Table::from_rows(table.into_rows());
         for i in 0..1000 {
             for what in [0, 1] {
-                let row = table.get(&hasher, &key(i, what)).unwrap();
+                let row = table.get(&key(i, what)).unwrap();
                 let bump = if (i, what) == (3, 1) { 1000 } else { 0 };
                 assert_eq!((row.key(), row.count), (key(i, what), (i * 2 + u64::from(what)) as i32 + bump));
             }
         }
-        assert!(table.get(&hasher, &key(1000, 0)).is_none());
-        assert!(table.get(&hasher, &(Uuid::from_u64_pair(3, 0), 8, Use(1))).is_none(), "another API key");
+        assert!(table.get(&key(1000, 0)).is_none());
+        assert!(table.get(&(Uuid::from_u64_pair(3, 0), 8, Use(1))).is_none(), "another API key");
     }
 }
