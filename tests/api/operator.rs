@@ -685,6 +685,9 @@ async fn localhost_endpoints_are_taken_where_loopback_is_allowed_and_reached_on_
     json_of(app.operator(&op, Method::POST, "/providers", Some(body.clone())).await, 201).await;
     let tenant = json!({"id": "gamma", "display_name": "Gamma", "providers": ["localp"]});
     json_of(app.operator(&op, Method::POST, "/tenants", Some(tenant)).await, 201).await;
+    // This instance serves the new tenant once the creation's notification is heard (until
+    // then a hand-out answers 503 "retry"; under a loaded test run that took a while).
+    assert!(app.state.caches.barrier(&app.pool).await, "the creation's notification arrived");
     let key =
         json_of(app.operator(&op, Method::POST, "/tenants/gamma/keys", Some(json!({"scope": "server"}))).await, 201)
             .await;
