@@ -26,6 +26,10 @@ pub struct CeilingRun {
     pub body_bytes: usize,
     pub workers: usize,
     pub saturating: Summary,
+    /// The same handler under an open loop at half the cached lookup's median rate (the
+    /// rate its half-rate phases offer): the tail this machine, the generator and the
+    /// HTTP stack give a handler that does nothing, the control for the half-rate p99.
+    pub half_rate: Summary,
     /// The cached lookup's median saturating rate ÷ this rate.
     pub cached_ratio: f64,
     /// `oha` against the same handler, with the same connections, threads and seconds
@@ -68,6 +72,10 @@ impl Phase<'_> {
         let seconds = Duration::from_secs(self.args.seconds);
         let t = target.clone();
         let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, seconds)).await?;
+        let rate = (cached_median / 2.0).max(1.0);
+        progress(self.started, &format!("ceiling: open loop at {rate:.0} req/s, {} s", self.args.seconds));
+        let t = target.clone();
+        let half_rate = self.load(move || load::open_loop(&t, keys, conns, threads, seconds, rate)).await?;
         let oha = match oha_bin {
             Some((bin, version)) => {
                 progress(self.started, &format!("ceiling: {version}, {} s", self.args.seconds));
@@ -82,6 +90,7 @@ impl Phase<'_> {
             workers,
             cached_ratio: cached_median / saturating.rps.max(1e-9),
             saturating,
+            half_rate,
         })
     }
 }

@@ -482,6 +482,8 @@ impl Results {
             return;
         };
         row(o, "13", &format!("ceiling: bare handler, {} workers", c.workers), &c.saturating);
+        let half = format!("  at half rate ({}/s)", thousands(c.half_rate.offered_rps.unwrap_or(0.0)));
+        row(o, "", &half, &c.half_rate);
         let floor = self.floor.plain.best_tps().max(1.0);
         let _ = writeln!(
             o,
