@@ -305,7 +305,7 @@ mod tests {
         let out = super::super::Batched::default();
         let subscriber = tracing_subscriber::registry().with(super::super::json_lines(out.clone()));
         tracing::subscriber::with_default(subscriber, f);
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let text = String::from_utf8(out.collecting.lock().unwrap().clone()).unwrap();
         (text.lines().map(|l| serde_json::from_str(l).expect(l)).collect(), text)
     }
 

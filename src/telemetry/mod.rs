@@ -29,22 +29,29 @@ const MAX_BUFFERED: usize = 256 * 1024;
 /// for many lines, and no thread woken per line (an access-log line per request would
 /// otherwise cost a system call or a thread switch on the request path).
 ///
-/// Two buffers take turns (the third field is the one not collecting): the buffer written
-/// out is kept, emptied, for the next turn. A new buffer per write (256 KiB, about a
+/// Two buffers take turns (`collecting` and `spare`): the buffer written out is kept,
+/// emptied, for the next turn. A new buffer per write (256 KiB, about a
 /// hundred a second under load, often made on one thread and freed on another) kept
 /// memory that mimalloc did not give back: the bench's peak RSS at 100,000 connections
 /// was 75.6-81.1 MiB, 62.1 with the buffers reused (60.0 with the hand-out audit's dense
 /// rows too), 57.5 with no access lines at all (issue 46).
 #[derive(Clone, Default)]
-struct Batched(Arc<Mutex<Vec<u8>>>, Arc<std::sync::atomic::AtomicBool>, Arc<Mutex<Vec<u8>>>);
+struct Batched {
+    /// Where lines go now.
+    collecting: Arc<Mutex<Vec<u8>>>,
+    /// Set by [`LogGuard::silence`]: later lines are dropped.
+    silenced: Arc<std::sync::atomic::AtomicBool>,
+    /// The buffer last written out, empty, locked while a write is under way.
+    spare: Arc<Mutex<Vec<u8>>>,
+}
 
 impl Batched {
     fn flush_out(&self) {
         // Held while writing: one thread writes at a time (as stderr's own lock would have
         // it), and the buffer it wrote is the next to collect. Nothing panics while it is
         // held; were it poisoned all the same, lines would pile up unwritten behind it.
-        let mut out = self.2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.0.lock() {
+        let mut out = self.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.collecting.lock() {
             Ok(mut buf) if !buf.is_empty() => std::mem::swap(&mut *buf, &mut *out),
             _ => return,
         }
@@ -63,10 +70,10 @@ impl Batched {
 impl Write for &Batched {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         // Silenced for the last moments of `dev` (see `LogGuard::silence`).
-        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.silenced.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(line.len());
         }
-        let full = match self.0.lock() {
+        let full = match self.collecting.lock() {
             Ok(mut buf) => {
                 buf.extend_from_slice(line);
                 buf.len() >= MAX_BUFFERED
@@ -104,7 +111,7 @@ impl LogGuard {
     pub fn silence(&self) {
         if let Some(b) = &self.0 {
             b.flush_out();
-            b.1.store(true, std::sync::atomic::Ordering::Relaxed);
+            b.silenced.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -284,7 +291,7 @@ mod tests {
             span.in_scope(|| tracing::warn!(provider = "github", attempt = 2u64, "inside"));
             tracing::info!(request_id = "00c0ffee00c0ffee", status = 200u64, trace_id = None::<&str>, "request");
         });
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let text = String::from_utf8(out.collecting.lock().unwrap().clone()).unwrap();
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
         let [inside, access] = &lines[..] else { panic!("two lines: {text}") };
         // The keys in alphabetical order (as CHANGELOG tells operators).
@@ -319,18 +326,18 @@ mod tests {
             out.flush_out();
         }
         for turn in 0..6 {
-            let emptied = ptr(&out.2);
+            let emptied = ptr(&out.spare);
             (&out).write_all(&line).unwrap();
             out.flush_out();
-            assert_eq!(ptr(&out.0), emptied, "turn {turn}: the lines went into the buffer written out last");
-            let kept = out.2.lock().unwrap();
+            assert_eq!(ptr(&out.collecting), emptied, "turn {turn}: the lines went into the buffer written out last");
+            let kept = out.spare.lock().unwrap();
             assert!(kept.is_empty() && kept.capacity() >= line.len(), "turn {turn}: written out, emptied, kept");
         }
         // A line longer than a turn's worth: its buffer is not kept at that size.
         (&out).write_all(&vec![b' '; 3 * MAX_BUFFERED]).unwrap();
         out.flush_out();
-        assert!(out.2.lock().unwrap().capacity() <= 2 * MAX_BUFFERED);
-        assert!(out.0.lock().unwrap().is_empty());
+        assert!(out.spare.lock().unwrap().capacity() <= 2 * MAX_BUFFERED);
+        assert!(out.collecting.lock().unwrap().is_empty());
     }
 
     #[test]
@@ -338,14 +345,14 @@ mod tests {
         let out = Batched::default();
         let held = out.clone();
         let _ = std::thread::spawn(move || {
-            let _out = held.2.lock().unwrap();
+            let _out = held.spare.lock().unwrap();
             panic!("poisons the lock");
         })
         .join();
-        assert!(out.2.is_poisoned());
+        assert!(out.spare.is_poisoned());
         (&out).write_all(b"{}\n").unwrap();
         out.flush_out();
-        assert!(out.0.lock().unwrap().is_empty(), "written out, not left to pile up");
+        assert!(out.collecting.lock().unwrap().is_empty(), "written out, not left to pile up");
     }
 
     #[test]
