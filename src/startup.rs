@@ -50,7 +50,7 @@ impl Application {
         // its start: one set before the recorder would be lost).
         let recorder = metrics_listener.as_ref().map(|_| crate::telemetry::metrics::install());
         let pool = open_database(&config).await?;
-        let split = PoolSplit::new(config.database_max_connections, config.database_pooler);
+        let split = PoolSplit::new(config.database_max_connections, config.database_lookup_connections_per_worker);
         let connect_options = store::connect_options(config.database_url.expose_secret())
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
         let state = app_state(config, pool, clock, &connect_options, split, Background::Run).await?;
@@ -327,11 +327,11 @@ pub async fn operator_state(config: Config) -> anyhow::Result<AppState> {
     let connect_options = store::connect_options(config.database_url.expose_secret())
         .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
     let clock = Arc::new(crate::domain::SystemClock);
-    app_state(config, pool, clock, &connect_options, PoolSplit::new(2, store::Pooler::None), Background::None).await
+    app_state(config, pool, clock, &connect_options, PoolSplit::new(2, 1), Background::None).await
 }
 
-/// `database.max_connections` split over the HTTP workers, and each worker's share between
-/// its lookup connections and its pool for everything else (all of it the pool's behind a
+/// `database.max_connections` split over the HTTP workers' pools, and each worker's lookup
+/// connections apart from them (`database.lookup_connections_per_worker`; none behind a
 /// transaction pooler, where lookups run on the pool: `store::lookup`).
 #[derive(Debug, Clone, Copy)]
 struct PoolSplit {
@@ -341,14 +341,9 @@ struct PoolSplit {
 }
 
 impl PoolSplit {
-    fn new(max_connections: u32, pooler: store::Pooler) -> Self {
+    fn new(max_connections: u32, lookups_per_worker: u32) -> Self {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per_worker = max_connections.div_ceil(workers as u32).max(2);
-        let lookups_per_worker = match pooler {
-            store::Pooler::None => per_worker / 2,
-            store::Pooler::Transaction => 0,
-        };
-        Self { workers, lookups_per_worker, pool_per_worker: per_worker - lookups_per_worker }
+        Self { workers, lookups_per_worker, pool_per_worker: max_connections.div_ceil(workers as u32) }
     }
 }
 

@@ -42,7 +42,16 @@ const TOP: &[(&str, Kind)] = &[("public_base_url", Text), ("listen", Text), ("lo
 
 /// Every section's scalar settings (docs/configuration.md lists the same).
 const SECTIONS: &[(&str, &[(&str, Kind)])] = &[
-    ("database", &[("url", Text), ("listen_url", Text), ("max_connections", Number), ("pooler", Text)]),
+    (
+        "database",
+        &[
+            ("url", Text),
+            ("listen_url", Text),
+            ("max_connections", Number),
+            ("lookup_connections_per_worker", Number),
+            ("pooler", Text),
+        ],
+    ),
     (
         "vault",
         &[

@@ -97,6 +97,9 @@ pub struct Config {
     pub log_format: LogFormat,
     pub database_url: SecretString,
     pub database_max_connections: u32,
+    /// Each HTTP worker's connections for the uncached lookup, apart from the pool
+    /// (`store::lookup`); 0 behind a transaction pooler (lookups use the pool).
+    pub database_lookup_connections_per_worker: u32,
     /// The change listener's own connection (`LISTEN` needs a session: behind PgBouncer in
     /// transaction mode, point this at Postgres or a session-mode pool). Default: the pool's.
     pub database_listen_url: Option<SecretString>,
@@ -545,6 +548,34 @@ client_id = "abc"
         e.push(("MCP_CONNECT_DATABASE_POOLER", "transaction"));
         e.push(("MCP_CONNECT_DATABASE_LISTEN_URL", "postgres://db-direct/mcp"));
         assert_eq!(Config::from_toml(GOOD, &env_of(&e)).unwrap().database_pooler, crate::store::Pooler::Transaction);
+    }
+
+    #[test]
+    fn lookup_connections_default_to_one_per_worker_are_bounded_and_refused_behind_a_transaction_pooler() {
+        let with = |extra: &str| GOOD.replace("[database]", &format!("[database]\n{extra}"));
+        let c = Config::from_toml(GOOD, &env_of(&base_env())).unwrap();
+        assert_eq!(c.database_lookup_connections_per_worker, 1);
+        let c = Config::from_toml(&with("lookup_connections_per_worker = 3"), &env_of(&base_env())).unwrap();
+        assert_eq!(c.database_lookup_connections_per_worker, 3);
+        for bad in ["lookup_connections_per_worker = 0", "lookup_connections_per_worker = 17"] {
+            let e = Config::from_toml(&with(bad), &env_of(&base_env())).unwrap_err();
+            assert_eq!(
+                (e.field.as_str(), e.message.as_str()),
+                ("database.lookup_connections_per_worker", "must be 1 to 16")
+            );
+        }
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_DATABASE_LOOKUP_CONNECTIONS_PER_WORKER", "4"));
+        assert_eq!(Config::from_toml(GOOD, &env_of(&e)).unwrap().database_lookup_connections_per_worker, 4);
+        // Behind a transaction pooler lookups go through the pool: a size for a set that
+        // is not made is a mistake said at start, not a setting quietly ignored.
+        let pooled = "pooler = \"transaction\"\nlisten_url = \"postgres://db-direct/mcp\"";
+        let c = Config::from_toml(&with(pooled), &env_of(&base_env())).unwrap();
+        assert_eq!(c.database_lookup_connections_per_worker, 0);
+        let e = Config::from_toml(&with(&format!("{pooled}\nlookup_connections_per_worker = 1")), &env_of(&base_env()))
+            .unwrap_err();
+        assert_eq!(e.field, "database.lookup_connections_per_worker");
+        assert!(e.message.contains("not used with database.pooler = \"transaction\""), "{}", e.message);
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub(super) struct RawDatabase {
     pub(super) url: Option<String>,
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: Option<u32>,
+    pub(super) lookup_connections_per_worker: Option<u32>,
     pub(super) pooler: Option<String>,
 }
 

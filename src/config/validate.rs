@@ -71,9 +71,21 @@ fn otlp_endpoint(raw: Option<String>) -> Result<Option<Url>, ConfigError> {
     Ok(Some(url))
 }
 
-/// The pool's URL (the environment laid over the file: `env::overlay`), its size, the
-/// change listener's own URL if it has one, and the pooler between the pool and PostgreSQL.
-fn database(raw: RawDatabase) -> Result<(String, u32, Option<SecretString>, Pooler), ConfigError> {
+/// `[database]`, checked.
+struct Database {
+    /// The pool's URL (the environment laid over the file: `env::overlay`).
+    url: String,
+    max_connections: u32,
+    /// Each HTTP worker's connections for the uncached lookup (`store::lookup`); none
+    /// behind a transaction pooler, where lookups use the pool.
+    lookup_connections_per_worker: u32,
+    /// The change listener's own URL, if it has one.
+    listen_url: Option<SecretString>,
+    /// What is between the pool and PostgreSQL.
+    pooler: Pooler,
+}
+
+fn database(raw: RawDatabase) -> Result<Database, ConfigError> {
     let url = database_url(raw.url)?;
     let listen_url = raw
         .listen_url
@@ -90,7 +102,25 @@ fn database(raw: RawDatabase) -> Result<(String, u32, Option<SecretString>, Pool
             "\"transaction\" needs database.listen_url: the change listener (LISTEN) and the migrations need a session of their own, which a transaction pooler does not keep; point it at PostgreSQL itself",
         ));
     }
-    Ok((url, max_connections(raw.max_connections)?, listen_url, pooler))
+    let lookup_connections_per_worker = match (pooler, raw.lookup_connections_per_worker) {
+        (Pooler::Transaction, Some(_)) => {
+            return Err(err(
+                "database.lookup_connections_per_worker",
+                "is not used with database.pooler = \"transaction\" (lookups go through the pool there, one statement each); remove it",
+            ));
+        }
+        (Pooler::Transaction, None) => 0,
+        (Pooler::None, None) => 1,
+        (Pooler::None, Some(n @ 1..=16)) => n,
+        (Pooler::None, Some(_)) => return Err(err("database.lookup_connections_per_worker", "must be 1 to 16")),
+    };
+    Ok(Database {
+        url,
+        max_connections: max_connections(raw.max_connections)?,
+        lookup_connections_per_worker,
+        listen_url,
+        pooler,
+    })
 }
 
 fn max_connections(raw: Option<u32>) -> Result<u32, ConfigError> {
@@ -117,7 +147,7 @@ pub(super) fn validate_for_command(
     mut secrets: EnvSecrets,
     with_keyring: bool,
 ) -> Result<super::CommandConfig, ConfigError> {
-    let (database_url, _, _, database_pooler) = database(raw.database)?;
+    let Database { url: database_url, pooler: database_pooler, .. } = database(raw.database)?;
     let keyring = if with_keyring {
         Some(keyring(exposed(secrets.vault_keys.take()), raw.vault.keys_file.as_deref())?)
     } else {
@@ -212,7 +242,6 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
     tenant_idps_exist(&tenants, &idps)?;
     let (metrics_listen, outbound_cas) =
         (metrics_listen(raw.metrics.listen, listen)?, ca_bundle(raw.outbound.ca_file.as_deref())?);
-    let (database_url, database_max_connections, database_listen_url, database_pooler) = database;
     Ok(Config {
         cache_enabled,
         cache_max_age,
@@ -228,10 +257,11 @@ pub(super) fn validate(raw: RawConfig, mut secrets: EnvSecrets) -> Result<Config
         public_base_url,
         listen,
         log_format,
-        database_url: SecretString::from(database_url),
-        database_max_connections,
-        database_listen_url,
-        database_pooler,
+        database_url: SecretString::from(database.url),
+        database_max_connections: database.max_connections,
+        database_lookup_connections_per_worker: database.lookup_connections_per_worker,
+        database_listen_url: database.listen_url,
+        database_pooler: database.pooler,
         keyring,
         vault,
         elicitation_ttl,

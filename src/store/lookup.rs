@@ -1,4 +1,6 @@
-//! The lookup's own database connections, one small set per HTTP worker.
+//! The lookup's own database connections, one small set per HTTP worker (of
+//! `database.lookup_connections_per_worker`, default one: docs/operations.md, "Connections
+//! per instance", has the figures for one against four near and far).
 //!
 //! A sqlx pool pings every connection it gets back (`return_to_pool`), which costs the
 //! uncached lookup a second round trip for its one `SELECT`. These connections go back to
