@@ -330,9 +330,12 @@ pub async fn operator_state(config: Config) -> anyhow::Result<AppState> {
     app_state(config, pool, clock, &connect_options, PoolSplit::new(2, 1), Background::None).await
 }
 
-/// `database.max_connections` split over the HTTP workers' pools, and each worker's lookup
-/// connections apart from them (`database.lookup_connections_per_worker`; none behind a
-/// transaction pooler, where lookups run on the pool: `store::lookup`).
+/// `database.max_connections` split over the HTTP workers, and each worker's share between
+/// its lookup connections (`database.lookup_connections_per_worker`; none behind a
+/// transaction pooler, where lookups run on the pool: `store::lookup`) and its pool, which
+/// takes the rest. The lookup connections count within `max_connections`: outside it they
+/// had doubled an instance's connections and used up PostgreSQL's clients in a parallel CI
+/// run.
 #[derive(Debug, Clone, Copy)]
 struct PoolSplit {
     workers: usize,
@@ -343,7 +346,15 @@ struct PoolSplit {
 impl PoolSplit {
     fn new(max_connections: u32, lookups_per_worker: u32) -> Self {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { workers, lookups_per_worker, pool_per_worker: max_connections.div_ceil(workers as u32) }
+        Self::for_workers(workers, max_connections, lookups_per_worker)
+    }
+
+    fn for_workers(workers: usize, max_connections: u32, lookups_per_worker: u32) -> Self {
+        let share = max_connections.div_ceil(workers as u32);
+        // At least one connection for transactions; two where the pool also carries the
+        // lookups, so that one slow transaction does not hold up every lookup.
+        let least = if lookups_per_worker == 0 { 2 } else { 1 };
+        Self { workers, lookups_per_worker, pool_per_worker: share.saturating_sub(lookups_per_worker).max(least) }
     }
 }
 
@@ -689,4 +700,27 @@ fn serve(
     .disable_signals()
     .listen(listener)?
     .run())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PoolSplit;
+
+    fn sizes(workers: usize, max_connections: u32, lookups: u32) -> (u32, u32) {
+        let s = PoolSplit::for_workers(workers, max_connections, lookups);
+        (s.pool_per_worker, s.lookups_per_worker)
+    }
+
+    #[test]
+    fn lookup_connections_count_within_max_connections_and_the_pool_keeps_at_least_one() {
+        // The default on two cores: 8 a worker, one of them the lookup's.
+        assert_eq!(sizes(2, 16, 1), (7, 1));
+        assert_eq!(sizes(2, 16, 4), (4, 4));
+        assert_eq!(sizes(8, 16, 1), (1, 1));
+        // Behind a transaction pooler the pool carries the lookups too: at least two.
+        assert_eq!(sizes(2, 16, 0), (8, 0));
+        assert_eq!(sizes(4, 2, 0), (2, 0));
+        // More lookup connections than the share: the pool keeps one for transactions.
+        assert_eq!(sizes(2, 4, 16), (1, 16));
+    }
 }

@@ -576,6 +576,15 @@ client_id = "abc"
             .unwrap_err();
         assert_eq!(e.field, "database.lookup_connections_per_worker");
         assert!(e.message.contains("not used with database.pooler = \"transaction\""), "{}", e.message);
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_DATABASE_POOLER", "transaction"));
+        e.push(("MCP_CONNECT_DATABASE_LISTEN_URL", "postgres://db-direct/mcp"));
+        e.push(("MCP_CONNECT_DATABASE_LOOKUP_CONNECTIONS_PER_WORKER", "2"));
+        assert_eq!(error_field(GOOD, &e), "database.lookup_connections_per_worker");
+        let mut e = base_env();
+        e.push(("MCP_CONNECT_DATABASE_LOOKUP_CONNECTIONS_PER_WORKER", "two"));
+        let e = Config::from_toml(GOOD, &env_of(&e)).unwrap_err();
+        assert_eq!(e.field, "MCP_CONNECT_DATABASE_LOOKUP_CONNECTIONS_PER_WORKER", "{}", e.message);
     }
 
     #[test]
