@@ -561,7 +561,7 @@ client_id = "abc"
             let e = Config::from_toml(&with(bad), &env_of(&base_env())).unwrap_err();
             assert_eq!(
                 (e.field.as_str(), e.message.as_str()),
-                ("database.lookup_connections_per_worker", "must be 1 to 16")
+                ("database.lookup_connections_per_worker", "must be between 1 and 16")
             );
         }
         let mut e = base_env();

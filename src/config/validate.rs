@@ -110,9 +110,10 @@ fn database(raw: RawDatabase) -> Result<Database, ConfigError> {
             ));
         }
         (Pooler::Transaction, None) => 0,
-        (Pooler::None, None) => 1,
-        (Pooler::None, Some(n @ 1..=16)) => n,
-        (Pooler::None, Some(_)) => return Err(err("database.lookup_connections_per_worker", "must be 1 to 16")),
+        (Pooler::None, n) => {
+            let n = seconds("database.lookup_connections_per_worker", n.map(u64::from), 1, 1..=16, "")?;
+            u32::try_from(n).unwrap_or(16)
+        }
     };
     Ok(Database {
         url,
