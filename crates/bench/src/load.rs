@@ -72,11 +72,28 @@ pub struct Summary {
     pub in_flight_little: f64,
     /// Closed loop: connections / throughput, the mean latency Little's law predicts.
     pub little_mean_us: f64,
+    /// Where the slow requests (over [`SLOW`]) lie in time: the 100 ms windows holding the
+    /// most of them, by when they were due (UTC), most first; tells a tail that comes in
+    /// bursts (a pause of the service's) from one spread over the phase.
+    pub slow_windows: Vec<SlowWindow>,
+}
+
+/// A request slower than this counts in [`Summary::slow_windows`].
+const SLOW: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowWindow {
+    /// The window's start, UTC, to the millisecond (`HH:MM:SS.mmm`).
+    pub at: String,
+    pub slow: u64,
+    pub max_us: f64,
 }
 
 #[derive(Default)]
 struct WorkerResult {
     latencies_ns: Vec<u64>,
+    /// Requests slower than [`SLOW`]: when they were due, and their latency.
+    slow: Vec<(Instant, u64)>,
     errors: u64,
     first_error: Option<String>,
 }
@@ -134,13 +151,14 @@ fn run(target: &Target, keys: KeySpace, conns: usize, threads: usize, plan: Plan
     };
     let target = Arc::new(target.clone());
     let next_key = Arc::new(AtomicUsize::new(0));
-    let (results, elapsed) = runtime.block_on(async move {
+    let (results, elapsed, started) = runtime.block_on(async move {
         // Connect everyone first, so the phase measures requests, not handshakes.
         let mut connections = Vec::with_capacity(conns);
         for _ in 0..conns {
             connections.push(Conn::connect(target.addr).await?);
         }
         let start = Instant::now();
+        let wall = time::OffsetDateTime::now_utc();
         let mut handles = Vec::with_capacity(conns);
         for (i, conn) in connections.into_iter().enumerate() {
             let target = target.clone();
@@ -163,14 +181,14 @@ fn run(target: &Target, keys: KeySpace, conns: usize, threads: usize, plan: Plan
         for h in handles {
             results.push(h.await.context("load worker panicked")?);
         }
-        anyhow::Ok((results, start.elapsed()))
+        anyhow::Ok((results, start.elapsed(), (start, wall)))
     })?;
     let (mode, offered) = match plan {
         Plan::Closed { .. } => ("closed", None),
         Plan::Open { rate, .. } => ("open", Some(rate)),
         Plan::Sweep => ("sweep", None),
     };
-    Ok(summarize(mode, conns, threads.max(1), offered, elapsed, results))
+    Ok(summarize(mode, conns, threads.max(1), offered, elapsed, started, results))
 }
 
 async fn request(target: &Target, conn: &mut Conn, buf: &mut Vec<u8>, keys: KeySpace, i: usize) -> Result<(), String> {
@@ -213,7 +231,11 @@ async fn timed(
     result: &mut WorkerResult,
 ) -> bool {
     let outcome = request(target, conn, buf, keys, i).await;
-    result.latencies_ns.push(origin.elapsed().as_nanos() as u64);
+    let took = origin.elapsed();
+    result.latencies_ns.push(took.as_nanos() as u64);
+    if took > SLOW {
+        result.slow.push((origin, took.as_nanos() as u64));
+    }
     match outcome {
         Ok(()) => true,
         Err(e) => {
@@ -288,6 +310,30 @@ async fn sweep_worker(target: &Target, mut conn: Conn, keys: KeySpace, next: &At
     result
 }
 
+/// The 100 ms windows (from `start`, which was `wall`) with the most slow requests, by
+/// when those were due: at most eight, most first (the earlier of two alike).
+fn slow_windows(slow: &[(Instant, u64)], start: Instant, wall: time::OffsetDateTime) -> Vec<SlowWindow> {
+    let mut windows: std::collections::BTreeMap<u64, (u64, u64)> = std::collections::BTreeMap::new();
+    for (due, ns) in slow {
+        let w = windows.entry(due.saturating_duration_since(start).as_millis() as u64 / 100).or_default();
+        w.0 += 1;
+        w.1 = w.1.max(*ns);
+    }
+    let mut v: Vec<_> = windows.into_iter().collect();
+    v.sort_by_key(|(w, (n, _))| (std::cmp::Reverse(*n), *w));
+    v.truncate(8);
+    v.into_iter()
+        .map(|(w, (slow, max_ns))| {
+            let t = wall + Duration::from_millis(w * 100);
+            SlowWindow {
+                at: format!("{:02}:{:02}:{:02}.{:03}", t.hour(), t.minute(), t.second(), t.millisecond()),
+                slow,
+                max_us: max_ns as f64 / 1_000.0,
+            }
+        })
+        .collect()
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
@@ -303,13 +349,16 @@ fn summarize(
     threads: usize,
     offered: Option<f64>,
     elapsed: Duration,
+    (start, wall): (Instant, time::OffsetDateTime),
     results: Vec<WorkerResult>,
 ) -> Summary {
     let mut all = Vec::with_capacity(results.iter().map(|r| r.latencies_ns.len()).sum());
     let mut errors = 0;
     let mut first_error = None;
+    let mut slow = Vec::new();
     for r in results {
         all.extend_from_slice(&r.latencies_ns);
+        slow.extend_from_slice(&r.slow);
         errors += r.errors;
         if first_error.is_none() {
             first_error = r.first_error;
@@ -339,6 +388,7 @@ fn summarize(
         max_us: us(all.last().copied().unwrap_or(0)),
         in_flight_little: rps * mean_us / 1e6,
         little_mean_us: if rps > 0.0 { conns as f64 / rps * 1e6 } else { 0.0 },
+        slow_windows: slow_windows(&slow, start, wall),
     }
 }
 
@@ -353,6 +403,28 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 99);
         assert_eq!(percentile(&v, 1.0), 100);
         assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn slow_requests_are_counted_in_the_100_ms_window_they_were_due_most_first() {
+        let start = Instant::now();
+        let wall = time::macros::datetime!(2026-12-07 03:40:50.000 UTC);
+        let at = |ms: u64, latency_ms: u64| (start + Duration::from_millis(ms), latency_ms * 1_000_000);
+        let mut slow = vec![at(250, 6), at(299, 12), at(1_300, 7), at(1_350, 9), at(1_399, 6), at(5_000, 30)];
+        // Nine windows of one each after the first three: only eight are named.
+        slow.extend((0..9).map(|i| at(6_000 + i * 100, 6)));
+        let w = slow_windows(&slow, start, wall);
+        assert_eq!(w.len(), 8);
+        let named: Vec<(&str, u64, f64)> = w.iter().map(|w| (w.at.as_str(), w.slow, w.max_us)).collect();
+        assert_eq!(
+            named[..4],
+            [
+                ("03:40:51.300", 3, 9_000.0),
+                ("03:40:50.200", 2, 12_000.0),
+                ("03:40:55.000", 1, 30_000.0),
+                ("03:40:56.000", 1, 6_000.0),
+            ]
+        );
     }
 
     #[test]

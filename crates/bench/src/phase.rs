@@ -272,6 +272,15 @@ impl Phase<'_> {
         let t = target.clone();
         let half_rate = self.load(move || load::open_loop(&t, keys, conns, threads, duration, rate)).await?;
         let cpu_half_rate = cpu1.share_until(&CpuSnapshot::take(&[svc.pid]));
+        let windows: Vec<String> = half_rate
+            .slow_windows
+            .iter()
+            .map(|w| format!("{} {} (max {:.1} ms)", w.at, w.slow, w.max_us / 1e3))
+            .collect();
+        progress(
+            self.started,
+            &format!("{}: half rate, 100 ms windows with most requests over 5 ms: {}", svc.name, windows.join(", ")),
+        );
         let memory_after_run = svc.memory()?;
         let counters = Counters {
             by_id_at_start,
