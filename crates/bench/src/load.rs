@@ -74,7 +74,7 @@ pub struct Summary {
     pub little_mean_us: f64,
     /// Where the slow requests (over [`SLOW`]) lie in time: the 100 ms windows holding the
     /// most of them, by when they were due (UTC), most first; tells a tail that comes in
-    /// bursts (a pause of the service's) from one spread over the phase.
+    /// bursts (a pause: the host's, or the service's) from one spread over the phase.
     pub slow_windows: Vec<SlowWindow>,
 }
 
