@@ -79,7 +79,7 @@ pub struct Summary {
 }
 
 /// A request slower than this counts in [`Summary::slow_windows`].
-const SLOW: Duration = Duration::from_millis(5);
+pub const SLOW: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SlowWindow {

@@ -279,7 +279,12 @@ impl Phase<'_> {
             .collect();
         progress(
             self.started,
-            &format!("{}: half rate, 100 ms windows with most requests over 5 ms: {}", svc.name, windows.join(", ")),
+            &format!(
+                "{}: half rate, 100 ms windows with most requests over {} ms: {}",
+                svc.name,
+                load::SLOW.as_millis(),
+                windows.join(", ")
+            ),
         );
         let memory_after_run = svc.memory()?;
         let counters = Counters {
