@@ -80,7 +80,9 @@ impl Phase<'_> {
             Some((bin, version)) => {
                 progress(self.started, &format!("ceiling: {version}, {} s", self.args.seconds));
                 let shape = (conns, threads, self.args.seconds);
-                oha::run(bin, version, &target, keys, &self.setup.dir, shape).await.map_err(|e| format!("{e:#}"))
+                oha::run(bin, version, &target, keys, &self.setup.dir, shape, oha::Serving::Bench)
+                    .await
+                    .map_err(|e| format!("{e:#}"))
             }
             None => Err("oha not found (bench/run.sh installs it; --oha names it)".to_owned()),
         };

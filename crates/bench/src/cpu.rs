@@ -10,6 +10,9 @@ pub struct CpuSnapshot {
     total: u64,
     service: Vec<u64>,
     client: u64,
+    /// The bench's reaped children's CPU time (`cutime` + `cstime`): a child process that
+    /// was the load generator (`oha`) counts here once the bench has waited for it.
+    children: u64,
 }
 
 /// Cores used on average over a phase (2.0 = both cores all the time).
@@ -21,14 +24,29 @@ pub struct CpuShare {
     pub idle_cores: f64,
 }
 
+impl CpuShare {
+    /// `ticks` of CPU time between two snapshots, as cores used on average.
+    fn cores_of(from: &CpuSnapshot, to: &CpuSnapshot, ticks: u64) -> f64 {
+        let total = to.total.saturating_sub(from.total).max(1) as f64;
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        // Ticks from /proc/stat count every CPU; a process's ticks are CPU time as well.
+        ticks as f64 / total * cores
+    }
+}
+
 fn proc_ticks(pid: &str) -> u64 {
+    // utime (field 14) and stime (field 15).
+    stat_ticks(pid, 11)
+}
+
+/// The sum of two adjacent fields of `/proc/{pid}/stat`, counted from field 3 (index 0).
+fn stat_ticks(pid: &str, first: usize) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
-    // After the command name (in parentheses, may hold spaces) field 3 comes first, so
-    // utime (field 14) and stime (field 15) are at indices 11 and 12.
+    // After the command name (in parentheses, may hold spaces) field 3 comes first.
     let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let at = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    at(11) + at(12)
+    at(first) + at(first + 1)
 }
 
 /// CPU time of one process so far, in clock ticks (0 once it is gone).
@@ -61,15 +79,32 @@ impl CpuSnapshot {
             total,
             service: service_pids.iter().map(|p| proc_ticks(&p.to_string())).collect(),
             client: proc_ticks("self"),
+            // cutime (field 16) and cstime (field 17).
+            children: stat_ticks("self", 13),
         }
+    }
+
+    /// As [`Self::share_until`] for a load generator that ran as a child process of the
+    /// bench and was waited for before `later`: its CPU time is the load generator's. The
+    /// bench's own counts as the service's where the bench serves (the ceiling's bare
+    /// handler), else as other.
+    pub fn share_with_child_generator_until(&self, later: &CpuSnapshot, bench_serves: bool) -> CpuShare {
+        let mut share = self.share_until(later);
+        let bench = share.client_cores;
+        let child = CpuShare::cores_of(self, later, later.children.saturating_sub(self.children));
+        share.client_cores = child;
+        share.other_cores = (share.other_cores - child).max(0.0);
+        if bench_serves {
+            share.service_cores += bench;
+        } else {
+            share.other_cores += bench;
+        }
+        share
     }
 
     /// The share of each part between `self` and `later` (same service pids).
     pub fn share_until(&self, later: &CpuSnapshot) -> CpuShare {
-        let total = later.total.saturating_sub(self.total).max(1) as f64;
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-        // Ticks from /proc/stat count every CPU; a process's ticks are CPU time as well.
-        let to_cores = |ticks: u64| ticks as f64 / total * cores;
+        let to_cores = |ticks: u64| CpuShare::cores_of(self, later, ticks);
         let service: u64 = later.service.iter().zip(&self.service).map(|(b, a)| b.saturating_sub(*a)).sum();
         let client = later.client.saturating_sub(self.client);
         let busy = later.busy.saturating_sub(self.busy);
@@ -128,5 +163,33 @@ impl PostgresCpu {
     pub fn finish(self) -> f64 {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         ticks_to_seconds(self.thread.join().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CpuSnapshot;
+
+    fn snapshot(busy: u64, total: u64, service: u64, client: u64, children: u64) -> CpuSnapshot {
+        CpuSnapshot { busy, total, service: vec![service], client, children }
+    }
+
+    #[test]
+    fn a_child_generators_time_is_the_load_generators_and_the_bench_serves_or_is_other() {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        let share = |ticks: f64| ticks / 200.0 * cores;
+        // 200 ticks in all, 150 busy: the service 60, the bench 10, its child 50, others 30.
+        let (a, b) = (snapshot(1_000, 5_000, 300, 40, 7), snapshot(1_150, 5_200, 360, 50, 57));
+        let s = a.share_with_child_generator_until(&b, false);
+        let near = |x: f64, y: f64| (x - y).abs() < 1e-9;
+        assert!(near(s.client_cores, share(50.0)), "the child is the load generator: {s:?}");
+        assert!(near(s.service_cores, share(60.0)), "{s:?}");
+        assert!(near(s.other_cores, share(40.0)), "others and the waiting bench: {s:?}");
+        assert!(near(s.idle_cores, share(50.0)), "{s:?}");
+        let s = a.share_with_child_generator_until(&b, true);
+        assert!(near(s.service_cores, share(70.0)) && near(s.other_cores, share(30.0)), "the bench serves: {s:?}");
+        // Without the child, the bench's own time is the load generator's, as before.
+        let s = a.share_until(&b);
+        assert!(near(s.client_cores, share(10.0)) && near(s.other_cores, share(80.0)), "{s:?}");
     }
 }

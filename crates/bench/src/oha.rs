@@ -8,6 +8,7 @@
 //! for random keys like the bench does. It counts any answer as a success; the status
 //! codes it reports are checked here (it cannot check the body for `connected`).
 
+use crate::cpu::{CpuShare, CpuSnapshot};
 use crate::http1::Target;
 use crate::load::KeySpace;
 use anyhow::Context;
@@ -29,6 +30,16 @@ pub struct OhaRun {
     pub aborted_at_deadline: u64,
     pub mean_ms: f64,
     pub p99_ms: f64,
+    /// Where the cores went while oha ran, its start and its report included (oha is the
+    /// load generator): set by [`run`].
+    pub cpu: Option<CpuShare>,
+}
+
+/// Who answers oha, for where the cores went: the service's processes, or the bench
+/// itself (the ceiling's bare handler).
+pub enum Serving<'a> {
+    Processes(&'a [u32]),
+    Bench,
 }
 
 /// `oha --version`, or `None` when it cannot be run.
@@ -54,6 +65,7 @@ pub async fn run(
     keys: KeySpace,
     dir: &Path,
     (connections, threads, seconds): (usize, usize, u64),
+    serving: Serving<'_>,
 ) -> anyhow::Result<OhaRun> {
     let body_file = dir.join("oha-bodies.txt");
     tokio::fs::write(&body_file, bodies(keys)).await?;
@@ -69,15 +81,22 @@ pub async fn run(
         .arg(&body_file)
         .arg(format!("http://{}/v1/token", target.addr))
         .kill_on_drop(true);
+    let pids = match serving {
+        Serving::Processes(pids) => pids,
+        Serving::Bench => &[],
+    };
+    let cpu0 = CpuSnapshot::take(pids);
     let out = tokio::time::timeout(Duration::from_secs(seconds + 60), cmd.output())
         .await
         .context("oha did not finish in time")?
         .context("cannot run oha")?;
+    // `output` has waited for oha: its CPU time is the bench's children's now.
+    let cpu = cpu0.share_with_child_generator_until(&CpuSnapshot::take(pids), matches!(serving, Serving::Bench));
     if !out.status.success() {
         anyhow::bail!("oha failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     }
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).context("oha's JSON output")?;
-    parse(&json, version, connections, threads, seconds)
+    Ok(OhaRun { cpu: Some(cpu), ..parse(&json, version, connections, threads, seconds)? })
 }
 
 fn parse(
@@ -107,6 +126,7 @@ fn parse(
         aborted_at_deadline: count("/errorDistribution", &deadline),
         mean_ms: number("/summary/average").unwrap_or(0.0) * 1e3,
         p99_ms: number("/latencyPercentiles/p99").unwrap_or(0.0) * 1e3,
+        cpu: None,
     })
 }
 

@@ -365,7 +365,8 @@ impl Phase<'_> {
         let oha = match oha_bin {
             Some((bin, version)) => {
                 progress(self.started, &format!("check: {version}, {} s", duration.as_secs()));
-                oha::run(bin, version, &target, self.keys, &self.setup.dir, (conns, threads, duration.as_secs()))
+                let shape = (conns, threads, duration.as_secs());
+                oha::run(bin, version, &target, self.keys, &self.setup.dir, shape, oha::Serving::Processes(&[svc.pid]))
                     .await
                     .map_err(|e| format!("{e:#}"))
             }

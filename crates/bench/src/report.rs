@@ -469,6 +469,13 @@ impl Results {
                     oh.errors,
                     oh.aborted_at_deadline
                 );
+                // Which generator leaves cores idle, and whether the service's CPU per
+                // request differs between them.
+                if let Some(share) = &oh.cpu {
+                    let _ = writeln!(o, "    CPU with oha: {}", cpu(share, oh.rps));
+                    let _ =
+                        writeln!(o, "    CPU with the bench's generator: {}", cpu(&c.cpu_reference, c.reference.rps));
+                }
             }
             Err(why) => {
                 let _ = writeln!(o, " 10 load generator vs oha: n/a ({why})");
@@ -495,11 +502,14 @@ impl Results {
         let _ = match &c.oha {
             Ok(oh) => writeln!(
                 o,
-                "    {} on the same handler: {} req/s, p99 {:.2} ms, {} non-200 or errors",
+                "    {} on the same handler: {} req/s, p99 {:.2} ms, {} non-200 or errors{}",
                 oh.version,
                 thousands(oh.rps),
                 oh.p99_ms,
-                oh.errors
+                oh.errors,
+                oh.cpu
+                    .as_ref()
+                    .map_or(String::new(), |share| format!("; CPU (the handler as service): {}", cpu(share, oh.rps)))
             ),
             Err(why) => writeln!(o, "    oha on the same handler: n/a ({why})"),
         };
