@@ -24,16 +24,6 @@ pub struct CpuShare {
     pub idle_cores: f64,
 }
 
-impl CpuShare {
-    /// `ticks` of CPU time between two snapshots, as cores used on average.
-    fn cores_of(from: &CpuSnapshot, to: &CpuSnapshot, ticks: u64) -> f64 {
-        let total = to.total.saturating_sub(from.total).max(1) as f64;
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-        // Ticks from /proc/stat count every CPU; a process's ticks are CPU time as well.
-        ticks as f64 / total * cores
-    }
-}
-
 fn proc_ticks(pid: &str) -> u64 {
     // utime (field 14) and stime (field 15).
     stat_ticks(pid, 11)
@@ -91,7 +81,7 @@ impl CpuSnapshot {
     pub fn share_with_child_generator_until(&self, later: &CpuSnapshot, bench_serves: bool) -> CpuShare {
         let mut share = self.share_until(later);
         let bench = share.client_cores;
-        let child = CpuShare::cores_of(self, later, later.children.saturating_sub(self.children));
+        let child = self.cores_until(later)(later.children.saturating_sub(self.children));
         share.client_cores = child;
         share.other_cores = (share.other_cores - child).max(0.0);
         if bench_serves {
@@ -102,9 +92,17 @@ impl CpuSnapshot {
         share
     }
 
+    /// Ticks of CPU time between `self` and `later`, as cores used on average.
+    fn cores_until(&self, later: &CpuSnapshot) -> impl Fn(u64) -> f64 {
+        let total = later.total.saturating_sub(self.total).max(1) as f64;
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        // Ticks from /proc/stat count every CPU; a process's ticks are CPU time as well.
+        move |ticks| ticks as f64 / total * cores
+    }
+
     /// The share of each part between `self` and `later` (same service pids).
     pub fn share_until(&self, later: &CpuSnapshot) -> CpuShare {
-        let to_cores = |ticks: u64| CpuShare::cores_of(self, later, ticks);
+        let to_cores = self.cores_until(later);
         let service: u64 = later.service.iter().zip(&self.service).map(|(b, a)| b.saturating_sub(*a)).sum();
         let client = later.client.saturating_sub(self.client);
         let busy = later.busy.saturating_sub(self.busy);
