@@ -27,8 +27,8 @@
 //! age after the previous one.
 
 use crate::domain::Clock;
-use std::collections::HashMap;
-use std::hash::Hash;
+use hashbrown::{Equivalent, HashMap};
+use std::hash::{Hash, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -169,19 +169,23 @@ pub struct Cached<K, V> {
     watch: Arc<ChangeWatch>,
     max_age: Duration,
     capacity: usize,
-    map: RwLock<HashMap<K, Held<V>>>,
+    /// SipHash (std's `RandomState`), as std's map: the API-key cache's keys come from
+    /// callers. hashbrown's for lookups by a borrowed form of a key ([`Equivalent`]).
+    map: RwLock<HashMap<K, Held<V>, RandomState>>,
 }
 
 impl<K: Hash + Eq, V: Clone> Cached<K, V> {
     pub fn new(watch: Arc<ChangeWatch>, max_age: Duration, capacity: usize) -> Self {
-        Self { watch, max_age, capacity: capacity.max(1), map: RwLock::new(HashMap::new()) }
+        Self { watch, max_age, capacity: capacity.max(1), map: RwLock::new(HashMap::with_hasher(RandomState::new())) }
     }
 
     pub fn watch(&self) -> &ChangeWatch {
         &self.watch
     }
 
-    pub fn get(&self, key: &K) -> Option<Found<V>> {
+    /// The value held for `key`, or for a borrowed form of it that hashes and compares as
+    /// the key does.
+    pub fn get<Q: Hash + Equivalent<K> + ?Sized>(&self, key: &Q) -> Option<Found<V>> {
         let map = self.map.read().ok()?;
         let held = map.get(key)?;
         let now_s = self.watch.now_s();

@@ -52,6 +52,18 @@ pub use listener::{spawn_confirmer, spawn_listener};
 pub const LOOKUPS: &str = "mcp_connect_cache_lookups_total";
 pub const LISTENER_UP: &str = "mcp_connect_cache_listener_up";
 
+/// A kill switch's key, borrowed: hashes (a tuple hashes its parts in order, as the derive
+/// does) and compares as `(TenantId, ProviderId)`, so that a hand-out's lookup clones neither
+/// string (issue 46).
+#[derive(Hash)]
+struct KillKey<'a>(&'a TenantId, &'a ProviderId);
+
+impl hashbrown::Equivalent<(TenantId, ProviderId)> for KillKey<'_> {
+    fn equivalent(&self, key: &(TenantId, ProviderId)) -> bool {
+        *self.0 == key.0 && *self.1 == key.1
+    }
+}
+
 pub struct Caches {
     /// Barriers waiting for their ping to come back through the listener.
     barriers: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
@@ -225,7 +237,7 @@ impl Caches {
         if !self.watch.is_listening() {
             return None;
         }
-        match self.kill_switches.get(&(tenant.clone(), provider.clone()))? {
+        match self.kill_switches.get(&KillKey(tenant, provider))? {
             crate::changes::Found::Fresh(state) => Some(state),
             crate::changes::Found::Due(_) => None,
         }
@@ -530,6 +542,20 @@ mod tests {
         c.apply_changes(&[change("connection", "t\u{1f}s\u{1f}p")]);
         c.store_connection(before, &key("t", "s", "p"), &entry());
         assert!(c.connection(&key("t", "s", "p")).is_none());
+    }
+
+    #[test]
+    fn a_kill_state_is_found_by_its_borrowed_key_and_only_by_its_own() {
+        let c = healthy(Duration::from_secs(5));
+        let id = |t: &str, p: &str| (TenantId::parse(t).unwrap(), ProviderId::parse(p).unwrap());
+        let ((t, p), (t2, p2)) = (id("acme", "github"), id("acme", "google"));
+        c.store_kill_state(c.ticket(), &t, &p, KillState::NoNewElicitations);
+        c.store_kill_state(c.ticket(), &t2, &p2, KillState::Open);
+        assert_eq!(c.kill_state(&t, &p), Some(KillState::NoNewElicitations));
+        assert_eq!(c.kill_state(&t2, &p2), Some(KillState::Open));
+        let (other, _) = id("acm", "github");
+        assert_eq!(c.kill_state(&other, &p), None, "another tenant");
+        assert_eq!(c.kill_state(&t, &ProviderId::parse("githu").unwrap()), None, "another provider");
     }
 
     #[test]

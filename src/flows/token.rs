@@ -350,13 +350,15 @@ fn hand_out(
     Ok(Some(TokenOutcome::Connected {
         access_token,
         credential,
-        token_type: c.shape.token_type.to_string(),
+        // Copied as strings (`to_string` would format each through `Display`: ~150
+        // instructions apiece on a cached hand-out).
+        token_type: String::from(&*c.shape.token_type),
         expires_at: c.access_expires_at,
         scopes: c.shape.scopes.as_slice().to_vec(),
         account: c
             .account_id
-            .as_ref()
-            .map(|id| Account { id: id.to_string(), login: c.account_login.as_ref().map(|l| l.to_string()) }),
+            .as_deref()
+            .map(|id| Account { id: id.to_owned(), login: c.account_login.as_deref().map(str::to_owned) }),
         connection_id: connection,
         holder: c.packed.clone(),
     }))

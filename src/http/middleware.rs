@@ -23,41 +23,16 @@ pub async fn request_context(
     let draining = state.is_some_and(|s| s.lifecycle.shutdown.is_draining());
     let hsts = state.and_then(|s| s.hsts.clone());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let method = req.method().clone();
-    let path = req.path().to_owned();
-    // Fields as `&str` (here and in the access line) are written as they are; `%` would
-    // format each through `Display` into a string of its own first.
-    let span = tracing::info_span!(
-        "request",
-        request_id = id.as_str(),
-        method = method.as_str(),
-        path = path.as_str(),
-        trace_id = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        otel.name = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-    );
-    // A caller's trace is continued on the API only: a browser's header means nothing to us.
-    let api = path.starts_with("/v1/") || path.starts_with("/admin/v1/");
-    let trace_id = if crate::telemetry::traces::enabled() {
-        // Named by the route template (`POST /v1/token`), never the raw path: before it
-        // starts, so that the name is its own from the first.
-        let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
-        span.record("otel.name", format!("{} {route}", known_method(&method)));
-        crate::telemetry::traces::continue_trace(&span, req.headers(), api)
-    } else {
-        None
-    };
+    let request = crate::telemetry::Request { id, method: req.method().clone(), path: req.path().to_owned() };
     let started = std::time::Instant::now();
-    let res = next.call(req).instrument(span.clone()).await;
-    // For the exported span only: recorded with traces off, the log layer would format
-    // the span's fields a second time (JSON: parse and write them again) on every request,
-    // while the access-log line below carries the status anyway.
-    if trace_id.is_some()
-        && let Ok(r) = &res
-    {
-        span.record("http.response.status_code", r.status().as_u16());
-    }
+    let (res, request, trace_id) = if crate::telemetry::request_spans() {
+        let (res, trace_id) = in_span(&request, req, next).await;
+        (res, request, trace_id)
+    } else {
+        let (res, request) = crate::telemetry::in_request(request, next.call(req)).await;
+        (res, request, None)
+    };
+    let crate::telemetry::Request { id, method, path } = request;
     // The access-log line names the request itself, outside the span: the span's fields
     // would otherwise be serialized into the line a second time (a tenth of a cached
     // lookup's cost).
@@ -89,6 +64,49 @@ pub async fn request_context(
             Err(e)
         }
     }
+}
+
+/// Handles the request in a span of its own (exported spans, or text lines: see
+/// `telemetry::request_spans`), continuing a caller's trace; with the trace's id when spans
+/// are exported.
+async fn in_span<B: MessageBody>(
+    request: &crate::telemetry::Request,
+    req: ServiceRequest,
+    next: Next<B>,
+) -> (Result<ServiceResponse<B>, actix_web::Error>, Option<String>) {
+    // Fields as `&str` (here and in the access line) are written as they are; `%` would
+    // format each through `Display` into a string of its own first.
+    let span = tracing::info_span!(
+        "request",
+        request_id = request.id.as_str(),
+        method = request.method.as_str(),
+        path = request.path.as_str(),
+        trace_id = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    // A caller's trace is continued on the API only: a browser's header means nothing to us.
+    let api = request.path.starts_with("/v1/") || request.path.starts_with("/admin/v1/");
+    let trace_id = if crate::telemetry::traces::enabled() {
+        // Named by the route template (`POST /v1/token`), never the raw path: before it
+        // starts, so that the name is its own from the first.
+        let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+        span.record("otel.name", format!("{} {route}", known_method(&request.method)));
+        crate::telemetry::traces::continue_trace(&span, req.headers(), api)
+    } else {
+        None
+    };
+    let res = next.call(req).instrument(span.clone()).await;
+    // For the exported span only: recorded with traces off, the log layer would format
+    // the span's fields a second time (JSON: parse and write them again) on every request,
+    // while the access-log line below carries the status anyway.
+    if trace_id.is_some()
+        && let Ok(r) = &res
+    {
+        span.record("http.response.status_code", r.status().as_u16());
+    }
+    (res, trace_id)
 }
 
 /// What every answer carries: its request id, the security headers, HSTS where the public

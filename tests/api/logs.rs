@@ -152,7 +152,7 @@ async fn a_whole_flow_logs_no_secret() {
 
 #[tokio::test]
 async fn a_refused_code_exchange_logs_the_servers_error_answer_and_no_secret() {
-    let buf = capture_logs();
+    let buf = capture_logs_in_both_formats();
     let app = crate::support::spawn_app_with(crate::support::Options {
         patch: vec![("\"deadrev\"]", "\"deadrev\", \"wrongp\"]".to_owned())],
         extra_toml: "[providers.wrongp]\ntemplate = \"oauth2\"\nauthorize_url = \"{PROVIDER}/authorize\"\n\
@@ -177,4 +177,18 @@ async fn a_refused_code_exchange_logs_the_servers_error_answer_and_no_secret() {
     let line = logs.lines().find(|l| l.contains("callback refused")).unwrap_or_else(|| panic!("{logs}"));
     assert!(line.contains("invalid_client") && line.contains("client authentication failed"), "{line}");
     assert!(!logs.contains("not-the-secret-4711"), "the secret reached a log");
+    // The JSON line names the request it was written in, as the service writes it (no
+    // span of its own for the request: `telemetry::in_request`): the id its answer carries.
+    let json: serde_json::Value = logs
+        .lines()
+        .filter(|l| l.starts_with('{') && l.contains("callback refused"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .next()
+        .unwrap_or_else(|| panic!("a JSON line: {logs}"));
+    let request_id = r.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(
+        json["span"],
+        json!({"request_id": request_id, "method": "GET", "path": "/connect/wrongp/callback", "name": "request"}),
+        "{json}"
+    );
 }
