@@ -556,6 +556,13 @@ mod tests {
         let (other, _) = id("acm", "github");
         assert_eq!(c.kill_state(&other, &p), None, "another tenant");
         assert_eq!(c.kill_state(&t, &ProviderId::parse("githu").unwrap()), None, "another provider");
+        // Hashed as the owned key, and equal to it alone (a miss above may come from the hash).
+        use hashbrown::Equivalent as _;
+        let hasher = RandomState::new();
+        assert_eq!(hasher.hash_one(KillKey(&t, &p)), hasher.hash_one((t.clone(), p.clone())));
+        assert!(KillKey(&t, &p).equivalent(&(t.clone(), p.clone())));
+        assert!(!KillKey(&t, &p).equivalent(&(t.clone(), p2.clone())), "another provider");
+        assert!(!KillKey(&t, &p).equivalent(&(other.clone(), p.clone())), "another tenant");
     }
 
     #[test]

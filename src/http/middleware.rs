@@ -24,13 +24,13 @@ pub async fn request_context(
     let hsts = state.and_then(|s| s.hsts.clone());
     req.extensions_mut().insert(RequestId(id.clone()));
     let request = crate::telemetry::Request { id, method: req.method().clone(), path: req.path().to_owned() };
-    let started = std::time::Instant::now();
-    let (res, request, trace_id) = if crate::telemetry::request_spans() {
-        let (res, trace_id) = in_span(&request, req, next).await;
-        (res, request, trace_id)
+    let (res, request, trace_id, started) = if crate::telemetry::request_spans() {
+        let (res, trace_id, started) = in_span(&request, req, next).await;
+        (res, request, trace_id, started)
     } else {
+        let started = std::time::Instant::now();
         let (res, request) = crate::telemetry::in_request(request, next.call(req)).await;
-        (res, request, None)
+        (res, request, None, started)
     };
     let crate::telemetry::Request { id, method, path } = request;
     // The access-log line names the request itself, outside the span: the span's fields
@@ -68,12 +68,13 @@ pub async fn request_context(
 
 /// Handles the request in a span of its own (exported spans, or text lines: see
 /// `telemetry::request_spans`), continuing a caller's trace; with the trace's id when spans
-/// are exported.
+/// are exported, and when the handling began (the span made: the duration is the
+/// handling's alone).
 async fn in_span<B: MessageBody>(
     request: &crate::telemetry::Request,
     req: ServiceRequest,
     next: Next<B>,
-) -> (Result<ServiceResponse<B>, actix_web::Error>, Option<String>) {
+) -> (Result<ServiceResponse<B>, actix_web::Error>, Option<String>, std::time::Instant) {
     // Fields as `&str` (here and in the access line) are written as they are; `%` would
     // format each through `Display` into a string of its own first.
     let span = tracing::info_span!(
@@ -97,6 +98,7 @@ async fn in_span<B: MessageBody>(
     } else {
         None
     };
+    let started = std::time::Instant::now();
     let res = next.call(req).instrument(span.clone()).await;
     // For the exported span only: recorded with traces off, the log layer would format
     // the span's fields a second time (JSON: parse and write them again) on every request,
@@ -106,7 +108,7 @@ async fn in_span<B: MessageBody>(
     {
         span.record("http.response.status_code", r.status().as_u16());
     }
-    (res, trace_id)
+    (res, trace_id, started)
 }
 
 /// What every answer carries: its request id, the security headers, HSTS where the public

@@ -396,7 +396,7 @@ mod tests {
             method: actix_web::http::Method::POST,
             path: "/v1/\"odd\"".to_owned(),
         };
-        let (lines, _) = lines_of(|| {
+        let (lines, text) = lines_of(|| {
             let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             let (out, back) = rt.block_on(super::in_request(request, async {
                 tracing::warn!("inside");
@@ -407,14 +407,30 @@ mod tests {
             }));
             assert_eq!((out, back.id.as_str(), back.path.as_str()), (7, "00c0ffee00c0ffee", "/v1/\"odd\""));
             tracing::info!("after");
+            // The span the middleware makes for text lines and exported traces.
+            tracing::info_span!(
+                "request",
+                request_id = "00c0ffee00c0ffee",
+                method = "POST",
+                path = "/v1/\"odd\"",
+                trace_id = tracing::field::Empty,
+                otel.kind = tracing::field::Empty,
+                otel.name = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+            )
+            .in_scope(|| tracing::warn!("inside"));
         });
-        let [inside, own, after] = &lines[..] else { panic!("three lines: {lines:?}") };
+        let [inside, own, after, _] = &lines[..] else { panic!("four lines: {lines:?}") };
         assert_eq!(
             inside["span"],
             json!({"request_id": "00c0ffee00c0ffee", "method": "POST", "path": "/v1/\"odd\"", "name": "request"})
         );
         assert_eq!(own["span"], json!({"name": "refresh", "provider": "github"}), "a span of its own wins");
         assert_eq!(after.get("span"), None, "outside the request");
+        // Byte for byte what the span writes: up to the timestamp, the two lines are one.
+        let upto_time = |l: &str| l[..l.find(",\"timestamp\"").unwrap()].to_owned();
+        let raw: Vec<&str> = text.lines().collect();
+        assert_eq!(upto_time(raw[0]), upto_time(raw[3]));
     }
 
     #[test]

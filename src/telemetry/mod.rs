@@ -329,6 +329,19 @@ mod tests {
     }
 
     #[test]
+    fn text_lines_keep_a_span_per_request() {
+        // Nextest runs each test in a process of its own: this one owns the subscriber.
+        let _guard = init(LogFormat::Text, None);
+        assert!(request_spans(), "text lines name a line's request by its span");
+    }
+
+    #[test]
+    fn json_lines_without_exported_spans_make_no_span_per_request() {
+        let _guard = init(LogFormat::Json, None);
+        assert!(!request_spans(), "the lines carry the request without one (lines::in_request)");
+    }
+
+    #[test]
     fn the_two_log_buffers_take_turns_so_that_writing_out_makes_no_new_one() {
         let out = Batched::default();
         let line = [b"{\"fields\":{\"message\":\"request\"}}".as_slice(), &[b' '; 60], b"\n"].concat();

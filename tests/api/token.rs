@@ -125,7 +125,9 @@ async fn with_a_connection_the_answer_is_connected_with_the_token() {
     assert_eq!(b["scopes"], json!(["read:user", "repo"]));
     assert!(b["expires_at"].as_str().is_some());
     // No scopes asked: whatever the connection has will do.
-    let b = app.token_ok(json!({"subject": "alice", "provider": "github"})).await;
+    let r = app.token(&app.key, json!({"subject": "alice", "provider": "github"})).await;
+    assert_eq!(r.headers()["content-type"], "application/json", "as JSON");
+    let b: serde_json::Value = r.json().await.unwrap();
     assert_eq!(b["status"], "connected");
 }
 
