@@ -77,34 +77,50 @@ pub fn next_generation(current: Option<i64>) -> i64 {
     current.map_or(FIRST_GENERATION, |g| g.saturating_add(1))
 }
 
+/// `prefix`, each part length-prefixed (a part given in pieces counts them together), then
+/// the generation as 8 bytes where there is one: every format's associated data, built in
+/// one allocation of its final size (every cached hand-out opens with it: grown from the
+/// prefix, with the id and the issuer in strings of their own, it was three allocations and
+/// two moves, ~1,000 instructions a hand-out; issue 46).
+fn length_prefixed(prefix: &[u8], parts: &[&[&[u8]]], generation: Option<i64>) -> Vec<u8> {
+    let len = |p: &[&[u8]]| p.iter().map(|b| b.len()).sum::<usize>();
+    let generation = generation.map(i64::to_be_bytes);
+    let size = prefix.len() + parts.iter().map(|p| 4 + len(p)).sum::<usize>() + generation.map_or(0, |g| g.len());
+    let mut ad = Vec::with_capacity(size);
+    ad.extend_from_slice(prefix);
+    for p in parts {
+        ad.extend_from_slice(&(len(p) as u32).to_be_bytes());
+        for b in *p {
+            ad.extend_from_slice(b);
+        }
+    }
+    if let Some(g) = generation {
+        ad.extend_from_slice(&g);
+    }
+    ad
+}
+
 impl RowBinding<'_> {
     /// Length-prefixed, so that no two different bindings encode to the same bytes; the
     /// generation (v2) last, as 8 bytes; the issuer (v3) before it.
     fn associated_data(&self, field: Field, with_issuer: Option<&str>) -> Vec<u8> {
-        let connection = self.connection.to_string();
-        let mut parts: Vec<&[u8]> = vec![
-            self.tenant.as_str().as_bytes(),
-            self.subject.as_str().as_bytes(),
-            self.provider.as_str().as_bytes(),
-            connection.as_bytes(),
-            field.as_str().as_bytes(),
-        ];
-        let mut ad = match (self.generation, with_issuer) {
-            (Some(_), Some(issuer)) => {
-                parts.push(issuer.as_bytes());
-                b"mcp-connect/vault/v3".to_vec()
-            }
-            (Some(_), None) => b"mcp-connect/vault/v2".to_vec(),
-            (None, _) => b"mcp-connect/vault/v1".to_vec(),
+        let mut connection = uuid::Uuid::encode_buffer();
+        let connection = self.connection.as_uuid().hyphenated().encode_lower(&mut connection);
+        let (prefix, issuer): (&[u8], Option<&str>) = match (self.generation, with_issuer) {
+            (Some(_), Some(issuer)) => (b"mcp-connect/vault/v3", Some(issuer)),
+            (Some(_), None) => (b"mcp-connect/vault/v2", None),
+            (None, _) => (b"mcp-connect/vault/v1", None),
         };
-        for p in parts {
-            ad.extend_from_slice(&(p.len() as u32).to_be_bytes());
-            ad.extend_from_slice(p);
-        }
-        if let Some(g) = self.generation {
-            ad.extend_from_slice(&g.to_be_bytes());
-        }
-        ad
+        let parts: [&[&[u8]]; 6] = [
+            &[self.tenant.as_str().as_bytes()],
+            &[self.subject.as_str().as_bytes()],
+            &[self.provider.as_str().as_bytes()],
+            &[connection.as_bytes()],
+            &[field.as_str().as_bytes()],
+            &[issuer.unwrap_or_default().as_bytes()],
+        ];
+        let parts = if issuer.is_some() { &parts[..] } else { &parts[..5] };
+        length_prefixed(prefix, parts, self.generation)
     }
 
     /// The fourth format, a data key's: every part of the third, the issuer always (a
@@ -113,9 +129,6 @@ impl RowBinding<'_> {
     /// one).
     fn associated_data_v4(&self, field: Field, issuer: Option<&str>, data_key: &uuid::Uuid) -> Option<Vec<u8>> {
         let generation = self.generation?;
-        // Built in one allocation of its final size: every cached hand-out opens with it
-        // (grown from the prefix, with the id and the issuer in strings of their own, it
-        // was three allocations and two moves, ~1,000 instructions a hand-out; issue 46).
         let mut connection = uuid::Uuid::encode_buffer();
         let connection = self.connection.as_uuid().hyphenated().encode_lower(&mut connection);
         let (present, issuer): (&[u8], &str) = match issuer {
@@ -131,18 +144,7 @@ impl RowBinding<'_> {
             &[present, issuer.as_bytes()],
             &[data_key.as_bytes()],
         ];
-        let len = |p: &[&[u8]]| p.iter().map(|b| b.len()).sum::<usize>();
-        const PREFIX: &[u8] = b"mcp-connect/vault/v4";
-        let mut ad = Vec::with_capacity(PREFIX.len() + parts.iter().map(|p| 4 + len(p)).sum::<usize>() + 8);
-        ad.extend_from_slice(PREFIX);
-        for p in parts {
-            ad.extend_from_slice(&(len(p) as u32).to_be_bytes());
-            for b in p {
-                ad.extend_from_slice(b);
-            }
-        }
-        ad.extend_from_slice(&generation.to_be_bytes());
-        Some(ad)
+        Some(length_prefixed(b"mcp-connect/vault/v4", &parts, Some(generation)))
     }
 
     /// The issuer a new ciphertext of this row binds: its own, where it has a generation.
@@ -370,7 +372,7 @@ mod tests {
     const K2: &str = "k2:HxwdHhscGRobGBcWFRQTEhEQDw4NDAsKCQgHBgUEAwI=";
 
     #[test]
-    fn the_fourth_formats_associated_data_is_each_part_length_prefixed_in_order_then_the_generation() {
+    fn each_formats_associated_data_is_each_part_length_prefixed_in_order_then_the_generation() {
         let (t, s, p) = ids();
         let id = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
         let dk = uuid::Uuid::from_u128(0xfeed_0000_0000_0000_0000_0000_0000_beef);
@@ -403,6 +405,25 @@ mod tests {
         assert_eq!(ad(None), expected(b"\x00"));
         let ungenerated = RowBinding { generation: None, ..row };
         assert_eq!(ungenerated.associated_data_v4(Field::AccessToken, None, &dk), None);
+        // The earlier formats, as rows sealed before data keys hold them.
+        let old = |version: &[u8], issuer: Option<&[u8]>, generation: Option<i64>| {
+            [
+                [b"mcp-connect/vault/".as_slice(), version].concat(),
+                part(b"acme"),
+                part(b"alice"),
+                part(b"github"),
+                part(b"01234567-89ab-cdef-0123-456789abcdef"),
+                part(Field::AccessToken.as_str().as_bytes()),
+                issuer.map(part).unwrap_or_default(),
+                generation.map(|g| g.to_be_bytes().to_vec()).unwrap_or_default(),
+            ]
+            .concat()
+        };
+        let idp = Some("https://idp.example");
+        assert_eq!(row.associated_data(Field::AccessToken, idp), old(b"v3", Some(b"https://idp.example"), Some(7)));
+        assert_eq!(row.associated_data(Field::AccessToken, Some("")), old(b"v3", Some(b""), Some(7)));
+        assert_eq!(row.associated_data(Field::AccessToken, None), old(b"v2", None, Some(7)));
+        assert_eq!(ungenerated.associated_data(Field::AccessToken, idp), old(b"v1", None, None));
     }
 
     #[test]
