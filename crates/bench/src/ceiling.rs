@@ -30,8 +30,10 @@ pub struct CeilingRun {
     /// rate its half-rate phases offer): the tail this machine, the generator and the
     /// HTTP stack give a handler that does nothing, the control for the half-rate p99.
     pub half_rate: Summary,
-    /// The cached lookup's median saturating rate ÷ this rate.
+    /// The median of the runs' cached rate ÷ the ceiling measured beside each
+    /// (`beside_each_run`), else the cached lookup's median saturating rate ÷ this rate.
     pub cached_ratio: f64,
+    pub beside_each_run: bool,
     /// `oha` against the same handler, with the same connections, threads and seconds
     /// (`Err`: why it did not run).
     pub oha: Result<OhaRun, String>,
@@ -51,27 +53,58 @@ async fn answer(ask: web::Json<Ask>, body: web::Data<bytes::Bytes>) -> HttpRespo
     HttpResponse::Ok().content_type("application/json").body(body.get_ref().clone())
 }
 
+/// The bare handler, started once before the lookup runs and kept to the end, so that a
+/// ceiling can be measured beside each cached run (the machine drifts by ±10 % within an
+/// hour: a ceiling measured once, at the end, judges runs made 20 minutes before it).
+pub struct Bare {
+    server: BareServer,
+    pub body_bytes: usize,
+    pub workers: usize,
+}
+
 impl Phase<'_> {
     /// One real cached hand-out's answer (from a fresh instance), then the bare handler
-    /// serving it under the cached lookup's load.
-    pub async fn ceiling(&self, cached_median: f64, oha_bin: Option<(&Path, String)>) -> anyhow::Result<CeilingRun> {
+    /// that serves it.
+    pub async fn bare_handler(&self) -> anyhow::Result<Bare> {
         let svc = self.setup.start("ceiling-sample", true).await?;
         let body = sample(&svc, self.api_key).await;
         svc.stop().await;
         let body = bytes::Bytes::from(body?);
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let served = body.clone();
+        let body_bytes = body.len();
         let server = BareServer::start("ceiling", workers, move |c| {
-            c.app_data(web::Data::new(served.clone())).route("/v1/token", web::post().to(answer));
+            c.app_data(web::Data::new(body.clone())).route("/v1/token", web::post().to(answer));
         })?;
-        let target = Target::token(server.addr, self.api_key);
+        Ok(Bare { server, body_bytes, workers })
+    }
+
+    /// The bare handler under the cached lookup's saturating load: the same generator,
+    /// connections, threads and seconds, after one second to open the connections.
+    pub async fn ceiling_closed_loop(&self, bare: &Bare, name: &str) -> anyhow::Result<Summary> {
+        let target = Target::token(bare.server.addr, self.api_key);
         let (keys, conns, threads) = (self.keys, self.args.concurrency as usize, self.args.client_threads as usize);
-        progress(self.started, &format!("ceiling: a bare handler, {conns} connections, {} s", self.args.seconds));
+        progress(self.started, &format!("{name}: a bare handler, {conns} connections, {} s", self.args.seconds));
         let t = target.clone();
         self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(1))).await?;
         let seconds = Duration::from_secs(self.args.seconds);
-        let t = target.clone();
-        let saturating = self.load(move || load::closed_loop(&t, keys, conns, threads, seconds)).await?;
+        self.load(move || load::closed_loop(&target, keys, conns, threads, seconds)).await
+    }
+
+    /// The ceiling phase after the runs: the saturating rate again (beside the check
+    /// instance's reference, for the generator cross-check), the half rate, and `oha`.
+    /// `cached_ratio` is the runs' median ratio to the ceiling beside each (`beside`), or
+    /// the cached median ÷ this saturating rate where none was measured.
+    pub async fn ceiling(
+        &self,
+        bare: &Bare,
+        cached_median: f64,
+        beside: Option<f64>,
+        oha_bin: Option<(&Path, String)>,
+    ) -> anyhow::Result<CeilingRun> {
+        let saturating = self.ceiling_closed_loop(bare, "ceiling").await?;
+        let target = Target::token(bare.server.addr, self.api_key);
+        let (keys, conns, threads) = (self.keys, self.args.concurrency as usize, self.args.client_threads as usize);
+        let seconds = Duration::from_secs(self.args.seconds);
         let rate = (cached_median / 2.0).max(1.0);
         progress(self.started, &format!("ceiling: open loop at {rate:.0} req/s, {} s", self.args.seconds));
         let t = target.clone();
@@ -88,9 +121,10 @@ impl Phase<'_> {
         };
         Ok(CeilingRun {
             oha,
-            body_bytes: body.len(),
-            workers,
-            cached_ratio: cached_median / saturating.rps.max(1e-9),
+            body_bytes: bare.body_bytes,
+            workers: bare.workers,
+            cached_ratio: beside.unwrap_or(cached_median / saturating.rps.max(1e-9)),
+            beside_each_run: beside.is_some(),
             saturating,
             half_rate,
         })

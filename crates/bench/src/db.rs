@@ -332,6 +332,33 @@ pub async fn wait_for_service_sessions_to_end(pool: &PgPool) -> anyhow::Result<(
     }
 }
 
+/// Waits (at most 2 minutes) until PostgreSQL does nothing of its own: no autovacuum
+/// worker and no other session active on the server, then has dirty buffers written
+/// (`CHECKPOINT`, where the bench's role may). A floor measured while autovacuum works
+/// through the rows a service instance just wrote was up to a fifth lower than one
+/// measured on a quiet server, which flattered every ratio to it. Returns the seconds
+/// waited.
+pub async fn quiet(pool: &PgPool) -> anyhow::Result<f64> {
+    let started = std::time::Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    loop {
+        let busy: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE pid <> pg_backend_pid()
+               AND (backend_type = 'autovacuum worker' OR (backend_type = 'client backend' AND state = 'active'))",
+        )
+        .fetch_one(pool)
+        .await?;
+        if busy == 0 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Only a superuser or `pg_checkpoint` may: without it the floor is measured all the same.
+    let _ = sqlx::query("CHECKPOINT").execute(pool).await;
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// `url` with `application_name` set, so that the bench's own sessions are told apart.
 pub fn with_application_name(url: &str, name: &str) -> anyhow::Result<String> {
     with_param(url, "application_name", name)

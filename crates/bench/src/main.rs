@@ -273,16 +273,30 @@ async fn run(
     };
     let phase = Phase { args, keys, setup: &setup, pool: &pool, api_key: &api_key, started };
 
+    // The machine drifts by ±10 % within an hour: the floor and the ceiling are measured
+    // again right after each run's cache-on instance, and the runs judged against those.
+    let bare = if args.ceiling_phase { Some(phase.bare_handler().await?) } else { None };
     let mut runs = Vec::with_capacity(args.repeat as usize);
     for run in 1..=args.repeat as usize {
         progress(started, &format!("lookup run {run} of {}", args.repeat));
         let cache_on = phase.lookup(&format!("cache-on-{run}"), true).await?;
+        let ceiling_beside = match &bare {
+            Some(b) => Some(phase.ceiling_closed_loop(b, &format!("ceiling-{run}")).await?),
+            None => None,
+        };
+        let floor_beside = phase.floor_again(&floor.plain, run).await?;
         let cache_off = phase.lookup(&format!("cache-off-{run}"), false).await?;
         let floor_tps = floor.plain.best_tps().max(1.0);
+        let cached = cache_on.saturating.rps;
         runs.push(RepeatRun {
             run,
-            ratio_cache_on: cache_on.saturating.rps / floor_tps,
+            ratio_cache_on: cached / floor_tps,
             ratio_cache_off: cache_off.saturating.rps / floor_tps,
+            ratio_to_floor_beside: floor_beside.as_ref().map(|f| cached / f.tps.max(1.0)),
+            ratio_off_to_floor_beside: floor_beside.as_ref().map(|f| cache_off.saturating.rps / f.tps.max(1.0)),
+            ratio_to_ceiling_beside: ceiling_beside.as_ref().map(|c| cached / c.rps.max(1e-9)),
+            floor_beside,
+            ceiling_beside,
             cache_on,
             cache_off,
         });
@@ -296,7 +310,14 @@ async fn run(
         None
     };
 
-    let ceiling = if args.ceiling_phase { Some(phase.ceiling(median_rate(&runs), oha).await?) } else { None };
+    let ceiling = match &bare {
+        Some(b) => {
+            let beside: Option<Vec<f64>> = runs.iter().map(|r| r.ratio_to_ceiling_beside).collect();
+            Some(phase.ceiling(b, median_rate(&runs), beside.map(targets::median), oha).await?)
+        }
+        None => None,
+    };
+    drop(bare);
 
     let proxy = if args.proxy_phase {
         progress(started, "proxy: direct and proxied GETs, a streamed answer");
@@ -381,13 +402,7 @@ async fn run(
 
 /// The median saturating rate of the cache-on runs.
 fn median_rate(runs: &[RepeatRun]) -> f64 {
-    let mut rates: Vec<f64> = runs.iter().map(|r| r.cache_on.saturating.rps).collect();
-    rates.sort_by(f64::total_cmp);
-    match rates.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => rates.get(n / 2).copied().unwrap_or(0.0),
-        n => (rates.get(n / 2 - 1).copied().unwrap_or(0.0) + rates.get(n / 2).copied().unwrap_or(0.0)) / 2.0,
-    }
+    targets::median(runs.iter().map(|r| r.cache_on.saturating.rps).collect())
 }
 
 /// The floor without TLS (the service's transport here), and with TLS beside it when
@@ -402,9 +417,16 @@ async fn floors(
 ) -> anyhow::Result<pgbench::Floors> {
     let clients = &args.floor_clients;
     anyhow::ensure!(clients.iter().all(|&c| c > 0), "--floor-clients: every count must be at least 1");
-    let sweep = |sslmode: &'static str| {
-        progress(started, &format!("floor: pgbench sslmode={sslmode}, clients {clients:?}, {} s each", args.seconds));
-        pgbench::sweep(&db.url, sslmode, work, keys.subjects, keys.providers, clients, 2, args.seconds)
+    let sweep = |sslmode: &'static str| async move {
+        let waited = db::quiet(pool).await?;
+        progress(
+            started,
+            &format!(
+                "floor: pgbench sslmode={sslmode}, clients {clients:?}, {} s each ({waited:.0} s for a quiet server)",
+                args.seconds
+            ),
+        );
+        pgbench::sweep(&db.url, sslmode, work, keys.subjects, keys.providers, clients, 2, args.seconds).await
     };
     let plain = sweep(SERVICE_SSLMODE).await?;
     let tls = if db::server_has_ssl(pool).await? {

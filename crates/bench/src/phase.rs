@@ -9,6 +9,7 @@ use crate::db::{self, ChangeLogReads};
 use crate::http1::Target;
 use crate::load::{self, KeySpace, Summary};
 use crate::oha::{self, OhaRun};
+use crate::pgbench::{self, Floor, FloorSweep};
 use crate::report::LookupRun;
 use crate::service::{Memory, Service, ServiceSetup};
 use crate::slowdown::{Hog, HogResult};
@@ -123,6 +124,25 @@ impl Phase<'_> {
     async fn closed_loop(&self, target: &Target, duration: Duration) -> anyhow::Result<Summary> {
         let (t, keys, conns, threads) = (target.clone(), self.keys, self.conns(), self.threads());
         self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await
+    }
+
+    /// The floor again beside one run, on a quiet server: pgbench at the client count that
+    /// gave the first sweep's best (no TLS, the service's transport), for as many seconds.
+    pub async fn floor_again(&self, first: &FloorSweep, run: usize) -> anyhow::Result<Option<Floor>> {
+        let Some(best) = first.best() else { return Ok(None) };
+        let waited = db::quiet(self.pool).await?;
+        progress(
+            self.started,
+            &format!(
+                "floor-{run}: pgbench sslmode={}, {} clients, {} s ({waited:.0} s for a quiet server)",
+                first.sslmode, best.clients, self.args.seconds
+            ),
+        );
+        let url = db::with_param(&self.setup.database_url, "sslmode", first.sslmode)?;
+        let (subjects, providers) = (self.keys.subjects, self.keys.providers);
+        let f = pgbench::run(&url, &self.setup.dir, subjects, providers, best.clients, best.threads, self.args.seconds)
+            .await?;
+        Ok(Some(f))
     }
 
     /// One service instance: warm-up, saturating closed loop, open loop at half its rate.

@@ -100,9 +100,18 @@ pub struct RepeatRun {
     pub run: usize,
     pub cache_on: LookupRun,
     pub cache_off: LookupRun,
-    /// Saturating requests/s ÷ the floor (no TLS).
+    /// Saturating requests/s ÷ the floor (no TLS) measured before the runs.
     pub ratio_cache_on: f64,
     pub ratio_cache_off: f64,
+    /// The floor measured again right after this run's cache-on instance (pgbench at the
+    /// first sweep's best client count), and the saturating rates ÷ it.
+    pub floor_beside: Option<crate::pgbench::Floor>,
+    pub ratio_to_floor_beside: Option<f64>,
+    pub ratio_off_to_floor_beside: Option<f64>,
+    /// The bare handler's saturating rate right after this run's cache-on instance, and
+    /// the cached rate ÷ it.
+    pub ceiling_beside: Option<Summary>,
+    pub ratio_to_ceiling_beside: Option<f64>,
 }
 
 /// The lookup with the cache on over a table of `connections` (`--scale-connections`).
@@ -410,6 +419,30 @@ impl Results {
                 r.cache_on.service_cpu_us_per_request
             );
         }
+        if self.runs.iter().any(|r| r.floor_beside.is_some() || r.ceiling_beside.is_some()) {
+            let _ = writeln!(o, "    beside each run (right after its cache-on instance):");
+            let _ = writeln!(
+                o,
+                "    {:>3} {:>12} {:>13} {:>14} {:>13} {:>15} {:>11}",
+                "run", "floor tps", "cached × it", "uncached × it", "ceiling req/s", "cached × ceil.", "ceil. × fl."
+            );
+            let x = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
+            for r in &self.runs {
+                let floor = r.floor_beside.as_ref().map(|f| f.tps);
+                let ceiling = r.ceiling_beside.as_ref().map(|c| c.rps);
+                let _ = writeln!(
+                    o,
+                    "    {:>3} {:>12} {:>13} {:>14} {:>13} {:>15} {:>11}",
+                    r.run,
+                    floor.map_or_else(|| "n/a".to_owned(), thousands),
+                    x(r.ratio_to_floor_beside),
+                    x(r.ratio_off_to_floor_beside),
+                    ceiling.map_or_else(|| "n/a".to_owned(), thousands),
+                    x(r.ratio_to_ceiling_beside),
+                    x(floor.zip(ceiling).map(|(f, c)| c / f.max(1.0)))
+                );
+            }
+        }
         let (on, off) = self.half_rate_p99_within_5ms();
         let _ = writeln!(
             o,
@@ -494,9 +527,14 @@ impl Results {
         let floor = self.floor.plain.best_tps().max(1.0);
         let _ = writeln!(
             o,
-            "    the same {}-byte answer; cached lookup (median) {:.2} × the ceiling; the ceiling {:.2} × the floor",
+            "    the same {}-byte answer; cached lookup {:.2} × the ceiling ({}); this ceiling {:.2} × the floor",
             c.body_bytes,
             c.cached_ratio,
+            if c.beside_each_run {
+                "median of each run's ratio to the ceiling beside it"
+            } else {
+                "median run ÷ this row"
+            },
             c.saturating.rps / floor
         );
         let _ = match &c.oha {

@@ -6,7 +6,7 @@
 
 use crate::report::{Results, Target, ms, thousands};
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
@@ -23,6 +23,27 @@ fn spread(v: &[f64], fmt: fn(f64) -> String) -> String {
         fmt(median(v.to_vec()))
     } else {
         format!("median {} ({}–{})", fmt(median(v.to_vec())), fmt(lo), fmt(hi))
+    }
+}
+
+/// A rate against the floor: judged on each run's ratio to the floor measured beside it
+/// where there is one (the machine drifts within the hour the runs take), with the ratio
+/// to the floor measured before the runs shown too.
+fn against_floor(name: &'static str, at_least: f64, before: &[f64], beside: Option<&[f64]>) -> Target {
+    let x = |v: f64| format!("{v:.2} ×");
+    let target = format!("≥ {at_least} × floor");
+    match beside.filter(|b| !b.is_empty()) {
+        Some(b) => Target {
+            name,
+            target,
+            measured: format!(
+                "{} beside each run; {} against the floor before the runs",
+                spread(b, x),
+                spread(before, x)
+            ),
+            met: Some(median(b.to_vec()) >= at_least),
+        },
+        None => Target { name, target, measured: spread(before, x), met: Some(median(before.to_vec()) >= at_least) },
     }
 }
 
@@ -43,9 +64,10 @@ impl Results {
         let runs = &self.runs;
         let of = |f: fn(&crate::report::RepeatRun) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
         let (on_ratio, off_ratio) = (of(|r| r.ratio_cache_on), of(|r| r.ratio_cache_off));
+        let on_beside: Option<Vec<f64>> = runs.iter().map(|r| r.ratio_to_floor_beside).collect();
+        let off_beside: Option<Vec<f64>> = runs.iter().map(|r| r.ratio_off_to_floor_beside).collect();
         let pg_us = of(|r| r.cache_on.postgres_cpu_us_per_handout);
         let svc_us = of(|r| r.cache_on.service_cpu_us_per_request);
-        let x = |v: f64| format!("{v:.2} ×");
         let us = |v: f64| format!("{v:.1} µs");
         let (p99_on, p99_off) = self.half_rate_p99_within_5ms();
         // The control: the bare handler at the cached lookup's half rate, on this machine.
@@ -57,18 +79,8 @@ impl Results {
         let errors = self.errors();
         let n = runs.len();
         let mut t = vec![
-            Target {
-                name: "cached lookup vs floor (no TLS)",
-                target: "≥ 1.5 × floor".into(),
-                measured: spread(&on_ratio, x),
-                met: Some(median(on_ratio.clone()) >= 1.5),
-            },
-            Target {
-                name: "uncached lookup vs floor (no TLS)",
-                target: "≥ 0.5 × floor".into(),
-                measured: spread(&off_ratio, x),
-                met: Some(median(off_ratio.clone()) >= 0.5),
-            },
+            against_floor("cached lookup vs floor (no TLS)", 1.5, &on_ratio, on_beside.as_deref()),
+            against_floor("uncached lookup vs floor (no TLS)", 0.5, &off_ratio, off_beside.as_deref()),
             Target {
                 name: "cache hit rate",
                 target: "100 % in every run".into(),
@@ -128,21 +140,35 @@ impl Results {
     }
 
     /// Issue 46: where the framework's own ceiling is below 1.5 × the floor, the cached
-    /// lookup is judged against that ceiling (≥ 0.85 ×) instead.
+    /// lookup is judged against that ceiling (≥ 0.85 ×) instead. With a floor and a
+    /// ceiling beside each run, on the medians of the runs' own ratios.
     fn ceiling_target(&self) -> Option<Target> {
         let c = self.ceiling.as_ref()?;
-        let floor = self.floor.plain.best_tps().max(1.0);
-        let below = c.saturating.rps < 1.5 * floor;
+        let beside: Option<Vec<(f64, f64)>> = self
+            .runs
+            .iter()
+            .map(|r| Some((r.ceiling_beside.as_ref()?.rps, r.floor_beside.as_ref()?.tps.max(1.0))))
+            .collect();
+        let (ceiling, over_floor, how) = match beside.filter(|b| !b.is_empty()) {
+            Some(b) => (
+                median(b.iter().map(|(c, _)| *c).collect()),
+                median(b.iter().map(|(c, f)| c / f).collect()),
+                "medians of the runs, each beside its own floor and ceiling",
+            ),
+            None => {
+                let floor = self.floor.plain.best_tps().max(1.0);
+                (c.saturating.rps, c.saturating.rps / floor, "one ceiling after the runs")
+            }
+        };
         Some(Target {
             name: "cached lookup vs framework ceiling",
             target: "≥ 0.85 × ceiling where ceiling < 1.5 × floor".into(),
             measured: format!(
-                "{:.2} × ({} req/s ceiling, {:.2} × the floor)",
+                "{:.2} × ({} req/s ceiling, {over_floor:.2} × the floor; {how})",
                 c.cached_ratio,
-                thousands(c.saturating.rps),
-                c.saturating.rps / floor
+                thousands(ceiling),
             ),
-            met: below.then_some(c.cached_ratio >= 0.85),
+            met: (over_floor < 1.5).then_some(c.cached_ratio >= 0.85),
         })
     }
 
@@ -456,6 +482,18 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_is_judged_against_the_floor_beside_each_run_where_there_is_one() {
+        let before = [1.6, 1.7, 1.8];
+        // The floor before the runs alone would say met; the floors beside them say not.
+        let t = against_floor("cached", 1.5, &before, Some(&[1.2, 1.4, 1.6]));
+        assert_eq!(t.met, Some(false));
+        assert!(t.measured.contains("1.40 × (1.20 ×–1.60 ×) beside each run"), "{}", t.measured);
+        assert!(t.measured.contains("1.70 × (1.60 ×–1.80 ×) against the floor before the runs"), "{}", t.measured);
+        assert_eq!(against_floor("cached", 1.5, &before, None).met, Some(true));
+        assert_eq!(against_floor("cached", 1.5, &[1.4], Some(&[])).met, Some(false));
+    }
 
     #[test]
     fn five_of_six_runs_is_enough_and_four_is_not() {
