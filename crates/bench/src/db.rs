@@ -332,16 +332,20 @@ pub async fn wait_for_service_sessions_to_end(pool: &PgPool) -> anyhow::Result<(
     }
 }
 
-/// Waits (at most 2 minutes) until PostgreSQL does nothing of its own: no autovacuum
-/// worker and no other session active on the server, then has dirty buffers written
-/// (`CHECKPOINT`, where the bench's role may). A floor measured while autovacuum works
-/// through the rows a service instance just wrote was up to a fifth lower than one
-/// measured on a quiet server, which flattered every ratio to it. Returns the seconds
-/// waited.
-pub async fn quiet(pool: &PgPool) -> anyhow::Result<f64> {
+/// Readies PostgreSQL for a floor: vacuums and analyzes the bench database (so that
+/// autovacuum finds nothing to start on mid-floor: the rows a service instance has just
+/// written would otherwise draw a worker), waits (at most 2 minutes) until no autovacuum
+/// worker and no other session is active on the server, then has dirty buffers written
+/// (`CHECKPOINT`). A floor measured right after an instance stopped, without this, came
+/// out 15 % below the first one in a run, which would flatter the ratios to it.
+/// Vacuum and checkpoint need the bench's default role (`postgres`); without the rights
+/// they are skipped, and another role may not see other roles' sessions as active. Returns
+/// the seconds it took and whether the server was quiet at the end.
+pub async fn quiet(pool: &PgPool) -> anyhow::Result<(f64, bool)> {
     let started = std::time::Instant::now();
+    let _ = sqlx::query("VACUUM (ANALYZE)").execute(pool).await;
     let deadline = started + Duration::from_secs(120);
-    loop {
+    let quiet = loop {
         let busy: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
              WHERE pid <> pg_backend_pid()
@@ -349,14 +353,25 @@ pub async fn quiet(pool: &PgPool) -> anyhow::Result<f64> {
         )
         .fetch_one(pool)
         .await?;
-        if busy == 0 || std::time::Instant::now() > deadline {
-            break;
+        if busy == 0 {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Only a superuser or `pg_checkpoint` may: without it the floor is measured all the same.
+    };
     let _ = sqlx::query("CHECKPOINT").execute(pool).await;
-    Ok(started.elapsed().as_secs_f64())
+    Ok((started.elapsed().as_secs_f64(), quiet))
+}
+
+/// How a floor's wait for a quiet server went, for the progress lines.
+pub fn quiet_note((seconds, quiet): (f64, bool)) -> String {
+    if quiet {
+        format!("{seconds:.0} s to a quiet server")
+    } else {
+        format!("the server still busy after {seconds:.0} s: this floor may be low")
+    }
 }
 
 /// `url` with `application_name` set, so that the bench's own sessions are told apart.

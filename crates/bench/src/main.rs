@@ -280,11 +280,12 @@ async fn run(
     for run in 1..=args.repeat as usize {
         progress(started, &format!("lookup run {run} of {}", args.repeat));
         let cache_on = phase.lookup(&format!("cache-on-{run}"), true).await?;
+        // The floor first: it readies a quiet server, which the ceiling then gets too.
+        let floor_beside = phase.floor_again(&floor.plain, run).await?;
         let ceiling_beside = match &bare {
             Some(b) => Some(phase.ceiling_closed_loop(b, &format!("ceiling-{run}")).await?),
             None => None,
         };
-        let floor_beside = phase.floor_again(&floor.plain, run).await?;
         let cache_off = phase.lookup(&format!("cache-off-{run}"), false).await?;
         let floor_tps = floor.plain.best_tps().max(1.0);
         let cached = cache_on.saturating.rps;
@@ -418,13 +419,10 @@ async fn floors(
     let clients = &args.floor_clients;
     anyhow::ensure!(clients.iter().all(|&c| c > 0), "--floor-clients: every count must be at least 1");
     let sweep = |sslmode: &'static str| async move {
-        let waited = db::quiet(pool).await?;
+        let quiet = db::quiet_note(db::quiet(pool).await?);
         progress(
             started,
-            &format!(
-                "floor: pgbench sslmode={sslmode}, clients {clients:?}, {} s each ({waited:.0} s for a quiet server)",
-                args.seconds
-            ),
+            &format!("floor: pgbench sslmode={sslmode}, clients {clients:?}, {} s each ({quiet})", args.seconds),
         );
         pgbench::sweep(&db.url, sslmode, work, keys.subjects, keys.providers, clients, 2, args.seconds).await
     };

@@ -126,23 +126,41 @@ impl Phase<'_> {
         self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await
     }
 
-    /// The floor again beside one run, on a quiet server: pgbench at the client count that
-    /// gave the first sweep's best (no TLS, the service's transport), for as many seconds.
+    /// The floor again beside one run, on a quiet server: pgbench (no TLS, the service's
+    /// transport) at the two client counts that did best in the first sweep, for as many
+    /// seconds each, the better counting, so that it is the same statistic as the first
+    /// sweep's best (a best of one run would come out lower on average). `None` when
+    /// pgbench failed (said in the progress lines): a floor missing beside one run does
+    /// not end a bench run of half an hour.
     pub async fn floor_again(&self, first: &FloorSweep, run: usize) -> anyhow::Result<Option<Floor>> {
-        let Some(best) = first.best() else { return Ok(None) };
-        let waited = db::quiet(self.pool).await?;
+        let mut ranked: Vec<&Floor> = first.runs.iter().collect();
+        ranked.sort_by(|a, b| b.tps.total_cmp(&a.tps));
+        ranked.truncate(2);
+        if ranked.is_empty() {
+            return Ok(None);
+        }
+        let quiet = db::quiet_note(db::quiet(self.pool).await?);
+        let counts: Vec<usize> = ranked.iter().map(|f| f.clients).collect();
         progress(
             self.started,
             &format!(
-                "floor-{run}: pgbench sslmode={}, {} clients, {} s ({waited:.0} s for a quiet server)",
-                first.sslmode, best.clients, self.args.seconds
+                "floor-{run}: pgbench sslmode={}, clients {counts:?}, {} s each ({quiet})",
+                first.sslmode, self.args.seconds
             ),
         );
         let url = db::with_param(&self.setup.database_url, "sslmode", first.sslmode)?;
         let (subjects, providers) = (self.keys.subjects, self.keys.providers);
-        let f = pgbench::run(&url, &self.setup.dir, subjects, providers, best.clients, best.threads, self.args.seconds)
-            .await?;
-        Ok(Some(f))
+        let mut best: Option<Floor> = None;
+        for f in ranked {
+            match pgbench::run(&url, &self.setup.dir, subjects, providers, f.clients, f.threads, self.args.seconds)
+                .await
+            {
+                Ok(again) if best.as_ref().is_none_or(|b| again.tps > b.tps) => best = Some(again),
+                Ok(_) => {}
+                Err(e) => progress(self.started, &format!("floor-{run}: pgbench -c {} failed: {e:#}", f.clients)),
+            }
+        }
+        Ok(best)
     }
 
     /// One service instance: warm-up, saturating closed loop, open loop at half its rate.
