@@ -112,9 +112,7 @@ pub struct ApiKeyId(String);
 
 impl ApiKeyId {
     pub fn generate() -> Self {
-        let mut b = [0u8; 8];
-        rand::rng().fill_bytes(&mut b);
-        Self(b.iter().map(|x| format!("{x:02x}")).collect())
+        Self(hex16(rand::rng().next_u64()))
     }
 
     pub fn parse(s: &str) -> Result<Self, ParseError> {
@@ -135,8 +133,20 @@ impl ApiKeyId {
     }
 
     pub fn from_bits(bits: u64) -> Self {
-        Self(format!("{bits:016x}"))
+        Self(hex16(bits))
     }
+}
+
+/// `n` as 16 lower-case hex digits, as `format!("{n:016x}")` writes them, without the
+/// formatter's machinery (a tenth of its instructions): API-key ids, and the request id
+/// every request gets.
+pub fn hex16(n: u64) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(16);
+    for shift in (0..16).rev() {
+        out.push(char::from(DIGITS[((n >> (shift * 4)) & 0xf) as usize]));
+    }
+    out
 }
 
 impl fmt::Display for ApiKeyId {
@@ -223,6 +233,14 @@ uuid_id!(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sixteen_hex_digits_are_written_as_format_writes_them() {
+        for n in [0, 1, 0xf, 0x10, 0xdead_beef, 0x0123_4567_89ab_cdef, u64::MAX, 1 << 63] {
+            assert_eq!(super::hex16(n), format!("{n:016x}"));
+        }
+        assert!(super::ApiKeyId::parse(super::ApiKeyId::generate().as_str()).is_ok());
+    }
+
     #[test]
     fn an_api_key_id_survives_its_bits() {
         for id in ["0000000000000000", "0123456789abcdef", "ffffffffffffffff", "00000000000000a0"] {

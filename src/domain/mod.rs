@@ -18,7 +18,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use handout::{ConnectionFacts, HandOut, HandOutRequest, RefreshPolicy, check_handout};
 pub use ids::{
     ApiKeyId, Caller, ConnectionId, ConnectionKey, DEFAULT_IDP, ElicitationId, IdpName, ProviderId, Subject, TenantId,
-    WebhookId,
+    WebhookId, hex16,
 };
 pub use scopes::Scopes;
 

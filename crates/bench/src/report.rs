@@ -103,8 +103,8 @@ pub struct RepeatRun {
     /// Saturating requests/s ÷ the floor (no TLS) measured before the runs.
     pub ratio_cache_on: f64,
     pub ratio_cache_off: f64,
-    /// The floor measured again right after this run's cache-on instance (pgbench at the
-    /// first sweep's best client count), and the saturating rates ÷ it.
+    /// The floor measured again right after this run's cache-on instance (the better of
+    /// pgbench at the first sweep's two best client counts), and the saturating rates ÷ it.
     pub floor_beside: Option<crate::pgbench::Floor>,
     pub ratio_to_floor_beside: Option<f64>,
     pub ratio_off_to_floor_beside: Option<f64>,
