@@ -176,9 +176,10 @@ impl PublicUrls {
 impl Directory {
     /// An active tenant's primary IdP (`None`: no such active tenant, or it names an IdP
     /// this instance's configuration does not have).
-    pub fn tenant_idp(&self, tenant: &TenantId) -> Option<Arc<IdpConfig>> {
+    /// Borrowed: a clone would be a count both workers write, on every request.
+    pub fn tenant_idp(&self, tenant: &TenantId) -> Option<&Arc<IdpConfig>> {
         let named = self.tenants.idp_of(tenant)?;
-        self.idps.of_tenant(named.as_ref()).cloned()
+        self.idps.of_tenant(named.as_ref())
     }
 
     /// The name users see for a tenant (its id if it is no longer configured).

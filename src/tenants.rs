@@ -15,14 +15,20 @@ use crate::domain::workload::WorkloadIssuer;
 use crate::domain::{ProviderId, SubjectTokenPolicy, TenantConfig, TenantId};
 use crate::providers::Providers;
 use crate::store::{self, Db};
+use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+/// The active tenants by id. foldhash, not SipHash: the keys are the tenants the database
+/// holds, and a lookup of a made-up id adds none, so no caller can grow a chain of
+/// colliding keys; the map is looked up several times a request.
+type ActiveTenants = hashbrown::HashMap<TenantId, TenantConfig>;
 
 /// A snapshot of the active tenants, and the providers.
 pub struct Tenants {
-    active: RwLock<Arc<HashMap<TenantId, TenantConfig>>>,
+    active: ArcSwap<ActiveTenants>,
     /// The active tenants' workload issuers, and the operator's, by `iss`: who trusts each.
-    workload_issuers: RwLock<Arc<WorkloadIssuers>>,
+    workload_issuers: ArcSwap<WorkloadIssuers>,
     /// The operator's (`[[operator.workload_issuers]]`: from the file, for the instance's life).
     operator_issuers: Vec<Arc<WorkloadIssuer>>,
     providers: Arc<Providers>,
@@ -41,8 +47,8 @@ impl Tenants {
         operator_issuers: &[WorkloadIssuer],
     ) -> Result<Self, sqlx::Error> {
         let t = Self {
-            active: RwLock::default(),
-            workload_issuers: RwLock::default(),
+            active: ArcSwap::default(),
+            workload_issuers: ArcSwap::default(),
             operator_issuers: operator_issuers.iter().cloned().map(Arc::new).collect(),
             providers,
         };
@@ -71,7 +77,7 @@ impl Tenants {
                 let t = TenantConfig { id, display_name, providers, subject_token, idp, hand_out, workload_issuers };
                 Some((t.id.clone(), t))
             })
-            .collect::<HashMap<_, _>>();
+            .collect::<ActiveTenants>();
         // An issuer whose settings did not change keeps its `Arc`: the workload tokens
         // verified under it stay verified (`workload`), whatever other tenant changed.
         let before = self.workload_issuers();
@@ -95,48 +101,41 @@ impl Tenants {
         for v in by_issuer.values_mut() {
             v.sort_by(|a, b| a.0.cmp(&b.0));
         }
-        if let Ok(mut a) = self.active.write() {
-            *a = Arc::new(map);
-        }
-        if let Ok(mut w) = self.workload_issuers.write() {
-            *w = Arc::new(by_issuer);
-        }
+        self.active.store(Arc::new(map));
+        self.workload_issuers.store(Arc::new(by_issuer));
         Ok(())
     }
 
     /// Whether an active tenant may use a provider (`None`: no such active tenant). On
     /// every `/v1/token`, so it copies nothing.
     pub fn allows(&self, id: &TenantId, provider: &ProviderId) -> Option<bool> {
-        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.providers.contains(provider)))
+        self.active.load().get(id).map(|t| t.providers.contains(provider))
     }
 
     /// How an active tenant's requests prove their subject (`None`: no such active tenant).
     pub fn subject_token_policy(&self, id: &TenantId) -> Option<SubjectTokenPolicy> {
-        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.subject_token.clone()))
+        self.active.load().get(id).map(|t| t.subject_token.clone())
     }
 
     /// The IdP an active tenant names (`None`: no such active tenant).
     pub fn idp_of(&self, id: &TenantId) -> Option<Option<crate::domain::IdpName>> {
-        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.idp.clone()))
+        self.active.load().get(id).map(|t| t.idp.clone())
     }
 
     /// Whether `/v1/token` hands out the credential of a tenant's connection to `provider`
     /// (`None`: no such active tenant).
     pub fn hand_out(&self, id: &TenantId, provider: &ProviderId) -> Option<crate::domain::HandOutMode> {
-        self.active
-            .read()
-            .ok()
-            .and_then(|a| a.get(id).map(|t| t.hand_out.as_ref().map(|h| h.for_provider(provider)).unwrap_or_default()))
+        self.active.load().get(id).map(|t| t.hand_out.as_ref().map(|h| h.for_provider(provider)).unwrap_or_default())
     }
 
     /// The active tenants' and the operator's trusted workload issuers, by `iss` (empty:
     /// no workload token is taken, and a bearer that is not an API key is refused as one).
     pub fn workload_issuers(&self) -> Arc<WorkloadIssuers> {
-        self.workload_issuers.read().map(|w| w.clone()).unwrap_or_default()
+        self.workload_issuers.load_full()
     }
 
     /// The display name of an active tenant.
     pub fn display_name(&self, id: &TenantId) -> Option<String> {
-        self.active.read().ok().and_then(|a| a.get(id).map(|t| t.display_name.clone()))
+        self.active.load().get(id).map(|t| t.display_name.clone())
     }
 }

@@ -183,6 +183,9 @@ fn record_duration<B>(
     method: &actix_web::http::Method,
     elapsed: std::time::Duration,
 ) {
+    if !crate::telemetry::metrics::on() {
+        return;
+    }
     let (route, status) = match res {
         Ok(r) => (r.request().match_pattern().unwrap_or_else(|| "unmatched".to_owned()), r.status().as_u16()),
         Err(e) => ("unmatched".to_owned(), e.as_response_error().status_code().as_u16()),

@@ -10,9 +10,10 @@ use crate::keys::{Keys, KeysError};
 use crate::net::http::Reach;
 use crate::store::{self, Db};
 use crate::vault::SealKey;
+use arc_swap::ArcSwap;
 use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// All configured providers by id.
 #[derive(Debug, Clone, Default)]
@@ -49,14 +50,15 @@ pub struct Providers {
     keys: Arc<Keys>,
     /// How the operator API's providers are reached (`[operator] allow_private_endpoints`).
     reach: Reach,
-    all: RwLock<ProviderRegistry>,
+    /// Read on every request: a snapshot swapped whole (see `Tenants`).
+    all: ArcSwap<ProviderRegistry>,
 }
 
 impl Providers {
     /// The file's providers alone, until [`Self::reload`] reads the others.
     pub fn new(file: ProviderRegistry, keys: Arc<Keys>, allow_private_endpoints: bool) -> Self {
         let reach = if allow_private_endpoints { Reach::Private } else { Reach::Public };
-        Self { all: RwLock::new(file.clone()), file, keys, reach }
+        Self { all: ArcSwap::from_pointee(file.clone()), file, keys, reach }
     }
 
     /// How the operator API's providers are reached.
@@ -91,15 +93,13 @@ impl Providers {
                 }
             }
         }
-        if let Ok(mut all) = self.all.write() {
-            *all = self.file.with(more);
-        }
+        self.all.store(Arc::new(self.file.with(more)));
         Ok(())
     }
 
     /// A provider by id, active or not ([`Provider::active`]).
     pub fn get(&self, id: &ProviderId) -> Option<Arc<Provider>> {
-        self.all.read().ok().and_then(|a| a.get(id).cloned())
+        self.all.load().get(id).cloned()
     }
 
     /// Whether the configuration file names it (then the operator API may not change it).
@@ -109,7 +109,7 @@ impl Providers {
 
     /// Every provider now, active or not.
     pub fn snapshot(&self) -> ProviderRegistry {
-        self.all.read().map(|a| a.clone()).unwrap_or_else(|_| self.file.clone())
+        ProviderRegistry::clone(&self.all.load())
     }
 }
 

@@ -49,6 +49,13 @@ const BUCKETS: [f64; 14] =
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Whether this process records metrics (`[metrics] listen` set: [`install`] ran). Off, a
+/// metric's labels are not worth building: a route template or a status as text is an
+/// allocation, a provider's label a registry lookup, on every request, for nothing.
+pub fn on() -> bool {
+    HANDLE.get().is_some()
+}
+
 /// Installs the process's recorder (once; later calls get the same handle) and a task that
 /// folds histogram samples into their buckets every 5 s, so that memory stays bounded
 /// between scrapes.

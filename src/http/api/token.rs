@@ -199,16 +199,18 @@ pub async fn post_token(
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     // A configured provider's name, or `other`: labels never carry what a caller made up.
-    let provider = match ProviderId::parse(&body.provider) {
+    let provider = crate::telemetry::metrics::on().then(|| match ProviderId::parse(&body.provider) {
         Ok(p) if state.directory.providers.get(&p).is_some() => p.as_str().to_owned(),
         _ => "other".to_owned(),
-    };
+    });
     let answer = answer(caller, &state, body).await;
-    let outcome = match &answer {
-        Ok((_, outcome)) => *outcome,
-        Err(e) => e.code.as_str(),
-    };
-    metrics::counter!(TOKEN_REQUESTS, "provider" => provider, "outcome" => outcome).increment(1);
+    if let Some(provider) = provider {
+        let outcome = match &answer {
+            Ok((_, outcome)) => *outcome,
+            Err(e) => e.code.as_str(),
+        };
+        metrics::counter!(TOKEN_REQUESTS, "provider" => provider, "outcome" => outcome).increment(1);
+    }
     answer.map(|(response, _)| response)
 }
 
