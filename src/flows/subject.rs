@@ -53,7 +53,7 @@ pub async fn proven_subject(
     let idp = state.directory.tenant_idp(tenant).ok_or(SubjectError::TenantInactive)?;
     // Boxed: inline, the keys' fetch would make every request's future as large as its
     // own (`flows::token`).
-    let sub = Box::pin(verified_sub(state, &idp, token.expose_secret(), &audience, now)).await?;
+    let sub = Box::pin(verified_sub(state, idp, token.expose_secret(), &audience, now)).await?;
     let proven = Subject::parse(&sub).map_err(|_| SubjectError::Refused(AccessTokenRefusal::Invalid))?;
     match named {
         Some(n) if n != proven => Err(SubjectError::OtherSubject),

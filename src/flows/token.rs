@@ -260,7 +260,11 @@ async fn cached_token(
     };
     match check_handout(c.facts(), ask, policy, now) {
         HandOut::Serve => {
-            hand_out(&keys.opening(&c.shape.key_id, Scope::Tenant(&key.tenant)).await?, key, provider, &c)
+            let scope = Scope::Tenant(&key.tenant);
+            match keys.with_held(&c.shape.key_id, scope, |k| hand_out(k, key, provider, &c)) {
+                Some(out) => out?,
+                None => hand_out(&keys.opening(&c.shape.key_id, scope).await?, key, provider, &c),
+            }
         }
         // Anything else is decided on the row as it is now.
         HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),

@@ -188,7 +188,7 @@ impl Keys {
         let known = self.active.read().ok().and_then(|a| a.get(&tenant).copied());
         if let Some((id, at)) = known
             && self.clock.since(at) < self.bound.ttl
-            && let Some(Ok(key)) = self.fresh(&id, scope.tenant().map(TenantId::as_str))
+            && let Some(Ok(key)) = self.fresh(&id, scope.tenant().map(TenantId::as_str), SealKey::clone)
         {
             return Ok(key);
         }
@@ -204,6 +204,22 @@ impl Keys {
         Ok(key)
     }
 
+    /// `f` of the key a row's `key_id` names when it is at hand (the keyring's, or a data
+    /// key held and fresh), on the key as held: `opening` clones it, and a clone is two
+    /// reference counts that every request on every worker writes. `None`: not at hand
+    /// (use [`Self::opening`]); `Some(Err)`: held, but not of `scope`, as `opening` says.
+    pub fn with_held<R>(
+        &self,
+        key_id: &str,
+        scope: Scope<'_>,
+        f: impl FnOnce(&SealKey) -> R,
+    ) -> Option<Result<R, VaultError>> {
+        match KeyRef::parse(key_id)? {
+            KeyRef::Keyring(id) => self.keyring.get(&id).map(|k| Ok(f(k))),
+            KeyRef::Data(id) => self.fresh(&id, scope.tenant().map(TenantId::as_str), f),
+        }
+    }
+
     /// The key a row's `key_id` names, to open what it sealed: a data key only if it is of
     /// `scope` (a row moved to another tenant, or a cookie naming a tenant's key, opens
     /// nothing, and has nothing unwrapped).
@@ -213,7 +229,7 @@ impl Keys {
         match KeyRef::parse(key_id).ok_or_else(unknown)? {
             KeyRef::Keyring(id) => Ok(self.keyring.get(&id).ok_or_else(unknown)?.clone()),
             KeyRef::Data(id) => {
-                if let Some(held) = self.fresh(&id, tenant) {
+                if let Some(held) = self.fresh(&id, tenant, SealKey::clone) {
                     return Ok(held?);
                 }
                 let ticket = self.epoch.load(Ordering::Acquire);
@@ -286,15 +302,20 @@ impl Keys {
         }
     }
 
-    /// A held data key younger than the bound; `Err` when it is another tenant's than
-    /// `tenant` (`None`: the service's).
-    fn fresh(&self, id: &uuid::Uuid, tenant: Option<&str>) -> Option<Result<SealKey, VaultError>> {
+    /// `f` of a held data key younger than the bound; `Err` when it is another tenant's
+    /// than `tenant` (`None`: the service's).
+    fn fresh<R>(
+        &self,
+        id: &uuid::Uuid,
+        tenant: Option<&str>,
+        f: impl FnOnce(&SealKey) -> R,
+    ) -> Option<Result<R, VaultError>> {
         let loaded = self.loaded.read().ok()?;
         let held = loaded.get(id)?;
         if self.clock.since(held.at) >= self.bound.ttl {
             return None;
         }
-        Some(if held.tenant.as_deref() == tenant { Ok(held.key.clone()) } else { Err(VaultError::Open) })
+        Some(if held.tenant.as_deref() == tenant { Ok(f(&held.key)) } else { Err(VaultError::Open) })
     }
 
     /// Keeps an unwrapped key read under `ticket`, unless a forget came since.

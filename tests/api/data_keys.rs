@@ -345,11 +345,17 @@ async fn a_data_key_opens_only_for_its_own_scope_and_a_tenants_key_is_never_unwr
     assert!(refused(keys.opening(&id, Scope::Tenant(&beta)).await));
     assert!(refused(keys.opening(&id, Scope::Service).await));
     assert!(keys.opening(&id, Scope::Tenant(&acme)).await.is_ok());
+    // The same on the key as held, without a clone (the cached hand-out's path).
+    let held = |scope| keys.with_held(&id, scope, |k| k.key_id().to_owned());
+    assert!(matches!(held(Scope::Tenant(&beta)), Some(Err(VaultError::Open))));
+    assert!(matches!(held(Scope::Service), Some(Err(VaultError::Open))));
+    assert_eq!(held(Scope::Tenant(&acme)).map(|r| r.ok()), Some(Some(id.clone())));
     // Not held: refused before anything is unwrapped.
     let cold_store = Counting::new(KEY_A);
     let cold = keys_on(&app, cold_store.clone(), Arc::new(ManualClock::default()), Duration::from_secs(60));
     assert!(refused(cold.opening(&id, Scope::Service).await));
     assert!(refused(cold.opening(&id, Scope::Tenant(&beta)).await));
+    assert!(cold.with_held(&id, Scope::Tenant(&acme), |_| ()).is_none(), "not held: nothing at hand");
     assert_eq!(cold_store.unwraps.load(Ordering::SeqCst), 0);
 }
 

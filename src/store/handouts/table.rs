@@ -8,8 +8,9 @@
 
 use super::{RowKey, Tally, Use};
 use crate::store::connections::packed::PackedConnection;
+use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use uuid::Uuid;
 
 /// A row: its key's and its tally's fields in one struct, so that the padding of neither
@@ -46,18 +47,21 @@ pub(super) struct Table {
     rows: Vec<Row>,
     /// Positions in `rows`, hashed by the row's key with `hasher`.
     index: HashTable<u32>,
-    hasher: RandomState,
+    /// foldhash (hashbrown's default), not SipHash: a key is a connection's id, which we
+    /// made, and an API key's, which authenticated: no caller picks keys that collide.
+    hasher: DefaultHashBuilder,
 }
 
 impl Table {
     /// Room for `n` rows (only what is used is touched, and so resident).
     pub(super) fn with_capacity(n: usize) -> Self {
-        Self { rows: Vec::with_capacity(n), index: HashTable::with_capacity(n), hasher: RandomState::new() }
+        Self { rows: Vec::with_capacity(n), index: HashTable::with_capacity(n), hasher: DefaultHashBuilder::default() }
     }
 
     /// Indexes `rows`, whose keys are distinct (a closed minute's, to fold into).
     pub(super) fn from_rows(rows: Vec<Row>) -> Self {
-        let mut table = Self { index: HashTable::with_capacity(rows.len()), rows, hasher: RandomState::new() };
+        let mut table =
+            Self { index: HashTable::with_capacity(rows.len()), rows, hasher: DefaultHashBuilder::default() };
         for i in 0..table.rows.len() {
             table.index_row(i);
         }
