@@ -26,6 +26,7 @@ use crate::keys::Scope;
 use crate::oauth::resolve::ResolveError;
 use crate::providers::Provider;
 use crate::providers::credential::Credential;
+use crate::store::connections::packed::Shape;
 use crate::store::{self, audit::AuditEvent, connections::ConnectionRow, elicitations::ElicitationRow};
 use crate::vault::{Field, RowBinding};
 use crate::webhooks::EventKind;
@@ -50,9 +51,10 @@ pub enum TokenOutcome {
         access_token: SecretString,
         /// For an `api_key` or `basic` provider: its kind and every field typed.
         credential: Option<(&'static str, Credential)>,
-        token_type: String,
+        /// Its key id, token type, scopes and issuer, as the connection has them (moved from
+        /// the cache's entry or the row read, not copied).
+        shape: std::sync::Arc<Shape>,
         expires_at: Option<OffsetDateTime>,
-        scopes: Vec<String>,
         account: Option<Account>,
         connection_id: ConnectionId,
         /// The connection as the lookup cache holds it, when served from there: its
@@ -138,8 +140,10 @@ pub async fn credential_for(
     {
         return Ok(answer);
     }
-    let key = ConnectionKey { tenant: tenant.clone(), subject: req.subject.clone(), provider: req.provider.clone() };
-    let ask = HandOutRequest { issuer, scopes: req.scopes.as_ref() };
+    // The request's parts moved into the key (a cached hand-out copies only the tenant).
+    let TokenRequest { subject, provider: provider_id, scopes, mcp_context, .. } = req;
+    let key = ConnectionKey { tenant: tenant.clone(), subject, provider: provider_id };
+    let ask = HandOutRequest { issuer, scopes: scopes.as_ref() };
     if let Some(out) = cached_token(&state.connections, &state.keys, state.refresh, &key, &provider, ask, now).await? {
         return Ok(out);
     }
@@ -162,7 +166,7 @@ pub async fn credential_for(
 
     // A new grant asks for what was asked plus what the old connection had, so a
     // re-connect for one more scope does not lose the others.
-    let wanted = req.scopes.clone().unwrap_or_else(|| provider.default_scopes().clone());
+    let wanted = scopes.unwrap_or_else(|| provider.default_scopes().clone());
     let wanted = match &conn {
         Some(c) if c.status == ConnectionStatus::Active => wanted.union(&c.scopes),
         _ => wanted,
@@ -175,7 +179,7 @@ pub async fn credential_for(
             if e.is_transient() { TokenError::ProviderUnreachable(e) } else { TokenError::ProviderMisconfigured(e) }
         })?;
     }
-    let e = Box::pin(pending_elicitation(state, tenant, issuer, &req, &wanted, now)).await?;
+    let e = Box::pin(pending_elicitation(state, &key, issuer, &mcp_context, &wanted, now)).await?;
     Ok(TokenOutcome::ConnectRequired(e))
 }
 
@@ -260,11 +264,9 @@ async fn cached_token(
     };
     match check_handout(c.facts(), ask, policy, now) {
         HandOut::Serve => {
-            let scope = Scope::Tenant(&key.tenant);
-            match keys.with_held(&c.shape.key_id, scope, |k| hand_out(k, key, provider, &c)) {
-                Some(out) => out?,
-                None => hand_out(&keys.opening(&c.shape.key_id, scope).await?, key, provider, &c),
-            }
+            let opened =
+                keys.using(&c.shape.key_id, Scope::Tenant(&key.tenant), |k| open_token(k, key, provider, &c)).await?;
+            Ok(opened?.map(|token| connected(c, token)))
         }
         // Anything else is decided on the row as it is now.
         HandOut::ServeNearExpiry | HandOut::Refresh | HandOut::Expire | HandOut::Reconnect => Ok(None),
@@ -306,21 +308,25 @@ async fn usable_token(
     };
     match entry {
         Some(entry) => {
-            let sealed_with = state.keys.opening(&entry.shape.key_id, Scope::Tenant(&key.tenant)).await?;
-            hand_out(&sealed_with, key, provider, &entry)
+            let scope = Scope::Tenant(&key.tenant);
+            let opened = state.keys.using(&entry.shape.key_id, scope, |k| open_token(k, key, provider, &entry)).await?;
+            Ok(opened?.map(|token| connected(entry, token)))
         }
         None => Ok(None),
     }
 }
 
+/// An access token opened for the caller, and for a typed credential its kind and fields.
+type Opened = (SecretString, Option<(&'static str, Credential)>);
+
 /// Opens the access token of a usable connection for the caller; `None`: the row is of
 /// another kind than its provider (see below).
-fn hand_out(
+fn open_token(
     sealed_with: &crate::vault::SealKey,
     key: &ConnectionKey,
     provider: &Provider,
     c: &CachedConnection,
-) -> Result<Option<TokenOutcome>, TokenError> {
+) -> Result<Option<Opened>, TokenError> {
     let connection = c.id;
     let row = RowBinding {
         tenant: &key.tenant,
@@ -351,21 +357,21 @@ fn hand_out(
             return Ok(None);
         }
     };
-    Ok(Some(TokenOutcome::Connected {
+    Ok(Some((access_token, credential)))
+}
+
+/// The answer for a connection whose token was opened: what it has is moved into it (the
+/// shape's `Arc`, the account's strings, the cache's entry), nothing copied.
+fn connected(c: CachedConnection, (access_token, credential): Opened) -> TokenOutcome {
+    TokenOutcome::Connected {
         access_token,
         credential,
-        // Copied as strings (`to_string` would format each through `Display`: ~150
-        // instructions apiece on a cached hand-out).
-        token_type: String::from(&*c.shape.token_type),
+        shape: c.shape,
         expires_at: c.access_expires_at,
-        scopes: c.shape.scopes.as_slice().to_vec(),
-        account: c
-            .account_id
-            .as_deref()
-            .map(|id| Account { id: id.to_owned(), login: c.account_login.as_deref().map(str::to_owned) }),
-        connection_id: connection,
-        holder: c.packed.clone(),
-    }))
+        account: c.account_id.map(|id| Account { id: id.into(), login: c.account_login.map(Into::into) }),
+        connection_id: c.id,
+        holder: c.packed,
+    }
 }
 
 /// The "token handed out" audit: counted into this minute's row (`store::handouts`).
@@ -375,17 +381,18 @@ async fn record_handout(handouts: &crate::store::handouts::HandoutAudit, api_key
     }
 }
 
-/// The pending elicitation for this request, created if there is none. Concurrent callers
-/// converge on one row through the partial unique index.
+/// The pending elicitation for `key` (the request's tenant, subject and provider), created
+/// if there is none. Concurrent callers converge on one row through the partial unique
+/// index.
 async fn pending_elicitation(
     state: &AppState,
-    tenant: &TenantId,
+    key: &ConnectionKey,
     issuer: &str,
-    req: &TokenRequest,
+    mcp_context: &serde_json::Value,
     scopes: &Scopes,
     now: OffsetDateTime,
 ) -> Result<ElicitationRow, TokenError> {
-    let (s, p) = (&req.subject, &req.provider);
+    let (tenant, s, p) = (&key.tenant, &key.subject, &key.provider);
     let mut tx = store::begin(&state.pool).await?;
     let expired = store::elicitations::expire_overdue_for(&mut *tx, tenant, s, p, issuer, now).await?;
     super::events::links_closed(&mut tx, EventKind::ElicitationExpired, &expired, "service", "expired").await?;
@@ -404,7 +411,7 @@ async fn pending_elicitation(
             issuer,
             provider: p,
             scopes,
-            mcp_context: req.mcp_context.clone(),
+            mcp_context: mcp_context.clone(),
             expires_at: now + ttl,
         };
         let mut tx = store::begin(&state.pool).await?;

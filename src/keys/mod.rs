@@ -207,7 +207,7 @@ impl Keys {
     /// `f` of the key a row's `key_id` names when it is at hand (the keyring's, or a data
     /// key held and fresh), on the key as held: `opening` clones it, and a clone is two
     /// reference counts that every request on every worker writes. `None`: not at hand
-    /// (use [`Self::opening`]); `Some(Err)`: held, but not of `scope`, as `opening` says.
+    /// ([`Self::using`] unwraps it then); `Some(Err)`: held, but not of `scope`, as `opening` says.
     pub fn with_held<R>(
         &self,
         key_id: &str,
@@ -217,6 +217,16 @@ impl Keys {
         match KeyRef::parse(key_id)? {
             KeyRef::Keyring(id) => self.keyring.get(&id).map(|k| Ok(f(k))),
             KeyRef::Data(id) => self.fresh(&id, scope.tenant().map(TenantId::as_str), f),
+        }
+    }
+
+    /// `f` of the key a row's `key_id` names: on the key as held when it is at hand
+    /// ([`Self::with_held`]: nothing cloned), else on the key as [`Self::opening`] reads
+    /// and unwraps it. Of `scope` only, as both say.
+    pub async fn using<R>(&self, key_id: &str, scope: Scope<'_>, f: impl Fn(&SealKey) -> R) -> Result<R, KeysError> {
+        match self.with_held(key_id, scope, &f) {
+            Some(held) => Ok(held?),
+            None => Ok(f(&self.opening(key_id, scope).await?)),
         }
     }
 

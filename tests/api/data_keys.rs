@@ -340,7 +340,9 @@ async fn a_data_key_opens_only_for_its_own_scope_and_a_tenants_key_is_never_unwr
     let keys = keys_on(&app, store.clone(), Arc::new(ManualClock::default()), Duration::from_secs(60));
     let (acme, beta) = (TenantId::parse("acme").unwrap(), TenantId::parse("beta").unwrap());
     let id = keys.sealing(Scope::Tenant(&acme)).await.unwrap().key_id().to_owned();
-    let refused = |r: Result<_, KeysError>| matches!(r, Err(KeysError::Vault(VaultError::Open)));
+    fn refused<T>(r: Result<T, KeysError>) -> bool {
+        matches!(r, Err(KeysError::Vault(VaultError::Open)))
+    }
     // Held: refused for another tenant and for the service (a login cookie naming it).
     assert!(refused(keys.opening(&id, Scope::Tenant(&beta)).await));
     assert!(refused(keys.opening(&id, Scope::Service).await));
@@ -356,7 +358,17 @@ async fn a_data_key_opens_only_for_its_own_scope_and_a_tenants_key_is_never_unwr
     assert!(refused(cold.opening(&id, Scope::Service).await));
     assert!(refused(cold.opening(&id, Scope::Tenant(&beta)).await));
     assert!(cold.with_held(&id, Scope::Tenant(&acme), |_| ()).is_none(), "not held: nothing at hand");
+    // `using` (both hand-outs' way in: as held, else unwrapped) refuses the same, held or not.
+    let name = |k: &mcp_connect::vault::SealKey| k.key_id().to_owned();
+    assert!(refused(keys.using(&id, Scope::Tenant(&beta), name).await));
+    assert!(refused(cold.using(&id, Scope::Service, name).await));
+    assert!(refused(cold.using(&id, Scope::Tenant(&beta), name).await));
     assert_eq!(cold_store.unwraps.load(Ordering::SeqCst), 0);
+    // Its own scope: unwrapped once, then at hand.
+    assert_eq!(cold.using(&id, Scope::Tenant(&acme), name).await.unwrap(), id);
+    assert_eq!(cold_store.unwraps.load(Ordering::SeqCst), 1);
+    assert_eq!(cold.using(&id, Scope::Tenant(&acme), name).await.unwrap(), id);
+    assert_eq!(cold_store.unwraps.load(Ordering::SeqCst), 1, "held after the first");
 }
 
 #[tokio::test]

@@ -231,24 +231,15 @@ async fn answer(
     // Not known (the tenant switched off meanwhile): nothing is handed out.
     let handed_out = state.directory.tenants.hand_out(&tenant, &provider) == Some(HandOutMode::Credentials);
     Ok(match outcome {
-        TokenOutcome::Connected {
-            access_token,
-            credential,
-            token_type,
-            expires_at,
-            scopes,
-            account,
-            connection_id,
-            holder: _,
-        } => (
+        TokenOutcome::Connected { access_token, credential, shape, expires_at, account, connection_id, holder: _ } => (
             json_answer(&TokenAnswer::Connected(Connected {
                 access_token: handed_out.then(|| access_token.expose_secret()),
                 credential_type: credential.as_ref().map_or("oauth2", |(kind, _)| kind),
                 fields: credential.as_ref().filter(|_| handed_out).map(|(_, c)| &c.fields),
                 hand_out: if handed_out { HandOutMode::Credentials } else { HandOutMode::None },
-                token_type: &token_type,
+                token_type: &shape.token_type,
                 expires_at: expires_at.map(rfc3339),
-                scopes: &scopes,
+                scopes: shape.scopes.as_slice(),
                 account: account.as_ref(),
                 connection_id: connection_id.to_string(),
             }))?,
