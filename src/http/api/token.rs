@@ -2,12 +2,13 @@
 
 use super::ServerCaller;
 use crate::app::AppState;
-use crate::domain::{Account, HandOutMode};
+use crate::domain::{Account, ConnectionId, HandOutMode};
 use crate::domain::{ElicitationId, ProviderId, Scopes, Subject};
 use crate::flows::token::{self as tokens, TokenOutcome, TokenRequest};
 use crate::http::error::{ApiError, ErrorBody, ErrorCode};
 use crate::store::elicitations::ElicitationRow;
 use crate::telemetry::metrics::TOKEN_REQUESTS;
+use actix_web::http::header::HeaderValue;
 use actix_web::{HttpResponse, web};
 use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
@@ -221,7 +222,8 @@ async fn answer(
     body: TokenBody,
 ) -> Result<(HttpResponse, &'static str), ApiError> {
     let Parsed { named, token, wait, request, server_name } = parse(body)?;
-    let tenant = caller.0.tenant.clone();
+    // Moved out: the caller's id and proof are read below, its tenant no more.
+    let tenant = caller.0.tenant;
     let subject =
         crate::flows::subject::proven_subject(state, &tenant, named, token.as_ref(), OffsetDateTime::now_utc()).await?;
     let req = request.with(subject);
@@ -241,7 +243,7 @@ async fn answer(
                 expires_at: expires_at.map(rfc3339),
                 scopes: shape.scopes.as_slice(),
                 account: account.as_ref(),
-                connection_id: connection_id.to_string(),
+                connection_id,
             }))?,
             "connected",
         ),
@@ -262,7 +264,10 @@ async fn answer(
 fn json_answer(answer: &TokenAnswer<'_>) -> Result<HttpResponse, ApiError> {
     let mut body = Vec::with_capacity(512);
     serde_json::to_writer(&mut body, answer).map_err(|e| ApiError::internal(&e))?;
-    Ok(HttpResponse::Ok().content_type(actix_web::http::header::ContentType::json()).body(body))
+    // A constant value: `ContentType::json()` is a `Mime`, made into a header value by
+    // copying its text on every answer.
+    const JSON: HeaderValue = HeaderValue::from_static("application/json");
+    Ok(HttpResponse::Ok().insert_header((actix_web::http::header::CONTENT_TYPE, JSON)).body(body))
 }
 
 pub fn rfc3339(t: OffsetDateTime) -> String {
@@ -305,8 +310,9 @@ pub struct Connected<'a> {
     expires_at: Option<String>,
     scopes: &'a [String],
     account: Option<&'a Account>,
-    #[schema(format = Uuid)]
-    connection_id: String,
+    // Serialized as the id's hyphenated text straight into the answer (no string made).
+    #[schema(value_type = String, format = Uuid)]
+    connection_id: ConnectionId,
 }
 
 /// The person has to connect: show `mcp` as a URL-mode elicitation, then retry with
