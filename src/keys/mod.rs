@@ -207,7 +207,7 @@ impl Keys {
     /// `f` of the key a row's `key_id` names when it is at hand (the keyring's, or a data
     /// key held and fresh), on the key as held: `opening` clones it, and a clone is two
     /// reference counts that every request on every worker writes. `None`: not at hand
-    /// ([`Self::using`] unwraps it then); `Some(Err)`: held, but not of `scope`, as `opening` says.
+    /// ([`Self::using`] unwraps it then); `Some(Err)`: held, but not of `scope`, as `using` says.
     pub fn with_held<R>(
         &self,
         key_id: &str,
@@ -221,35 +221,34 @@ impl Keys {
     }
 
     /// `f` of the key a row's `key_id` names: on the key as held when it is at hand
-    /// ([`Self::with_held`]: nothing cloned), else on the key as [`Self::opening`] reads
-    /// and unwraps it. Of `scope` only, as both say.
+    /// ([`Self::with_held`]: nothing cloned), else on the key read and unwrapped. A data key
+    /// only if it is of `scope` (a row moved to another tenant, or a cookie naming a
+    /// tenant's key, opens nothing, and has nothing unwrapped).
     pub async fn using<R>(&self, key_id: &str, scope: Scope<'_>, f: impl Fn(&SealKey) -> R) -> Result<R, KeysError> {
         match self.with_held(key_id, scope, &f) {
             Some(held) => Ok(held?),
-            None => Ok(f(&self.opening(key_id, scope).await?)),
+            None => Ok(f(&self.load(key_id, scope).await?)),
         }
     }
 
-    /// The key a row's `key_id` names, to open what it sealed: a data key only if it is of
-    /// `scope` (a row moved to another tenant, or a cookie naming a tenant's key, opens
-    /// nothing, and has nothing unwrapped).
+    /// The key a row's `key_id` names, to open what it sealed, as [`Self::using`] finds it.
     pub async fn opening(&self, key_id: &str, scope: Scope<'_>) -> Result<SealKey, KeysError> {
+        self.using(key_id, scope, SealKey::clone).await
+    }
+
+    /// The key `key_id` names when it is not at hand: a data key read, checked against
+    /// `scope` and unwrapped; a keyring's id not in the keyring (or no key id) is unknown.
+    async fn load(&self, key_id: &str, scope: Scope<'_>) -> Result<SealKey, KeysError> {
         let unknown = || VaultError::UnknownKey(key_id.to_owned());
-        let tenant = scope.tenant().map(TenantId::as_str);
-        match KeyRef::parse(key_id).ok_or_else(unknown)? {
-            KeyRef::Keyring(id) => Ok(self.keyring.get(&id).ok_or_else(unknown)?.clone()),
-            KeyRef::Data(id) => {
-                if let Some(held) = self.fresh(&id, tenant, SealKey::clone) {
-                    return Ok(held?);
-                }
-                let ticket = self.epoch.load(Ordering::Acquire);
-                let row = store::data_keys::get(&self.pool, id).await?.ok_or_else(unknown)?;
-                if row.tenant_id.as_deref() != tenant {
-                    return Err(VaultError::Open.into());
-                }
-                self.unwrap_row(&row, ticket).await
-            }
+        let Some(KeyRef::Data(id)) = KeyRef::parse(key_id) else {
+            return Err(unknown().into());
+        };
+        let ticket = self.epoch.load(Ordering::Acquire);
+        let row = store::data_keys::get(&self.pool, id).await?.ok_or_else(unknown)?;
+        if row.tenant_id.as_deref() != scope.tenant().map(TenantId::as_str) {
+            return Err(VaultError::Open.into());
         }
+        self.unwrap_row(&row, ticket).await
     }
 
     /// Forgets the unwrapped keys of a tenant (it changed, perhaps ended: its keys are read
