@@ -199,14 +199,26 @@ mod tests {
         let start = tree_ticks(me);
         let mut busy = std::process::Command::new("yes").stdout(std::process::Stdio::null()).spawn().expect("yes");
         std::thread::sleep(std::time::Duration::from_millis(600));
+        // Stopped before it is read, so that it gains no time between the readings.
+        let pid = busy.id();
+        let stopped = std::process::Command::new("sh").args(["-c", &format!("kill -STOP {pid}")]).status();
+        assert!(stopped.is_ok_and(|s| s.success()), "SIGSTOP");
+        let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        for _ in 0..100 {
+            if state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let running = tree_ticks(me);
         busy.kill().expect("kill");
         busy.wait().expect("reaped");
         let reaped = tree_ticks(me);
         // `yes` spins: on two busy cores it still gets a tenth of a second in 0.6 s.
         assert!(running >= start + 10, "a live child's time counts: {start} -> {running}");
-        // Reaping moves its time into our cutime: neither lost nor counted twice.
-        assert!(reaped >= running && reaped <= running + 3, "across the reap: {running} -> {reaped}");
+        // Reaping moves its time into our cutime: neither lost nor counted twice (a tick
+        // or two of our own).
+        assert!(reaped >= running && reaped <= running + 2, "across the reap: {running} -> {reaped}");
     }
 
     fn snapshot(busy: u64, total: u64, service: u64, client: u64, children: u64) -> CpuSnapshot {
