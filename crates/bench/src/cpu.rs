@@ -29,14 +29,23 @@ fn proc_ticks(pid: &str) -> u64 {
     stat_ticks(pid, 11)
 }
 
-/// The sum of two adjacent fields of `/proc/{pid}/stat`, counted from field 3 (index 0).
-fn stat_ticks(pid: &str, first: usize) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+/// The fields of `/proc/{pid}/stat` from field 3 (the state, index 0) on; none once the
+/// process is gone.
+fn stat_fields(pid: &str) -> Vec<String> {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return Vec::new() };
     // After the command name (in parentheses, may hold spaces) field 3 comes first.
-    let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+/// The sum of two adjacent fields of [`stat_fields`], from index `first`.
+fn sum_at(fields: &[String], first: usize) -> u64 {
     let at = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     at(first) + at(first + 1)
+}
+
+/// The sum of two adjacent fields of `/proc/{pid}/stat`, counted from field 3 (index 0).
+fn stat_ticks(pid: &str, first: usize) -> u64 {
+    sum_at(&stat_fields(pid), first)
 }
 
 /// CPU time of one process so far, in clock ticks (0 once it is gone).
@@ -128,9 +137,7 @@ fn postmasters() -> Vec<u32> {
 
 /// The parent's pid (field 4 of `/proc/{pid}/stat`), 0 when unknown.
 fn parent(pid: u32) -> u32 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
-    let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
-    rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
+    stat_fields(&pid.to_string()).get(1).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// The live children of `pid` (of each of its threads).
@@ -151,12 +158,20 @@ fn children(pid: u32) -> Vec<String> {
 /// came and went between them included. Read again when a child was reaped during the
 /// reading (the second part changed).
 fn tree_ticks(pid: u32) -> u64 {
+    // utime + stime from index 11, cutime + cstime from 13: each process's stat read once.
     let pid_s = pid.to_string();
     let mut sum = 0;
     for _ in 0..5 {
-        let reaped = stat_ticks(&pid_s, 13);
-        let live: u64 = children(pid).iter().map(|c| proc_ticks(c) + stat_ticks(c, 13)).sum();
-        sum = proc_ticks(&pid_s) + reaped + live;
+        let own = stat_fields(&pid_s);
+        let reaped = sum_at(&own, 13);
+        let live: u64 = children(pid)
+            .iter()
+            .map(|c| {
+                let f = stat_fields(c);
+                sum_at(&f, 11) + sum_at(&f, 13)
+            })
+            .sum();
+        sum = sum_at(&own, 11) + reaped + live;
         if stat_ticks(&pid_s, 13) == reaped {
             break;
         }
@@ -191,7 +206,7 @@ impl PostgresCpu {
 
 #[cfg(test)]
 mod tests {
-    use super::{CpuSnapshot, tree_ticks};
+    use super::{CpuSnapshot, stat_fields, tree_ticks};
 
     #[test]
     fn a_trees_time_counts_a_child_while_it_runs_and_once_after_it_is_reaped() {
@@ -203,9 +218,8 @@ mod tests {
         let pid = busy.id();
         let stopped = std::process::Command::new("sh").args(["-c", &format!("kill -STOP {pid}")]).status();
         assert!(stopped.is_ok_and(|s| s.success()), "SIGSTOP");
-        let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         for _ in 0..100 {
-            if state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')) {
+            if stat_fields(&pid.to_string()).first().is_some_and(|state| state == "T") {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
