@@ -61,6 +61,14 @@ if ! command -v oha >/dev/null 2>&1; then
 fi
 oha --version >&2
 
+# --- wrk, the saturating loops' load generator (Debian's package) ----------------------
+if ! command -v wrk >/dev/null 2>&1; then
+  log "installing wrk"
+  apt_install wrk
+fi
+# wrk -v prints its version and exits with 1.
+{ wrk -v || true; } 2>&1 | head -n 1 >&2
+
 # --- The key stores' rows: Debian's SoftHSM2 and moto's KMS, as scripts/test installs them --
 if ! command -v softhsm2-util >/dev/null 2>&1; then
   log "installing softhsm2"

@@ -89,7 +89,7 @@ impl Phase<'_> {
         let t = target.clone();
         self.load(move || load::closed_loop(&t, keys, conns, threads, Duration::from_secs(1))).await?;
         let seconds = Duration::from_secs(self.args.seconds);
-        self.load(move || load::closed_loop(&target, keys, conns, threads, seconds)).await
+        Ok(self.saturate(&target, seconds, oha::Serving::Bench).await?.0)
     }
 
     /// The ceiling phase after the runs: the saturating rate again (beside the check

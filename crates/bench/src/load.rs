@@ -51,6 +51,8 @@ impl KeySpace {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub mode: &'static str,
+    /// Who sent the load: `bench` (this crate's generator) or `wrk` ([`crate::wrk`]).
+    pub generator: &'static str,
     pub connections: usize,
     pub client_threads: usize,
     pub seconds: f64,
@@ -372,6 +374,7 @@ fn summarize(
     let mean_us = if n == 0 { 0.0 } else { all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1_000.0 };
     Summary {
         mode,
+        generator: "bench",
         connections: conns,
         client_threads: threads,
         seconds: secs,

@@ -25,6 +25,7 @@ mod slowdown;
 mod storm;
 mod targets;
 mod workload;
+mod wrk;
 
 use anyhow::Context;
 use clap::Parser;
@@ -115,10 +116,24 @@ pub struct Args {
     /// The `oha` binary for the load generator's cross-check (skipped when not found).
     #[arg(long, default_value = "oha")]
     oha: PathBuf,
+    /// The load generator of the saturating loops the targets judge (cached, uncached,
+    /// ceiling, the check instance's): `wrk` (Debian's; bench/run.sh installs it) or
+    /// `bench`, the bench's own. Warm-ups, open loops and the other rows use the bench's own.
+    #[arg(long, value_enum, default_value_t = Generator::Wrk)]
+    generator: Generator,
+    /// The `wrk` binary for `--generator wrk`.
+    #[arg(long, default_value = "wrk")]
+    wrk: PathBuf,
     /// After everything else, seed the table up to this many connections and run the
     /// cached lookup again (cache capacity set to hold them all), e.g. 1000000.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     scale_connections: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generator {
+    Wrk,
+    Bench,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -154,11 +169,20 @@ async fn run_all(args: Args) -> anyhow::Result<()> {
     if !binary.exists() {
         anyhow::bail!("{} not found: build it with cargo build --release -p mcp-connect", binary.display());
     }
+    let generator = match args.generator {
+        Generator::Bench => "the bench's own".to_owned(),
+        Generator::Wrk => wrk::version(&args.wrk).with_context(|| {
+            format!(
+                "{} cannot be run: bench/run.sh installs wrk, --generator bench uses the bench's own",
+                args.wrk.display()
+            )
+        })?,
+    };
     let work = std::env::temp_dir().join(format!("mcpc-bench-{}", uuid::Uuid::new_v4().simple()));
     tokio::fs::create_dir_all(&work).await?;
     let db = db::BenchDb::create(&args.database_url).await?;
     progress(started, &format!("database {}", db.name));
-    let outcome = run(&args, &db, &binary, &work, started, started_at).await;
+    let outcome = run(&args, &db, &binary, &work, started, started_at, generator).await;
     if args.keep_database {
         eprintln!("kept database {} and {}", db.name, work.display());
     } else {
@@ -219,6 +243,7 @@ async fn run(
     work: &std::path::Path,
     started: Instant,
     started_at: time::OffsetDateTime,
+    generator: String,
 ) -> anyhow::Result<Results> {
     let keys = KeySpace { subjects: args.subjects as usize, providers: args.providers as usize };
     let providers = db::provider_names(keys.providers);
@@ -380,6 +405,7 @@ async fn run(
             repeat: runs.len(),
             floor_clients: args.floor_clients.clone(),
             service_sslmode: SERVICE_SSLMODE,
+            generator,
         },
         floor,
         runs,

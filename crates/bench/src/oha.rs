@@ -42,6 +42,16 @@ pub enum Serving<'a> {
     Bench,
 }
 
+impl Serving<'_> {
+    /// The service's processes (none where the bench serves).
+    pub fn pids(&self) -> &[u32] {
+        match self {
+            Serving::Processes(pids) => pids,
+            Serving::Bench => &[],
+        }
+    }
+}
+
 /// `oha --version`, or `None` when it cannot be run.
 pub async fn version(bin: &Path) -> Option<String> {
     let out = tokio::process::Command::new(bin).arg("--version").output().await.ok()?;
@@ -81,10 +91,7 @@ pub async fn run(
         .arg(&body_file)
         .arg(format!("http://{}/v1/token", target.addr))
         .kill_on_drop(true);
-    let pids = match serving {
-        Serving::Processes(pids) => pids,
-        Serving::Bench => &[],
-    };
+    let pids = serving.pids();
     let cpu0 = CpuSnapshot::take(pids);
     let out = tokio::time::timeout(Duration::from_secs(seconds + 60), cmd.output())
         .await

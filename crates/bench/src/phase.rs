@@ -8,12 +8,13 @@ use crate::cpu::{CpuShare, CpuSnapshot, PostgresCpu};
 use crate::db::{self, ChangeLogReads};
 use crate::http1::Target;
 use crate::load::{self, KeySpace, Summary};
-use crate::oha::{self, OhaRun};
+use crate::oha::{self, OhaRun, Serving};
 use crate::pgbench::{self, Floor, FloorSweep};
 use crate::report::LookupRun;
 use crate::service::{Memory, Service, ServiceSetup};
 use crate::slowdown::{Hog, HogResult};
-use crate::{Args, progress};
+use crate::wrk;
+use crate::{Args, Generator, progress};
 use mcp_connect::store::PgPool;
 use serde::Serialize;
 use std::path::Path;
@@ -124,6 +125,33 @@ impl Phase<'_> {
     async fn closed_loop(&self, target: &Target, duration: Duration) -> anyhow::Result<Summary> {
         let (t, keys, conns, threads) = (target.clone(), self.keys, self.conns(), self.threads());
         self.load(move || load::closed_loop(&t, keys, conns, threads, duration)).await
+    }
+
+    /// A saturating closed loop whose rate a target judges, sent by `--generator`, and
+    /// where the cores went meanwhile (`serving`: who answers it).
+    pub async fn saturate(
+        &self,
+        target: &Target,
+        duration: Duration,
+        serving: Serving<'_>,
+    ) -> anyhow::Result<(Summary, CpuShare)> {
+        let pids = serving.pids();
+        let cpu0 = CpuSnapshot::take(pids);
+        match self.args.generator {
+            Generator::Bench => {
+                let summary = self.closed_loop(target, duration).await?;
+                Ok((summary, cpu0.share_until(&CpuSnapshot::take(pids))))
+            }
+            Generator::Wrk => {
+                let (bin, dir, t) = (self.args.wrk.clone(), self.setup.dir.clone(), target.clone());
+                let (keys, conns, threads) = (self.keys, self.conns(), self.threads());
+                let summary =
+                    self.load(move || wrk::closed_loop(&bin, &dir, &t, keys, conns, threads, duration)).await?;
+                // wrk has been waited for: its CPU time is the bench's children's now.
+                let bench_serves = matches!(serving, Serving::Bench);
+                Ok((summary, cpu0.share_with_child_generator_until(&CpuSnapshot::take(pids), bench_serves)))
+            }
+        }
     }
 
     /// The floor again beside one run, on a quiet server: pgbench (no TLS, the service's
@@ -295,9 +323,7 @@ impl Phase<'_> {
         let change_log_at_start = db::change_log_reads(self.pool).await?;
         let window = Instant::now();
         let postgres_cpu = PostgresCpu::start();
-        let cpu0 = CpuSnapshot::take(&[svc.pid]);
-        let saturating = self.closed_loop(&target, duration).await?;
-        let cpu_saturating = cpu0.share_until(&CpuSnapshot::take(&[svc.pid]));
+        let (saturating, cpu_saturating) = self.saturate(&target, duration, Serving::Processes(&[svc.pid])).await?;
         // Hand-outs answered but not yet in the audit table: counted in the rows of minutes
         // that have not closed yet (written when they close, or at the service's exit).
         let answered = warm.answered() + saturating.requests - saturating.errors;
@@ -397,9 +423,7 @@ impl Phase<'_> {
         let (conns, threads, duration) = (self.conns(), self.threads(), self.duration());
         let warm = self.warm(svc, true).await?;
         progress(self.started, &format!("check: reference closed loop, {} s", duration.as_secs()));
-        let cpu0 = CpuSnapshot::take(&[svc.pid]);
-        let reference = self.closed_loop(&target, duration).await?;
-        let cpu_reference = cpu0.share_until(&CpuSnapshot::take(&[svc.pid]));
+        let (reference, cpu_reference) = self.saturate(&target, duration, Serving::Processes(&[svc.pid])).await?;
         let oha = match oha_bin {
             Some((bin, version)) => {
                 progress(self.started, &format!("check: {version}, {} s", duration.as_secs()));
@@ -415,11 +439,9 @@ impl Phase<'_> {
             // The backstop: the phase, plus time to start and stop.
             let hog = Hog::start(&self.setup.database_url, self.pool, duration + Duration::from_secs(60)).await?;
             let hog_started = Instant::now();
-            let cpu0 = CpuSnapshot::take(&[svc.pid]);
-            let saturating = self.closed_loop(&target, duration).await;
-            let cpu = cpu0.share_until(&CpuSnapshot::take(&[svc.pid]));
+            let saturating = self.saturate(&target, duration, Serving::Processes(&[svc.pid])).await;
             let hog = hog.stop(self.pool, hog_started).await?;
-            let saturating = saturating?;
+            let (saturating, cpu) = saturating?;
             let ratio = saturating.rps / reference.rps.max(1e-9);
             Some(SlowedRun { saturating, cpu, hog, ratio, hit_rate_at_least: None })
         } else {

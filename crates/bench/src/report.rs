@@ -39,6 +39,8 @@ pub struct Setup {
     pub floor_clients: Vec<usize>,
     /// The service's database transport, the same as the floor's.
     pub service_sslmode: &'static str,
+    /// The saturating loops' load generator (`--generator`): wrk's version, or the bench's own.
+    pub generator: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -488,12 +490,14 @@ impl Results {
                 let ratio = c.reference.rps / oh.rps.max(1e-9);
                 let _ = writeln!(
                     o,
-                    " 10 load generator vs {}: bench {} req/s, oha {} req/s (bench ÷ oha {:.2}, {}); \
+                    " 10 load generator vs {}: {} {} req/s, oha {} req/s ({} ÷ oha {:.2}, {}); \
                      {} connections, {} thread(s), random keys (-Z), same instance back to back; oha p99 {:.2} ms, \
                      {} non-200 or errors, {} cut at the deadline",
                     oh.version,
+                    c.reference.generator,
                     thousands(c.reference.rps),
                     thousands(oh.rps),
+                    c.reference.generator,
                     ratio,
                     if (ratio - 1.0).abs() <= 0.10 { "within 10 %" } else { "NOT within 10 %" },
                     oh.connections,
@@ -506,8 +510,8 @@ impl Results {
                 // request differs between them.
                 if let Some(share) = &oh.cpu {
                     let _ = writeln!(o, "    CPU with oha: {}", cpu(share, oh.rps));
-                    let _ =
-                        writeln!(o, "    CPU with the bench's generator: {}", cpu(&c.cpu_reference, c.reference.rps));
+                    let generator = if c.reference.generator == "bench" { "the bench's generator" } else { "wrk" };
+                    let _ = writeln!(o, "    CPU with {generator}: {}", cpu(&c.cpu_reference, c.reference.rps));
                 }
             }
             Err(why) => {
@@ -670,6 +674,12 @@ impl Results {
             }
         }
         let _ = writeln!(o, "   the service's database connections: sslmode={}, as the floor's", s.service_sslmode);
+        let _ = writeln!(
+            o,
+            "   load generator of the saturating loops (rows 2, 3, 8-10, 13): {}; of the warm-ups, open loops and \
+             other rows: the bench's own",
+            s.generator
+        );
         if let Some(first) = self.first_run() {
             for (name, run) in [("cache on", &first.cache_on), ("cache off", &first.cache_off)] {
                 lookup_details(o, name, run);
