@@ -127,6 +127,11 @@ pub struct ScaleRun {
     pub lookup: LookupRun,
     /// Its saturating rate ÷ the median of the cache-on runs at the first seeding.
     pub ratio_to_first_seeding: f64,
+    /// The saturating rates of cache-on runs over the first seeding's keys right before
+    /// the table grew and right after this run.
+    pub beside: [f64; 2],
+    /// Its saturating rate ÷ the mean of [`Self::beside`]: what the target judges.
+    pub ratio_to_beside: f64,
     pub peak_rss_mib: f64,
 }
 
@@ -642,14 +647,18 @@ impl Results {
         let (by_id, log) = l.confirmer_rates();
         let _ = writeln!(
             o,
-            " 11 scale, {} connections (cache capacity {}): cache on {} req/s = {:.2} × the median at {}; \
+            " 11 scale, {} connections (cache capacity {}): cache on {} req/s = {:.2} × the runs at {} beside it \
+             ({} before the table grew, {} after), {:.2} × row 8's median; \
              half-rate p99 {}; hit rate {}; peak RSS {:.1} MiB; confirmer rows/s: change log {}; connections by id (audit join) {}; \
              seeding {:.0} s",
             thousands(sc.connections as f64),
             thousands(sc.cache_capacity as f64),
             thousands(l.saturating.rps),
-            sc.ratio_to_first_seeding,
+            sc.ratio_to_beside,
             thousands(self.setup.connections as f64),
+            thousands(sc.beside[0]),
+            thousands(sc.beside[1]),
+            sc.ratio_to_first_seeding,
             ms(l.half_rate.p99_us),
             pct(l.cache_hit_rate),
             sc.peak_rss_mib,

@@ -410,12 +410,16 @@ impl Results {
                     name: "cached rate at scale",
                     target: "within 10 % of the first seeding".into(),
                     measured: format!(
-                        "{:.2} × at {} connections ({} req/s)",
-                        s.ratio_to_first_seeding,
+                        "{:.2} × at {} connections ({} req/s) against the runs at the first seeding beside it \
+                         ({} and {} req/s); {:.2} × row 8's median",
+                        s.ratio_to_beside,
                         thousands(s.connections as f64),
-                        thousands(s.lookup.saturating.rps)
+                        thousands(s.lookup.saturating.rps),
+                        thousands(s.beside[0]),
+                        thousands(s.beside[1]),
+                        s.ratio_to_first_seeding,
                     ),
-                    met: Some(s.ratio_to_first_seeding >= 0.9),
+                    met: Some(s.ratio_to_beside >= 0.9),
                 });
                 t.push(Target {
                     name: "peak RSS at scale",
