@@ -61,7 +61,7 @@ pub struct Args {
     subjects: u64,
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=9))]
     providers: u64,
-    /// OS threads of the load generator.
+    /// OS threads of the load generator (wrk: as many as divide the connections evenly).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
     client_threads: u64,
     /// Concurrent lookups in the refresh storm.
@@ -117,7 +117,7 @@ pub struct Args {
     #[arg(long, default_value = "oha")]
     oha: PathBuf,
     /// The load generator of the saturating loops the targets judge (cached, uncached,
-    /// ceiling, the check instance's): `wrk` (Debian's; bench/run.sh installs it) or
+    /// scale, ceiling, the check instance's): `wrk` (Debian's; bench/run.sh installs it) or
     /// `bench`, the bench's own. Warm-ups, open loops and the other rows use the bench's own.
     #[arg(long, value_enum, default_value_t = Generator::Wrk)]
     generator: Generator,
@@ -496,14 +496,17 @@ async fn scale_phase(
     progress(phase.started, &format!("scale: a cache-on run at the first {} connections again", base.len()));
     let after = phase.lookup("scale-after", true).await?;
     let beside = [before.saturating.rps, after.saturating.rps];
+    let ratio_to_beside = lookup.saturating.rps / ((beside[0] + beside[1]) / 2.0).max(1e-9);
     Ok(ScaleRun {
         connections: keys.len(),
         cache_capacity,
         seed_seconds: seed.as_secs_f64(),
         table_bytes: db::table_size(phase.pool).await?,
         ratio_to_first_seeding: lookup.saturating.rps / first_seeding_rate.max(1e-9),
-        ratio_to_beside: lookup.saturating.rps / ((beside[0] + beside[1]) / 2.0).max(1e-9),
+        ratio_to_beside,
         beside,
+        before,
+        after,
         peak_rss_mib: lookup.memory_after_run.hwm_kib as f64 / 1024.0,
         lookup,
     })

@@ -326,7 +326,7 @@ impl Phase<'_> {
         let (saturating, cpu_saturating) = self.saturate(&target, duration, Serving::Processes(&[svc.pid])).await?;
         // Hand-outs answered but not yet in the audit table: counted in the rows of minutes
         // that have not closed yet (written when they close, or at the service's exit).
-        let answered = warm.answered() + saturating.requests - saturating.errors;
+        let answered = warm.answered() + saturating.requests.saturating_sub(saturating.errors);
         let audit_backlog =
             answered as i64 - (db::handout_events(self.pool, warm.audit_since).await? - warm.handouts_at_start);
 

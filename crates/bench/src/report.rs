@@ -132,6 +132,9 @@ pub struct ScaleRun {
     pub beside: [f64; 2],
     /// Its saturating rate ÷ the mean of [`Self::beside`]: what the target judges.
     pub ratio_to_beside: f64,
+    /// The two runs beside it (their errors count with the run's).
+    pub before: LookupRun,
+    pub after: LookupRun,
     pub peak_rss_mib: f64,
 }
 
@@ -685,7 +688,7 @@ impl Results {
         let _ = writeln!(o, "   the service's database connections: sslmode={}, as the floor's", s.service_sslmode);
         let _ = writeln!(
             o,
-            "   load generator of the saturating loops (rows 2, 3, 8-10, 13): {}; of the warm-ups, open loops and \
+            "   load generator of the saturating loops (rows 2, 3, 8-11, 13): {}; of the warm-ups, open loops and \
              other rows: the bench's own",
             s.generator
         );

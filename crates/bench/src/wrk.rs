@@ -17,7 +17,9 @@
 use crate::http1::Target;
 use crate::load::{KeySpace, Summary};
 use anyhow::Context;
-use std::path::Path;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `wrk -v` (which exits with 1 after printing it), or `None` when it cannot be run.
@@ -34,7 +36,8 @@ fn script(target: &Target, keys: KeySpace, out: &Path) -> String {
     let prefix = format!(
         "POST /v1/token HTTP/1.1\\r\\nHost: {}\\r\\nAuthorization: Bearer {}\\r\\n\
          Content-Type: application/json\\r\\nContent-Length: ",
-        target.addr, target.api_key
+        lua_escaped(&target.addr.to_string()),
+        lua_escaped(&target.api_key)
     );
     format!(
         r#"-- Written by mcp-connect-bench (crates/bench/src/wrk.rs).
@@ -67,8 +70,13 @@ end
 "#,
         keys = keys.len(),
         providers = keys.providers,
-        out = out.display(),
+        out = lua_escaped(&out.display().to_string()),
     )
+}
+
+/// `s` for inside a Lua string in double quotes.
+fn lua_escaped(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// What the script's `done` hook writes.
@@ -101,30 +109,54 @@ pub fn closed_loop(
     duration: Duration,
 ) -> anyhow::Result<Summary> {
     let id = uuid::Uuid::new_v4().simple();
-    let (script_path, out) = (dir.join(format!("wrk-{id}.lua")), dir.join(format!("wrk-{id}.json")));
-    std::fs::write(&script_path, script(target, keys, &out))?;
+    let files = Files { script: dir.join(format!("wrk-{id}.lua")), report: dir.join(format!("wrk-{id}.json")) };
+    // The script holds the API key: readable by this user only, and removed however the
+    // run ends (`Files`' drop).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&files.script)?
+        .write_all(script(target, keys, &files.report).as_bytes())?;
     let seconds = duration.as_secs().max(1);
+    // wrk opens connections ÷ threads on each thread: as many threads as divide them.
     let threads = threads.clamp(1, conns.max(1));
+    let conns = conns / threads * threads;
     let status = std::process::Command::new(bin)
         .args(["-c", &conns.to_string(), "-t", &threads.to_string(), "-d", &format!("{seconds}s")])
         // A slow answer is measured, not cut: only one that takes longer than this is an error.
         .args(["--timeout", "30s", "-s"])
-        .arg(&script_path)
+        .arg(&files.script)
         .arg(format!("http://{}/v1/token", target.addr))
         .stdout(std::process::Stdio::null())
         .status()
         .with_context(|| format!("cannot run {}", bin.display()))?;
-    let text = std::fs::read_to_string(&out);
-    // The script holds the API key: gone with the report.
-    let _ = std::fs::remove_file(&script_path);
-    let _ = std::fs::remove_file(&out);
     anyhow::ensure!(status.success(), "wrk failed ({status})");
-    let report: Report = serde_json::from_str(&text.context("wrk wrote no report")?).context("wrk's report")?;
+    let text = std::fs::read_to_string(&files.report).context("wrk wrote no report")?;
+    let report: Report = serde_json::from_str(&text).context("wrk's report")?;
     Ok(summary(&report, conns, threads))
 }
 
+/// The script and the report of one run, removed when dropped.
+struct Files {
+    script: PathBuf,
+    report: PathBuf,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.script);
+        let _ = std::fs::remove_file(&self.report);
+    }
+}
+
 fn summary(r: &Report, conns: usize, threads: usize) -> Summary {
-    let errors = r.connect + r.read + r.write + r.status + r.timeout;
+    // wrk's `requests` are the answers it read (those over 399 among them); a request that
+    // failed on the socket or timed out is not one of them. `Summary::requests` counts
+    // every request, failed or not, as the bench's generator does, so that requests −
+    // errors is what was answered.
+    let failed = r.connect + r.read + r.write + r.timeout;
+    let errors = failed + r.status;
     let first_error = (errors > 0).then(|| {
         format!(
             "wrk: {} connect, {} read, {} write, {} timeout errors, {} answers over 399",
@@ -139,7 +171,7 @@ fn summary(r: &Report, conns: usize, threads: usize) -> Summary {
         connections: conns,
         client_threads: threads,
         seconds,
-        requests: r.requests,
+        requests: r.requests + failed,
         errors,
         first_error,
         rps,
@@ -168,7 +200,9 @@ mod tests {
         )
         .unwrap();
         let s = summary(&r, 32, 1);
-        assert_eq!((s.generator, s.mode, s.requests, s.errors), ("wrk", "closed", 400_000, 3));
+        // The read error's request is one wrk did not count: answered = requests − errors.
+        assert_eq!((s.generator, s.mode, s.requests, s.errors), ("wrk", "closed", 400_001, 3));
+        assert_eq!(s.requests - s.errors, 400_000 - 2);
         assert!((s.rps - 50_000.0).abs() < 1e-6 && (s.little_mean_us - 640.0).abs() < 1e-6);
         assert!((s.in_flight_little - 32.025).abs() < 1e-9);
         assert_eq!(
@@ -189,5 +223,13 @@ mod tests {
         );
         assert!(text.contains(r"Host: 127.0.0.1:8080\r\nAuthorization: Bearer mcpc_k_abc\r\n"));
         assert!(text.contains(r#"io.open("/tmp/x.json", "w")"#));
+    }
+
+    #[test]
+    fn a_quote_or_backslash_cannot_end_the_scripts_strings() {
+        assert_eq!(lua_escaped(r#"/tmp/a"b\c"#), r#"/tmp/a\"b\\c"#);
+        let target = Target::token("127.0.0.1:8080".parse().unwrap(), "k");
+        let text = script(&target, KeySpace { subjects: 1, providers: 1 }, Path::new(r#"/tmp/"x".json"#));
+        assert!(text.contains(r#"io.open("/tmp/\"x\".json", "w")"#));
     }
 }
