@@ -119,7 +119,8 @@ pub fn closed_loop(
         .open(&files.script)?
         .write_all(script(target, keys, &files.report).as_bytes())?;
     let seconds = duration.as_secs().max(1);
-    // wrk opens connections ÷ threads on each thread: as many threads as divide them.
+    // wrk opens connections ÷ threads on each thread: the connections are rounded down to a
+    // multiple of the threads, so that the summary says how many were open.
     let threads = threads.clamp(1, conns.max(1));
     let conns = conns / threads * threads;
     let status = std::process::Command::new(bin)
