@@ -61,7 +61,8 @@ pub struct Args {
     subjects: u64,
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=9))]
     providers: u64,
-    /// OS threads of the load generator (wrk: as many as divide the connections evenly).
+    /// OS threads of the load generator (wrk opens connections ÷ threads on each: the
+    /// connections are rounded down to a multiple of the threads).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
     client_threads: u64,
     /// Concurrent lookups in the refresh storm.
@@ -495,16 +496,12 @@ async fn scale_phase(
     let lookup = scaled.lookup("scale", true).await?;
     progress(phase.started, &format!("scale: a cache-on run at the first {} connections again", base.len()));
     let after = phase.lookup("scale-after", true).await?;
-    let beside = [before.saturating.rps, after.saturating.rps];
-    let ratio_to_beside = lookup.saturating.rps / ((beside[0] + beside[1]) / 2.0).max(1e-9);
     Ok(ScaleRun {
         connections: keys.len(),
         cache_capacity,
         seed_seconds: seed.as_secs_f64(),
         table_bytes: db::table_size(phase.pool).await?,
         ratio_to_first_seeding: lookup.saturating.rps / first_seeding_rate.max(1e-9),
-        ratio_to_beside,
-        beside,
         before,
         after,
         peak_rss_mib: lookup.memory_after_run.hwm_kib as f64 / 1024.0,

@@ -127,15 +127,24 @@ pub struct ScaleRun {
     pub lookup: LookupRun,
     /// Its saturating rate ÷ the median of the cache-on runs at the first seeding.
     pub ratio_to_first_seeding: f64,
-    /// The saturating rates of cache-on runs over the first seeding's keys right before
-    /// the table grew and right after this run.
-    pub beside: [f64; 2],
-    /// Its saturating rate ÷ the mean of [`Self::beside`]: what the target judges.
-    pub ratio_to_beside: f64,
-    /// The two runs beside it (their errors count with the run's).
+    /// Cache-on runs over the first seeding's keys right before the table grew and right
+    /// after this run (their errors count with the run's).
     pub before: LookupRun,
     pub after: LookupRun,
     pub peak_rss_mib: f64,
+}
+
+impl ScaleRun {
+    /// The saturating rates of [`Self::before`] and [`Self::after`].
+    pub fn beside(&self) -> [f64; 2] {
+        [self.before.saturating.rps, self.after.saturating.rps]
+    }
+
+    /// Its saturating rate ÷ the mean of [`Self::beside`]: what the target judges.
+    pub fn ratio_to_beside(&self) -> f64 {
+        let [before, after] = self.beside();
+        self.lookup.saturating.rps / ((before + after) / 2.0).max(1e-9)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -657,10 +666,10 @@ impl Results {
             thousands(sc.connections as f64),
             thousands(sc.cache_capacity as f64),
             thousands(l.saturating.rps),
-            sc.ratio_to_beside,
+            sc.ratio_to_beside(),
             thousands(self.setup.connections as f64),
-            thousands(sc.beside[0]),
-            thousands(sc.beside[1]),
+            thousands(sc.beside()[0]),
+            thousands(sc.beside()[1]),
             sc.ratio_to_first_seeding,
             ms(l.half_rate.p99_us),
             pct(l.cache_hit_rate),
